@@ -1,0 +1,170 @@
+"""Compiler-agnostic argument checking and per-rank execution.
+
+Everything here happens on the host before anything is dispatched, so every refusal is a
+:class:`DispatchError` naming the parameter, what was expected and what was got; a refused call
+leaves every output untouched.  The compiler describes its parameters with :class:`ParamSpec`
+(shapes may use names for dynamic dims: same name = same extent) and gets the dynamic bindings
+back from :func:`check_args`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .device import DeviceTensor, StackedDeviceTensor, Worker
+from .dtypes import c0_of
+from .errors import DispatchError
+from .nz import nz_blocked_shape
+
+__all__ = ["ParamSpec", "check_args", "check_arg", "blocked_view_shape", "run_ranks"]
+
+Dim = int | str
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One tensor parameter: logical ``shape`` (ints, or names for dynamic dims), ``dtype``,
+    ``layout`` (``"ND"`` / ``"NZ"``) and whether the kernel writes it."""
+
+    name: str
+    shape: tuple[Dim, ...]
+    dtype: np.dtype
+    layout: str = "ND"
+    is_output: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        object.__setattr__(self, "shape", tuple(d if isinstance(d, str) else int(d)
+                                                for d in self.shape))
+        if self.layout not in ("ND", "NZ"):
+            raise ValueError(f"ParamSpec {self.name!r}: layout must be 'ND' or 'NZ'")
+
+    def describe(self) -> str:
+        return "[" + ", ".join(str(d) for d in self.shape) + "]"
+
+
+def blocked_view_shape(logical_shape: Sequence[int], dtype: np.dtype | type) -> tuple[int, ...]:
+    """Rank-5 blocked shape of an NZ argument (NZ-32): a metadata-only reshape of the same bytes."""
+    return nz_blocked_shape(logical_shape, dtype)
+
+
+def _rank_note(spec: ParamSpec) -> str:
+    if spec.layout == "NZ" and spec.shape and isinstance(spec.shape[0], str) and len(spec.shape) == 3:
+        return (" (NZ-29: a dynamic-batch NZ parameter takes a rank-3 argument)")
+    if spec.layout == "NZ":
+        return " (NZ-29: an NZ argument has the parameter's logical rank)"
+    return ""
+
+
+def _arg_facts(spec: ParamSpec, arg: object, worker: Worker | None) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype of an argument, after the checks that depend on its kind."""
+    who = f"parameter {spec.name!r}"
+    if isinstance(arg, np.ndarray):
+        if not arg.flags.c_contiguous:
+            raise DispatchError(f"{who} expects a C-contiguous array, got strides {arg.strides} "
+                                "(pass np.ascontiguousarray(x))")
+        if spec.is_output and not arg.flags.writeable:
+            raise DispatchError(f"{who} is an output and needs a writable array")
+        return arg.shape, arg.dtype
+    if isinstance(arg, DeviceTensor):
+        if arg.freed:
+            raise DispatchError(f"{who} got a freed DeviceTensor {arg!r} (use after free)")
+        if worker is not None and arg.worker is not worker:
+            raise DispatchError(f"{who} got a DeviceTensor of worker {arg.worker.device_id}, the "
+                                f"call runs on worker {worker.device_id}")
+        return arg.shape, arg.dtype
+    if isinstance(arg, StackedDeviceTensor):
+        for i, s in enumerate(arg.shards):
+            if s.freed:
+                raise DispatchError(f"{who}: shard {i} of {arg!r} was freed (use after free)")
+        return arg.full_shape, arg.dtype
+    raise DispatchError(f"{who} expects a numpy array, DeviceTensor or StackedDeviceTensor, "
+                        f"got {type(arg).__name__}")
+
+
+def check_arg(spec: ParamSpec, arg: object, bindings: dict[str, int],
+              worker: Worker | None = None) -> None:
+    """Check one argument against ``spec``, extending ``bindings`` of named dynamic dims."""
+    shape, dtype = _arg_facts(spec, arg, worker)
+    who = f"parameter {spec.name!r}"
+    if dtype != spec.dtype:
+        raise DispatchError(f"{who} expects dtype {spec.dtype.name}, got {dtype.name}")
+    if spec.layout == "NZ":
+        try:
+            c0_of(dtype)
+        except ValueError as e:
+            raise DispatchError(f"{who}: {e}") from None
+    if len(shape) != len(spec.shape):
+        raise DispatchError(f"{who} expects rank {len(spec.shape)} {spec.describe()}"
+                            f"{_rank_note(spec)}, got rank {len(shape)} {tuple(shape)}")
+    for axis, (want, got) in enumerate(zip(spec.shape, shape)):
+        if isinstance(want, str):
+            bound = bindings.setdefault(want, int(got))
+            if bound != got:
+                raise DispatchError(f"{who} axis {axis} is the dynamic dim {want!r} = {bound} "
+                                    f"(bound by an earlier argument), got {got} in {tuple(shape)}")
+        elif want != got:
+            raise DispatchError(f"{who} expects shape {spec.describe()}, got {tuple(shape)} "
+                                f"(axis {axis}: {got} != {want})")
+
+
+def check_args(specs: Sequence[ParamSpec], args: Sequence[object] | Mapping[str, object],
+               worker: Worker | None = None) -> dict[str, int]:
+    """Validate every argument before dispatch; return the dynamic-dim bindings.
+
+    ``args`` is positional (one per spec) or a mapping by parameter name.  With ``worker``,
+    DeviceTensors must live on it.
+    """
+    if isinstance(args, Mapping):
+        missing = [s.name for s in specs if s.name not in args]
+        extra = sorted(set(args) - {s.name for s in specs})
+        if missing or extra:
+            raise DispatchError(f"arguments: missing {missing}, unexpected {extra}")
+        args = [args[s.name] for s in specs]
+    if len(args) != len(specs):
+        raise DispatchError(f"expects {len(specs)} arguments "
+                            f"({', '.join(s.name for s in specs)}), got {len(args)}")
+    bindings: dict[str, int] = {}
+    for spec, arg in zip(specs, args):
+        check_arg(spec, arg, bindings, worker)
+    return bindings
+
+
+def _reraise(rank: int, e: BaseException) -> None:
+    """Raise ``e`` again as the same type with its message prefixed by the rank.
+
+    Falls back to re-raising ``e`` itself with a note when its constructor takes other args.
+    """
+    try:
+        new = type(e)(f"rank {rank}: {e}")
+    except Exception:  # exotic constructor signature
+        e.add_note(f"rank {rank}")
+        raise e from None
+    raise new from e
+
+
+def run_ranks(fns: Mapping[int, Callable[[], Any]]) -> dict[int, Any]:
+    """Run one callable per rank in parallel threads (numpy releases the GIL); return results.
+
+    Every rank runs to completion; if any failed, the error of the lowest failing rank is
+    re-raised with its message prefixed ``"rank r: "``.
+    """
+    if len(fns) == 1:
+        (rank, fn), = fns.items()
+        try:
+            return {rank: fn()}
+        except Exception as e:
+            _reraise(rank, e)
+    with cf.ThreadPoolExecutor(max_workers=max(1, len(fns))) as pool:
+        futures = {r: pool.submit(fn) for r, fn in fns.items()}
+        cf.wait(futures.values())
+    for r in sorted(futures):
+        e = futures[r].exception()
+        if e is not None:
+            _reraise(r, e)
+    return {r: futures[r].result() for r in fns}

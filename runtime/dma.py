@@ -1,0 +1,115 @@
+"""The burst DMA primitive shared by every load/store model, and register-field helpers.
+
+One ``copy_gm_to_cbuf`` / ``copy_cbuf_to_gm`` (hardware-model.md §2.3) copies ``n_burst``
+bursts of ``len_burst`` 32-byte blocks; consecutive bursts are ``len_burst + gap`` blocks apart
+(gap = tail-to-head, in 32-B blocks) on each side.  All four fields are 16 bits wide: the
+*caller* computes 32/64-bit values as pto-isa does and this module narrows them, which is where
+the pto-isa#317 wrap comes from.
+
+The bursts (and any outer batch loops of the pto-isa code) form one affine family of byte
+ranges, so a whole instruction is a single strided-view assignment.  When destination ranges
+overlap, the hardware semantics are "in order, later burst wins"; that is reproduced by
+writing the outermost axis in order (only in that degenerate case).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from ._strided import overlaps_itself
+from .errors import DeviceError, HardwareDefectWarning
+
+__all__ = ["Memory", "u16", "ceil16", "static_check", "pto_assert", "defect_warning", "copy_bursts",
+           "dma_burst", "write_in_order", "MAX_N_BURST"]
+
+#: nBurst is a 16-bit field but the DMA engine only accepts 1..4095 [ASC].
+MAX_N_BURST = 4095
+
+
+class Memory(Protocol):
+    """Anything an instruction can address: GM or a tile's byte image."""
+
+    def view(self, addr: int, shape: tuple[int, ...], byte_strides: tuple[int, ...]) -> np.ndarray: ...
+
+
+def u16(x: int) -> int:
+    """Narrow to an unsigned 16-bit register field (two's complement for negatives, like C++)."""
+    return int(x) & 0xFFFF
+
+
+def ceil16(x: int) -> int:
+    return (int(x) + 15) // 16 * 16
+
+
+def defect_warning(msg: str) -> None:
+    """Report a silent hardware defect that the simulator reproduces."""
+    warnings.warn(msg, HardwareDefectWarning, stacklevel=3)
+
+
+def static_check(cond: bool, msg: str) -> None:
+    """A pto-isa ``static_assert``: the kernel would not compile, so the simulator refuses."""
+    if not cond:
+        raise DeviceError(f"static check failed: {msg}")
+
+
+def pto_assert(cond: bool, msg: str, debug: bool) -> None:
+    """``PTO_ASSERT``: compiled out in release builds [DBG], so only a warning unless ``debug``."""
+    if cond:
+        return
+    if debug:
+        raise DeviceError(f"PTO_ASSERT failed: {msg}")
+    warnings.warn(f"PTO_ASSERT (no-op in release) would fail: {msg}", HardwareDefectWarning,
+                  stacklevel=3)
+
+
+def write_in_order(dst: np.ndarray, values: np.ndarray, add: bool = False) -> None:
+    """``dst[...] = values`` (or ``+=``) with the hardware's in-order semantics on overlap."""
+    if dst.ndim == 0 or not overlaps_itself(dst.shape, dst.strides, dst.itemsize):
+        if add:
+            dst[...] = dst + values
+        else:
+            dst[...] = values
+        return
+    values = np.broadcast_to(values, dst.shape)
+    for i in range(dst.shape[0]):  # degenerate overlapping bursts only
+        write_in_order(dst[i], values[i], add)
+
+
+def copy_bursts(src: Memory, src_addr: int, dst: Memory, dst_addr: int, *, n_burst: int,
+                nbytes: int, src_pitch: int, dst_pitch: int,
+                batch: Sequence[tuple[int, int, int]] = (), add_dtype: np.dtype | None = None) -> None:
+    """Copy ``n_burst`` runs of ``nbytes`` bytes, runs ``src_pitch`` / ``dst_pitch`` bytes apart.
+
+    ``batch`` adds outer loops ``(count, src_step, dst_step)`` (bytes), outermost first.  With
+    ``add_dtype`` the destination is atomically accumulated in that dtype instead of overwritten.
+    """
+    counts = tuple(int(b[0]) for b in batch)
+    shape = (*counts, int(n_burst), int(nbytes))
+    s = src.view(src_addr, shape, (*(int(b[1]) for b in batch), int(src_pitch), 1))
+    d = dst.view(dst_addr, shape, (*(int(b[2]) for b in batch), int(dst_pitch), 1))
+    if add_dtype is not None:
+        write_in_order(d.view(add_dtype), s.view(add_dtype), add=True)
+    else:
+        write_in_order(d, s)
+
+
+def dma_burst(src: Memory, src_addr: int, dst: Memory, dst_addr: int, *, n_burst: int,
+              len_burst: int, src_gap: int, dst_gap: int,
+              batch: Sequence[tuple[int, int, int]] = ()) -> None:
+    """One ``copy_gm_to_cbuf`` / ``copy_cbuf_to_gm`` (units of 32 B, all fields 16-bit).
+
+    Fields are narrowed here, silently, as the intrinsic does.  nBurst outside 1..4095 or a zero
+    burst length is hardware-undefined and raises :class:`DeviceError`.
+    """
+    n, ln, sg, dg = u16(n_burst), u16(len_burst), u16(src_gap), u16(dst_gap)
+    if not 1 <= n <= MAX_N_BURST:
+        raise DeviceError(f"DMA nBurst = {n} (from {n_burst}) is outside 1..{MAX_N_BURST}: "
+                          "hardware-undefined")
+    if ln < 1:
+        raise DeviceError(f"DMA lenBurst = {ln} (from {len_burst}) must be >= 1 block of 32 B")
+    copy_bursts(src, src_addr, dst, dst_addr, n_burst=n, nbytes=ln * 32,
+                src_pitch=(ln + sg) * 32, dst_pitch=(ln + dg) * 32, batch=batch)

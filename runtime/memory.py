@@ -1,0 +1,205 @@
+"""Global memory (GM) as real bytes, and on-chip buffer capacities.
+
+GM is a set of allocations, each its own ``np.uint8`` array at a 512-byte-aligned address from
+a bump allocator.  Addresses are never reused, so a stale pointer into a freed tensor can never
+alias a newer one: every access through a freed or foreign address is refused with
+:class:`DeviceError` instead of silently reading someone else's data.  Instruction models get
+strided uint8 views (:meth:`GlobalMemory.view`), so a wrong address or stride computed by a
+compiler pass yields the wrong bytes exactly as on the device, as long as it stays inside one
+allocation.
+
+:class:`OnChip` accounts the on-chip spaces of one AI core against the capacities of
+hardware-model.md §7, so a kernel that would not fit on the device is refused here too.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ._strided import byte_span
+from .errors import DeviceError
+from .tile import TileBuf
+
+__all__ = ["GlobalMemory", "OnChip", "CAPACITIES", "HW_NAMES", "GM_ALIGN"]
+
+#: Allocation alignment in GM (bytes).  512 B = one fractal, also keeps every 32-B block aligned.
+GM_ALIGN = 512
+#: First address handed out; small addresses stay unmapped so a null-ish pointer faults.
+_GM_BASE = 0x10000
+
+_K = 1024
+#: Capacities in bytes per target and space (hardware-model.md §7, pto-isa buffer_limits.hpp).
+CAPACITIES: dict[str, dict[str, int]] = {
+    "A2A3": {"Vec": 192 * _K, "Mat": 512 * _K, "Left": 64 * _K, "Right": 64 * _K,
+             "Acc": 128 * _K, "Bias": 1 * _K, "FBuf": 2 * _K},
+    "A5": {"Vec": 256 * _K, "Mat": 512 * _K, "Left": 64 * _K, "Right": 64 * _K,
+           "Acc": 256 * _K, "Bias": 4 * _K, "FBuf": 4 * _K},
+}
+#: Hardware names used in messages, so a capacity error reads like the pto-isa one.
+HW_NAMES = {"Vec": "UB", "Mat": "L1", "Left": "L0A", "Right": "L0B", "Acc": "L0C",
+            "Bias": "BT", "FBuf": "FB"}
+
+
+@dataclass
+class _Allocation:
+    base: int
+    nbytes: int
+    data: np.ndarray | None  # None once freed (the address range stays retired)
+
+
+class GlobalMemory:
+    """Byte-addressed GM of one device.
+
+    ``uploads`` / ``upload_bytes`` count host -> GM copies (:meth:`write`), ``downloads`` counts
+    GM -> host copies (:meth:`read`); instruction traffic goes through :meth:`view` and is not
+    counted.  Tests use ``uploads`` to prove that a resident tensor is not copied again.
+    """
+
+    def __init__(self) -> None:
+        self._allocs: list[_Allocation] = []
+        self._bases: list[int] = []
+        self._next = _GM_BASE
+        self._lock = threading.Lock()
+        self.uploads = 0
+        self.upload_bytes = 0
+        self.downloads = 0
+
+    # ------------------------------------------------------------------ allocation
+    def alloc(self, nbytes: int) -> int:
+        """Reserve ``nbytes`` of zeroed GM; return its 512-byte-aligned base address."""
+        nbytes = int(nbytes)
+        if nbytes < 0:
+            raise DeviceError(f"cannot allocate {nbytes} bytes")
+        data = np.zeros(nbytes, dtype=np.uint8)
+        with self._lock:
+            base = self._next
+            self._next = base + max(1, -(-nbytes // GM_ALIGN)) * GM_ALIGN
+            self._allocs.append(_Allocation(base, nbytes, data))
+            self._bases.append(base)
+        return base
+
+    def free(self, addr: int) -> None:
+        """Release the allocation starting at ``addr``; its addresses are never handed out again."""
+        with self._lock:
+            a = self._find(addr)
+            if a is None or a.base != addr:
+                raise DeviceError(f"free of GM address {addr:#x}: not the base of an allocation")
+            if a.data is None:
+                raise DeviceError(f"double free of GM allocation at {addr:#x}")
+            a.data = None
+
+    def is_live(self, addr: int) -> bool:
+        """True if ``addr`` lies inside an allocation that has not been freed."""
+        a = self._find(addr)
+        return a is not None and a.data is not None and addr < a.base + max(a.nbytes, 1)
+
+    @property
+    def live_bytes(self) -> int:
+        return sum(a.nbytes for a in self._allocs if a.data is not None)
+
+    def _find(self, addr: int) -> _Allocation | None:
+        i = bisect.bisect_right(self._bases, addr) - 1
+        return self._allocs[i] if i >= 0 else None
+
+    # ------------------------------------------------------------------ access
+    def view(self, addr: int, shape: Sequence[int], byte_strides: Sequence[int]) -> np.ndarray:
+        """Writable uint8 strided view of GM; every touched byte must lie in one live allocation.
+
+        This is the only way instructions reach GM, so out-of-bounds and use-after-free are
+        caught at the first access instead of reading foreign memory.
+        """
+        shape, byte_strides = tuple(int(n) for n in shape), tuple(int(s) for s in byte_strides)
+        if len(shape) != len(byte_strides):
+            raise DeviceError(f"view shape {shape} and strides {byte_strides} differ in rank")
+        lo, hi = byte_span(addr, shape, byte_strides)
+        if hi <= lo:
+            return np.zeros(shape, dtype=np.uint8)
+        a = self._find(lo)
+        if a is None or hi > a.base + a.nbytes:
+            raise DeviceError(
+                f"GM access to bytes [{lo:#x}, {hi:#x}) is outside every allocation"
+                + (f" (nearest: [{a.base:#x}, {a.base + a.nbytes:#x}))" if a is not None else ""))
+        if a.data is None:
+            raise DeviceError(f"GM access to bytes [{lo:#x}, {hi:#x}): allocation at "
+                              f"{a.base:#x} was freed (use after free)")
+        return as_strided(a.data[addr - a.base:], shape=shape, strides=byte_strides)
+
+    def read(self, addr: int, nbytes: int) -> np.ndarray:
+        """Copy ``nbytes`` from GM to the host (counted in ``downloads``)."""
+        out = self.view(addr, (int(nbytes),), (1,)).copy()
+        self.downloads += 1
+        return out
+
+    def write(self, addr: int, data: bytes | bytearray | memoryview | np.ndarray) -> None:
+        """Copy host bytes into GM (an upload: counted in ``uploads`` / ``upload_bytes``)."""
+        if isinstance(data, np.ndarray):
+            src = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        else:
+            src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+        self.view(addr, (src.size,), (1,))[...] = src
+        self.uploads += 1
+        self.upload_bytes += src.size
+
+
+class OnChip:
+    """Live-byte accounting of one AI core's on-chip spaces against their capacities.
+
+    pto-isa only checks capacity for TASSIGN with a compile-time address [BUF]; a kernel that
+    overflows L0C at run time would silently overlap buffers.  The simulator refuses at
+    allocation time with a message naming the space, the live bytes and the capacity.
+    """
+
+    def __init__(self, target: str = "A2A3") -> None:
+        if target not in CAPACITIES:
+            raise DeviceError(f"unknown target {target!r}; expected one of {sorted(CAPACITIES)}")
+        self.target = target
+        self.capacity: dict[str, int] = dict(CAPACITIES[target])
+        self.live: dict[str, int] = {s: 0 for s in self.capacity}
+        self.peak: dict[str, int] = {s: 0 for s in self.capacity}
+        self._lock = threading.Lock()
+
+    def reserve(self, space: str, nbytes: int) -> None:
+        """Account ``nbytes`` (rounded up to 32-B alignment) in ``space`` or raise DeviceError."""
+        if space not in self.capacity:
+            raise DeviceError(f"unknown on-chip space {space!r}; expected one of {sorted(self.capacity)}")
+        need = -(-int(nbytes) // 32) * 32
+        with self._lock:
+            live = self.live[space] + need
+            cap = self.capacity[space]
+            if live > cap:
+                raise DeviceError(
+                    f"{space} ({HW_NAMES[space]}) capacity exceeded: {live} bytes live > {cap} "
+                    f"bytes on {self.target} (requested {need} bytes with {self.live[space]} "
+                    f"already live); use smaller tiles or free tiles earlier")
+            self.live[space] = live
+            self.peak[space] = max(self.peak[space], live)
+
+    def release(self, space: str, nbytes: int) -> None:
+        need = -(-int(nbytes) // 32) * 32
+        with self._lock:
+            self.live[space] -= need
+
+    def alloc_tile(self, space: str, rows: int, cols: int, dtype: np.dtype | type, *,
+                   layout: str | None = None, valid_row: int | None = None,
+                   valid_col: int | None = None) -> TileBuf:
+        """Create a zeroed tile in ``space`` and account its bytes (DeviceError on overflow)."""
+        tile = TileBuf(space, dtype, rows, cols, layout=layout, valid_row=valid_row,
+                       valid_col=valid_col)
+        self.reserve(space, tile.nbytes)
+        tile._owner = self
+        return tile
+
+    def free_tile(self, tile: TileBuf) -> None:
+        """Release a tile allocated here; further use of it raises DeviceError."""
+        if tile._owner is not self:
+            raise DeviceError(f"{tile!r} was not allocated by this OnChip")
+        if tile.freed:
+            raise DeviceError(f"double free of {tile!r}")
+        tile.freed = True
+        self.release(tile.space, tile.nbytes)

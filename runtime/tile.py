@@ -1,0 +1,206 @@
+"""On-chip tiles held as their raw byte image, with the pto-isa fractal layouts.
+
+A tile is kept as bytes, not as a logical matrix, so that a layout mistake anywhere (a wrong
+burst gap, the ``mad`` write pitch, a store that ignores strides) corrupts exactly the bytes the
+hardware would corrupt, and the corruption propagates through later instructions.
+
+Layouts (hardware-model.md §1.3, §6; element offsets from the tile base):
+
+======  ====================================================  ==========================
+name    element offset of logical (r, c)                       pto-isa BLayout/SLayout
+======  ====================================================  ==========================
+ND      ``r*cols + c``                                         RowMajor, NoneBox
+NZ      ``(c//c0)*rows*c0 + r*c0 + c%c0``                      ColMajor + RowMajor, 512
+ZZ      ``(r//16)*16*cols + (c//c0)*16*c0 + (r%16)*c0 + c%c0``  RowMajor + RowMajor, 512 (L0A)
+ZN      ``(r//c0)*c0*cols + (c//16)*c0*16 + (c%16)*c0 + r%c0``  RowMajor + ColMajor, 512 (L0B)
+ACC     ``(c//16)*rows*16 + r*16 + c%16``                      ColMajor + RowMajor, 1024 (L0C)
+======  ====================================================  ==========================
+
+Every layout is "split rows by ir, columns by ic, then permute the four axes", so decoding and
+encoding are one reshape + transpose each (no per-fractal loop).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ._strided import byte_span
+from .dtypes import C0_BYTES, FRACTAL_ROWS, c0_of
+from .errors import DeviceError
+
+__all__ = ["TileBuf", "SPACES", "LAYOUTS", "DEFAULT_LAYOUT"]
+
+SPACES = ("Vec", "Mat", "Left", "Right", "Acc", "Bias")
+LAYOUTS = ("ND", "NZ", "ZZ", "ZN", "ACC")
+#: The layout pto-isa gives each space by default on A2/A3 (TileLeft is Zz there, not Nz).
+DEFAULT_LAYOUT = {"Vec": "ND", "Mat": "NZ", "Left": "ZZ", "Right": "ZN", "Acc": "ACC", "Bias": "ND"}
+_ALLOWED = {
+    "Vec": ("ND", "NZ"),
+    "Mat": ("NZ", "ND"),
+    "Left": ("ZZ",),
+    "Right": ("ZN",),
+    "Acc": ("ACC",),
+    "Bias": ("ND",),
+}
+
+
+@dataclass(frozen=True)
+class _Blocking:
+    """How a layout splits (rows, cols) into (R1, R0, C1, C0) and orders them in memory."""
+
+    ir: int
+    ic: int
+    order: tuple[int, int, int, int]  # physical axis order, as indices into (R1, R0, C1, C0)
+
+
+def _blocking(layout: str, dtype: np.dtype) -> _Blocking:
+    if layout == "ND":
+        return _Blocking(1, 1, (0, 1, 2, 3))
+    if layout == "ACC":
+        return _Blocking(1, 16, (2, 0, 1, 3))  # 16x16 fractals whatever the dtype
+    c0 = c0_of(dtype)
+    if layout == "NZ":
+        return _Blocking(1, c0, (2, 0, 1, 3))
+    if layout == "ZZ":
+        return _Blocking(FRACTAL_ROWS, c0, (0, 2, 1, 3))
+    if layout == "ZN":
+        return _Blocking(c0, FRACTAL_ROWS, (0, 2, 3, 1))
+    raise DeviceError(f"unknown tile layout {layout!r}; expected one of {LAYOUTS}")
+
+
+class TileBuf:
+    """One on-chip tile: ``rows x cols`` static shape, a valid region, a layout, raw bytes.
+
+    ``valid_row`` / ``valid_col`` are the runtime valid extent (pto-isa ``validRow`` /
+    ``validCol``): instructions read them as the hardware does (e.g. the NZ load takes its burst
+    length from ``valid_row``), they never clip ``logical()``.
+    """
+
+    __slots__ = ("space", "dtype", "rows", "cols", "valid_row", "valid_col", "layout", "data",
+                 "freed", "_owner", "_blk")
+
+    def __init__(self, space: str, dtype: np.dtype | type, rows: int, cols: int, *,
+                 layout: str | None = None, valid_row: int | None = None,
+                 valid_col: int | None = None) -> None:
+        if space not in SPACES:
+            raise DeviceError(f"unknown on-chip space {space!r}; expected one of {SPACES}")
+        self.space = space
+        self.dtype = np.dtype(dtype)
+        self.rows, self.cols = int(rows), int(cols)
+        self.layout = DEFAULT_LAYOUT[space] if layout is None else layout
+        if self.layout not in _ALLOWED[space]:
+            raise DeviceError(f"a {space} tile cannot have layout {self.layout}; "
+                              f"allowed: {_ALLOWED[space]}")
+        if self.rows < 1 or self.cols < 1:
+            raise DeviceError(f"tile shape must be positive, got {self.rows} x {self.cols}")
+        self._blk = _blocking(self.layout, self.dtype)
+        self._check_static_shape()
+        self.valid_row = self.rows if valid_row is None else int(valid_row)
+        self.valid_col = self.cols if valid_col is None else int(valid_col)
+        self.data = np.zeros(self.rows * self.cols * self.dtype.itemsize, dtype=np.uint8)
+        self.freed = False
+        self._owner: object | None = None
+
+    def _check_static_shape(self) -> None:
+        """pto-isa static_asserts: fractal layouts need whole fractals, ND rows whole 32-B blocks."""
+        ir, ic = self._blk.ir, self._blk.ic
+        if self.layout in ("NZ", "ZZ"):
+            ir = max(ir, FRACTAL_ROWS)  # Mat/Vec NZ tiles: Rows % 16 == 0 [TILE L1519-1534]
+        if self.rows % ir or self.cols % ic:
+            raise DeviceError(
+                f"{self.space} {self.layout} tile {self.rows} x {self.cols} {self.dtype.name}: "
+                f"rows must be a multiple of {ir} and cols a multiple of {ic} (whole fractals)")
+        if self.layout == "ND" and self.space in ("Vec", "Mat") and \
+                (self.cols * self.dtype.itemsize) % C0_BYTES:
+            raise DeviceError(
+                f"{self.space} ND tile row of {self.cols} {self.dtype.name} is "
+                f"{self.cols * self.dtype.itemsize} bytes; rows must be whole 32-byte blocks")
+
+    # ------------------------------------------------------------------ byte image access
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes
+
+    def _live(self) -> None:
+        if self.freed:
+            raise DeviceError(f"{self.space} tile {self.rows}x{self.cols} used after free")
+
+    def view(self, addr: int, shape: tuple[int, ...], byte_strides: tuple[int, ...]) -> np.ndarray:
+        """Writable uint8 strided view into the tile image; DeviceError if it leaves the tile.
+
+        A DMA or ``mad`` that runs past the tile would hit a neighbouring buffer on the device;
+        the simulator refuses instead of guessing what lives there.
+        """
+        self._live()
+        lo, hi = byte_span(addr, shape, byte_strides)
+        if hi <= lo:
+            return np.zeros(shape, dtype=np.uint8)
+        if lo < 0 or hi > self.nbytes:
+            raise DeviceError(
+                f"access to bytes [{lo}, {hi}) of a {self.space} tile of {self.nbytes} bytes "
+                f"({self.rows}x{self.cols} {self.dtype.name}) runs outside the tile")
+        return as_strided(self.data[addr:], shape=shape, strides=byte_strides)
+
+    def _view4(self) -> np.ndarray:
+        """Element view with axes (R1, R0, C1, C0) of the logical split; writable, no copy."""
+        b = self._blk
+        dims = (self.rows // b.ir, b.ir, self.cols // b.ic, b.ic)
+        phys = tuple(dims[i] for i in b.order)
+        inv = tuple(int(i) for i in np.argsort(b.order))
+        return self.data.view(self.dtype).reshape(phys).transpose(inv)
+
+    def logical(self) -> np.ndarray:
+        """Decode the whole ``rows x cols`` logical matrix from the byte image (a copy)."""
+        self._live()
+        return np.array(self._view4()).reshape(self.rows, self.cols)
+
+    def set_logical(self, arr: np.ndarray) -> None:
+        """Encode a ``rows x cols`` logical matrix into the byte image (same dtype required)."""
+        self._live()
+        arr = np.asarray(arr)
+        if arr.shape != (self.rows, self.cols):
+            raise DeviceError(f"set_logical: expected shape {(self.rows, self.cols)}, got {arr.shape}")
+        if arr.dtype != self.dtype:
+            raise DeviceError(f"set_logical: expected dtype {self.dtype.name}, got {arr.dtype.name}")
+        b = self._blk
+        self._view4()[...] = arr.reshape(self.rows // b.ir, b.ir, self.cols // b.ic, b.ic)
+
+    def window(self, r0: int, c0: int, nrows: int, ncols: int) -> np.ndarray:
+        """Copy of the logical window ``[r0:r0+nrows, c0:c0+ncols]`` without decoding the rest."""
+        self._live()
+        self._check_window(r0, c0, nrows, ncols)
+        b = self._blk
+        if r0 % b.ir == 0 and nrows % b.ir == 0 and c0 % b.ic == 0 and ncols % b.ic == 0:
+            v = self._view4()[r0 // b.ir:(r0 + nrows) // b.ir, :, c0 // b.ic:(c0 + ncols) // b.ic, :]
+            return np.ascontiguousarray(v).reshape(nrows, ncols)
+        return np.ascontiguousarray(self.logical()[r0:r0 + nrows, c0:c0 + ncols])
+
+    def set_window(self, r0: int, c0: int, arr: np.ndarray) -> None:
+        """Encode ``arr`` into the logical window starting at (r0, c0)."""
+        self._live()
+        arr = np.asarray(arr, dtype=self.dtype)
+        nrows, ncols = arr.shape
+        self._check_window(r0, c0, nrows, ncols)
+        b = self._blk
+        if r0 % b.ir == 0 and nrows % b.ir == 0 and c0 % b.ic == 0 and ncols % b.ic == 0:
+            v = self._view4()[r0 // b.ir:(r0 + nrows) // b.ir, :, c0 // b.ic:(c0 + ncols) // b.ic, :]
+            v[...] = arr.reshape(nrows // b.ir, b.ir, ncols // b.ic, b.ic)
+            return
+        full = self.logical()
+        full[r0:r0 + nrows, c0:c0 + ncols] = arr
+        self.set_logical(full)
+
+    def _check_window(self, r0: int, c0: int, nrows: int, ncols: int) -> None:
+        if r0 < 0 or c0 < 0 or r0 + nrows > self.rows or c0 + ncols > self.cols:
+            raise DeviceError(
+                f"window [{r0}:{r0 + nrows}, {c0}:{c0 + ncols}] is outside the "
+                f"{self.rows}x{self.cols} {self.space} tile")
+
+    def __repr__(self) -> str:
+        return (f"TileBuf({self.space}, {self.dtype.name}, {self.rows}x{self.cols}, "
+                f"valid={self.valid_row}x{self.valid_col}, {self.layout}"
+                f"{', freed' if self.freed else ''})")
+

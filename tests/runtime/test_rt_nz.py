@@ -1,0 +1,105 @@
+"""pack_nz / unpack_nz / nz_blocked_shape / c0_of (NZ-4, NZ-5, NZ-8, NZ-28, NZ-33)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import runtime
+from runtime.dtypes import itemsize_bits
+
+WHOLE_BYTE = [np.int8, np.uint8, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, np.int16,
+              np.uint16, np.float16, ml_dtypes.bfloat16, np.int32, np.uint32, np.float32]
+SUB_BYTE = [ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.float4_e2m1fn, np.bool_]
+
+
+def _random(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(-8, 8, size=shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", WHOLE_BYTE)
+def test_c0_is_256_over_bits(dtype):  # NZ-4
+    assert runtime.c0_of(dtype) == 256 // (np.dtype(dtype).itemsize * 8)
+
+
+@pytest.mark.parametrize("dtype", SUB_BYTE)
+def test_sub_byte_dtypes_have_no_c0(dtype):  # NZ-33
+    assert itemsize_bits(dtype) < 8
+    with pytest.raises(ValueError, match="NZ-33"):
+        runtime.c0_of(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int64, np.uint64])
+def test_64_bit_dtypes_have_no_c0(dtype):  # HW §1.1
+    with pytest.raises(ValueError, match="64-bit"):
+        runtime.c0_of(dtype)
+
+
+@pytest.mark.parametrize("dtype", WHOLE_BYTE)
+@pytest.mark.parametrize("lead", [(), (3,), (2, 3)])
+def test_pack_unpack_round_trip(dtype, lead):  # NZ-8, ranks 2-4
+    c0 = runtime.c0_of(dtype)
+    a = _random((*lead, 48, 2 * c0), dtype)
+    p = runtime.pack_nz(a)
+    assert p.shape == a.shape and p.dtype == a.dtype and p.flags.c_contiguous
+    np.testing.assert_array_equal(runtime.unpack_nz(p).view(np.uint8), a.view(np.uint8))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, ml_dtypes.bfloat16, np.float32])
+@pytest.mark.parametrize("shape", [(32, 64), (3, 48, 64), (2, 2, 16, 128)])
+def test_pack_puts_element_at_nz8_offset(dtype, shape):  # NZ-8
+    a = _random(shape, dtype, seed=1)
+    c0 = runtime.c0_of(dtype)
+    R, C = shape[-2:]
+    flat = runtime.pack_nz(a).reshape(-1)
+    b, r, c = np.unravel_index(np.arange(a.size), (a.size // (R * C), R, C))
+    off = b * C * R + (c // c0) * R * c0 + (r // 16) * 16 * c0 + (r % 16) * c0 + (c % c0)
+    np.testing.assert_array_equal(flat[off].view(np.uint8), a.reshape(-1).view(np.uint8))
+
+
+def test_pack_large_plane_uses_chunked_path_correctly():
+    a = _random((2, 1024, 512), np.int8, seed=2)  # plane > one 256 KiB chunk
+    np.testing.assert_array_equal(runtime.unpack_nz(runtime.pack_nz(a)), a)
+
+
+def test_pack_accepts_non_contiguous_input():
+    a = _random((64, 96), np.float16, seed=3)
+    np.testing.assert_array_equal(runtime.pack_nz(np.asfortranarray(a)), runtime.pack_nz(a))
+    big = _random((64, 192), np.float16, seed=3)
+    np.testing.assert_array_equal(runtime.pack_nz(big[:, ::2]), runtime.pack_nz(big[:, ::2].copy()))
+
+
+@pytest.mark.parametrize("shape,dtype,blocked", [
+    ((256, 512), np.int8, (1, 16, 16, 16, 32)),         # NZ-11
+    ((32, 2048, 4096), np.int8, (32, 128, 128, 16, 32)),  # NZ-11
+    ((64, 16), np.float32, (1, 2, 4, 16, 8)),           # NZ-20
+    ((2, 3, 32, 16), np.float16, (6, 1, 2, 16, 16)),     # NZ-28 folding
+])
+def test_blocked_shape(shape, dtype, blocked):  # NZ-5, NZ-6
+    assert runtime.nz_blocked_shape(shape, dtype) == blocked
+    assert runtime.dispatch.blocked_view_shape(shape, dtype) == blocked  # NZ-32
+
+
+@pytest.mark.parametrize("shape,dtype,match", [
+    ((64,), np.int8, "rank >= 2"),
+    ((24, 32), np.int8, "multiple of 16"),
+    ((32, 48), np.int8, "multiple of c0 = 32"),
+    ((32, 20), np.float16, "multiple of c0 = 16"),
+    ((32, 32), ml_dtypes.int4, "NZ-33"),
+    ((32, 32), np.bool_, "sub-byte"),
+    ((32, 32), np.float64, "64-bit"),
+])
+def test_refusals(shape, dtype, match):  # NZ-8, NZ-33
+    with pytest.raises(ValueError, match=match):
+        runtime.nz_blocked_shape(shape, dtype)
+    with pytest.raises(ValueError, match=match):
+        runtime.pack_nz(np.zeros(shape, dtype=dtype))
+    with pytest.raises(ValueError, match=match):
+        runtime.unpack_nz(np.zeros(shape, dtype=dtype))
+
+
+def test_refusal_message_says_how_to_fix():
+    with pytest.raises(ValueError, match=r"NZ-8.*pad R to 32"):
+        runtime.pack_nz(np.zeros((24, 32), np.int8))
