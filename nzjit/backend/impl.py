@@ -1,0 +1,347 @@
+"""`impl_rules`: the numpy implementation of every primitive, keyed by primitive.
+
+The lowered graph runs through the runtime's instruction models (TLOAD / TSTORE / TMOV / TMATMUL)
+on real bytes; the tensor-level and un-tiled primitives of earlier stages run as reference
+implementations, so the graph after any pass executes (per-pass bisection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import runtime
+from runtime import TileBuf
+
+from ..core import primitives as P
+from ..core.ir import Eqn
+from ..core.types import DynDim, ScalarType, TensorType, TileType
+from .values import HostValue, TensorVal, TransposedTile
+
+Impl = Callable[["Ctx", Eqn, list[Any]], list[Any]]  # noqa: F821 - Ctx is in executor.py
+impl_rules: dict[P.Primitive, Impl] = {}
+
+
+def impl(*prims: P.Primitive) -> Callable[[Impl], Impl]:
+    def deco(fn: Impl) -> Impl:
+        for p in prims:
+            impl_rules[p] = fn
+        return fn
+
+    return deco
+
+
+# ---------------------------------------------------------------------------------- scalars
+_SCALAR: dict[str, Callable[[int, int], int]] = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b,  # Python // and % are floor division / modulo (NZ-19)
+    "mod": lambda a, b: a % b, "min": min, "max": max,
+}
+_CMP: dict[str, Callable[[int, int], bool]] = {
+    "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
+}
+
+
+def _scalar(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    a, b = ins
+    t = e.outputs[0].type
+    assert isinstance(t, ScalarType)
+    if e.primitive.name in ("floordiv", "mod") and b == 0:
+        raise runtime.DeviceError(f"{e.source}: integer {e.primitive.name} by zero")
+    return [t.dtype.wrap(_SCALAR[e.primitive.name](a, b))]  # wraps at the declared width (NZ-17)
+
+
+def _compare(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    return [_CMP[e.primitive.name](*ins)]
+
+
+for _p in P.SCALAR_BINARY.values():
+    impl_rules[_p] = _scalar
+for _p in P.COMPARE.values():
+    impl_rules[_p] = _compare
+
+
+@impl(P.convert_p)
+def _convert(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    return [e.params["dtype"].wrap(int(ins[0]))]
+
+
+@impl(P.get_block_idx_p)
+def _block_idx(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    return [ctx.block_idx]
+
+
+@impl(P.get_block_num_p)
+def _block_num(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    return [ctx.block_num]
+
+
+# ------------------------------------------------------------------------------ coordinates
+def clamp(ctx: Any, e: Eqn, offsets: list[int]) -> tuple[int, ...]:
+    """The partition view's `arith.maxsi x, 0` (NZ-18), refused when it would change a value."""
+    if any(o < 0 for o in offsets):
+        raise runtime.DeviceError(f"{e.source}: partition offset {offsets} is negative; the device "
+                                  "clamps it to 0 and would read the wrong window (NZ-18)")
+    return tuple(offsets)
+
+
+def concrete(ctx: Any, shape: tuple[Any, ...]) -> tuple[int, ...]:
+    return tuple(ctx.dims[d.name] if isinstance(d, DynDim) else int(d) for d in shape)
+
+
+def _split(e: Eqn, ins: list[Any], group: str) -> list[Any]:
+    start = 0
+    for name, n in zip(e.primitive.groups, e.params["arity"]):
+        if name == group:
+            return ins[start : start + n]
+        start += n
+    raise KeyError(group)
+
+
+# ----------------------------------------------------------------------------- tensor level
+@impl(P.tensor_slice_p)
+def _slice(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    src: TensorVal = ins[0]
+    offs = clamp(ctx, e, _split(e, ins, "offsets"))
+    out_t = e.outputs[0].type
+    assert isinstance(out_t, TensorType)
+    shape = concrete(ctx, out_t.shape)
+    drop = e.params["drop"]
+    if src.nz is not None:
+        return [TensorVal(src.addr, src.dtype, shape, (), "NZ", src.nz.sub(offs, drop))]
+    delta = sum(o * s for o, s in zip(offs, src.strides)) * src.dtype.itemsize
+    strides = tuple(s for i, s in enumerate(src.strides) if i not in drop)
+    if len(strides) != len(shape):  # a blocked NZ slice: same rank-5 geometry, narrower batch
+        strides = src.strides
+    return [TensorVal(src.addr + delta, src.dtype, shape, strides, src.layout)]
+
+
+@impl(P.tensor_reshape_p, P.tensor_view_p, P.tensor_reinterpret_view_p)
+def _reshape(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    src: TensorVal = ins[0]
+    out_t = e.outputs[0].type
+    assert isinstance(out_t, TensorType)
+    shape = concrete(ctx, out_t.shape)
+    strides = runtime.isa.row_major_strides(shape)
+    return [TensorVal(src.addr, out_t.dtype.np_dtype, shape, strides, out_t.layout.value)]
+
+
+def _operand(ctx: Any, v: Any) -> np.ndarray:
+    if isinstance(v, TensorVal):
+        return _squeeze2(v.read(ctx.gm))
+    return _squeeze2(v.logical())
+
+
+def _squeeze2(a: np.ndarray) -> np.ndarray:
+    while a.ndim > 2 and a.shape[0] == 1:
+        a = a[0]
+    return a
+
+
+def reference_matmul(a: np.ndarray, b: np.ndarray, b_trans: bool, out: np.dtype) -> np.ndarray:
+    """The exact math of the cube: int8 -> int32 wrapping, floating -> float32."""
+    if b_trans:
+        b = b.T
+    if np.issubdtype(out, np.integer):
+        return (a.astype(np.int64) @ b.astype(np.int64)).astype(out)
+    return (a.astype(np.float32) @ b.astype(np.float32)).astype(out)
+
+
+@impl(P.tensor_matmul_p)
+def _tensor_matmul(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    out_t = e.outputs[0].type
+    assert isinstance(out_t, TensorType)
+    a, b = (_operand(ctx, x) for x in ins)
+    return [HostValue(reference_matmul(a, b, e.params["b_trans"], out_t.dtype.np_dtype))]
+
+
+@impl(P.tensor_matmul_acc_p)
+def _tensor_matmul_acc(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    acc = ins[0].logical()
+    a, b = (_operand(ctx, x) for x in ins[1:])
+    prod = reference_matmul(a, b, e.params["b_trans"], acc.dtype)
+    return [HostValue((acc + prod).astype(acc.dtype))]
+
+
+@impl(P.tensor_assign_p)
+def _assign(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    dst: TensorVal = ins[0]
+    offs = clamp(ctx, e, _split(e, ins, "offsets"))
+    dst.write(ctx.gm, offs, ins[1].logical())
+    return [dst]
+
+
+# ------------------------------------------------------------------------------- tile level
+def alloc(ctx: Any, t: TileType, valid: tuple[int, int] | None = None, *, virtual: bool = False) -> TileBuf:
+    """A tile of IR type `t` in its memory space; `virtual` tiles (un-tiled reference matmuls of
+    earlier stages) are not charged to the on-chip capacity: no instruction ever holds them."""
+    rows, cols = (t.shape if len(t.shape) == 2 else (int(np.prod(t.shape[:-1])), t.shape[-1]))
+    vr, vc = valid if valid is not None else (None, None)
+    if virtual:
+        return TileBuf(t.memory.value, t.dtype.np_dtype, rows, cols, valid_row=vr, valid_col=vc)
+    return ctx.onchip.alloc_tile(t.memory.value, rows, cols, t.dtype.np_dtype, valid_row=vr, valid_col=vc)
+
+
+@impl(P.tile_load_p)
+def _load(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    src: TensorVal = ins[0]
+    offs = clamp(ctx, e, _split(e, ins, "offsets"))
+    valid = [int(v) for v in _split(e, ins, "valid")]
+    out_t = e.outputs[0].type
+    assert isinstance(out_t, TileType)
+    shape = tuple(e.params["shape"])
+    if e.params.get("blocked"):  # NZ -> NZ: the partition is the valid window when given (NZ-26)
+        sizes = tuple(valid) if valid else shape
+        vr, vc = sizes[2] * sizes[3], sizes[1] * sizes[4]
+        tile = alloc(ctx, out_t, (vr, vc))
+        runtime.isa.tload(ctx.gm, src.gm_view(offs, sizes), tile)
+        return [tile]
+    sizes = tuple(valid) if valid else shape
+    vr = int(np.prod(sizes[:-1])) if len(sizes) > 1 else 1
+    tile = alloc(ctx, out_t, (vr, sizes[-1]))
+    if src.nz is not None:  # reference path: the logical NZ window, before blocking
+        tile.set_logical(_pad(src.read(ctx.gm, offs, sizes).reshape(vr, sizes[-1]), tile))
+        return [tile]
+    runtime.isa.tload(ctx.gm, src.gm_view(offs, sizes), tile)
+    return [tile]
+
+
+def _pad(a: np.ndarray, tile: TileBuf) -> np.ndarray:
+    if a.shape == (tile.rows, tile.cols):
+        return a
+    out = np.zeros((tile.rows, tile.cols), a.dtype)
+    out[: a.shape[0], : a.shape[1]] = a
+    return out
+
+
+@impl(P.tile_store_p)
+def _store(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    tile, dst = ins[0], ins[-1]
+    offs = clamp(ctx, e, _split(e, ins, "offsets"))
+    attrs = e.params.get("attrs", {})
+    if isinstance(tile, HostValue) or dst.nz is not None:
+        arr = tile.logical()
+        if isinstance(tile, TileBuf):
+            arr = arr[: tile.valid_row, : tile.valid_col]
+        dst.write(ctx.gm, offs, arr)
+        return [dst]
+    part = e.params.get("nz_partition")
+    if part is not None:
+        sizes = tuple(part)
+    else:
+        sizes = (1,) * (len(dst.shape) - 2) + (tile.valid_row, tile.valid_col)
+    runtime.isa.tstore(ctx.gm, dst.gm_view(offs, sizes), tile, atomic_add=bool(attrs.get("atomic")),
+                       relu=bool(attrs.get("pre_relu")))
+    return [dst]
+
+
+def _tile_matmul_ref(ctx: Any, e: Eqn, acc: np.ndarray | None, a: Any, b: Any) -> TileBuf:
+    out_t = e.outputs[0].type
+    assert isinstance(out_t, TileType)
+    prod = reference_matmul(_squeeze2(a.logical()), _squeeze2(b.logical()), e.params.get("b_trans", False),
+                            out_t.dtype.np_dtype)
+    if acc is not None:
+        prod = (acc + prod).astype(prod.dtype)
+    t = alloc(ctx, out_t, virtual=True)
+    t.set_logical(prod)
+    return t
+
+
+@impl(P.tile_matmul_p)
+def _tile_matmul(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    return [_tile_matmul_ref(ctx, e, None, *ins)]
+
+
+@impl(P.tile_matmul_acc_p)
+def _tile_matmul_acc(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    return [_tile_matmul_ref(ctx, e, ins[0].logical(), ins[1], ins[2])]
+
+
+@impl(P.tile_extract_p)
+def _extract(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    src, r0, c0 = ins
+    t = e.outputs[0].type
+    assert isinstance(t, TileType)
+    dst = alloc(ctx, t)
+    transpose = False
+    while isinstance(src, TransposedTile):  # window (r0, c0) of src^T is window (c0, r0) of src
+        src, transpose, r0, c0 = src.tile, not transpose, c0, r0
+    if transpose:
+        runtime.isa.tmov(dst, src, r0, c0, transpose=True)
+    else:
+        runtime.isa.tmov(dst, src, r0, c0)
+    return [dst]
+
+
+@impl(P.tile_mad_p)
+def _mad(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    left, right = ins
+    t = e.outputs[0].type
+    assert isinstance(t, TileType)
+    acc = alloc(ctx, t)
+    runtime.isa.tmatmul(acc, left, right, accumulate=False)
+    return [acc]
+
+
+@impl(P.tile_mad_acc_p)
+def _mad_acc(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    acc, left, right = ins
+    if not ctx.consumes(e, 0):  # the accumulator is still read later: TMATMUL_ACC on a copy
+        t = e.outputs[0].type
+        assert isinstance(t, TileType)
+        copy = alloc(ctx, t)
+        copy.data[:] = acc.data
+        acc = copy
+    runtime.isa.tmatmul(acc, left, right, accumulate=True)
+    return [acc]
+
+
+@impl(P.tile_transpose_view_p)
+def _transpose_view(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    src = ins[0]
+    return [TransposedTile(src)]
+
+
+@impl(P.tile_cast_p)
+def _cast(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    src: TileBuf = ins[0]
+    t = e.outputs[0].type
+    assert isinstance(t, TileType)
+    out = alloc(ctx, t, (src.valid_row, src.valid_col))
+    out.set_logical(src.logical().astype(t.dtype.np_dtype))
+    return [out]
+
+
+@impl(P.tile_move_p)
+def _move(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    src: TileBuf = ins[0]
+    t = e.outputs[0].type
+    assert isinstance(t, TileType)
+    out = alloc(ctx, t, (src.valid_row, src.valid_col))
+    runtime.isa.tmov(out, src)
+    return [out]
+
+
+_ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
+    "tile.add": np.add, "tile.sub": np.subtract, "tile.mul": np.multiply, "tile.maximum": np.maximum,
+    "tile.exp": np.exp,
+}
+
+
+def _elementwise(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    t = e.outputs[0].type
+    assert isinstance(t, TileType)
+    first: TileBuf = ins[0]
+    out = alloc(ctx, t, (first.valid_row, first.valid_col))
+    with np.errstate(over="ignore", invalid="ignore"):
+        res = _ELEMENTWISE[e.primitive.name](*(x.logical() for x in ins))
+    out.set_logical(res.astype(t.dtype.np_dtype))
+    return [out]
+
+
+for _p in P.ELEMENTWISE.values():
+    impl_rules[_p] = _elementwise
+

@@ -1,0 +1,137 @@
+"""IR types: scalars, global-memory tensors and on-chip tiles. Layout and memory are part of equality.
+
+    Dim      := int | DynDim(name)
+    Type     := ScalarType(dtype)
+              | TensorType(shape: Dim*, dtype, layout, strides?, valid_shape?)
+              | TileType(shape: int*, dtype, memory, valid_shape?)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+from .dtypes import DType
+
+
+@dataclass(frozen=True)
+class DynDim:
+    """A dimension known only at run time; the same name is the same dimension."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+Dim = int | DynDim
+
+
+class Layout(enum.Enum):
+    """Byte order of a tensor in global memory (NZ-1)."""
+
+    ND = "ND"
+    NZ = "NZ"
+
+    def __repr__(self) -> str:
+        return f"pl.{self.value}"
+
+
+class Mem(enum.Enum):
+    """On-chip memory spaces of the A2/A3 AI core (hardware-model.md §7)."""
+
+    Vec = "Vec"
+    Mat = "Mat"
+    Left = "Left"
+    Right = "Right"
+    Acc = "Acc"
+
+    def __repr__(self) -> str:
+        return f"pl.Mem.{self.value}"
+
+
+class Target(enum.Enum):
+    A2A3 = "A2A3"
+    A5 = "A5"
+
+    def __repr__(self) -> str:
+        return f"pl.{self.value}"
+
+
+def dims_str(shape: tuple[Dim | None, ...]) -> str:
+    return ",".join("?" if d is None else str(d) for d in shape)
+
+
+@dataclass(frozen=True)
+class ScalarType:
+    dtype: DType
+
+    def __str__(self) -> str:
+        return self.dtype.short
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A tensor in global memory. `strides` is None until MaterializeTensorStrides fills it."""
+
+    shape: tuple[Dim, ...]
+    dtype: DType
+    layout: Layout = Layout.ND
+    strides: tuple[int, ...] | None = None
+    valid_shape: tuple[Dim, ...] | None = None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    def with_(self, **kw: object) -> TensorType:
+        return replace(self, **kw)  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        s = f"{self.dtype.short}[{dims_str(self.shape)}]"
+        if self.layout is Layout.NZ:
+            s += "{NZ}"
+        if self.strides is not None:
+            s += f"/[{dims_str(self.strides)}]"
+        return s
+
+
+@dataclass(frozen=True)
+class TileType:
+    """An on-chip tile. `valid_shape` entries are None where the extent is dynamic (an operand)."""
+
+    shape: tuple[int, ...]
+    dtype: DType
+    memory: Mem
+    valid_shape: tuple[int | None, ...] | None = None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * self.dtype.itemsize
+
+    @property
+    def fully_valid(self) -> bool:
+        return self.valid_shape is None or tuple(self.valid_shape) == tuple(self.shape)
+
+    def with_(self, **kw: object) -> TileType:
+        return replace(self, **kw)  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        s = f"{self.dtype.short}[{dims_str(self.shape)}]@{self.memory.value}"
+        if self.valid_shape is not None and not self.fully_valid:
+            s += f"<valid {dims_str(self.valid_shape)}>"
+        return s
+
+
+Type = ScalarType | TensorType | TileType

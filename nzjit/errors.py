@@ -1,0 +1,81 @@
+"""User-facing and internal errors. A CompileError message starts `file:line: ` at the kernel line."""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where in the kernel an equation was made: file, line, column range and the line's text."""
+
+    file: str
+    line: int
+    col: int = 0
+    end_col: int | None = None
+
+    @property
+    def text(self) -> str:
+        return linecache.getline(self.file, self.line).rstrip("\n")
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _is_internal(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_PKG_DIR + os.sep) or filename.startswith("<frozen")
+
+
+def user_source(depth: int = 1) -> Source | None:
+    """The first frame outside nzjit: the kernel line that is being traced (cheap frame walk)."""
+    f = sys._getframe(depth)
+    while f is not None and _is_internal(f.f_code.co_filename):
+        f = f.f_back  # type: ignore[assignment]
+    if f is None:
+        return None
+    col, end = 0, None
+    try:  # 3.11+: column of the instruction being executed, for the caret
+        pos = next(p for i, p in enumerate(f.f_code.co_positions()) if 2 * i == f.f_lasti)
+        if pos[0] == f.f_lineno and pos[2] is not None:
+            col, end = pos[2], (pos[3] if pos[1] == pos[0] else None)
+    except StopIteration:
+        pass
+    return Source(f.f_code.co_filename, f.f_lineno, col, end)
+
+
+class CompileError(ValueError):
+    """A user-facing refusal: names the kernel line, the rule and the fix."""
+
+    def __init__(self, message: str, source: Source | None = None, *, rule: str | None = None,
+                 help: str | None = None) -> None:
+        self.raw_message = message
+        self.source = source
+        self.rule = rule
+        self.help = help
+        super().__init__(self.render(caret=False))
+
+    def render(self, caret: bool = True) -> str:
+        """`file:line: [NZ-n] message`, then (with caret) the source line, a caret and `help:`."""
+        head = f"{self.source}: " if self.source else ""
+        rule = f"[{self.rule}] " if self.rule and f"{self.rule}" not in self.raw_message else ""
+        text = f"{head}{rule}{self.raw_message}"
+        if self.help and not caret:
+            text += f"; help: {self.help}"
+        if caret and self.source is not None:
+            line = self.source.text
+            if line:
+                width = max(1, (self.source.end_col or len(line)) - self.source.col)
+                text += f"\n    {line}\n    {' ' * self.source.col}{'^' * width}"
+            if self.help:
+                text += f"\n  help: {self.help}"
+        return text
+
+
+class InternalError(RuntimeError):
+    """A broken compiler invariant (e.g. pass order): a bug in nzjit, not in the kernel."""

@@ -1,0 +1,128 @@
+"""@pl.kernel: trace once, lower through the pass pipeline, cache by signature, run on a Worker."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+import runtime
+
+from ..core.types import DynDim, Layout, ScalarType, Target, TensorType, Type
+from ..errors import CompileError, Source
+from ..tracing import trace
+from .annotations import ScalarAnnotation, TensorAnnotation
+
+
+class Param:
+    """One kernel parameter: its name, annotation and IR type."""
+
+    def __init__(self, name: str, ann: TensorAnnotation | ScalarAnnotation) -> None:
+        self.name = name
+        self.ann = ann
+        self.type: Type = ann.type
+
+    @property
+    def is_output(self) -> bool:
+        return isinstance(self.ann, TensorAnnotation) and self.ann.direction in ("out", "inout")
+
+    @property
+    def is_pure_output(self) -> bool:
+        return isinstance(self.ann, TensorAnnotation) and self.ann.direction == "out"
+
+    def spec(self) -> runtime.dispatch.ParamSpec:
+        assert isinstance(self.ann, TensorAnnotation)
+        shape = tuple(d.name if isinstance(d, DynDim) else d for d in self.ann.shape)
+        return runtime.dispatch.ParamSpec(self.name, shape, self.ann.dtype.np_dtype,
+                                          self.ann.layout.value, self.is_output)
+
+
+class Spec:
+    """`nzjit.spec(shape, dtype)`: a placeholder argument for `kernel.lower`."""
+
+    def __init__(self, shape: Sequence[int], dtype: Any) -> None:
+        self.shape = tuple(shape)
+        self.dtype = dtype
+
+
+def spec(shape: Sequence[int], dtype: Any) -> Spec:
+    return Spec(shape, dtype)
+
+
+class Kernel:
+    """A traced InCore kernel. Calling it checks the arguments, compiles once per signature, runs."""
+
+    def __init__(self, fn: Callable[..., Any], target: Target = Target.A2A3) -> None:
+        self.fn = fn
+        self.target = target
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+        hints = inspect.get_annotations(fn, eval_str=True)
+        self.params: list[Param] = []
+        for name in inspect.signature(fn).parameters:
+            ann = hints.get(name)
+            if not isinstance(ann, TensorAnnotation | ScalarAnnotation):
+                code = fn.__code__
+                raise CompileError(f"kernel parameter '{name}' needs a pl.Tensor[...] or pl.Scalar[...] "
+                                   "annotation", Source(code.co_filename, code.co_firstlineno))
+            self.params.append(Param(name, ann))
+        self._cache: dict[Any, Any] = {}
+        self._lock = threading.Lock()
+        try:
+            src = inspect.getsource(fn)
+        except OSError:
+            src = fn.__code__.co_code.hex()
+        self._source_key = hashlib.sha1(src.encode()).hexdigest()
+
+    def __repr__(self) -> str:
+        return f"<pl.kernel {self.__name__}>"
+
+    def signature_key(self, args: Sequence[Any]) -> tuple[Any, ...]:
+        key: list[Any] = [self._source_key, self.target]
+        for a in args:
+            if isinstance(a, np.ndarray | runtime.DeviceTensor | Spec):
+                key.append((tuple(a.shape), np.dtype(a.dtype).str if not isinstance(a, Spec) else str(a.dtype)))
+            else:
+                key.append(type(a).__name__)
+        return tuple(key)
+
+    def lower(self, *args: Any) -> Any:
+        """Trace and run every pass; args (or nzjit.spec placeholders) only select the cache entry."""
+        from ..passes.pipeline import Lowered
+
+        key = self.signature_key(args)
+        with self._lock:
+            low = self._cache.get(key)
+            if low is None:
+                graph = trace(self.fn, [p.type for p in self.params], [p.name for p in self.params],
+                              self.__name__)
+                low = Lowered(self, graph)
+                self._cache[key] = low
+        return low
+
+    def __call__(self, *args: Any, device: int | None = None) -> Any:
+        from ..backend.call import call_kernel
+
+        return call_kernel(self, args, device=device)
+
+
+def kernel(fn: Callable[..., Any] | None = None, *, target: Target = Target.A2A3) -> Any:
+    """@pl.kernel or @pl.kernel(target=pl.A2A3): an InCore device kernel, traced on first use."""
+    if fn is None:
+        return lambda f: Kernel(f, target)
+    return Kernel(fn, target)
+
+
+def orchestration(fn: Callable[..., Any]) -> Any:
+    """@pl.orchestration: a host-side entry whose body calls kernels (see language/orchestration.py)."""
+    from .orchestration import Orchestration
+
+    return Orchestration(fn)
+
+
+__all__ = ["Kernel", "kernel", "orchestration", "spec", "Spec", "Layout", "TensorType", "ScalarType"]

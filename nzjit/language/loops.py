@@ -1,0 +1,29 @@
+"""Staged loops: pl.range / pl.pipeline / pl.spmd. Each is traced once (tracing.staged_loop)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import CompileError, user_source
+from ..tracing import Tracer, staged_loop
+
+
+def range(*args: Any) -> Iterator[Tracer]:  # noqa: A001 - the kernel language's pl.range
+    """pl.range(stop) or pl.range(start, stop, step=1): a sequential staged loop."""
+    if not 1 <= len(args) <= 3:
+        raise CompileError("pl.range takes (stop), (start, stop) or (start, stop, step)", user_source())
+    start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+    return staged_loop("range", start, stop, step, None, user_source())
+
+
+def pipeline(start: Any, stop: Any, step: Any = 1, stage: int = 2) -> Iterator[Tracer]:
+    """pl.pipeline(start, stop, step, stage=2): a loop whose trips overlap with `stage` buffers."""
+    if not isinstance(stage, int) or stage < 1:
+        raise CompileError(f"pl.pipeline stage must be a positive int, got {stage!r}", user_source())
+    return staged_loop("pipeline", start, stop, step, stage, user_source())
+
+
+def spmd(n: Any) -> Iterator[Tracer]:
+    """pl.spmd(n): n parallel lanes; the loop variable is the lane's block index."""
+    return staged_loop("spmd", 0, n, 1, None, user_source())

@@ -1,0 +1,286 @@
+"""The kernel language's operations: each stages one primitive through `tracing.bind`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..core import dtypes as dt
+from ..core import primitives as P
+from ..core.ir import Literal
+from ..core.types import Layout, Mem, ScalarType, TensorType, TileType
+from ..errors import CompileError, user_source
+from ..tracing import Tracer, bind, current_state, defining_eqn, lift
+
+Index = int | Tracer
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _scalar_dtype_of(*xs: Any) -> dt.DType:
+    for x in xs:
+        if isinstance(x, Tracer):
+            if not isinstance(x.type, ScalarType):
+                raise CompileError(f"scalar arithmetic on a non-scalar value {x.type}", user_source())
+            return x.type.dtype
+    return dt.INDEX
+
+
+def _python_scalar(name: str, a: Any, b: Any) -> Any:
+    return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "floordiv": lambda: a // b,
+            "mod": lambda: a % b, "min": lambda: min(a, b), "max": lambda: max(a, b),
+            "lt": lambda: a < b, "le": lambda: a <= b, "gt": lambda: a > b, "ge": lambda: a >= b,
+            "eq": lambda: a == b, "ne": lambda: a != b}[name]()
+
+
+def scalar_binary(name: str, a: Any, b: Any) -> Any:
+    """`a <op> b` on index scalars; integers wrap at their declared width, // and % floor (NZ-19)."""
+    if not isinstance(a, Tracer) and not isinstance(b, Tracer):
+        return _python_scalar(name, a, b)
+    for x in (a, b):
+        if not isinstance(x, Tracer) and not _is_num(x):
+            raise CompileError(f"cannot combine a traced scalar with {type(x).__name__}", user_source())
+    if name in ("floordiv", "mod") and isinstance(b, int) and b == 0:
+        raise CompileError(f"integer {name} by zero", user_source())
+    dtype = _scalar_dtype_of(a, b)
+    prim = P.SCALAR_BINARY.get(name) or P.COMPARE[name]
+    return bind(prim, [[a], [b]], dtype=dtype)[0]
+
+
+def min(a: Any, b: Any) -> Any:  # noqa: A001 - the kernel language's pl.min
+    """pl.min(a, b) on scalars (Python ints fold at trace time)."""
+    return scalar_binary("min", a, b)
+
+
+def max(a: Any, b: Any) -> Any:  # noqa: A001
+    """pl.max(a, b) on scalars."""
+    return scalar_binary("max", a, b)
+
+
+def get_block_idx() -> Tracer:
+    """The index of the running SPMD lane (0 outside pl.spmd); never negative."""
+    return bind(P.get_block_idx_p, [])[0]
+
+
+def get_block_num() -> Tracer:
+    """The number of SPMD lanes of the innermost pl.spmd (1 outside one)."""
+    return bind(P.get_block_num_p, [])[0]
+
+
+# ------------------------------------------------------------------------------------ indexing
+def _check_offset(x: Any, what: str) -> None:
+    if isinstance(x, Tracer):
+        if not (isinstance(x.type, ScalarType) and x.type.dtype.is_int):
+            raise CompileError(f"{what} offsets must be integer scalars, got {x.type}", user_source())
+    elif not isinstance(x, int) or isinstance(x, bool):
+        raise CompileError(f"{what} offsets must be ints or traced integers, got {x!r}", user_source())
+    elif x < 0:
+        raise CompileError(f"{what} offset {x} is negative; offsets must be non-negative", user_source())
+
+
+def _static_extent(start: Any, stop: Any, dim: Any, axis: int) -> int:
+    if stop is None:
+        if isinstance(start, int) and isinstance(dim, int):
+            return dim - start
+    elif isinstance(start, int) and isinstance(stop, int):
+        return stop - start
+    elif isinstance(start, Tracer) and isinstance(stop, Tracer):
+        e = defining_eqn(stop)
+        if e is not None and e.primitive is P.add_p:
+            sv = lift(start, stop.frame)
+            x, y = e.inputs
+            if x is sv and isinstance(y, Literal):
+                return int(y.value)
+            if y is sv and isinstance(x, Literal):
+                return int(x.value)
+    raise CompileError(f"the extent of the slice on axis {axis} must be static", user_source(),
+                       help="write the window as w[n0 : n0 + 128] (start + a constant)")
+
+
+def _parse_key(t: Tracer, key: Any) -> tuple[list[Any], list[int], tuple[int, ...]]:
+    tt = t.type
+    if not isinstance(tt, TensorType):
+        raise CompileError(f"indexing is defined on tensors, got {tt}; use pl.load for tiles", user_source())
+    items = list(key) if isinstance(key, tuple) else [key]
+    if any(k is Ellipsis for k in items):
+        i = items.index(Ellipsis)
+        items[i : i + 1] = [slice(None)] * (tt.rank - len(items) + 1)
+    if len(items) > tt.rank:
+        raise CompileError(f"too many indices for a rank-{tt.rank} tensor", user_source())
+    items += [slice(None)] * (tt.rank - len(items))
+    offsets: list[Any] = []
+    sizes: list[int] = []
+    drop: list[int] = []
+    for axis, (k, dim) in enumerate(zip(items, tt.shape)):
+        if isinstance(k, slice):
+            if k.step not in (None, 1):
+                raise CompileError("strided slices are not supported", user_source())
+            start = 0 if k.start is None else k.start
+            _check_offset(start, "slice")
+            size = _static_extent(start, k.stop, dim, axis)
+            if size <= 0:
+                raise CompileError(f"empty slice on axis {axis}", user_source())
+            offsets.append(start)
+            sizes.append(size)
+        else:
+            _check_offset(k, "index")
+            offsets.append(k)
+            sizes.append(1)
+            drop.append(axis)
+        if isinstance(offsets[-1], int) and isinstance(dim, int) and offsets[-1] + sizes[-1] > dim:
+            raise CompileError(f"window [{offsets[-1]}, {offsets[-1] + sizes[-1]}) on axis {axis} is out of "
+                               f"bounds for dimension {dim}", user_source())
+    return offsets, sizes, tuple(drop)
+
+
+def getitem(t: Tracer, key: Any) -> Tracer:
+    """numpy-style basic indexing of a tensor: a `tensor.slice` (integers drop their axis)."""
+    offsets, sizes, drop = _parse_key(t, key)
+    return bind(P.tensor_slice_p, [[t], offsets, []], {"shape": tuple(sizes), "drop": drop})[0]
+
+
+def setitem(t: Tracer, key: Any, value: Any) -> None:
+    """`out[a:b, c:d] = value`: a tensor-level assignment (a store once tiles exist)."""
+    offsets, sizes, drop = _parse_key(t, key)
+    if not isinstance(value, Tracer):
+        raise CompileError("only a traced tensor or tile value can be assigned", user_source())
+    kept = tuple(s for i, s in enumerate(sizes) if i not in drop)
+    vshape = tuple(value.shape)
+    if kept != vshape and tuple(sizes) != vshape:
+        raise CompileError(f"cannot assign a value of shape {list(vshape)} to a window of shape "
+                           f"{list(kept)}", user_source())
+    bind(P.tensor_assign_p, [[t], [value], offsets], {"shape": tuple(sizes)})
+
+
+def slice(t: Tracer, shape: Sequence[int], offsets: Sequence[Index],  # noqa: A001
+          valid_shape: Sequence[Index] | None = None) -> Tracer:
+    """pl.slice(t, shape, offsets, valid_shape=None): a window of a tensor (shape before offsets)."""
+    for o in offsets:
+        _check_offset(o, "pl.slice")
+    valid = list(valid_shape) if valid_shape is not None else []
+    return bind(P.tensor_slice_p, [[t], list(offsets), valid], {"shape": tuple(shape), "drop": ()})[0]
+
+
+def reshape(t: Tracer, shape: Sequence[int]) -> Tracer:
+    """pl.reshape(t, shape) of a whole tensor."""
+    return bind(P.tensor_reshape_p, [[t]], {"shape": tuple(shape)})[0]
+
+
+def _refuse_nz(t: Tracer, what: str) -> None:
+    if isinstance(t.type, TensorType) and t.type.layout is Layout.NZ:
+        raise CompileError(f"{what} does not support an NZ source: it would reinterpret NZ coordinates",
+                           user_source(), rule="NZ-14",
+                           help="load the NZ tensor with pl.load(..., target_memory=pl.Mem.Mat) instead")
+
+
+def tensor_view(t: Tracer, shape: Sequence[int]) -> Tracer:
+    """pl.tensor.view(t, shape): reinterpret the shape of an ND tensor (refuses NZ when built)."""
+    _refuse_nz(t, "'tensor.view'")
+    return bind(P.tensor_view_p, [[t]], {"shape": tuple(shape)})[0]
+
+
+def tensor_reinterpret_view(t: Tracer, dtype: dt.DType, shape: Sequence[int] | None = None) -> Tracer:
+    """pl.tensor.reinterpret_view(t, dtype, shape): reinterpret the bytes of an ND tensor."""
+    _refuse_nz(t, "'tensor.reinterpret_view'")
+    tt = t.type
+    assert isinstance(tt, TensorType)
+    new_shape = tuple(shape) if shape is not None else tt.shape
+    return bind(P.tensor_reinterpret_view_p, [[t]], {"dtype": dtype, "shape": new_shape})[0]
+
+
+# ---------------------------------------------------------------------------------- tile level
+def load(tensor: Tracer, offsets: Sequence[Index], shapes: Sequence[int], target_memory: Mem | None = None,
+         valid_shape: Sequence[Index] | None = None) -> Tracer:
+    """pl.load(tensor, offsets, shapes, target_memory=pl.Mem.Vec, valid_shape=None) -> Tile."""
+    if not isinstance(tensor, Tracer) or not isinstance(tensor.type, TensorType):
+        raise CompileError("pl.load reads a tensor", user_source())
+    for o in offsets:
+        _check_offset(o, "pl.load")
+    valid = list(valid_shape) if valid_shape is not None else []
+    if valid and len(valid) != len(shapes):
+        raise CompileError("pl.load valid_shape must have one entry per window axis", user_source())
+    for v, s in zip(valid, shapes):
+        if isinstance(v, int) and not 0 < v <= s:
+            raise CompileError(f"pl.load valid_shape {list(valid)} must lie within shapes {list(shapes)}",
+                               user_source())
+    valid_static = tuple(v if isinstance(v, int) else None for v in valid) if valid else None
+    memory = Mem.Vec if target_memory is None else target_memory
+    params = {"shape": tuple(shapes), "memory": memory, "valid_static": valid_static,
+              "memory_given": target_memory is not None}
+    return bind(P.tile_load_p, [[tensor], list(offsets), valid], params)[0]
+
+
+def store(tile: Tracer, offsets: Sequence[Index], out: Tracer, **attrs: Any) -> Tracer:
+    """pl.store(tile, offsets, out, **attrs) -> alias of `out`; attrs are kept on the IR."""
+    for o in offsets:
+        _check_offset(o, "pl.store")
+    if not isinstance(out, Tracer) or not isinstance(out.type, TensorType):
+        raise CompileError("pl.store writes into a tensor", user_source())
+    if len(offsets) != out.type.rank:
+        raise CompileError(f"pl.store into a rank-{out.type.rank} tensor needs {out.type.rank} offsets",
+                           user_source())
+    return bind(P.tile_store_p, [[tile], list(offsets), [out]], {"attrs": dict(attrs)})[0]
+
+
+def _is_tile(x: Any) -> bool:
+    return isinstance(x, Tracer) and isinstance(x.type, TileType)
+
+
+def matmul(a: Tracer, b: Tracer, b_trans: bool = False, out_dtype: dt.DType | None = None) -> Tracer:
+    """pl.matmul on Mat tiles (-> Acc tile) or on tensors (placed by ConvertTensorToTileOps)."""
+    prim = P.tile_matmul_p if _is_tile(a) else P.tensor_matmul_p
+    return bind(prim, [[a], [b]], {"b_trans": b_trans, "out_dtype": out_dtype})[0]
+
+
+def matmul_acc(acc: Tracer, a: Tracer, b: Tracer, b_trans: bool = False) -> Tracer:
+    """acc + a @ b (b transposed when b_trans)."""
+    prim = P.tile_matmul_acc_p if _is_tile(a) else P.tensor_matmul_acc_p
+    return bind(prim, [[acc], [a], [b]], {"b_trans": b_trans})[0]
+
+
+def transpose_view(tile: Tracer) -> Tracer:
+    """The transpose of a 2-D tile, as a view of the same bytes."""
+    return bind(P.tile_transpose_view_p, [[tile]])[0]
+
+
+def cast(x: Any, dtype: dt.DType) -> Any:
+    """pl.cast on a tile (element conversion) or an integer scalar (wraps to the new width)."""
+    if _is_tile(x):
+        return bind(P.tile_cast_p, [[x]], {"dtype": dtype})[0]
+    if isinstance(x, Tracer):
+        return bind(P.convert_p, [[x]], {"dtype": dtype}, dtype=x.type.dtype)[0]  # type: ignore[union-attr]
+    if isinstance(x, int) and dtype.is_int:
+        current_state()
+        tr = bind(P.convert_p, [[Literal(dt.INDEX.wrap(x), ScalarType(dt.INDEX))]], {"dtype": dtype})[0]
+        return tr
+    raise CompileError(f"pl.cast takes a tile or an integer scalar, got {x!r}", user_source())
+
+
+def elementwise(name: str, *xs: Any) -> Tracer:
+    """pl.add / sub / mul / maximum / exp on Vec tiles."""
+    for x in xs:
+        if not _is_tile(x):
+            raise CompileError(f"pl.{name} takes Vec tiles, got {x!r}", user_source())
+    return bind(P.ELEMENTWISE[name], [[x] for x in xs])[0]
+
+
+def add(a: Tracer, b: Tracer) -> Tracer:
+    return elementwise("add", a, b)
+
+
+def sub(a: Tracer, b: Tracer) -> Tracer:
+    return elementwise("sub", a, b)
+
+
+def mul(a: Tracer, b: Tracer) -> Tracer:
+    return elementwise("mul", a, b)
+
+
+def maximum(a: Tracer, b: Tracer) -> Tracer:
+    return elementwise("maximum", a, b)
+
+
+def exp(a: Tracer) -> Tracer:
+    return elementwise("exp", a)

@@ -1,0 +1,191 @@
+"""AutoTileMatmulL0: a Mat-resident matmul becomes TEXTRACTs into L0A/L0B and cube `mad`s that fit.
+
+- Operands that do not fit L0A / L0B (64 KiB each) run as a pipelined loop of K chunks: the first
+  chunk initialises the accumulator (TMATMUL), the loop accumulates (TMATMUL_ACC).
+- An accumulator that does not fit L0C (128 KiB on A2/A3) is split into an M/N grid of sub-tiles,
+  each stored to its window of the output, when the matmul's only consumer is that store. An NZ
+  store target is split along N only (NZ-22, see block_nz_store.split_nz_store).
+- The cube fields m, k, n are at most 4095 (hardware-model.md §6).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.memory import CAPACITIES
+
+from ..core import primitives as P
+from ..core.dtypes import INDEX, c0_of
+from ..core.ir import Atom, Eqn, Graph, Literal, Var
+from ..core.types import Mem, ScalarType, TensorType, TileType
+from ..errors import CompileError, Source
+from .rewrite import Rewriter
+
+MAX_CUBE_EXTENT = 4095
+
+
+@dataclass(frozen=True)
+class MatmulPlan:
+    mc: int
+    nc: int
+    kc: int
+
+
+def _chunks(total: int, align: int) -> list[int]:
+    """Divisors of `total` that are multiples of `align`, largest first (or total itself)."""
+    out = [d for d in range(total, 0, -1) if total % d == 0 and d % align == 0]
+    return out or [total]
+
+
+def plan_matmul(m: int, k: int, n: int, esize: int, align_k: int, cap: dict[str, int], *,
+                split_m: bool, split_n: bool) -> MatmulPlan | None:
+    """The largest output block (then K chunk) whose Left, Right and Acc tiles fit their spaces."""
+    ms = _chunks(m, 16) if split_m else [m]
+    ns = _chunks(n, 16) if split_n else [n]
+    best: MatmulPlan | None = None
+    for mc in ms:
+        for nc in ns:
+            if mc * nc * 4 > cap["Acc"] or max(mc, nc) > MAX_CUBE_EXTENT:
+                continue
+            for kc in _chunks(k, align_k):
+                if mc * kc * esize <= cap["Left"] and kc * nc * esize <= cap["Right"] and kc <= MAX_CUBE_EXTENT:
+                    cand = MatmulPlan(mc, nc, kc)
+                    if best is None or (mc * nc, kc) > (best.mc * best.nc, best.kc):
+                        best = cand
+                    break
+    return best
+
+
+def _lit(v: int) -> Literal:
+    return Literal(v, ScalarType(INDEX))
+
+
+class _AutoTile(Rewriter):
+    def __init__(self, target: str) -> None:
+        super().__init__()
+        self.cap = CAPACITIES[target]
+        self.deferred: dict[Var, Eqn] = {}
+        self.uses: list[Counter[Var]] = []
+
+    def body(self, g: Graph) -> list[Eqn]:
+        uses: Counter[Var] = Counter(a for e in g.eqns for a in e.inputs if isinstance(a, Var))
+        uses.update(a for a in g.outputs if isinstance(a, Var))
+        self.uses.append(uses)
+        try:
+            return super().body(g)
+        finally:
+            self.uses.pop()
+
+    # ------------------------------------------------------------------------------ emission
+    def extract(self, src: Atom, r0: Atom, c0: Atom, shape: tuple[int, int], mem: Mem,
+                source: Source | None) -> Var:
+        st = src.type
+        assert isinstance(st, TileType)
+        return self.emit(P.tile_extract_p, [[src], [r0, c0]], {"shape": shape, "memory": mem},
+                         [TileType(shape, st.dtype, mem)], source)[0]
+
+    def block(self, a: Atom, b: Atom, acc: Atom | None, mi: int, ni: int, shape: tuple[int, int, int],
+              plan: MatmulPlan, out_dtype: Any, source: Source | None) -> Var:
+        """acc (+)= a[mi:mi+mc, :] @ b[:, ni:ni+nc], K in chunks of plan.kc."""
+        m, k, n = plan.mc, shape[1], plan.nc
+        kc = plan.kc
+        left = self.extract(a, _lit(mi), _lit(0), (m, kc), Mem.Left, source)
+        right = self.extract(b, _lit(0), _lit(ni), (kc, n), Mem.Right, source)
+        acc_t = TileType((m, n), out_dtype, Mem.Acc)
+        if acc is None:
+            (cur,) = self.emit(P.tile_mad_p, [[left], [right]], {"out_dtype": out_dtype}, [acc_t], source)
+        else:
+            (cur,) = self.emit(P.tile_mad_acc_p, [[acc], [left], [right]], {}, [acc_t], source)
+        if k == kc:
+            return cur
+        # the remaining K chunks: a pipelined loop carrying the accumulator
+        iv, a_in, b_in, acc_in = Var(ScalarType(INDEX), "kk"), Var(a.type), Var(b.type), Var(acc_t, "acc")
+        saved, self.out = self.out, []
+        left = self.extract(a_in, _lit(mi), iv, (m, kc), Mem.Left, source)
+        right = self.extract(b_in, iv, _lit(ni), (kc, n), Mem.Right, source)
+        (nxt,) = self.emit(P.tile_mad_acc_p, [[acc_in], [left], [right]], {}, [acc_t], source)
+        body = Graph([iv, a_in, b_in, acc_in], self.out, [nxt], name="k_loop")
+        self.out = saved
+        (res,) = self.emit(P.for_p, [[_lit(kc), _lit(k), _lit(kc)], [a, b], [cur]],
+                           {"kind": "pipeline", "stage": 2, "body": body}, [acc_t], source)
+        return res
+
+    def plan(self, e: Eqn, split: bool, split_m: bool = True) -> MatmulPlan:
+        a, b = (self.atom(x) for x in e.inputs[-2:])
+        at, bt = a.type, b.type
+        assert isinstance(at, TileType) and isinstance(bt, TileType)
+        m, k = P._squeeze2(at.shape)
+        n = P._squeeze2(bt.shape)[1]
+        align = max(16, c0_of(at.dtype))
+        p = plan_matmul(m, k, n, at.dtype.itemsize, align, self.cap, split_m=split and split_m, split_n=split)
+        if p is None:
+            acc_kib = m * n * 4 // 1024
+            full_m = " with the full M" if split and not split_m else ""
+            raise CompileError(
+                f"matmul [{m}x{k}] x [{k}x{n}]: no tiling{full_m} fits the cube: the accumulator needs "
+                f"{acc_kib} KiB of L0C (capacity {self.cap['Acc'] // 1024} KiB), operands need K chunks "
+                f"fitting L0A/L0B ({self.cap['Left'] // 1024} KiB each)", e.source, rule="NZ-22",
+                help="make the output tile smaller, or store the result so it can be split")
+        return p
+
+    # ------------------------------------------------------------------------------ rewriting
+    def rewrite(self, e: Eqn) -> None:
+        p = e.primitive
+        if p in (P.tile_matmul_p, P.tile_matmul_acc_p):
+            self.matmul(e)
+        elif p is P.tile_store_p and e.inputs[0] in self.deferred:
+            self.split_store(self.deferred.pop(e.inputs[0]), e)  # type: ignore[arg-type]
+        else:
+            self.copy(e)
+
+    def matmul(self, e: Eqn) -> None:
+        out = e.outputs[0]
+        ot = out.type
+        assert isinstance(ot, TileType)
+        m, n = ot.shape
+        fits = m * n * 4 <= self.cap["Acc"] and max(m, n) <= MAX_CUBE_EXTENT
+        if not fits and e.primitive is P.tile_matmul_p and self.uses[-1][out] == 1 and self._stored(out):
+            self.deferred[out] = e
+            return
+        plan = self.plan(e, split=False)
+        a, b = (self.atom(x) for x in e.inputs[-2:])
+        acc = self.atom(e.inputs[0]) if e.primitive is P.tile_matmul_acc_p else None
+        res = self.block(a, b, acc, 0, 0, (m, P._squeeze2(a.type.shape)[1], n), plan, ot.dtype,  # type: ignore[union-attr]
+                         e.source)
+        res.hint = out.hint
+        self.env[out] = res
+
+    def _stored(self, v: Var) -> bool:
+        return any(e.primitive is P.tile_store_p and e.inputs[0] is v for e in self.scope[-1].values())
+
+    def split_store(self, mm: Eqn, st: Eqn) -> None:
+        from .block_nz_store import split_nz_store
+
+        dst = st.inputs[-1]
+        dt_ = dst.type
+        if isinstance(dt_, TensorType) and st.params.get("nz_partition") is not None:
+            split_nz_store(self, mm, st)
+            return
+        out_t = mm.outputs[0].type
+        assert isinstance(out_t, TileType)
+        m, n = out_t.shape
+        plan = self.plan(mm, split=True)
+        a, b = (self.atom(x) for x in mm.inputs)
+        k = P._squeeze2(a.type.shape)[1]  # type: ignore[union-attr]
+        offs = self.atoms(st.operands("offsets"))
+        for mi in range(0, m, plan.mc):
+            for ni in range(0, n, plan.nc):
+                blk = self.block(a, b, None, mi, ni, (m, k, n), plan, out_t.dtype, mm.source)
+                o = list(offs)
+                o[-2] = self.add(o[-2], _lit(mi), st.source)
+                o[-1] = self.add(o[-1], _lit(ni), st.source)
+                (alias,) = self.emit(P.tile_store_p, [[blk], o, [self.atom(dst)]], dict(st.params),
+                                     [self.fresh(st.outputs[0]) if (mi, ni) == (0, 0) else Var(dst.type)],
+                                     st.source)
+
+
+def auto_tile_matmul_l0(g: Graph, target: str = "A2A3") -> Graph:
+    """Tile Mat-resident matmuls into L0A/L0B/L0C-sized cube instructions."""
+    return _AutoTile(target).run(g)

@@ -1,0 +1,332 @@
+"""BlockNzTensorViews: every pl.NZ tensor becomes the blocked rank-5 view `[B, C/c0, R/16, 16, c0]`
+and every load, slice, reshape and accumulator store touching it is rewritten (nz-layout.md §4-§9).
+
+Phase 1 (NZ-5, NZ-6, NZ-11, NZ-28): types. Phase 2 (NZ-12, NZ-13, NZ-30, NZ-31): consumers.
+Symbolic trailing offsets are divided whole, `floordiv(offset, d)` of the offset's value, only
+after proofs.py has shown them aligned and non-negative (NZ-16..18). Anything that cannot be
+addressed exactly is refused with the kernel line. The pass marks the graph
+`nz_tensor_views_blocked` and returns at once when it sees the mark (NZ-15).
+"""
+
+from __future__ import annotations
+
+from ..core import primitives as P
+from ..core.dtypes import INDEX, c0_of
+from ..core.ir import Atom, Eqn, Graph, Literal, Var
+from ..core.types import Dim, DynDim, Layout, Mem, ScalarType, TensorType, Type
+from ..errors import CompileError, Source
+from . import block_nz_store
+from .nz_gap_guard import check_nz_gm_gap_fits_burst_stride
+from .proofs import PROVABLE_FORMS, Prover
+from .rewrite import Rewriter
+
+MARK = "nz_tensor_views_blocked"
+FRACTAL_ROWS = 16
+
+
+def blocked_shape(t: TensorType, what: str, source: Source | None) -> tuple[Dim, ...]:
+    """Logical NZ `[..., R, C]` -> `[B, C/c0, R/16, 16, c0]`, refusing what has no blocked form."""
+    d = t.dtype
+    if d.is_sub_byte:
+        raise CompileError(f"{what}: {d.name} is a sub-byte dtype; NZ needs whole-byte elements "
+                           "(INT4, UINT4, FP4 and BOOL are not supported for NZ)", source, rule="NZ-33",
+                           help="use an 8-bit or wider dtype for NZ tensors")
+    if d.bits > 32:
+        raise CompileError(f"{what}: 64-bit dtype {d.name} has no NZ layout (hardware-model.md §1.1)",
+                           source, rule="NZ-4", help="use ND for 64-bit data")
+    if t.rank < 2:
+        raise CompileError(f"{what}: an NZ tensor needs rank >= 2 (the last two axes are the fractal "
+                           f"plane), got shape {list(t.shape)}", source, rule="NZ-6")
+    if t.strides is not None or (t.valid_shape is not None and tuple(t.valid_shape) != tuple(t.shape)):
+        raise CompileError(f"{what}: an NZ tensor cannot carry explicit strides or a partial valid_shape",
+                           source, rule="NZ-14")
+    c0 = c0_of(d)
+    r, c = t.shape[-2], t.shape[-1]
+    for axis, dim in (("rows", r), ("columns", c)):
+        if isinstance(dim, DynDim):
+            raise CompileError(f"{what}: the NZ {axis} axis {dim} is dynamic; divisibility cannot be "
+                               "proven", source, rule="NZ-11", help="declare the last two axes static")
+    assert isinstance(r, int) and isinstance(c, int)
+    if r % FRACTAL_ROWS:
+        raise CompileError(f"{what}: NZ rows {r} must be a multiple of 16 (a partial fractal has no "
+                           "representation)", source, rule="NZ-5", help="pad the rows to a multiple of 16")
+    if c % c0:
+        raise CompileError(f"{what}: NZ columns {c} must be a multiple of c0 = {c0} for {d.name} (a "
+                           "partial C0 line has no representation)", source, rule="NZ-4",
+                           help=f"pad the columns to a multiple of {c0}")
+    lead = t.shape[:-2]
+    if len(lead) > 1 and any(isinstance(x, DynDim) for x in lead):
+        raise CompileError(f"{what}: leading axis of {list(t.shape)} is dynamic; folding rank > 3 into "
+                           "the batch slot multiplies static extents", source, rule="NZ-28",
+                           help="make the leading axes static, or use a rank-3 [B, R, C] tensor")
+    batch: Dim = 1
+    if len(lead) == 1:
+        batch = lead[0]
+    elif lead:
+        batch = _prod([x for x in lead if isinstance(x, int)])
+    return (batch, c // c0, r // FRACTAL_ROWS, FRACTAL_ROWS, c0)
+
+
+def _prod(xs: list[int]) -> int:
+    n = 1
+    for x in xs:
+        n *= x
+    return n
+
+
+def _idx(dtype_of: Atom) -> ScalarType:
+    t = dtype_of.type
+    return t if isinstance(t, ScalarType) else ScalarType(INDEX)
+
+
+class BlockNz(Rewriter):
+    def __init__(self, graph: Graph) -> None:
+        super().__init__()
+        self.prover = Prover(graph)
+        self.def_source: Source | None = graph.attrs.get("_def_source")
+        self.src: Source | None = None
+        self.param_names: dict[Var, str] = {}
+
+    # ---------------------------------------------------------------- phase 1: blocked types
+    def map_type(self, t: Type) -> Type:
+        if isinstance(t, TensorType) and t.layout is Layout.NZ:
+            return TensorType(blocked_shape(t, "NZ tensor", self.src or self.def_source), t.dtype, Layout.NZ)
+        return t
+
+    def graph(self, g: Graph) -> Graph:
+        for v in g.params:  # parameters are refused at the kernel's `def` line, by name
+            if isinstance(v.type, TensorType) and v.type.layout is Layout.NZ:
+                blocked_shape(v.type, f"parameter '{v.hint}'", self.def_source)
+        return super().graph(g)
+
+    # ---------------------------------------------------------------- phase 2: consumers
+    def rewrite(self, e: Eqn) -> None:
+        self.src = e.source
+        p = e.primitive
+        nz_in = [a for a in e.inputs if isinstance(a.type, TensorType) and a.type.layout is Layout.NZ]
+        if not nz_in or p is P.for_p:
+            self.copy(e)
+        elif p is P.tile_load_p:
+            self.load(e)
+        elif p is P.tensor_slice_p:
+            self.slice(e)
+        elif p is P.tensor_reshape_p:
+            self.reshape(e)
+        elif p is P.tile_store_p:
+            block_nz_store.rewrite_nz_store(self, e)
+        else:
+            raise CompileError(f"'{p.name}' cannot consume an NZ tensor: its coordinates would be passed "
+                               "through unblocked", e.source, rule="NZ-12",
+                               help="read NZ tensors with pl.load(..., target_memory=pl.Mem.Mat), slice "
+                                    "only leading axes, or flatten the whole tensor with pl.reshape(t, [N])")
+
+    # -- coordinates
+    def name_of(self, x: Atom) -> str:
+        return self.prover.name(x)
+
+    def floordiv(self, x: Atom, d: int, hint: str | None) -> Atom:
+        """The blocked coordinate: floordiv of the offset's value, never re-associated (NZ-17)."""
+        if isinstance(x, Literal):
+            return Literal(int(x.value) // d, x.type)
+        (q,) = self.emit(P.floordiv_p, [[x], [Literal(d, x.type)]], {}, [x.type], self.src)  # type: ignore[list-item]
+        q.hint = hint
+        return q
+
+    def mul_add(self, acc: Atom, x: Atom, k: int) -> Atom:
+        """acc + x * k (the exact batch fold of NZ-28: no division, no alignment assumption)."""
+        if isinstance(x, Literal) and isinstance(acc, Literal):
+            return Literal(int(acc.value) + int(x.value) * k, acc.type)
+        prod = x
+        if k != 1:
+            if isinstance(x, Literal):
+                prod = Literal(int(x.value) * k, x.type)
+            else:
+                (prod,) = self.emit(P.mul_p, [[x], [Literal(k, x.type)]], {}, [x.type], self.src)  # type: ignore[list-item]
+        return self.add(acc, prod, self.src)
+
+    def fold_batch(self, logical: TensorType, offs: list[Atom]) -> Atom:
+        lead = logical.shape[:-2]
+        batch: Atom = Literal(0, _idx(offs[0]) if offs else ScalarType(INDEX))
+        for i, o in enumerate(offs[: len(lead)]):
+            stride = _prod([x for x in lead[i + 1 :] if isinstance(x, int)])
+            batch = self.mul_add(batch, o, stride)
+        return batch
+
+    def proven_coordinate(self, x: Atom, d: int, axis: str, what: str, proofs: list[str]) -> Atom:
+        """floordiv(x, d) once x is proven a non-negative multiple of d (NZ-16..18)."""
+        x = self.atom(x)
+        if isinstance(x, Literal):
+            v = int(x.value)
+            if v < 0 or v % d:
+                raise CompileError(f"{what}: the {axis} offset {v} must be a non-negative multiple of {d} "
+                                   f"({'fractal rows' if d == FRACTAL_ROWS else f'c0 = {d}'})", self.src,
+                                   rule="NZ-12", help=f"align the window to a multiple of {d}")
+            return Literal(v // d, x.type)
+        ok, f = self.prover.multiple(x, d)
+        desc = self.prover.describe(x)
+        if not ok:
+            unit = "16 (a fractal boundary)" if axis == "row" else f"c0 = {d}"
+            raise CompileError(f"{what}: the {axis} offset '{desc}' cannot be proven a multiple of {unit}; "
+                               "an NZ tensor is never addressed from a guessed coordinate", self.src,
+                               rule="NZ-16", help=f"provable forms: {PROVABLE_FORMS}")
+        nonneg, fn = self.prover.nonneg(x)
+        if not nonneg:
+            raise CompileError(f"{what}: the {axis} offset '{desc}' cannot be proven non-negative "
+                               f"({fn.nonneg_why}); a negative NZ offset is clamped to 0 by the partition "
+                               "view instead of failing, so the load would silently read fractal 0",
+                               self.src, rule="NZ-18",
+                               help="build offsets from non-negative loop variables and block indices; a "
+                                    "difference never proves a sign")
+        proofs.append(f"{d} | {self.name_of(x)} by {desc}; {self.name_of(x)} >= 0 by {fn.nonneg_why}")
+        return self.floordiv(x, d, f"{self.name_of(x)}_{'r' if axis == 'row' else 'c'}blk")
+
+    # -- tile.load from NZ (NZ-12, NZ-13, NZ-25/26)
+    def load(self, e: Eqn) -> None:
+        src_v = e.inputs[0]
+        logical = src_v.type
+        assert isinstance(logical, TensorType)
+        name = self.name_of(src_v)
+        what = f"load of NZ tensor '{name}'"
+        if e.params["memory"] is not Mem.Mat or not e.params.get("memory_given", True):
+            got = "missing" if not e.params.get("memory_given", True) else f"pl.Mem.{e.params['memory'].value}"
+            raise CompileError(f"{what}: NZ->NZ is the cube-operand path and needs "
+                               f"target_memory=pl.Mem.Mat (got {got})", e.source, rule="NZ-12",
+                               help="pass target_memory=pl.Mem.Mat, or keep the tensor pl.ND")
+        blocked_shape(logical, what, e.source)
+        c0 = c0_of(logical.dtype)
+        shape = e.params["shape"]
+        tr, tc = shape[-2], shape[-1]
+        if tr % FRACTAL_ROWS:
+            raise CompileError(f"{what}: the window rows {tr} must be a multiple of 16", e.source,
+                               rule="NZ-12", help="use a row tile that is a multiple of 16")
+        if tc % c0:
+            raise CompileError(f"{what}: the window columns {tc} must be a multiple of c0 = {c0}",
+                               e.source, rule="NZ-12", help=f"use a column tile that is a multiple of {c0}")
+        if any(s != 1 for s in shape[:-2]):
+            raise CompileError(f"{what}: the window {list(shape)} spans several batches; an NZ load "
+                               "reads one batch (leading extent 1)", e.source, rule="NZ-12",
+                               help="load one batch index per pl.load")
+        offs = list(e.operands("offsets"))
+        proofs: list[str] = []
+        row = self.proven_coordinate(offs[-2], FRACTAL_ROWS, "row", what, proofs)
+        col = self.proven_coordinate(offs[-1], c0, "column", what, proofs)
+        batch = self.fold_batch(logical, self.atoms(offs[:-2]))
+        zero = Literal(0, _idx(row))
+        sizes = (1, tc // c0, tr // FRACTAL_ROWS, FRACTAL_ROWS, c0)
+        valid_atoms, loaded_rows = self.blocked_valid(e, logical, c0, tr, tc, what, proofs)
+        r_parent = logical.shape[-2]
+        assert isinstance(r_parent, int)
+        col_blocks = (tc if not valid_atoms else _static_valid_cols(e, tc)) // c0
+        check_nz_gm_gap_fits_burst_stride(name, r_parent, loaded_rows, col_blocks, e.source)
+        params = {k: v for k, v in e.params.items() if k != "arity"}
+        params.update(shape=sizes, out_type=e.outputs[0].type, blocked=True, proofs=tuple(proofs))
+        params.pop("window_2d", None)
+        outs = [self.fresh(v) for v in e.outputs]
+        self.emit(P.tile_load_p, [[self.atom(src_v)], [batch, col, row, zero, zero], valid_atoms], params,
+                  outs, e.source)
+
+    def blocked_valid(self, e: Eqn, logical: TensorType, c0: int, tr: int, tc: int, what: str,
+                      proofs: list[str]) -> tuple[list[Atom], int | None]:
+        """valid_shape -> blocked partition sizes; returns (atoms, loaded rows or None if dynamic)."""
+        valid = list(e.operands("valid"))
+        if not valid:
+            return [], tr
+        vr, vc = self.atom(valid[-2]), self.atom(valid[-1])
+        if not isinstance(vc, Literal):
+            raise CompileError(f"{what}: valid_shape columns '{self.name_of(vc)}' is dynamic; NZ column "
+                               "blocks must be static", e.source, rule="NZ-12",
+                               help="keep valid columns static and a multiple of c0")
+        if int(vc.value) % c0:
+            raise CompileError(f"{what}: valid_shape columns {vc.value} must be a multiple of c0 = {c0}",
+                               e.source, rule="NZ-12")
+        one = Literal(1, vc.type)
+        if isinstance(vr, Literal):
+            if int(vr.value) % FRACTAL_ROWS:
+                raise CompileError(f"{what}: valid_shape rows {vr.value} must be a multiple of 16 (a "
+                                   "partial fractal has no representation)", e.source, rule="NZ-12")
+            rows_blk: Atom = Literal(int(vr.value) // FRACTAL_ROWS, vr.type)
+            loaded: int | None = int(vr.value)
+        else:
+            ok, _ = self.prover.multiple(vr, FRACTAL_ROWS)
+            if not ok:
+                raise CompileError(f"{what}: the dynamic valid rows '{self.prover.describe(vr)}' may end "
+                                   "inside a fractal: it cannot be proven a multiple of 16", e.source,
+                                   rule="NZ-12", help="make the ragged tail a multiple of 16 rows, e.g. "
+                                   "pl.min(R - o0, 256) with R and o0 multiples of 16")
+            proofs.append(f"16 | {self.name_of(vr)} by {self.prover.describe(vr)}")
+            rows_blk = self.floordiv(vr, FRACTAL_ROWS, f"{self.name_of(vr)}_rblk")
+            loaded = None
+        return [one, Literal(int(vc.value) // c0, vc.type), rows_blk, Literal(FRACTAL_ROWS, vc.type),
+                Literal(c0, vc.type)], loaded
+
+    # -- tensor.slice of NZ (NZ-30)
+    def slice(self, e: Eqn) -> None:
+        src_v = e.inputs[0]
+        logical = src_v.type
+        assert isinstance(logical, TensorType)
+        what = f"slice of NZ tensor '{self.name_of(src_v)}'"
+        shape, offs = e.params["shape"], list(e.operands("offsets"))
+        if e.operands("valid"):
+            raise CompileError(f"{what}: a valid_shape on an NZ slice narrows its window, which has no "
+                               "blocked form", e.source, rule="NZ-30",
+                               help="slicing the leading axes only; give valid_shape to the pl.load")
+        plane_full = tuple(shape[-2:]) == tuple(logical.shape[-2:])
+        plane_zero = all(isinstance(o, Literal) and o.value == 0 for o in offs[-2:])
+        if not (plane_full and plane_zero):
+            raise CompileError(f"{what}: a window on the [R, C] plane is not contiguous in NZ order; NZ "
+                               "supports slicing the leading axes only", e.source, rule="NZ-30",
+                               help="put the stacked axis first ([LAYERS, R, C]) and slice it, then pl.load "
+                                    "the [R, C] window")
+        lead = logical.shape[:-2]
+        ext = shape[:-2]
+        partial = [i for i, (x, d) in enumerate(zip(ext, lead)) if x != d]
+        first_wide = next((i for i, x in enumerate(ext) if x != 1), len(ext))
+        if any(ext[i] != lead[i] for i in range(first_wide + 1, len(ext))) and partial:
+            raise CompileError(f"{what}: window {list(ext)} of leading axes {list(lead)} is not contiguous "
+                               "once folded into the batch slot; take a window on one leading axis only",
+                               e.source, rule="NZ-28", help="index the outer axes, window the innermost")
+        batch = self.fold_batch(logical, self.atoms(offs[:-2]))
+        out_logical = e.outputs[0].type
+        assert isinstance(out_logical, TensorType)
+        self.src = e.source
+        out_t = self.map_type(out_logical)
+        assert isinstance(out_t, TensorType)
+        n_batch = _prod([x for x in ext if isinstance(x, int)])
+        sizes = (n_batch, *out_t.shape[1:])
+        zero = Literal(0, _idx(batch))
+        (o,) = self.emit(P.tensor_slice_p, [[self.atom(src_v)], [batch, zero, zero, zero, zero], []],
+                         {"shape": sizes, "drop": ()}, [out_t], e.source)
+        o.hint = e.outputs[0].hint
+        self.env[e.outputs[0]] = o
+
+    # -- tensor.reshape of NZ (NZ-31)
+    def reshape(self, e: Eqn) -> None:
+        src_v = e.inputs[0]
+        logical = src_v.type
+        assert isinstance(logical, TensorType)
+        target = tuple(e.params["shape"])
+        n = _prod([x for x in logical.shape if isinstance(x, int)])
+        if not (len(target) == 1 and logical.is_static and target[0] == n):
+            raise CompileError(f"'tensor.reshape' of NZ tensor '{self.name_of(src_v)}' to {list(target)} "
+                               "reinterprets coordinates the blocked form cannot carry; only a "
+                               f"whole-tensor 'tensor.reshape' flatten to [{n}] is supported", e.source,
+                               rule="NZ-31", help="reshape only to the flat [N] (its result is ND)")
+        out_t = TensorType((n,), logical.dtype, Layout.ND)
+        (o,) = self.emit(P.tensor_reshape_p, [[self.atom(src_v)]], {"shape": (n,)}, [out_t], e.source)
+        o.hint = e.outputs[0].hint
+        self.env[e.outputs[0]] = o
+
+
+def _static_valid_cols(e: Eqn, tc: int) -> int:
+    v = e.operands("valid")[-1]
+    return int(v.value) if isinstance(v, Literal) else tc
+
+
+def block_nz_tensor_views(g: Graph) -> Graph:
+    """Phase 1 + phase 2 (module docstring); idempotent through the NZ-15 mark."""
+    if g.attrs.get(MARK):
+        return g
+    out = BlockNz(g).run(g)
+    out.attrs[MARK] = True
+    return out
+

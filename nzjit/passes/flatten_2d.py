@@ -1,0 +1,55 @@
+"""FlattenTileNdTo2D: every tile becomes a logical 2-D operand `[rows, cols]`.
+
+A load window `[1, 128, 512]` gives a `[128, 512]` tile (leading extents fold into rows). An ND
+source loaded into Mat is ND->NZ, whose GlobalTensor must be 2-D (hardware-model.md §3), so its
+window is collapsed (`window_2d`). An NZ source is NZ->NZ and keeps its whole logical window for
+BlockNzTensorViews (NZ-10).
+"""
+
+from __future__ import annotations
+
+from ..core import primitives as P
+from ..core.ir import Eqn, Graph
+from ..core.types import Layout, Mem, TensorType, TileType, Type
+from ..errors import CompileError
+from .rewrite import Rewriter
+
+
+def _flat(shape: tuple[int, ...]) -> tuple[int, int]:
+    if len(shape) == 1:
+        return (1, shape[0])
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    return (rows, shape[-1])
+
+
+class _Flatten(Rewriter):
+    def map_type(self, t: Type) -> Type:
+        if isinstance(t, TileType) and t.rank != 2:
+            vs = None
+            if t.valid_shape is not None:
+                lead_static = all(isinstance(v, int) for v in t.valid_shape[:-1])
+                rows = _flat(tuple(v if isinstance(v, int) else 1 for v in t.valid_shape))[0]
+                vs = (rows if lead_static and t.valid_shape[-2:-1] != (None,) else None, t.valid_shape[-1])
+            return TileType(_flat(t.shape), t.dtype, t.memory, vs)
+        return t
+
+    def rewrite(self, e: Eqn) -> None:
+        if e.primitive is P.tile_load_p:
+            src = self.atom(e.inputs[0]).type
+            assert isinstance(src, TensorType)
+            if src.layout is Layout.ND and e.params["memory"] is Mem.Mat:
+                lead = e.params["shape"][:-2]
+                if any(d != 1 for d in lead):
+                    raise CompileError(f"an ND->NZ load into Mat takes a 2-D window; window "
+                                       f"{list(e.params['shape'])} has leading extents > 1", e.source,
+                                       help="load one leading index at a time")
+                self.copy(e, window_2d=True)
+                return
+        self.copy(e)
+
+
+def flatten_tile_nd_to_2d(g: Graph) -> Graph:
+    """N-D tiles -> 2-D tiles; ND->NZ source windows collapsed, NZ source windows kept (NZ-10)."""
+    return _Flatten().run(g)

@@ -1,0 +1,37 @@
+"""LowerCompositeOps: a matmul's `b_trans=True` becomes an explicit `tile.transpose_view` operand.
+
+After this pass every tile matmul reads `a: [M, K]` and `b: [K, N]`, so AutoTileMatmulL0 only
+has one orientation to tile. For a weight `[N, K]` in NZ order the transposed view is exactly the
+L0B (Right, Zn) byte order (hardware-model.md §6), so the view costs nothing on the device.
+"""
+
+from __future__ import annotations
+
+from ..core import primitives as P
+from ..core.ir import Eqn, Graph
+from ..core.types import TileType
+from .rewrite import Rewriter
+
+
+class _Lower(Rewriter):
+    def rewrite(self, e: Eqn) -> None:
+        if e.primitive in (P.tile_matmul_p, P.tile_matmul_acc_p) and e.params.get("b_trans"):
+            ins = self.atoms(e.inputs)
+            b = ins[-1]
+            bt = b.type
+            assert isinstance(bt, TileType)
+            shape = P._squeeze2(bt.shape)
+            vt = TileType((shape[1], shape[0]), bt.dtype, bt.memory)
+            (view,) = self.emit(P.tile_transpose_view_p, [[b]], {}, [vt], e.source)
+            groups = [[x] for x in ins[:-1]] + [[view]]
+            params = {k: v for k, v in e.params.items() if k != "arity"}
+            params["b_trans"] = False
+            outs = [self.fresh(v) for v in e.outputs]
+            self.emit(e.primitive, groups, params, outs, e.source)
+        else:
+            self.copy(e)
+
+
+def lower_composite_ops(g: Graph) -> Graph:
+    """b_trans matmuls -> matmuls of an explicit transposed view."""
+    return _Lower().run(g)

@@ -1,0 +1,67 @@
+"""The kernel language: `from nzjit import pl`."""
+
+from __future__ import annotations
+
+import types as _types
+
+from .core.dtypes import (
+    BF16,
+    BOOL,
+    FP4,
+    FP8E4M3,
+    FP8E5M2,
+    FP16,
+    FP32,
+    INDEX,
+    INT4,
+    INT8,
+    INT16,
+    INT32,
+    INT64,
+    UINT4,
+    UINT8,
+    UINT16,
+    UINT32,
+)
+from .core.types import Layout as _Layout
+from .core.types import Mem, Target
+from .language.annotations import InOut, Out, Scalar, Tensor, dynamic
+from .language.kernel import kernel, orchestration
+from .language.loops import pipeline, range, spmd
+from .language.ops import (
+    add,
+    cast,
+    exp,
+    get_block_idx,
+    get_block_num,
+    load,
+    matmul,
+    matmul_acc,
+    max,
+    maximum,
+    min,
+    mul,
+    reshape,
+    slice,
+    store,
+    sub,
+)
+from .language.ops import tensor_reinterpret_view as _reinterpret_view
+from .language.ops import tensor_view as _view
+from .language.ops import transpose_view as _transpose_view
+
+ND = _Layout.ND
+NZ = _Layout.NZ
+A2A3 = Target.A2A3
+A5 = Target.A5
+
+tile = _types.SimpleNamespace(load=load, store=store, transpose_view=_transpose_view)
+tensor = _types.SimpleNamespace(view=_view, reinterpret_view=_reinterpret_view, slice=slice, reshape=reshape)
+
+__all__ = [
+    "BF16", "BOOL", "FP4", "FP8E4M3", "FP8E5M2", "FP16", "FP32", "INDEX", "INT4", "INT8", "INT16",
+    "INT32", "INT64", "UINT4", "UINT8", "UINT16", "UINT32", "ND", "NZ", "A2A3", "A5", "Mem", "Tensor",
+    "Out", "InOut", "Scalar", "dynamic", "kernel", "orchestration", "range", "pipeline", "spmd", "load",
+    "store", "matmul", "matmul_acc", "cast", "add", "sub", "mul", "maximum", "exp", "min", "max",
+    "get_block_idx", "get_block_num", "slice", "reshape", "tile", "tensor",
+]
