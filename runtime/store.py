@@ -99,6 +99,12 @@ def nz_store_acc(gm: GlobalMemory, dst: GmView, tile: TileBuf, *, atomic_add: bo
         return
     c0_bytes = E * g4
     dst_stride = ((g2 * g3 * c0_bytes) >> 5) % 2**32
+    s0, s1 = dst.strides5[0], dst.strides5[1]
+    if n > g4 and not ((g1 == 1 or s1 == m * g4) and (g0 == 1 or s0 == g1 * m * g4)):
+        defect_warning(
+            f"TStoreAccNz2nz ignores the parent strides (HW §4.3): column blocks are written "
+            f"{m * g4} elements apart (partition height {m}), the view's strides are s0 = {s0}, "
+            f"s1 = {s1}; only a dense whole-height NZ target is stored correctly")
     vals = fixpipe_convert(read_acc(tile, m, n, src_stride), out, relu)
     nfull, rem = divmod(n, g4)
     if nfull:
