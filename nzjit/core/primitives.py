@@ -274,7 +274,7 @@ def _mm_operands(a: Type, b: Type, what: str) -> tuple[TileType, TileType]:
 @primitive("tile.matmul", ("a", "b"))
 def tile_matmul_p(a: Type, b: Type, *, b_trans: bool = False, out_dtype: Any = None, **_: Any) -> list[Type]:
     ta, tb = _mm_operands(a, b, "pl.matmul")
-    m, n = _matmul_shape(ta.shape, tb.shape, b_trans, "pl.matmul")
+    m, n = _matmul_shape(_squeeze2(ta.shape), _squeeze2(tb.shape), b_trans, "pl.matmul")
     return [TileType((m, n), _matmul_out_dtype(ta.dtype, tb.dtype, out_dtype, "pl.matmul"), Mem.Acc)]
 
 
@@ -282,7 +282,7 @@ def tile_matmul_p(a: Type, b: Type, *, b_trans: bool = False, out_dtype: Any = N
 def tile_matmul_acc_p(acc: Type, a: Type, b: Type, *, b_trans: bool = False, **_: Any) -> list[Type]:
     tc = _tile(acc, "pl.matmul_acc")
     ta, tb = _mm_operands(a, b, "pl.matmul_acc")
-    m, n = _matmul_shape(ta.shape, tb.shape, b_trans, "pl.matmul_acc")
+    m, n = _matmul_shape(_squeeze2(ta.shape), _squeeze2(tb.shape), b_trans, "pl.matmul_acc")
     want = TileType((m, n), _matmul_out_dtype(ta.dtype, tb.dtype, None, "pl.matmul_acc"), Mem.Acc)
     if tc.shape != want.shape or tc.dtype is not want.dtype or tc.memory is not Mem.Acc:
         raise _fail(f"pl.matmul_acc: accumulator {tc} does not match the product {want}")
@@ -315,10 +315,11 @@ def tile_mad_acc_p(acc: Type, left: Type, right: Type, **_: Any) -> list[Type]:
 @primitive("tile.transpose_view", ("src",))
 def tile_transpose_view_p(src: Type, **_: Any) -> list[Type]:
     s = _tile(src, "pl.tile.transpose_view")
-    if s.rank != 2:
+    shape = _squeeze2(s.shape)
+    if len(shape) != 2:
         raise _fail(f"pl.tile.transpose_view needs a 2-D tile, got {s}")
-    vs = None if s.valid_shape is None else tuple(reversed(s.valid_shape))
-    return [TileType((s.shape[1], s.shape[0]), s.dtype, s.memory, vs)]
+    vs = None if s.valid_shape is None else tuple(reversed(s.valid_shape[-2:]))
+    return [TileType((shape[1], shape[0]), s.dtype, s.memory, vs)]
 
 
 @primitive("tile.cast", ("src",))

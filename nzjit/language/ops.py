@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from typing import Any
 
@@ -106,15 +107,15 @@ def _parse_key(t: Tracer, key: Any) -> tuple[list[Any], list[int], tuple[int, ..
     items = list(key) if isinstance(key, tuple) else [key]
     if any(k is Ellipsis for k in items):
         i = items.index(Ellipsis)
-        items[i : i + 1] = [slice(None)] * (tt.rank - len(items) + 1)
+        items[i : i + 1] = [builtins.slice(None)] * (tt.rank - len(items) + 1)
     if len(items) > tt.rank:
         raise CompileError(f"too many indices for a rank-{tt.rank} tensor", user_source())
-    items += [slice(None)] * (tt.rank - len(items))
+    items += [builtins.slice(None)] * (tt.rank - len(items))
     offsets: list[Any] = []
     sizes: list[int] = []
     drop: list[int] = []
     for axis, (k, dim) in enumerate(zip(items, tt.shape)):
-        if isinstance(k, slice):
+        if isinstance(k, builtins.slice):
             if k.step not in (None, 1):
                 raise CompileError("strided slices are not supported", user_source())
             start = 0 if k.start is None else k.start

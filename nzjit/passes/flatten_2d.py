@@ -28,10 +28,10 @@ class _Flatten(Rewriter):
     def map_type(self, t: Type) -> Type:
         if isinstance(t, TileType) and t.rank != 2:
             vs = None
-            if t.valid_shape is not None:
-                lead_static = all(isinstance(v, int) for v in t.valid_shape[:-1])
-                rows = _flat(tuple(v if isinstance(v, int) else 1 for v in t.valid_shape))[0]
-                vs = (rows if lead_static and t.valid_shape[-2:-1] != (None,) else None, t.valid_shape[-1])
+            if t.valid_shape is not None:  # rows are valid only where every leading extent is known
+                lead = t.valid_shape[:-1]
+                rows = _flat(tuple(v or 0 for v in lead) + (1,))[0] if None not in lead else None
+                vs = (rows, t.valid_shape[-1])
             return TileType(_flat(t.shape), t.dtype, t.memory, vs)
         return t
 
@@ -45,8 +45,10 @@ class _Flatten(Rewriter):
                     raise CompileError(f"an ND->NZ load into Mat takes a 2-D window; window "
                                        f"{list(e.params['shape'])} has leading extents > 1", e.source,
                                        help="load one leading index at a time")
-                self.copy(e, window_2d=True)
+                self.copy(e, window_2d=True, out_type=self.map_type(e.outputs[0].type))
                 return
+            self.copy(e, out_type=self.map_type(e.outputs[0].type))  # the window stays whole (NZ-10)
+            return
         self.copy(e)
 
 

@@ -111,8 +111,8 @@ class Prover:
             return Fact(abs(v), v >= 0, str(v), f"{v} >= 0" if v >= 0 else f"{v} < 0")
         nm = self.name(x)
         if x in self.aliases:
-            inner = self._fact(self.aliases[x], budget)
-            return Fact(inner.factor, inner.nonneg, nm, inner.nonneg_why)
+            inner = self._fact(self.aliases[x], budget)  # a captured value: the enclosing binding
+            return Fact(inner.factor, inner.nonneg, inner.expr, inner.nonneg_why)
         if x in self.carries:
             return Fact(1, False, nm, f"{nm} is loop-carried: its value changes every iteration and is "
                         "never resolved")
