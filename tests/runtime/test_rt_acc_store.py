@@ -174,7 +174,6 @@ def test_matches_section8_reference(seed):  # HW §8 nz_store_acc, random partit
     rng = np.random.default_rng(seed)
     out = [np.float32, np.float16, ml_dtypes.bfloat16, np.float32][seed]
     g4 = [8, 16, 16, 16][seed]
-    E = np.dtype(out).itemsize
     R, C = 64, 64
     w = runtime.Worker()
     t = w.alloc_tensor((2 * R * C,), out)
