@@ -92,10 +92,17 @@ def _as_lines(a: np.ndarray, d0: int, d1: int) -> np.ndarray:
     return a.reshape(-1).view(np.uint8).view(_LINE).reshape(-1, d0, d1)
 
 
-def _transcode(a: np.ndarray, to_nz: bool) -> np.ndarray:
+def _transcode(a: np.ndarray, to_nz: bool, out: np.ndarray | None = None) -> np.ndarray:
     a = np.asarray(a)
     _, R, C, c0 = _check_nz_plane(a.shape, a.dtype)
-    out = np.empty(a.shape, dtype=a.dtype)
+    if out is None:
+        out = np.empty(a.shape, dtype=a.dtype)
+    elif out.shape != a.shape or out.dtype != a.dtype or not out.flags.c_contiguous \
+            or not out.flags.writeable:
+        raise ValueError(f"out must be a writable C-contiguous {a.dtype.name} array of shape "
+                         f"{a.shape}, got {out.dtype.name} {out.shape}")
+    elif np.shares_memory(a, out):
+        raise ValueError("out must not overlap the input (NZ packing is not an in-place permutation)")
     if out.size == 0:
         return out
     K = C // c0
@@ -113,15 +120,17 @@ def _transcode(a: np.ndarray, to_nz: bool) -> np.ndarray:
     return out
 
 
-def pack_nz(a: np.ndarray) -> np.ndarray:
+def pack_nz(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Return a C-contiguous copy of logical ``a`` whose bytes are in NZ order (NZ-8).
 
     Same shape and dtype as ``a``: the NZ annotation is a statement about byte order, the
-    logical shape is kept (NZ-1, NZ-32).  Leading axes are packed plane by plane.
+    logical shape is kept (NZ-1, NZ-32).  Leading axes are packed plane by plane.  ``out``
+    (same shape and dtype, C-contiguous, not overlapping ``a``) receives the result instead of
+    a new array -- e.g. a buffer that is reused, so no fresh pages are faulted in.
     """
-    return _transcode(a, to_nz=True)
+    return _transcode(a, True, out)
 
 
-def unpack_nz(a: np.ndarray) -> np.ndarray:
+def unpack_nz(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Inverse of :func:`pack_nz`: decode NZ-ordered bytes back to a row-major logical array."""
-    return _transcode(a, to_nz=False)
+    return _transcode(a, False, out)

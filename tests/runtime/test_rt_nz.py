@@ -103,3 +103,17 @@ def test_refusals(shape, dtype, match):  # NZ-8, NZ-33
 def test_refusal_message_says_how_to_fix():
     with pytest.raises(ValueError, match=r"NZ-8.*pad R to 32"):
         runtime.pack_nz(np.zeros((24, 32), np.int8))
+
+
+def test_pack_into_preallocated_out():
+    a = _random((2, 32, 64), np.int8, seed=4)
+    buf = np.empty_like(a)
+    assert runtime.pack_nz(a, out=buf) is buf
+    np.testing.assert_array_equal(buf, runtime.pack_nz(a))
+    back = np.empty_like(a)
+    assert runtime.unpack_nz(buf, out=back) is back
+    np.testing.assert_array_equal(back, a)
+    with pytest.raises(ValueError, match="out must be"):
+        runtime.pack_nz(a, out=np.empty((2, 32, 64), np.uint8))
+    with pytest.raises(ValueError, match="overlap"):
+        runtime.pack_nz(a, out=a)
