@@ -62,7 +62,8 @@ class Kernel:
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
-        hints = inspect.get_annotations(fn, eval_str=True)
+        # string annotations (PEP 563) may name locals of the scope that applied the decorator
+        hints = inspect.get_annotations(fn, eval_str=True, locals=_decorating_scope())
         self.params: list[Param] = []
         for name in inspect.signature(fn).parameters:
             ann = hints.get(name)
@@ -109,6 +110,18 @@ class Kernel:
         from ..backend.call import call_kernel
 
         return call_kernel(self, args, device=device)
+
+
+def _decorating_scope() -> dict[str, Any]:
+    """Locals of the first frame outside nzjit: where `@pl.kernel` was applied."""
+    import sys
+
+    from ..errors import _is_internal
+
+    f = sys._getframe(1)
+    while f is not None and _is_internal(f.f_code.co_filename):
+        f = f.f_back  # type: ignore[assignment]
+    return dict(f.f_locals) if f is not None else {}
 
 
 def kernel(fn: Callable[..., Any] | None = None, *, target: Target = Target.A2A3) -> Any:
