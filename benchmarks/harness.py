@@ -1,0 +1,43 @@
+"""Shared benchmark harness: pins BLAS threads (import this before numpy), times best-of-N, and
+prints rows `name | nzjit | reference | ratio`. Benchmarks report ratios measured side by side in
+one run; nothing here is a timed assertion."""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # pinned before numpy loads its BLAS: stable numbers
+
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def best_of(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> float:
+    """The best wall time of `repeat` runs after `warmup` (seconds)."""
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def fmt_time(s: float) -> str:
+    if s < 1e-3:
+        return f"{s * 1e6:.1f} us"
+    if s < 1:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s:.2f} s"
+
+
+def row(name: str, ours: str, ref: str, ratio: str, target: str = "") -> dict[str, str]:
+    r = {"benchmark": name, "nzjit": ours, "reference": ref, "ratio": ratio, "target": target}
+    print(f"{name:<48} {ours:>12} {ref:>12} {ratio:>10}  {target}")
+    return r
