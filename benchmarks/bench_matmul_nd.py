@@ -6,10 +6,9 @@ trace + lower time and the overhead of a cached call.
 
 from __future__ import annotations
 
-import harness  # noqa: F401  (pins BLAS threads before numpy)
-import numpy as np
+from harness import best_of, fmt_time, row  # first: pins BLAS threads before numpy loads
 
-from harness import best_of, fmt_time, row
+import numpy as np  # isort: skip
 
 
 def run() -> list[dict[str, str]]:
