@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["byte_span", "overlaps_itself"]
+import numpy as np
+
+__all__ = ["byte_span", "overlaps_itself", "strided_bytes"]
 
 
 def byte_span(addr: int, shape: Sequence[int], strides: Sequence[int]) -> tuple[int, int]:
@@ -12,11 +14,26 @@ def byte_span(addr: int, shape: Sequence[int], strides: Sequence[int]) -> tuple[
 
     Empty views touch nothing and return ``(addr, addr)``.
     """
-    if any(n <= 0 for n in shape):
-        return addr, addr
-    lo = addr + sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
-    hi = addr + sum(max(0, (n - 1) * s) for n, s in zip(shape, strides)) + 1
-    return lo, hi
+    lo = hi = addr
+    for n, s in zip(shape, strides):
+        if n <= 0:
+            return addr, addr
+        d = (n - 1) * s
+        if d < 0:
+            lo += d
+        else:
+            hi += d
+    return lo, hi + 1
+
+
+def strided_bytes(base: np.ndarray, offset: int, shape: tuple[int, ...],
+                  strides: tuple[int, ...]) -> np.ndarray:
+    """Writable uint8 view ``base[offset + sum(i*stride)]``; the caller has bounds-checked it.
+
+    The ``np.ndarray`` constructor is used instead of ``as_strided`` because it is a single C
+    call (instruction models issue several views per instruction, so this is on the hot path).
+    """
+    return np.ndarray(shape, dtype=np.uint8, buffer=base, offset=offset, strides=strides)
 
 
 def overlaps_itself(shape: Sequence[int], strides: Sequence[int], itemsize: int = 1) -> bool:

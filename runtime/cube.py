@@ -29,7 +29,9 @@ _F32, _I8, _I32 = np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.int32)
 #: Allowed (C, A, B) dtype triples of TMATMUL on A2/A3 [MM].
 MATMUL_DTYPES = frozenset({(_I32, _I8, _I8), (_F32, _F16, _F16), (_F32, _F32, _F32),
                            (_F32, _BF16, _BF16)})
-#: float64 sums of int8 products are exact while k * 128 * 128 < 2**53.
+#: Every partial sum of k int8 products is an integer of magnitude <= k * 128 * 128; a float
+#: format holds all such integers exactly (whatever the BLAS summation order) below 2**mantissa.
+_F32_EXACT_K = 2**24 // (128 * 128)
 _F64_EXACT_K = 2**53 // (128 * 128)
 
 _MOVES = {("Mat", "Left"), ("Mat", "Right"), ("Acc", "Vec"), ("Vec", "Vec"), ("Vec", "Mat")}
@@ -49,7 +51,7 @@ def tmov(dst: TileBuf, src: TileBuf, row_off: int = 0, col_off: int = 0, *,
     dst._live()
     src._live()
     static_check((src.space, dst.space) in _MOVES,
-                 f"TMOV {src.space} -> {dst.space} is not supported; allowed {sorted(_MOVES)}")
+                 lambda: f"TMOV {src.space} -> {dst.space} is not supported; allowed {sorted(_MOVES)}")
     nrows, ncols = (dst.cols, dst.rows) if transpose else (dst.rows, dst.cols)
     if src.space == "Mat":
         c0 = c0_of(src.dtype)
@@ -60,8 +62,8 @@ def tmov(dst: TileBuf, src: TileBuf, row_off: int = 0, col_off: int = 0, *,
         check_acc_pair(src.dtype, dst.dtype)
     else:
         static_check(src.dtype.itemsize == dst.dtype.itemsize and src.dtype == dst.dtype,
-                     f"TMOV {src.dtype.name} -> {dst.dtype.name} changes the dtype")
-        static_check(not relu, "relu exists on the fixpipe (Acc -> Vec) path only")
+                     lambda: f"TMOV {src.dtype.name} -> {dst.dtype.name} changes the dtype")
+        static_check(not relu, lambda: "relu exists on the fixpipe (Acc -> Vec) path only")
     win = src.window(row_off, col_off, nrows, ncols)
     if src.space == "Acc":
         win = fixpipe_convert(win, dst.dtype, relu)
@@ -71,21 +73,20 @@ def tmov(dst: TileBuf, src: TileBuf, row_off: int = 0, col_off: int = 0, *,
 def _operands(acc: TileBuf, left: TileBuf, right: TileBuf) -> None:
     for t, space, layout in ((acc, "Acc", "ACC"), (left, "Left", "ZZ"), (right, "Right", "ZN")):
         t._live()
-        static_check(t.space == space and t.layout == layout,
-                     f"TMATMUL operand must be a {space} {layout} tile, got {t!r}")
+        if t.space != space or t.layout != layout:
+            static_check(False, f"TMATMUL operand must be a {space} {layout} tile, got {t!r}")
     triple = (acc.dtype, left.dtype, right.dtype)
-    static_check(triple in MATMUL_DTYPES, "TMATMUL dtypes (C, A, B) = "
+    static_check(triple in MATMUL_DTYPES, lambda: "TMATMUL dtypes (C, A, B) = "
                  f"({', '.join(d.name for d in triple)}) not in the allowed triples")
 
 
 def _product(a: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
     """A @ B in the accumulator's arithmetic: exact int32 (wrapping) or float32."""
     if a.dtype == _I8:
-        if k < _F64_EXACT_K:  # every partial sum is an integer below 2**53: BLAS is exact
-            c = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)
-        else:
-            c = np.matmul(a.astype(np.int64), b.astype(np.int64))
-        return c
+        for limit, ft in ((_F32_EXACT_K, np.float32), (_F64_EXACT_K, np.float64)):
+            if k <= limit:  # provably exact in this float format: use BLAS
+                return np.matmul(a.astype(ft), b.astype(ft)).astype(np.int64)
+        return np.matmul(a.astype(np.int64), b.astype(np.int64))
     return np.matmul(a.astype(np.float32), b.astype(np.float32))
 
 
@@ -105,7 +106,8 @@ def tmatmul(acc: TileBuf, left: TileBuf, right: TileBuf, accumulate: bool,
     for name, v in (("m", m), ("k", k), ("n", n)):
         if v < 1:
             raise DeviceError(f"TMATMUL {name} = {v} must be >= 1")
-        pto_assert(v <= 4095, f"TMATMUL {name} = {v} in [1, 4095]", debug)
+        if v > 4095:
+            pto_assert(False, f"TMATMUL {name} = {v} in [1, 4095]", debug)
     if m == 1:
         m = 16  # non-GEMV mad computes a whole 16-row fractal from stale Left rows 1..15
     if m > left.rows or k > left.cols or k > right.rows or n > right.cols:

@@ -15,7 +15,7 @@ writing the outermost axis in order (only in that degenerate case).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -50,19 +50,29 @@ def defect_warning(msg: str) -> None:
     warnings.warn(msg, HardwareDefectWarning, stacklevel=3)
 
 
-def static_check(cond: bool, msg: str) -> None:
-    """A pto-isa ``static_assert``: the kernel would not compile, so the simulator refuses."""
+Message = str | Callable[[], str]
+
+
+def _text(msg: Message) -> str:
+    return msg() if callable(msg) else msg
+
+
+def static_check(cond: bool, msg: Message) -> None:
+    """A pto-isa ``static_assert``: the kernel would not compile, so the simulator refuses.
+
+    ``msg`` may be a callable so that the (hot) passing path formats nothing.
+    """
     if not cond:
-        raise DeviceError(f"static check failed: {msg}")
+        raise DeviceError(f"static check failed: {_text(msg)}")
 
 
-def pto_assert(cond: bool, msg: str, debug: bool) -> None:
+def pto_assert(cond: bool, msg: Message, debug: bool) -> None:
     """``PTO_ASSERT``: compiled out in release builds [DBG], so only a warning unless ``debug``."""
     if cond:
         return
     if debug:
-        raise DeviceError(f"PTO_ASSERT failed: {msg}")
-    warnings.warn(f"PTO_ASSERT (no-op in release) would fail: {msg}", HardwareDefectWarning,
+        raise DeviceError(f"PTO_ASSERT failed: {_text(msg)}")
+    warnings.warn(f"PTO_ASSERT (no-op in release) would fail: {_text(msg)}", HardwareDefectWarning,
                   stacklevel=3)
 
 

@@ -96,5 +96,13 @@ class GmView:
         if len(offsets) != len(self.shape) or len(sizes) != len(self.shape):
             raise DeviceError(f"partition of a rank-{len(self.shape)} view needs "
                               f"{len(self.shape)} offsets and sizes, got {offsets} / {sizes}")
-        delta = sum(o * s for o, s in zip(offsets, self.strides)) * self.itemsize
-        return GmView(self.addr + delta, self.dtype, sizes, self.strides, self.layout)
+        delta = sum(o * s for o, s in zip(offsets, self.strides)) * self.dtype.itemsize
+        return self._trusted(self.addr + delta, sizes)
+
+    def _trusted(self, addr: int, shape: tuple[int, ...]) -> GmView:
+        """Same dtype / strides / layout, new addr and shape, skipping re-validation (hot path)."""
+        v = object.__new__(GmView)
+        for k, val in (("addr", addr), ("dtype", self.dtype), ("shape", shape),
+                       ("strides", self.strides), ("layout", self.layout)):
+            object.__setattr__(v, k, val)
+        return v

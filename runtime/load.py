@@ -14,6 +14,7 @@ pto-isa ``static_assert`` s become :class:`DeviceError` (the program would not c
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from .dma import copy_bursts, defect_warning, dma_burst, pto_assert, static_check, u16
@@ -27,12 +28,12 @@ __all__ = ["tload", "nz_load", "nz_load_ub", "nd2nz_load", "nd2nd_load_l1", "nd2
 
 #: CheckNormalTileData dtype set [TLC L299-330]; fp8 (one byte) is accepted for the A5 target.
 TLOAD_DTYPES = frozenset(np.dtype(t) for t in (
-    "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16",
-    "float32"))
+    np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64, np.float16,
+    np.float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2))
 
 
 def _dtype_ok(dt: np.dtype) -> bool:
-    return dt in TLOAD_DTYPES or dt.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+    return dt in TLOAD_DTYPES
 
 
 def batch_offsets(g0: int, s0: int) -> list[int] | None:
@@ -49,17 +50,17 @@ def batch_offsets(g0: int, s0: int) -> list[int] | None:
 def tload(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False) -> None:
     """TLOAD(tile, src): dispatch on (GM layout, tile space, tile layout) like TLOAD_TILE_IMPL."""
     tile._live()
-    static_check(tile.space in ("Vec", "Mat"), f"TLOAD destination must be Vec or Mat, got {tile.space}")
+    static_check(tile.space in ("Vec", "Mat"), lambda: f"TLOAD destination must be Vec or Mat, got {tile.space}")
     static_check(_dtype_ok(tile.dtype) and _dtype_ok(src.dtype),
-            f"TLOAD dtype {src.dtype.name} -> {tile.dtype.name} not supported")
+            lambda: f"TLOAD dtype {src.dtype.name} -> {tile.dtype.name} not supported")
     static_check(tile.dtype.itemsize == src.dtype.itemsize,
-            f"sizeof(tile T) {tile.dtype.itemsize} != sizeof(GM T) {src.dtype.itemsize}")
+            lambda: f"sizeof(tile T) {tile.dtype.itemsize} != sizeof(GM T) {src.dtype.itemsize}")
     static_check(src.dtype.itemsize < 8 or (src.layout == "ND" and tile.layout == "ND"),
-            "64-bit dtypes load ND2ND only")
+            lambda: "64-bit dtypes load ND2ND only")
     pto_assert(all(g > 0 for g in src.shape5) and tile.valid_row > 0 and tile.valid_col > 0,
-               f"shapes {src.shape5} and valid {tile.valid_row}x{tile.valid_col} must be > 0", debug)
+               lambda: f"shapes {src.shape5} and valid {tile.valid_row}x{tile.valid_col} must be > 0", debug)
     if src.layout == "NZ":
-        static_check(tile.layout == "NZ", f"NZ GM into a {tile.space} {tile.layout} tile is not supported")
+        static_check(tile.layout == "NZ", lambda: f"NZ GM into a {tile.space} {tile.layout} tile is not supported")
         if tile.space == "Mat":
             return nz_load(gm, src, tile, debug)
         return nz_load_ub(gm, src, tile, debug)
@@ -74,10 +75,10 @@ def tload(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False) -> 
 
 def check_nz_view(src: GmView, what: str) -> tuple[int, ...]:
     c0 = 32 // src.itemsize
-    static_check(len(src.shape) == 5, f"{what}: layout=nz requires a rank-5 view (NZ-6), got "
+    static_check(len(src.shape) == 5, lambda: f"{what}: layout=nz requires a rank-5 view (NZ-6), got "
             f"shape {src.shape}")
     g = src.shape5
-    static_check(g[3] == 16 and g[4] == c0, f"{what}: CheckNzFormat needs shape[3] == 16 and "
+    static_check(g[3] == 16 and g[4] == c0, lambda: f"{what}: CheckNzFormat needs shape[3] == 16 and "
             f"shape[4] == c0 = {c0} for {src.dtype.name}, got {g}")
     return g
 
@@ -93,10 +94,10 @@ def nz_load(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False) -
     g0, g1, g2, g3, g4 = check_nz_view(src, "TLoadGm2L1Nz2nz")
     s0, s1 = src.strides5[0], src.strides5[1]
     E, rows, vr = src.itemsize, tile.rows, tile.valid_row
-    pto_assert(vr == g2 * g3, f"validRow {vr} == gShape2*gShape3 = {g2 * g3}", debug)
+    pto_assert(vr == g2 * g3, lambda: f"validRow {vr} == gShape2*gShape3 = {g2 * g3}", debug)
     pto_assert(tile.valid_col == g0 * g1 * g4,
-               f"validCol {tile.valid_col} == gShape0*gShape1*gShape4 = {g0 * g1 * g4}", debug)
-    pto_assert(g1 < 4096, f"gShape1 {g1} < 4096", debug)
+               lambda: f"validCol {tile.valid_col} == gShape0*gShape1*gShape4 = {g0 * g1 * g4}", debug)
+    pto_assert(g1 < 4096, lambda: f"gShape1 {g1} < 4096", debug)
     gap_true = (((s1 - g2 * g3 * g4) * E) % 2**64) >> 5
     gap_sent = u16(gap_true % 2**32)
     if g1 >= 2 and gap_sent != gap_true:
@@ -118,7 +119,7 @@ def nz_load_ub(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False
     g0, g1, g2, g3, g4 = check_nz_view(src, "TLoadGm2ubNz2nz")
     s0, s1 = src.strides5[0], src.strides5[1]
     E, rows, vr = src.itemsize, tile.rows, tile.valid_row
-    pto_assert(vr == g2 * g3, f"validRow {vr} == gShape2*gShape3 = {g2 * g3}", debug)
+    pto_assert(vr == g2 * g3, lambda: f"validRow {vr} == gShape2*gShape3 = {g2 * g3}", debug)
     if not 1 <= g1 <= 4095 or vr < 1:
         raise DeviceError(f"UB NZ load: nBurst {g1} outside 1..4095 or validRow {vr} < 1")
     len_bytes = (vr * 32) % 2**32
@@ -144,11 +145,11 @@ def nd2nz_load(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False
     g0, g1, g2, g3, g4 = src.shape5
     s3 = src.strides5[3]
     E, c0 = src.itemsize, 32 // src.itemsize
-    static_check(g0 == g1 == g2 == 1, f"ND2NZ only supports 2 dims (shape[0..2] == 1), got {src.shape5}")
-    static_check(tile.rows <= 16384, f"ND2NZ tile Rows {tile.rows} <= 16384")
-    pto_assert(1 <= g3 <= 16384, f"gShape3 {g3} in [1, 16384]", debug)
-    pto_assert(1 <= g4 <= 65535, f"gShape4 {g4} in [1, 65535]", debug)
-    pto_assert(1 <= s3 <= 65535, f"gStride3 {s3} in [1, 65535]", debug)
+    static_check(g0 == g1 == g2 == 1, lambda: f"ND2NZ only supports 2 dims (shape[0..2] == 1), got {src.shape5}")
+    static_check(tile.rows <= 16384, lambda: f"ND2NZ tile Rows {tile.rows} <= 16384")
+    pto_assert(1 <= g3 <= 16384, lambda: f"gShape3 {g3} in [1, 16384]", debug)
+    pto_assert(1 <= g4 <= 65535, lambda: f"gShape4 {g4} in [1, 65535]", debug)
+    pto_assert(1 <= s3 <= 65535, lambda: f"gStride3 {s3} in [1, 65535]", debug)
     n_rows, n_cols, pitch = u16(g3), u16(g4), u16(s3)
     if pitch != s3:
         defect_warning(f"ND2NZ srcDValue wrapped: GM row pitch {s3} elements sent as {pitch}")
@@ -166,10 +167,10 @@ def nd2nz_load(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False
 
 def nd_checks(src: GmView, tile: TileBuf, debug: bool) -> tuple[int, ...]:
     g0, g1, g2, g3, g4 = src.shape5
-    pto_assert(tile.valid_col == g4, f"validCol {tile.valid_col} == gShape4 {g4}", debug)
+    pto_assert(tile.valid_col == g4, lambda: f"validCol {tile.valid_col} == gShape4 {g4}", debug)
     pto_assert(tile.valid_row == g0 * g1 * g2 * g3,
-               f"validRow {tile.valid_row} == g0*g1*g2*g3 = {g0 * g1 * g2 * g3}", debug)
-    pto_assert(g3 < 4096, f"gShape3 {g3} < 4096", debug)
+               lambda: f"validRow {tile.valid_row} == g0*g1*g2*g3 = {g0 * g1 * g2 * g3}", debug)
+    pto_assert(g3 < 4096, lambda: f"gShape3 {g3} < 4096", debug)
     return g0, g1, g2, g3, g4
 
 
@@ -186,7 +187,7 @@ def nd2nd_load_l1(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = Fa
     """``TLoadGm2L1Nd2nd`` (§5): lenBurst = validCol*E/32, gmGap = ((s3 - g4)*E) >> 5 in uint16."""
     g0, g1, g2, g3, g4 = nd_checks(src, tile, debug)
     E = src.itemsize
-    pto_assert((g4 * E) % 32 == 0, f"gShape4*sizeof {g4 * E} % 32 == 0", debug)
+    pto_assert((g4 * E) % 32 == 0, lambda: f"gShape4*sizeof {g4 * E} % 32 == 0", debug)
     gap_true = (((src.strides5[3] - g4) * E) % 2**64) >> 5
     gap_sent = u16(gap_true)
     if g3 >= 2 and gap_sent != gap_true:
@@ -199,7 +200,7 @@ def nd2nd_load_l1(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = Fa
 def nd2nd_load_ub(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False) -> None:
     """``TLoadGm2ubNd2nd`` (§5): byte-granular bursts, 32-bit byte gap, UB rows of Cols*E bytes."""
     g0, g1, g2, g3, g4 = nd_checks(src, tile, debug)
-    static_check(tile.rows < 4096, f"UB ND tile Rows {tile.rows} < 4096")
+    static_check(tile.rows < 4096, lambda: f"UB ND tile Rows {tile.rows} < 4096")
     if not 1 <= g3 <= 4095:
         raise DeviceError(f"UB ND load: nBurst = gShape3 = {g3} is outside 1..4095")
     E = src.itemsize

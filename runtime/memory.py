@@ -20,9 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
-from ._strided import byte_span
+from ._strided import byte_span, strided_bytes
 from .errors import DeviceError
 from .tile import TileBuf
 
@@ -128,7 +127,7 @@ class GlobalMemory:
         if a.data is None:
             raise DeviceError(f"GM access to bytes [{lo:#x}, {hi:#x}): allocation at "
                               f"{a.base:#x} was freed (use after free)")
-        return as_strided(a.data[addr - a.base:], shape=shape, strides=byte_strides)
+        return strided_bytes(a.data, addr - a.base, shape, byte_strides)
 
     def read(self, addr: int, nbytes: int) -> np.ndarray:
         """Copy ``nbytes`` from GM to the host (counted in ``downloads``)."""

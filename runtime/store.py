@@ -36,9 +36,9 @@ def tstore(gm: GlobalMemory, dst: GmView, tile: TileBuf, *, atomic_add: bool = F
                                 debug=debug)
         return nd_store_acc(gm, dst, tile, atomic_add=atomic_add, relu=relu, compact=compact,
                             debug=debug)
-    static_check(not relu and not compact, "relu / compact are fixpipe (Acc store) features")
+    static_check(not relu and not compact, lambda: "relu / compact are fixpipe (Acc store) features")
     static_check(tile.dtype.itemsize == dst.dtype.itemsize,
-            f"sizeof(tile T) {tile.dtype.itemsize} != sizeof(GM T) {dst.dtype.itemsize}")
+            lambda: f"sizeof(tile T) {tile.dtype.itemsize} != sizeof(GM T) {dst.dtype.itemsize}")
     if tile.space == "Vec" and tile.layout == "ND" and dst.layout == "ND":
         return vec_store_nd(gm, dst, tile, atomic_add=atomic_add, debug=debug)
     if tile.space == "Mat" and tile.layout == "NZ" and dst.layout == "NZ" and not atomic_add:
@@ -58,10 +58,10 @@ def read_acc(tile: TileBuf, m: int, n: int, src_stride: int) -> np.ndarray:
 
 def _acc_fields(tile: TileBuf, out_dtype: np.dtype, compact: bool, debug: bool) -> tuple[int, int, int]:
     """Shared Acc-store register fields: (mSize, nSize, srcStride) after narrowing."""
-    static_check(tile.layout == "ACC", f"Acc tile layout {tile.layout}")
+    static_check(tile.layout == "ACC", lambda: f"Acc tile layout {tile.layout}")
     check_acc_pair(tile.dtype, out_dtype)
-    static_check(1 <= tile.cols <= 4095, f"Acc tile Cols {tile.cols} in [1, 4095]")
-    pto_assert(1 <= tile.valid_col <= 4095, f"validCol {tile.valid_col} in [1, 4095]", debug)
+    static_check(1 <= tile.cols <= 4095, lambda: f"Acc tile Cols {tile.cols} in [1, 4095]")
+    pto_assert(1 <= tile.valid_col <= 4095, lambda: f"validCol {tile.valid_col} in [1, 4095]", debug)
     m, n = u16(tile.valid_row), tile.valid_col & 0xFFF
     if n != tile.valid_col:
         defect_warning(f"Acc store nSize is 12 bits: validCol {tile.valid_col} sent as {n}")
@@ -81,20 +81,20 @@ def nz_store_acc(gm: GlobalMemory, dst: GmView, tile: TileBuf, *, atomic_add: bo
     """
     g0, g1, g2, g3, g4 = dst.shape5
     out, E = dst.dtype, dst.itemsize
-    static_check(len(dst.shape) == 5, f"TStoreAccNz2nz: layout=nz requires a rank-5 view (NZ-6), "
+    static_check(len(dst.shape) == 5, lambda: f"TStoreAccNz2nz: layout=nz requires a rank-5 view (NZ-6), "
             f"got shape {dst.shape}")
     # float may use 8 (channel split) or 16 columns per block, int32 16, half/bf16 32 // E.
     ok_g4 = (8, 16) if out == np.float32 else (16,) if out == np.int32 else (32 // E,)
-    static_check(g3 == 16 and g4 in ok_g4, f"TStoreAccNz2nz needs shape[3] == 16 and shape[4] in "
+    static_check(g3 == 16 and g4 in ok_g4, lambda: f"TStoreAccNz2nz needs shape[3] == 16 and shape[4] in "
             f"{ok_g4} for {out.name}, got {dst.shape5}")
     static_check(1 <= tile.rows <= 65535 and tile.cols % 16 == 0,
-            f"Acc NZ store needs Rows in [1, 65535] and Cols % 16 == 0, got {tile.rows}x{tile.cols}")
+            lambda: f"Acc NZ store needs Rows in [1, 65535] and Cols % 16 == 0, got {tile.rows}x{tile.cols}")
     m, n, src_stride = _acc_fields(tile, out, compact, debug)
-    pto_assert(tile.valid_row == g2 * g3, f"validRow {tile.valid_row} == g2*g3 = {g2 * g3}", debug)
+    pto_assert(tile.valid_row == g2 * g3, lambda: f"validRow {tile.valid_row} == g2*g3 = {g2 * g3}", debug)
     pto_assert(tile.valid_col == g0 * g1 * g4,
-               f"validCol {tile.valid_col} == g0*g1*g4 = {g0 * g1 * g4}", debug)
+               lambda: f"validCol {tile.valid_col} == g0*g1*g4 = {g0 * g1 * g4}", debug)
     pto_assert(1 <= tile.valid_row <= 65535 and tile.valid_col % 16 == 0,
-               f"validRow {tile.valid_row} in [1, 65535], validCol {tile.valid_col} % 16 == 0", debug)
+               lambda: f"validRow {tile.valid_row} in [1, 65535], validCol {tile.valid_col} % 16 == 0", debug)
     if m == 0 or n == 0:
         return
     c0_bytes = E * g4
@@ -121,12 +121,12 @@ def nd_store_acc(gm: GlobalMemory, dst: GmView, tile: TileBuf, *, atomic_add: bo
     ``s3`` is honoured, so this path has no mis-write."""
     g0, g1, g2, g3, g4 = dst.shape5
     s3, out, E = dst.strides5[3], dst.dtype, dst.itemsize
-    static_check(tile.rows <= 8192, f"Acc ND store needs Rows <= 8192, got {tile.rows}")
+    static_check(tile.rows <= 8192, lambda: f"Acc ND store needs Rows <= 8192, got {tile.rows}")
     m, n, src_stride = _acc_fields(tile, out, compact, debug)
-    pto_assert(g0 == g1 == g2 == 1, f"ND store shape[0..2] == 1, got {dst.shape5}", debug)
+    pto_assert(g0 == g1 == g2 == 1, lambda: f"ND store shape[0..2] == 1, got {dst.shape5}", debug)
     pto_assert(tile.valid_col == g4 and tile.valid_row == g3,
-               f"valid {tile.valid_row}x{tile.valid_col} == shape {g3}x{g4}", debug)
-    pto_assert(1 <= tile.valid_row <= 8192, f"validRow {tile.valid_row} in [1, 8192]", debug)
+               lambda: f"valid {tile.valid_row}x{tile.valid_col} == shape {g3}x{g4}", debug)
+    pto_assert(1 <= tile.valid_row <= 8192, lambda: f"validRow {tile.valid_row} in [1, 8192]", debug)
     if m == 0 or n == 0:
         return
     vals = fixpipe_convert(read_acc(tile, m, n, src_stride), out, relu)
@@ -140,9 +140,9 @@ def vec_store_nd(gm: GlobalMemory, dst: GmView, tile: TileBuf, *, atomic_add: bo
     ``Cols*E``, with the same (g0, g1, g2) loops as the load."""
     g0, g1, g2, g3, g4 = dst.shape5
     E = dst.itemsize
-    pto_assert(tile.valid_col == g4, f"validCol {tile.valid_col} == gShape4 {g4}", debug)
+    pto_assert(tile.valid_col == g4, lambda: f"validCol {tile.valid_col} == gShape4 {g4}", debug)
     pto_assert(tile.valid_row == g0 * g1 * g2 * g3,
-               f"validRow {tile.valid_row} == g0*g1*g2*g3 = {g0 * g1 * g2 * g3}", debug)
+               lambda: f"validRow {tile.valid_row} == g0*g1*g2*g3 = {g0 * g1 * g2 * g3}", debug)
     if not 1 <= g3 <= 4095:
         raise DeviceError(f"UB ND store: nBurst = gShape3 = {g3} is outside 1..4095")
     batch = [(c, d, s) for c, s, d in nd_batch(dst, tile)]  # swap: source is the tile
@@ -157,7 +157,7 @@ def mat_store_nz(gm: GlobalMemory, dst: GmView, tile: TileBuf, debug: bool = Fal
     g0, g1, g2, g3, g4 = check_nz_view(dst, "TStoreMat2GmNz2Nz")
     s0, s1 = dst.strides5[0], dst.strides5[1]
     E, rows, vr = dst.itemsize, tile.rows, tile.valid_row
-    pto_assert(vr == g2 * g3, f"validRow {vr} == gShape2*gShape3 = {g2 * g3}", debug)
+    pto_assert(vr == g2 * g3, lambda: f"validRow {vr} == gShape2*gShape3 = {g2 * g3}", debug)
     gap_true = (((s1 - g2 * g3 * g4) * E) % 2**64) >> 5
     gap_sent = u16(gap_true % 2**32)
     if g1 >= 2 and gap_sent != gap_true:

@@ -25,9 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
-from ._strided import byte_span
+from ._strided import byte_span, strided_bytes
 from .dtypes import C0_BYTES, FRACTAL_ROWS, c0_of
 from .errors import DeviceError
 
@@ -55,6 +54,11 @@ class _Blocking:
     ic: int
     order: tuple[int, int, int, int]  # physical axis order, as indices into (R1, R0, C1, C0)
 
+    @property
+    def inverse(self) -> tuple[int, int, int, int]:
+        """Permutation taking the physical axes back to (R1, R0, C1, C0)."""
+        return tuple(self.order.index(i) for i in range(4))  # type: ignore[return-value]
+
 
 def _blocking(layout: str, dtype: np.dtype) -> _Blocking:
     if layout == "ND":
@@ -80,7 +84,7 @@ class TileBuf:
     """
 
     __slots__ = ("space", "dtype", "rows", "cols", "valid_row", "valid_col", "layout", "data",
-                 "freed", "_owner", "_blk")
+                 "freed", "_owner", "_blk", "_phys", "_inv")
 
     def __init__(self, space: str, dtype: np.dtype | type, rows: int, cols: int, *,
                  layout: str | None = None, valid_row: int | None = None,
@@ -96,8 +100,11 @@ class TileBuf:
                               f"allowed: {_ALLOWED[space]}")
         if self.rows < 1 or self.cols < 1:
             raise DeviceError(f"tile shape must be positive, got {self.rows} x {self.cols}")
-        self._blk = _blocking(self.layout, self.dtype)
+        self._blk = b = _blocking(self.layout, self.dtype)
         self._check_static_shape()
+        dims = (self.rows // b.ir, b.ir, self.cols // b.ic, b.ic)
+        self._phys = tuple(dims[i] for i in b.order)
+        self._inv = b.inverse
         self.valid_row = self.rows if valid_row is None else int(valid_row)
         self.valid_col = self.cols if valid_col is None else int(valid_col)
         self.data = np.zeros(self.rows * self.cols * self.dtype.itemsize, dtype=np.uint8)
@@ -142,15 +149,11 @@ class TileBuf:
             raise DeviceError(
                 f"access to bytes [{lo}, {hi}) of a {self.space} tile of {self.nbytes} bytes "
                 f"({self.rows}x{self.cols} {self.dtype.name}) runs outside the tile")
-        return as_strided(self.data[addr:], shape=shape, strides=byte_strides)
+        return strided_bytes(self.data, addr, shape, byte_strides)
 
     def _view4(self) -> np.ndarray:
         """Element view with axes (R1, R0, C1, C0) of the logical split; writable, no copy."""
-        b = self._blk
-        dims = (self.rows // b.ir, b.ir, self.cols // b.ic, b.ic)
-        phys = tuple(dims[i] for i in b.order)
-        inv = tuple(int(i) for i in np.argsort(b.order))
-        return self.data.view(self.dtype).reshape(phys).transpose(inv)
+        return self.data.view(self.dtype).reshape(self._phys).transpose(self._inv)
 
     def logical(self) -> np.ndarray:
         """Decode the whole ``rows x cols`` logical matrix from the byte image (a copy)."""
