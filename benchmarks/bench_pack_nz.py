@@ -26,8 +26,12 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from runtime import pack_nz, unpack_nz  # noqa: E402
 
-CASES = [((8, 2048, 2048), np.int8), ((2048, 2048), ml_dtypes.bfloat16),
-         ((4, 1024, 4096), np.float32), ((64, 256, 512), np.int8)]
+CASES = [
+    ((8, 2048, 2048), np.int8),
+    ((2048, 2048), ml_dtypes.bfloat16),
+    ((4, 1024, 4096), np.float32),
+    ((64, 256, 512), np.int8),
+]
 
 
 def _best(fn, repeat: int = 9) -> float:
@@ -55,15 +59,24 @@ def _case(shape: tuple[int, ...], dtype: type) -> str:
         return f"{t * 1e3:6.2f}ms {gb / t:4.1f}GB/s"
 
     name = f"{np.dtype(dtype).name}{list(shape)}"
-    return (f"{name:<24}" + "".join(f"{cell(t):>17}" for t in (t_pack, t_unpack, t_copy))
-            + f"{t_copy / t_pack:>7.2f}" + "".join(f"{cell(t):>17}" for t in (t_pack_new, t_copy_new))
-            + f"{t_copy_new / t_pack_new:>7.2f}")
+    return (
+        f"{name:<24}"
+        + "".join(f"{cell(t):>17}" for t in (t_pack, t_unpack, t_copy))
+        + f"{t_copy / t_pack:>7.2f}"
+        + "".join(f"{cell(t):>17}" for t in (t_pack_new, t_copy_new))
+        + f"{t_copy_new / t_pack_new:>7.2f}"
+    )
 
 
 def main() -> None:
     head = ["pack_nz(out=)", "unpack_nz(out=)", "np.copyto", "ratio", "pack_nz()", "a.copy()", "ratio"]
-    print(f"{'case':<24}" + "".join(f"{h:>17}" for h in head[:3]) + f"{head[3]:>7}"
-          + "".join(f"{h:>17}" for h in head[4:6]) + f"{head[6]:>7}")
+    print(
+        f"{'case':<24}"
+        + "".join(f"{h:>17}" for h in head[:3])
+        + f"{head[3]:>7}"
+        + "".join(f"{h:>17}" for h in head[4:6])
+        + f"{head[6]:>7}"
+    )
     for shape, dtype in CASES:
         print(_case(shape, dtype))
 

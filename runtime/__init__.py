@@ -18,9 +18,22 @@ from .nz import nz_blocked_shape, pack_nz, unpack_nz
 from .tile import TileBuf
 
 __all__ = [
-    "pack_nz", "unpack_nz", "nz_blocked_shape", "c0_of", "itemsize_bits",
-    "Worker", "DeviceTensor", "StackedDeviceTensor", "Cluster",
-    "DispatchError", "DeviceError", "HardwareDefectWarning",
-    "GmView", "TileBuf", "GlobalMemory", "OnChip",
-    "isa", "dispatch",
+    "pack_nz",
+    "unpack_nz",
+    "nz_blocked_shape",
+    "c0_of",
+    "itemsize_bits",
+    "Worker",
+    "DeviceTensor",
+    "StackedDeviceTensor",
+    "Cluster",
+    "DispatchError",
+    "DeviceError",
+    "HardwareDefectWarning",
+    "GmView",
+    "TileBuf",
+    "GlobalMemory",
+    "OnChip",
+    "isa",
+    "dispatch",
 ]

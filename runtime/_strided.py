@@ -26,8 +26,9 @@ def byte_span(addr: int, shape: Sequence[int], strides: Sequence[int]) -> tuple[
     return lo, hi + 1
 
 
-def strided_bytes(base: np.ndarray, offset: int, shape: tuple[int, ...],
-                  strides: tuple[int, ...]) -> np.ndarray:
+def strided_bytes(
+    base: np.ndarray, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]
+) -> np.ndarray:
     """Writable uint8 view ``base[offset + sum(i*stride)]``; the caller has bounds-checked it.
 
     The ``np.ndarray`` constructor is used instead of ``as_strided`` because it is a single C

@@ -16,8 +16,9 @@ from .errors import DeviceError
 __all__ = ["ACC_OUT_DTYPES", "check_acc_pair", "fixpipe_convert"]
 
 ACC_OUT_DTYPES: dict[np.dtype, frozenset[np.dtype]] = {
-    np.dtype(np.float32): frozenset({np.dtype(np.float32), np.dtype(np.float16),
-                                     np.dtype(ml_dtypes.bfloat16)}),
+    np.dtype(np.float32): frozenset(
+        {np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
+    ),
     np.dtype(np.int32): frozenset({np.dtype(np.int32)}),
 }
 
@@ -28,7 +29,8 @@ def check_acc_pair(acc_dtype: np.dtype, out_dtype: np.dtype) -> None:
     if allowed is None or np.dtype(out_dtype) not in allowed:
         raise DeviceError(
             f"static check failed: Acc {np.dtype(acc_dtype).name} -> {np.dtype(out_dtype).name} "
-            "is not a supported fixpipe conversion (fp32 -> fp32/fp16/bf16, int32 -> int32)")
+            "is not a supported fixpipe conversion (fp32 -> fp32/fp16/bf16, int32 -> int32)"
+        )
 
 
 def fixpipe_convert(values: np.ndarray, out_dtype: np.dtype, relu: bool = False) -> np.ndarray:

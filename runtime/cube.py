@@ -27,8 +27,7 @@ __all__ = ["tmov", "tmatmul", "MATMUL_DTYPES"]
 _F16, _BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 _F32, _I8, _I32 = np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.int32)
 #: Allowed (C, A, B) dtype triples of TMATMUL on A2/A3 [MM].
-MATMUL_DTYPES = frozenset({(_I32, _I8, _I8), (_F32, _F16, _F16), (_F32, _F32, _F32),
-                           (_F32, _BF16, _BF16)})
+MATMUL_DTYPES = frozenset({(_I32, _I8, _I8), (_F32, _F16, _F16), (_F32, _F32, _F32), (_F32, _BF16, _BF16)})
 #: Every partial sum of k int8 products is an integer of magnitude <= k * 128 * 128; a float
 #: format holds all such integers exactly (whatever the BLAS summation order) below 2**mantissa.
 _F32_EXACT_K = 2**24 // (128 * 128)
@@ -37,8 +36,15 @@ _F64_EXACT_K = 2**53 // (128 * 128)
 _MOVES = {("Mat", "Left"), ("Mat", "Right"), ("Acc", "Vec"), ("Vec", "Vec"), ("Vec", "Mat")}
 
 
-def tmov(dst: TileBuf, src: TileBuf, row_off: int = 0, col_off: int = 0, *,
-         transpose: bool = False, relu: bool = False) -> None:
+def tmov(
+    dst: TileBuf,
+    src: TileBuf,
+    row_off: int = 0,
+    col_off: int = 0,
+    *,
+    transpose: bool = False,
+    relu: bool = False,
+) -> None:
     """Copy a window of ``src``'s logical matrix into all of ``dst`` (in ``dst``'s layout).
 
     Mat -> Left / Right is TEXTRACT: the window starts at (row_off, col_off), which must sit on
@@ -50,19 +56,25 @@ def tmov(dst: TileBuf, src: TileBuf, row_off: int = 0, col_off: int = 0, *,
     """
     dst._live()
     src._live()
-    static_check((src.space, dst.space) in _MOVES,
-                 lambda: f"TMOV {src.space} -> {dst.space} is not supported; allowed {sorted(_MOVES)}")
+    static_check(
+        (src.space, dst.space) in _MOVES,
+        lambda: f"TMOV {src.space} -> {dst.space} is not supported; allowed {sorted(_MOVES)}",
+    )
     nrows, ncols = (dst.cols, dst.rows) if transpose else (dst.rows, dst.cols)
     if src.space == "Mat":
         c0 = c0_of(src.dtype)
         if row_off % FRACTAL_ROWS or col_off % c0:
-            raise DeviceError(f"TEXTRACT offset ({row_off}, {col_off}) must be a multiple of "
-                              f"(16, c0 = {c0}) (the source fractal grid)")
+            raise DeviceError(
+                f"TEXTRACT offset ({row_off}, {col_off}) must be a multiple of "
+                f"(16, c0 = {c0}) (the source fractal grid)"
+            )
     if src.space == "Acc":
         check_acc_pair(src.dtype, dst.dtype)
     else:
-        static_check(src.dtype.itemsize == dst.dtype.itemsize and src.dtype == dst.dtype,
-                     lambda: f"TMOV {src.dtype.name} -> {dst.dtype.name} changes the dtype")
+        static_check(
+            src.dtype.itemsize == dst.dtype.itemsize and src.dtype == dst.dtype,
+            lambda: f"TMOV {src.dtype.name} -> {dst.dtype.name} changes the dtype",
+        )
         static_check(not relu, lambda: "relu exists on the fixpipe (Acc -> Vec) path only")
     win = src.window(row_off, col_off, nrows, ncols)
     if src.space == "Acc":
@@ -76,8 +88,12 @@ def _operands(acc: TileBuf, left: TileBuf, right: TileBuf) -> None:
         if t.space != space or t.layout != layout:
             static_check(False, f"TMATMUL operand must be a {space} {layout} tile, got {t!r}")
     triple = (acc.dtype, left.dtype, right.dtype)
-    static_check(triple in MATMUL_DTYPES, lambda: "TMATMUL dtypes (C, A, B) = "
-                 f"({', '.join(d.name for d in triple)}) not in the allowed triples")
+    static_check(
+        triple in MATMUL_DTYPES,
+        lambda: (
+            f"TMATMUL dtypes (C, A, B) = ({', '.join(d.name for d in triple)}) not in the allowed triples"
+        ),
+    )
 
 
 def _product(a: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
@@ -90,9 +106,17 @@ def _product(a: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
     return np.matmul(a.astype(np.float32), b.astype(np.float32))
 
 
-def tmatmul(acc: TileBuf, left: TileBuf, right: TileBuf, accumulate: bool,
-            m: int | None = None, k: int | None = None, n: int | None = None, *,
-            debug: bool = False) -> None:
+def tmatmul(
+    acc: TileBuf,
+    left: TileBuf,
+    right: TileBuf,
+    accumulate: bool,
+    m: int | None = None,
+    k: int | None = None,
+    n: int | None = None,
+    *,
+    debug: bool = False,
+) -> None:
     """TMATMUL (``accumulate=False``) / TMATMUL_ACC: ``C[i, j] (+)= sum_kk A[i, kk] B[kk, j]``.
 
     m, k, n default to Left.validRow, Left.validCol, Right.validCol.  C(i, j) is written at L0C
@@ -111,8 +135,10 @@ def tmatmul(acc: TileBuf, left: TileBuf, right: TileBuf, accumulate: bool,
     if m == 1:
         m = 16  # non-GEMV mad computes a whole 16-row fractal from stale Left rows 1..15
     if m > left.rows or k > left.cols or k > right.rows or n > right.cols:
-        raise DeviceError(f"TMATMUL m={m}, k={k}, n={n} exceeds Left {left.rows}x{left.cols} "
-                          f"or Right {right.rows}x{right.cols}")
+        raise DeviceError(
+            f"TMATMUL m={m}, k={k}, n={n} exceeds Left {left.rows}x{left.cols} "
+            f"or Right {right.rows}x{right.cols}"
+        )
     c = _product(left.window(0, 0, m, k), right.window(0, 0, k, n), k)
     m16, E = ceil16(m), acc.dtype.itemsize
     nfull, rem = divmod(n, 16)
@@ -125,4 +151,4 @@ def tmatmul(acc: TileBuf, left: TileBuf, right: TileBuf, accumulate: bool,
     if nfull:
         write_in_order(view[:nfull], new[:, : nfull * 16].reshape(m, nfull, 16).transpose(1, 0, 2))
     if rem:
-        view[nfull, :, :rem] = new[:, nfull * 16:]
+        view[nfull, :, :rem] = new[:, nfull * 16 :]

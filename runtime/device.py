@@ -51,8 +51,10 @@ class DeviceTensor:
         return not self.worker.gm.is_live(self.address)
 
     def __repr__(self) -> str:
-        return (f"DeviceTensor(worker={self.worker.device_id}, address={self.address:#x}, "
-                f"shape={self.shape}, dtype={self.dtype.name}{', freed' if self.freed else ''})")
+        return (
+            f"DeviceTensor(worker={self.worker.device_id}, address={self.address:#x}, "
+            f"shape={self.shape}, dtype={self.dtype.name}{', freed' if self.freed else ''})"
+        )
 
 
 class Worker:
@@ -67,8 +69,9 @@ class Worker:
     def __repr__(self) -> str:
         return f"Worker(device_id={self.device_id}, target={self.target!r})"
 
-    def alloc_tensor(self, shape: Sequence[int], dtype: np.dtype | type,
-                     init: np.ndarray | None = None) -> DeviceTensor:
+    def alloc_tensor(
+        self, shape: Sequence[int], dtype: np.dtype | type, init: np.ndarray | None = None
+    ) -> DeviceTensor:
         """Allocate a tensor; ``init`` (same shape, same dtype) is uploaded, else zeros."""
         dt = np.dtype(dtype)
         shape = tuple(operator.index(d) for d in shape)
@@ -102,8 +105,10 @@ class Worker:
         if not isinstance(t, DeviceTensor):
             raise DispatchError(f"{what}: expected a DeviceTensor, got {type(t).__name__}")
         if t.worker is not self:
-            raise DispatchError(f"{what} {t!r} lives on worker {t.worker.device_id}, "
-                                f"not on worker {self.device_id}; copy it over first")
+            raise DispatchError(
+                f"{what} {t!r} lives on worker {t.worker.device_id}, "
+                f"not on worker {self.device_id}; copy it over first"
+            )
         if t.freed:
             raise DispatchError(f"{what} {t!r} was freed (use after free)")
         return t
@@ -111,8 +116,10 @@ class Worker:
     @staticmethod
     def _host_array(data: object, shape: tuple[int, ...], dt: np.dtype, what: str) -> np.ndarray:
         if isinstance(data, np.ndarray) and data.dtype != dt:
-            raise DispatchError(f"{what}: dtype {data.dtype.name} does not match {dt.name} "
-                                "(no implicit casts: the bytes are uploaded as they are)")
+            raise DispatchError(
+                f"{what}: dtype {data.dtype.name} does not match {dt.name} "
+                "(no implicit casts: the bytes are uploaded as they are)"
+            )
         arr = np.asarray(data, dtype=dt)
         if arr.shape != shape:
             raise DispatchError(f"{what}: shape {arr.shape} does not match {shape}")
@@ -126,8 +133,9 @@ class StackedDeviceTensor:
     receives one rank's shard, never a sub-stack spanning devices.
     """
 
-    def __init__(self, shards: Sequence[DeviceTensor], full_shape: Sequence[int],
-                 worker_ids: Sequence[int]) -> None:
+    def __init__(
+        self, shards: Sequence[DeviceTensor], full_shape: Sequence[int], worker_ids: Sequence[int]
+    ) -> None:
         shards, worker_ids = tuple(shards), tuple(int(w) for w in worker_ids)
         full_shape = tuple(int(d) for d in full_shape)
         if not full_shape:
@@ -135,20 +143,28 @@ class StackedDeviceTensor:
         if not (len(shards) == full_shape[0] == len(worker_ids)):
             raise DispatchError(
                 f"StackedDeviceTensor: {len(shards)} shards, full_shape[0] = {full_shape[0]} and "
-                f"{len(worker_ids)} worker ids must all be equal")
+                f"{len(worker_ids)} worker ids must all be equal"
+            )
         for i, (s, w) in enumerate(zip(shards, worker_ids)):
             if not isinstance(s, DeviceTensor):
-                raise DispatchError(f"StackedDeviceTensor: shard {i} is a {type(s).__name__}, "
-                                    "expected a DeviceTensor")
+                raise DispatchError(
+                    f"StackedDeviceTensor: shard {i} is a {type(s).__name__}, expected a DeviceTensor"
+                )
             if s.shape != full_shape[1:]:
-                raise DispatchError(f"StackedDeviceTensor: shard {i} has shape {s.shape}, "
-                                    f"expected full_shape[1:] = {full_shape[1:]}")
+                raise DispatchError(
+                    f"StackedDeviceTensor: shard {i} has shape {s.shape}, "
+                    f"expected full_shape[1:] = {full_shape[1:]}"
+                )
             if s.dtype != shards[0].dtype:
-                raise DispatchError(f"StackedDeviceTensor: shard {i} has dtype {s.dtype.name}, "
-                                    f"shard 0 has {shards[0].dtype.name}")
+                raise DispatchError(
+                    f"StackedDeviceTensor: shard {i} has dtype {s.dtype.name}, "
+                    f"shard 0 has {shards[0].dtype.name}"
+                )
             if s.worker.device_id != w:
-                raise DispatchError(f"StackedDeviceTensor: shard {i} lives on worker "
-                                    f"{s.worker.device_id}, worker_ids[{i}] says {w}")
+                raise DispatchError(
+                    f"StackedDeviceTensor: shard {i} lives on worker "
+                    f"{s.worker.device_id}, worker_ids[{i}] says {w}"
+                )
             if s.freed:
                 raise DispatchError(f"StackedDeviceTensor: shard {i} was freed")
         self.shards = shards
@@ -172,8 +188,9 @@ class StackedDeviceTensor:
 
     def __getitem__(self, i: object) -> DeviceTensor:
         if isinstance(i, bool) or not isinstance(i, int | np.integer):
-            raise DispatchError(f"StackedDeviceTensor index must be an int (one rank's shard), "
-                                f"got {type(i).__name__} {i!r}")
+            raise DispatchError(
+                f"StackedDeviceTensor index must be an int (one rank's shard), got {type(i).__name__} {i!r}"
+            )
         n = len(self.shards)
         j = int(i) + n if int(i) < 0 else int(i)
         if not 0 <= j < n:
@@ -181,8 +198,10 @@ class StackedDeviceTensor:
         return self.shards[j]
 
     def __repr__(self) -> str:
-        return (f"StackedDeviceTensor(full_shape={self.full_shape}, dtype={self.dtype.name}, "
-                f"worker_ids={self.worker_ids})")
+        return (
+            f"StackedDeviceTensor(full_shape={self.full_shape}, dtype={self.dtype.name}, "
+            f"worker_ids={self.worker_ids})"
+        )
 
 
 class Cluster:
@@ -202,8 +221,9 @@ class Cluster:
         """Upload ``host_array[r]`` to rank r; ``host_array.shape[0]`` must equal ``n_ranks``."""
         a = np.asarray(host_array)
         if a.ndim < 1 or a.shape[0] != self.n_ranks:
-            raise DispatchError(f"alloc_stacked_tensor: leading axis of shape {a.shape} must be "
-                                f"the rank count {self.n_ranks}")
+            raise DispatchError(
+                f"alloc_stacked_tensor: leading axis of shape {a.shape} must be the rank count {self.n_ranks}"
+            )
         shards = [w.alloc_tensor(a.shape[1:], a.dtype, init=a[r]) for r, w in enumerate(self.workers)]
         return StackedDeviceTensor(shards, a.shape, range(self.n_ranks))
 

@@ -39,8 +39,7 @@ class ParamSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
-        object.__setattr__(self, "shape", tuple(d if isinstance(d, str) else int(d)
-                                                for d in self.shape))
+        object.__setattr__(self, "shape", tuple(d if isinstance(d, str) else int(d) for d in self.shape))
         if self.layout not in ("ND", "NZ"):
             raise ValueError(f"ParamSpec {self.name!r}: layout must be 'ND' or 'NZ'")
 
@@ -55,7 +54,7 @@ def blocked_view_shape(logical_shape: Sequence[int], dtype: np.dtype | type) -> 
 
 def _rank_note(spec: ParamSpec) -> str:
     if spec.layout == "NZ" and spec.shape and isinstance(spec.shape[0], str) and len(spec.shape) == 3:
-        return (" (NZ-29: a dynamic-batch NZ parameter takes a rank-3 argument)")
+        return " (NZ-29: a dynamic-batch NZ parameter takes a rank-3 argument)"
     if spec.layout == "NZ":
         return " (NZ-29: an NZ argument has the parameter's logical rank)"
     return ""
@@ -66,8 +65,10 @@ def _arg_facts(spec: ParamSpec, arg: object, worker: Worker | None) -> tuple[tup
     who = f"parameter {spec.name!r}"
     if isinstance(arg, np.ndarray):
         if not arg.flags.c_contiguous:
-            raise DispatchError(f"{who} expects a C-contiguous array, got strides {arg.strides} "
-                                "(pass np.ascontiguousarray(x))")
+            raise DispatchError(
+                f"{who} expects a C-contiguous array, got strides {arg.strides} "
+                "(pass np.ascontiguousarray(x))"
+            )
         if spec.is_output and not arg.flags.writeable:
             raise DispatchError(f"{who} is an output and needs a writable array")
         return arg.shape, arg.dtype
@@ -75,20 +76,22 @@ def _arg_facts(spec: ParamSpec, arg: object, worker: Worker | None) -> tuple[tup
         if arg.freed:
             raise DispatchError(f"{who} got a freed DeviceTensor {arg!r} (use after free)")
         if worker is not None and arg.worker is not worker:
-            raise DispatchError(f"{who} got a DeviceTensor of worker {arg.worker.device_id}, the "
-                                f"call runs on worker {worker.device_id}")
+            raise DispatchError(
+                f"{who} got a DeviceTensor of worker {arg.worker.device_id}, the "
+                f"call runs on worker {worker.device_id}"
+            )
         return arg.shape, arg.dtype
     if isinstance(arg, StackedDeviceTensor):
         for i, s in enumerate(arg.shards):
             if s.freed:
                 raise DispatchError(f"{who}: shard {i} of {arg!r} was freed (use after free)")
         return arg.full_shape, arg.dtype
-    raise DispatchError(f"{who} expects a numpy array, DeviceTensor or StackedDeviceTensor, "
-                        f"got {type(arg).__name__}")
+    raise DispatchError(
+        f"{who} expects a numpy array, DeviceTensor or StackedDeviceTensor, got {type(arg).__name__}"
+    )
 
 
-def check_arg(spec: ParamSpec, arg: object, bindings: dict[str, int],
-              worker: Worker | None = None) -> None:
+def check_arg(spec: ParamSpec, arg: object, bindings: dict[str, int], worker: Worker | None = None) -> None:
     """Check one argument against ``spec``, extending ``bindings`` of named dynamic dims."""
     shape, dtype = _arg_facts(spec, arg, worker)
     who = f"parameter {spec.name!r}"
@@ -100,21 +103,27 @@ def check_arg(spec: ParamSpec, arg: object, bindings: dict[str, int],
         except ValueError as e:
             raise DispatchError(f"{who}: {e}") from None
     if len(shape) != len(spec.shape):
-        raise DispatchError(f"{who} expects rank {len(spec.shape)} {spec.describe()}"
-                            f"{_rank_note(spec)}, got rank {len(shape)} {tuple(shape)}")
+        raise DispatchError(
+            f"{who} expects rank {len(spec.shape)} {spec.describe()}"
+            f"{_rank_note(spec)}, got rank {len(shape)} {tuple(shape)}"
+        )
     for axis, (want, got) in enumerate(zip(spec.shape, shape)):
         if isinstance(want, str):
             bound = bindings.setdefault(want, int(got))
             if bound != got:
-                raise DispatchError(f"{who} axis {axis} is the dynamic dim {want!r} = {bound} "
-                                    f"(bound by an earlier argument), got {got} in {tuple(shape)}")
+                raise DispatchError(
+                    f"{who} axis {axis} is the dynamic dim {want!r} = {bound} "
+                    f"(bound by an earlier argument), got {got} in {tuple(shape)}"
+                )
         elif want != got:
-            raise DispatchError(f"{who} expects shape {spec.describe()}, got {tuple(shape)} "
-                                f"(axis {axis}: {got} != {want})")
+            raise DispatchError(
+                f"{who} expects shape {spec.describe()}, got {tuple(shape)} (axis {axis}: {got} != {want})"
+            )
 
 
-def check_args(specs: Sequence[ParamSpec], args: Sequence[object] | Mapping[str, object],
-               worker: Worker | None = None) -> dict[str, int]:
+def check_args(
+    specs: Sequence[ParamSpec], args: Sequence[object] | Mapping[str, object], worker: Worker | None = None
+) -> dict[str, int]:
     """Validate every argument before dispatch; return the dynamic-dim bindings.
 
     ``args`` is positional (one per spec) or a mapping by parameter name.  With ``worker``,
@@ -127,8 +136,9 @@ def check_args(specs: Sequence[ParamSpec], args: Sequence[object] | Mapping[str,
             raise DispatchError(f"arguments: missing {missing}, unexpected {extra}")
         args = [args[s.name] for s in specs]
     if len(args) != len(specs):
-        raise DispatchError(f"expects {len(specs)} arguments "
-                            f"({', '.join(s.name for s in specs)}), got {len(args)}")
+        raise DispatchError(
+            f"expects {len(specs)} arguments ({', '.join(s.name for s in specs)}), got {len(args)}"
+        )
     bindings: dict[str, int] = {}
     for spec, arg in zip(specs, args):
         check_arg(spec, arg, bindings, worker)
@@ -155,7 +165,7 @@ def run_ranks(fns: Mapping[int, Callable[[], Any]]) -> dict[int, Any]:
     re-raised with its message prefixed ``"rank r: "``.
     """
     if len(fns) == 1:
-        (rank, fn), = fns.items()
+        ((rank, fn),) = fns.items()
         try:
             return {rank: fn()}
         except Exception as e:

@@ -23,8 +23,18 @@ import numpy as np
 from ._strided import overlaps_itself
 from .errors import DeviceError, HardwareDefectWarning
 
-__all__ = ["Memory", "u16", "ceil16", "static_check", "pto_assert", "defect_warning", "copy_bursts",
-           "dma_burst", "write_in_order", "MAX_N_BURST"]
+__all__ = [
+    "Memory",
+    "u16",
+    "ceil16",
+    "static_check",
+    "pto_assert",
+    "defect_warning",
+    "copy_bursts",
+    "dma_burst",
+    "write_in_order",
+    "MAX_N_BURST",
+]
 
 #: nBurst is a 16-bit field but the DMA engine only accepts 1..4095 [ASC].
 MAX_N_BURST = 4095
@@ -72,8 +82,9 @@ def pto_assert(cond: bool, msg: Message, debug: bool) -> None:
         return
     if debug:
         raise DeviceError(f"PTO_ASSERT failed: {_text(msg)}")
-    warnings.warn(f"PTO_ASSERT (no-op in release) would fail: {_text(msg)}", HardwareDefectWarning,
-                  stacklevel=3)
+    warnings.warn(
+        f"PTO_ASSERT (no-op in release) would fail: {_text(msg)}", HardwareDefectWarning, stacklevel=3
+    )
 
 
 def write_in_order(dst: np.ndarray, values: np.ndarray, add: bool = False) -> None:
@@ -89,9 +100,19 @@ def write_in_order(dst: np.ndarray, values: np.ndarray, add: bool = False) -> No
         write_in_order(dst[i], values[i], add)
 
 
-def copy_bursts(src: Memory, src_addr: int, dst: Memory, dst_addr: int, *, n_burst: int,
-                nbytes: int, src_pitch: int, dst_pitch: int,
-                batch: Sequence[tuple[int, int, int]] = (), add_dtype: np.dtype | None = None) -> None:
+def copy_bursts(
+    src: Memory,
+    src_addr: int,
+    dst: Memory,
+    dst_addr: int,
+    *,
+    n_burst: int,
+    nbytes: int,
+    src_pitch: int,
+    dst_pitch: int,
+    batch: Sequence[tuple[int, int, int]] = (),
+    add_dtype: np.dtype | None = None,
+) -> None:
     """Copy ``n_burst`` runs of ``nbytes`` bytes, runs ``src_pitch`` / ``dst_pitch`` bytes apart.
 
     ``batch`` adds outer loops ``(count, src_step, dst_step)`` (bytes), outermost first.  With
@@ -107,9 +128,18 @@ def copy_bursts(src: Memory, src_addr: int, dst: Memory, dst_addr: int, *, n_bur
         write_in_order(d, s)
 
 
-def dma_burst(src: Memory, src_addr: int, dst: Memory, dst_addr: int, *, n_burst: int,
-              len_burst: int, src_gap: int, dst_gap: int,
-              batch: Sequence[tuple[int, int, int]] = ()) -> None:
+def dma_burst(
+    src: Memory,
+    src_addr: int,
+    dst: Memory,
+    dst_addr: int,
+    *,
+    n_burst: int,
+    len_burst: int,
+    src_gap: int,
+    dst_gap: int,
+    batch: Sequence[tuple[int, int, int]] = (),
+) -> None:
     """One ``copy_gm_to_cbuf`` / ``copy_cbuf_to_gm`` (units of 32 B, all fields 16-bit).
 
     Fields are narrowed here, silently, as the intrinsic does.  nBurst outside 1..4095 or a zero
@@ -117,9 +147,19 @@ def dma_burst(src: Memory, src_addr: int, dst: Memory, dst_addr: int, *, n_burst
     """
     n, ln, sg, dg = u16(n_burst), u16(len_burst), u16(src_gap), u16(dst_gap)
     if not 1 <= n <= MAX_N_BURST:
-        raise DeviceError(f"DMA nBurst = {n} (from {n_burst}) is outside 1..{MAX_N_BURST}: "
-                          "hardware-undefined")
+        raise DeviceError(
+            f"DMA nBurst = {n} (from {n_burst}) is outside 1..{MAX_N_BURST}: hardware-undefined"
+        )
     if ln < 1:
         raise DeviceError(f"DMA lenBurst = {ln} (from {len_burst}) must be >= 1 block of 32 B")
-    copy_bursts(src, src_addr, dst, dst_addr, n_burst=n, nbytes=ln * 32,
-                src_pitch=(ln + sg) * 32, dst_pitch=(ln + dg) * 32, batch=batch)
+    copy_bursts(
+        src,
+        src_addr,
+        dst,
+        dst_addr,
+        n_burst=n,
+        nbytes=ln * 32,
+        src_pitch=(ln + sg) * 32,
+        dst_pitch=(ln + dg) * 32,
+        batch=batch,
+    )

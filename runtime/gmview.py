@@ -51,8 +51,10 @@ class GmView:
         object.__setattr__(self, "strides", tuple(int(s) for s in self.strides))
         object.__setattr__(self, "addr", int(self.addr))
         if not 1 <= len(self.shape) <= 5 or len(self.strides) != len(self.shape):
-            raise DeviceError(f"GmView needs rank 1..5 with one stride per axis, got shape "
-                              f"{self.shape} strides {self.strides}")
+            raise DeviceError(
+                f"GmView needs rank 1..5 with one stride per axis, got shape "
+                f"{self.shape} strides {self.strides}"
+            )
         if self.layout not in ("ND", "NZ"):
             raise DeviceError(f"GmView layout must be 'ND' or 'NZ', got {self.layout!r}")
 
@@ -72,8 +74,9 @@ class GmView:
         return (pad,) * (5 - len(self.strides)) + self.strides  # type: ignore[return-value]
 
     @classmethod
-    def dense(cls, addr: int, logical_shape: Sequence[int], dtype: np.dtype | type,
-              layout: str = "ND") -> GmView:
+    def dense(
+        cls, addr: int, logical_shape: Sequence[int], dtype: np.dtype | type, layout: str = "ND"
+    ) -> GmView:
         """View of a whole dense tensor: ND keeps its shape (leading axes folded past rank 5),
         NZ gets the blocked rank-5 shape with row-major strides (NZ-5, NZ-7, NZ-32)."""
         shape = tuple(int(d) for d in logical_shape)
@@ -94,15 +97,22 @@ class GmView:
         """
         offsets, sizes = tuple(int(o) for o in offsets), tuple(int(s) for s in sizes)
         if len(offsets) != len(self.shape) or len(sizes) != len(self.shape):
-            raise DeviceError(f"partition of a rank-{len(self.shape)} view needs "
-                              f"{len(self.shape)} offsets and sizes, got {offsets} / {sizes}")
+            raise DeviceError(
+                f"partition of a rank-{len(self.shape)} view needs "
+                f"{len(self.shape)} offsets and sizes, got {offsets} / {sizes}"
+            )
         delta = sum(o * s for o, s in zip(offsets, self.strides)) * self.dtype.itemsize
         return self._trusted(self.addr + delta, sizes)
 
     def _trusted(self, addr: int, shape: tuple[int, ...]) -> GmView:
         """Same dtype / strides / layout, new addr and shape, skipping re-validation (hot path)."""
         v = object.__new__(GmView)
-        for k, val in (("addr", addr), ("dtype", self.dtype), ("shape", shape),
-                       ("strides", self.strides), ("layout", self.layout)):
+        for k, val in (
+            ("addr", addr),
+            ("dtype", self.dtype),
+            ("shape", shape),
+            ("strides", self.strides),
+            ("layout", self.layout),
+        ):
             object.__setattr__(v, k, val)
         return v

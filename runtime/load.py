@@ -23,13 +23,38 @@ from .gmview import GmView
 from .memory import GlobalMemory
 from .tile import TileBuf
 
-__all__ = ["tload", "nz_load", "nz_load_ub", "nd2nz_load", "nd2nd_load_l1", "nd2nd_load_ub",
-           "TLOAD_DTYPES", "batch_offsets", "check_nz_view", "nd_batch"]
+__all__ = [
+    "tload",
+    "nz_load",
+    "nz_load_ub",
+    "nd2nz_load",
+    "nd2nd_load_l1",
+    "nd2nd_load_ub",
+    "TLOAD_DTYPES",
+    "batch_offsets",
+    "check_nz_view",
+    "nd_batch",
+]
 
 #: CheckNormalTileData dtype set [TLC L299-330]; fp8 (one byte) is accepted for the A5 target.
-TLOAD_DTYPES = frozenset(np.dtype(t) for t in (
-    np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64, np.float16,
-    np.float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2))
+TLOAD_DTYPES = frozenset(
+    np.dtype(t)
+    for t in (
+        np.int8,
+        np.uint8,
+        np.int16,
+        np.uint16,
+        np.int32,
+        np.uint32,
+        np.int64,
+        np.uint64,
+        np.float16,
+        np.float32,
+        ml_dtypes.bfloat16,
+        ml_dtypes.float8_e4m3fn,
+        ml_dtypes.float8_e5m2,
+    )
+)
 
 
 def _dtype_ok(dt: np.dtype) -> bool:
@@ -50,17 +75,30 @@ def batch_offsets(g0: int, s0: int) -> list[int] | None:
 def tload(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False) -> None:
     """TLOAD(tile, src): dispatch on (GM layout, tile space, tile layout) like TLOAD_TILE_IMPL."""
     tile._live()
-    static_check(tile.space in ("Vec", "Mat"), lambda: f"TLOAD destination must be Vec or Mat, got {tile.space}")
-    static_check(_dtype_ok(tile.dtype) and _dtype_ok(src.dtype),
-            lambda: f"TLOAD dtype {src.dtype.name} -> {tile.dtype.name} not supported")
-    static_check(tile.dtype.itemsize == src.dtype.itemsize,
-            lambda: f"sizeof(tile T) {tile.dtype.itemsize} != sizeof(GM T) {src.dtype.itemsize}")
-    static_check(src.dtype.itemsize < 8 or (src.layout == "ND" and tile.layout == "ND"),
-            lambda: "64-bit dtypes load ND2ND only")
-    pto_assert(all(g > 0 for g in src.shape5) and tile.valid_row > 0 and tile.valid_col > 0,
-               lambda: f"shapes {src.shape5} and valid {tile.valid_row}x{tile.valid_col} must be > 0", debug)
+    static_check(
+        tile.space in ("Vec", "Mat"), lambda: f"TLOAD destination must be Vec or Mat, got {tile.space}"
+    )
+    static_check(
+        _dtype_ok(tile.dtype) and _dtype_ok(src.dtype),
+        lambda: f"TLOAD dtype {src.dtype.name} -> {tile.dtype.name} not supported",
+    )
+    static_check(
+        tile.dtype.itemsize == src.dtype.itemsize,
+        lambda: f"sizeof(tile T) {tile.dtype.itemsize} != sizeof(GM T) {src.dtype.itemsize}",
+    )
+    static_check(
+        src.dtype.itemsize < 8 or (src.layout == "ND" and tile.layout == "ND"),
+        lambda: "64-bit dtypes load ND2ND only",
+    )
+    pto_assert(
+        all(g > 0 for g in src.shape5) and tile.valid_row > 0 and tile.valid_col > 0,
+        lambda: f"shapes {src.shape5} and valid {tile.valid_row}x{tile.valid_col} must be > 0",
+        debug,
+    )
     if src.layout == "NZ":
-        static_check(tile.layout == "NZ", lambda: f"NZ GM into a {tile.space} {tile.layout} tile is not supported")
+        static_check(
+            tile.layout == "NZ", lambda: f"NZ GM into a {tile.space} {tile.layout} tile is not supported"
+        )
         if tile.space == "Mat":
             return nz_load(gm, src, tile, debug)
         return nz_load_ub(gm, src, tile, debug)
@@ -75,11 +113,17 @@ def tload(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False) -> 
 
 def check_nz_view(src: GmView, what: str) -> tuple[int, ...]:
     c0 = 32 // src.itemsize
-    static_check(len(src.shape) == 5, lambda: f"{what}: layout=nz requires a rank-5 view (NZ-6), got "
-            f"shape {src.shape}")
+    static_check(
+        len(src.shape) == 5, lambda: f"{what}: layout=nz requires a rank-5 view (NZ-6), got shape {src.shape}"
+    )
     g = src.shape5
-    static_check(g[3] == 16 and g[4] == c0, lambda: f"{what}: CheckNzFormat needs shape[3] == 16 and "
-            f"shape[4] == c0 = {c0} for {src.dtype.name}, got {g}")
+    static_check(
+        g[3] == 16 and g[4] == c0,
+        lambda: (
+            f"{what}: CheckNzFormat needs shape[3] == 16 and "
+            f"shape[4] == c0 = {c0} for {src.dtype.name}, got {g}"
+        ),
+    )
     return g
 
 
@@ -95,14 +139,19 @@ def nz_load(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False) -
     s0, s1 = src.strides5[0], src.strides5[1]
     E, rows, vr = src.itemsize, tile.rows, tile.valid_row
     pto_assert(vr == g2 * g3, lambda: f"validRow {vr} == gShape2*gShape3 = {g2 * g3}", debug)
-    pto_assert(tile.valid_col == g0 * g1 * g4,
-               lambda: f"validCol {tile.valid_col} == gShape0*gShape1*gShape4 = {g0 * g1 * g4}", debug)
+    pto_assert(
+        tile.valid_col == g0 * g1 * g4,
+        lambda: f"validCol {tile.valid_col} == gShape0*gShape1*gShape4 = {g0 * g1 * g4}",
+        debug,
+    )
     pto_assert(g1 < 4096, lambda: f"gShape1 {g1} < 4096", debug)
     gap_true = (((s1 - g2 * g3 * g4) * E) % 2**64) >> 5
     gap_sent = u16(gap_true % 2**32)
     if g1 >= 2 and gap_sent != gap_true:
-        defect_warning(f"NZ gmGap wrapped (pto-isa#317): true gap {gap_true} blocks of 32 B sent "
-                       f"as {gap_sent}; column blocks 1..{g1 - 1} are read from the wrong rows")
+        defect_warning(
+            f"NZ gmGap wrapped (pto-isa#317): true gap {gap_true} blocks of 32 B sent "
+            f"as {gap_sent}; column blocks 1..{g1 - 1} are read from the wrong rows"
+        )
     dst_step = rows * g1 * g4 * E
     fields = dict(n_burst=g1, len_burst=vr, src_gap=gap_sent, dst_gap=(rows - vr) % 2**32)
     offs = batch_offsets(g0, s0)
@@ -127,8 +176,9 @@ def nz_load_ub(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False
     ub_gap = u16(rows - vr)
     dst_step = rows * g1 * g4 * E
     offs = batch_offsets(g0, s0)
-    kw = dict(n_burst=g1, nbytes=len_bytes, src_pitch=len_bytes + gap_bytes,
-              dst_pitch=len_bytes + ub_gap * 32)
+    kw = dict(
+        n_burst=g1, nbytes=len_bytes, src_pitch=len_bytes + gap_bytes, dst_pitch=len_bytes + ub_gap * 32
+    )
     if offs is None:
         copy_bursts(gm, src.addr, tile, 0, batch=[(g0, s0 * E, dst_step)] if g0 > 1 else [], **kw)
         return
@@ -145,7 +195,9 @@ def nd2nz_load(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False
     g0, g1, g2, g3, g4 = src.shape5
     s3 = src.strides5[3]
     E, c0 = src.itemsize, 32 // src.itemsize
-    static_check(g0 == g1 == g2 == 1, lambda: f"ND2NZ only supports 2 dims (shape[0..2] == 1), got {src.shape5}")
+    static_check(
+        g0 == g1 == g2 == 1, lambda: f"ND2NZ only supports 2 dims (shape[0..2] == 1), got {src.shape5}"
+    )
     static_check(tile.rows <= 16384, lambda: f"ND2NZ tile Rows {tile.rows} <= 16384")
     pto_assert(1 <= g3 <= 16384, lambda: f"gShape3 {g3} in [1, 16384]", debug)
     pto_assert(1 <= g4 <= 65535, lambda: f"gShape4 {g4} in [1, 65535]", debug)
@@ -168,8 +220,11 @@ def nd2nz_load(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False
 def nd_checks(src: GmView, tile: TileBuf, debug: bool) -> tuple[int, ...]:
     g0, g1, g2, g3, g4 = src.shape5
     pto_assert(tile.valid_col == g4, lambda: f"validCol {tile.valid_col} == gShape4 {g4}", debug)
-    pto_assert(tile.valid_row == g0 * g1 * g2 * g3,
-               lambda: f"validRow {tile.valid_row} == g0*g1*g2*g3 = {g0 * g1 * g2 * g3}", debug)
+    pto_assert(
+        tile.valid_row == g0 * g1 * g2 * g3,
+        lambda: f"validRow {tile.valid_row} == g0*g1*g2*g3 = {g0 * g1 * g2 * g3}",
+        debug,
+    )
     pto_assert(g3 < 4096, lambda: f"gShape3 {g3} < 4096", debug)
     return g0, g1, g2, g3, g4
 
@@ -193,8 +248,17 @@ def nd2nd_load_l1(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = Fa
     if g3 >= 2 and gap_sent != gap_true:
         defect_warning(f"ND2ND L1 gmGap wrapped: {gap_true} blocks of 32 B sent as {gap_sent}")
     l1_gap = (((tile.cols - tile.valid_col) * E) % 2**32) >> 5
-    dma_burst(gm, src.addr, tile, 0, n_burst=g3, len_burst=((tile.valid_col * E) % 2**32) >> 5,
-              src_gap=gap_sent, dst_gap=l1_gap, batch=nd_batch(src, tile))
+    dma_burst(
+        gm,
+        src.addr,
+        tile,
+        0,
+        n_burst=g3,
+        len_burst=((tile.valid_col * E) % 2**32) >> 5,
+        src_gap=gap_sent,
+        dst_gap=l1_gap,
+        batch=nd_batch(src, tile),
+    )
 
 
 def nd2nd_load_ub(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False) -> None:
@@ -207,5 +271,14 @@ def nd2nd_load_ub(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = Fa
     len_bytes = (tile.valid_col * E) % 2**32
     gap = ((src.strides5[3] - tile.valid_col) * E) % 2**32
     ub_pitch = -(-len_bytes // 32) * 32 + u16((tile.cols * E - -(-len_bytes // 32) * 32) // 32) * 32
-    copy_bursts(gm, src.addr, tile, 0, n_burst=g3, nbytes=len_bytes, src_pitch=len_bytes + gap,
-                dst_pitch=ub_pitch, batch=nd_batch(src, tile))
+    copy_bursts(
+        gm,
+        src.addr,
+        tile,
+        0,
+        n_burst=g3,
+        nbytes=len_bytes,
+        src_pitch=len_bytes + gap,
+        dst_pitch=ub_pitch,
+        batch=nd_batch(src, tile),
+    )

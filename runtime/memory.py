@@ -35,14 +35,27 @@ _GM_BASE = 0x10000
 _K = 1024
 #: Capacities in bytes per target and space (hardware-model.md §7, pto-isa buffer_limits.hpp).
 CAPACITIES: dict[str, dict[str, int]] = {
-    "A2A3": {"Vec": 192 * _K, "Mat": 512 * _K, "Left": 64 * _K, "Right": 64 * _K,
-             "Acc": 128 * _K, "Bias": 1 * _K, "FBuf": 2 * _K},
-    "A5": {"Vec": 256 * _K, "Mat": 512 * _K, "Left": 64 * _K, "Right": 64 * _K,
-           "Acc": 256 * _K, "Bias": 4 * _K, "FBuf": 4 * _K},
+    "A2A3": {
+        "Vec": 192 * _K,
+        "Mat": 512 * _K,
+        "Left": 64 * _K,
+        "Right": 64 * _K,
+        "Acc": 128 * _K,
+        "Bias": 1 * _K,
+        "FBuf": 2 * _K,
+    },
+    "A5": {
+        "Vec": 256 * _K,
+        "Mat": 512 * _K,
+        "Left": 64 * _K,
+        "Right": 64 * _K,
+        "Acc": 256 * _K,
+        "Bias": 4 * _K,
+        "FBuf": 4 * _K,
+    },
 }
 #: Hardware names used in messages, so a capacity error reads like the pto-isa one.
-HW_NAMES = {"Vec": "UB", "Mat": "L1", "Left": "L0A", "Right": "L0B", "Acc": "L0C",
-            "Bias": "BT", "FBuf": "FB"}
+HW_NAMES = {"Vec": "UB", "Mat": "L1", "Left": "L0A", "Right": "L0B", "Acc": "L0C", "Bias": "BT", "FBuf": "FB"}
 
 
 @dataclass
@@ -123,10 +136,12 @@ class GlobalMemory:
         if a is None or hi > a.base + a.nbytes:
             raise DeviceError(
                 f"GM access to bytes [{lo:#x}, {hi:#x}) is outside every allocation"
-                + (f" (nearest: [{a.base:#x}, {a.base + a.nbytes:#x}))" if a is not None else ""))
+                + (f" (nearest: [{a.base:#x}, {a.base + a.nbytes:#x}))" if a is not None else "")
+            )
         if a.data is None:
-            raise DeviceError(f"GM access to bytes [{lo:#x}, {hi:#x}): allocation at "
-                              f"{a.base:#x} was freed (use after free)")
+            raise DeviceError(
+                f"GM access to bytes [{lo:#x}, {hi:#x}): allocation at {a.base:#x} was freed (use after free)"
+            )
         return strided_bytes(a.data, addr - a.base, shape, byte_strides)
 
     def read(self, addr: int, nbytes: int) -> np.ndarray:
@@ -175,7 +190,8 @@ class OnChip:
                 raise DeviceError(
                     f"{space} ({HW_NAMES[space]}) capacity exceeded: {live} bytes live > {cap} "
                     f"bytes on {self.target} (requested {need} bytes with {self.live[space]} "
-                    f"already live); use smaller tiles or free tiles earlier")
+                    f"already live); use smaller tiles or free tiles earlier"
+                )
             self.live[space] = live
             self.peak[space] = max(self.peak[space], live)
 
@@ -184,12 +200,19 @@ class OnChip:
         with self._lock:
             self.live[space] -= need
 
-    def alloc_tile(self, space: str, rows: int, cols: int, dtype: np.dtype | type, *,
-                   layout: str | None = None, valid_row: int | None = None,
-                   valid_col: int | None = None) -> TileBuf:
+    def alloc_tile(
+        self,
+        space: str,
+        rows: int,
+        cols: int,
+        dtype: np.dtype | type,
+        *,
+        layout: str | None = None,
+        valid_row: int | None = None,
+        valid_col: int | None = None,
+    ) -> TileBuf:
         """Create a zeroed tile in ``space`` and account its bytes (DeviceError on overflow)."""
-        tile = TileBuf(space, dtype, rows, cols, layout=layout, valid_row=valid_row,
-                       valid_col=valid_col)
+        tile = TileBuf(space, dtype, rows, cols, layout=layout, valid_row=valid_row, valid_col=valid_col)
         self.reserve(space, tile.nbytes)
         tile._owner = self
         return tile

@@ -33,8 +33,7 @@ def _check_nz_plane(shape: Sequence[int], dtype: np.dtype) -> tuple[int, int, in
     dt = np.dtype(dtype)
     if itemsize_bits(dt) < 8:
         raise ValueError(
-            f"NZ-33: sub-byte dtype {dt.name} is not supported for NZ; keep the tensor ND "
-            "or widen it to int8"
+            f"NZ-33: sub-byte dtype {dt.name} is not supported for NZ; keep the tensor ND or widen it to int8"
         )
     c0 = c0_of(dt)
     shape = tuple(int(d) for d in shape)
@@ -97,10 +96,13 @@ def _transcode(a: np.ndarray, to_nz: bool, out: np.ndarray | None = None) -> np.
     _, R, C, c0 = _check_nz_plane(a.shape, a.dtype)
     if out is None:
         out = np.empty(a.shape, dtype=a.dtype)
-    elif out.shape != a.shape or out.dtype != a.dtype or not out.flags.c_contiguous \
-            or not out.flags.writeable:
-        raise ValueError(f"out must be a writable C-contiguous {a.dtype.name} array of shape "
-                         f"{a.shape}, got {out.dtype.name} {out.shape}")
+    elif (
+        out.shape != a.shape or out.dtype != a.dtype or not out.flags.c_contiguous or not out.flags.writeable
+    ):
+        raise ValueError(
+            f"out must be a writable C-contiguous {a.dtype.name} array of shape "
+            f"{a.shape}, got {out.dtype.name} {out.shape}"
+        )
     elif np.shares_memory(a, out):
         raise ValueError("out must not overlap the input (NZ packing is not an in-place permutation)")
     if out.size == 0:

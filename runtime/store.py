@@ -21,30 +21,39 @@ from .load import batch_offsets, check_nz_view, nd_batch
 from .memory import GlobalMemory
 from .tile import TileBuf
 
-__all__ = ["tstore", "nz_store_acc", "nd_store_acc", "vec_store_nd", "mat_store_nz",
-           "read_acc"]
+__all__ = ["tstore", "nz_store_acc", "nd_store_acc", "vec_store_nd", "mat_store_nz", "read_acc"]
 
 
-def tstore(gm: GlobalMemory, dst: GmView, tile: TileBuf, *, atomic_add: bool = False,
-           relu: bool = False, compact: bool = False, debug: bool = False) -> None:
+def tstore(
+    gm: GlobalMemory,
+    dst: GmView,
+    tile: TileBuf,
+    *,
+    atomic_add: bool = False,
+    relu: bool = False,
+    compact: bool = False,
+    debug: bool = False,
+) -> None:
     """TSTORE(dst, tile).  ``compact`` selects ``CompactMode::Normal`` of the Acc tile (srcStride
     = ceil16(validRow) instead of Rows); ``relu`` / ``compact`` exist on the Acc path only."""
     tile._live()
     if tile.space == "Acc":
         if dst.layout == "NZ":
-            return nz_store_acc(gm, dst, tile, atomic_add=atomic_add, relu=relu, compact=compact,
-                                debug=debug)
-        return nd_store_acc(gm, dst, tile, atomic_add=atomic_add, relu=relu, compact=compact,
-                            debug=debug)
+            return nz_store_acc(gm, dst, tile, atomic_add=atomic_add, relu=relu, compact=compact, debug=debug)
+        return nd_store_acc(gm, dst, tile, atomic_add=atomic_add, relu=relu, compact=compact, debug=debug)
     static_check(not relu and not compact, lambda: "relu / compact are fixpipe (Acc store) features")
-    static_check(tile.dtype.itemsize == dst.dtype.itemsize,
-            lambda: f"sizeof(tile T) {tile.dtype.itemsize} != sizeof(GM T) {dst.dtype.itemsize}")
+    static_check(
+        tile.dtype.itemsize == dst.dtype.itemsize,
+        lambda: f"sizeof(tile T) {tile.dtype.itemsize} != sizeof(GM T) {dst.dtype.itemsize}",
+    )
     if tile.space == "Vec" and tile.layout == "ND" and dst.layout == "ND":
         return vec_store_nd(gm, dst, tile, atomic_add=atomic_add, debug=debug)
     if tile.space == "Mat" and tile.layout == "NZ" and dst.layout == "NZ" and not atomic_add:
         return mat_store_nz(gm, dst, tile, debug=debug)
-    raise DeviceError(f"static check failed: TSTORE of a {tile.space} {tile.layout} tile into "
-                      f"{dst.layout} GM{' with atomic add' if atomic_add else ''} is not supported")
+    raise DeviceError(
+        f"static check failed: TSTORE of a {tile.space} {tile.layout} tile into "
+        f"{dst.layout} GM{' with atomic add' if atomic_add else ''} is not supported"
+    )
 
 
 def read_acc(tile: TileBuf, m: int, n: int, src_stride: int) -> np.ndarray:
@@ -71,8 +80,16 @@ def _acc_fields(tile: TileBuf, out_dtype: np.dtype, compact: bool, debug: bool) 
     return m, n, src_stride
 
 
-def nz_store_acc(gm: GlobalMemory, dst: GmView, tile: TileBuf, *, atomic_add: bool = False,
-                 relu: bool = False, compact: bool = False, debug: bool = False) -> None:
+def nz_store_acc(
+    gm: GlobalMemory,
+    dst: GmView,
+    tile: TileBuf,
+    *,
+    atomic_add: bool = False,
+    relu: bool = False,
+    compact: bool = False,
+    debug: bool = False,
+) -> None:
     """``TStoreAccNz2nz`` (§4): GM byte ``addr + (c//w)*dstStride*32 + r*c0Size + (c%w)*E``.
 
     ``dstStride = (g2*g3*c0Size) >> 5`` uses the partition height, never ``s1``; ``s0`` is not
@@ -81,20 +98,34 @@ def nz_store_acc(gm: GlobalMemory, dst: GmView, tile: TileBuf, *, atomic_add: bo
     """
     g0, g1, g2, g3, g4 = dst.shape5
     out, E = dst.dtype, dst.itemsize
-    static_check(len(dst.shape) == 5, lambda: f"TStoreAccNz2nz: layout=nz requires a rank-5 view (NZ-6), "
-            f"got shape {dst.shape}")
+    static_check(
+        len(dst.shape) == 5,
+        lambda: f"TStoreAccNz2nz: layout=nz requires a rank-5 view (NZ-6), got shape {dst.shape}",
+    )
     # float may use 8 (channel split) or 16 columns per block, int32 16, half/bf16 32 // E.
     ok_g4 = (8, 16) if out == np.float32 else (16,) if out == np.int32 else (32 // E,)
-    static_check(g3 == 16 and g4 in ok_g4, lambda: f"TStoreAccNz2nz needs shape[3] == 16 and shape[4] in "
-            f"{ok_g4} for {out.name}, got {dst.shape5}")
-    static_check(1 <= tile.rows <= 65535 and tile.cols % 16 == 0,
-            lambda: f"Acc NZ store needs Rows in [1, 65535] and Cols % 16 == 0, got {tile.rows}x{tile.cols}")
+    static_check(
+        g3 == 16 and g4 in ok_g4,
+        lambda: (
+            f"TStoreAccNz2nz needs shape[3] == 16 and shape[4] in {ok_g4} for {out.name}, got {dst.shape5}"
+        ),
+    )
+    static_check(
+        1 <= tile.rows <= 65535 and tile.cols % 16 == 0,
+        lambda: f"Acc NZ store needs Rows in [1, 65535] and Cols % 16 == 0, got {tile.rows}x{tile.cols}",
+    )
     m, n, src_stride = _acc_fields(tile, out, compact, debug)
     pto_assert(tile.valid_row == g2 * g3, lambda: f"validRow {tile.valid_row} == g2*g3 = {g2 * g3}", debug)
-    pto_assert(tile.valid_col == g0 * g1 * g4,
-               lambda: f"validCol {tile.valid_col} == g0*g1*g4 = {g0 * g1 * g4}", debug)
-    pto_assert(1 <= tile.valid_row <= 65535 and tile.valid_col % 16 == 0,
-               lambda: f"validRow {tile.valid_row} in [1, 65535], validCol {tile.valid_col} % 16 == 0", debug)
+    pto_assert(
+        tile.valid_col == g0 * g1 * g4,
+        lambda: f"validCol {tile.valid_col} == g0*g1*g4 = {g0 * g1 * g4}",
+        debug,
+    )
+    pto_assert(
+        1 <= tile.valid_row <= 65535 and tile.valid_col % 16 == 0,
+        lambda: f"validRow {tile.valid_row} in [1, 65535], validCol {tile.valid_col} % 16 == 0",
+        debug,
+    )
     if m == 0 or n == 0:
         return
     c0_bytes = E * g4
@@ -104,7 +135,8 @@ def nz_store_acc(gm: GlobalMemory, dst: GmView, tile: TileBuf, *, atomic_add: bo
         defect_warning(
             f"TStoreAccNz2nz ignores the parent strides (HW §4.3): column blocks are written "
             f"{m * g4} elements apart (partition height {m}), the view's strides are s0 = {s0}, "
-            f"s1 = {s1}; only a dense whole-height NZ target is stored correctly")
+            f"s1 = {s1}; only a dense whole-height NZ target is stored correctly"
+        )
     vals = fixpipe_convert(read_acc(tile, m, n, src_stride), out, relu)
     nfull, rem = divmod(n, g4)
     if nfull:
@@ -112,11 +144,19 @@ def nz_store_acc(gm: GlobalMemory, dst: GmView, tile: TileBuf, *, atomic_add: bo
         write_in_order(d, vals[:, : nfull * g4].reshape(m, nfull, g4).transpose(1, 0, 2), atomic_add)
     if rem:
         d = gm.view(dst.addr + nfull * dst_stride * 32, (m, rem * E), (c0_bytes, 1)).view(out)
-        write_in_order(d, vals[:, nfull * g4:], atomic_add)
+        write_in_order(d, vals[:, nfull * g4 :], atomic_add)
 
 
-def nd_store_acc(gm: GlobalMemory, dst: GmView, tile: TileBuf, *, atomic_add: bool = False,
-                 relu: bool = False, compact: bool = False, debug: bool = False) -> None:
+def nd_store_acc(
+    gm: GlobalMemory,
+    dst: GmView,
+    tile: TileBuf,
+    *,
+    atomic_add: bool = False,
+    relu: bool = False,
+    compact: bool = False,
+    debug: bool = False,
+) -> None:
     """``TStoreAccNz2nd`` (§5): GM[addr + (r*s3 + c)*E] <- convert(Acc(r, c)); the row pitch
     ``s3`` is honoured, so this path has no mis-write."""
     g0, g1, g2, g3, g4 = dst.shape5
@@ -124,8 +164,11 @@ def nd_store_acc(gm: GlobalMemory, dst: GmView, tile: TileBuf, *, atomic_add: bo
     static_check(tile.rows <= 8192, lambda: f"Acc ND store needs Rows <= 8192, got {tile.rows}")
     m, n, src_stride = _acc_fields(tile, out, compact, debug)
     pto_assert(g0 == g1 == g2 == 1, lambda: f"ND store shape[0..2] == 1, got {dst.shape5}", debug)
-    pto_assert(tile.valid_col == g4 and tile.valid_row == g3,
-               lambda: f"valid {tile.valid_row}x{tile.valid_col} == shape {g3}x{g4}", debug)
+    pto_assert(
+        tile.valid_col == g4 and tile.valid_row == g3,
+        lambda: f"valid {tile.valid_row}x{tile.valid_col} == shape {g3}x{g4}",
+        debug,
+    )
     pto_assert(1 <= tile.valid_row <= 8192, lambda: f"validRow {tile.valid_row} in [1, 8192]", debug)
     if m == 0 or n == 0:
         return
@@ -134,21 +177,34 @@ def nd_store_acc(gm: GlobalMemory, dst: GmView, tile: TileBuf, *, atomic_add: bo
     write_in_order(d, vals, atomic_add)
 
 
-def vec_store_nd(gm: GlobalMemory, dst: GmView, tile: TileBuf, *, atomic_add: bool = False,
-                 debug: bool = False) -> None:
+def vec_store_nd(
+    gm: GlobalMemory, dst: GmView, tile: TileBuf, *, atomic_add: bool = False, debug: bool = False
+) -> None:
     """UB ND -> GM ND: ``g3`` bursts of ``validCol*E`` bytes, GM pitch ``s3*E``, UB pitch
     ``Cols*E``, with the same (g0, g1, g2) loops as the load."""
     g0, g1, g2, g3, g4 = dst.shape5
     E = dst.itemsize
     pto_assert(tile.valid_col == g4, lambda: f"validCol {tile.valid_col} == gShape4 {g4}", debug)
-    pto_assert(tile.valid_row == g0 * g1 * g2 * g3,
-               lambda: f"validRow {tile.valid_row} == g0*g1*g2*g3 = {g0 * g1 * g2 * g3}", debug)
+    pto_assert(
+        tile.valid_row == g0 * g1 * g2 * g3,
+        lambda: f"validRow {tile.valid_row} == g0*g1*g2*g3 = {g0 * g1 * g2 * g3}",
+        debug,
+    )
     if not 1 <= g3 <= 4095:
         raise DeviceError(f"UB ND store: nBurst = gShape3 = {g3} is outside 1..4095")
     batch = [(c, d, s) for c, s, d in nd_batch(dst, tile)]  # swap: source is the tile
-    copy_bursts(tile, 0, gm, dst.addr, n_burst=g3, nbytes=tile.valid_col * E,
-                src_pitch=tile.cols * E, dst_pitch=dst.strides5[3] * E, batch=batch,
-                add_dtype=dst.dtype if atomic_add else None)
+    copy_bursts(
+        tile,
+        0,
+        gm,
+        dst.addr,
+        n_burst=g3,
+        nbytes=tile.valid_col * E,
+        src_pitch=tile.cols * E,
+        dst_pitch=dst.strides5[3] * E,
+        batch=batch,
+        add_dtype=dst.dtype if atomic_add else None,
+    )
 
 
 def mat_store_nz(gm: GlobalMemory, dst: GmView, tile: TileBuf, debug: bool = False) -> None:

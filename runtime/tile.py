@@ -83,12 +83,33 @@ class TileBuf:
     length from ``valid_row``), they never clip ``logical()``.
     """
 
-    __slots__ = ("space", "dtype", "rows", "cols", "valid_row", "valid_col", "layout", "data",
-                 "freed", "_owner", "_blk", "_phys", "_inv")
+    __slots__ = (
+        "space",
+        "dtype",
+        "rows",
+        "cols",
+        "valid_row",
+        "valid_col",
+        "layout",
+        "data",
+        "freed",
+        "_owner",
+        "_blk",
+        "_phys",
+        "_inv",
+    )
 
-    def __init__(self, space: str, dtype: np.dtype | type, rows: int, cols: int, *,
-                 layout: str | None = None, valid_row: int | None = None,
-                 valid_col: int | None = None) -> None:
+    def __init__(
+        self,
+        space: str,
+        dtype: np.dtype | type,
+        rows: int,
+        cols: int,
+        *,
+        layout: str | None = None,
+        valid_row: int | None = None,
+        valid_col: int | None = None,
+    ) -> None:
         if space not in SPACES:
             raise DeviceError(f"unknown on-chip space {space!r}; expected one of {SPACES}")
         self.space = space
@@ -96,8 +117,7 @@ class TileBuf:
         self.rows, self.cols = int(rows), int(cols)
         self.layout = DEFAULT_LAYOUT[space] if layout is None else layout
         if self.layout not in _ALLOWED[space]:
-            raise DeviceError(f"a {space} tile cannot have layout {self.layout}; "
-                              f"allowed: {_ALLOWED[space]}")
+            raise DeviceError(f"a {space} tile cannot have layout {self.layout}; allowed: {_ALLOWED[space]}")
         if self.rows < 1 or self.cols < 1:
             raise DeviceError(f"tile shape must be positive, got {self.rows} x {self.cols}")
         self._blk = b = _blocking(self.layout, self.dtype)
@@ -119,12 +139,17 @@ class TileBuf:
         if self.rows % ir or self.cols % ic:
             raise DeviceError(
                 f"{self.space} {self.layout} tile {self.rows} x {self.cols} {self.dtype.name}: "
-                f"rows must be a multiple of {ir} and cols a multiple of {ic} (whole fractals)")
-        if self.layout == "ND" and self.space in ("Vec", "Mat") and \
-                (self.cols * self.dtype.itemsize) % C0_BYTES:
+                f"rows must be a multiple of {ir} and cols a multiple of {ic} (whole fractals)"
+            )
+        if (
+            self.layout == "ND"
+            and self.space in ("Vec", "Mat")
+            and (self.cols * self.dtype.itemsize) % C0_BYTES
+        ):
             raise DeviceError(
                 f"{self.space} ND tile row of {self.cols} {self.dtype.name} is "
-                f"{self.cols * self.dtype.itemsize} bytes; rows must be whole 32-byte blocks")
+                f"{self.cols * self.dtype.itemsize} bytes; rows must be whole 32-byte blocks"
+            )
 
     # ------------------------------------------------------------------ byte image access
     @property
@@ -148,7 +173,8 @@ class TileBuf:
         if lo < 0 or hi > self.nbytes:
             raise DeviceError(
                 f"access to bytes [{lo}, {hi}) of a {self.space} tile of {self.nbytes} bytes "
-                f"({self.rows}x{self.cols} {self.dtype.name}) runs outside the tile")
+                f"({self.rows}x{self.cols} {self.dtype.name}) runs outside the tile"
+            )
         return strided_bytes(self.data, addr, shape, byte_strides)
 
     def _view4(self) -> np.ndarray:
@@ -177,9 +203,9 @@ class TileBuf:
         self._check_window(r0, c0, nrows, ncols)
         b = self._blk
         if r0 % b.ir == 0 and nrows % b.ir == 0 and c0 % b.ic == 0 and ncols % b.ic == 0:
-            v = self._view4()[r0 // b.ir:(r0 + nrows) // b.ir, :, c0 // b.ic:(c0 + ncols) // b.ic, :]
+            v = self._view4()[r0 // b.ir : (r0 + nrows) // b.ir, :, c0 // b.ic : (c0 + ncols) // b.ic, :]
             return np.ascontiguousarray(v).reshape(nrows, ncols)
-        return np.ascontiguousarray(self.logical()[r0:r0 + nrows, c0:c0 + ncols])
+        return np.ascontiguousarray(self.logical()[r0 : r0 + nrows, c0 : c0 + ncols])
 
     def set_window(self, r0: int, c0: int, arr: np.ndarray) -> None:
         """Encode ``arr`` into the logical window starting at (r0, c0)."""
@@ -189,21 +215,23 @@ class TileBuf:
         self._check_window(r0, c0, nrows, ncols)
         b = self._blk
         if r0 % b.ir == 0 and nrows % b.ir == 0 and c0 % b.ic == 0 and ncols % b.ic == 0:
-            v = self._view4()[r0 // b.ir:(r0 + nrows) // b.ir, :, c0 // b.ic:(c0 + ncols) // b.ic, :]
+            v = self._view4()[r0 // b.ir : (r0 + nrows) // b.ir, :, c0 // b.ic : (c0 + ncols) // b.ic, :]
             v[...] = arr.reshape(nrows // b.ir, b.ir, ncols // b.ic, b.ic)
             return
         full = self.logical()
-        full[r0:r0 + nrows, c0:c0 + ncols] = arr
+        full[r0 : r0 + nrows, c0 : c0 + ncols] = arr
         self.set_logical(full)
 
     def _check_window(self, r0: int, c0: int, nrows: int, ncols: int) -> None:
         if r0 < 0 or c0 < 0 or r0 + nrows > self.rows or c0 + ncols > self.cols:
             raise DeviceError(
                 f"window [{r0}:{r0 + nrows}, {c0}:{c0 + ncols}] is outside the "
-                f"{self.rows}x{self.cols} {self.space} tile")
+                f"{self.rows}x{self.cols} {self.space} tile"
+            )
 
     def __repr__(self) -> str:
-        return (f"TileBuf({self.space}, {self.dtype.name}, {self.rows}x{self.cols}, "
-                f"valid={self.valid_row}x{self.valid_col}, {self.layout}"
-                f"{', freed' if self.freed else ''})")
-
+        return (
+            f"TileBuf({self.space}, {self.dtype.name}, {self.rows}x{self.cols}, "
+            f"valid={self.valid_row}x{self.valid_col}, {self.layout}"
+            f"{', freed' if self.freed else ''})"
+        )

@@ -23,7 +23,7 @@ def dma_burst(src_mem, src_addr, dst_mem, dst_addr, n_burst, len_burst, src_gap,
     for k in range(n_burst):
         s = src_addr + k * (len_burst + src_gap) * 32
         d = dst_addr + k * (len_burst + dst_gap) * 32
-        dst_mem[d: d + 32 * len_burst] = src_mem[s: s + 32 * len_burst]
+        dst_mem[d : d + 32 * len_burst] = src_mem[s : s + 32 * len_burst]
 
 
 def nz_load(gm, view_addr, gshape, gstride, esize, tile_rows, valid_row, l1, tile_addr=0):
@@ -50,7 +50,7 @@ def nz_store_acc(gm, view_addr, gshape, gm_dtype, l0c_vals, acc_rows, valid_row,
             a = (c // 16) * acc_rows * 16 + r * 16 + c % 16
             v = np.array([l0c_vals[a]]).astype(gm_dtype).view(np.uint8)
             d = view_addr + J * dst_stride * 32 + r * c0_bytes + e * E
-            gm[d: d + E] = v
+            gm[d : d + E] = v
 
 
 def nd2nz_load(gm, view_addr, rows, cols, s3, esize, l1, tile_rows):
@@ -61,9 +61,9 @@ def nd2nz_load(gm, view_addr, rows, cols, s3, esize, l1, tile_rows):
             d = ((c // c0) * tile_rows * c0 + r * c0 + c % c0) * esize
             if c < cols:
                 s = view_addr + (r * pitch + c) * esize
-                l1[d: d + esize] = gm[s: s + esize]
+                l1[d : d + esize] = gm[s : s + esize]
             else:
-                l1[d: d + esize] = 0
+                l1[d : d + esize] = 0
 
 
 def mad(l0c_vals, A, B, m, k, n, init):
@@ -79,5 +79,6 @@ def mad(l0c_vals, A, B, m, k, n, init):
                 s = int(np.dot(A[i, :k].astype(np.int64), B[:k, j].astype(np.int64)))
                 l0c_vals[a] = np.int64(acc + s).astype(np.int32)
             else:
-                l0c_vals[a] = np.float32(acc) + np.dot(A[i, :k].astype(np.float32),
-                                                        B[:k, j].astype(np.float32))
+                l0c_vals[a] = np.float32(acc) + np.dot(
+                    A[i, :k].astype(np.float32), B[:k, j].astype(np.float32)
+                )

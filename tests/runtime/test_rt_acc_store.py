@@ -54,18 +54,18 @@ def test_four_store_mis_write_exactly_2048_wrong():  # HW §4.4, §9.6
     intended = np.block([[T[(0, 0)], T[(0, 16)]], [T[(64, 0)], T[(64, 16)]]])
     assert int((P != intended).sum()) == 2048
     for col0 in (0, 16):
-        np.testing.assert_array_equal(P[:64, col0:col0 + 8], T[(0, col0)][:, :8])       # left halves right
-        np.testing.assert_array_equal(P[64:, col0:col0 + 8], T[(64, col0)][:, :8])
-        np.testing.assert_array_equal(P[:64, col0 + 8:col0 + 16], T[(64, col0)][:, 8:])  # lower right half
-        assert (P[64:, col0 + 8:col0 + 16] == STALE).all()                             # never written
+        np.testing.assert_array_equal(P[:64, col0 : col0 + 8], T[(0, col0)][:, :8])  # left halves right
+        np.testing.assert_array_equal(P[64:, col0 : col0 + 8], T[(64, col0)][:, :8])
+        np.testing.assert_array_equal(P[:64, col0 + 8 : col0 + 16], T[(64, col0)][:, 8:])  # lower right half
+        assert (P[64:, col0 + 8 : col0 + 16] == STALE).all()  # never written
 
 
 def test_four_store_mis_write_reverse_order():  # HW §4.4: order-dependent
     P, T = _store_quadrants([(64, 16), (0, 16), (64, 0), (0, 0)])
     intended = np.block([[T[(0, 0)], T[(0, 16)]], [T[(64, 0)], T[(64, 16)]]])
     for col0 in (0, 16):
-        np.testing.assert_array_equal(P[64:, col0:col0 + 8], T[(0, col0)][:, 8:])  # upper spill
-        assert (P[64:, col0 + 8:col0 + 16] == STALE).all()
+        np.testing.assert_array_equal(P[64:, col0 : col0 + 8], T[(0, col0)][:, 8:])  # upper spill
+        assert (P[64:, col0 + 8 : col0 + 16] == STALE).all()
     assert int((P != intended).sum()) == 3072
 
 
@@ -102,7 +102,7 @@ def test_immune_whole_height_store():  # HW §9.8: validRow == parent rows
         warnings.simplefilter("error")
         for col0 in (16, 0):
             view = parent.partition((0, col0 // 8, 0, 0, 0), (1, 2, 8, 16, 8))
-            tstore(w.gm, view, _acc(128, 16, vals[:, col0:col0 + 16]))
+            tstore(w.gm, view, _acc(128, 16, vals[:, col0 : col0 + 16]))
     np.testing.assert_array_equal(_logical(w, t), vals)
 
 
@@ -181,7 +181,8 @@ def test_matches_section8_reference(seed):  # HW §8 nz_store_acc, random partit
     g0, g1, g2 = int(rng.integers(1, 3)), int(rng.integers(1, 3)), int(rng.integers(1, 4))
     off = (0, int(rng.integers(0, C // g4 - g1 + 1)), int(rng.integers(0, R // 16 - g2 + 1)), 0, 0)
     view = GmView(t.address, out, (2, C // g4, R // 16, 16, g4), strides, "NZ").partition(
-        off, (g0, g1, g2, 16, g4))
+        off, (g0, g1, g2, 16, g4)
+    )
     n = g0 * g1 * g4
     n16 = -(-n // 16) * 16
     acc = TileBuf("Acc", np.float32, g2 * 16 + 16, n16, valid_row=g2 * 16, valid_col=n)
@@ -190,16 +191,23 @@ def test_matches_section8_reference(seed):  # HW §8 nz_store_acc, random partit
         warnings.simplefilter("ignore")
         tstore(w.gm, view, acc)
     gm = np.zeros(t.nbytes, np.uint8)
-    ref.nz_store_acc(gm, view.addr - t.address, view.shape, out, acc.data.view(np.float32),
-                     acc.rows, acc.valid_row, acc.valid_col)
+    ref.nz_store_acc(
+        gm,
+        view.addr - t.address,
+        view.shape,
+        out,
+        acc.data.view(np.float32),
+        acc.rows,
+        acc.valid_row,
+        acc.valid_col,
+    )
     np.testing.assert_array_equal(w.gm.read(t.address, t.nbytes), gm)
 
 
 def test_static_checks():
     w, t, parent = _nz_parent((16, 32), np.float16, fill=0)
     with pytest.raises(DeviceError, match="shape\\[4\\]"):
-        tstore(w.gm, GmView(parent.addr, np.float16, (1, 4, 1, 16, 8), parent.strides, "NZ"),
-               _acc(16, 32))
+        tstore(w.gm, GmView(parent.addr, np.float16, (1, 4, 1, 16, 8), parent.strides, "NZ"), _acc(16, 32))
     with pytest.raises(DeviceError, match="fixpipe conversion"):
         tstore(w.gm, GmView(parent.addr, np.int16, parent.shape, parent.strides, "NZ"), _acc(16, 32))
     with pytest.raises(DeviceError, match="fixpipe conversion"):
@@ -232,7 +240,7 @@ def test_acc_to_nd_compact_reads_ceil16_valid_row():  # HW §5 srcStride = ceil1
     w = runtime.Worker()
     t = w.alloc_tensor((16, 32), np.float32)
     acc = _acc(32, 32, valid_row=16)
-    acc.data.view(np.float32)[:16 * 32] = np.arange(16 * 32)  # as mad writes with pitch 16
+    acc.data.view(np.float32)[: 16 * 32] = np.arange(16 * 32)  # as mad writes with pitch 16
     tstore(w.gm, GmView.dense(t.address, (16, 32), np.float32), acc, compact=True)
     r, c = np.meshgrid(np.arange(16), np.arange(32), indexing="ij")
     np.testing.assert_array_equal(w.copy_from(t), ((c // 16) * 256 + r * 16 + c % 16).astype(np.float32))

@@ -98,7 +98,7 @@ def test_matches_section8_mad(seed):  # HW §8 mad (incl. m padding and accumula
     m, k, n = [(1, 32, 24), (20, 48, 40), (33, 16, 16)][seed]
     A, B, left, right = _operands(48, 64, 48, np.int8, seed=seed, lo=-128, hi=128)
     acc = TileBuf("Acc", np.int32, 48, 48)
-    init = rng.integers(-2**31, 2**31, size=(48, 48)).astype(np.int32)
+    init = rng.integers(-(2**31), 2**31, size=(48, 48)).astype(np.int32)
     acc.set_logical(init)
     expect = acc.data.view(np.int32).copy()
     tmatmul(acc, left, right, accumulate=True, m=m, k=k, n=n)
@@ -115,12 +115,18 @@ def test_bad_operands():
     with pytest.raises(DeviceError, match="exceeds"):
         tmatmul(TileBuf("Acc", np.float32, 16, 16), left, right, accumulate=False, k=64)
     with pytest.raises(DeviceError, match="runs outside the tile"):
-        tmatmul(TileBuf("Acc", np.float32, 16, 16), left, TileBuf("Right", np.float16, 32, 32),
-                accumulate=False, n=32)
+        tmatmul(
+            TileBuf("Acc", np.float32, 16, 16),
+            left,
+            TileBuf("Right", np.float16, 32, 32),
+            accumulate=False,
+            n=32,
+        )
     with pytest.warns(HardwareDefectWarning, match="4095"):
         big_l = TileBuf("Left", np.int8, 16, 4096)
-        tmatmul(TileBuf("Acc", np.int32, 16, 16), big_l, TileBuf("Right", np.int8, 4096, 16),
-                accumulate=False)
+        tmatmul(
+            TileBuf("Acc", np.int32, 16, 16), big_l, TileBuf("Right", np.int8, 4096, 16), accumulate=False
+        )
 
 
 def test_textract_window_into_left_and_right():  # TMOV Mat -> Left / Right

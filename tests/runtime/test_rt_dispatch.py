@@ -17,14 +17,19 @@ OUT = ParamSpec("out", ("B", 64, 256), np.int32, is_output=True)
 
 
 def test_bindings_from_numpy_arrays():
-    b = check_args([X, W_NZ, OUT], [np.zeros((3, 64, 512), np.int8), np.zeros((3, 256, 512), np.int8),
-                                    np.zeros((3, 64, 256), np.int32)])
+    b = check_args(
+        [X, W_NZ, OUT],
+        [np.zeros((3, 64, 512), np.int8), np.zeros((3, 256, 512), np.int8), np.zeros((3, 64, 256), np.int32)],
+    )
     assert b == {"B": 3}
 
 
 def test_mapping_arguments():
-    args = {"x": np.zeros((2, 64, 512), np.int8), "w": np.zeros((2, 256, 512), np.int8),
-            "out": np.zeros((2, 64, 256), np.int32)}
+    args = {
+        "x": np.zeros((2, 64, 512), np.int8),
+        "w": np.zeros((2, 256, 512), np.int8),
+        "out": np.zeros((2, 64, 256), np.int32),
+    }
     assert check_args([X, W_NZ, OUT], args) == {"B": 2}
     with pytest.raises(DispatchError, match="missing \\['out'\\]"):
         check_args([X, W_NZ, OUT], {"x": args["x"], "w": args["w"]})
@@ -33,19 +38,24 @@ def test_mapping_arguments():
 def test_nz29_rank_message():
     with pytest.raises(DispatchError) as e:
         check_args([W_NZ], [np.zeros((256, 512), np.int8)])
-    assert str(e.value) == ("parameter 'w' expects rank 3 [B, 256, 512] (NZ-29: a dynamic-batch NZ "
-                            "parameter takes a rank-3 argument), got rank 2 (256, 512)")
+    assert str(e.value) == (
+        "parameter 'w' expects rank 3 [B, 256, 512] (NZ-29: a dynamic-batch NZ "
+        "parameter takes a rank-3 argument), got rank 2 (256, 512)"
+    )
     with pytest.raises(DispatchError, match="NZ-29"):
         check_args([W_NZ], [np.zeros((1, 2, 256, 512), np.int8)])  # rank 4 refused too
 
 
-@pytest.mark.parametrize("args,match", [
-    ([np.zeros((3, 64, 512), np.int16)], "expects dtype int8, got int16"),
-    ([np.zeros((3, 64, 256), np.int8)], "expects shape \\[B, 64, 512\\], got \\(3, 64, 256\\)"),
-    ([np.zeros((3, 512, 64), np.int8).transpose(0, 2, 1)], "C-contiguous"),
-    ([[1, 2, 3]], "expects a numpy array, DeviceTensor or StackedDeviceTensor, got list"),
-    ([], "expects 1 arguments"),
-])
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        ([np.zeros((3, 64, 512), np.int16)], "expects dtype int8, got int16"),
+        ([np.zeros((3, 64, 256), np.int8)], "expects shape \\[B, 64, 512\\], got \\(3, 64, 256\\)"),
+        ([np.zeros((3, 512, 64), np.int8).transpose(0, 2, 1)], "C-contiguous"),
+        ([[1, 2, 3]], "expects a numpy array, DeviceTensor or StackedDeviceTensor, got list"),
+        ([], "expects 1 arguments"),
+    ],
+)
 def test_refusals_name_the_parameter(args, match):
     with pytest.raises(DispatchError, match=match) as e:
         check_args([X], args)

@@ -29,11 +29,14 @@ def test_partition_moves_the_pointer_only():  # NZ-12
     assert p.addr == 0x10000 + 1 * 512 * 1024 + 16 * 512 * 32 + 16 * 512
 
 
-@pytest.mark.parametrize("kw,match", [
-    (dict(shape=(1,) * 6, strides=(1,) * 6), "rank 1..5"),
-    (dict(shape=(4, 4), strides=(4,)), "one stride per axis"),
-    (dict(shape=(4,), strides=(1,), layout="DN"), "layout"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(shape=(1,) * 6, strides=(1,) * 6), "rank 1..5"),
+        (dict(shape=(4, 4), strides=(4,)), "one stride per axis"),
+        (dict(shape=(4,), strides=(1,), layout="DN"), "layout"),
+    ],
+)
 def test_view_validation(kw, match):
     with pytest.raises(DeviceError, match=match):
         GmView(0, np.int8, **kw)
@@ -44,8 +47,16 @@ def test_dma_field_ranges(n_burst, len_burst):  # HW §8 dma_burst require
     gm = runtime.GlobalMemory()
     a = gm.alloc(1 << 20)
     with pytest.raises(DeviceError, match="nBurst|lenBurst"):
-        dma_burst(gm, a, TileBuf("Mat", np.int8, 16, 32), 0, n_burst=n_burst, len_burst=len_burst,
-                  src_gap=0, dst_gap=0)
+        dma_burst(
+            gm,
+            a,
+            TileBuf("Mat", np.int8, 16, 32),
+            0,
+            n_burst=n_burst,
+            len_burst=len_burst,
+            src_gap=0,
+            dst_gap=0,
+        )
 
 
 def test_dma_wraps_16_bit_fields_silently():
@@ -59,8 +70,12 @@ def test_dma_wraps_16_bit_fields_silently():
 
 
 @settings(max_examples=25, deadline=None)
-@given(g=st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 2), st.integers(1, 4)),
-       cols=st.sampled_from([32, 64]), pitch_extra=st.integers(0, 40), seed=st.integers(0, 99))
+@given(
+    g=st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 2), st.integers(1, 4)),
+    cols=st.sampled_from([32, 64]),
+    pitch_extra=st.integers(0, 40),
+    seed=st.integers(0, 99),
+)
 def test_nd2nd_l1_matches_reference_dma(g, cols, pitch_extra, seed):  # HW §5 TLoadGm2L1Nd2nd
     g0, g1, g2, g3 = g
     s3 = cols + pitch_extra
@@ -77,14 +92,26 @@ def test_nd2nd_l1_matches_reference_dma(g, cols, pitch_extra, seed):  # HW §5 T
     for i in range(g0):
         for j in range(g1):
             for k in range(g2):
-                ref.dma_burst(gm, i * s0 + j * s1 + k * s2, l1, ((i * g1 + j) * g2 + k) * g3 * (cols + 32),
-                              g3, cols // 32, gap, 1)
+                ref.dma_burst(
+                    gm,
+                    i * s0 + j * s1 + k * s2,
+                    l1,
+                    ((i * g1 + j) * g2 + k) * g3 * (cols + 32),
+                    g3,
+                    cols // 32,
+                    gap,
+                    1,
+                )
     np.testing.assert_array_equal(tile.data, l1)
 
 
 @settings(max_examples=25, deadline=None)
-@given(lead=st.lists(st.integers(1, 3), max_size=2), rb=st.integers(1, 4), kb=st.integers(1, 4),
-       dtype=st.sampled_from(["int8", "float16", "float32", "uint16"]))
+@given(
+    lead=st.lists(st.integers(1, 3), max_size=2),
+    rb=st.integers(1, 4),
+    kb=st.integers(1, 4),
+    dtype=st.sampled_from(["int8", "float16", "float32", "uint16"]),
+)
 def test_pack_round_trip_property(lead, rb, kb, dtype):  # NZ-8
     c0 = runtime.c0_of(np.dtype(dtype))
     a = np.random.default_rng(0).integers(0, 100, size=(*lead, rb * 16, kb * c0)).astype(dtype)

@@ -39,12 +39,15 @@ def test_view_is_strided_and_writable():
     assert (data[:, :8] == 7).all() and (data[:, 8:] == 0).all()
 
 
-@pytest.mark.parametrize("shape,strides,offset", [
-    ((1, 65), (0, 1), 0),        # one byte past the end
-    ((2, 32), (64, 1), 32),      # second row past the end
-    ((4,), (1,), -1),            # before the start
-    ((2, 8), (-64, 1), 0),       # negative stride reaching before the start
-])
+@pytest.mark.parametrize(
+    "shape,strides,offset",
+    [
+        ((1, 65), (0, 1), 0),  # one byte past the end
+        ((2, 32), (64, 1), 32),  # second row past the end
+        ((4,), (1,), -1),  # before the start
+        ((2, 8), (-64, 1), 0),  # negative stride reaching before the start
+    ],
+)
 def test_view_out_of_bounds_refused(shape, strides, offset):
     gm = GlobalMemory()
     a = gm.alloc(64)
@@ -82,8 +85,14 @@ def test_empty_view_touches_nothing():
 
 def test_capacities_per_target():  # HW §7
     a2 = OnChip("A2A3").capacity
-    assert (a2["Vec"], a2["Mat"], a2["Left"], a2["Right"], a2["Acc"], a2["Bias"]) == \
-        (192 << 10, 512 << 10, 64 << 10, 64 << 10, 128 << 10, 1 << 10)
+    assert (a2["Vec"], a2["Mat"], a2["Left"], a2["Right"], a2["Acc"], a2["Bias"]) == (
+        192 << 10,
+        512 << 10,
+        64 << 10,
+        64 << 10,
+        128 << 10,
+        1 << 10,
+    )
     a5 = OnChip("A5").capacity
     assert (a5["Vec"], a5["Acc"], a5["Bias"]) == (256 << 10, 256 << 10, 4 << 10)
     with pytest.raises(DeviceError):
@@ -108,10 +117,15 @@ def test_a5_acc_is_larger():
         oc.alloc_tile("Acc", 16, 16, np.float32)
 
 
-@pytest.mark.parametrize("space,rows,cols,dtype,hw", [
-    ("Left", 48, 1024, np.float16, "L0A"), ("Right", 1024, 48, np.float16, "L0B"),
-    ("Mat", 512, 1056, np.int8, "L1"), ("Vec", 16, 6160, np.float16, "UB"),
-])
+@pytest.mark.parametrize(
+    "space,rows,cols,dtype,hw",
+    [
+        ("Left", 48, 1024, np.float16, "L0A"),
+        ("Right", 1024, 48, np.float16, "L0B"),
+        ("Mat", 512, 1056, np.int8, "L1"),
+        ("Vec", 16, 6160, np.float16, "UB"),
+    ],
+)
 def test_other_spaces_overflow(space, rows, cols, dtype, hw):
     with pytest.raises(DeviceError, match=rf"{space} \({hw}\) capacity exceeded"):
         OnChip().alloc_tile(space, rows, cols, dtype)

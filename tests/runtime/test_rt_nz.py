@@ -9,8 +9,19 @@ import pytest
 import runtime
 from runtime.dtypes import itemsize_bits
 
-WHOLE_BYTE = [np.int8, np.uint8, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, np.int16,
-              np.uint16, np.float16, ml_dtypes.bfloat16, np.int32, np.uint32, np.float32]
+WHOLE_BYTE = [
+    np.int8,
+    np.uint8,
+    ml_dtypes.float8_e4m3fn,
+    ml_dtypes.float8_e5m2,
+    np.int16,
+    np.uint16,
+    np.float16,
+    ml_dtypes.bfloat16,
+    np.int32,
+    np.uint32,
+    np.float32,
+]
 SUB_BYTE = [ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.float4_e2m1fn, np.bool_]
 
 
@@ -71,26 +82,32 @@ def test_pack_accepts_non_contiguous_input():
     np.testing.assert_array_equal(runtime.pack_nz(big[:, ::2]), runtime.pack_nz(big[:, ::2].copy()))
 
 
-@pytest.mark.parametrize("shape,dtype,blocked", [
-    ((256, 512), np.int8, (1, 16, 16, 16, 32)),         # NZ-11
-    ((32, 2048, 4096), np.int8, (32, 128, 128, 16, 32)),  # NZ-11
-    ((64, 16), np.float32, (1, 2, 4, 16, 8)),           # NZ-20
-    ((2, 3, 32, 16), np.float16, (6, 1, 2, 16, 16)),     # NZ-28 folding
-])
+@pytest.mark.parametrize(
+    "shape,dtype,blocked",
+    [
+        ((256, 512), np.int8, (1, 16, 16, 16, 32)),  # NZ-11
+        ((32, 2048, 4096), np.int8, (32, 128, 128, 16, 32)),  # NZ-11
+        ((64, 16), np.float32, (1, 2, 4, 16, 8)),  # NZ-20
+        ((2, 3, 32, 16), np.float16, (6, 1, 2, 16, 16)),  # NZ-28 folding
+    ],
+)
 def test_blocked_shape(shape, dtype, blocked):  # NZ-5, NZ-6
     assert runtime.nz_blocked_shape(shape, dtype) == blocked
     assert runtime.dispatch.blocked_view_shape(shape, dtype) == blocked  # NZ-32
 
 
-@pytest.mark.parametrize("shape,dtype,match", [
-    ((64,), np.int8, "rank >= 2"),
-    ((24, 32), np.int8, "multiple of 16"),
-    ((32, 48), np.int8, "multiple of c0 = 32"),
-    ((32, 20), np.float16, "multiple of c0 = 16"),
-    ((32, 32), ml_dtypes.int4, "NZ-33"),
-    ((32, 32), np.bool_, "sub-byte"),
-    ((32, 32), np.float64, "64-bit"),
-])
+@pytest.mark.parametrize(
+    "shape,dtype,match",
+    [
+        ((64,), np.int8, "rank >= 2"),
+        ((24, 32), np.int8, "multiple of 16"),
+        ((32, 48), np.int8, "multiple of c0 = 32"),
+        ((32, 20), np.float16, "multiple of c0 = 16"),
+        ((32, 32), ml_dtypes.int4, "NZ-33"),
+        ((32, 32), np.bool_, "sub-byte"),
+        ((32, 32), np.float64, "64-bit"),
+    ],
+)
 def test_refusals(shape, dtype, match):  # NZ-8, NZ-33
     with pytest.raises(ValueError, match=match):
         runtime.nz_blocked_shape(shape, dtype)

@@ -64,7 +64,7 @@ def test_generic_wrap_rule_fp16_70000_rows():  # HW §9.4
         tile = _load(w, view, 256, 32, np.float16)
     got = tile.logical()
     np.testing.assert_array_equal(got[:, :16], P[:256, :16])
-    np.testing.assert_array_equal(got[:, 16:], P[4464:4464 + 256, :16])
+    np.testing.assert_array_equal(got[:, 16:], P[4464 : 4464 + 256, :16])
 
 
 @pytest.mark.parametrize("R,valid_row", [(65536, 128), (65664, 256)])
@@ -116,8 +116,11 @@ def test_matches_section8_reference_on_random_geometry(seed):  # HW §8 nz_load
     B, RB, KB = int(rng.integers(1, 3)), int(rng.integers(2, 6)), int(rng.integers(1, 4))
     w, t, P, parent = _parent(RB * 16, KB * c0, dtype, seed=seed, batch=B, lo=-50, hi=50)
     b0, k0, r0 = int(rng.integers(0, B)), int(rng.integers(0, KB)), int(rng.integers(0, RB))
-    g0, g1, g2 = int(rng.integers(1, B - b0 + 1)), int(rng.integers(1, KB - k0 + 1)), \
-        int(rng.integers(1, RB - r0 + 1))
+    g0, g1, g2 = (
+        int(rng.integers(1, B - b0 + 1)),
+        int(rng.integers(1, KB - k0 + 1)),
+        int(rng.integers(1, RB - r0 + 1)),
+    )
     view = parent.partition((b0, k0, r0, 0, 0), (g0, g1, g2, 16, c0))
     rows = g2 * 16 + 16 * int(rng.integers(0, 2))
     tile = _load(w, view, rows, g0 * g1 * c0, dtype, valid_row=g2 * 16)

@@ -27,8 +27,8 @@ def test_nd2nz_zero_fills_tail_columns_and_leaves_rows():  # HW §3
     tload(w.gm, parent.partition((8, 20), (40, 50)), tile)
     got = tile.logical()
     np.testing.assert_array_equal(got[:40, :50], a[8:48, 20:70])
-    assert (got[:40, 50:] == 0).all()      # tail of the last C0 block (cols 50..63) zero-filled
-    assert (got[40:] == 9).all()           # rows g3.. not written
+    assert (got[:40, 50:] == 0).all()  # tail of the last C0 block (cols 50..63) zero-filled
+    assert (got[40:] == 9).all()  # rows g3.. not written
 
 
 def test_nd2nz_matches_reference():  # HW §8 nd2nz_load
@@ -49,7 +49,7 @@ def test_nd2nz_pitch_wraps_to_16_bits():  # HW §3 srcDValue uint16
     flat = a.reshape(-1)
     got = tile.logical()
     for r in range(3):  # row r read at pitch 65552 & 0xFFFF = 16
-        np.testing.assert_array_equal(got[r], flat[r * 16:r * 16 + 32])
+        np.testing.assert_array_equal(got[r], flat[r * 16 : r * 16 + 32])
 
 
 def test_nd2nz_static_two_dims_only():
@@ -126,8 +126,12 @@ def test_mat_store_nz_mirrors_the_load():  # HW §5 TStoreMat2GmNz2Nz
     P = np.arange(64 * 64).reshape(64, 64).astype(np.float16)
     src = w.alloc_tensor((64, 64), np.float16, init=runtime.pack_nz(P))
     dst = w.alloc_tensor((64, 64), np.float16)
-    sview = GmView.dense(src.address, (64, 64), np.float16, "NZ").partition((0, 1, 1, 0, 0), (1, 2, 2, 16, 16))
-    dview = GmView.dense(dst.address, (64, 64), np.float16, "NZ").partition((0, 1, 1, 0, 0), (1, 2, 2, 16, 16))
+    sview = GmView.dense(src.address, (64, 64), np.float16, "NZ").partition(
+        (0, 1, 1, 0, 0), (1, 2, 2, 16, 16)
+    )
+    dview = GmView.dense(dst.address, (64, 64), np.float16, "NZ").partition(
+        (0, 1, 1, 0, 0), (1, 2, 2, 16, 16)
+    )
     tile = TileBuf("Mat", np.float16, 32, 32)
     tload(w.gm, sview, tile)
     tstore(w.gm, dview, tile)

@@ -25,16 +25,24 @@ def _offsets(layout, rows, cols, dtype):
     return (c // 16) * rows * 16 + r * 16 + c % 16  # ACC
 
 
-@pytest.mark.parametrize("space,layout,rows,cols,dtype", [
-    ("Vec", "ND", 16, 32, np.float16), ("Mat", "ND", 8, 64, np.int8),
-    ("Mat", "NZ", 48, 64, np.int8), ("Mat", "NZ", 32, 48, ml_dtypes.bfloat16),
-    ("Vec", "NZ", 16, 16, np.float32),
-    ("Left", "ZZ", 32, 64, np.int8), ("Left", "ZZ", 48, 32, np.float16),
-    ("Left", "ZZ", 16, 16, np.float32),
-    ("Right", "ZN", 64, 32, np.int8), ("Right", "ZN", 32, 48, np.float16),
-    ("Right", "ZN", 16, 32, np.float32),
-    ("Acc", "ACC", 24, 32, np.float32), ("Acc", "ACC", 32, 48, np.int32),
-])
+@pytest.mark.parametrize(
+    "space,layout,rows,cols,dtype",
+    [
+        ("Vec", "ND", 16, 32, np.float16),
+        ("Mat", "ND", 8, 64, np.int8),
+        ("Mat", "NZ", 48, 64, np.int8),
+        ("Mat", "NZ", 32, 48, ml_dtypes.bfloat16),
+        ("Vec", "NZ", 16, 16, np.float32),
+        ("Left", "ZZ", 32, 64, np.int8),
+        ("Left", "ZZ", 48, 32, np.float16),
+        ("Left", "ZZ", 16, 16, np.float32),
+        ("Right", "ZN", 64, 32, np.int8),
+        ("Right", "ZN", 32, 48, np.float16),
+        ("Right", "ZN", 16, 32, np.float32),
+        ("Acc", "ACC", 24, 32, np.float32),
+        ("Acc", "ACC", 32, 48, np.int32),
+    ],
+)
 def test_layout_offsets(space, layout, rows, cols, dtype):
     t = TileBuf(space, dtype, rows, cols, layout=layout)
     logical = np.arange(rows * cols).reshape(rows, cols).astype(dtype)
@@ -46,8 +54,13 @@ def test_layout_offsets(space, layout, rows, cols, dtype):
 
 
 def test_default_layouts():
-    assert [TileBuf(s, np.float16, 16, 16).layout for s in ("Vec", "Mat", "Left", "Right", "Acc")] \
-        == ["ND", "NZ", "ZZ", "ZN", "ACC"]
+    assert [TileBuf(s, np.float16, 16, 16).layout for s in ("Vec", "Mat", "Left", "Right", "Acc")] == [
+        "ND",
+        "NZ",
+        "ZZ",
+        "ZN",
+        "ACC",
+    ]
 
 
 def test_window_and_set_window():
@@ -65,16 +78,19 @@ def test_window_and_set_window():
         t.window(60, 0, 16, 16)
 
 
-@pytest.mark.parametrize("space,layout,rows,cols,dtype", [
-    ("Mat", "NZ", 24, 32, np.int8),     # rows not a multiple of 16
-    ("Mat", "NZ", 16, 48, np.int8),     # cols not a multiple of c0 = 32
-    ("Left", "ZZ", 16, 8, np.float16),
-    ("Right", "ZN", 8, 16, np.float16),  # K not a multiple of c0
-    ("Acc", "ACC", 16, 8, np.float32),
-    ("Vec", "ND", 4, 3, np.float16),    # row not a whole 32-byte block
-    ("Left", "NZ", 16, 16, np.float16),  # Left is Zz on A2/A3
-    ("L2", "ND", 16, 16, np.float16),
-])
+@pytest.mark.parametrize(
+    "space,layout,rows,cols,dtype",
+    [
+        ("Mat", "NZ", 24, 32, np.int8),  # rows not a multiple of 16
+        ("Mat", "NZ", 16, 48, np.int8),  # cols not a multiple of c0 = 32
+        ("Left", "ZZ", 16, 8, np.float16),
+        ("Right", "ZN", 8, 16, np.float16),  # K not a multiple of c0
+        ("Acc", "ACC", 16, 8, np.float32),
+        ("Vec", "ND", 4, 3, np.float16),  # row not a whole 32-byte block
+        ("Left", "NZ", 16, 16, np.float16),  # Left is Zz on A2/A3
+        ("L2", "ND", 16, 16, np.float16),
+    ],
+)
 def test_static_tile_refusals(space, layout, rows, cols, dtype):
     with pytest.raises(DeviceError):
         TileBuf(space, dtype, rows, cols, layout=layout)
