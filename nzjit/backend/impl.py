@@ -229,12 +229,31 @@ def _store(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
         dst.write(ctx.gm, offs, arr)
         return [dst]
     part = e.params.get("nz_partition")
-    if part is not None:
-        sizes = tuple(part)
-    else:
+    if part is None:
         sizes = (1,) * (len(dst.shape) - 2) + (tile.valid_row, tile.valid_col)
-    runtime.isa.tstore(ctx.gm, dst.gm_view(offs, sizes), tile, atomic_add=bool(attrs.get("atomic")),
-                       relu=bool(attrs.get("pre_relu")))
+        runtime.isa.tstore(ctx.gm, dst.gm_view(offs, sizes), tile, atomic_add=bool(attrs.get("atomic")),
+                           relu=bool(attrs.get("pre_relu")))
+        return [dst]
+    # NZ-20: an Acc tile into the blocked rank-5 NZ view through TStoreAccNz2nz (runtime
+    # nz_store_acc), with the explicit partition [1, n/8, M/16, 16, 8]: the device derives its
+    # column-block pitch from that partition, so a wrong partition mis-writes as on hardware.
+    g0, g1, g2, g3, g4 = part
+    if dst.layout != "NZ" or len(dst.shape) != 5 or tile.space != "Acc":
+        raise runtime.DeviceError(f"{e.source}: an nz_partition store needs an Acc tile and a blocked "
+                                  f"rank-5 NZ view, got a {tile.space} tile into {dst.layout} {dst.shape}")
+    # nSize is a 12-bit field: the un-tiled reference tile of an earlier stage (bisection) is
+    # stored in column chunks, as AutoTileMatmulL0 splits it (NZ-22)
+    step = 4080 // g4 * g4
+    if tile.cols <= step:
+        runtime.isa.tstore(ctx.gm, dst.gm_view(offs, tuple(part)), tile)
+        return [dst]
+    full = tile.logical()
+    for c in range(0, g1 * g4, step):
+        w = min(step, g1 * g4 - c)
+        sub = TileBuf("Acc", tile.dtype, tile.rows, w)
+        sub.set_logical(full[:, c : c + w])
+        o = (offs[0], offs[1] + c // g4, *offs[2:])
+        runtime.isa.tstore(ctx.gm, dst.gm_view(o, (g0, w // g4, g2, g3, g4)), sub)
     return [dst]
 
 

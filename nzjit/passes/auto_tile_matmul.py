@@ -137,6 +137,8 @@ class _AutoTile(Rewriter):
             self.matmul(e)
         elif p is P.tile_store_p and e.inputs[0] in self.deferred:
             self.split_store(self.deferred.pop(e.inputs[0]), e)  # type: ignore[arg-type]
+        elif p is P.tile_store_p and e.params.get("nz_partition") is not None:
+            self.nz_store(e)
         else:
             self.copy(e)
 
@@ -159,6 +161,14 @@ class _AutoTile(Rewriter):
 
     def _stored(self, v: Var) -> bool:
         return any(e.primitive is P.tile_store_p and e.inputs[0] is v for e in self.scope[-1].values())
+
+    def nz_store(self, e: Eqn) -> None:
+        """An NZ store whose accumulator was not split: still checked at emission (NZ-22)."""
+        from .block_nz_store import check_nz_store_emission
+
+        _, g1, g2, g3, g4 = e.params["nz_partition"]
+        check_nz_store_emission(g2 * g3, g1 * g4, self.cap["Acc"], e.source)
+        self.copy(e)
 
     def split_store(self, mm: Eqn, st: Eqn) -> None:
         from .block_nz_store import split_nz_store

@@ -86,6 +86,7 @@ class BlockNz(Rewriter):
         self.def_source: Source | None = graph.attrs.get("_def_source")
         self.src: Source | None = None
         self.param_names: dict[Var, str] = {}
+        self.target = "A2A3"  # set by block_nz_tensor_views (NZ-21)
 
     # ---------------------------------------------------------------- phase 1: blocked types
     def map_type(self, t: Type) -> Type:
@@ -322,11 +323,14 @@ def _static_valid_cols(e: Eqn, tc: int) -> int:
     return int(v.value) if isinstance(v, Literal) else tc
 
 
-def block_nz_tensor_views(g: Graph) -> Graph:
-    """Phase 1 + phase 2 (module docstring); idempotent through the NZ-15 mark."""
+def block_nz_tensor_views(g: Graph, target: str = "A2A3") -> Graph:
+    """Phase 1 + phase 2 (module docstring); idempotent through the NZ-15 mark. `target` decides
+    whether an accumulator store into NZ is supported (NZ-21: A2/A3 only)."""
     if g.attrs.get(MARK):
         return g
-    out = BlockNz(g).run(g)
+    blk = BlockNz(g)
+    blk.target = target
+    out = blk.run(g)
     out.attrs[MARK] = True
     return out
 

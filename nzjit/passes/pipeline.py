@@ -30,7 +30,7 @@ def pipeline(target: str) -> list[tuple[str, Pass]]:
         ("ConvertTensorToTileOps", convert_tensor_to_tile_ops),
         ("LowerCompositeOps", lower_composite_ops),
         ("FlattenTileNdTo2D", flatten_tile_nd_to_2d),
-        ("BlockNzTensorViews", block_nz_tensor_views),
+        ("BlockNzTensorViews", lambda g: block_nz_tensor_views(g, target)),
         ("LegalizeTileCast", legalize_tile_cast),
         ("AutoTileMatmulL0", lambda g: auto_tile_matmul_l0(g, target)),
         ("MaterializeTensorStrides", materialize_tensor_strides),
