@@ -1,78 +1,243 @@
-"""The calling convention of api.md: check every argument before anything runs, place numpy
-arguments in a worker's GM, run the lowered graph, copy outputs back only on success."""
+"""The calling convention of api.md: a program of kernel calls is validated whole, then run.
+
+`kernel(...)` is a one-call program, an `@pl.orchestration` body records many.  Either way:
+
+1. every argument of every call is checked (shape, rank, dtype, layout, worker, liveness) and
+   every kernel is compiled before anything runs, so a refused program leaves every output untouched;
+2. each rank runs its calls in order on its own worker, ranks in parallel (`runtime.dispatch.run_ranks`);
+   host arrays are uploaded once per rank and program, resident tensors are used where they live;
+3. only when every rank succeeded are host outputs copied back; on failure, resident outputs are
+   restored from device-side snapshots, so the caller sees no partial write.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 import runtime
+from runtime import DeviceTensor, DispatchError, StackedDeviceTensor, Worker
 
 from ..core.ir import Graph
 from ..core.types import DynDim, Layout, ScalarType, TensorType
+from ..errors import Source
 from .executor import Ctx, run_graph
 from .values import NzWindow, TensorVal
 
-_workers: dict[tuple[str, int], runtime.Worker] = {}
+_workers: dict[tuple[str, int], Worker] = {}
 _workers_lock = threading.Lock()
 
 
-def default_worker(target: str, device: int = 0) -> runtime.Worker:
-    """One simulated device per (target, device id) for calls that name no worker."""
+def default_worker(target: str, device: int = 0) -> Worker:
+    """One simulated device per (target, device id) for calls that name no worker or cluster."""
     with _workers_lock:
         w = _workers.get((target, device))
         if w is None:
-            w = _workers[(target, device)] = runtime.Worker(device, target)
+            w = _workers[(target, device)] = Worker(device, target)
         return w
 
 
-def _split_args(kernel: Any, args: Sequence[Any]) -> tuple[list[Any], bool]:
+# ------------------------------------------------------------------------------ argument references
+@dataclass(frozen=True, eq=False)
+class HostRef:
+    """A caller's numpy array, or its plane `root[index]`: uploaded to the rank's worker once per
+    program; as an output, copied back only after every rank succeeded. `fresh`: allocated by the
+    call itself (an omitted Out), so there is nothing to upload."""
+
+    root: np.ndarray
+    index: int | None = None
+    name: str = "argument"
+    fresh: bool = False
+
+    @property
+    def array(self) -> np.ndarray:
+        return self.root if self.index is None else self.root[self.index]
+
+    @property
+    def key(self) -> tuple[int, int | None]:
+        return id(self.root), self.index
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.array.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.root.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceRef:
+    """A resident DeviceTensor (a whole argument, or shard `w[r]` of a stacked one): never copied."""
+
+    tensor: DeviceTensor
+    name: str = "argument"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.tensor.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.tensor.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class StackedRef:
+    """A whole StackedDeviceTensor: only its shards (`w[r]`) reach a kernel."""
+
+    tensor: StackedDeviceTensor
+    name: str = "argument"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.tensor.full_shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.tensor.dtype
+
+
+@dataclass(eq=False)
+class PendingRef:
+    """An Out left out of a call inside an orchestration: an intermediate on rank `device`,
+    allocated when the program is validated, freed when the program ends."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    device: int
+    name: str = "intermediate"
+    tensor: DeviceTensor | None = None
+
+
+Ref = HostRef | DeviceRef | StackedRef | PendingRef
+
+
+@dataclass(eq=False)
+class KernelCall:
+    """One recorded call: a kernel, one ref (or int) per parameter, its rank.
+
+    `graph` / `low` pin a compiled stage (`Lowered.run(after=...)`); else the kernel's final graph."""
+
+    kernel: Any
+    args: list[Any]
+    device: int
+    source: Source | None = None
+    graph: Graph | None = None
+    low: Any = None
+
+
+def as_ref(a: Any, name: str) -> Any:
+    """A raw argument as a ref; ints and refs pass through."""
+    if isinstance(a, np.ndarray):
+        return HostRef(a, None, name)
+    if isinstance(a, DeviceTensor):
+        return DeviceRef(a, name)
+    if isinstance(a, StackedDeviceTensor):
+        return StackedRef(a, name)
+    return a
+
+
+def default_device(args: Iterable[Any]) -> int:
+    """`device=None`: the rank of the first resident argument, else 0."""
+    for a in args:
+        if isinstance(a, DeviceRef):
+            return a.tensor.worker.device_id
+        if isinstance(a, PendingRef):
+            return a.device
+    return 0
+
+
+# --------------------------------------------------------------------------- entry-level checks
+def split_args(entry: Any, args: Sequence[Any]) -> tuple[list[Any], bool]:
     """Out parameters may be omitted (allocated and returned) or all given (written in place)."""
-    n_all = len(kernel.params)
-    n_in = sum(1 for p in kernel.params if not p.is_pure_output)
+    n_all = len(entry.params)
+    n_in = sum(1 for p in entry.params if not p.is_pure_output)
     if len(args) == n_all:
         return list(args), False
     if len(args) == n_in:
         it = iter(args)
-        return [None if p.is_pure_output else next(it) for p in kernel.params], True
-    names = ", ".join(p.name for p in kernel.params)
-    raise runtime.DispatchError(f"{kernel.__name__} takes {n_all} arguments ({names}), or {n_in} with "
-                                f"the Out parameters omitted; got {len(args)}")
+        return [None if p.is_pure_output else next(it) for p in entry.params], True
+    names = ", ".join(p.name for p in entry.params)
+    raise DispatchError(f"{entry.__name__} takes {n_all} arguments ({names}), or {n_in} with "
+                        f"the Out parameters omitted; got {len(args)}")
 
 
-def _check(kernel: Any, full: list[Any], worker: runtime.Worker | None) -> dict[str, int]:
-    specs, tensor_args, dims = [], [], {}
-    for p, a in zip(kernel.params, full):
+def check_scalar(name: str, a: Any) -> None:
+    if isinstance(a, bool) or not isinstance(a, int | np.integer):
+        raise DispatchError(f"parameter {name!r} expects an int scalar, got {type(a).__name__}")
+
+
+def check_stacked(name: str, st: StackedDeviceTensor) -> None:
+    """Re-validate a stack at the entry: its shards may have been freed or replaced since it was built."""
+    who = f"parameter {name!r}"
+    shards, ids, full = tuple(st.shards), tuple(st.worker_ids), tuple(st.full_shape)
+    if not full or not (len(shards) == full[0] == len(ids)):
+        raise DispatchError(f"{who}: StackedDeviceTensor has {len(shards)} shards, full_shape {full} and "
+                            f"{len(ids)} worker ids; they must agree")
+    for i, (s, w) in enumerate(zip(shards, ids)):
+        if not isinstance(s, DeviceTensor):
+            raise DispatchError(f"{who}: shard {i} is a {type(s).__name__}, expected a DeviceTensor")
+        if tuple(s.shape) != full[1:]:
+            raise DispatchError(f"{who}: shard {i} has shape {tuple(s.shape)}, shard shapes must all be "
+                                f"full_shape[1:] = {full[1:]}")
+        if s.dtype != shards[0].dtype:
+            raise DispatchError(f"{who}: shard {i} has dtype {s.dtype.name}, shard 0 has {shards[0].dtype.name}")
+        if s.worker.device_id != w:
+            raise DispatchError(f"{who}: shard {i} lives on worker {s.worker.device_id}, worker_ids[{i}] says {w}")
+        if s.freed:
+            raise DispatchError(f"{who}: shard {i} of {st!r} was freed (use after free)")
+
+
+def check_entry(entry: Any, full: list[Any], allow_stacked: bool) -> dict[str, int]:
+    """Check an entry's arguments against its own annotations; return the dynamic-dim bindings."""
+    specs, tensor_args = [], []
+    for p, a in zip(entry.params, full):
         if isinstance(p.type, ScalarType):
-            if isinstance(a, bool) or not isinstance(a, int | np.integer):
-                raise runtime.DispatchError(f"parameter {p.name!r} expects an int scalar, got {type(a).__name__}")
+            check_scalar(p.name, a)
             continue
+        if isinstance(a, StackedDeviceTensor):
+            if not allow_stacked:
+                raise DispatchError(f"parameter {p.name!r} got a StackedDeviceTensor, which spans ranks; a "
+                                    "kernel receives one shard: call it from a @pl.orchestration as "
+                                    f"kernel(..., {p.name}[r], ..., device=r)")
+            check_stacked(p.name, a)
         if a is not None:
             specs.append(p.spec())
             tensor_args.append(a)
-    dims = runtime.dispatch.check_args(specs, tensor_args, worker)
-    for p, a in zip(kernel.params, full):  # omitted outputs: every dimension must be known
+    dims = runtime.dispatch.check_args(specs, tensor_args)
+    for p, a in zip(entry.params, full):  # omitted outputs: every dimension must be known
         if a is None:
-            for d in p.type.shape:
-                if isinstance(d, DynDim) and d.name not in dims:
-                    raise runtime.DispatchError(f"Out parameter {p.name!r} has dynamic dim {d.name} that no "
-                                                "argument binds; pass the output array")
+            out_shape(p, dims)
     return dims
 
 
-def _pick_worker(kernel: Any, full: list[Any], device: int | None) -> runtime.Worker:
-    for a in full:
-        if isinstance(a, runtime.DeviceTensor):
-            return a.worker
-    return default_worker(kernel.target.value, device or 0)
+def out_shape(p: Any, dims: dict[str, int]) -> tuple[int, ...]:
+    """The shape of an omitted Out parameter; its dynamic dims must be bound by the other arguments."""
+    for d in p.type.shape:
+        if isinstance(d, DynDim) and d.name not in dims:
+            raise DispatchError(f"Out parameter {p.name!r} has dynamic dim {d.name} that no argument binds; "
+                                "pass the output")
+    return tuple(dims[d.name] if isinstance(d, DynDim) else int(d) for d in p.type.shape)
 
 
-def tensor_value(t: TensorType, dev: runtime.DeviceTensor, dims: dict[str, int], blocked: bool) -> TensorVal:
-    """The entry reshape of NZ-32: an NZ argument arrives logical and is viewed blocked (metadata
-    only: the same bytes in the same order); before BlockNzTensorViews it stays logical."""
+def results(entry: Any, full: Sequence[Any]) -> Any:
+    """The Out / InOut arguments in parameter order: None, one value, or a tuple."""
+    outs = [a for p, a in zip(entry.params, full) if p.is_output]
+    if not outs:
+        return None
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+# ---------------------------------------------------------------------------- running a graph
+def tensor_value(t: TensorType, dev: DeviceTensor, dims: dict[str, int], blocked: bool) -> TensorVal:
+    """The entry reshape of NZ-32, the one place it happens: an NZ argument arrives with its
+    logical shape and is viewed blocked (metadata only: the same bytes in the same order); a
+    graph before BlockNzTensorViews sees it logical."""
     dt = t.dtype.np_dtype
     if t.layout is Layout.NZ and not blocked:
         shape = tuple(dev.shape)
@@ -85,7 +250,7 @@ def tensor_value(t: TensorType, dev: runtime.DeviceTensor, dims: dict[str, int],
     return TensorVal(dev.address, dt, shape, runtime.isa.row_major_strides(shape), t.layout.value)
 
 
-def execute(graph: Graph, kernel: Any, full: list[Any], worker: runtime.Worker, dims: dict[str, int]) -> list[Any]:
+def execute(graph: Graph, kernel: Any, full: list[Any], worker: Worker, dims: dict[str, int]) -> list[Any]:
     """Run `graph` with device-resident arguments (DeviceTensors and ints)."""
     blocked = bool(graph.attrs.get("nz_tensor_views_blocked"))
     vals: list[Any] = []
@@ -98,47 +263,292 @@ def execute(graph: Graph, kernel: Any, full: list[Any], worker: runtime.Worker, 
     return run_graph(ctx, graph, vals)
 
 
-def call_lowered(low: Any, graph: Graph, args: Sequence[Any], device: int | None = None) -> Any:
-    kernel = low.kernel
-    full, omitted = _split_args(kernel, args)
-    worker = _pick_worker(kernel, full, device)
-    dims = _check(kernel, full, worker)
-    placed: list[Any] = []
-    temps: list[runtime.DeviceTensor] = []
+# ------------------------------------------------------------------------------- the program
+def _device_copy(worker: Worker, src: DeviceTensor, dst: DeviceTensor) -> None:
+    """A GM -> GM copy on one device (no host traffic)."""
+    n = src.nbytes
+    worker.gm.view(dst.address, (n,), (1,))[...] = worker.gm.view(src.address, (n,), (1,))
+
+
+def _call_name(call: KernelCall) -> str:
+    return call.kernel.__name__ + (f" ({call.source})" if call.source else "")
+
+
+def _reraise_in(call: KernelCall, e: Exception) -> None:
+    """Raise `e` again, same type, its message prefixed with the call (run_ranks adds the rank)."""
     try:
-        for p, a in zip(kernel.params, full):
-            if isinstance(p.type, ScalarType) or isinstance(a, runtime.DeviceTensor):
-                placed.append(a)
-                continue
-            if a is None:
-                shape = tuple(dims[d.name] if isinstance(d, DynDim) else d for d in p.type.shape)
-                t = worker.alloc_tensor(shape, p.type.dtype.np_dtype)
+        new = type(e)(f"{_call_name(call)}: {e}")
+    except Exception:  # a constructor that takes other arguments: keep the original, add a note
+        e.add_note(f"in {_call_name(call)}")
+        raise e from None
+    raise new from e
+
+
+@dataclass(eq=False)
+class _Launch:
+    call: KernelCall
+    graph: Graph
+    dims: dict[str, int]
+
+
+@dataclass(eq=False)
+class _Rank:
+    """One rank's share of a program and what it placed on its worker."""
+
+    rank: int
+    worker: Worker
+    launches: list[_Launch] = field(default_factory=list)
+    placed: dict[tuple[int, int | None], DeviceTensor] = field(default_factory=dict)
+    host_outputs: list[tuple[HostRef, DeviceTensor]] = field(default_factory=list)
+    snapshots: list[tuple[DeviceTensor, DeviceTensor]] = field(default_factory=list)
+    temps: list[DeviceTensor] = field(default_factory=list)
+
+    def _place(self, p: Any, a: Any) -> Any:
+        if isinstance(a, HostRef):
+            t = self.placed.get(a.key)
+            if t is None:
+                init = None if a.fresh else a.array
+                t = self.placed[a.key] = self.worker.alloc_tensor(a.shape, a.dtype, init=init)
+                self.temps.append(t)
+            if p.is_output and all(t is not u for _, u in self.host_outputs):
+                self.host_outputs.append((a, t))
+            return t
+        if isinstance(a, DeviceRef):
+            return a.tensor
+        if isinstance(a, PendingRef):
+            return a.tensor
+        return a
+
+    def _snapshot_outputs(self) -> None:
+        """Resident outputs are restored from these if any rank fails (outputs untouched)."""
+        seen: list[DeviceTensor] = []
+        for ln in self.launches:
+            for p, a in zip(ln.call.kernel.params, ln.call.args):
+                if p.is_output and isinstance(a, DeviceRef) and all(a.tensor is not s for s in seen):
+                    seen.append(a.tensor)
+                    scratch = self.worker.alloc_tensor(a.tensor.shape, a.tensor.dtype)
+                    self.temps.append(scratch)
+                    _device_copy(self.worker, a.tensor, scratch)
+                    self.snapshots.append((a.tensor, scratch))
+
+    def run(self, name_calls: bool) -> None:
+        self._snapshot_outputs()
+        for ln in self.launches:
+            placed = [self._place(p, a) for p, a in zip(ln.call.kernel.params, ln.call.args)]
+            try:
+                execute(ln.graph, ln.call.kernel, placed, self.worker, ln.dims)
+            except Exception as e:
+                if not name_calls:
+                    raise
+                _reraise_in(ln.call, e)
+
+    def restore(self) -> None:
+        for target, scratch in self.snapshots:
+            _device_copy(self.worker, scratch, target)
+
+    def gather(self) -> None:
+        for ref, t in self.host_outputs:
+            ref.array[...] = self.worker.copy_from(t)
+
+    def free(self) -> None:
+        for t in self.temps:
+            if not t.freed:
+                self.worker.free_tensor(t)
+        self.temps.clear()
+
+
+def _resident_tensors(residents: Iterable[Any]) -> Iterable[tuple[str, DeviceTensor]]:
+    for r in residents:
+        if isinstance(r, StackedRef):
+            for i, s in enumerate(r.tensor.shards):
+                yield f"{r.name}[{i}]", s
+        elif isinstance(r, DeviceRef):
+            yield r.name, r.tensor
+
+
+def _rank_workers(calls: Sequence[KernelCall], cluster: Any, residents: Sequence[Any]) -> dict[int, Worker]:
+    """Rank -> worker: the given cluster, else the one the resident arguments live on, else one
+    default worker per rank the program dispatches to."""
+    devices = sorted({c.device for c in calls})
+    if cluster is not None:
+        if not isinstance(cluster, runtime.Cluster):
+            raise DispatchError(f"cluster= expects a runtime.Cluster, got {type(cluster).__name__}")
+        for name, t in _resident_tensors(residents):
+            d = t.worker.device_id
+            if not (0 <= d < cluster.n_ranks and cluster.workers[d] is t.worker):
+                raise DispatchError(f"parameter {name.split('[')[0]!r}: {name} lives on worker {d} of another "
+                                    "cluster, not on the cluster given as cluster=")
+        bad = [d for d in devices if not 0 <= d < cluster.n_ranks]
+        if bad:
+            raise DispatchError(f"device={bad[0]} is not a rank of the given cluster "
+                                f"(ranks 0..{cluster.n_ranks - 1})")
+        return dict(enumerate(cluster.workers))
+    found: dict[int, tuple[Worker, str]] = {}
+    stacked = False
+    for r in residents:
+        stacked = stacked or isinstance(r, StackedRef)
+    for name, t in _resident_tensors(residents):
+        w, first = found.setdefault(t.worker.device_id, (t.worker, name))
+        if w is not t.worker:
+            raise DispatchError(f"{name} and {first} live on two different workers with device id "
+                                f"{w.device_id} (two clusters); put the arguments on one cluster")
+    ranks = {d: w for d, (w, _) in found.items()}
+    for c in calls:
+        if c.device in ranks:
+            continue
+        if stacked:
+            raise DispatchError(f"device={c.device} is not a rank of the cluster the StackedDeviceTensor "
+                                f"arguments live on (ranks {sorted(ranks)}); pass cluster=")
+        ranks[c.device] = default_worker(c.kernel.target.value, c.device)
+    return ranks
+
+
+def _check_resident(pname: str, name: str, t: DeviceTensor, worker: Worker, rank: int) -> None:
+    if t.worker is worker or t.freed:
+        return  # freed: check_args names it
+    where = (f"worker {t.worker.device_id} of another cluster" if t.worker.device_id == worker.device_id
+             else f"worker {t.worker.device_id}")
+    got = f"{name}, a DeviceTensor" if name != pname else "a DeviceTensor"
+    raise DispatchError(f"parameter {pname!r} got {got} of {where}; the call runs on worker "
+                        f"{worker.device_id} (device={rank}): pass rank {rank}'s shard or copy it over")
+
+
+def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[tuple[int | None, int, str]]]
+               ) -> tuple[list[Any], dict[str, int]]:
+    """Check one call's arguments on its worker; return the values compile keys on, and its dims."""
+    specs, tensor_args, keyed = [], [], []
+    for p, a in zip(call.kernel.params, call.args):
+        if isinstance(p.type, ScalarType):
+            check_scalar(p.name, a)
+            keyed.append(a)
+            continue
+        if isinstance(a, StackedRef):
+            raise DispatchError(f"parameter {p.name!r} got the whole StackedDeviceTensor {a.name}, which spans "
+                                f"ranks; pass one rank's shard, {a.name}[r]")
+        if isinstance(a, HostRef):
+            v: Any = a.array
+            if p.is_output:
+                for idx, r, what in writes.setdefault(id(a.root), []):
+                    if r != call.device and (idx is None or a.index is None or idx == a.index):
+                        raise DispatchError(f"parameter {p.name!r}: rank {r} writes {what} and rank {call.device} "
+                                            f"writes {a.name} of the same host array; give each rank its own "
+                                            "plane (out[r])")
+                writes[id(a.root)].append((a.index, call.device, a.name))
+        elif isinstance(a, DeviceRef | PendingRef):
+            if isinstance(a, PendingRef) and a.tensor is None:
+                a.tensor = worker.alloc_tensor(a.shape, a.dtype)  # freed with the program
+            assert a.tensor is not None
+            _check_resident(p.name, a.name, a.tensor, worker, call.device)
+            v = a.tensor
+        else:
+            v = a  # check_args refuses it by type
+        specs.append(p.spec())
+        tensor_args.append(v)
+        keyed.append(v)
+    return keyed, runtime.dispatch.check_args(specs, tensor_args, worker)
+
+
+
+
+def _plan(calls: Sequence[KernelCall], ranks: dict[int, Worker], rank_prefix: bool) -> dict[int, _Rank]:
+    """Validate every call and compile every kernel; nothing runs yet."""
+    plan: dict[int, _Rank] = {}
+    writes: dict[int, list[tuple[int | None, int, str]]] = {}
+    for call in calls:
+        worker = ranks[call.device]
+        try:
+            if worker.target != call.kernel.target.value:
+                raise DispatchError(f"kernel {call.kernel.__name__} targets {call.kernel.target.value}, "
+                                    f"worker {worker.device_id} is {worker.target}")
+            keyed, dims = _call_args(call, worker, writes)
+        except DispatchError as e:
+            if not rank_prefix:
+                raise
+            raise DispatchError(f"rank {call.device}: {_call_name(call)}: {e}") from None
+        low = call.low if call.low is not None else call.kernel.lower(*keyed)
+        graph = call.graph if call.graph is not None else low.final
+        rk = plan.setdefault(call.device, _Rank(call.device, worker))
+        rk.launches.append(_Launch(call, graph, dims))
+    return plan
+
+
+def _pendings(calls: Sequence[KernelCall]) -> list[PendingRef]:
+    out: list[PendingRef] = []
+    for c in calls:
+        out.extend(a for a in c.args if isinstance(a, PendingRef) and all(a is not b for b in out))
+    return out
+
+
+def run_program(calls: Sequence[KernelCall], cluster: Any = None, residents: Sequence[Any] = (),
+                rank_prefix: bool = True) -> None:
+    """Validate all `calls`, run each rank's calls on its worker (ranks in parallel), then copy
+    host outputs back; on any failure no output changes. `residents` are the entry's resident
+    arguments (they pick the cluster); `rank_prefix` prefixes errors with "rank r: "."""
+    if not calls:
+        return
+    plan: dict[int, _Rank] = {}
+    try:
+        ranks = _rank_workers(calls, cluster, residents)
+        if len({id(w) for w in ranks.values()}) != len(ranks):
+            raise DispatchError("two ranks map to the same worker")
+        plan = _plan(calls, ranks, rank_prefix)
+        try:
+            if rank_prefix:
+                runtime.dispatch.run_ranks({r: (lambda rk=rk: rk.run(True)) for r, rk in plan.items()})
             else:
-                t = worker.alloc_tensor(a.shape, a.dtype, init=a)
-            temps.append(t)
-            placed.append(t)
-        execute(graph, kernel, placed, worker, dims)
-        results = []
-        for p, a, t in zip(kernel.params, full, placed):
-            if not p.is_output:
-                continue
-            if a is None:
-                results.append(worker.copy_from(t))
-            elif isinstance(a, np.ndarray):
-                a[...] = worker.copy_from(t)  # only now: a refused or failed call leaves outputs untouched
-                results.append(a)
-            else:
-                results.append(a)
+                for rk in plan.values():
+                    rk.run(False)
+        except BaseException:
+            for rk in plan.values():
+                rk.restore()
+            raise
+        for rk in plan.values():
+            rk.gather()
     finally:
-        for t in temps:
-            worker.free_tensor(t)
-    if not results:
-        return None
-    return results[0] if len(results) == 1 else tuple(results)
+        for rk in plan.values():
+            rk.free()
+        for p in _pendings(calls):
+            if p.tensor is not None and not p.tensor.freed:
+                p.tensor.worker.free_tensor(p.tensor)
+
+
+# ------------------------------------------------------------------------------- entry points
+def _active_program() -> Any:
+    from ..language.orchestration import active_program
+
+    return active_program()
+
+
+def _call(kernel: Any, args: Sequence[Any], device: int | None, low: Any, graph: Graph | None) -> Any:
+    """A direct call: a one-call program with the kernel's own parameters as the entry."""
+    full, _ = split_args(kernel, args)
+    dims = check_entry(kernel, full, allow_stacked=False)  # before compiling: a refused call costs nothing
+    refs = []
+    for i, (p, a) in enumerate(zip(kernel.params, full)):
+        if a is None:
+            full[i] = np.zeros(out_shape(p, dims), p.type.dtype.np_dtype)
+            refs.append(HostRef(full[i], None, p.name, fresh=True))
+        else:
+            refs.append(as_ref(a, p.name))
+    if device is None:
+        device = default_device(refs)
+    residents = [r for r in refs if isinstance(r, DeviceRef)]
+    run_program([KernelCall(kernel, refs, int(device), graph=graph, low=low)], residents=residents,
+                rank_prefix=False)
+    return results(kernel, full)
+
+
+def call_lowered(low: Any, graph: Graph, args: Sequence[Any], device: int | None = None) -> Any:
+    """`Lowered.run(*args, after=)`: run one compiled stage (recorded inside an orchestration)."""
+    prog = _active_program()
+    if prog is not None:
+        return prog.record(low.kernel, args, device, low=low, graph=graph)
+    return _call(low.kernel, args, device, low, graph)
 
 
 def call_kernel(kernel: Any, args: Sequence[Any], device: int | None = None) -> Any:
-    full, _ = _split_args(kernel, args)
-    _check(kernel, full, None)  # before compiling: a refused call costs nothing
-    low = kernel.lower(*args)
-    return call_lowered(low, low.final, args, device=device)
+    """`kernel(*args, device=)`: a one-kernel orchestration, or a recorded call inside one."""
+    prog = _active_program()
+    if prog is not None:
+        return prog.record(kernel, args, device)
+    return _call(kernel, args, device, None, None)
