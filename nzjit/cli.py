@@ -1,0 +1,340 @@
+"""The `nzjit` command line: run a kernel file's demo, print its IR or PTO, explain an NZ layout.
+
+    nzjit run FILE [ARGS...]                      the file's `__main__` block, else its main()
+    nzjit ir FILE [--kernel NAME] [--after PASS | --all]
+    nzjit pto FILE [--kernel NAME]
+    nzjit explain-layout SHAPE DTYPE [--at R,C] [--svg OUT.svg]
+
+Exit status: 0 success; 1 a CompileError (rendered by nzjit.diagnostics, no traceback), a
+refused layout, or an exception in the user's code (traceback without nzjit frames); 2 bad
+usage; 70 an nzjit InternalError (full traceback: it is a compiler bug).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import difflib
+import os
+import runpy
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from . import diagnostics
+from .errors import CompileError, InternalError
+from .language.kernel import Kernel
+
+__all__ = ["main", "build_parser", "load_namespace", "find_kernels", "ir_text", "ir_sequence"]
+
+EXIT_COMPILE_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 70  # EX_SOFTWARE: an internal software error
+INSPECT_RUN_NAME = "__nzjit_inspect__"
+
+
+class UsageError(Exception):
+    """A mistake in the command line (missing file, unknown kernel or pass): exit status 2."""
+
+
+class CommandError(Exception):
+    """A refusal that is not a compile error (bad layout, no codegen): exit status 1."""
+
+
+# ---------------------------------------------------------------------------------- loading files
+@contextlib.contextmanager
+def _script_context(path: str, argv: Sequence[str]) -> Iterator[None]:
+    """What `python FILE` gives a script: its folder first on sys.path, and sys.argv."""
+    old_argv, folder = sys.argv, os.path.dirname(os.path.abspath(path))
+    sys.argv = [path, *argv]
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        sys.argv = old_argv
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
+
+
+def _check_file(path: str) -> None:
+    if not os.path.isfile(path):
+        raise UsageError(f"no such file: {path}")
+
+
+def has_main_block(path: str) -> bool:
+    """Whether the file has a module-level `if __name__ == "__main__":` block."""
+    with open(path, "rb") as f:
+        tree = ast.parse(f.read(), filename=path)
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare):
+            parts = [node.test.left, *node.test.comparators]
+            names = {p.id for p in parts if isinstance(p, ast.Name)}
+            consts = {p.value for p in parts if isinstance(p, ast.Constant)}
+            if "__name__" in names and "__main__" in consts:
+                return True
+    return False
+
+
+def load_namespace(path: str, run_name: str = INSPECT_RUN_NAME) -> dict[str, Any]:
+    """Execute FILE as a module named `run_name` (not `__main__`, so its demo does not run)."""
+    _check_file(path)
+    with _script_context(path, []):
+        return runpy.run_path(path, run_name=run_name)
+
+
+def find_kernels(namespace: dict[str, Any], name: str | None = None) -> list[tuple[str, Kernel]]:
+    """The module-level `nzjit.Kernel` objects as (first bound name, kernel), each once.
+
+    With `name`, the one kernel bound to that name or whose function is called that.
+    """
+    names: dict[int, list[str]] = {}
+    found: list[tuple[str, Kernel]] = []
+    for key, value in namespace.items():
+        if isinstance(value, Kernel):
+            if id(value) not in names:
+                names[id(value)] = []
+                found.append((key, value))
+            names[id(value)].append(key)
+    if name is None:
+        return found
+    hits = [(k, v) for k, v in found if name in (*names[id(v)], v.__name__)]
+    if not hits:
+        have = ", ".join(k for k, _ in found) or "none"
+        raise UsageError(f"no kernel named {name!r}; kernels in this file: {have}")
+    return hits[:1]
+
+
+def _kernels_of(path: str, name: str | None) -> list[tuple[str, Kernel]]:
+    kernels = find_kernels(load_namespace(path), name)
+    if not kernels:
+        raise UsageError(f"{path} defines no @pl.kernel at module level (kernels made inside functions, "
+                         "e.g. by a factory, are not found: bind one to a module-level name)")
+    return kernels
+
+
+# ---------------------------------------------------------------------------------------- ir
+def _stages(low: Any) -> list[str]:
+    return ["trace", *low.passes]
+
+
+def _resolve_stage(low: Any, after: str) -> str:
+    stages = _stages(low)
+    for s in stages:
+        if after in (s, s.lower()) or after.lower() == s.lower():
+            return s
+    raise UsageError(f"unknown pass {after!r}; passes are: {', '.join(stages)}")
+
+
+def ir_text(low: Any, after: str | None = None) -> str:
+    """The printed graph after pass `after` (default: the last pass)."""
+    stage = _resolve_stage(low, after) if after else _stages(low)[-1]
+    return str(low.ir(after=stage)).rstrip("\n")
+
+
+def ir_sequence(low: Any) -> str:
+    """The traced graph, then for every pass a unified diff of the printed IR, or `unchanged`."""
+    stages = _stages(low)
+    texts = [str(low.ir(after=s)).rstrip("\n") for s in stages]
+    out = ["=== trace ===", texts[0]]
+    for i in range(1, len(stages)):
+        prev, cur = texts[i - 1], texts[i]
+        if prev == cur:
+            out.append(f"=== {stages[i]}: unchanged ===")
+            continue
+        diff = difflib.unified_diff(prev.splitlines(), cur.splitlines(), fromfile=stages[i - 1],
+                                    tofile=stages[i], lineterm="")
+        out.append(f"=== {stages[i]}: changed ===")
+        out.extend(diff)
+    return "\n".join(out)
+
+
+def _print_per_kernel(kernels: list[tuple[str, Kernel]], render: Any) -> None:
+    for i, (name, k) in enumerate(kernels):
+        if len(kernels) > 1:
+            print(("\n" if i else "") + f"# kernel {name}")
+        print(render(k.lower()))
+
+
+def cmd_ir(args: argparse.Namespace) -> int:
+    """`nzjit ir`: print a kernel's graph after a pass, or the whole pass sequence."""
+    kernels = _kernels_of(args.file, args.kernel)
+    if args.all:
+        _print_per_kernel(kernels, ir_sequence)
+    else:
+        _print_per_kernel(kernels, lambda low: ir_text(low, args.after))
+    return 0
+
+
+def cmd_pto(args: argparse.Namespace) -> int:
+    """`nzjit pto`: print the emitted PTO text of a kernel."""
+    kernels = _kernels_of(args.file, args.kernel)
+
+    def pto(low: Any) -> str:
+        try:
+            return str(low.pto()).rstrip("\n")
+        except ModuleNotFoundError as e:
+            if e.name and e.name.startswith(__package__ + ".codegen"):
+                raise CommandError(f"PTO codegen is not available in this build ({e.name} is missing); "
+                                   "`nzjit ir` shows the lowered graph") from None
+            raise
+
+    _print_per_kernel(kernels, pto)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- run
+def cmd_run(args: argparse.Namespace) -> int:
+    """`nzjit run`: the file's `if __name__ == "__main__"` block, else its `main()` function."""
+    _check_file(args.file)
+    if has_main_block(args.file):
+        with _script_context(args.file, args.args):
+            runpy.run_path(args.file, run_name="__main__")
+        return 0
+    with _script_context(args.file, args.args):
+        ns = runpy.run_path(args.file, run_name=INSPECT_RUN_NAME)
+        entry = ns.get("main")
+        if not callable(entry):
+            raise UsageError(f"{args.file} has no demo: add an `if __name__ == \"__main__\":` block or a "
+                             "main() function")
+        result = entry()
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+# --------------------------------------------------------------------------------- explain-layout
+def cmd_explain_layout(args: argparse.Namespace) -> int:
+    """`nzjit explain-layout`: blocked shape, strides, c0, an element's offset, pictures."""
+    from . import layout_picture as lp
+
+    try:
+        shape, dtype = lp.parse_shape(args.shape), lp.parse_dtype(args.dtype)
+        at = lp.parse_index(args.at) if args.at else None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    try:  # the NZ rules refuse the layout (NZ-4, NZ-8, NZ-33) or the element is outside it
+        layout = lp.NzLayout(shape, dtype)
+        sections = [lp.describe(layout)]
+        if at is not None:
+            sections.append(lp.describe_location(layout, at))
+        sections.append(lp.ascii_picture(layout, at))
+        svg = lp.svg_picture(layout, at) if args.svg else None
+    except ValueError as e:
+        raise CommandError(str(e)) from None
+    print("\n\n".join(sections))
+    if svg is not None:
+        with open(args.svg, "w", encoding="utf-8") as f:
+            f.write(svg)
+        print(f"\nwrote {args.svg}: {layout.n_fractals} fractal rects")
+    return 0
+
+
+# ------------------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse tree of the `nzjit` command."""
+    p = argparse.ArgumentParser(
+        prog="nzjit", description="nzjit: trace, lower and inspect Ascend PTO kernels written in Python.",
+        epilog=f"Set {diagnostics.ENV_VAR}=full to see nzjit-internal frames in tracebacks.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    r = sub.add_parser("run", help="run a kernel file's demo",
+                       description="Run FILE's `if __name__ == \"__main__\":` block (as `python FILE` "
+                                   "would), or its main() function if it has no such block.")
+    r.add_argument("file", metavar="FILE")
+    r.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="sys.argv[1:] for the demo")
+    r.set_defaults(func=cmd_run)
+
+    i = sub.add_parser("ir", help="print a kernel's IR after a pass",
+                       description="Import FILE (its demo does not run), lower its @pl.kernel objects "
+                                   "from their annotations and print the graph after a pass.")
+    i.add_argument("file", metavar="FILE")
+    i.add_argument("--kernel", metavar="NAME", help="the kernel to show (default: every kernel in FILE)")
+    g = i.add_mutually_exclusive_group()
+    g.add_argument("--after", metavar="PASS",
+                   help="show the graph after this pass ('trace' = before any pass; default: the last)")
+    g.add_argument("--all", action="store_true",
+                   help="show the traced graph, then what every pass changed (unified diffs)")
+    i.set_defaults(func=cmd_ir)
+
+    t = sub.add_parser("pto", help="print a kernel's emitted PTO text",
+                       description="Import FILE, lower its @pl.kernel objects and print their PTO text.")
+    t.add_argument("file", metavar="FILE")
+    t.add_argument("--kernel", metavar="NAME", help="the kernel to show (default: every kernel in FILE)")
+    t.set_defaults(func=cmd_pto)
+
+    e = sub.add_parser("explain-layout", help="explain the NZ layout of a shape and dtype",
+                       description="Print the NZ blocked shape [B, C/c0, R/16, 16, c0], its strides, "
+                                   "c0, where an element lands (NZ-8) and a picture of the fractal order.",
+                       epilog="examples: nzjit explain-layout 256x512 int8 --at 40,70; "
+                              "nzjit explain-layout 4,64,64 fp16 --svg nz.svg")
+    e.add_argument("shape", metavar="SHAPE", help="logical shape: 256x512 or 4,256,512")
+    e.add_argument("dtype", metavar="DTYPE", help="int8, fp16, bf16, fp32, ... (any case)")
+    e.add_argument("--at", metavar="R,C", help="a logical element (R,C, or every coordinate: B,R,C)")
+    e.add_argument("--svg", metavar="OUT.svg", help="also write an SVG with one rect per fractal")
+    e.set_defaults(func=cmd_explain_layout)
+    return p
+
+
+def _exit_code(code: Any) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `nzjit` / `python -m nzjit`; returns the exit status (never raises SystemExit)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return _exit_code(e.code)
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    prog = f"nzjit {args.command}"
+    was_installed = sys.excepthook is diagnostics.excepthook
+    diagnostics.install()
+    try:
+        return args.func(args)
+    except CompileError as err:
+        print(diagnostics.format_compile_error(err), file=sys.stderr)
+        return EXIT_COMPILE_ERROR
+    except InternalError as err:
+        print(diagnostics.format_internal_error(err), file=sys.stderr)
+        return EXIT_INTERNAL
+    except UsageError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except CommandError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return EXIT_COMPILE_ERROR
+    except SystemExit as e:  # the demo called sys.exit()
+        return _exit_code(e.code)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `nzjit ir ... | head`: the reader left; not an error worth a traceback
+        _silence_stdout()
+        return 0
+    except Exception as err:  # an error in the user's file: its traceback, without nzjit frames
+        print(diagnostics.format_exception(err), file=sys.stderr)
+        return 1
+    finally:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _silence_stdout()
+        if not was_installed:
+            diagnostics.uninstall()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

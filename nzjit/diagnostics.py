@@ -1,0 +1,203 @@
+"""Errors rendered for humans: `file:line:col: error[NZ-n]: message`, the source line, a caret, `help:`.
+
+Triton's error format (spec/style.md), with a gutter like rustc's:
+
+    kern.py:6:44: error[NZ-12]: load of NZ tensor 'w': the row offset 8 must be ...
+        6 |     out[:, 0:128] = pl.matmul(x[:, 0:512], w[8:136, 0:512], b_trans=True)
+          |                                            ^^^^^^^^^^^^^^^
+    help: align the window to a multiple of 16
+
+Columns in the header are 1-based (as gcc, rustc and editors count them); `Source.col` /
+`Source.end_col` are the 0-based UTF-8 byte offsets of the bytecode position, converted here.
+
+Tracebacks hide the toolchain's own frames (the `nzjit` and `runtime` packages, runpy and the
+import machinery) by default: a kernel author needs their own lines, not the pass internals.
+`NZJIT_TRACEBACK=full` in the environment (or `show_internal=True`) shows every frame.
+Importing this module changes nothing; `install()` opts in to the excepthooks.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import threading
+import traceback
+import types
+import unicodedata
+from typing import Any
+
+import runtime
+
+from .errors import CompileError, InternalError, Source
+
+__all__ = ["render", "format_compile_error", "format_exception", "format_internal_error", "filter_traceback",
+           "is_internal_frame", "show_internal_frames", "install", "uninstall", "excepthook"]
+
+ENV_VAR = "NZJIT_TRACEBACK"
+
+_INTERNAL_DIRS = tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in (__file__, runtime.__file__))
+_LAUNCHER_FILES = tuple(os.path.abspath(f) for f in (runpy.__file__,) if f)
+
+
+def show_internal_frames(show_internal: bool | None = None) -> bool:
+    """`show_internal` if given, else whether the environment asks for `NZJIT_TRACEBACK=full`."""
+    if show_internal is not None:
+        return show_internal
+    return os.environ.get(ENV_VAR, "").strip().lower() == "full"
+
+
+def is_internal_frame(filename: str) -> bool:
+    """True for frames of the toolchain: nzjit, runtime, runpy, `<frozen importlib...>`."""
+    if filename.startswith("<frozen"):
+        return True
+    path = os.path.abspath(filename)
+    return path.startswith(_INTERNAL_DIRS) or path in _LAUNCHER_FILES
+
+
+def filter_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """A new traceback chain without the internal frames (None if every frame was internal)."""
+    kept = []
+    while tb is not None:
+        if not is_internal_frame(tb.tb_frame.f_code.co_filename):
+            kept.append(tb)
+        tb = tb.tb_next
+    out: types.TracebackType | None = None
+    for t in reversed(kept):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
+def _count(tb: types.TracebackType | None) -> int:
+    n = 0
+    while tb is not None:
+        n, tb = n + 1, tb.tb_next
+    return n
+
+
+def _display_width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _char_col(line: str, byte_col: int) -> int:
+    """Bytecode columns count UTF-8 bytes; the caret needs characters."""
+    return len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
+
+
+def _caret(line: str, src: Source) -> tuple[int, str]:
+    """(1-based character column, the caret line under `line`)."""
+    start = min(_char_col(line, src.col), len(line))
+    if src.col == 0 and src.end_col is None:  # no column known: underline the statement, not its indent
+        start = len(line) - len(line.lstrip())
+    stripped_end = len(line.rstrip())
+    end = _char_col(line, src.end_col) if src.end_col is not None else stripped_end
+    end = max(start + 1, min(end, max(stripped_end, start + 1)))
+    pad = "".join(ch if ch == "\t" else " " * _display_width(ch) for ch in line[:start])
+    return start + 1, pad + "^" * max(1, _display_width(line[start:end]))
+
+
+def _strip_rule(message: str, rule: str | None) -> str:
+    for prefix in (f"{rule}: ", f"[{rule}] ") if rule else ():
+        if message.startswith(prefix):
+            return message[len(prefix):]
+    return message
+
+
+def format_compile_error(err: CompileError, show_internal: bool | None = None) -> str:
+    """The human form of a CompileError (no trailing newline).
+
+    `file:line:col: error[RULE]: message`, the kernel line with its number, a caret under the
+    offending expression, then `help: ...`. With internal frames shown (`show_internal=True` or
+    `NZJIT_TRACEBACK=full`) the full Python traceback comes first.
+    """
+    src = err.source
+    rule = err.rule
+    message = _strip_rule(getattr(err, "raw_message", str(err)), rule)
+    kind = f"error[{rule}]" if rule else "error"
+    body: list[str] = []
+    where = ""
+    if src is not None:
+        line = src.text
+        if line:
+            col, caret = _caret(line, src)
+            gutter = str(src.line)
+            body.append(f"{' ' * 4}{gutter} | {line}")
+            body.append(f"{' ' * (4 + len(gutter))} | {caret}")
+            where = f"{src.file}:{src.line}:{col}: "
+        else:
+            where = f"{src.file}:{src.line}: "
+    out = [f"{where}{kind}: {message}", *body]
+    if err.help:
+        out.append(f"help: {err.help}")
+    text = "\n".join(out)
+    if show_internal_frames(show_internal):
+        text = "".join(traceback.format_exception(type(err), err, err.__traceback__)) + "\n" + text
+    return text
+
+
+def format_exception(exc: BaseException, show_internal: bool | None = None) -> str:
+    """A Python traceback of `exc`, internal frames hidden unless asked for (no trailing newline)."""
+    tb = exc.__traceback__
+    if show_internal_frames(show_internal):
+        return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip("\n")
+    kept = filter_traceback(tb)
+    hidden = _count(tb) - _count(kept)
+    text = "".join(traceback.format_exception(type(exc), exc, kept)).rstrip("\n")
+    if hidden:
+        text += (f"\n({hidden} nzjit-internal frame{'s' if hidden != 1 else ''} hidden; "
+                 f"set {ENV_VAR}=full to show them)")
+    return text
+
+
+def format_internal_error(exc: BaseException) -> str:
+    """`internal compiler error`, the full traceback (internal frames are the point), a bug note."""
+    full = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip("\n")
+    return (f"nzjit: internal compiler error: {exc}\n{full}\n"
+            "This is a bug in nzjit, not in your kernel: please report it with the traceback above.")
+
+
+def render(exc: BaseException, show_internal: bool | None = None) -> str:
+    """The human form of any exception: CompileError, InternalError, or a filtered traceback."""
+    if isinstance(exc, CompileError):
+        return format_compile_error(exc, show_internal)
+    if isinstance(exc, InternalError):
+        return format_internal_error(exc)
+    return format_exception(exc, show_internal)
+
+
+def excepthook(exc_type: type[BaseException], exc: BaseException, tb: types.TracebackType | None) -> None:
+    """A `sys.excepthook` that prints `render(exc)` to stderr."""
+    if exc.__traceback__ is None and tb is not None:
+        exc = exc.with_traceback(tb)
+    print(render(exc), file=sys.stderr)
+
+
+def _thread_hook(args: Any) -> None:
+    if args.exc_value is None:
+        return _previous_thread_hook(args) if _previous_thread_hook else None
+    name = args.thread.name if args.thread is not None else "?"
+    print(f"Exception in thread {name}:", file=sys.stderr)
+    excepthook(args.exc_type, args.exc_value, args.exc_traceback)
+
+
+_previous_hook: Any = None
+_previous_thread_hook: Any = None
+
+
+def install() -> None:
+    """Route uncaught exceptions (main thread and threads) through `render`. Idempotent."""
+    global _previous_hook, _previous_thread_hook
+    if sys.excepthook is excepthook:
+        return
+    _previous_hook, _previous_thread_hook = sys.excepthook, threading.excepthook
+    sys.excepthook = excepthook
+    threading.excepthook = _thread_hook
+
+
+def uninstall() -> None:
+    """Restore the hooks that `install()` replaced."""
+    global _previous_hook, _previous_thread_hook
+    if sys.excepthook is excepthook:
+        sys.excepthook = _previous_hook or sys.__excepthook__
+        threading.excepthook = _previous_thread_hook or threading.__excepthook__
+    _previous_hook = _previous_thread_hook = None
