@@ -31,7 +31,7 @@ import numpy as np
 from runtime import DeviceTensor, DispatchError, StackedDeviceTensor
 
 from ..backend import call as C
-from ..core.types import ScalarType
+from ..core.types import DynDim, ScalarType
 from ..errors import CompileError, Source, _is_internal, user_source
 from .annotations import ScalarAnnotation, TensorAnnotation
 from .kernel import Param
@@ -111,8 +111,6 @@ def _as_ref(a: Any, name: str) -> Any:
 
 def _pending_dims(kernel: Any, refs: Sequence[Any]) -> dict[str, int]:
     """Dynamic dims bound by the given arguments, to size omitted Outs (checked again later)."""
-    from ..core.types import DynDim
-
     dims: dict[str, int] = {}
     for p, a in zip(kernel.params, refs):
         shape = getattr(a, "shape", None)
