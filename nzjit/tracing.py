@@ -8,18 +8,26 @@ rebinds is read, read-only, from the kernel frame's locals when the loop opens a
 
 from __future__ import annotations
 
+import dis
+import functools
+import numbers
+import re
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from types import FrameType
+from dataclasses import dataclass
+from types import CodeType, FrameType
 from typing import Any
+
+import numpy as np
+
+from runtime.memory import CAPACITIES, HW_NAMES
 
 from .core import dtypes as dt
 from .core.ir import Atom, Eqn, Graph, Literal, Var
-from .core.primitives import Primitive, for_p
-from .core.types import ScalarType, TensorType, TileType, Type
+from .core.primitives import PURE, Primitive, for_p
+from .core.types import Mem, ScalarType, TensorType, TileType, Type
 from .errors import CompileError, Source, user_source
-from .passes.rewrite import dce
 
 _MISSING = object()
 
@@ -47,7 +55,8 @@ class TraceFrame:
 
 
 class TraceState:
-    def __init__(self) -> None:
+    def __init__(self, target: str = "A2A3") -> None:
+        self.target = target  # on-chip capacities are checked at bind time
         self.frames: list[TraceFrame] = []
         self.pending: CompileError | None = None  # a break/return seen inside a staged loop
 
@@ -199,7 +208,9 @@ def lift(t: Tracer, frame: TraceFrame) -> Var:
     if t.frame is frame:
         return t.var
     if t.frame.closed or not t.frame.is_ancestor_of(frame):
-        where = f" (defined inside the loop at {t.frame.source})" if t.frame.source else ""
+        made = defining_eqn(t)
+        where = f" (defined at {made.source}," if made is not None and made.source else " ("
+        where += f" inside the loop at {t.frame.source})" if t.frame.source else " inside a loop)"
         raise CompileError(f"value '{t.var.hint or t.var.type}'{where} is used outside the loop that "
                            "defined it", user_source(),
                            help="assign it to a name before the loop so that the loop carries it")
@@ -213,12 +224,12 @@ def lift(t: Tracer, frame: TraceFrame) -> Var:
 
 
 def literal(value: Any, dtype: dt.DType = dt.INDEX) -> Literal:
-    if isinstance(value, bool):
-        return Literal(value, ScalarType(dt.BOOL))
-    if isinstance(value, int):
-        return Literal(dtype.wrap(value), ScalarType(dtype))
-    if isinstance(value, float):
-        return Literal(value, ScalarType(dtype if dtype.is_float else dt.FP32))
+    if isinstance(value, bool | np.bool_):
+        return Literal(bool(value), ScalarType(dt.BOOL))
+    if isinstance(value, numbers.Integral):
+        return Literal(dtype.wrap(int(value)), ScalarType(dtype))
+    if isinstance(value, numbers.Real):
+        return Literal(float(value), ScalarType(dtype if dtype.is_float else dt.FP32))
     raise CompileError(f"cannot use {type(value).__name__} {value!r} as a kernel value", user_source())
 
 
@@ -247,6 +258,8 @@ def bind(prim: Primitive, groups: Sequence[Sequence[Any]], params: dict[str, Any
         if e.source is None:
             raise CompileError(e.raw_message, src, rule=e.rule, help=e.help) from None
         raise
+    for t in out_types:
+        _check_capacity(t, st.target, src)
     outs = tuple(Var(t) for t in out_types)
     eqn = Eqn(prim, inputs, outs, params, src)
     frame.eqns.append(eqn)
@@ -255,15 +268,136 @@ def bind(prim: Primitive, groups: Sequence[Sequence[Any]], params: dict[str, Any
     return [Tracer(v, frame) for v in outs]
 
 
+def _check_capacity(t: Type, target: str, src: Source | None) -> None:
+    """A Vec tile larger than the vector buffer (UB) can never be placed. (An Acc tile may still be
+    split into L0C-sized blocks by AutoTileMatmulL0, which checks it; a Mat tile over L1 is refused
+    by the device when it is allocated.)"""
+    if not isinstance(t, TileType) or t.memory is not Mem.Vec:
+        return
+    cap = CAPACITIES[target][t.memory.value]
+    if t.nbytes > cap:
+        hw = HW_NAMES[t.memory.value]
+        raise CompileError(f"tile {t} needs {t.nbytes} bytes ({t.nbytes / 1024:g} KiB) but the {t.memory.value} "
+                           f"buffer ({hw}) holds {cap // 1024} KiB on {target}", src,
+                           help="load a smaller window and loop over the rest")
+
+
 def defining_eqn(t: Tracer) -> Eqn | None:
     return t.frame.defs.get(t.var)
 
 
 # -------------------------------------------------------------------------------------- loops
+#
+# A staged loop is a generator: Python runs the body once per item it yields. It yields one
+# induction variable, and when Python asks for the next item the body's frame is closed and the
+# loop equation is bound. Which names the body rebinds comes from the kernel frame's locals before
+# and after (read-only). The bytecode of the `for` statement (read-only, never rewritten) says which
+# names the body reads and on which line it assigns them: that names the offending line in
+# diagnostics, and tells whether the body read a carried name that started as a Python number.
+# Such a body folded the number into its equations, so it is traced a second time with the name
+# standing for the carry (the tracer it holds is re-pointed): the only case with two trips.
+
+
+@dataclass(frozen=True)
+class _BodyCode:
+    """What the bytecode of one `for` statement says about its body."""
+
+    target: str | None  # the loop variable
+    loads: frozenset[str]  # names the body reads
+    stores: dict[str, int]  # name -> first line of the body that assigns it
+
+
+_LOADS = {"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_FAST_LOAD_FAST", "LOAD_NAME",
+          "LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_CLOSURE"}
+_STORES = {"STORE_FAST", "STORE_FAST_STORE_FAST", "STORE_NAME", "STORE_DEREF"}
+
+
+@functools.lru_cache(maxsize=512)
+def _instructions(code: CodeType) -> tuple[dis.Instruction, ...]:
+    return tuple(dis.get_instructions(code))
+
+
+def _body_code(kframe: FrameType) -> _BodyCode | None:
+    """The body of the `for` statement `kframe` is starting (None when it is not a plain `for`)."""
+    try:
+        ins = _instructions(kframe.f_code)
+        i = next(j for j, x in enumerate(ins) if x.offset == kframe.f_lasti)
+    except (StopIteration, TypeError, ValueError):
+        return None
+    if ins[i].opname != "FOR_ITER" or not isinstance(ins[i].argval, int):
+        return None
+    end = ins[i].argval
+    target = ins[i + 1].argval if ins[i + 1].opname in ("STORE_FAST", "STORE_NAME", "STORE_DEREF") else None
+    loads: set[str] = set()
+    stores: dict[str, int] = {}
+    for x in ins[i + 1 :]:
+        if x.offset >= end:
+            break
+        names = x.argval if isinstance(x.argval, tuple) else (x.argval,)
+        if x.opname in _LOADS:
+            loads.update(n for n in names if isinstance(n, str))
+        elif x.opname in _STORES and x.offset != ins[i + 1].offset:
+            line = x.positions.lineno if x.positions is not None else None
+            for n in names:
+                if isinstance(n, str) and line is not None:
+                    stores.setdefault(n, line)
+    return _BodyCode(target if isinstance(target, str) else None, frozenset(loads), stores)
+
+
+@dataclass
+class _Loop:
+    """One staged loop while it is traced."""
+
+    kind: str
+    bounds: list[Atom]
+    stage: int | None
+    source: Source | None
+    kframe: FrameType
+    code: _BodyCode | None
+    before: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return f"pl.{self.kind}"
+
+    @property
+    def where(self) -> str:
+        return f"line {self.source.line}" if self.source is not None else "its line"
+
+    def line_of(self, name: str, fallback: Tracer | None = None) -> Source | None:
+        """The body line assigning `name` (else the line that made `fallback`, else the loop's)."""
+        if self.code is not None and name in self.code.stores:
+            return Source(self.kframe.f_code.co_filename, self.code.stores[name])
+        if fallback is not None:
+            e = defining_eqn(fallback)
+            if e is not None and e.source is not None:
+                return e.source
+        return self.source
+
+    def reads(self, name: str) -> bool:
+        return self.code is None or name in self.code.loads
+
+    def trips_at_least_one(self) -> bool:
+        lo, hi, _ = self.bounds
+        return isinstance(lo, Literal) and isinstance(hi, Literal) and hi.value > lo.value
+
+
+Carry = tuple[str, Any, Tracer]  # (name, value before the loop, value after one trip)
+
+
 def _name_hints(local_vars: dict[str, Any]) -> None:
     for name, val in local_vars.items():
         if isinstance(val, Tracer) and val.var.hint is None and not name.startswith("_"):
             val.var.hint = name
+
+
+def _open_body(st: TraceState, loop: _Loop) -> tuple[TraceFrame, Tracer]:
+    body = TraceFrame(st.top, loop.source)
+    body.kind = loop.kind
+    iv = Var(ScalarType(dt.INDEX), loop.code.target if loop.code is not None else None)
+    body.params = [iv]
+    st.frames.append(body)
+    return body, Tracer(iv, body)
 
 
 def staged_loop(kind: str, start: Any, stop: Any, step: Any, stage: int | None,
@@ -273,34 +407,45 @@ def staged_loop(kind: str, start: Any, stop: Any, step: Any, stage: int | None,
     if st.pending is not None:
         raise st.pending
     kframe: FrameType = sys._getframe(1)  # the frame running the `for` statement
-    before = dict(kframe.f_locals)
-    _name_hints(before)
-    parent = st.top
-    bounds = [to_atom(x, parent) for x in (start, stop, step)]
-    for b in bounds:
+    loop = _Loop(kind, [], stage, source, kframe, _body_code(kframe), dict(kframe.f_locals))
+    _name_hints(loop.before)
+    for x in (start, stop, step):
+        b = to_atom(x, st.top)
         if not (isinstance(b.type, ScalarType) and b.type.dtype.is_int):
             raise CompileError(f"loop bounds must be integers, got {b.type}", source)
-    if isinstance(bounds[2], Literal) and bounds[2].value <= 0:
-        raise CompileError(f"loop step must be positive, got {bounds[2].value}", source)
-    body = TraceFrame(parent, source)
-    body.kind = kind
-    iv = Var(ScalarType(dt.INDEX))
-    body.params = [iv]
-    iv_tracer = Tracer(iv, body)
-    st.frames.append(body)
-    try:
-        yield iv_tracer
-    except GeneratorExit:
-        if st.top is body and st.pending is None:
-            line = kframe.f_lineno
-            text = (Source(kframe.f_code.co_filename, line).text or "").strip()
-            word = "return" if text.startswith("return") else "break"
-            st.pending = CompileError(
-                f"`{word}` at line {line} leaves the staged loop {kind} early; a staged loop is traced "
-                "once and always runs its full trip count", source,
-                help="compute the trip count up front, or guard the work with pl.min / pl.max")
-        raise
-    _close_loop(st, body, iv_tracer, kind, bounds, stage, source, before, dict(kframe.f_locals))
+        loop.bounds.append(b)
+    if isinstance(loop.bounds[2], Literal) and loop.bounds[2].value <= 0:
+        raise CompileError(f"loop step must be positive, got {loop.bounds[2].value}", source)
+    second: dict[str, tuple[Var, Tracer]] = {}
+    for trip in (1, 2):
+        body, iv_tracer = _open_body(st, loop)
+        for p, handle in second.values():
+            handle.var, handle.frame = p, body  # the name stands for the carry in the second trip
+        try:
+            yield iv_tracer
+        except GeneratorExit:
+            _record_early_exit(st, body, loop)
+            raise
+        carries = _carries(body, iv_tracer, loop, dict(kframe.f_locals))
+        if trip == 1 and _needs_second_trip(carries, loop):
+            second = _second_trip(st, body, carries, loop)
+            continue
+        _close_loop(st, body, carries, loop, {name: p for name, (p, _) in second.items()})
+        return
+
+
+def _record_early_exit(st: TraceState, body: TraceFrame, loop: _Loop) -> None:
+    """`break` / `return` closes the generator, and CPython swallows an exception raised here: so
+    record it, and raise it at the next traced operation or at the end of tracing."""
+    if st.top is not body or st.pending is not None:
+        return
+    f = loop.kframe
+    src = Source(f.f_code.co_filename, f.f_lineno)
+    word = "return" if re.match(r"return\b", src.text.strip()) else "break"
+    st.pending = CompileError(
+        f"`{word}` leaves the staged loop {loop.name} ({loop.where}) early; a staged loop is traced once "
+        "and always runs its full trip count", src,
+        help="compute the trip count up front, or clamp the work with pl.min / pl.max")
 
 
 def _same_python_value(a: Any, b: Any) -> bool:
@@ -310,22 +455,21 @@ def _same_python_value(a: Any, b: Any) -> bool:
         return False
 
 
-def _close_loop(st: TraceState, body: TraceFrame, iv_tracer: Tracer, kind: str, bounds: list[Atom],
-                stage: int | None, source: Source | None, before: dict[str, Any],
-                after: dict[str, Any]) -> None:
-    if st.top is not body:
-        raise CompileError("staged loops closed out of order", source)
-    parent = body.parent
-    assert parent is not None
+def _is_number(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool | np.bool_)
+
+
+def _carries(body: TraceFrame, iv_tracer: Tracer, loop: _Loop, after: dict[str, Any]) -> list[Carry]:
+    """The names one trip rebound to traced values: the loop's carries. Refuses what cannot be staged."""
     _name_hints(after)
-    if iv_tracer.var.hint is None:
-        iv_tracer.var.hint = next((n for n, v in after.items() if v is iv_tracer), None)
-    carries: list[tuple[str, Any, Tracer]] = []
+    carries: list[Carry] = []
     seen: set[int] = set()
     for name, new in after.items():
-        old = before.get(name, _MISSING)
-        if new is old or new is iv_tracer:
+        old = loop.before.get(name, _MISSING)
+        if new is old:
             continue
+        if new is iv_tracer and (loop.code is None or name == loop.code.target):
+            continue  # the loop variable: dead after the loop
         if isinstance(new, Tracer):
             if new.frame.closed and new.frame is not body:
                 continue  # a dead value of an inner loop (e.g. its induction variable)
@@ -333,51 +477,114 @@ def _close_loop(st: TraceState, body: TraceFrame, iv_tracer: Tracer, kind: str, 
                 continue  # defined in the body, dead after it
             if id(new) in seen:
                 continue
-            if not isinstance(old, Tracer | int | float) or isinstance(old, bool):
-                raise CompileError(f"'{name}' is rebound inside the staged loop from {type(old).__name__} "
-                                   "to a traced value; only traced values and numbers can be carried",
-                                   source)
+            if not (isinstance(old, Tracer) or _is_number(old)):
+                raise CompileError(f"'{name}' is rebound inside the staged loop {loop.name} ({loop.where}) "
+                                   f"from {type(old).__name__} to a traced value; only traced values and "
+                                   "numbers can be carried", loop.line_of(name, new))
             seen.add(id(new))
             carries.append((name, old, new))
         elif old is not _MISSING and not _same_python_value(old, new):
-            raise CompileError(f"the Python value '{name}' changes inside the staged loop ({old!r} -> "
-                               f"{new!r}); the body is traced once, so the change would happen once",
-                               source, help="make it a traced value (computed from the loop index) or "
-                               "a plain `range` loop, which unrolls")
-    if carries and kind == "spmd":
-        raise CompileError(f"'{carries[0][0]}' is rebound inside pl.spmd: lanes run in parallel and "
-                           "cannot carry values", source)
+            raise CompileError(f"the Python value '{name}' changes inside the staged loop {loop.name} "
+                               f"({loop.where}): {old!r} -> {new!r}; the body is traced once, so the change "
+                               "would happen once, not once per trip", loop.line_of(name),
+                               help="make it a traced value (computed from the loop index), or use a plain "
+                               "`range` loop, which unrolls")
+    if carries and loop.kind == "spmd":
+        name, _, new = carries[0]
+        raise CompileError(f"'{name}' is rebound inside pl.spmd ({loop.where}): lanes run in parallel and "
+                           "cannot carry values from one lane to the next", loop.line_of(name, new),
+                           help="give the value a new name inside the lane, or move the loop that "
+                           "carries it inside the pl.spmd body")
+    return carries
+
+
+def _needs_second_trip(carries: list[Carry], loop: _Loop) -> bool:
+    return any(_is_number(old) and loop.reads(name) for name, old, _ in carries)
+
+
+def _second_trip(st: TraceState, body: TraceFrame, carries: list[Carry],
+                 loop: _Loop) -> dict[str, tuple[Var, Tracer]]:
+    """Drop the first trip; every carry the body reads will stand for a carry parameter."""
+    st.frames.pop()
+    body.closed = True
+    preset: dict[str, tuple[Var, Tracer]] = {}
+    for name, _old, new in carries:
+        if not loop.reads(name):
+            continue
+        if new.frame is not body:
+            raise CompileError(f"'{name}' starts as a Python number and is rebound inside the staged loop "
+                               f"{loop.name} ({loop.where}) to a value defined outside it; this cannot be "
+                               "staged", loop.line_of(name, new),
+                               help=f"start '{name}' as a traced value before the loop")
+        preset[name] = (Var(new.var.type, name), new)
+    return preset
+
+
+def _carry_type_error(loop: _Loop, name: str, old: Any, init: Atom, new: Tracer) -> CompileError:
+    before = f"the Python number {old!r} ({init.type})" if _is_number(old) else str(init.type)
+    return CompileError(
+        f"loop-carried value '{name}' changes type: {before} before the staged loop {loop.name} "
+        f"({loop.where}), {new.var.type} after one trip; a carry keeps one type",
+        loop.line_of(name, new),
+        help="make both sides the same type: start it with the same shape, dtype and memory before the "
+        "loop, or pl.cast the new value")
+
+
+def _close_loop(st: TraceState, body: TraceFrame, carries: list[Carry], loop: _Loop,
+                preset: dict[str, Var]) -> None:
+    if st.top is not body:
+        raise CompileError("staged loops closed out of order", loop.source)
+    parent = body.parent
+    assert parent is not None
+    missing = set(preset) - {name for name, _, _ in carries}
+    if missing:
+        raise CompileError(f"the second trace of the staged loop {loop.name} did not rebind "
+                           f"{sorted(missing)}; the body must do the same on every trace", loop.source)
     inits: list[Atom] = []
     carry_params: list[Var] = []
     outs: list[Atom] = []
     for name, old, new in carries:
-        init = to_atom(old, parent, new.var.type.dtype if isinstance(new.var.type, ScalarType) else dt.INDEX)
-        inits.append(init)
-        p = body.captured.pop(init, None) if isinstance(init, Var) else None
+        if new.frame is not body and not loop.trips_at_least_one():
+            raise CompileError(f"'{name}' is rebound inside the staged loop {loop.name} ({loop.where}) to "
+                               "a value defined before the loop; if the loop runs zero times the name must "
+                               "keep its old value, which tracing cannot show", loop.line_of(name, new),
+                               help="assign a value computed inside the loop")
+        new_t = new.var.type
+        init = to_atom(old, parent, new_t.dtype if isinstance(new_t, ScalarType) else dt.INDEX)
+        if init.type != new_t:
+            raise _carry_type_error(loop, name, old, init, new)
+        p = preset.get(name)
+        if p is None and isinstance(init, Var):
+            p = body.captured.pop(init, None)
         if p is None:
             p = Var(init.type)
         p.hint = name
+        inits.append(init)
         carry_params.append(p)
         outs.append(lift(new, body))
     captured_outer = list(body.captured.keys())
-    graph = Graph([body.params[0], *body.captured.values(), *carry_params], body.eqns, outs)
+    graph = Graph([body.params[0], *body.captured.values(), *carry_params], body.eqns, outs,
+                  name=f"{loop.kind}_body")
     st.frames.pop()
     body.closed = True
-    params: dict[str, Any] = {"kind": kind, "body": graph}
-    if stage is not None:
-        params["stage"] = stage
-    res = bind(for_p, [bounds, captured_outer, inits], params, source)
+    params: dict[str, Any] = {"kind": loop.kind, "body": graph}
+    if loop.stage is not None:
+        params["stage"] = loop.stage
+    res = bind(for_p, [loop.bounds, captured_outer, inits], params, loop.source)
     for (name, _old, new), r in zip(carries, res):
         r.var.hint = name
-        new.var, new.frame = r.var, r.frame  # the name now holds the loop's result
+        if new.frame is body:
+            new.var, new.frame = r.var, r.frame  # the name now holds the loop's result
+        # else the name holds a value from before the loop, which is the result (trips >= 1)
 
 
 # ------------------------------------------------------------------------------------ tracing
-def trace(fn: Any, param_types: Sequence[Type], param_names: Sequence[str], name: str) -> Graph:
-    """Run `fn` once on tracers and return the staged Graph."""
+def trace(fn: Any, param_types: Sequence[Type], param_names: Sequence[str], name: str,
+          target: str = "A2A3") -> Graph:
+    """Run `fn` once on tracers and return the staged Graph (dead carries and values dropped)."""
     if in_trace():
         raise CompileError("a kernel cannot be traced inside another kernel's trace", user_source())
-    st = TraceState()
+    st = TraceState(target)
     root = TraceFrame(None)
     root.params = [Var(t, n) for t, n in zip(param_types, param_names)]
     st.frames.append(root)
@@ -390,4 +597,45 @@ def trace(fn: Any, param_types: Sequence[Type], param_names: Sequence[str], name
             raise CompileError("a staged loop was left open", st.top.source)
     finally:
         _local.state = None
-    return dce(Graph(root.params, root.eqns, [], name=name))
+    return Graph(root.params, prune(root.eqns, []), [], name=name)
+
+
+# ------------------------------------------------------------------------------------ pruning
+def prune(eqns: Sequence[Eqn], live_out: Sequence[Atom]) -> list[Eqn]:
+    """Drop pure equations nobody reads, and loop carries and captures a loop neither reads nor
+    returns to a reader (e.g. a tile reloaded every trip under the name it had before the loop)."""
+    live = {a for a in live_out if isinstance(a, Var)}
+    kept: list[Eqn] = []
+    for e in reversed(eqns):
+        if e.primitive is for_p:
+            e = _prune_loop(e, live)
+        elif e.primitive in PURE and not any(v in live for v in e.outputs):
+            continue
+        kept.append(e)
+        live.update(a for a in e.inputs if isinstance(a, Var))
+    kept.reverse()
+    return kept
+
+
+def _prune_loop(e: Eqn, live: set[Var]) -> Eqn:
+    nb, nc, nk = e.params["arity"]
+    body: Graph = e.params["body"]
+    carry_params = body.params[1 + nc :]
+    keep = [v in live for v in e.outputs]
+    while True:  # a carry the body reads stays; that can make another carry's output read
+        outs = [o for o, k in zip(body.outputs, keep) if k]
+        eqns = prune(body.eqns, outs)
+        used = {a for x in eqns for a in x.inputs if isinstance(a, Var)}
+        used.update(a for a in outs if isinstance(a, Var))
+        new_keep = [k or p in used for k, p in zip(keep, carry_params)]
+        if new_keep == keep:
+            break
+        keep = new_keep
+    cap = [i for i, p in enumerate(body.params[1 : 1 + nc]) if p in used]
+    car = [i for i, k in enumerate(keep) if k]
+    captured, inits = e.inputs[nb : nb + nc], e.inputs[nb + nc :]
+    new_body = Graph([body.params[0], *(body.params[1 + i] for i in cap), *(carry_params[i] for i in car)],
+                     eqns, [body.outputs[i] for i in car], dict(body.attrs), body.name)
+    params = dict(e.params, body=new_body, arity=(nb, len(cap), len(car)))
+    inputs = (*e.inputs[:nb], *(captured[i] for i in cap), *(inits[i] for i in car))
+    return e.replace(inputs=inputs, outputs=tuple(e.outputs[i] for i in car), params=params)

@@ -160,18 +160,33 @@ def tensor_reshape_p(src: Type, *, shape: tuple[int, ...], **_: Any) -> list[Typ
         n_src = _prod(s.shape)  # type: ignore[arg-type]
         if n_src != _prod(shape):
             raise _fail(f"tensor.reshape from {list(s.shape)} to {list(shape)} changes the element count")
-    return [TensorType(tuple(shape), s.dtype, s.layout)]
+    # NZ-31: the whole tensor flattened to [N] is its bytes in memory order, whatever the layout: ND
+    layout = Layout.ND if len(shape) == 1 else s.layout
+    return [TensorType(tuple(shape), s.dtype, layout)]
+
+
+def _static_bits(shape: Sequence[Any], dtype: dt.DType) -> int | None:
+    if not all(isinstance(d, int) for d in shape):
+        return None
+    return _prod(shape) * dtype.bits
 
 
 @primitive("tensor.view", ("src",))
 def tensor_view_p(src: Type, *, shape: tuple[int, ...], **_: Any) -> list[Type]:
     s = _tensor(src, "tensor.view")
+    a, b = _static_bits(s.shape, s.dtype), _static_bits(shape, s.dtype)
+    if a is not None and b is not None and a != b:
+        raise _fail(f"tensor.view from {list(s.shape)} to {list(shape)} changes the element count")
     return [TensorType(tuple(shape), s.dtype, s.layout)]
 
 
 @primitive("tensor.reinterpret_view", ("src",))
 def tensor_reinterpret_view_p(src: Type, *, dtype: dt.DType, shape: tuple[int, ...], **_: Any) -> list[Type]:
     s = _tensor(src, "tensor.reinterpret_view")
+    a, b = _static_bits(s.shape, s.dtype), _static_bits(shape, dtype)
+    if a is not None and b is not None and a != b:
+        raise _fail(f"tensor.reinterpret_view of {s} as {dtype.short}[{','.join(map(str, shape))}] changes "
+                    f"the byte count ({a // 8} -> {b // 8} bytes)")
     return [TensorType(tuple(shape), dtype, s.layout)]
 
 
@@ -351,6 +366,13 @@ def _elementwise(name: str, nargs: int) -> Primitive:
 
 ELEMENTWISE = {n: _elementwise(n, k) for n, k in
                (("add", 2), ("sub", 2), ("mul", 2), ("maximum", 2), ("exp", 1))}
+
+
+#: Primitives without effects: an equation of one whose results nobody reads can be dropped.
+PURE: frozenset[Primitive] = frozenset({
+    *SCALAR_BINARY.values(), *COMPARE.values(), convert_p, get_block_idx_p, get_block_num_p,
+    tensor_slice_p, tensor_reshape_p, tensor_view_p, tensor_reinterpret_view_p, tile_transpose_view_p,
+})
 
 
 def _prod(xs: Sequence[int]) -> int:

@@ -68,7 +68,8 @@ _HIDDEN = {"arity", "body", "proofs", "memory_given", "out_type", "valid_static"
 
 def _eqn(e: Eqn, names: _Namer, indent: str, lines: list[str]) -> None:
     outs = " ".join(f"{names(v)}:{v.type}" for v in e.outputs)
-    params = [f"{k}={_param(v)}" for k, v in e.params.items() if k not in _HIDDEN and v is not None and v != {}]
+    params = [f"{k}={_param(v)}" for k, v in e.params.items()
+              if k not in _HIDDEN and v is not None and not (isinstance(v, dict | tuple | list) and not v)]
     pstr = f"[{' '.join(params)}]" if params else ""
     ins = " ".join(_atom(a, names) for a in e.inputs)
     lhs = f"{outs} = " if outs else ""

@@ -1,6 +1,7 @@
 """The IR type checker, run after every pass in tests (NZJIT_VERIFY=1): every use is defined
-before it, every equation's outputs are what its type rule says, loop bodies match their operands,
-and no NZ view survives unblocked past BlockNzTensorViews (NZ-34)."""
+before it and every value defined once, every equation's outputs are what its type rule says, loop
+bodies are closed and match their operands, and no NZ view survives unblocked past
+BlockNzTensorViews (NZ-34)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ def _check(g: Graph, defined: set[Var], stage: str, blocked: bool) -> None:
     scope = set(defined)
     for v in g.params:
         _check_nz(v.type, stage, None, blocked)
+        if v in scope:
+            raise _fail(stage, None, f"graph parameter {v!r} appears twice")
         scope.add(v)
     for e in g.eqns:
         for a in e.inputs:
@@ -60,4 +63,9 @@ def _check(g: Graph, defined: set[Var], stage: str, blocked: bool) -> None:
                         f"{[str(t) for t in want]}")
         for v in e.outputs:
             _check_nz(v.type, stage, e, blocked)
+            if v in scope:
+                raise _fail(stage, e, f"redefines {v!r} (every value is defined once)")
             scope.add(v)
+    for a in g.outputs:
+        if isinstance(a, Var) and a not in scope:
+            raise _fail(stage, None, f"graph '{g.name}' returns {a!r}, which it never defines")

@@ -12,6 +12,7 @@ import numpy as np
 
 import runtime
 
+from ..core.dtypes import from_numpy
 from ..core.types import DynDim, Layout, ScalarType, Target, TensorType, Type
 from ..errors import CompileError, Source
 from ..tracing import trace
@@ -73,6 +74,7 @@ class Kernel:
                                    "annotation", Source(code.co_filename, code.co_firstlineno))
             self.params.append(Param(name, ann))
         self._cache: dict[Any, Any] = {}
+        self.trace_count = 0  # how many times the body was traced (once per signature)
         self._lock = threading.Lock()
         try:
             src = inspect.getsource(fn)
@@ -84,12 +86,22 @@ class Kernel:
         return f"<pl.kernel {self.__name__}>"
 
     def signature_key(self, args: Sequence[Any]) -> tuple[Any, ...]:
+        """One entry per parameter: a tensor's shape and dtype (its annotation's when the argument is
+        omitted or not an array), a scalar's dtype. Values never enter the key: no hidden recompiles."""
+        n_in = sum(1 for p in self.params if not p.is_pure_output)
+        it = iter(args)
+        full = list(args) if len(args) == len(self.params) else (
+            [None if p.is_pure_output else next(it, None) for p in self.params] if len(args) == n_in else [])
         key: list[Any] = [self._source_key, self.target]
-        for a in args:
-            if isinstance(a, np.ndarray | runtime.DeviceTensor | Spec):
-                key.append((tuple(a.shape), np.dtype(a.dtype).str if not isinstance(a, Spec) else str(a.dtype)))
+        for i, p in enumerate(self.params):
+            a = full[i] if i < len(full) else None
+            if isinstance(p.type, ScalarType):
+                key.append(p.type.dtype.name)
+            elif isinstance(a, np.ndarray | runtime.DeviceTensor | Spec) and hasattr(a, "shape"):
+                key.append((tuple(int(d) for d in a.shape), _dtype_name(a.dtype)))
             else:
-                key.append(type(a).__name__)
+                key.append((tuple(d.name if isinstance(d, DynDim) else d for d in p.type.shape),  # type: ignore[union-attr]
+                            p.type.dtype.name))  # type: ignore[union-attr]
         return tuple(key)
 
     def lower(self, *args: Any) -> Any:
@@ -101,7 +113,8 @@ class Kernel:
             low = self._cache.get(key)
             if low is None:
                 graph = trace(self.fn, [p.type for p in self.params], [p.name for p in self.params],
-                              self.__name__)
+                              self.__name__, self.target.value)
+                self.trace_count += 1
                 low = Lowered(self, graph)
                 self._cache[key] = low
         return low
@@ -122,6 +135,17 @@ def _decorating_scope() -> dict[str, Any]:
     while f is not None and _is_internal(f.f_code.co_filename):
         f = f.f_back  # type: ignore[assignment]
     return dict(f.f_locals) if f is not None else {}
+
+
+def _dtype_name(d: Any) -> str:
+    """One name per dtype whether it comes as a pl dtype or a numpy one."""
+    name = getattr(d, "name", None)
+    if isinstance(d, np.dtype) or not isinstance(name, str) or not name.isupper():
+        try:
+            return from_numpy(np.dtype(d)).name
+        except TypeError:
+            return str(d)
+    return name
 
 
 def kernel(fn: Callable[..., Any] | None = None, *, target: Target = Target.A2A3) -> Any:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import builtins
+import numbers
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from ..core import dtypes as dt
 from ..core import primitives as P
@@ -17,7 +20,17 @@ Index = int | Tracer
 
 
 def _is_num(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
+    return isinstance(x, numbers.Real) and not isinstance(x, bool | np.bool_)
+
+
+def _check_constant(x: Any, dtype: dt.DType) -> None:
+    """A Python int meeting a scalar of a declared width must fit it (no silent wrap of a constant)."""
+    if isinstance(x, numbers.Integral) and dtype.is_int:
+        v = int(x)
+        lo, hi = (-(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1) if dtype.is_signed else (0, (1 << dtype.bits) - 1)
+        if not lo <= v <= hi:
+            raise CompileError(f"the constant {v} does not fit {dtype!r} (range {lo} .. {hi})", user_source(),
+                               help="use a wider scalar (pl.cast) or a constant in range")
 
 
 def _scalar_dtype_of(*xs: Any) -> dt.DType:
@@ -31,7 +44,7 @@ def _scalar_dtype_of(*xs: Any) -> dt.DType:
 
 def _python_scalar(name: str, a: Any, b: Any) -> Any:
     return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "floordiv": lambda: a // b,
-            "mod": lambda: a % b, "min": lambda: min(a, b), "max": lambda: max(a, b),
+            "mod": lambda: a % b, "min": lambda: builtins.min(a, b), "max": lambda: builtins.max(a, b),
             "lt": lambda: a < b, "le": lambda: a <= b, "gt": lambda: a > b, "ge": lambda: a >= b,
             "eq": lambda: a == b, "ne": lambda: a != b}[name]()
 
@@ -43,9 +56,11 @@ def scalar_binary(name: str, a: Any, b: Any) -> Any:
     for x in (a, b):
         if not isinstance(x, Tracer) and not _is_num(x):
             raise CompileError(f"cannot combine a traced scalar with {type(x).__name__}", user_source())
-    if name in ("floordiv", "mod") and isinstance(b, int) and b == 0:
+    if name in ("floordiv", "mod") and not isinstance(b, Tracer) and b == 0:
         raise CompileError(f"integer {name} by zero", user_source())
     dtype = _scalar_dtype_of(a, b)
+    for x in (a, b):
+        _check_constant(x, dtype)
     prim = P.SCALAR_BINARY.get(name) or P.COMPARE[name]
     return bind(prim, [[a], [b]], dtype=dtype)[0]
 
@@ -75,10 +90,26 @@ def _check_offset(x: Any, what: str) -> None:
     if isinstance(x, Tracer):
         if not (isinstance(x.type, ScalarType) and x.type.dtype.is_int):
             raise CompileError(f"{what} offsets must be integer scalars, got {x.type}", user_source())
-    elif not isinstance(x, int) or isinstance(x, bool):
+    elif not isinstance(x, numbers.Integral) or isinstance(x, bool | np.bool_):
         raise CompileError(f"{what} offsets must be ints or traced integers, got {x!r}", user_source())
     elif x < 0:
         raise CompileError(f"{what} offset {x} is negative; offsets must be non-negative", user_source())
+
+
+def _offsets(xs: Sequence[Any], what: str) -> list[Any]:
+    """Checked offsets, numpy integers as Python ints."""
+    for x in xs:
+        _check_offset(x, what)
+    return [x if isinstance(x, Tracer) else int(x) for x in xs]
+
+
+def _check_window(what: str, offsets: Sequence[Any], extents: Sequence[Any], shape: Sequence[Any]) -> None:
+    """A window whose offset and extent are static must lie inside the tensor (checked when built:
+    the device would read or write past the tensor)."""
+    for axis, (o, n, d) in enumerate(zip(offsets, extents, shape)):
+        if isinstance(o, int) and isinstance(n, int) and isinstance(d, int) and o + n > d:
+            raise CompileError(f"{what} window [{o}, {o + n}) on axis {axis} is out of bounds for the "
+                               f"dimension {d} of {list(shape)}", user_source())
 
 
 def _static_extent(start: Any, stop: Any, dim: Any, axis: int) -> int:
@@ -158,9 +189,10 @@ def setitem(t: Tracer, key: Any, value: Any) -> None:
 def slice(t: Tracer, shape: Sequence[int], offsets: Sequence[Index],  # noqa: A001
           valid_shape: Sequence[Index] | None = None) -> Tracer:
     """pl.slice(t, shape, offsets, valid_shape=None): a window of a tensor (shape before offsets)."""
-    for o in offsets:
-        _check_offset(o, "pl.slice")
+    offsets = _offsets(offsets, "pl.slice")
     valid = list(valid_shape) if valid_shape is not None else []
+    if isinstance(t, Tracer) and isinstance(t.type, TensorType):
+        _check_window("pl.slice", offsets, valid or shape, t.type.shape)
     return bind(P.tensor_slice_p, [[t], list(offsets), valid], {"shape": tuple(shape), "drop": ()})[0]
 
 
@@ -188,6 +220,10 @@ def tensor_reinterpret_view(t: Tracer, dtype: dt.DType, shape: Sequence[int] | N
     tt = t.type
     assert isinstance(tt, TensorType)
     new_shape = tuple(shape) if shape is not None else tt.shape
+    if shape is None and tt.shape and isinstance(tt.shape[-1], int) and dtype.bits != tt.dtype.bits:
+        last = tt.shape[-1] * tt.dtype.bits  # same bytes: the last axis holds more or fewer elements
+        if last % dtype.bits == 0:
+            new_shape = (*tt.shape[:-1], last // dtype.bits)
     return bind(P.tensor_reinterpret_view_p, [[t]], {"dtype": dtype, "shape": new_shape})[0]
 
 
@@ -197,8 +233,7 @@ def load(tensor: Tracer, offsets: Sequence[Index], shapes: Sequence[int], target
     """pl.load(tensor, offsets, shapes, target_memory=pl.Mem.Vec, valid_shape=None) -> Tile."""
     if not isinstance(tensor, Tracer) or not isinstance(tensor.type, TensorType):
         raise CompileError("pl.load reads a tensor", user_source())
-    for o in offsets:
-        _check_offset(o, "pl.load")
+    offsets = _offsets(offsets, "pl.load")
     valid = list(valid_shape) if valid_shape is not None else []
     if valid and len(valid) != len(shapes):
         raise CompileError("pl.load valid_shape must have one entry per window axis", user_source())
@@ -206,8 +241,10 @@ def load(tensor: Tracer, offsets: Sequence[Index], shapes: Sequence[int], target
         if isinstance(v, int) and not 0 < v <= s:
             raise CompileError(f"pl.load valid_shape {list(valid)} must lie within shapes {list(shapes)}",
                                user_source())
+    _check_window("pl.load", offsets, valid or shapes, tensor.type.shape)
     valid_static = tuple(v if isinstance(v, int) else None for v in valid) if valid else None
     memory = Mem.Vec if target_memory is None else target_memory
+    _check_tile_geometry("pl.load", tuple(shapes), tensor.type.dtype, memory)
     params = {"shape": tuple(shapes), "memory": memory, "valid_static": valid_static,
               "memory_given": target_memory is not None}
     return bind(P.tile_load_p, [[tensor], list(offsets), valid], params)[0]
@@ -215,14 +252,31 @@ def load(tensor: Tracer, offsets: Sequence[Index], shapes: Sequence[int], target
 
 def store(tile: Tracer, offsets: Sequence[Index], out: Tracer, **attrs: Any) -> Tracer:
     """pl.store(tile, offsets, out, **attrs) -> alias of `out`; attrs are kept on the IR."""
-    for o in offsets:
-        _check_offset(o, "pl.store")
+    offsets = _offsets(offsets, "pl.store")
     if not isinstance(out, Tracer) or not isinstance(out.type, TensorType):
         raise CompileError("pl.store writes into a tensor", user_source())
     if len(offsets) != out.type.rank:
         raise CompileError(f"pl.store into a rank-{out.type.rank} tensor needs {out.type.rank} offsets",
                            user_source())
+    # an NZ target's window is checked with the store's own NZ rules (NZ-21, BlockNzTensorViews)
+    if _is_tile(tile) and tile.type.rank <= out.type.rank and out.type.layout is Layout.ND:  # type: ignore[union-attr]
+        tt: TileType = tile.type  # type: ignore[assignment]
+        ext = [v if isinstance(v, int) else None for v in (tt.valid_shape or tt.shape)]
+        _check_window("pl.store", offsets, [1] * (out.type.rank - tt.rank) + ext, out.type.shape)
     return bind(P.tile_store_p, [[tile], list(offsets), [out]], {"attrs": dict(attrs)})[0]
+
+
+def _check_tile_geometry(what: str, shape: tuple[Any, ...], dtype: dt.DType, memory: Mem) -> None:
+    """A Vec tile row is whole 32-byte blocks (hardware-model.md §7), checked where the kernel makes
+    the tile. (A Mat tile's whole-fractal shape is refused by the NZ rules or by the device.)"""
+    if memory is not Mem.Vec or dtype.is_sub_byte or not shape or not isinstance(shape[-1], int):
+        return
+    cols = shape[-1]
+    if (cols * dtype.bits) % 256:
+        raise CompileError(f"{what}: a Vec tile row is whole 32-byte blocks; {cols} {dtype!r} columns are "
+                           f"{cols * dtype.bits / 8:g} bytes, so columns must be a multiple of "
+                           f"{dt.c0_of(dtype)}", user_source(),
+                           help="widen the window and pass the real extent as valid_shape")
 
 
 def _is_tile(x: Any) -> bool:
@@ -249,6 +303,7 @@ def transpose_view(tile: Tracer) -> Tracer:
 def cast(x: Any, dtype: dt.DType) -> Any:
     """pl.cast on a tile (element conversion) or an integer scalar (wraps to the new width)."""
     if _is_tile(x):
+        _check_tile_geometry("pl.cast", x.type.shape, dtype, x.type.memory)  # type: ignore[union-attr]
         return bind(P.tile_cast_p, [[x]], {"dtype": dtype})[0]
     if isinstance(x, Tracer):
         return bind(P.convert_p, [[x]], {"dtype": dtype}, dtype=x.type.dtype)[0]  # type: ignore[union-attr]
