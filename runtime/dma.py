@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ._strided import overlaps_itself
+from ._strided import byte_span, overlaps_itself
 from .errors import DeviceError, HardwareDefectWarning
 
 __all__ = [
@@ -118,14 +118,54 @@ def copy_bursts(
     ``batch`` adds outer loops ``(count, src_step, dst_step)`` (bytes), outermost first.  With
     ``add_dtype`` the destination is atomically accumulated in that dtype instead of overwritten.
     """
-    counts = tuple(int(b[0]) for b in batch)
-    shape = (*counts, int(n_burst), int(nbytes))
-    s = src.view(src_addr, shape, (*(int(b[1]) for b in batch), int(src_pitch), 1))
-    d = dst.view(dst_addr, shape, (*(int(b[2]) for b in batch), int(dst_pitch), 1))
-    if add_dtype is not None:
-        write_in_order(d.view(add_dtype), s.view(add_dtype), add=True)
-    else:
-        write_in_order(d, s)
+    key = (n_burst, nbytes, src_pitch, dst_pitch, tuple(batch), add_dtype)
+    plan = _COPIES.get(key)
+    if plan is None:
+        plan = _copy_plan(key)
+    plan.run(src, src_addr, dst, dst_addr)
+
+
+class _CopyPlan:
+    """One decoded ``copy_bursts``: view shapes, strides, touched byte spans and the overlap test
+    are computed once per geometry; running it is two bounds-checked views and one assignment."""
+
+    __slots__ = ("shape", "s_strides", "d_strides", "s_span", "d_span", "ordered", "add_dtype")
+
+    def __init__(self, shape: tuple[int, ...], s_strides: tuple[int, ...], d_strides: tuple[int, ...],
+                 add_dtype: np.dtype | None) -> None:
+        self.shape, self.s_strides, self.d_strides, self.add_dtype = shape, s_strides, d_strides, add_dtype
+        self.s_span = byte_span(0, shape, s_strides)
+        self.d_span = byte_span(0, shape, d_strides)
+        item = 1 if add_dtype is None else np.dtype(add_dtype).itemsize
+        self.ordered = len(shape) > 0 and overlaps_itself(shape, d_strides, 1) if item == 1 else None
+
+    def run(self, src: Memory, src_addr: int, dst: Memory, dst_addr: int) -> None:
+        slo, shi = self.s_span
+        if shi <= slo:  # an empty transfer touches nothing (the views check nothing either)
+            return
+        s = src.view_span(src_addr, self.shape, self.s_strides, slo, shi)  # type: ignore[attr-defined]
+        d = dst.view_span(dst_addr, self.shape, self.d_strides, *self.d_span)  # type: ignore[attr-defined]
+        if self.add_dtype is not None:
+            write_in_order(d.view(self.add_dtype), s.view(self.add_dtype), add=True)
+        elif self.ordered:
+            write_in_order(d, s)
+        else:
+            d[...] = s
+
+
+_COPIES: dict[tuple[object, ...], _CopyPlan] = {}
+
+
+def _copy_plan(key: tuple[object, ...]) -> _CopyPlan:
+    n_burst, nbytes, src_pitch, dst_pitch, batch, add_dtype = key
+    counts = tuple(int(b[0]) for b in batch)  # type: ignore[union-attr]
+    shape = (*counts, int(n_burst), int(nbytes))  # type: ignore[call-overload]
+    s_strides = (*(int(b[1]) for b in batch), int(src_pitch), 1)  # type: ignore[union-attr, call-overload]
+    d_strides = (*(int(b[2]) for b in batch), int(dst_pitch), 1)  # type: ignore[union-attr, call-overload]
+    plan = _CopyPlan(shape, s_strides, d_strides, add_dtype)  # type: ignore[arg-type]
+    if len(_COPIES) < 8192:
+        _COPIES[key] = plan
+    return plan
 
 
 def dma_burst(

@@ -104,6 +104,16 @@ class GmView:
         delta = sum(o * s for o, s in zip(offsets, self.strides)) * self.dtype.itemsize
         return self._trusted(self.addr + delta, sizes)
 
+    @classmethod
+    def _make(
+        cls, addr: int, dtype: np.dtype, shape: tuple[int, ...], strides: tuple[int, ...], layout: str
+    ) -> GmView:
+        """A view from fields that are already valid (ints, np.dtype, rank 1..5): no checks (hot path)."""
+        v = object.__new__(cls)
+        d = v.__dict__
+        d["addr"], d["dtype"], d["shape"], d["strides"], d["layout"] = addr, dtype, shape, strides, layout
+        return v
+
     def _trusted(self, addr: int, shape: tuple[int, ...]) -> GmView:
         """Same dtype / strides / layout, new addr and shape, skipping re-validation (hot path)."""
         v = object.__new__(GmView)

@@ -23,7 +23,7 @@ import numpy as np
 
 from ._strided import byte_span, strided_bytes
 from .errors import DeviceError
-from .tile import TileBuf
+from .tile import TileBuf, _geometry
 
 __all__ = ["GlobalMemory", "OnChip", "CAPACITIES", "HW_NAMES", "GM_ALIGN"]
 
@@ -54,6 +54,10 @@ CAPACITIES: dict[str, dict[str, int]] = {
         "FBuf": 4 * _K,
     },
 }
+#: Freed tile images kept per size for reuse by :meth:`OnChip.alloc_tile`.
+_POOL_DEPTH = 8
+_FREED = np.zeros(0, dtype=np.uint8)
+_FREED.flags.writeable = False
 #: Hardware names used in messages, so a capacity error reads like the pto-isa one.
 HW_NAMES = {"Vec": "UB", "Mat": "L1", "Left": "L0A", "Right": "L0B", "Acc": "L0C", "Bias": "BT", "FBuf": "FB"}
 
@@ -78,6 +82,7 @@ class GlobalMemory:
         self._bases: list[int] = []
         self._next = _GM_BASE
         self._lock = threading.Lock()
+        self._last: _Allocation | None = None  # the allocation of the previous access (hot path)
         self.uploads = 0
         self.upload_bytes = 0
         self.downloads = 0
@@ -132,17 +137,33 @@ class GlobalMemory:
         lo, hi = byte_span(addr, shape, byte_strides)
         if hi <= lo:
             return np.zeros(shape, dtype=np.uint8)
-        a = self._find(lo)
-        if a is None or hi > a.base + a.nbytes:
-            raise DeviceError(
-                f"GM access to bytes [{lo:#x}, {hi:#x}) is outside every allocation"
-                + (f" (nearest: [{a.base:#x}, {a.base + a.nbytes:#x}))" if a is not None else "")
-            )
-        if a.data is None:
-            raise DeviceError(
-                f"GM access to bytes [{lo:#x}, {hi:#x}): allocation at {a.base:#x} was freed (use after free)"
-            )
-        return strided_bytes(a.data, addr - a.base, shape, byte_strides)
+        a = self._checked(lo, hi)
+        return strided_bytes(a.data, addr - a.base, shape, byte_strides)  # type: ignore[arg-type]
+
+    def view_span(
+        self, addr: int, shape: tuple[int, ...], byte_strides: tuple[int, ...], lo: int, hi: int
+    ) -> np.ndarray:
+        """:meth:`view` with ``shape`` / ``byte_strides`` already ints and the touched byte range
+        ``[addr + lo, addr + hi)`` precomputed (``byte_span`` relative to ``addr``; non-empty)."""
+        a = self._checked(addr + lo, addr + hi)
+        return strided_bytes(a.data, addr - a.base, shape, byte_strides)  # type: ignore[arg-type]
+
+    def _checked(self, lo: int, hi: int) -> _Allocation:
+        """The live allocation holding ``[lo, hi)`` (remembered in ``_last``), else DeviceError."""
+        a = self._last
+        if a is None or lo < a.base or hi > a.base + a.nbytes or a.data is None:
+            a = self._find(lo)
+            if a is None or hi > a.base + a.nbytes:
+                raise DeviceError(
+                    f"GM access to bytes [{lo:#x}, {hi:#x}) is outside every allocation"
+                    + (f" (nearest: [{a.base:#x}, {a.base + a.nbytes:#x}))" if a is not None else "")
+                )
+            if a.data is None:
+                raise DeviceError(
+                    f"GM access to bytes [{lo:#x}, {hi:#x}): allocation at {a.base:#x} was freed (use after free)"
+                )
+            self._last = a
+        return a
 
     def read(self, addr: int, nbytes: int) -> np.ndarray:
         """Copy ``nbytes`` from GM to the host (counted in ``downloads``)."""
@@ -177,6 +198,9 @@ class OnChip:
         self.live: dict[str, int] = {s: 0 for s in self.capacity}
         self.peak: dict[str, int] = {s: 0 for s in self.capacity}
         self._lock = threading.Lock()
+        # byte images of freed tiles, by size: reused (zero-filled) so that a kernel's loop does
+        # not fault in fresh pages for every tile (numpy allocates >= 128 KiB through mmap)
+        self._pool: dict[int, list[np.ndarray]] = {}
 
     def reserve(self, space: str, nbytes: int) -> None:
         """Account ``nbytes`` (rounded up to 32-B alignment) in ``space`` or raise DeviceError."""
@@ -212,8 +236,15 @@ class OnChip:
         valid_col: int | None = None,
     ) -> TileBuf:
         """Create a zeroed tile in ``space`` and account its bytes (DeviceError on overflow)."""
-        tile = TileBuf(space, dtype, rows, cols, layout=layout, valid_row=valid_row, valid_col=valid_col)
-        self.reserve(space, tile.nbytes)
+        g = _geometry(space, dtype, rows, cols, layout)
+        self.reserve(space, g.nbytes)
+        pool = self._pool.get(g.nbytes)
+        if pool:
+            data = pool.pop()
+            data.fill(0)
+        else:
+            data = np.zeros(g.nbytes, dtype=np.uint8)
+        tile = TileBuf._from_geometry(g, valid_row, valid_col, data)
         tile._owner = self
         return tile
 
@@ -225,3 +256,7 @@ class OnChip:
             raise DeviceError(f"double free of {tile!r}")
         tile.freed = True
         self.release(tile.space, tile.nbytes)
+        pool = self._pool.setdefault(tile.nbytes, [])
+        if len(pool) < _POOL_DEPTH:
+            pool.append(tile.data)
+        tile.data = _FREED  # a freed tile keeps no alias of a buffer that is handed out again

@@ -60,7 +60,17 @@ class _Blocking:
         return tuple(self.order.index(i) for i in range(4))  # type: ignore[return-value]
 
 
+_BLOCKINGS: dict[tuple[str, np.dtype], _Blocking] = {}
+
+
 def _blocking(layout: str, dtype: np.dtype) -> _Blocking:
+    b = _BLOCKINGS.get((layout, dtype))
+    if b is None:
+        b = _BLOCKINGS[(layout, dtype)] = _make_blocking(layout, dtype)
+    return b
+
+
+def _make_blocking(layout: str, dtype: np.dtype) -> _Blocking:
     if layout == "ND":
         return _Blocking(1, 1, (0, 1, 2, 3))
     if layout == "ACC":
@@ -73,6 +83,60 @@ def _blocking(layout: str, dtype: np.dtype) -> _Blocking:
     if layout == "ZN":
         return _Blocking(c0, FRACTAL_ROWS, (0, 2, 3, 1))
     raise DeviceError(f"unknown tile layout {layout!r}; expected one of {LAYOUTS}")
+
+
+class _Geometry:
+    """Everything a tile's static shape determines, validated once per (space, dtype, shape, layout)."""
+
+    __slots__ = ("space", "dtype", "rows", "cols", "layout", "blk", "phys", "inv", "nbytes", "key")
+
+    def __init__(self, space: str, dtype: np.dtype, rows: int, cols: int, layout: str) -> None:
+        self.space, self.dtype, self.rows, self.cols, self.layout = space, dtype, rows, cols, layout
+        self.blk = b = _blocking(layout, dtype)
+        dims = (rows // b.ir, b.ir, cols // b.ic, b.ic)
+        self.phys = tuple(dims[i] for i in b.order)
+        self.inv = b.inverse
+        self.nbytes = rows * cols * dtype.itemsize
+        self.key = (space, dtype, rows, cols, layout)
+
+
+_GEOMETRIES: dict[tuple[object, ...], _Geometry] = {}
+
+
+def _geometry(space: str, dtype: np.dtype | type, rows: int, cols: int, layout: str | None) -> _Geometry:
+    """The cached, validated geometry of a tile (DeviceError for an invalid one, never cached)."""
+    key = (space, dtype, rows, cols, layout)
+    g = _GEOMETRIES.get(key)
+    if g is not None:
+        return g
+    if space not in SPACES:
+        raise DeviceError(f"unknown on-chip space {space!r}; expected one of {SPACES}")
+    dt = np.dtype(dtype)
+    lay = DEFAULT_LAYOUT[space] if layout is None else layout
+    if lay not in _ALLOWED[space]:
+        raise DeviceError(f"a {space} tile cannot have layout {lay}; allowed: {_ALLOWED[space]}")
+    r, c = int(rows), int(cols)
+    if r < 1 or c < 1:
+        raise DeviceError(f"tile shape must be positive, got {r} x {c}")
+    b = _blocking(lay, dt)
+    # pto-isa static_asserts: fractal layouts need whole fractals, ND rows whole 32-B blocks
+    ir, ic = b.ir, b.ic
+    if lay in ("NZ", "ZZ"):
+        ir = max(ir, FRACTAL_ROWS)  # Mat/Vec NZ tiles: Rows % 16 == 0 [TILE L1519-1534]
+    if r % ir or c % ic:
+        raise DeviceError(
+            f"{space} {lay} tile {r} x {c} {dt.name}: "
+            f"rows must be a multiple of {ir} and cols a multiple of {ic} (whole fractals)"
+        )
+    if lay == "ND" and space in ("Vec", "Mat") and (c * dt.itemsize) % C0_BYTES:
+        raise DeviceError(
+            f"{space} ND tile row of {c} {dt.name} is "
+            f"{c * dt.itemsize} bytes; rows must be whole 32-byte blocks"
+        )
+    g = _Geometry(space, dt, r, c, lay)
+    if len(_GEOMETRIES) < 4096:
+        _GEOMETRIES[key] = g
+    return g
 
 
 class TileBuf:
@@ -110,46 +174,26 @@ class TileBuf:
         valid_row: int | None = None,
         valid_col: int | None = None,
     ) -> None:
-        if space not in SPACES:
-            raise DeviceError(f"unknown on-chip space {space!r}; expected one of {SPACES}")
-        self.space = space
-        self.dtype = np.dtype(dtype)
-        self.rows, self.cols = int(rows), int(cols)
-        self.layout = DEFAULT_LAYOUT[space] if layout is None else layout
-        if self.layout not in _ALLOWED[space]:
-            raise DeviceError(f"a {space} tile cannot have layout {self.layout}; allowed: {_ALLOWED[space]}")
-        if self.rows < 1 or self.cols < 1:
-            raise DeviceError(f"tile shape must be positive, got {self.rows} x {self.cols}")
-        self._blk = b = _blocking(self.layout, self.dtype)
-        self._check_static_shape()
-        dims = (self.rows // b.ir, b.ir, self.cols // b.ic, b.ic)
-        self._phys = tuple(dims[i] for i in b.order)
-        self._inv = b.inverse
-        self.valid_row = self.rows if valid_row is None else int(valid_row)
-        self.valid_col = self.cols if valid_col is None else int(valid_col)
-        self.data = np.zeros(self.rows * self.cols * self.dtype.itemsize, dtype=np.uint8)
+        g = _geometry(space, dtype, rows, cols, layout)
+        self._init(g, valid_row, valid_col, np.zeros(g.nbytes, dtype=np.uint8))
+
+    def _init(self, g: _Geometry, valid_row: int | None, valid_col: int | None, data: np.ndarray) -> None:
+        """Fill a tile from a validated geometry (the constructor and the OnChip allocator)."""
+        self.space, self.dtype, self.rows, self.cols, self.layout = g.space, g.dtype, g.rows, g.cols, g.layout
+        self._blk, self._phys, self._inv = g.blk, g.phys, g.inv
+        self.valid_row = g.rows if valid_row is None else int(valid_row)
+        self.valid_col = g.cols if valid_col is None else int(valid_col)
+        self.data = data
         self.freed = False
         self._owner: object | None = None
 
-    def _check_static_shape(self) -> None:
-        """pto-isa static_asserts: fractal layouts need whole fractals, ND rows whole 32-B blocks."""
-        ir, ic = self._blk.ir, self._blk.ic
-        if self.layout in ("NZ", "ZZ"):
-            ir = max(ir, FRACTAL_ROWS)  # Mat/Vec NZ tiles: Rows % 16 == 0 [TILE L1519-1534]
-        if self.rows % ir or self.cols % ic:
-            raise DeviceError(
-                f"{self.space} {self.layout} tile {self.rows} x {self.cols} {self.dtype.name}: "
-                f"rows must be a multiple of {ir} and cols a multiple of {ic} (whole fractals)"
-            )
-        if (
-            self.layout == "ND"
-            and self.space in ("Vec", "Mat")
-            and (self.cols * self.dtype.itemsize) % C0_BYTES
-        ):
-            raise DeviceError(
-                f"{self.space} ND tile row of {self.cols} {self.dtype.name} is "
-                f"{self.cols * self.dtype.itemsize} bytes; rows must be whole 32-byte blocks"
-            )
+    @classmethod
+    def _from_geometry(
+        cls, g: _Geometry, valid_row: int | None, valid_col: int | None, data: np.ndarray
+    ) -> TileBuf:
+        t = cls.__new__(cls)
+        t._init(g, valid_row, valid_col, data)
+        return t
 
     # ------------------------------------------------------------------ byte image access
     @property
@@ -175,6 +219,16 @@ class TileBuf:
                 f"access to bytes [{lo}, {hi}) of a {self.space} tile of {self.nbytes} bytes "
                 f"({self.rows}x{self.cols} {self.dtype.name}) runs outside the tile"
             )
+        return strided_bytes(self.data, addr, shape, byte_strides)
+
+    def view_span(
+        self, addr: int, shape: tuple[int, ...], byte_strides: tuple[int, ...], lo: int, hi: int
+    ) -> np.ndarray:
+        """:meth:`view` with the touched range ``[addr + lo, addr + hi)`` precomputed (non-empty)."""
+        if self.freed:
+            self._live()
+        if addr + lo < 0 or addr + hi > self.data.nbytes:
+            return self.view(addr, shape, byte_strides)  # raises with the full message
         return strided_bytes(self.data, addr, shape, byte_strides)
 
     def _view4(self) -> np.ndarray:

@@ -1,10 +1,20 @@
-"""Walks a graph and issues runtime instructions: a precomputed plan per graph, values freed at
-their last use, SPMD lanes run with their own block index, loops run their trips."""
+"""Walks a graph and issues runtime instructions.
+
+Every graph (the kernel and each loop body) is compiled once into a `Plan`: values live in the
+slots of a flat list (literals pre-placed), each equation is a pre-bound step closure (its impl
+specialised on the equation's static parameters, see `fast.py`), and the values whose last use
+is an equation are freed right after it. Plans are cached per graph object, so a cached kernel
+call compiles nothing. SPMD lanes run with their own block index, loops run their trips.
+"""
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from runtime import GlobalMemory, OnChip, TileBuf
 
@@ -14,18 +24,34 @@ from ..errors import InternalError
 from .impl import impl_rules
 from .values import TransposedTile
 
+StepFn = Callable[["Ctx", list[Any]], None]
+
 
 @dataclass
 class Step:
+    """One equation of a plan: `run(ctx, env)` reads its inputs from the slots `ins`, writes its
+    results to `outs` and frees the values of `free` (their last use is this equation)."""
+
     eqn: Eqn
-    fn: Any
+    fn: Any  # the generic impl (None for loops)
     free_after: tuple[Var, ...]  # values whose last use is this equation
     consumed: frozenset[int]  # input positions whose value dies here (in-place update allowed)
+    ins: tuple[int, ...] = ()
+    outs: tuple[int, ...] = ()
+    free: tuple[int, ...] = ()
+    run: Any = None
 
 
 @dataclass
 class Plan:
+    graph: Graph
     steps: list[Step]
+    n_slots: int = 0
+    template: list[Any] = field(default_factory=list)
+    param_slots: tuple[int, ...] = ()
+    out_slots: tuple[int, ...] = ()
+    runs: tuple[Any, ...] = ()
+    slot_of: dict[Var, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -42,7 +68,8 @@ class Ctx:
         return self.step is not None and i in self.step.consumed
 
 
-def make_plan(g: Graph, n_owned_params: int) -> Plan:
+# ------------------------------------------------------------------------------------ planning
+def _liveness(g: Graph, n_owned_params: int) -> tuple[dict[int, list[Var]], set[Var]]:
     """Last uses: a value dies after the last equation that reads it (a transposed view keeps its
     source alive). Only the trailing `n_owned_params` params (loop carries) are owned by `g`:
     kernel arguments and captured values belong to the caller."""
@@ -65,6 +92,31 @@ def make_plan(g: Graph, n_owned_params: int) -> Plan:
     for v, i in last.items():
         if v not in keep:
             free.setdefault(i, []).append(v)
+    for i, e in enumerate(g.eqns):
+        for out in e.outputs:  # a result nobody reads dies at once
+            if out not in last and out not in keep:
+                free.setdefault(i, []).append(out)
+    return free, keep
+
+
+def make_plan(g: Graph, n_owned_params: int) -> Plan:
+    from .fast import make_step
+
+    free, _ = _liveness(g, n_owned_params)
+    slot_of: dict[Var, int] = {}
+    template: list[Any] = []
+
+    def slot(a: Any) -> int:
+        if isinstance(a, Literal):
+            template.append(a.value)
+            return len(template) - 1
+        s = slot_of.get(a)
+        if s is None:
+            s = slot_of[a] = len(template)
+            template.append(None)
+        return s
+
+    param_slots = tuple(slot(p) for p in g.params)
     steps = []
     for i, e in enumerate(g.eqns):
         fn = impl_rules.get(e.primitive)
@@ -73,35 +125,54 @@ def make_plan(g: Graph, n_owned_params: int) -> Plan:
         dying = set(free.get(i, ()))
         consumed = frozenset(j for j, a in enumerate(e.inputs) if isinstance(a, Var) and a in dying
                              and sum(1 for b in e.inputs if b is a) == 1)
-        for out in e.outputs:  # a result nobody reads dies at once
-            if out not in last and out not in keep:
-                free.setdefault(i, []).append(out)
-        steps.append(Step(e, fn, tuple(free.get(i, ())), consumed))
-    return Plan(steps)
+        ins = tuple(slot(a) for a in e.inputs)
+        outs = tuple(slot(v) for v in e.outputs)
+        fr = tuple(free.get(i, ()))
+        st = Step(e, fn, fr, consumed, ins, outs, tuple(slot_of[v] for v in fr))
+        st.run = make_step(st)
+        steps.append(st)
+    out_slots = tuple(slot(a) for a in g.outputs)
+    return Plan(g, steps, len(template), template, param_slots, out_slots, tuple(s.run for s in steps), slot_of)
 
 
-def _free(ctx: Ctx, val: Any) -> None:
-    if isinstance(val, TileBuf) and not val.freed and getattr(val, "_owner", None) is ctx.onchip:
+_PLANS: weakref.WeakKeyDictionary[Graph, dict[int, Plan]] = weakref.WeakKeyDictionary()
+
+
+def plan_of(g: Graph, n_owned_params: int = 0) -> Plan:
+    """The cached plan of `g` (plans hold no run-time state: one per graph and ownership)."""
+    per = _PLANS.get(g)
+    if per is None:
+        per = _PLANS[g] = {}
+    plan = per.get(n_owned_params)
+    if plan is None:
+        plan = per[n_owned_params] = make_plan(g, n_owned_params)
+    return plan
+
+
+# ------------------------------------------------------------------------------------ running
+def free_value(ctx: Ctx, val: Any) -> None:
+    if type(val) is TileBuf and not val.freed and val._owner is ctx.onchip:
         ctx.onchip.free_tile(val)
 
 
+_free = free_value
+
+
+def run_plan(ctx: Ctx, plan: Plan, args: list[Any] | tuple[Any, ...]) -> list[Any]:
+    env = plan.template.copy()
+    for s, a in zip(plan.param_slots, args):
+        env[s] = a
+    for run in plan.runs:
+        run(ctx, env)
+    return [env[s] for s in plan.out_slots]
+
+
 def run_graph(ctx: Ctx, g: Graph, args: list[Any], n_owned_params: int = 0) -> list[Any]:
-    plan = ctx.plans.get(id(g))
-    if plan is None:
-        plan = ctx.plans[id(g)] = make_plan(g, n_owned_params)
-    env: dict[Var, Any] = dict(zip(g.params, args))
-    for st in plan.steps:
-        e = st.eqn
-        ins = [a.value if isinstance(a, Literal) else env[a] for a in e.inputs]
-        ctx.step = st
-        outs = run_loop(ctx, e, ins) if st.fn is None else st.fn(ctx, e, ins)
-        for v, val in zip(e.outputs, outs):
-            env[v] = val
-        for v in st.free_after:
-            val = env.pop(v, None)
-            if val is not None and not any(val is o for o in outs):  # updated in place: lives on
-                _free(ctx, val)
-    return [a.value if isinstance(a, Literal) else env[a] for a in g.outputs]
+    """Run `g` on `args` (kernel arguments: TensorVals and ints). Floating-point overflow and
+    invalid operations are silent, as on the device (inf / nan results, no numpy warnings)."""
+    plan = plan_of(g, n_owned_params)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return run_plan(ctx, plan, args)
 
 
 def _copy_tile(ctx: Ctx, t: Any) -> Any:
@@ -113,29 +184,33 @@ def _copy_tile(ctx: Ctx, t: Any) -> Any:
     return c
 
 
-def run_loop(ctx: Ctx, e: Eqn, ins: list[Any]) -> list[Any]:
+def run_loop(ctx: Ctx, e: Eqn, ins: list[Any], consumed: frozenset[int] | None = None) -> list[Any]:
     nb, nc, nk = e.params["arity"]
     start, stop, step = (int(x) for x in ins[:3])
     captured = ins[nb : nb + nc]
     carries = list(ins[nb + nc :])
-    st = ctx.step
-    assert st is not None
+    if consumed is None:
+        st = ctx.step
+        assert st is not None
+        consumed = st.consumed
     # a carry's initial value is updated in place by the body: copy it if it is read afterwards
-    carries = [c if (nb + nc + i) in st.consumed else _copy_tile(ctx, c) for i, c in enumerate(carries)]
+    carries = [c if (nb + nc + i) in consumed else _copy_tile(ctx, c) for i, c in enumerate(carries)]
     body: Graph = e.params["body"]
     if e.params["kind"] == "spmd":
         saved = (ctx.block_idx, ctx.block_num)
         n = max(0, stop - start)
         try:
+            plan = plan_of(body, 0)
             for lane in range(start, stop, step):
                 ctx.block_idx, ctx.block_num = lane, n
-                run_graph(ctx, body, [lane, *captured])
+                run_plan(ctx, plan, [lane, *captured])
         finally:
             ctx.block_idx, ctx.block_num = saved
         return []
+    plan = plan_of(body, nk)
     for i in range(start, stop, step):
-        carries = run_graph(ctx, body, [i, *captured, *carries], nk)
+        carries = run_plan(ctx, plan, [i, *captured, *carries])
     return carries
 
 
-__all__ = ["Ctx", "run_graph", "TransposedTile"]
+__all__ = ["Ctx", "run_graph", "run_plan", "plan_of", "TransposedTile"]

@@ -1,0 +1,454 @@
+"""Step closures of execution plans: each equation's impl, pre-bound to its static parameters.
+
+`make_step(step)` returns `run(ctx, env)`, which reads the equation's inputs from the slot list
+`env`, computes, stores its results and frees the values whose last use it is. Hot primitives
+(scalars, slices, loads, extracts, mad, elementwise) get a specialised closure: operand groups,
+output tile geometry, literal operands and liveness are resolved once when the plan is built,
+so a run is a handful of Python operations plus the instruction itself. Everything else, and
+every unusual run-time case of a specialised one, goes through the generic `impl_rules` entry
+with the same semantics.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import runtime
+from runtime import GmView, TileBuf
+
+from ..core import primitives as P
+from ..core.types import DynDim, ScalarType, TensorType, TileType
+from .impl import _CMP, _ELEMENTWISE, _SCALAR, clamp
+from .values import TensorVal, TransposedTile
+
+Run = Callable[[Any, list[Any]], None]
+_tload, _tmov, _tmatmul = runtime.isa.tload, runtime.isa.tmov, runtime.isa.tmatmul
+
+
+def _release(ctx: Any, env: list[Any], free: tuple[int, ...], res: Any) -> None:
+    """Free the tiles of the dying slots `free` (not those returned: updated in place)."""
+    onchip = ctx.onchip
+    for s in free:
+        v = env[s]
+        env[s] = None
+        if type(v) is TileBuf and v._owner is onchip and not v.freed:
+            for o in res:
+                if o is v:
+                    break
+            else:
+                onchip.free_tile(v)
+
+
+def _generic(st: Any) -> Run:
+    from .executor import run_loop
+
+    fn, e, ins, outs, free, consumed = st.fn, st.eqn, st.ins, st.outs, st.free, st.consumed
+
+    if fn is None:  # a loop
+
+        def run_for(ctx: Any, env: list[Any]) -> None:
+            ctx.step = st
+            res = run_loop(ctx, e, [env[i] for i in ins], consumed)
+            for s, v in zip(outs, res):
+                env[s] = v
+            if free:
+                _release(ctx, env, free, res)
+
+        return run_for
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        ctx.step = st
+        res = fn(ctx, e, [env[i] for i in ins])
+        for s, v in zip(outs, res):
+            env[s] = v
+        if free:
+            _release(ctx, env, free, res)
+
+    return run
+
+
+def _finish(st: Any, body: Callable[[Any, list[Any]], Any]) -> Run:
+    """Wrap `body(ctx, env) -> result` (one output) with the output store and the frees."""
+    (o,) = st.outs
+    free = st.free
+    if not free:
+
+        def run(ctx: Any, env: list[Any]) -> None:
+            env[o] = body(ctx, env)
+
+        return run
+
+    def run_free(ctx: Any, env: list[Any]) -> None:
+        r = body(ctx, env)
+        env[o] = r
+        _release(ctx, env, free, (r,))
+
+    return run_free
+
+
+# --------------------------------------------------------------------------------------- scalars
+def _int_range(t: Any) -> tuple[int, int] | None:
+    dt = t.dtype
+    if not dt.is_int:
+        return None
+    if dt.is_signed:
+        return -(1 << (dt.bits - 1)), 1 << (dt.bits - 1)
+    return 0, 1 << dt.bits
+
+
+def _mk_scalar(st: Any) -> Run | None:
+    e = st.eqn
+    t = e.outputs[0].type
+    if not isinstance(t, ScalarType) or len(st.ins) != 2:
+        return None
+    name = e.primitive.name
+    op = _SCALAR[name]
+    a, b = st.ins
+    (o,) = st.outs
+    rng = _int_range(t)
+    wrap = t.dtype.wrap
+    lo, hi = rng if rng is not None else (None, None)
+    checked = name in ("floordiv", "mod")
+    if checked:
+
+        def run_div(ctx: Any, env: list[Any]) -> None:
+            x, y = env[a], env[b]
+            if y == 0:
+                raise runtime.DeviceError(f"{e.source}: integer {name} by zero")
+            v = op(x, y)
+            env[o] = v if lo is None or lo <= v < hi else wrap(v)
+
+        return run_div
+
+    if lo is None:
+
+        def run_float(ctx: Any, env: list[Any]) -> None:
+            env[o] = op(env[a], env[b])
+
+        return run_float
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        v = op(env[a], env[b])
+        env[o] = v if lo <= v < hi else wrap(v)
+
+    return run
+
+
+def _mk_compare(st: Any) -> Run | None:
+    op = _CMP[st.eqn.primitive.name]
+    a, b = st.ins
+    (o,) = st.outs
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        env[o] = op(env[a], env[b])
+
+    return run
+
+
+def _mk_convert(st: Any) -> Run | None:
+    wrap = st.eqn.params["dtype"].wrap
+    (a,) = st.ins
+    (o,) = st.outs
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        env[o] = wrap(int(env[a]))
+
+    return run
+
+
+def _mk_block_idx(st: Any) -> Run | None:
+    (o,) = st.outs
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        env[o] = ctx.block_idx
+
+    return run
+
+
+def _mk_block_num(st: Any) -> Run | None:
+    (o,) = st.outs
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        env[o] = ctx.block_num
+
+    return run
+
+
+# ---------------------------------------------------------------------------------- operands
+def _groups(st: Any) -> dict[str, tuple[int, ...]]:
+    """Operand group name -> its input slots."""
+    e = st.eqn
+    out, start = {}, 0
+    for name, n in zip(e.primitive.groups, e.params["arity"]):
+        out[name] = st.ins[start : start + n]
+        start += n
+    return out
+
+
+def _static_shape(shape: tuple[Any, ...]) -> tuple[int, ...] | None:
+    if any(isinstance(d, DynDim) for d in shape):
+        return None
+    return tuple(int(d) for d in shape)
+
+
+def _gm_view(src: TensorVal, offs: tuple[int, ...], sizes: tuple[int, ...]) -> GmView:
+    """`TensorVal.gm_view` without the dataclass validation (the backend builds valid views)."""
+    strides = src.strides
+    delta = 0
+    for o, s in zip(offs, strides):
+        delta += o * s
+    if len(sizes) > 5:
+        return src.gm_view(offs, sizes)
+    return GmView._make(src.addr + delta * src.dtype.itemsize, src.dtype, sizes, strides, src.layout)
+
+
+# --------------------------------------------------------------------------------- tensor level
+def _mk_slice(st: Any) -> Run | None:
+    e = st.eqn
+    out_t = e.outputs[0].type
+    shape = _static_shape(out_t.shape) if isinstance(out_t, TensorType) else None
+    if shape is None:
+        return None
+    g = _groups(st)
+    (s_src,) = g["src"]
+    offs_slots = g["offsets"]
+    drop = e.params["drop"]
+    generic = _generic(st)
+    getter = operator.itemgetter(*offs_slots) if len(offs_slots) > 1 else None
+
+    def body(ctx: Any, env: list[Any]) -> Any:
+        src = env[s_src]
+        if src.nz is not None:
+            return None
+        offs = getter(env) if getter is not None else tuple(env[i] for i in offs_slots)
+        delta = 0
+        for o, s in zip(offs, src.strides):
+            if o < 0:
+                clamp(ctx, e, list(offs))
+            delta += o * s
+        strides = tuple(s for i, s in enumerate(src.strides) if i not in drop)
+        if len(strides) != len(shape):  # a blocked NZ slice: same rank-5 geometry, narrower batch
+            strides = src.strides
+        return TensorVal(src.addr + delta * src.dtype.itemsize, src.dtype, shape, strides, src.layout)
+
+    (o,) = st.outs
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        r = body(ctx, env)
+        if r is None:
+            generic(ctx, env)
+        else:
+            env[o] = r
+
+    return run
+
+
+# ----------------------------------------------------------------------------------- tile level
+def _tile_geometry(t: TileType) -> tuple[str, int, int, np.dtype]:
+    rows, cols = (t.shape if len(t.shape) == 2 else (int(np.prod(t.shape[:-1])), t.shape[-1]))
+    return t.memory.value, int(rows), int(cols), t.dtype.np_dtype
+
+
+def _mk_load(st: Any) -> Run | None:
+    e = st.eqn
+    out_t = e.outputs[0].type
+    if not isinstance(out_t, TileType):
+        return None
+    space, rows, cols, dt = _tile_geometry(out_t)
+    g = _groups(st)
+    (s_src,) = g["src"]
+    offs_slots, valid_slots = g["offsets"], g["valid"]
+    shape = tuple(e.params["shape"])
+    blocked = bool(e.params.get("blocked"))
+    generic = _generic(st)
+    getter = operator.itemgetter(*offs_slots) if len(offs_slots) > 1 else None
+
+    def extents(sizes: tuple[int, ...]) -> tuple[int, int]:
+        if blocked:  # NZ -> NZ: the partition is the valid window when given (NZ-26)
+            return sizes[2] * sizes[3], sizes[1] * sizes[4]
+        vr = 1
+        for d in sizes[:-1]:
+            vr *= d
+        return (vr if len(sizes) > 1 else 1), sizes[-1]
+
+    static_sizes = None if valid_slots else shape
+    static_ext = extents(shape) if static_sizes is not None else None
+
+    def body(ctx: Any, env: list[Any]) -> Any:
+        src = env[s_src]
+        if type(src) is not TensorVal or src.nz is not None:
+            return None
+        offs = getter(env) if getter is not None else tuple(env[i] for i in offs_slots)
+        for x in offs:
+            if x < 0:
+                clamp(ctx, e, list(offs))
+        if static_sizes is not None:
+            sizes, (vr, vc) = static_sizes, static_ext  # type: ignore[misc]
+        else:
+            sizes = tuple(int(env[i]) for i in valid_slots)
+            vr, vc = extents(sizes)
+        tile = ctx.onchip.alloc_tile(space, rows, cols, dt, valid_row=vr, valid_col=vc)
+        _tload(ctx.gm, _gm_view(src, offs, sizes), tile)
+        return tile
+
+    (o,) = st.outs
+    free = st.free
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        r = body(ctx, env)
+        if r is None:
+            generic(ctx, env)
+            return
+        env[o] = r
+        if free:
+            _release(ctx, env, free, (r,))
+
+    return run
+
+
+def _mk_extract(st: Any) -> Run | None:
+    e = st.eqn
+    t = e.outputs[0].type
+    if not isinstance(t, TileType):
+        return None
+    space, rows, cols, dt = _tile_geometry(t)
+    s_src, s_r, s_c = st.ins
+
+    def body(ctx: Any, env: list[Any]) -> Any:
+        src, r0, c0 = env[s_src], env[s_r], env[s_c]
+        dst = ctx.onchip.alloc_tile(space, rows, cols, dt)
+        transpose = False
+        while type(src) is TransposedTile:  # window (r0, c0) of src^T is window (c0, r0) of src
+            src, transpose, r0, c0 = src.tile, not transpose, c0, r0
+        _tmov(dst, src, r0, c0, transpose=transpose)
+        return dst
+
+    return _finish(st, body)
+
+
+def _mk_mad(st: Any) -> Run | None:
+    t = st.eqn.outputs[0].type
+    if not isinstance(t, TileType):
+        return None
+    space, rows, cols, dt = _tile_geometry(t)
+    s_l, s_r = st.ins
+
+    def body(ctx: Any, env: list[Any]) -> Any:
+        acc = ctx.onchip.alloc_tile(space, rows, cols, dt)
+        _tmatmul(acc, env[s_l], env[s_r], accumulate=False)
+        return acc
+
+    return _finish(st, body)
+
+
+def _mk_mad_acc(st: Any) -> Run | None:
+    t = st.eqn.outputs[0].type
+    if not isinstance(t, TileType):
+        return None
+    space, rows, cols, dt = _tile_geometry(t)
+    s_acc, s_l, s_r = st.ins
+    in_place = 0 in st.consumed
+
+    def body(ctx: Any, env: list[Any]) -> Any:
+        acc = env[s_acc]
+        if not in_place:  # the accumulator is still read later: TMATMUL_ACC on a copy
+            copy = ctx.onchip.alloc_tile(space, rows, cols, dt)
+            copy.data[:] = acc.data
+            acc = copy
+        _tmatmul(acc, env[s_l], env[s_r], accumulate=True)
+        return acc
+
+    return _finish(st, body)
+
+
+def _mk_transpose_view(st: Any) -> Run | None:
+    (a,) = st.ins
+    (o,) = st.outs
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        env[o] = TransposedTile(env[a])
+
+    return run
+
+
+def _mk_elementwise(st: Any) -> Run | None:
+    e = st.eqn
+    t = e.outputs[0].type
+    if not isinstance(t, TileType):
+        return None
+    space, rows, cols, dt = _tile_geometry(t)
+    ufunc = _ELEMENTWISE[e.primitive.name]
+    ins = st.ins
+    generic = _generic(st)
+    shape2 = (rows, cols)
+
+    def body(ctx: Any, env: list[Any]) -> Any:
+        xs = [env[i] for i in ins]
+        for x in xs:  # same-dtype ND tiles: the op runs on views of the byte images
+            if type(x) is not TileBuf or x.layout != "ND" or x.dtype != dt or x.freed:
+                return None
+        first = xs[0]
+        out = ctx.onchip.alloc_tile(space, rows, cols, dt, valid_row=first.valid_row, valid_col=first.valid_col)
+        if out.layout != "ND":
+            ctx.onchip.free_tile(out)
+            return None
+        res = ufunc(*(x.data.view(dt).reshape(x.rows, x.cols) for x in xs))
+        out.data.view(dt).reshape(shape2)[...] = res
+        return out
+
+    (o,) = st.outs
+    free = st.free
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        r = body(ctx, env)
+        if r is None:
+            generic(ctx, env)
+            return
+        env[o] = r
+        if free:
+            _release(ctx, env, free, (r,))
+
+    return run
+
+
+_MAKERS: dict[Any, Callable[[Any], Run | None]] = {
+    P.convert_p: _mk_convert,
+    P.get_block_idx_p: _mk_block_idx,
+    P.get_block_num_p: _mk_block_num,
+    P.tensor_slice_p: _mk_slice,
+    P.tile_load_p: _mk_load,
+    P.tile_extract_p: _mk_extract,
+    P.tile_mad_p: _mk_mad,
+    P.tile_mad_acc_p: _mk_mad_acc,
+    P.tile_transpose_view_p: _mk_transpose_view,
+}
+for _p in P.SCALAR_BINARY.values():
+    _MAKERS[_p] = _mk_scalar
+for _p in P.COMPARE.values():
+    _MAKERS[_p] = _mk_compare
+for _p in P.ELEMENTWISE.values():
+    _MAKERS[_p] = _mk_elementwise
+
+
+def make_step(st: Any) -> Run:
+    """The run closure of plan step `st` (specialised when a maker applies, else generic)."""
+    maker = _MAKERS.get(st.eqn.primitive)
+    # a specialised closure implements the generic impl's semantics: only for the default impl
+    if maker is not None and st.fn is _DEFAULT_IMPLS.get(st.eqn.primitive):
+        run = maker(st)
+        if run is not None:
+            return run
+    return _generic(st)
+
+
+def _default_impls() -> dict[Any, Any]:
+    from .impl import impl_rules
+
+    return dict(impl_rules)
+
+
+_DEFAULT_IMPLS = _default_impls()
