@@ -3,7 +3,11 @@
 A `Tracer` is a mutable handle on a Var of a trace frame. Every staged loop opens a child frame;
 values of enclosing frames used in a body are captured as explicit body inputs (closure
 conversion), so a loop-carried value is only a change of one operand list. Which names a loop
-rebinds is read, read-only, from the kernel frame's locals when the loop opens and closes.
+rebinds is read, read-only, from the kernel frame's locals when the loop opens and closes; the
+`for` statement's bytecode (read, never rewritten) names the body line of a refusal and tells
+whether a carry that starts as a Python number was read, in which case the body is traced a second
+time with the name standing for the carry (see "loops" below). After tracing, carries and captures
+a loop neither reads nor returns to a reader are dropped (`prune`).
 """
 
 from __future__ import annotations

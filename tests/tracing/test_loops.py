@@ -167,6 +167,17 @@ def test_spmd_lanes_each_have_their_own_block_index():
     assert run(k, 16) == [4, 14, 24, 34, 0, 0, 0, 0, 50, 51, 52, 53, 54, 55, 56, 57]
 
 
+def test_range_from_the_lane_index_with_a_step():
+    @pl.kernel
+    def k(x: X, out: OUT):
+        for _lane in pl.spmd(2):
+            core = pl.get_block_idx()
+            for r in pl.range(core, 4, 2):  # lane 0: 0, 2; lane 1: 1, 3
+                show(x, r * 10 + core, r, out)
+
+    assert run(k, 4) == [0, 11, 20, 31]
+
+
 def test_get_block_num_outside_spmd_is_one():
     @pl.kernel
     def k(x: X, out: OUT):

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 import nzjit
@@ -54,6 +56,27 @@ def test_break_in_a_staged_loop(where):
     assert "`break`" in str(err) and "pl.range" in str(err)
     line_of_loop = where(k, "# <- loop").rsplit(":", 2)[1]
     assert f"line {line_of_loop}" in str(err)  # names the loop's line too
+
+
+def test_cpython_swallows_an_exception_raised_when_break_closes_a_generator():
+    """The premise of the deferred break/return refusal (design.md "Tracing"): raising in the
+    GeneratorExit handler would be lost, so tracing records the early exit instead."""
+    seen = []
+
+    def loop():
+        try:
+            yield 0
+        except GeneratorExit:
+            seen.append("closed")
+            raise RuntimeError("lost") from None
+
+    hook, sys.unraisablehook = sys.unraisablehook, lambda u: seen.append(type(u.exc_value).__name__)
+    try:
+        for _ in loop():
+            break  # no RuntimeError here
+    finally:
+        sys.unraisablehook = hook
+    assert seen == ["closed", "RuntimeError"]
 
 
 def test_break_as_the_last_statement_is_raised_at_the_end_of_tracing(where):
