@@ -20,8 +20,7 @@ class _Lower(Rewriter):
             b = ins[-1]
             bt = b.type
             assert isinstance(bt, TileType)
-            shape = P._squeeze2(bt.shape)
-            vt = TileType((shape[1], shape[0]), bt.dtype, bt.memory)
+            (vt,) = P.tile_transpose_view_p.type_rule(bt)  # keeps a valid_shape, transposed
             (view,) = self.emit(P.tile_transpose_view_p, [[b]], {}, [vt], e.source)
             groups = [[x] for x in ins[:-1]] + [[view]]
             params = {k: v for k, v in e.params.items() if k != "arity"}
