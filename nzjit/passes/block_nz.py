@@ -36,10 +36,12 @@ def blocked_shape(t: TensorType, what: str, source: Source | None) -> tuple[Dim,
                            source, rule="NZ-4", help="use ND for 64-bit data")
     if t.rank < 2:
         raise CompileError(f"{what}: an NZ tensor needs rank >= 2 (the last two axes are the fractal "
-                           f"plane), got shape {list(t.shape)}", source, rule="NZ-6")
+                           f"plane), got shape {list(t.shape)}", source, rule="NZ-6",
+                           help="declare the tensor as [..., R, C], or keep it pl.ND")
     if t.strides is not None or (t.valid_shape is not None and tuple(t.valid_shape) != tuple(t.shape)):
         raise CompileError(f"{what}: an NZ tensor cannot carry explicit strides or a partial valid_shape",
-                           source, rule="NZ-14")
+                           source, rule="NZ-14", help="NZ strides follow from the blocked shape (NZ-7); give "
+                           "valid_shape to the pl.load instead")
     c0 = c0_of(d)
     r, c = t.shape[-2], t.shape[-1]
     for axis, dim in (("rows", r), ("columns", c)):
@@ -74,6 +76,11 @@ def _prod(xs: list[int]) -> int:
     return n
 
 
+def _hint(x: Atom, suffix: str) -> str | None:
+    """`n0_rblk` for the blocked coordinate of a named offset; unnamed values stay unnamed."""
+    return f"{x.hint}{suffix}" if isinstance(x, Var) and x.hint else None
+
+
 def _idx(dtype_of: Atom) -> ScalarType:
     t = dtype_of.type
     return t if isinstance(t, ScalarType) else ScalarType(INDEX)
@@ -95,16 +102,17 @@ class BlockNz(Rewriter):
         return t
 
     def graph(self, g: Graph) -> Graph:
-        for v in g.params:  # parameters are refused at the kernel's `def` line, by name
+        for v in g.params:  # parameters are refused by name, at the `def` line or else their first use
             if isinstance(v.type, TensorType) and v.type.layout is Layout.NZ:
-                blocked_shape(v.type, f"parameter '{v.hint}'", self.def_source)
+                blocked_shape(v.type, f"parameter '{v.hint}'", self.def_source or first_use(g, v))
         return super().graph(g)
 
     # ---------------------------------------------------------------- phase 2: consumers
     def rewrite(self, e: Eqn) -> None:
         self.src = e.source
         p = e.primitive
-        nz_in = [a for a in e.inputs if isinstance(a.type, TensorType) and a.type.layout is Layout.NZ]
+        # the rebuilt operands decide: a whole-tensor flatten's result is ND after this pass (NZ-31)
+        nz_in = [a for a in self.atoms(e.inputs) if isinstance(a.type, TensorType) and a.type.layout is Layout.NZ]
         if not nz_in or p is P.for_p:
             self.copy(e)
         elif p is P.tile_load_p:
@@ -164,11 +172,17 @@ class BlockNz(Rewriter):
                                    rule="NZ-12", help=f"align the window to a multiple of {d}")
             return Literal(v // d, x.type)
         ok, f = self.prover.multiple(x, d)
+        if f.exhausted:
+            raise CompileError(f"{what}: the {axis} offset '{self.name_of(x)}' is too large an expression to "
+                               f"prove aligned and non-negative ({f.nonneg_why})", self.src, rule="NZ-16",
+                               help="compute the offset with fewer operations, e.g. `nb * 256` or a loop "
+                                    "variable")
         desc = self.prover.describe(x)
         if not ok:
             unit = "16 (a fractal boundary)" if axis == "row" else f"c0 = {d}"
-            raise CompileError(f"{what}: the {axis} offset '{desc}' cannot be proven a multiple of {unit}; "
-                               "an NZ tensor is never addressed from a guessed coordinate", self.src,
+            why = "" if f.nonneg else f" ({f.nonneg_why})"
+            raise CompileError(f"{what}: the {axis} offset '{desc}' cannot be proven a multiple of {unit}"
+                               f"{why}; an NZ tensor is never addressed from a guessed coordinate", self.src,
                                rule="NZ-16", help=f"provable forms: {PROVABLE_FORMS}")
         nonneg, fn = self.prover.nonneg(x)
         if not nonneg:
@@ -179,7 +193,7 @@ class BlockNz(Rewriter):
                                help="build offsets from non-negative loop variables and block indices; a "
                                     "difference never proves a sign")
         proofs.append(f"{d} | {self.name_of(x)} by {desc}; {self.name_of(x)} >= 0 by {fn.nonneg_why}")
-        return self.floordiv(x, d, f"{self.name_of(x)}_{'r' if axis == 'row' else 'c'}blk")
+        return self.floordiv(x, d, _hint(x, "_rblk" if axis == "row" else "_cblk"))
 
     # -- tile.load from NZ (NZ-12, NZ-13, NZ-25/26)
     def load(self, e: Eqn) -> None:
@@ -208,6 +222,7 @@ class BlockNz(Rewriter):
                                "reads one batch (leading extent 1)", e.source, rule="NZ-12",
                                help="load one batch index per pl.load")
         offs = list(e.operands("offsets"))
+        self.check_in_bounds(e, logical, what)
         proofs: list[str] = []
         row = self.proven_coordinate(offs[-2], FRACTAL_ROWS, "row", what, proofs)
         col = self.proven_coordinate(offs[-1], c0, "column", what, proofs)
@@ -226,6 +241,24 @@ class BlockNz(Rewriter):
         self.emit(P.tile_load_p, [[self.atom(src_v)], [batch, col, row, zero, zero], valid_atoms], params,
                   outs, e.source)
 
+    def check_in_bounds(self, e: Eqn, logical: TensorType, what: str) -> None:
+        """A constant window must end inside the tensor: in NZ order the rows past R are the next
+        column block's, so an overhanging load reads wrong fractals instead of failing. The extent
+        measured is the partition's: the static valid_shape where given (a ragged last tile)."""
+        ext = list(e.params["shape"])
+        valid = self.atoms(e.operands("valid"))
+        for i, v in enumerate(valid):
+            if isinstance(v, Literal):
+                ext[i] = int(v.value)
+        for axis, (o, n, d) in enumerate(zip(self.atoms(e.operands("offsets")), ext, logical.shape)):
+            if isinstance(o, Literal) and isinstance(d, int) and int(o.value) + n > d:
+                raise CompileError(f"{what}: the window [{o.value}, {int(o.value) + n}) on axis {axis} ends "
+                                   f"past the tensor's extent {d}; in NZ order the elements past the end "
+                                   "belong to another column block or batch, so the load would read wrong "
+                                   "fractals", e.source, rule="NZ-12",
+                                   help="keep the window inside the tensor, or give the ragged last tile a "
+                                        "valid_shape that ends at the tensor's edge")
+
     def blocked_valid(self, e: Eqn, logical: TensorType, c0: int, tr: int, tc: int, what: str,
                       proofs: list[str]) -> tuple[list[Atom], int | None]:
         """valid_shape -> blocked partition sizes; returns (atoms, loaded rows or None if dynamic)."""
@@ -239,12 +272,13 @@ class BlockNz(Rewriter):
                                help="keep valid columns static and a multiple of c0")
         if int(vc.value) % c0:
             raise CompileError(f"{what}: valid_shape columns {vc.value} must be a multiple of c0 = {c0}",
-                               e.source, rule="NZ-12")
+                               e.source, rule="NZ-12", help=f"round the valid columns to a multiple of {c0}")
         one = Literal(1, vc.type)
         if isinstance(vr, Literal):
             if int(vr.value) % FRACTAL_ROWS:
                 raise CompileError(f"{what}: valid_shape rows {vr.value} must be a multiple of 16 (a "
-                                   "partial fractal has no representation)", e.source, rule="NZ-12")
+                                   "partial fractal has no representation)", e.source, rule="NZ-12",
+                                   help="round the valid rows to a multiple of 16 (pad the tensor's rows)")
             rows_blk: Atom = Literal(int(vr.value) // FRACTAL_ROWS, vr.type)
             loaded: int | None = int(vr.value)
         else:
@@ -255,7 +289,7 @@ class BlockNz(Rewriter):
                                    rule="NZ-12", help="make the ragged tail a multiple of 16 rows, e.g. "
                                    "pl.min(R - o0, 256) with R and o0 multiples of 16")
             proofs.append(f"16 | {self.name_of(vr)} by {self.prover.describe(vr)}")
-            rows_blk = self.floordiv(vr, FRACTAL_ROWS, f"{self.name_of(vr)}_rblk")
+            rows_blk = self.floordiv(vr, FRACTAL_ROWS, _hint(vr, "_rblk"))
             loaded = None
         return [one, Literal(int(vc.value) // c0, vc.type), rows_blk, Literal(FRACTAL_ROWS, vc.type),
                 Literal(c0, vc.type)], loaded
@@ -316,6 +350,23 @@ class BlockNz(Rewriter):
         (o,) = self.emit(P.tensor_reshape_p, [[self.atom(src_v)]], {"shape": (n,)}, [out_t], e.source)
         o.hint = e.outputs[0].hint
         self.env[e.outputs[0]] = o
+
+
+def first_use(g: Graph, v: Var) -> Source | None:
+    """The source of the first equation reading `v`, looking through the loops that capture it."""
+    for e in g.eqns:
+        if not any(a is v for a in e.inputs):
+            continue
+        body = e.params.get("body")
+        if isinstance(body, Graph):
+            nb, nc, _ = e.params["arity"]
+            for p, a in zip(body.params[1 : 1 + nc], e.inputs[nb : nb + nc]):
+                if a is v:
+                    inner = first_use(body, p)
+                    if inner is not None:
+                        return inner
+        return e.source
+    return None
 
 
 def _static_valid_cols(e: Eqn, tc: int) -> int:
