@@ -13,6 +13,8 @@ int8 x int8 is exact (int32, wrapping); fp16 / bf16 / fp32 inputs are multiplied
 
 from __future__ import annotations
 
+import threading
+
 import ml_dtypes
 import numpy as np
 
@@ -56,11 +58,26 @@ def tmov(
     """
     dst._live()
     src._live()
+    key = (dst._g, src._g, row_off, col_off, transpose, relu)
+    plan = _MOV_PLANS.get(key)
+    if plan is None:
+        plan = _mov_plan(dst, src, row_off, col_off, transpose, relu)
+        if len(_MOV_PLANS) < 4096:
+            _MOV_PLANS[key] = plan
+    if plan is _GENERIC:
+        return _tmov_window(dst, src, row_off, col_off, transpose, relu)
+    plan(dst, src)
+
+
+_GENERIC = object()
+_MOV_PLANS: dict[tuple[object, ...], object] = {}
+
+
+def _mov_checks(dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpose: bool, relu: bool) -> None:
     static_check(
         (src.space, dst.space) in _MOVES,
         lambda: f"TMOV {src.space} -> {dst.space} is not supported; allowed {sorted(_MOVES)}",
     )
-    nrows, ncols = (dst.cols, dst.rows) if transpose else (dst.rows, dst.cols)
     if src.space == "Mat":
         c0 = c0_of(src.dtype)
         if row_off % FRACTAL_ROWS or col_off % c0:
@@ -76,10 +93,71 @@ def tmov(
             lambda: f"TMOV {src.dtype.name} -> {dst.dtype.name} changes the dtype",
         )
         static_check(not relu, lambda: "relu exists on the fixpipe (Acc -> Vec) path only")
+
+
+def _tmov_window(dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpose: bool, relu: bool) -> None:
+    """The reference TMOV: decode the source window, (convert,) encode it into ``dst``."""
+    nrows, ncols = (dst.cols, dst.rows) if transpose else (dst.rows, dst.cols)
     win = src.window(row_off, col_off, nrows, ncols)
     if src.space == "Acc":
         win = fixpipe_convert(win, dst.dtype, relu)
     dst.set_logical(win.T if transpose else win)
+
+
+def _split(a: int, b: int) -> tuple[int, int]:
+    return max(a, b), min(a, b)
+
+
+def _mov_plan(dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpose: bool, relu: bool) -> object:
+    """Check a TMOV once per geometry; return a direct strided copy when both layouts express
+    the window as one 6-D view each (the common TEXTRACT case), else the reference path."""
+    _mov_checks(dst, src, row_off, col_off, transpose, relu)
+    nrows, ncols = (dst.cols, dst.rows) if transpose else (dst.rows, dst.cols)
+    src._check_window(row_off, col_off, nrows, ncols)
+    if src.space == "Acc" or src.dtype != dst.dtype:
+        return _GENERIC
+    sg, dg = src._g, dst._g
+    # dst rows come from src rows (or src cols when transposed), likewise dst cols
+    s_rb, s_cb = (sg.blk.ic, sg.blk.ir) if transpose else (sg.blk.ir, sg.blk.ic)
+    rb, rs = _split(dg.blk.ir, s_rb)
+    cb, cs = _split(dg.blk.ic, s_cb)
+    d_r = dg.axis_view(0, dst.rows, 0, rb, rs)
+    d_c = dg.axis_view(0, dst.cols, 1, cb, cs)
+    if transpose:
+        s_r = sg.axis_view(row_off, nrows, 0, cb, cs)
+        s_c = sg.axis_view(col_off, ncols, 1, rb, rs)
+    else:
+        s_r = sg.axis_view(row_off, nrows, 0, rb, rs)
+        s_c = sg.axis_view(col_off, ncols, 1, cb, cs)
+    if d_r is None or d_c is None or s_r is None or s_c is None:
+        return _GENERIC
+    if transpose:
+        s_r, s_c = s_c, s_r  # src viewed with dst's axis order
+    shape = d_r[1] + d_c[1]
+    d_strides = d_r[2] + d_c[2]
+    s_strides = s_r[2] + s_c[2]
+    s_off = s_r[0] + s_c[0]
+    dt = dst.dtype
+    # drop unit axes; view 32-byte (or 16-byte) contiguous runs common to both sides as one item
+    dims = [(n, ss, ds) for n, ss, ds in zip(shape, s_strides, d_strides) if n != 1]
+    item = dt
+    if dims and dims[-1][1] == dims[-1][2] == dt.itemsize:
+        run = dims[-1][0] * dt.itemsize
+        for width in (32, 16, 8):
+            if run % width == 0 and all(ss % width == 0 and ds % width == 0 for _, ss, ds in dims[:-1]):
+                n_items = run // width
+                dims[-1] = (n_items, width, width)
+                item = np.dtype(f"V{width}") if width > 8 else np.dtype(np.uint64)
+                break
+    shp = tuple(d[0] for d in dims) or (1,)
+    sst = tuple(d[1] for d in dims) or (0,)
+    dst_ = tuple(d[2] for d in dims) or (0,)
+
+    def run_plan(d: TileBuf, s: TileBuf) -> None:
+        dv = np.ndarray(shp, item, d.data, 0, dst_)
+        dv[...] = np.ndarray(shp, item, s.data, s_off, sst)
+
+    return run_plan
 
 
 def _operands(acc: TileBuf, left: TileBuf, right: TileBuf) -> None:
@@ -123,7 +201,15 @@ def tmatmul(
     element ``(j//16)*ceil16(m)*16 + i*16 + j%16`` of the Acc tile -- the pitch defect -- for
     i < m, j < n only (what mad puts in the padding of a fractal is undocumented).
     """
-    _operands(acc, left, right)
+    key = (acc._g, left._g, right._g)
+    if key not in _CHECKED:
+        _operands(acc, left, right)
+        if len(_CHECKED) < 4096:
+            _CHECKED.add(key)
+    else:
+        acc._live()
+        left._live()
+        right._live()
     m = left.valid_row if m is None else int(m)
     k = left.valid_col if k is None else int(k)
     n = right.valid_col if n is None else int(n)
@@ -139,11 +225,20 @@ def tmatmul(
             f"TMATMUL m={m}, k={k}, n={n} exceeds Left {left.rows}x{left.cols} "
             f"or Right {right.rows}x{right.cols}"
         )
-    c = _product(left.window(0, 0, m, k), right.window(0, 0, k, n), k)
     m16, E = ceil16(m), acc.dtype.itemsize
     nfull, rem = divmod(n, 16)
     nblk = nfull + (rem > 0)
     view = acc.view(0, (nblk, m, 16 * E), (m16 * 16 * E, 16 * E, 1)).view(acc.dtype)
+    if not rem:  # whole 16-column blocks: the product is added / written through the L0C view
+        c = _product_windows(left, right, m, k, n)
+        dst = view.transpose(1, 0, 2)  # (m, nblk, 16): logical C(i, j) at [i, j // 16, j % 16]
+        src = c.reshape(m, nblk, 16)
+        if accumulate:
+            np.add(dst, src, out=dst)  # int32 wraps mod 2**32 like the accumulator
+        else:
+            dst[...] = src
+        return
+    c = _product(left.window(0, 0, m, k), right.window(0, 0, k, n), k)
     if accumulate:
         old = np.ascontiguousarray(view.transpose(1, 0, 2)).reshape(m, nblk * 16)[:, :n]
         c = old.astype(c.dtype) + c
@@ -152,3 +247,57 @@ def tmatmul(
         write_in_order(view[:nfull], new[:, : nfull * 16].reshape(m, nfull, 16).transpose(1, 0, 2))
     if rem:
         view[nfull, :, :rem] = new[:, nfull * 16 :]
+
+
+_CHECKED: set[tuple[object, ...]] = set()
+_scratch = threading.local()
+
+
+def _buffer(shape: tuple[int, ...], dtype: np.dtype, slot: int) -> np.ndarray:
+    """A reusable per-thread buffer (mad operands and products): no fresh pages per instruction."""
+    bufs = getattr(_scratch, "bufs", None)
+    if bufs is None:
+        bufs = _scratch.bufs = {}
+    key = (shape, dtype, slot)
+    b = bufs.get(key)
+    if b is None:
+        if len(bufs) > 64:
+            bufs.clear()
+        b = bufs[key] = np.empty(shape, dtype)
+    return b
+
+
+def _operand(t: TileBuf, r: int, c: int, ft: type, slot: int) -> np.ndarray:
+    """The logical window ``[0:r, 0:c]`` of a Left (ZZ) tile as a C-contiguous ``ft`` matrix, or of
+    a Right (ZN) tile as its transpose (``c x r``, C-contiguous): in both cases the source is read
+    in runs of c0 contiguous elements, so the conversion is one fast pass."""
+    b = t._blk
+    if r % b.ir == 0 and c % b.ic == 0:
+        v = t._view4()[: r // b.ir, :, : c // b.ic, :]
+        if t.layout == "ZN":
+            v = v.transpose(2, 3, 0, 1)
+            r, c = c, r
+        return v.astype(ft, order="C").reshape(r, c)
+    w = t.window(0, 0, r, c)
+    if t.layout == "ZN":
+        return np.ascontiguousarray(w.T, dtype=ft)
+    return np.ascontiguousarray(w, dtype=ft)
+
+
+def _product_windows(left: TileBuf, right: TileBuf, m: int, k: int, n: int) -> np.ndarray:
+    """``_product(left.window(0, 0, m, k), right.window(0, 0, k, n), k)`` read straight from the
+    tile images; float products come back float32, int8 ones as exact int32 (mod 2**32).
+
+    B is passed to BLAS as the transpose of a C-contiguous ``n x k`` matrix (the ZN image is
+    ``B^T`` in runs of c0), which OpenBLAS packs into the same panels as a C-contiguous B: the
+    sums are bit-identical (tests/backend checks it against the plain product)."""
+    if left.dtype == _I8:
+        if k <= _F32_EXACT_K:  # |C| <= k * 2**14 <= 2**24: exact in float32, and in int32
+            c = np.matmul(_operand(left, m, k, np.float32, 0), _operand(right, k, n, np.float32, 1).T)
+            return c.astype(np.int32)
+        a, b = left.window(0, 0, m, k), right.window(0, 0, k, n)
+        return _product(a, b, k).astype(np.int32)
+    if left.layout != "ZZ" or right.layout != "ZN":
+        return _product(left.window(0, 0, m, k), right.window(0, 0, k, n), k)
+    out = _buffer((m, n), _F32, 2)
+    return np.matmul(_operand(left, m, k, np.float32, 0), _operand(right, k, n, np.float32, 1).T, out=out)

@@ -88,7 +88,7 @@ def _make_blocking(layout: str, dtype: np.dtype) -> _Blocking:
 class _Geometry:
     """Everything a tile's static shape determines, validated once per (space, dtype, shape, layout)."""
 
-    __slots__ = ("space", "dtype", "rows", "cols", "layout", "blk", "phys", "inv", "nbytes", "key")
+    __slots__ = ("space", "dtype", "rows", "cols", "layout", "blk", "phys", "inv", "nbytes", "key", "strides4")
 
     def __init__(self, space: str, dtype: np.dtype, rows: int, cols: int, layout: str) -> None:
         self.space, self.dtype, self.rows, self.cols, self.layout = space, dtype, rows, cols, layout
@@ -98,6 +98,32 @@ class _Geometry:
         self.inv = b.inverse
         self.nbytes = rows * cols * dtype.itemsize
         self.key = (space, dtype, rows, cols, layout)
+        # byte strides of the logical split axes (R1, R0, C1, C0), as _view4 sees them
+        phys_strides = [dtype.itemsize] * 4
+        for i in range(2, -1, -1):
+            phys_strides[i] = phys_strides[i + 1] * self.phys[i + 1]
+        self.strides4 = tuple(phys_strides[j] for j in self.inv)
+
+    def axis_view(
+        self, start: int, n: int, axis: int, big: int, small: int
+    ) -> tuple[int, tuple[int, int, int], tuple[int, int, int]] | None:
+        """Rows (axis 0) or columns (axis 1) ``start .. start+n`` split as ``(n/big, big/small,
+        small)``: (byte offset of ``start``, extents, byte strides), or None when this layout's
+        block does not fit that split (``small | block | big`` with block in {1, small, big})."""
+        ib = self.blk.ir if axis == 0 else self.blk.ic
+        s_hi, s_lo = self.strides4[2 * axis], self.strides4[2 * axis + 1]
+        if start % ib or n % big or big % small:
+            return None
+        base = (start // ib) * s_hi
+        if ib == 1:
+            strides = (big * s_hi, small * s_hi, s_hi)
+        elif ib == small:
+            strides = ((big // small) * s_hi, s_hi, s_lo)
+        elif ib == big:
+            strides = (s_hi, small * s_lo, s_lo)
+        else:
+            return None
+        return base, (n // big, big // small, small), strides
 
 
 _GEOMETRIES: dict[tuple[object, ...], _Geometry] = {}
@@ -161,6 +187,7 @@ class TileBuf:
         "_blk",
         "_phys",
         "_inv",
+        "_g",
     )
 
     def __init__(
@@ -180,7 +207,7 @@ class TileBuf:
     def _init(self, g: _Geometry, valid_row: int | None, valid_col: int | None, data: np.ndarray) -> None:
         """Fill a tile from a validated geometry (the constructor and the OnChip allocator)."""
         self.space, self.dtype, self.rows, self.cols, self.layout = g.space, g.dtype, g.rows, g.cols, g.layout
-        self._blk, self._phys, self._inv = g.blk, g.phys, g.inv
+        self._blk, self._phys, self._inv, self._g = g.blk, g.phys, g.inv, g
         self.valid_row = g.rows if valid_row is None else int(valid_row)
         self.valid_col = g.cols if valid_col is None else int(valid_col)
         self.data = data
