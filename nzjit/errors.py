@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import sys
 from dataclasses import dataclass
+from types import FrameType
 
 
 @dataclass(frozen=True)
@@ -28,25 +30,35 @@ class Source:
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+@functools.lru_cache(maxsize=1024)
 def _is_internal(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_PKG_DIR + os.sep) or filename.startswith("<frozen")
 
 
-def user_source(depth: int = 1) -> Source | None:
-    """The first frame outside nzjit: the kernel line that is being traced (cheap frame walk)."""
-    f = sys._getframe(depth)
+def user_frame(depth: int = 1) -> FrameType | None:
+    """The first frame outside nzjit (cheap frame walk, never `inspect.stack`)."""
+    f: FrameType | None = sys._getframe(depth + 1)
     while f is not None and _is_internal(f.f_code.co_filename):
-        f = f.f_back  # type: ignore[assignment]
-    if f is None:
-        return None
+        f = f.f_back
+    return f
+
+
+def source_of(f: FrameType) -> Source:
+    """The line `f` is executing, with the column range of the instruction (3.11+) for the caret."""
     col, end = 0, None
-    try:  # 3.11+: column of the instruction being executed, for the caret
+    try:
         pos = next(p for i, p in enumerate(f.f_code.co_positions()) if 2 * i == f.f_lasti)
         if pos[0] == f.f_lineno and pos[2] is not None:
             col, end = pos[2], (pos[3] if pos[1] == pos[0] else None)
     except StopIteration:
         pass
     return Source(f.f_code.co_filename, f.f_lineno, col, end)
+
+
+def user_source(depth: int = 1) -> Source | None:
+    """The kernel line that is being traced: the first frame outside nzjit."""
+    f = user_frame(depth + 1)
+    return None if f is None else source_of(f)
 
 
 class CompileError(ValueError):

@@ -31,7 +31,7 @@ from .core import dtypes as dt
 from .core.ir import Atom, Eqn, Graph, Literal, Var
 from .core.primitives import PURE, Primitive, for_p
 from .core.types import Mem, ScalarType, TensorType, TileType, Type
-from .errors import CompileError, Source, user_source
+from .errors import CompileError, Source, source_of, user_frame, user_source
 
 _MISSING = object()
 
@@ -63,6 +63,7 @@ class TraceState:
         self.target = target  # on-chip capacities are checked at bind time
         self.frames: list[TraceFrame] = []
         self.pending: CompileError | None = None  # a break/return seen inside a staged loop
+        self.user_frames: dict[int, FrameType] = {}  # kernel (and helper) frames that bound ops
 
     @property
     def top(self) -> TraceFrame:
@@ -187,6 +188,17 @@ class Tracer:
 
     __hash__ = object.__hash__
 
+    def _unsupported(self, *_: Any) -> Any:
+        raise CompileError("this operator is not part of the kernel language's scalar arithmetic "
+                           "(`+ - * // %`, comparisons, pl.min / pl.max)", user_source(),
+                           help="use // for (floor) division")
+
+    __truediv__ = __rtruediv__ = __pow__ = __rpow__ = __lshift__ = __rshift__ = _unsupported
+    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __invert__ = _unsupported
+
+    def __pos__(self) -> Tracer:
+        return self
+
     def _tile_or_scalar(self, name: str, o: Any) -> Any:
         from .language import ops
 
@@ -252,7 +264,12 @@ def bind(prim: Primitive, groups: Sequence[Sequence[Any]], params: dict[str, Any
     if st.pending is not None:
         raise st.pending
     frame = st.top
-    src = source or user_source()
+    src = source
+    if src is None:
+        uf = user_frame()
+        src = None if uf is None else source_of(uf)
+        if uf is not None and id(uf) not in st.user_frames:
+            st.user_frames[id(uf)] = uf  # its locals name the values at the end of tracing
     inputs = tuple(to_atom(x, frame, dtype) for grp in groups for x in grp)
     params = dict(params or {})
     params["arity"] = tuple(len(g) for g in groups)
@@ -599,8 +616,12 @@ def trace(fn: Any, param_types: Sequence[Type], param_names: Sequence[str], name
             raise st.pending
         if len(st.frames) != 1:
             raise CompileError("a staged loop was left open", st.top.source)
+        code = getattr(fn, "__code__", None)  # the kernel's own names first, then its helpers'
+        for f in sorted(st.user_frames.values(), key=lambda f: f.f_code is not code):
+            _name_hints(f.f_locals)
     finally:
         _local.state = None
+        st.user_frames.clear()
     return Graph(root.params, prune(root.eqns, []), [], name=name)
 
 

@@ -86,8 +86,9 @@ class Kernel:
         return f"<pl.kernel {self.__name__}>"
 
     def signature_key(self, args: Sequence[Any]) -> tuple[Any, ...]:
-        """One entry per parameter: a tensor's shape and dtype (its annotation's when the argument is
-        omitted or not an array), a scalar's dtype. Values never enter the key: no hidden recompiles."""
+        """One entry per parameter: a tensor's shape (a dynamic dimension by its name: the graph is
+        the same for every extent, so no hidden recompiles) and dtype, a scalar's dtype. Omitted
+        Out parameters and placeholders key by their annotation; values never enter the key."""
         n_in = sum(1 for p in self.params if not p.is_pure_output)
         it = iter(args)
         full = list(args) if len(args) == len(self.params) else (
@@ -95,13 +96,19 @@ class Kernel:
         key: list[Any] = [self._source_key, self.target]
         for i, p in enumerate(self.params):
             a = full[i] if i < len(full) else None
-            if isinstance(p.type, ScalarType):
-                key.append(p.type.dtype.name)
-            elif isinstance(a, np.ndarray | runtime.DeviceTensor | Spec) and hasattr(a, "shape"):
-                key.append((tuple(int(d) for d in a.shape), _dtype_name(a.dtype)))
-            else:
-                key.append((tuple(d.name if isinstance(d, DynDim) else d for d in p.type.shape),  # type: ignore[union-attr]
-                            p.type.dtype.name))  # type: ignore[union-attr]
+            t = p.type
+            if isinstance(t, ScalarType):
+                key.append(t.dtype.name)
+                continue
+            assert isinstance(t, TensorType)
+            shape: tuple[Any, ...] = tuple(d.name if isinstance(d, DynDim) else d for d in t.shape)
+            dtype = t.dtype.name
+            if isinstance(a, np.ndarray | runtime.DeviceTensor | Spec):
+                got = tuple(a.shape)
+                if len(got) == len(shape):
+                    shape = tuple(s if isinstance(s, str) else int(g) for s, g in zip(shape, got))
+                dtype = _dtype_name(a.dtype)
+            key.append((shape, dtype))
         return tuple(key)
 
     def lower(self, *args: Any) -> Any:

@@ -11,10 +11,10 @@ import numpy as np
 
 from ..core import dtypes as dt
 from ..core import primitives as P
-from ..core.ir import Literal
+from ..core.ir import Literal, Var
 from ..core.types import Layout, Mem, ScalarType, TensorType, TileType
 from ..errors import CompileError, user_source
-from ..tracing import Tracer, bind, current_state, defining_eqn, lift
+from ..tracing import Tracer, bind, current_state, lift
 
 Index = int | Tracer
 
@@ -96,6 +96,11 @@ def _check_offset(x: Any, what: str) -> None:
         raise CompileError(f"{what} offset {x} is negative; offsets must be non-negative", user_source())
 
 
+def _int(x: Any) -> Any:
+    """numpy integers as Python ints; anything else unchanged."""
+    return int(x) if isinstance(x, numbers.Integral) and not isinstance(x, bool) else x
+
+
 def _offsets(xs: Sequence[Any], what: str) -> list[Any]:
     """Checked offsets, numpy integers as Python ints."""
     for x in xs:
@@ -118,17 +123,38 @@ def _static_extent(start: Any, stop: Any, dim: Any, axis: int) -> int:
             return dim - start
     elif isinstance(start, int) and isinstance(stop, int):
         return stop - start
-    elif isinstance(start, Tracer) and isinstance(stop, Tracer):
-        e = defining_eqn(stop)
-        if e is not None and e.primitive is P.add_p:
-            sv = lift(start, stop.frame)
-            x, y = e.inputs
-            if x is sv and isinstance(y, Literal):
-                return int(y.value)
-            if y is sv and isinstance(x, Literal):
-                return int(x.value)
+    elif isinstance(start, Tracer) or isinstance(stop, Tracer):
+        frame = current_state().top
+        lo, hi = _linear(start, frame), _linear(stop, frame)
+        diff = {v: hi[0].get(v, 0) - lo[0].get(v, 0) for v in {*lo[0], *hi[0]}}
+        if not any(diff.values()):
+            return hi[1] - lo[1]
     raise CompileError(f"the extent of the slice on axis {axis} must be static", user_source(),
                        help="write the window as w[n0 : n0 + 128] (start + a constant)")
+
+
+def _linear(x: Any, frame: Any, depth: int = 0) -> tuple[dict[Var, int], int]:
+    """`x` as sum(coef * var) + const over the scalar equations of `frame` (+, -, * by a constant),
+    so that `w[n0 * 16 : n0 * 16 + 16]` has the static extent 16 however often n0 * 16 is computed."""
+    a = lift(x, frame) if isinstance(x, Tracer) else x
+    if isinstance(a, int):
+        return {}, a
+    if isinstance(a, Literal):
+        return {}, int(a.value)
+    e = frame.defs.get(a)
+    if e is None or depth > 64 or e.primitive not in (P.add_p, P.sub_p, P.mul_p):
+        return {a: 1}, 0
+    (fx, cx), (fy, cy) = (_linear(i, frame, depth + 1) for i in e.inputs)
+    if e.primitive is P.mul_p:
+        if fx and fy:
+            return {a: 1}, 0
+        (f, c), k = ((fx, cx), cy) if not fy else ((fy, cy), cx)
+        return {v: n * k for v, n in f.items()}, c * k
+    sign = 1 if e.primitive is P.add_p else -1
+    f = dict(fx)
+    for v, n in fy.items():
+        f[v] = f.get(v, 0) + sign * n
+    return f, cx + sign * cy
 
 
 def _parse_key(t: Tracer, key: Any) -> tuple[list[Any], list[int], tuple[int, ...]]:
@@ -149,14 +175,15 @@ def _parse_key(t: Tracer, key: Any) -> tuple[list[Any], list[int], tuple[int, ..
         if isinstance(k, builtins.slice):
             if k.step not in (None, 1):
                 raise CompileError("strided slices are not supported", user_source())
-            start = 0 if k.start is None else k.start
+            start = 0 if k.start is None else _int(k.start)
             _check_offset(start, "slice")
-            size = _static_extent(start, k.stop, dim, axis)
+            size = _static_extent(start, _int(k.stop), dim, axis)
             if size <= 0:
                 raise CompileError(f"empty slice on axis {axis}", user_source())
             offsets.append(start)
             sizes.append(size)
         else:
+            k = _int(k)
             _check_offset(k, "index")
             offsets.append(k)
             sizes.append(1)

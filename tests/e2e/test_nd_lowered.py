@@ -135,3 +135,17 @@ def test_a_vec_tile_over_capacity_is_a_clear_compile_error_on_call():
         k(np.zeros((256, 256), np.float32), out)
     assert "256 KiB" in str(ei.value) and ei.value.help
     assert (out == 3).all()
+
+
+def test_a_dynamic_dimension_is_compiled_once_for_every_extent():
+    @pl.kernel
+    def k(x: pl.Tensor[[pl.dynamic("M"), 64], pl.FP32], n: pl.Scalar[pl.INDEX],
+          out: pl.Out[pl.Tensor[[pl.dynamic("M"), 64], pl.FP32]]):
+        for i in pl.range(n):
+            pl.store(pl.exp(pl.load(x, [i * 16, 0], [16, 64])), [i * 16, 0], out)
+
+    for rows in (48, 32):
+        x = RNG.standard_normal((rows, 64)).astype(np.float32)
+        np.testing.assert_array_equal(k(x, rows // 16), np.exp(x))
+    assert k.trace_count == 1
+    assert str(k.lower().ir("trace").params[0].type) == "f32[M,64]"

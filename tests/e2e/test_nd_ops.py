@@ -136,3 +136,18 @@ def test_partial_vec_load_with_valid_shape(valid):
     k(x, o)
     np.testing.assert_array_equal(o[16:16 + valid], x[16:16 + valid])
     assert not o[:16].any() and not o[16 + valid:].any()
+
+
+def test_assigning_vec_tiles_into_windows_whose_bounds_are_recomputed():
+    @pl.kernel
+    def k(x: pl.Tensor[[32, 64], pl.FP32], out: pl.Out[pl.Tensor[[2, 32, 64], pl.FP32]]):
+        for i in pl.range(2):
+            # start and stop are separate expressions; their difference is still the static 16
+            out[1, i * 16:i * 16 + 16, :] = pl.exp(pl.load(x, [i * 16, 0], [16, 64]))
+        out[np.int64(0), 0:np.int32(16), 0:64] = pl.load(x, [16, 0], [16, 64])
+
+    x = RNG.standard_normal((32, 64)).astype(np.float32)
+    o = k(x)
+    np.testing.assert_array_equal(o[1], np.exp(x))  # the same fp32 exp as numpy's on this backend
+    np.testing.assert_array_equal(o[0, :16], x[16:])
+    assert not o[0, 16:].any()

@@ -242,3 +242,25 @@ def test_the_caret_rendering_shows_the_source_line(where):
     err = refused(k)
     text = err.render()
     assert "if i > 2:  # <- if" in text and "^" in text and "help:" in text
+
+
+def test_operators_outside_the_scalar_arithmetic(where):
+    @pl.kernel
+    def div(x: V, n: pl.Scalar[pl.INT32], out: OUT):
+        pl.store(pl.load(x, [n / 2, 0], [1, 16]), [0, 0], out)  # <- op
+
+    @pl.kernel
+    def power(x: V, n: pl.Scalar[pl.INT32], out: OUT):
+        pl.store(pl.load(x, [n ** 2, 0], [1, 16]), [0, 0], out)  # <- op
+
+    @pl.kernel
+    def shift(x: V, n: pl.Scalar[pl.INT32], out: OUT):
+        pl.store(pl.load(x, [n << 2, 0], [1, 16]), [0, 0], out)  # <- op
+
+    @pl.kernel
+    def bitand(x: V, n: pl.Scalar[pl.INT32], out: OUT):
+        pl.store(pl.load(x, [n & 2, 0], [1, 16]), [0, 0], out)  # <- op
+
+    for k in (div, power, shift, bitand):
+        err = refused(k)
+        assert str(err).startswith(where(k, "# <- op")) and "//" in str(err)
