@@ -154,12 +154,29 @@ class BlockNz(Rewriter):
         return self.add(acc, prod, self.src)
 
     def fold_batch(self, logical: TensorType, offs: list[Atom]) -> Atom:
+        """The batch coordinate `sum(o_i * stride_i)` of the leading offsets (NZ-28). A single
+        unit-stride term is used as it is; a sum is formed in INDEX, so offsets of different
+        integer dtypes (an INT32 scalar and a loop variable) fold exactly and type-check."""
         lead = logical.shape[:-2]
-        batch: Atom = Literal(0, _idx(offs[0]) if offs else ScalarType(INDEX))
-        for i, o in enumerate(offs[: len(lead)]):
-            stride = _prod([x for x in lead[i + 1 :] if isinstance(x, int)])
-            batch = self.mul_add(batch, o, stride)
+        terms = [(o, _prod([x for x in lead[i + 1 :] if isinstance(x, int)]))
+                 for i, o in enumerate(offs[: len(lead)]) if not (isinstance(o, Literal) and o.value == 0)]
+        if not terms:
+            return Literal(0, ScalarType(INDEX))
+        if len(terms) == 1 and terms[0][1] == 1:
+            return terms[0][0]
+        batch: Atom = Literal(0, ScalarType(INDEX))
+        for o, stride in terms:
+            batch = self.mul_add(batch, self.as_index(o), stride)
         return batch
+
+    def as_index(self, x: Atom) -> Atom:
+        """`x` as an INDEX value (a widening conversion: the same value)."""
+        if isinstance(x, Literal):
+            return Literal(int(x.value), ScalarType(INDEX))
+        if x.type == ScalarType(INDEX):
+            return x
+        (v,) = self.emit(P.convert_p, [[x]], {"dtype": INDEX}, [ScalarType(INDEX)], self.src)
+        return v
 
     def proven_coordinate(self, x: Atom, d: int, axis: str, what: str, proofs: list[str]) -> Atom:
         """floordiv(x, d) once x is proven a non-negative multiple of d (NZ-16..18)."""

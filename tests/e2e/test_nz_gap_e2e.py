@@ -27,13 +27,13 @@ def _ref(x, w):
     return (x.astype(np.int64) @ w.T.astype(np.int64)).astype(np.int32)
 
 
-def _tile_probe(R, C, TR, r0):
+def _tile_probe(R, C, TR, r0, valid=None):
     """out = I @ load(w, [r0, 0], [TR, C])^T: the loaded Mat tile, transposed, exactly."""
 
     @pl.kernel
     def k(eye: pl.Tensor[[C, C], pl.INT8], w: pl.Tensor[[R, C], pl.INT8, pl.NZ],
           out: pl.Out[pl.Tensor[[C, TR], pl.INT32]]):
-        wt = pl.load(w, [r0, 0], [TR, C], target_memory=pl.Mem.Mat)
+        wt = pl.load(w, [r0, 0], [TR, C], target_memory=pl.Mem.Mat, valid_shape=valid)
         et = pl.load(eye, [0, 0], [C, C], target_memory=pl.Mem.Mat)
         pl.store(pl.matmul(et, wt, b_trans=True), [0, 0], out)
 
@@ -88,6 +88,12 @@ def test_a_single_column_block_is_exact_whatever_the_gap(weight):  # NZ-27: one 
     w32 = np.ascontiguousarray(w[:, :32])
     tile = _tile_probe(R_WRAP, 32, 16, 65536)(np.eye(32, dtype=np.int8), runtime.pack_nz(w32)).T
     np.testing.assert_array_equal(tile, w32[65536:65552])
+
+
+def test_narrow_valid_rows_in_65536_rows_are_exact():  # NZ-26: shapes [32, 64], valid [16, 64], gap 65520
+    w = _i8((65536, 64))
+    tile = _tile_probe(65536, 64, 32, 65504, valid=[16, 64])(np.eye(64, dtype=np.int8), runtime.pack_nz(w)).T
+    np.testing.assert_array_equal(tile[:16], w[65504:65520])
 
 
 # ------------------------------------------------------------------- valid_shape: partial loads

@@ -52,7 +52,7 @@ def _window_kernel(M, wshape, woffs, wwin, dtype=pl.INT8, xoff=0):
 
 
 # ----------------------------------------------------------------------------- rank-2 windows
-@pytest.mark.parametrize("dtype", [pl.INT8, pl.FP16, pl.FP32])
+@pytest.mark.parametrize("dtype", [pl.INT8, pl.FP16, pl.FP32], ids=lambda d: d.name)
 def test_full_load(dtype):  # NZ-11, NZ-12: all offsets 0
     N, K = (256, 512) if dtype is not pl.FP32 else (64, 256)
     x, w = _data((32, K), dtype), _data((N, K), dtype)
@@ -60,7 +60,7 @@ def test_full_load(dtype):  # NZ-11, NZ-12: all offsets 0
     np.testing.assert_array_equal(out, _ref(x, w))
 
 
-@pytest.mark.parametrize("dtype", [pl.INT8, pl.FP16, pl.FP32])
+@pytest.mark.parametrize("dtype", [pl.INT8, pl.FP16, pl.FP32], ids=lambda d: d.name)
 def test_n_sliced_load_reads_a_row_fractal_offset(dtype):  # NZ-12: n0 -> n0 / 16
     N, K, n0, TN = 512, 256, 272, 128
     x, w = _data((32, K), dtype), _data((N, K), dtype)
@@ -68,7 +68,7 @@ def test_n_sliced_load_reads_a_row_fractal_offset(dtype):  # NZ-12: n0 -> n0 / 1
     np.testing.assert_array_equal(out, _ref(x, w[n0:n0 + TN]))
 
 
-@pytest.mark.parametrize("dtype", [pl.INT8, pl.FP16, pl.FP32])
+@pytest.mark.parametrize("dtype", [pl.INT8, pl.FP16, pl.FP32], ids=lambda d: d.name)
 def test_k_sliced_load_reads_a_c0_block_offset(dtype):  # NZ-12: k0 -> k0 / c0
     N, K, TK = 64, 1024, 256
     k0 = 512 + {pl.INT8: 32, pl.FP16: 16, pl.FP32: 8}[dtype] * 2  # an odd-looking but aligned block
@@ -149,6 +149,24 @@ def test_folded_4d_weight_through_an_index():  # NZ-28, NZ-30: w[g, e] drops two
 
     x, w = _data((M, K), pl.INT8), _data((G, E, N, K), pl.INT8)
     np.testing.assert_array_equal(k(x, runtime.pack_nz(w)), _ref(x, w[1, 2, 32:64]))
+
+
+def test_folded_batch_of_mixed_integer_dtypes():  # NZ-28: an INT32 scalar and an INDEX loop variable
+    G, E, N, K, M = 2, 4, 64, 64, 16
+
+    @pl.kernel
+    def k(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[G, E, N, K], pl.INT8, pl.NZ], g: pl.Scalar[pl.INT32],
+          out: pl.Out[pl.Tensor[[E, M, N], pl.INT32]]):
+        xt = pl.load(x, [0, 0], [M, K], target_memory=pl.Mem.Mat)
+        for e in pl.range(E):
+            wt = pl.load(w, [g, e, 0, 0], [1, 1, N, K], target_memory=pl.Mem.Mat)
+            pl.store(pl.matmul(xt, wt, b_trans=True), [e, 0, 0], out)
+
+    x, w = _data((M, K), pl.INT8), _data((G, E, N, K), pl.INT8)
+    for g in range(G):
+        out = k(x, runtime.pack_nz(w), g)
+        for e in range(E):
+            np.testing.assert_array_equal(out[e], _ref(x, w[g, e]))
 
 
 def test_dynamic_batch():  # NZ-29: a rank-3 parameter with a dynamic batch takes a rank-3 argument
