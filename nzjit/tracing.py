@@ -437,22 +437,23 @@ def staged_loop(kind: str, start: Any, stop: Any, step: Any, stage: int | None,
         loop.bounds.append(b)
     if isinstance(loop.bounds[2], Literal) and loop.bounds[2].value <= 0:
         raise CompileError(f"loop step must be positive, got {loop.bounds[2].value}", source)
-    second: dict[str, tuple[Var, Tracer]] = {}
-    for trip in (1, 2):
+    redo: dict[str, tuple[Var, Tracer]] = {}  # carry parameter and the handle each name holds
+    for _trip in range(len(loop.before) + 2):  # each extra trip adds a name, so this terminates
         body, iv_tracer = _open_body(st, loop)
-        for p, handle in second.values():
-            handle.var, handle.frame = p, body  # the name stands for the carry in the second trip
+        for p, handle in redo.values():
+            handle.var, handle.frame = p, body  # the name stands for its carry in this trip
         try:
             yield iv_tracer
         except GeneratorExit:
             _record_early_exit(st, body, loop)
             raise
         carries = _carries(body, iv_tracer, loop, dict(kframe.f_locals))
-        if trip == 1 and _needs_second_trip(carries, loop):
-            second = _second_trip(st, body, carries, loop)
+        if _needs_another_trip(carries, loop, redo):
+            redo = _another_trip(st, body, carries, loop, redo)
             continue
-        _close_loop(st, body, carries, loop, {name: p for name, (p, _) in second.items()})
+        _close_loop(st, body, carries, loop, {name: p for name, (p, _) in redo.items()})
         return
+    raise CompileError(f"the body of the staged loop {loop.name} does not settle on its carries", source)
 
 
 def _record_early_exit(st: TraceState, body: TraceFrame, loop: _Loop) -> None:
@@ -519,26 +520,28 @@ def _carries(body: TraceFrame, iv_tracer: Tracer, loop: _Loop, after: dict[str, 
     return carries
 
 
-def _needs_second_trip(carries: list[Carry], loop: _Loop) -> bool:
-    return any(_is_number(old) and loop.reads(name) for name, old, _ in carries)
+def _needs_another_trip(carries: list[Carry], loop: _Loop, redo: dict[str, Any]) -> bool:
+    """A carry that started as a Python number and that the body read was folded into this trip's
+    equations as that number: trace the body again with the name standing for the carry."""
+    return any(_is_number(old) and loop.reads(name) and name not in redo for name, old, _ in carries)
 
 
-def _second_trip(st: TraceState, body: TraceFrame, carries: list[Carry],
-                 loop: _Loop) -> dict[str, tuple[Var, Tracer]]:
-    """Drop the first trip; every carry the body reads will stand for a carry parameter."""
+def _another_trip(st: TraceState, body: TraceFrame, carries: list[Carry], loop: _Loop,
+                  redo: dict[str, tuple[Var, Tracer]]) -> dict[str, tuple[Var, Tracer]]:
+    """Drop this trip; in the next one every carry the body reads stands for a carry parameter."""
     st.frames.pop()
     body.closed = True
-    preset: dict[str, tuple[Var, Tracer]] = {}
+    nxt: dict[str, tuple[Var, Tracer]] = {}
     for name, _old, new in carries:
-        if not loop.reads(name):
+        if not loop.reads(name) and name not in redo:
             continue
         if new.frame is not body:
-            raise CompileError(f"'{name}' starts as a Python number and is rebound inside the staged loop "
-                               f"{loop.name} ({loop.where}) to a value defined outside it; this cannot be "
-                               "staged", loop.line_of(name, new),
+            raise CompileError(f"'{name}' is rebound inside the staged loop {loop.name} ({loop.where}) to a "
+                               "value defined outside it, and a carry the body reads started as a Python "
+                               "number; this cannot be staged", loop.line_of(name, new),
                                help=f"start '{name}' as a traced value before the loop")
-        preset[name] = (Var(new.var.type, name), new)
-    return preset
+        nxt[name] = (Var(new.var.type, name), new)
+    return nxt
 
 
 def _carry_type_error(loop: _Loop, name: str, old: Any, init: Atom, new: Tracer) -> CompileError:

@@ -48,6 +48,20 @@ def test_carried_scalar_sum_starting_from_a_python_number():
     assert body.eqns[0].inputs[0] is body.params[1]
 
 
+def test_a_carry_read_before_another_carry_starts_as_a_number():
+    @pl.kernel
+    def k(x: X, out: OUT):
+        last = 0
+        total = 0
+        for i in pl.range(5):
+            total = total + last  # a Python 0 + 0 on the first trace: it becomes a carry later
+            last = i
+        show(x, total, 0, out)
+        show(x, last, 1, out)
+
+    assert run(k, 2) == [0 + 0 + 1 + 2 + 3, 4]
+
+
 def test_carried_scalar_sum_starting_from_a_traced_value():
     @pl.kernel
     def k(x: X, out: OUT):
