@@ -1,0 +1,139 @@
+"""The harness appended to every generated program, so that each program file is standalone.
+
+A generated module defines `kernel` (a @pl.kernel), `SEED`, `PARAMS`, `OUTS`, `inputs()` and
+`reference(d, out)`; this text adds the checking half:
+
+- `execute()` builds the arguments (NZ inputs packed with `runtime.pack_nz`, every output
+  pre-filled with a random sentinel so a stray or missing write shows), runs the kernel, decodes
+  NZ outputs with `nz_unpack` (the NZ-8 formula, written here independently of `runtime`) and
+  returns (got, expected, must_refuse).
+- `reference` works on logical float64 copies of the inputs, through `win` / `put`, which raise
+  `MustRefuse` for a window numpy would silently truncate or wrap (out of bounds, negative): such a
+  program has no reference, so the only correct outcome is a refusal.
+- Expected values are float64; NaN marks "don't care" (e.g. output columns computed from rows
+  outside a load's valid_shape, whose tile contents the hardware leaves stale).
+- `main()` asserts the reference: a reproducer file is this module run with plain python.
+"""
+
+HARNESS = '''
+
+# ------------------------------------------------------------------ harness (nzjit.fuzz)
+class MustRefuse(Exception):
+    """The reference has no value (out-of-bounds or negative window): only a refusal is right."""
+
+
+def nz_pack(a):
+    """NZ-8: element (b, r, c) at b*C*R + (c // c0)*R*c0 + r*c0 + c % c0 (independent of runtime)."""
+    a = np.asarray(a)
+    *lead, r, c = a.shape
+    c0 = 32 // a.dtype.itemsize
+    blocks = a.reshape(*lead, r, c // c0, c0)
+    return np.ascontiguousarray(np.swapaxes(blocks, -3, -2)).reshape(a.shape)
+
+
+def nz_unpack(a):
+    """The inverse of nz_pack: NZ-ordered bytes of a logical shape -> the logical array."""
+    a = np.ascontiguousarray(a)
+    *lead, r, c = a.shape
+    c0 = 32 // a.dtype.itemsize
+    blocks = a.reshape(-1).reshape(*lead, c // c0, r, c0)
+    return np.ascontiguousarray(np.swapaxes(blocks, -3, -2)).reshape(a.shape)
+
+
+def win(a, starts, sizes):
+    """a[window] where a size of None indexes (drops) the axis; refuses what numpy would clip."""
+    idx = []
+    for axis, (s, n) in enumerate(zip(starts, sizes)):
+        dim, s = a.shape[axis], int(s)
+        if n is None:
+            if not 0 <= s < dim:
+                raise MustRefuse(f"index {s} out of range for axis {axis} of extent {dim}")
+            idx.append(s)
+        else:
+            if s < 0 or s + n > dim:
+                raise MustRefuse(f"window [{s}, {s + n}) out of bounds for axis {axis} of extent {dim}")
+            idx.append(slice(s, s + n))
+    return a[tuple(idx)]
+
+
+def put(out, starts, sizes, value):
+    """out[window] = value (leading unit axes of value squeezed)."""
+    view = win(out, starts, sizes)
+    view[...] = value if np.ndim(value) == 0 else np.reshape(value, view.shape)
+
+
+def mm(a, b, b_trans):
+    """The exact product of small integers (float64 holds every partial sum exactly)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    while a.ndim > 2:
+        a = a[0]
+    while b.ndim > 2:
+        b = b[0]
+    return a @ (b.T if b_trans else b)
+
+
+def sentinel(shape, dtype, rng):
+    return rng.integers(-90, 90, shape).astype(dtype)
+
+
+def _device_bytes(a, nz):
+    if not nz:
+        return a.copy()
+    try:
+        return runtime.pack_nz(a)
+    except ValueError:  # no NZ form (misaligned, sub-byte): hand the bytes over as they are
+        return a.copy()
+
+
+def execute():
+    """Run the kernel on packed inputs; return (got, expected, must_refuse)."""
+    d = inputs()
+    rng = np.random.default_rng(SEED + 1)
+    init = {n: sentinel(shape, dt, rng) for n, (shape, dt, nz) in OUTS.items()}
+    try:
+        expected = reference(d, {n: a.astype(np.float64) for n, a in init.items()})
+        must_refuse = None
+    except MustRefuse as e:
+        expected, must_refuse = None, str(e)
+    args, bufs = [], {}
+    for name, kind, nz in PARAMS:
+        if kind == "in":
+            args.append(_device_bytes(d[name], nz))
+        elif kind == "scalar":
+            args.append(d[name])
+        else:
+            bufs[name] = _device_bytes(init[name], nz)
+            args.append(bufs[name])
+    kernel(*args)
+    got = {n: (nz_unpack(b) if OUTS[n][2] else b) for n, b in bufs.items()}
+    return got, expected, must_refuse
+
+
+def compare(got, expected):
+    """Mismatch descriptions (empty: equal); NaN in `expected` means don't care."""
+    bad = []
+    for name, exp in expected.items():
+        g = np.asarray(got[name]).astype(np.float64)
+        care = ~np.isnan(exp)
+        if g.shape != exp.shape:
+            bad.append(f"{name}: shape {g.shape} != {exp.shape}")
+            continue
+        diff = care & (g != exp)
+        if diff.any():
+            first = tuple(int(i) for i in np.argwhere(diff)[0])
+            bad.append(f"{name}: {int(diff.sum())} of {int(care.sum())} checked elements differ; first "
+                       f"at {first}: got {g[first]!r}, expected {exp[first]!r}")
+    return bad
+
+
+def main():
+    got, expected, must_refuse = execute()
+    assert must_refuse is None, f"accepted a program whose reference refuses it: {must_refuse}"
+    bad = compare(got, expected)
+    assert not bad, "wrong result:\\n" + "\\n".join(bad)
+    print("OK: equal to the numpy reference")
+
+
+if __name__ == "__main__":
+    main()
+'''

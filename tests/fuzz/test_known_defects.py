@@ -1,0 +1,49 @@
+"""Defects the campaign found, one standalone reproducer each (tests/fuzz/repros/), kept as strict
+xfails: when a fix lands the test XPASSes and fails, so the xfail and the generator tag in
+KNOWN_DEFECT_TAGS (test_fuzz.py) are removed together.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPROS = os.path.join(os.path.dirname(__file__), "repros")
+
+DEFECTS = {
+    "oob_symbolic_window.py": "silently wrong: a symbolic NZ window past the last row reads the next column "
+                              "block (offsets are proven aligned and non-negative, never bounded)",
+    "oob_runtime_index.py": "silently wrong: a runtime leading index w[layer] past the last layer reads the "
+                            "next allocation (no range check at dispatch)",
+    "rank1_store.py": "crash: pl.store into a rank-1 tensor (backend/impl.py _store partition (1, L) for a "
+                      "rank-1 destination)",
+    "nd_partial_mat_tile.py": "crash: an ND matmul operand window that is not whole 16 x c0 fractals "
+                              "compiles, then its Mat tile cannot be allocated (DeviceError)",
+}
+
+
+def _run(name: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.run([sys.executable, os.path.join(REPROS, name)], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+@pytest.mark.parametrize("name", sorted(DEFECTS))
+def test_reproducer_exists_and_documents_its_cause(name):
+    with open(os.path.join(REPROS, name)) as f:
+        text = f.read()
+    assert text.startswith('"""') and "nzjit.fuzz" in text and "python tests/fuzz/repros/" in text
+
+
+@pytest.mark.parametrize("name", sorted(DEFECTS))
+def test_known_defect_is_fixed(name):
+    r = _run(name)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or [""])[-1]
+        pytest.xfail(f"{DEFECTS[name]} -- {last}")
+    assert "OK" in r.stdout or "refused" in r.stdout
+    pytest.fail(f"{name} passes now: remove it from DEFECTS here and its tag from KNOWN_DEFECT_TAGS in "
+                "test_fuzz.py")
