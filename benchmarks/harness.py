@@ -41,3 +41,18 @@ def row(name: str, ours: str, ref: str, ratio: str, target: str = "") -> dict[st
     r = {"benchmark": name, "nzjit": ours, "reference": ref, "ratio": ratio, "target": target}
     print(f"{name:<48} {ours:>12} {ref:>12} {ratio:>10}  {target}")
     return r
+
+
+def interleaved(fns: dict[str, Callable[[], object]], repeat: int = 5, warmup: int = 1) -> dict[str, float]:
+    """Best wall time of each function, runs alternating between them (a busy machine slows both
+    sides alike, so their ratio stays meaningful)."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    best = {name: float("inf") for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best

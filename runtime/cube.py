@@ -231,12 +231,15 @@ def tmatmul(
     view = acc.view(0, (nblk, m, 16 * E), (m16 * 16 * E, 16 * E, 1)).view(acc.dtype)
     if not rem:  # whole 16-column blocks: the product is added / written through the L0C view
         c = _product_windows(left, right, m, k, n)
-        dst = view.transpose(1, 0, 2)  # (m, nblk, 16): logical C(i, j) at [i, j // 16, j % 16]
-        src = c.reshape(m, nblk, 16)
+        # C's 16-column runs (64 bytes) move as single items: C(i, j) lands in block j // 16, row i
+        line = np.dtype(f"V{16 * E}")
+        src = c.reshape(-1).view(line).reshape(m, nblk).T
         if accumulate:
-            np.add(dst, src, out=dst)  # int32 wraps mod 2**32 like the accumulator
+            blocked = _buffer((nblk, m, 16), acc.dtype, 3)
+            blocked.reshape(-1).view(line).reshape(nblk, m)[...] = src
+            np.add(view, blocked, out=view)  # int32 wraps mod 2**32 like the accumulator
         else:
-            dst[...] = src
+            acc.view(0, (nblk, m, 16 * E), (m16 * 16 * E, 16 * E, 1)).view(line)[..., 0] = src
         return
     c = _product(left.window(0, 0, m, k), right.window(0, 0, k, n), k)
     if accumulate:

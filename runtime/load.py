@@ -211,9 +211,14 @@ def nd2nz_load(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False
     if n_rows > tile.rows or nblk * c0 > tile.cols:
         raise DeviceError(f"ND2NZ of {n_rows}x{n_cols} does not fit the {tile.rows}x{tile.cols} tile")
     rows_bytes = gm.view(src.addr, (n_rows, n_cols * E), (pitch * E, 1))
+    dst = tile.view(0, (nblk, n_rows, 32), (tile.rows * 32, 32, 1))
+    if n_cols * E == nblk * 32:
+        # whole C0 lines: move them as 32-byte items (one strided copy, no padding pass)
+        lines = np.dtype("V32")
+        dst.view(lines)[..., 0] = rows_bytes.view(lines).T
+        return
     padded = np.zeros((n_rows, nblk * 32), dtype=np.uint8)
     padded[:, : n_cols * E] = rows_bytes
-    dst = tile.view(0, (nblk, n_rows, 32), (tile.rows * 32, 32, 1))
     dst[...] = padded.reshape(n_rows, nblk, 32).transpose(1, 0, 2)
 
 

@@ -1,0 +1,95 @@
+"""Target (a): the grouped NZ matmul of issue 11 on the numpy backend against plain numpy.
+
+E = 8 experts, T = 128 tokens, N = K = 2048, tiles NT = KT = 256: 64 SPMD lanes x 8 K chunks.
+nzjit runs on resident device tensors (the kernel's execution: no host copies); the reference
+is ``x[e] @ w[e].T`` in float32 on operands converted beforehand (bf16), and numpy's own int32
+matmul of the same operands (int8, exact). The host-array call (uploads + download included)
+is reported too.
+
+    python benchmarks/bench_grouped_matmul.py
+"""
+# isort: skip_file
+
+from __future__ import annotations
+
+from harness import fmt_time, interleaved, row  # first: pins BLAS threads before numpy loads
+
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
+
+import runtime  # noqa: E402
+from nzjit import pl  # noqa: E402
+
+E, T, N, K, NT, KT = 8, 128, 2048, 2048, 256, 256
+
+
+def make(dtype, out_dtype):  # one kernel per dtype: the annotations are part of the kernel
+    @pl.kernel
+    def gmm(x: pl.Tensor[[E, T, K], dtype], w: pl.Tensor[[E, N, K], dtype, pl.NZ],
+            out: pl.Out[pl.Tensor[[E, T, N], out_dtype]]):
+        for lane in pl.spmd(E * (N // NT)):
+            e = lane // (N // NT)
+            n0 = (lane % (N // NT)) * NT
+            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
+            for k0 in pl.pipeline(KT, K, KT):
+                acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
+            out[e, :, n0:n0 + NT] = acc
+
+    return gmm
+
+
+def _case(name: str, dtype, np_dtype, out_np, x: np.ndarray, w: np.ndarray, ref_fn, repeat: int,
+          exact: bool, target: str) -> list[dict[str, str]]:
+    kern = make(dtype, {np.float32: pl.FP32, np.int32: pl.INT32}[out_np])
+    worker = runtime.Worker(0)
+    wp = runtime.pack_nz(w)
+    xd = worker.alloc_tensor(x.shape, x.dtype, init=x)
+    wd = worker.alloc_tensor(wp.shape, wp.dtype, init=wp)
+    od = worker.alloc_tensor((E, T, N), out_np)
+    ref = ref_fn()
+    kern(xd, wd, od)
+    got = worker.copy_from(od)
+    if exact:
+        assert np.array_equal(got, ref), f"{name}: not exact"
+    else:
+        err = np.abs(got - ref).max() / max(1.0, float(np.abs(ref).max()))
+        assert err < 1e-5, f"{name}: relative error {err}"
+    t = interleaved({"ours": lambda: kern(xd, wd, od), "ref": ref_fn}, repeat=repeat)
+    rows = [row(f"grouped matmul {name} E{E} T{T} N{N} K{K} (resident)", fmt_time(t["ours"]),
+                fmt_time(t["ref"]), f"{t['ours'] / t['ref']:.2f}x", target)]
+    th = interleaved({"ours": lambda: kern(x, wp), "ref": ref_fn}, repeat=max(1, repeat - 2))
+    rows.append(row(f"grouped matmul {name}, host arrays (upload+download)", fmt_time(th["ours"]),
+                    fmt_time(th["ref"]), f"{th['ours'] / th['ref']:.2f}x", "-"))
+    return rows
+
+
+def run() -> list[dict[str, str]]:
+    rng = np.random.default_rng(0)
+    xb = rng.standard_normal((E, T, K)).astype(ml_dtypes.bfloat16)
+    wb = rng.standard_normal((E, N, K)).astype(ml_dtypes.bfloat16)
+    xf, wf = xb.astype(np.float32), wb.astype(np.float32)  # converted beforehand
+    out_f = np.empty((E, T, N), np.float32)
+
+    def ref_bf16() -> np.ndarray:
+        for e in range(E):
+            np.matmul(xf[e], wf[e].T, out=out_f[e])
+        return out_f
+
+    rows = _case("bf16->fp32", pl.BF16, ml_dtypes.bfloat16, np.float32, xb, wb, ref_bf16, 5, False,
+                 "<= 1.3x")
+    xi = rng.integers(-128, 128, (E, T, K), dtype=np.int8)
+    wi = rng.integers(-128, 128, (E, N, K), dtype=np.int8)
+    x32, w32 = xi.astype(np.int32), wi.astype(np.int32)  # numpy's own int32 matmul, exact
+    out_i = np.empty((E, T, N), np.int32)
+
+    def ref_int() -> np.ndarray:
+        for e in range(E):
+            np.matmul(x32[e], w32[e].T, out=out_i[e])
+        return out_i
+
+    rows += _case("int8->int32", pl.INT8, np.int8, np.int32, xi, wi, ref_int, 2, True, "< 1x, exact")
+    return rows
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,136 @@
+"""The runtime's fast paths (cached TMOV copies, TMATMUL straight from the tile images, the
+whole-line ND2NZ copy, cached burst plans) against the reference semantics, byte for byte."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from runtime import DeviceError, GmView, TileBuf, Worker
+from runtime.cube import _mov_checks, _tmov_window, tmatmul, tmov
+from runtime.load import nd2nz_load
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+import rt_reference as ref  # noqa: E402
+
+DTYPES = (np.int8, np.float16, ml_dtypes.bfloat16, np.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_tmov_plan_equals_reference_window_copy(dtype):
+    """Every (src, dst) layout pair, offset and transpose: same bytes (or the same refusal)."""
+    rng = np.random.default_rng(0)
+    c0 = 32 // np.dtype(dtype).itemsize
+    srcs = [("Mat", "NZ"), ("Mat", "ND"), ("Vec", "ND"), ("Vec", "NZ")]
+    dsts = [("Left", "ZZ"), ("Right", "ZN"), ("Vec", "ND"), ("Mat", "NZ")]
+    checked = 0
+    for (ss, sl), (ds, dl), tr in itertools.product(srcs, dsts, (False, True)):
+        for (sr, sc), (dr, dc), (r0, c0f) in itertools.product(
+            ((64, 128), (32, 2 * c0)), ((16, c0), (32, 2 * c0), (16, 32)), ((0, 0), (16, c0))
+        ):
+            try:
+                src = TileBuf(ss, dtype, sr, sc, layout=sl)
+                d1, d2 = TileBuf(ds, dtype, dr, dc, layout=dl), TileBuf(ds, dtype, dr, dc, layout=dl)
+            except DeviceError:
+                continue
+            src.data[:] = rng.integers(0, 256, src.data.size, dtype=np.uint8)
+            d1.data[:] = 7
+            d2.data[:] = 7
+            e1 = e2 = None
+            try:
+                tmov(d1, src, r0, c0f, transpose=tr)
+            except DeviceError as e:
+                e1 = str(e)
+            try:
+                _mov_checks(d2, src, r0, c0f, tr, False)
+                _tmov_window(d2, src, r0, c0f, tr, False)
+            except DeviceError as e:
+                e2 = str(e)
+            assert e1 == e2
+            np.testing.assert_array_equal(d1.data, d2.data)
+            checked += e1 is None
+    assert checked > 50
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,k,n", [(16, 64, 16), (32, 128, 48), (128, 128, 256), (48, 96, 64), (1, 32, 32)])
+def test_tmatmul_matches_section8_mad(dtype, m, k, n):
+    """Operands read from the ZZ / ZN images, accumulation through the pitch view: the §8 mad."""
+    c0 = 32 // np.dtype(dtype).itemsize
+    k = -(-k // c0) * c0
+    rng = np.random.default_rng(m * k + n)
+    rows = max(16, -(-m // 16) * 16)
+    if dtype == np.int8:
+        A = rng.integers(-128, 128, (rows, k)).astype(dtype)
+        B = rng.integers(-128, 128, (k, n)).astype(dtype)
+        acc_dt, init = np.int32, rng.integers(-(2**31), 2**31, (rows, n)).astype(np.int32)
+    else:
+        A = rng.standard_normal((rows, k)).astype(dtype)
+        B = rng.standard_normal((k, n)).astype(dtype)
+        acc_dt, init = np.float32, rng.standard_normal((rows, n)).astype(np.float32)
+    left, right = TileBuf("Left", dtype, rows, k, valid_row=m), TileBuf("Right", dtype, k, n)
+    left.set_logical(A)
+    right.set_logical(B)
+    acc = TileBuf("Acc", acc_dt, rows + 16, n)  # taller than m: the pitch defect shows
+    acc.set_logical(np.zeros((rows + 16, n), acc_dt))
+    flat = acc.data.view(acc_dt).copy()
+    acc.data.view(acc_dt)[: init.size] = init.reshape(-1)
+    flat[: init.size] = init.reshape(-1)
+    for accumulate in (False, True, True):
+        tmatmul(acc, left, right, accumulate=accumulate)
+        ref.mad(flat, A, B, m, k, n, init=not accumulate)
+        if dtype == np.int8:
+            np.testing.assert_array_equal(acc.data.view(acc_dt), flat)
+        else:  # the reference sums element by element: equal to float32 rounding
+            np.testing.assert_allclose(acc.data.view(acc_dt), flat, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_tmatmul_float_is_the_plain_float32_product(dtype):
+    """Bit-identical to A.astype(f32) @ B.astype(f32) (+ acc) on random data and shapes."""
+    if dtype == np.int8:
+        pytest.skip("int8 is exact (tested above)")
+    rng = np.random.default_rng(1)
+    for m, k, n in [(16, 32, 16), (128, 128, 256), (64, 256, 128), (32, 64, 48)]:
+        A = rng.standard_normal((m, k)).astype(dtype)
+        B = rng.standard_normal((k, n)).astype(dtype)
+        left, right = TileBuf("Left", dtype, m, k), TileBuf("Right", dtype, k, n)
+        left.set_logical(A)
+        right.set_logical(B)
+        acc = TileBuf("Acc", np.float32, m, n)
+        init = rng.standard_normal((m, n)).astype(np.float32)
+        acc.set_logical(init)
+        tmatmul(acc, left, right, accumulate=True)
+        np.testing.assert_array_equal(acc.logical(), init + A.astype(np.float32) @ B.astype(np.float32))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,cols,pitch", [(32, 64, 64), (48, 128, 200), (16, 32, 70000), (128, 256, 2048)])
+def test_nd2nz_whole_lines_match_reference(dtype, rows, cols, pitch):
+    E = np.dtype(dtype).itemsize
+    c0 = 32 // E
+    cols = -(-cols // c0) * c0
+    w = Worker(0)
+    nbytes = (rows * pitch + cols) * E
+    t = w.alloc_tensor((nbytes,), np.uint8, init=np.random.default_rng(3).integers(0, 256, nbytes, dtype=np.uint8))
+    tile = TileBuf("Mat", dtype, rows + 16, cols)
+    tile.data[:] = 9
+    l1 = tile.data.copy()
+    view = GmView(t.address, dtype, (rows, cols), (pitch, 1))
+    with pytest.warns(Warning) if pitch > 65535 else _nothing():
+        nd2nz_load(w.gm, view, tile)
+    ref.nd2nz_load(w.gm.read(t.address, t.nbytes), 0, rows, cols, pitch, E, l1, rows + 16)
+    np.testing.assert_array_equal(tile.data, l1)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
