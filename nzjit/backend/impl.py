@@ -230,7 +230,10 @@ def _store(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
         return [dst]
     part = e.params.get("nz_partition")
     if part is None:
-        sizes = (1,) * (len(dst.shape) - 2) + (tile.valid_row, tile.valid_col)
+        if len(dst.shape) == 1 and tile.valid_row != 1:
+            raise runtime.DeviceError(f"{e.source}: a tile of {tile.valid_row} rows cannot be stored into "
+                                      f"the rank-1 tensor of shape {dst.shape}")
+        sizes = ((1,) * (len(dst.shape) - 2) + (tile.valid_row, tile.valid_col))[-len(dst.shape):]
         runtime.isa.tstore(ctx.gm, dst.gm_view(offs, sizes), tile, atomic_add=bool(attrs.get("atomic")),
                            relu=bool(attrs.get("pre_relu")))
         return [dst]

@@ -49,6 +49,9 @@ class _Convert(Rewriter):
         root, offs, win = self.window(v)
         rt = root.type
         assert isinstance(rt, TensorType)
+        # the load is the operand's slice (`w[n0:n0 + 128, k0:k0 + 512]`): diagnostics point at it
+        sliced = self.definition(v)
+        source = sliced.source if sliced is not None and sliced.source is not None else e.source
         shape = tuple(1 if w == -1 else w for w in win)
         for i, d in enumerate(shape):
             if not isinstance(d, int):
@@ -56,7 +59,7 @@ class _Convert(Rewriter):
                                    "slice a static window", e.source)
         tile_t = TileType(shape, rt.dtype, Mem.Mat)
         params = {"shape": shape, "memory": Mem.Mat, "valid_static": None, "memory_given": True}
-        return self.emit(P.tile_load_p, [[root], offs, []], params, [tile_t], e.source)[0]
+        return self.emit(P.tile_load_p, [[root], offs, []], params, [tile_t], source)[0]
 
     def rewrite(self, e: Eqn) -> None:
         p = e.primitive
