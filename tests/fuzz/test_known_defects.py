@@ -1,6 +1,6 @@
 """Defects the campaign found, one standalone reproducer each (tests/fuzz/repros/), kept as strict
-xfails: when a fix lands the test XPASSes and fails, so the xfail and the generator tag in
-KNOWN_DEFECT_TAGS (test_fuzz.py) are removed together.
+xfails: when a fix lands the test passes and fails, so the entry moves from DEFECTS to FIXED (a
+regression test) and its generator tag leaves KNOWN_DEFECT_TAGS (test_fuzz.py), together.
 """
 
 from __future__ import annotations
@@ -18,10 +18,14 @@ DEFECTS = {
                               "block (offsets are proven aligned and non-negative, never bounded)",
     "oob_runtime_index.py": "silently wrong: a runtime leading index w[layer] past the last layer reads the "
                             "next allocation (no range check at dispatch)",
-    "rank1_store.py": "crash: pl.store into a rank-1 tensor (backend/impl.py _store partition (1, L) for a "
-                      "rank-1 destination)",
     "nd_partial_mat_tile.py": "crash: an ND matmul operand window that is not whole 16 x c0 fractals "
                               "compiles, then its Mat tile cannot be allocated (DeviceError)",
+}
+
+
+#: Reproducers of defects fixed since they were found: they must keep passing.
+FIXED = {
+    "rank1_store.py": "pl.store into a rank-1 tensor crashed in backend/impl.py _store (partition (1, L))",
 }
 
 
@@ -31,7 +35,7 @@ def _run(name: str) -> subprocess.CompletedProcess[str]:
                           env=env, timeout=120)
 
 
-@pytest.mark.parametrize("name", sorted(DEFECTS))
+@pytest.mark.parametrize("name", sorted({**DEFECTS, **FIXED}))
 def test_reproducer_exists_and_documents_its_cause(name):
     with open(os.path.join(REPROS, name)) as f:
         text = f.read()
@@ -47,3 +51,9 @@ def test_known_defect_is_fixed(name):
     assert "OK" in r.stdout or "refused" in r.stdout
     pytest.fail(f"{name} passes now: remove it from DEFECTS here and its tag from KNOWN_DEFECT_TAGS in "
                 "test_fuzz.py")
+
+
+@pytest.mark.parametrize("name", sorted(FIXED))
+def test_fixed_defect_stays_fixed(name):
+    r = _run(name)
+    assert r.returncode == 0 and "OK" in r.stdout, f"{FIXED[name]} is back:\n{r.stderr[-2000:]}"
