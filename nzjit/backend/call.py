@@ -167,9 +167,13 @@ def split_args(entry: Any, args: Sequence[Any]) -> tuple[list[Any], bool]:
                         f"the Out parameters omitted; got {len(args)}")
 
 
-def check_scalar(name: str, a: Any) -> None:
+def check_scalar(name: str, a: Any, dtype: Any) -> None:
+    """An int that fits the parameter's declared width: a wider value is refused, never wrapped."""
     if isinstance(a, bool) or not isinstance(a, int | np.integer):
         raise DispatchError(f"parameter {name!r} expects an int scalar, got {type(a).__name__}")
+    if dtype.wrap(int(a)) != int(a):
+        lo, hi = (-(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1) if dtype.is_signed else (0, (1 << dtype.bits) - 1)
+        raise DispatchError(f"parameter {name!r} is {dtype.name}: {int(a)} is outside [{lo}, {hi}]")
 
 
 def check_stacked(name: str, st: StackedDeviceTensor) -> None:
@@ -198,7 +202,7 @@ def check_entry(entry: Any, full: list[Any], allow_stacked: bool) -> dict[str, i
     specs, tensor_args = [], []
     for p, a in zip(entry.params, full):
         if isinstance(p.type, ScalarType):
-            check_scalar(p.name, a)
+            check_scalar(p.name, a, p.type.dtype)
             continue
         if isinstance(a, StackedDeviceTensor):
             if not allow_stacked:
@@ -419,7 +423,7 @@ def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[tuple[in
     specs, tensor_args, keyed = [], [], []
     for p, a in zip(call.kernel.params, call.args):
         if isinstance(p.type, ScalarType):
-            check_scalar(p.name, a)
+            check_scalar(p.name, a, p.type.dtype)
             keyed.append(a)
             continue
         if isinstance(a, StackedRef):
