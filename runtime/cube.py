@@ -24,7 +24,7 @@ from .dtypes import FRACTAL_ROWS, c0_of
 from .errors import DeviceError
 from .tile import TileBuf
 
-__all__ = ["tmov", "tmatmul", "MATMUL_DTYPES"]
+__all__ = ["tmov", "tmatmul", "textract_window", "TileWindow", "MATMUL_DTYPES"]
 
 _F16, _BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 _F32, _I8, _I32 = np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.int32)
@@ -271,6 +271,12 @@ def _buffer(shape: tuple[int, ...], dtype: np.dtype, slot: int) -> np.ndarray:
 
 
 def _operand(t: TileBuf, r: int, c: int, ft: type, slot: int) -> np.ndarray:
+    if type(t) is TileWindow:
+        return t.operand(r, c, ft)
+    return _image_operand(t, r, c, ft)
+
+
+def _image_operand(t: TileBuf, r: int, c: int, ft: type) -> np.ndarray:
     """The logical window ``[0:r, 0:c]`` of a Left (ZZ) tile as a C-contiguous ``ft`` matrix, or of
     a Right (ZN) tile as its transpose (``c x r``, C-contiguous): in both cases the source is read
     in runs of c0 contiguous elements, so the conversion is one fast pass."""
@@ -304,3 +310,83 @@ def _product_windows(left: TileBuf, right: TileBuf, m: int, k: int, n: int) -> n
         return _product(left.window(0, 0, m, k), right.window(0, 0, k, n), k)
     out = _buffer((m, n), _F32, 2)
     return np.matmul(_operand(left, m, k, np.float32, 0), _operand(right, k, n, np.float32, 1).T, out=out)
+
+
+# ------------------------------------------------------------------ TEXTRACT fused into the mad
+class TileWindow:
+    """A Left / Right tile produced by TEXTRACT whose only reader is the next mad.
+
+    Its byte image would be exactly the moved window of the source (TMOV fills the whole
+    destination), and the mad reads nothing else of it, so it is kept as (source, offset,
+    transpose) and the mad reads the source window directly. It is charged to its on-chip space
+    like a tile (``OnChip.free_tile`` releases it). The backend creates one only when the
+    destination dies at that mad and the source outlives it (nzjit/backend/executor.py).
+    """
+
+    __slots__ = ("space", "dtype", "rows", "cols", "layout", "valid_row", "valid_col", "src", "r0", "c0",
+                 "transpose", "freed", "data", "nbytes", "_owner", "_g", "_blk")
+
+    def _live(self) -> None:
+        if self.freed:
+            raise DeviceError(f"{self.space} tile {self.rows}x{self.cols} used after free")
+        self.src._live()
+
+    def _source_window(self) -> tuple[int, int, int, int]:
+        return (self.r0, self.c0, self.cols, self.rows) if self.transpose else (self.r0, self.c0, self.rows, self.cols)
+
+    def window(self, r0: int, c0: int, nrows: int, ncols: int) -> np.ndarray:
+        """Copy of this tile's logical window (what the moved image would decode to)."""
+        self._live()
+        sr, sc, nr, nc = self._source_window()
+        full = self.src.window(sr, sc, nr, nc)
+        full = full.T if self.transpose else full
+        return np.ascontiguousarray(full[r0 : r0 + nrows, c0 : c0 + ncols])
+
+    def logical(self) -> np.ndarray:
+        return self.window(0, 0, self.rows, self.cols)
+
+    def operand(self, r: int, c: int, ft: type) -> np.ndarray:
+        """``_image_operand`` of the moved tile: window ``[0:r, 0:c]`` as C-contiguous ``ft``
+        (Left), or its transpose (Right), read from the source in c0 runs when aligned."""
+        want_t = self.layout == "ZN"  # Right operands are handed to BLAS as B^T
+        src, b = self.src, self.src._blk
+        # window [0:r, 0:c] of this tile is src[sr:sr+r, sc:sc+c] (or, transposed, src[sr:sr+c, sc:sc+r].T)
+        sr, sc = self.r0, self.c0
+        nr, nc = (c, r) if self.transpose else (r, c)
+        flip = want_t != self.transpose  # read the source window transposed
+        if sr % b.ir == 0 and sc % b.ic == 0 and nr % b.ir == 0 and nc % b.ic == 0:
+            v = src._view4()[sr // b.ir : (sr + nr) // b.ir, :, sc // b.ic : (sc + nc) // b.ic, :]
+            if flip:
+                return v.transpose(2, 3, 0, 1).astype(ft, order="C").reshape(nc, nr)
+            return v.astype(ft, order="C").reshape(nr, nc)
+        w = src.window(sr, sc, nr, nc)
+        return np.ascontiguousarray(w.T if flip else w, dtype=ft)
+
+
+def textract_window(onchip: object, space: str, rows: int, cols: int, dtype: np.dtype, src: TileBuf,
+                    row_off: int, col_off: int, transpose: bool) -> TileWindow:
+    """TEXTRACT into a new ``space`` tile that only the next mad reads: the checks, refusals and
+    on-chip accounting of ``alloc_tile`` + :func:`tmov`, without moving the bytes."""
+    from .tile import _geometry
+
+    g = _geometry(space, dtype, rows, cols, None)
+    key = (g, src._g, row_off, col_off, transpose, False)
+    if key not in _WINDOW_OK:
+        probe = TileBuf._from_geometry(g, None, None, None)  # type: ignore[arg-type]
+        src._live()
+        _mov_checks(probe, src, row_off, col_off, transpose, False)
+        nrows, ncols = (cols, rows) if transpose else (rows, cols)
+        src._check_window(row_off, col_off, nrows, ncols)
+        if len(_WINDOW_OK) < 4096:
+            _WINDOW_OK.add(key)
+    else:
+        src._live()
+    onchip.reserve(space, g.nbytes)  # type: ignore[attr-defined]
+    t = TileWindow.__new__(TileWindow)
+    t.space, t.dtype, t.rows, t.cols, t.layout = g.space, g.dtype, g.rows, g.cols, g.layout
+    t.valid_row, t.valid_col, t.src, t.r0, t.c0, t.transpose = g.rows, g.cols, src, row_off, col_off, transpose
+    t.freed, t.data, t.nbytes, t._owner, t._g, t._blk = False, None, g.nbytes, onchip, g, g.blk
+    return t
+
+
+_WINDOW_OK: set[tuple[object, ...]] = set()

@@ -14,6 +14,7 @@ writing the outermost axis in order (only in that degenerate case).
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -57,7 +58,65 @@ def ceil16(x: int) -> int:
 
 def defect_warning(msg: str) -> None:
     """Report a silent hardware defect that the simulator reproduces."""
+    warns = _REC.warns
+    if warns is not None:  # decoding an instruction: replayed on every run of its plan
+        warns.append((msg, HardwareDefectWarning))
+        return
     warnings.warn(msg, HardwareDefectWarning, stacklevel=3)
+
+
+# ------------------------------------------------------------------------ decoded instructions
+class _Recorder(threading.local):
+    ops: list[Callable[..., None]] | None = None
+    warns: list[tuple[str, type[Warning]]] | None = None
+
+
+_REC = _Recorder()
+
+
+class InstrPlan:
+    """A decoded TLOAD / TSTORE: the warnings its checks raised and its copies, replayed for a new
+    GM address. Decoding runs the instruction model once on a view at address 0 with copies
+    recorded instead of performed, so every check, refusal and field narrowing is the model's
+    own; only the work that depends on the geometry is done once."""
+
+    __slots__ = ("ops", "warns")
+
+    def __init__(self, ops: list[Callable[..., None]], warns: list[tuple[str, type[Warning]]]) -> None:
+        self.ops, self.warns = tuple(ops), tuple(warns)
+
+    def run(self, gm: object, addr: int, tile: object) -> None:
+        for msg, cat in self.warns:
+            warnings.warn(msg, cat, stacklevel=3)
+        for op in self.ops:
+            op(gm, addr, tile)
+
+
+def decode(model: Callable[..., None], gm: object, view0: object, tile: object, **kw: object) -> InstrPlan:
+    """Run ``model(gm, view0, tile, **kw)`` in recording mode (``view0`` at address 0)."""
+    if _REC.ops is not None:
+        raise RuntimeError("nested instruction decode")
+    ops: list[Callable[..., None]] = []
+    warns: list[tuple[str, type[Warning]]] = []
+    _REC.ops, _REC.warns = ops, warns
+    try:
+        model(gm, view0, tile, **kw)
+    except BaseException:
+        _REC.ops = _REC.warns = None
+        for msg, cat in warns:  # a refused instruction still warns first, as the model does
+            warnings.warn(msg, cat, stacklevel=3)
+        raise
+    _REC.ops = _REC.warns = None
+    return InstrPlan(ops, warns)
+
+
+def recording() -> bool:
+    return _REC.ops is not None
+
+
+def record_call(fn: Callable[..., None]) -> None:
+    """In recording mode: replay ``fn(gm, addr, tile)`` at run time (paths that are not bursts)."""
+    _REC.ops.append(fn)  # type: ignore[union-attr]
 
 
 Message = str | Callable[[], str]
@@ -82,6 +141,9 @@ def pto_assert(cond: bool, msg: Message, debug: bool) -> None:
         return
     if debug:
         raise DeviceError(f"PTO_ASSERT failed: {_text(msg)}")
+    if _REC.warns is not None:
+        _REC.warns.append((f"PTO_ASSERT (no-op in release) would fail: {_text(msg)}", HardwareDefectWarning))
+        return
     warnings.warn(
         f"PTO_ASSERT (no-op in release) would fail: {_text(msg)}", HardwareDefectWarning, stacklevel=3
     )
@@ -122,7 +184,15 @@ def copy_bursts(
     plan = _COPIES.get(key)
     if plan is None:
         plan = _copy_plan(key)
-    plan.run(src, src_addr, dst, dst_addr)
+    ops = _REC.ops
+    if ops is None:
+        plan.run(src, src_addr, dst, dst_addr)
+    elif getattr(src, "is_gm", False):  # GM -> tile: the GM side is relative to the view address
+        run, so, do = plan.run, src_addr, dst_addr
+        ops.append(lambda gm, addr, tile: run(gm, addr + so, tile, do))
+    else:
+        run, so, do = plan.run, src_addr, dst_addr
+        ops.append(lambda gm, addr, tile: run(tile, so, gm, addr + do))
 
 
 class _CopyPlan:

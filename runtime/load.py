@@ -17,7 +17,18 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from .dma import copy_bursts, defect_warning, dma_burst, pto_assert, static_check, u16
+from .dma import (
+    InstrPlan,
+    copy_bursts,
+    decode,
+    defect_warning,
+    dma_burst,
+    pto_assert,
+    record_call,
+    recording,
+    static_check,
+    u16,
+)
 from .errors import DeviceError
 from .gmview import GmView
 from .memory import GlobalMemory
@@ -73,7 +84,24 @@ def batch_offsets(g0: int, s0: int) -> list[int] | None:
 
 
 def tload(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False) -> None:
-    """TLOAD(tile, src): dispatch on (GM layout, tile space, tile layout) like TLOAD_TILE_IMPL."""
+    """TLOAD(tile, src): dispatch on (GM layout, tile space, tile layout) like TLOAD_TILE_IMPL.
+
+    The model is decoded once per (view geometry, tile geometry) and replayed (dma.decode)."""
+    tile._live()
+    key = (src.dtype, src.shape, src.strides, src.layout, tile._g, tile.valid_row, tile.valid_col, debug)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = decode(tload_model, gm, src._trusted(0, src.shape), tile, debug=debug)
+        if len(_PLANS) < 8192:
+            _PLANS[key] = plan
+    plan.run(gm, src.addr, tile)
+
+
+_PLANS: dict[tuple[object, ...], InstrPlan] = {}
+
+
+def tload_model(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False) -> None:
+    """The TLOAD model itself (checks, dispatch, bursts), as pto-isa ``TLOAD_TILE_IMPL``."""
     tile._live()
     static_check(
         tile.space in ("Vec", "Mat"), lambda: f"TLOAD destination must be Vec or Mat, got {tile.space}"
@@ -103,6 +131,10 @@ def tload(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False) -> 
             return nz_load(gm, src, tile, debug)
         return nz_load_ub(gm, src, tile, debug)
     if tile.space == "Mat" and tile.layout == "NZ":
+        if recording():  # not a burst copy: each run calls the path at the view's real address
+            shape = src.shape
+            record_call(lambda gm, addr, tile: globals()["nd2nz_load"](gm, src._trusted(addr, shape), tile, debug))
+            return None
         return nd2nz_load(gm, src, tile, debug)
     if tile.layout == "ND":
         if tile.space == "Mat":

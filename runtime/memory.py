@@ -77,6 +77,8 @@ class GlobalMemory:
     counted.  Tests use ``uploads`` to prove that a resident tensor is not copied again.
     """
 
+    is_gm = True  # how the DMA model tells GM from a tile when it records an instruction
+
     def __init__(self) -> None:
         self._allocs: list[_Allocation] = []
         self._bases: list[int] = []
@@ -256,6 +258,8 @@ class OnChip:
             raise DeviceError(f"double free of {tile!r}")
         tile.freed = True
         self.release(tile.space, tile.nbytes)
+        if tile.data is None:  # a TEXTRACT window (cube.TileWindow) holds no image of its own
+            return
         pool = self._pool.setdefault(tile.nbytes, [])
         if len(pool) < _POOL_DEPTH:
             pool.append(tile.data)

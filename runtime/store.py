@@ -14,7 +14,20 @@ from __future__ import annotations
 import numpy as np
 
 from .convert import check_acc_pair, fixpipe_convert
-from .dma import ceil16, copy_bursts, defect_warning, dma_burst, pto_assert, static_check, u16, write_in_order
+from .dma import (
+    InstrPlan,
+    ceil16,
+    copy_bursts,
+    decode,
+    defect_warning,
+    dma_burst,
+    pto_assert,
+    record_call,
+    recording,
+    static_check,
+    u16,
+    write_in_order,
+)
 from .errors import DeviceError
 from .gmview import GmView
 from .load import batch_offsets, check_nz_view, nd_batch
@@ -35,12 +48,44 @@ def tstore(
     debug: bool = False,
 ) -> None:
     """TSTORE(dst, tile).  ``compact`` selects ``CompactMode::Normal`` of the Acc tile (srcStride
-    = ceil16(validRow) instead of Rows); ``relu`` / ``compact`` exist on the Acc path only."""
+    = ceil16(validRow) instead of Rows); ``relu`` / ``compact`` exist on the Acc path only.
+
+    The model is decoded once per (view geometry, tile geometry, flags) and replayed."""
+    tile._live()
+    key = (dst.dtype, dst.shape, dst.strides, dst.layout, tile._g, tile.valid_row, tile.valid_col,
+           atomic_add, relu, compact, debug)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = decode(tstore_model, gm, dst._trusted(0, dst.shape), tile, atomic_add=atomic_add, relu=relu,
+                      compact=compact, debug=debug)
+        if len(_PLANS) < 8192:
+            _PLANS[key] = plan
+    plan.run(gm, dst.addr, tile)
+
+
+_PLANS: dict[tuple[object, ...], InstrPlan] = {}
+
+
+def tstore_model(
+    gm: GlobalMemory,
+    dst: GmView,
+    tile: TileBuf,
+    *,
+    atomic_add: bool = False,
+    relu: bool = False,
+    compact: bool = False,
+    debug: bool = False,
+) -> None:
+    """The TSTORE model itself (checks, dispatch, transfers), as pto-isa ``TSTORE_IMPL``."""
     tile._live()
     if tile.space == "Acc":
-        if dst.layout == "NZ":
-            return nz_store_acc(gm, dst, tile, atomic_add=atomic_add, relu=relu, compact=compact, debug=debug)
-        return nd_store_acc(gm, dst, tile, atomic_add=atomic_add, relu=relu, compact=compact, debug=debug)
+        name = "nz_store_acc" if dst.layout == "NZ" else "nd_store_acc"
+        if recording():  # not a burst copy: each run calls the path at the view's real address
+            kw = dict(atomic_add=atomic_add, relu=relu, compact=compact, debug=debug)
+            shape = dst.shape
+            record_call(lambda gm, addr, tile: globals()[name](gm, dst._trusted(addr, shape), tile, **kw))
+            return None
+        return globals()[name](gm, dst, tile, atomic_add=atomic_add, relu=relu, compact=compact, debug=debug)
     static_check(not relu and not compact, lambda: "relu / compact are fixpipe (Acc store) features")
     static_check(
         tile.dtype.itemsize == dst.dtype.itemsize,

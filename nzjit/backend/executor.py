@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from runtime import GlobalMemory, OnChip, TileBuf
+from runtime.cube import TileWindow
 
 from ..core import primitives as P
 from ..core.ir import Eqn, Graph, Literal, Var
@@ -25,6 +26,11 @@ from .impl import impl_rules
 from .values import TransposedTile
 
 StepFn = Callable[["Ctx", list[Any]], None]
+
+#: Specialised step closures and TEXTRACT-into-mad windows (False: every equation through its
+#: generic `impl_rules` entry; tests compare the two byte for byte). Changing it needs
+#: `clear_plans()`.
+FAST = True
 
 
 @dataclass
@@ -40,6 +46,7 @@ class Step:
     outs: tuple[int, ...] = ()
     free: tuple[int, ...] = ()
     run: Any = None
+    window: bool = False  # a TEXTRACT whose only reader is the next mad (runtime.cube.TileWindow)
 
 
 @dataclass
@@ -117,6 +124,7 @@ def make_plan(g: Graph, n_owned_params: int) -> Plan:
         return s
 
     param_slots = tuple(slot(p) for p in g.params)
+    lazy = _window_extracts(g, free) if FAST else set()
     steps = []
     for i, e in enumerate(g.eqns):
         fn = impl_rules.get(e.primitive)
@@ -128,14 +136,58 @@ def make_plan(g: Graph, n_owned_params: int) -> Plan:
         ins = tuple(slot(a) for a in e.inputs)
         outs = tuple(slot(v) for v in e.outputs)
         fr = tuple(free.get(i, ()))
-        st = Step(e, fn, fr, consumed, ins, outs, tuple(slot_of[v] for v in fr))
+        st = Step(e, fn, fr, consumed, ins, outs, tuple(slot_of[v] for v in fr), window=i in lazy)
         st.run = make_step(st)
         steps.append(st)
     out_slots = tuple(slot(a) for a in g.outputs)
     return Plan(g, steps, len(template), template, param_slots, out_slots, tuple(s.run for s in steps), slot_of)
 
 
+_MADS = (P.tile_mad_p, P.tile_mad_acc_p)
+
+
+def _window_extracts(g: Graph, free: dict[int, list[Var]]) -> set[int]:
+    """Extracts fused into the mad that follows them: their Left / Right result is read by that
+    mad only (the next equation, or the one after a second such extract) and dies there. The
+    values dying at the extract (its source) are freed after the mad instead, so the source the
+    mad reads stays intact; only Left / Right / Acc tiles are allocated in between, so on-chip
+    accounting and capacity refusals are those of the unfused sequence. Returns the step indices."""
+    uses: dict[Var, list[int]] = {}
+    for i, e in enumerate(g.eqns):
+        for a in e.inputs:
+            if isinstance(a, Var):
+                uses.setdefault(a, []).append(i)
+    outputs = {a for a in g.outputs if isinstance(a, Var)}
+    default = impl_rules.get(P.tile_extract_p)
+    out: set[int] = set()
+    from .fast import _DEFAULT_IMPLS
+
+    for j, e in enumerate(g.eqns):
+        if e.primitive not in _MADS or impl_rules.get(e.primitive) is not _DEFAULT_IMPLS.get(e.primitive):
+            continue
+        group: list[int] = []
+        i = j - 1
+        while i >= 0 and j - i <= 2:
+            x = g.eqns[i]
+            if x.primitive is not P.tile_extract_p or impl_rules.get(x.primitive) is not default:
+                break
+            v = x.outputs[0]
+            if v in outputs or uses.get(v) != [j] or v not in free.get(j, []):
+                break
+            group.append(i)
+            i -= 1
+        for i in group:
+            dying = free.pop(i, [])
+            free.setdefault(j, [])[:0] = dying  # freed after the mad, before its own dead values
+            out.add(i)
+    return out
+
+
 _PLANS: weakref.WeakKeyDictionary[Graph, dict[int, Plan]] = weakref.WeakKeyDictionary()
+
+
+def clear_plans() -> None:
+    _PLANS.clear()
 
 
 def plan_of(g: Graph, n_owned_params: int = 0) -> Plan:
@@ -151,7 +203,7 @@ def plan_of(g: Graph, n_owned_params: int = 0) -> Plan:
 
 # ------------------------------------------------------------------------------------ running
 def free_value(ctx: Ctx, val: Any) -> None:
-    if type(val) is TileBuf and not val.freed and val._owner is ctx.onchip:
+    if (type(val) is TileBuf or type(val) is TileWindow) and not val.freed and val._owner is ctx.onchip:
         ctx.onchip.free_tile(val)
 
 

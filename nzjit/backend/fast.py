@@ -19,6 +19,7 @@ import numpy as np
 
 import runtime
 from runtime import GmView, TileBuf
+from runtime.cube import TileWindow, textract_window
 
 from ..core import primitives as P
 from ..core.types import DynDim, ScalarType, TensorType, TileType
@@ -35,7 +36,7 @@ def _release(ctx: Any, env: list[Any], free: tuple[int, ...], res: Any) -> None:
     for s in free:
         v = env[s]
         env[s] = None
-        if type(v) is TileBuf and v._owner is onchip and not v.freed:
+        if (type(v) is TileBuf or type(v) is TileWindow) and v._owner is onchip and not v.freed:
             for o in res:
                 if o is v:
                     break
@@ -318,6 +319,19 @@ def _mk_extract(st: Any) -> Run | None:
     space, rows, cols, dt = _tile_geometry(t)
     s_src, s_r, s_c = st.ins
 
+    if st.window:  # only the next mad reads it: a window of the source, no bytes moved
+
+        def window(ctx: Any, env: list[Any]) -> Any:
+            src, r0, c0 = env[s_src], env[s_r], env[s_c]
+            transpose = False
+            while type(src) is TransposedTile:
+                src, transpose, r0, c0 = src.tile, not transpose, c0, r0
+            if type(src) is not TileBuf:
+                raise runtime.DeviceError(f"{st.eqn.source}: TEXTRACT source is a {type(src).__name__}")
+            return textract_window(ctx.onchip, space, rows, cols, dt, src, r0, c0, transpose)
+
+        return _finish(st, window)
+
     def body(ctx: Any, env: list[Any]) -> Any:
         src, r0, c0 = env[s_src], env[s_r], env[s_c]
         dst = ctx.onchip.alloc_tile(space, rows, cols, dt)
@@ -436,7 +450,9 @@ for _p in P.ELEMENTWISE.values():
 
 def make_step(st: Any) -> Run:
     """The run closure of plan step `st` (specialised when a maker applies, else generic)."""
-    maker = _MAKERS.get(st.eqn.primitive)
+    from . import executor
+
+    maker = _MAKERS.get(st.eqn.primitive) if executor.FAST else None
     # a specialised closure implements the generic impl's semantics: only for the default impl
     if maker is not None and st.fn is _DEFAULT_IMPLS.get(st.eqn.primitive):
         run = maker(st)

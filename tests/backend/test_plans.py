@@ -1,0 +1,125 @@
+"""Compiled execution plans (specialised step closures, TEXTRACT windows fused into the mad)
+give byte-identical results, and identical on-chip accounting, to the generic per-equation
+path (every equation through its `impl_rules` entry, every TEXTRACT moving bytes)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import runtime
+from nzjit import pl
+from nzjit.backend import executor
+from nzjit.backend.call import tensor_value
+from nzjit.backend.executor import Ctx, clear_plans, run_graph
+
+
+def _run(kernel, args, fast: bool):
+    """Run `kernel` on fresh resident copies of `args`; return (output bytes, on-chip peaks)."""
+    old = executor.FAST
+    executor.FAST = fast
+    clear_plans()
+    try:
+        w = runtime.Worker(0)
+        devs = [w.alloc_tensor(a.shape, a.dtype, init=a) for a in args]
+        low = kernel.lower(*devs)
+        graph = low.final
+        blocked = bool(graph.attrs.get("nz_tensor_views_blocked"))
+        vals = [tensor_value(p.type, d, {}, blocked) for p, d in zip(kernel.params, devs)]
+        onchip = runtime.OnChip(w.target)
+        run_graph(Ctx(w.gm, onchip, {}), graph, vals)
+        return [w.copy_from(d).tobytes() for d in devs], dict(onchip.peak), dict(onchip.live)
+    finally:
+        executor.FAST = old
+        clear_plans()
+
+
+def _same(kernel, *args):
+    fast = _run(kernel, args, True)
+    slow = _run(kernel, args, False)
+    assert fast[0] == slow[0]
+    assert fast[1] == slow[1]  # peak bytes per on-chip space
+    assert fast[2] == slow[2] and all(v == 0 for v in fast[2].values())  # everything freed
+    return fast[0]
+
+
+def _grouped(dtype, out_dtype, E, T, N, K, NT, KT):
+    @pl.kernel
+    def gmm(x: pl.Tensor[[E, T, K], dtype], w: pl.Tensor[[E, N, K], dtype, pl.NZ],
+            out: pl.Tensor[[E, T, N], out_dtype]):
+        for lane in pl.spmd(E * (N // NT)):
+            e = lane // (N // NT)
+            n0 = (lane % (N // NT)) * NT
+            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
+            for k0 in pl.pipeline(KT, K, KT):
+                acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
+            out[e, :, n0:n0 + NT] = acc
+
+    return gmm
+
+
+@pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
+    (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
+    (pl.FP16, np.float16, pl.FP32, np.float32),
+    (pl.INT8, np.int8, pl.INT32, np.int32),
+])
+def test_grouped_nz_matmul_plans_equal_generic(dtype, np_dtype, out_dtype, np_out):
+    E, T, N, K, NT, KT = 2, 32, 256, 512, 128, 256
+    rng = np.random.default_rng(0)
+    if np_dtype == np.int8:
+        x = rng.integers(-128, 128, (E, T, K)).astype(np_dtype)
+        w = rng.integers(-128, 128, (E, N, K)).astype(np_dtype)
+    else:
+        x = rng.standard_normal((E, T, K)).astype(np_dtype)
+        w = rng.standard_normal((E, N, K)).astype(np_dtype)
+    out = np.zeros((E, T, N), np_out)
+    got = _same(_grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w), out)
+    res = np.frombuffer(got[2], np_out).reshape(E, T, N)
+    ref = np.einsum("etk,enk->etn", x.astype(np.float64), w.astype(np.float64))
+    if np_dtype == np.int8:
+        np.testing.assert_array_equal(res, ref.astype(np.int64).astype(np.int32))
+    else:
+        np.testing.assert_allclose(res, ref, rtol=1e-3, atol=1e-2)
+
+
+def test_nd_matmul_with_live_accumulator_plans_equal_generic():
+    """The accumulator is read after the mad_acc (no in-place update), the left operand is reused
+    by two mads (not fused), a loop carries the accumulator."""
+    M, K, N = 32, 128, 64
+
+    @pl.kernel
+    def k(x: pl.Tensor[[M, K], pl.FP16], w: pl.Tensor[[N, K], pl.FP16], o1: pl.Tensor[[M, N], pl.FP32],
+          o2: pl.Tensor[[M, N], pl.FP32]):
+        acc = pl.matmul(x[:, 0:64], w[:, 0:64], b_trans=True)
+        acc2 = pl.matmul_acc(acc, x[:, 64:128], w[:, 64:128], b_trans=True)
+        o1[:, :] = acc
+        o2[:, :] = acc2
+
+    rng = np.random.default_rng(1)
+    x = rng.integers(-4, 4, (M, K)).astype(np.float16)
+    w = rng.integers(-4, 4, (N, K)).astype(np.float16)
+    got = _same(k, x, w, np.zeros((M, N), np.float32), np.zeros((M, N), np.float32))
+    xf, wf = x.astype(np.float32), w.astype(np.float32)
+    np.testing.assert_array_equal(np.frombuffer(got[2], np.float32).reshape(M, N), xf[:, :64] @ wf[:, :64].T)
+    np.testing.assert_array_equal(np.frombuffer(got[3], np.float32).reshape(M, N), xf @ wf.T)
+
+
+def test_vec_loop_plans_equal_generic():
+    R, C, NIT = 16, 32, 8
+
+    @pl.kernel
+    def k(a: pl.Tensor[[NIT * R, C], pl.FP32], b: pl.Tensor[[NIT * R, C], pl.FP32],
+          out: pl.Tensor[[NIT * R, C], pl.FP32]):
+        for i in pl.range(NIT):
+            r0 = (i * 3 + 1) % NIT * R
+            ta = pl.load(a, [r0, 0], [R, C])
+            tb = pl.load(b, [r0, 0], [R, C])
+            pl.store(pl.exp(pl.maximum(pl.mul(pl.add(ta, tb), ta), tb)), [r0, 0], out)
+
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((NIT * R, C)).astype(np.float32) * 50
+    b = rng.standard_normal((NIT * R, C)).astype(np.float32)
+    got = _same(k, a, b, np.zeros_like(a))
+    ref = np.exp(np.maximum((a + b) * a, b))
+    np.testing.assert_array_equal(np.frombuffer(got[2], np.float32).reshape(a.shape), ref)
