@@ -115,7 +115,7 @@ def surprise(p: Program, o: Outcome) -> str:
         return f"spec accepts, refused by {o.rule}"
     if p.expect == "refuse" and o.cls == "equal":
         return f"spec refuses ({'/'.join(sorted(p.expect_rows))}), accepted"
-    if p.expect == "refuse" and o.cls == "refused" and not set(o.rows) & p.expect_rows:
+    if p.expect == "refuse" and o.cls == "refused" and not set(o.rows) & p.expect_rows and not p.partial:
         return f"spec refuses by {'/'.join(sorted(p.expect_rows))}, refused by {o.rule} {'/'.join(o.rows) or '(no row)'}"
     return ""
 

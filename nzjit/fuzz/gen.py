@@ -72,6 +72,7 @@ class Program:
     expect: str  # "ok" (spec: accepted and exact), "refuse" (spec: refused), "any" (not predicted)
     expect_rows: frozenset[str]  # when "refuse": the rule-table rows (rules.py) that may fire
     source: str
+    partial: bool = False  # part of the program was not predicted (expect_rows may be incomplete)
 
     @property
     def name(self) -> str:
@@ -123,7 +124,10 @@ class G:
         ann = f"pl.Tensor[[{dims}], pl.{dt}{', pl.NZ' if nz else ''}]"
         concrete = tuple(self.dyn[d] if isinstance(d, str) else int(d) for d in shape)  # type: ignore[call-overload]
         if kind == "out":
-            ann = f"pl.Out[{ann}]"
+            inout = self.p(0.15)
+            ann = f"pl.InOut[{ann}]" if inout else f"pl.Out[{ann}]"
+            if inout:
+                self.tag("inout")
             self.outs[name] = (concrete, DTYPES[dt][0], nz)
         else:
             npt, _, lo, hi = DTYPES[dt]
@@ -667,7 +671,8 @@ def fam_acc_store(g: G) -> None:
     nt = int(g.choice([1, 2, 3])) if big == "no" else 1  # type: ignore[call-overload]
     panels = int(g.choice([0, 0, 1, 2, 3]))  # type: ignore[call-overload]
     mut = g.wchoice([(10, "none"), (1, "sub_rows"), (1, "row_off"), (1, "panel_rows"), (1, "vec_src"),
-                     (1, "mat_src"), (1, "a5"), (1, "col_shift"), (0.5, "col_shift4"), (1, "attr"),
+                     (1, "mat_src"), (1, "a5"), (1, "col_shift"), (1, "col_shift4"), (1, "col_diff"),
+                     (0.7, "col_const4"), (1, "attr"),
                      (0.5, "fp16_out")])
     if mut in ("vec_src", "mat_src") and m * tn * 4 > 64 << 10:  # keep the source tile within UB / L1
         m, tn, big = 32, 64, "no"
@@ -685,8 +690,10 @@ def fam_acc_store(g: G) -> None:
     elif mut == "row_off":
         r_parent = m + 16
         g.refuse.add("S5")
-    shift = {"col_shift": 8, "col_shift4": 4}.get(mut, 0)  # type: ignore[call-overload]
-    n_len = nt * tn + shift
+    shift = {"col_shift": 8, "col_shift4": 4, "col_const4": 4}.get(mut, 0)  # type: ignore[call-overload]
+    if mut == "col_const4":
+        nt = 1
+    n_len = nt * tn + (8 if shift else 0)  # a shifted window stays inside; C stays a multiple of 8
     out_dt = "FP16" if mut == "fp16_out" else "FP32"
     if out_dt != "FP32" or acc != "FP32":
         g.refuse.add("S1b")
@@ -725,7 +732,11 @@ def fam_acc_store(g: G) -> None:
     g.emit(ind, f"for nb in {kind}({nt}):", f"for nb in range({nt}):")
     t = var("nb") if kind != "range" else pyvar("nb")
     ind += 1
+    if mut == "col_const4":  # a literal column offset that is not a multiple of c0 = 8
+        t = lit(0)
     e = add(mul(t, lit(tn)), lit(shift)) if shift else mul(t, lit(tn))
+    if mut == "col_diff":  # the same value as a difference: divisible, sign never proven (NZ-16)
+        e = sub(mul(add(t, lit(1)), lit(tn)), lit(tn))
     n0 = _assign(g, ind, "n0", e)
     g.emit(ind, "xt = " + load_text("x", [lit(0), lit(0)], [x_rows, k]), f"xt = x[0:{x_rows}, 0:{k}]")
     if kn:
@@ -821,7 +832,7 @@ def fam_probe(g: G) -> None:
     probe = g.wchoice([(1, "rank1"), (1, "dyn_trailing"), (1, "dyn_lead4"), (2, "dyn_batch3"), (1, "subbyte"),
                        (0.5, "int64"), (1, "view"), (2, "plane_slice"), (2, "lead_window"), (1, "vec_load"),
                        (1, "batch_extent"), (1.2, "gap"), (1, "a5_load"), (0.6, "oob_window"),
-                       (1, "nz_lhs")])
+                       (1, "nz_lhs"), (1, "const_misaligned"), (0.5, "wrap")])
     g.tag(f"probe:{probe}")
     dt = str(g.choice(MATMUL))
     c0 = c0_of(dt)
@@ -942,6 +953,35 @@ def fam_probe(g: G) -> None:
         g.emit(2, "wt = " + load_text("w", [var("n0"), lit(0)], [tn, kc]), f"wt = win(w, (n0, 0), ({tn}, {kc}))")
         g.emit(2, "pl.store(pl.matmul(xt, wt, b_trans=True), [0, n0], out)", f"put(out, (0, n0), (16, {tn}), mm(xt, wt, True))")
         g.unknown = True
+    elif probe == "wrap":  # NZ-17: INDEX products wrap at 64 bits; a wrapped product has no sign proof
+        kind = g.choice(["negative", "zero"])
+        g.tag(f"wrap:{kind}")
+        g.tensor("w", (64, 2 * c0), dt, True)
+        big = "2**31 * 2**32" if kind == "negative" else "2**32 * 2**32"  # nb = 1: -2**63, or 0
+        g.emit(1, "for nb in pl.range(2):", "for nb in range(2):")
+        g.emit(2, f"n0 = nb * {big} + 16", f"n0 = wrap64(nb * {big} + 16)")
+        if kind == "negative":
+            g.refuse.add("L7")
+        else:
+            g.unknown = True  # always 16: correct when mapped, harmless when refused
+        _mm_into_out(g, 2, load_text("w", [var("n0"), lit(0)], [16, 2 * c0]), f"win(w, (n0, 0), (16, {2 * c0}))",
+                     2 * c0, 16, dt)
+    elif probe == "const_misaligned":  # a literal window offset off the fractal / C0 grid (NZ-12)
+        g.tensor("w", (64, 4 * c0), dt, True)
+        axis = g.choice(["row", "col", "row_ok", "col_ok"])
+        g.tag(f"const:{axis}")
+        r0 = {"row": 8, "col": 0, "row_ok": 32, "col_ok": 0}[axis]  # type: ignore[index]
+        k0 = {"row": 0, "col": c0 // 2, "row_ok": 0, "col_ok": 2 * c0}[axis]  # type: ignore[index]
+        if axis in ("row", "col"):
+            g.refuse.add("L4")
+        form = g.choice(["load", "slice"])
+        if form == "load":
+            tk = load_text("w", [lit(r0), lit(k0)], [16, 2 * c0])
+        else:
+            tk = load_text(f"w[{r0}:{r0 + 16}, {k0}:{k0 + 2 * c0}]", [lit(0), lit(0)], [16, 2 * c0])
+            g.refuse.discard("L4")
+            g.refuse.add("L15")  # a plane window that stays a slice (pl.load of it) is not contiguous
+        _mm_into_out(g, 1, tk, f"win(w, ({r0}, {k0}), (16, {2 * c0}))", 2 * c0, 16, dt)
     else:  # nz_lhs: the NZ tensor as the left operand (also NZ -> NZ into Mat)
         g.tensor("a", (32, 2 * c0), dt, True)
         g.tensor("b", (2 * c0, 48), dt, False)
@@ -998,7 +1038,8 @@ def generate(seed: int, index: int, family: str | None = None, exclude: Sequence
         FAMILIES[fam][1](g)
         if not any(t in exclude for t in g.tags):
             break
-    return Program(seed, index, fam, tuple(g.tags), _expect(g), frozenset(g.refuse), _source(g, seed, index, fam, rnd))
+    src = _source(g, seed, index, fam, rnd)
+    return Program(seed, index, fam, tuple(g.tags), _expect(g), frozenset(g.refuse), src, g.unknown)
 
 
 def _expect(g: G) -> str:
@@ -1009,6 +1050,9 @@ def _expect(g: G) -> str:
 
 def _source(g: G, seed: int, index: int, fam: str, rnd: random.Random) -> str:
     data_seed = rnd.randrange(2**31)
+    call = rnd.choices(["numpy", "omit", "device"], weights=[6, 2, 2])[0]
+    if call == "omit" and ("inout" in g.tags or not g.outs):
+        call = "numpy"  # an InOut parameter is always passed
     params = ", ".join(f"{n}: {a}" for n, a, _, _ in g.params)
     kbody = g.kl or ["    pass"]
     lines = [
@@ -1032,6 +1076,7 @@ def _source(g: G, seed: int, index: int, fam: str, rnd: random.Random) -> str:
         "",
         "",
         f"SEED = {data_seed}",
+        f"CALL = {call!r}  # numpy: outputs given; omit: Out parameters omitted; device: DeviceTensors",
         "PARAMS = [" + ", ".join(f"({n!r}, {k!r}, {z})" for n, _, k, z in g.params) + "]",
         "OUTS = {" + ", ".join(f"{n!r}: ({s}, {npt}, {z})" for n, (s, npt, z) in g.outs.items()) + "}",
         "",

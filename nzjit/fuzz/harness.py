@@ -62,6 +62,11 @@ def put(out, starts, sizes, value):
     view[...] = value if np.ndim(value) == 0 else np.reshape(value, view.shape)
 
 
+def wrap64(v):
+    """INDEX arithmetic wraps at 64 bits (api.md: integers wrap at their declared width)."""
+    return (int(v) + 2**63) % 2**64 - 2**63
+
+
 def mm(a, b, b_trans):
     """The exact product of small integers (float64 holds every partial sum exactly)."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
@@ -86,25 +91,46 @@ def _device_bytes(a, nz):
 
 
 def execute():
-    """Run the kernel on packed inputs; return (got, expected, must_refuse)."""
+    """Run the kernel on packed inputs; return (got, expected, must_refuse).
+
+    CALL selects the calling convention: "numpy" (outputs given, pre-filled with a sentinel),
+    "omit" (Out parameters omitted: allocated as zeros and returned) or "device" (every tensor a
+    DeviceTensor resident on one Worker, outputs read back with copy_from).
+    """
     d = inputs()
     rng = np.random.default_rng(SEED + 1)
-    init = {n: sentinel(shape, dt, rng) for n, (shape, dt, nz) in OUTS.items()}
+    if CALL == "omit":
+        init = {n: np.zeros(shape, dt) for n, (shape, dt, nz) in OUTS.items()}
+    else:
+        init = {n: sentinel(shape, dt, rng) for n, (shape, dt, nz) in OUTS.items()}
     try:
         expected = reference(d, {n: a.astype(np.float64) for n, a in init.items()})
         must_refuse = None
     except MustRefuse as e:
         expected, must_refuse = None, str(e)
+    worker = runtime.Worker(0, kernel.target.value) if CALL == "device" else None
     args, bufs = [], {}
     for name, kind, nz in PARAMS:
-        if kind == "in":
-            args.append(_device_bytes(d[name], nz))
-        elif kind == "scalar":
+        if kind == "scalar":
             args.append(d[name])
-        else:
-            bufs[name] = _device_bytes(init[name], nz)
-            args.append(bufs[name])
-    kernel(*args)
+            continue
+        a = _device_bytes(d[name] if kind == "in" else init[name], nz)
+        if kind != "in":
+            if CALL == "omit":
+                bufs[name] = None
+                continue
+            bufs[name] = a
+        if worker is not None:
+            a = worker.alloc_tensor(a.shape, a.dtype, init=a)
+            if kind != "in":
+                bufs[name] = a
+        args.append(a)
+    res = kernel(*args)
+    if CALL == "omit":
+        res = res if isinstance(res, tuple) else (res,)
+        bufs = dict(zip(bufs, res))
+    elif worker is not None:
+        bufs = {n: worker.copy_from(t) for n, t in bufs.items()}
     got = {n: (nz_unpack(b) if OUTS[n][2] else b) for n, b in bufs.items()}
     return got, expected, must_refuse
 

@@ -39,7 +39,7 @@ def _ok(family: str | None = None) -> Program:
 
 
 # ----------------------------------------------------------------------------- the property
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), index=st.integers(0, 10**6))
 def test_random_program_is_equal_or_refused(seed, index):
     p = generate(seed, index, exclude=KNOWN_DEFECT_TAGS)
@@ -113,7 +113,8 @@ def test_other_exception_is_crash():
 
 def test_dispatch_error_is_a_refusal():
     p = _ok("tensor_mm")
-    src = p.source.replace("    kernel(*args)\n", "    kernel(*args[:-1], 'not an array')\n", 1)
+    src = p.source.replace("    res = kernel(*args)\n", "    res = kernel(*args[:-1], 'not an array')\n", 1)
+    assert src != p.source
     o = run_source(src, "dispatch")
     assert o.cls == "refused" and o.error.startswith("DispatchError")
 
