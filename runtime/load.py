@@ -36,6 +36,7 @@ from .tile import TileBuf
 
 __all__ = [
     "tload",
+    "load_plan",
     "nz_load",
     "nz_load_ub",
     "nd2nz_load",
@@ -88,13 +89,18 @@ def tload(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False) -> 
 
     The model is decoded once per (view geometry, tile geometry) and replayed (dma.decode)."""
     tile._live()
+    load_plan(gm, src, tile, debug).run(gm, src.addr, tile)
+
+
+def load_plan(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False) -> InstrPlan:
+    """The decoded TLOAD of ``src``'s geometry into ``tile``'s (its address is not part of it)."""
     key = (src.dtype, src.shape, src.strides, src.layout, tile._g, tile.valid_row, tile.valid_col, debug)
     plan = _PLANS.get(key)
     if plan is None:
         plan = decode(tload_model, gm, src._trusted(0, src.shape), tile, debug=debug)
         if len(_PLANS) < 8192:
             _PLANS[key] = plan
-    plan.run(gm, src.addr, tile)
+    return plan
 
 
 _PLANS: dict[tuple[object, ...], InstrPlan] = {}

@@ -238,15 +238,29 @@ class OnChip:
         valid_col: int | None = None,
     ) -> TileBuf:
         """Create a zeroed tile in ``space`` and account its bytes (DeviceError on overflow)."""
-        g = _geometry(space, dtype, rows, cols, layout)
-        self.reserve(space, g.nbytes)
-        pool = self._pool.get(g.nbytes)
+        return self.alloc_geometry(_geometry(space, dtype, rows, cols, layout), valid_row, valid_col)
+
+    def alloc_geometry(self, g: object, valid_row: int | None = None, valid_col: int | None = None) -> TileBuf:
+        """:meth:`alloc_tile` from a validated geometry (``runtime.tile._geometry``): the hot path."""
+        nbytes = g.nbytes  # type: ignore[attr-defined]
+        space = g.space  # type: ignore[attr-defined]
+        need = -(-nbytes // 32) * 32
+        with self._lock:
+            live = self.live[space] + need
+            fits = live <= self.capacity[space]
+            if fits:
+                self.live[space] = live
+                if live > self.peak[space]:
+                    self.peak[space] = live
+        if not fits:
+            self.reserve(space, nbytes)  # raises with the message (or fits after a concurrent free)
+        pool = self._pool.get(nbytes)
         if pool:
             data = pool.pop()
             data.fill(0)
         else:
-            data = np.zeros(g.nbytes, dtype=np.uint8)
-        tile = TileBuf._from_geometry(g, valid_row, valid_col, data)
+            data = np.zeros(nbytes, dtype=np.uint8)
+        tile = TileBuf._from_geometry(g, valid_row, valid_col, data)  # type: ignore[arg-type]
         tile._owner = self
         return tile
 
@@ -257,10 +271,16 @@ class OnChip:
         if tile.freed:
             raise DeviceError(f"double free of {tile!r}")
         tile.freed = True
-        self.release(tile.space, tile.nbytes)
-        if tile.data is None:  # a TEXTRACT window (cube.TileWindow) holds no image of its own
+        data = tile.data
+        nbytes = tile.nbytes if data is None else data.nbytes
+        need = -(-nbytes // 32) * 32
+        with self._lock:
+            self.live[tile.space] -= need
+        if data is None:  # a TEXTRACT window (cube.TileWindow) holds no image of its own
             return
-        pool = self._pool.setdefault(tile.nbytes, [])
+        pool = self._pool.get(nbytes)
+        if pool is None:
+            pool = self._pool[nbytes] = []
         if len(pool) < _POOL_DEPTH:
-            pool.append(tile.data)
+            pool.append(data)
         tile.data = _FREED  # a freed tile keeps no alias of a buffer that is handed out again

@@ -34,7 +34,7 @@ from .load import batch_offsets, check_nz_view, nd_batch
 from .memory import GlobalMemory
 from .tile import TileBuf
 
-__all__ = ["tstore", "nz_store_acc", "nd_store_acc", "vec_store_nd", "mat_store_nz", "read_acc"]
+__all__ = ["tstore", "store_plan", "nz_store_acc", "nd_store_acc", "vec_store_nd", "mat_store_nz", "read_acc"]
 
 
 def tstore(
@@ -52,6 +52,22 @@ def tstore(
 
     The model is decoded once per (view geometry, tile geometry, flags) and replayed."""
     tile._live()
+    store_plan(gm, dst, tile, atomic_add=atomic_add, relu=relu, compact=compact, debug=debug).run(
+        gm, dst.addr, tile
+    )
+
+
+def store_plan(
+    gm: GlobalMemory,
+    dst: GmView,
+    tile: TileBuf,
+    *,
+    atomic_add: bool = False,
+    relu: bool = False,
+    compact: bool = False,
+    debug: bool = False,
+) -> InstrPlan:
+    """The decoded TSTORE of ``tile``'s geometry into ``dst``'s (its address is not part of it)."""
     key = (dst.dtype, dst.shape, dst.strides, dst.layout, tile._g, tile.valid_row, tile.valid_col,
            atomic_add, relu, compact, debug)
     plan = _PLANS.get(key)
@@ -60,7 +76,7 @@ def tstore(
                       compact=compact, debug=debug)
         if len(_PLANS) < 8192:
             _PLANS[key] = plan
-    plan.run(gm, dst.addr, tile)
+    return plan
 
 
 _PLANS: dict[tuple[object, ...], InstrPlan] = {}

@@ -28,6 +28,8 @@ from .values import TensorVal, TransposedTile
 
 Run = Callable[[Any, list[Any]], None]
 _tload, _tmov, _tmatmul = runtime.isa.tload, runtime.isa.tmov, runtime.isa.tmatmul
+_load_plan, _store_plan = runtime.load.load_plan, runtime.store.store_plan
+_tile_geometry_cached = runtime.tile._geometry
 
 
 def _release(ctx: Any, env: list[Any], free: tuple[int, ...], res: Any) -> None:
@@ -254,12 +256,22 @@ def _tile_geometry(t: TileType) -> tuple[str, int, int, np.dtype]:
     return t.memory.value, int(rows), int(cols), t.dtype.np_dtype
 
 
+def _geometry_of(space: str, rows: int, cols: int, dt: np.dtype) -> Any:
+    try:
+        return _tile_geometry_cached(space, dt, rows, cols, None)
+    except runtime.DeviceError:
+        return None  # refused at run time by alloc_tile, with its message
+
+
 def _mk_load(st: Any) -> Run | None:
     e = st.eqn
     out_t = e.outputs[0].type
     if not isinstance(out_t, TileType):
         return None
     space, rows, cols, dt = _tile_geometry(out_t)
+    geom = _geometry_of(space, rows, cols, dt)
+    if geom is None:
+        return None
     g = _groups(st)
     (s_src,) = g["src"]
     offs_slots, valid_slots = g["offsets"], g["valid"]
@@ -278,22 +290,33 @@ def _mk_load(st: Any) -> Run | None:
 
     static_sizes = None if valid_slots else shape
     static_ext = extents(shape) if static_sizes is not None else None
+    memo: tuple[Any, ...] = (None, None, None)  # (source TensorVal, sizes, decoded TLOAD)
 
     def body(ctx: Any, env: list[Any]) -> Any:
+        nonlocal memo
         src = env[s_src]
         if type(src) is not TensorVal or src.nz is not None:
             return None
         offs = getter(env) if getter is not None else tuple(env[i] for i in offs_slots)
-        for x in offs:
+        delta = 0
+        for x, s in zip(offs, src.strides):
             if x < 0:
                 clamp(ctx, e, list(offs))
+            delta += x * s
         if static_sizes is not None:
             sizes, (vr, vc) = static_sizes, static_ext  # type: ignore[misc]
         else:
             sizes = tuple(int(env[i]) for i in valid_slots)
             vr, vc = extents(sizes)
-        tile = ctx.onchip.alloc_tile(space, rows, cols, dt, valid_row=vr, valid_col=vc)
-        _tload(ctx.gm, _gm_view(src, offs, sizes), tile)
+        tile = ctx.onchip.alloc_geometry(geom, vr, vc)
+        m_src, m_sizes, plan = memo
+        if m_src is src and m_sizes == sizes:  # same view geometry as the previous trip
+            plan.run(ctx.gm, src.addr + delta * src.dtype.itemsize, tile)
+            return tile
+        view = _gm_view(src, offs, sizes)
+        plan = _load_plan(ctx.gm, view, tile)
+        memo = (src, sizes, plan)
+        plan.run(ctx.gm, view.addr, tile)
         return tile
 
     (o,) = st.outs
@@ -307,6 +330,50 @@ def _mk_load(st: Any) -> Run | None:
         env[o] = r
         if free:
             _release(ctx, env, free, (r,))
+
+    return run
+
+
+def _mk_store(st: Any) -> Run | None:
+    """The plain TSTORE of a tile into an ND / blocked view (no NZ partition): the generic
+    impl's default branch; anything else (reference values, partitions) goes through it."""
+    e = st.eqn
+    if e.params.get("nz_partition") is not None:
+        return None
+    g = _groups(st)
+    (s_tile,), offs_slots, (s_dst,) = g["tile"], g["offsets"], g["dst"]
+    attrs = e.params.get("attrs", {})
+    flags = dict(atomic_add=bool(attrs.get("atomic")), relu=bool(attrs.get("pre_relu")))
+    generic = _generic(st)
+    memo: tuple[Any, ...] = (None, None, None, None, None)  # (dst, geometry, valid row, col, plan)
+    (o,) = st.outs
+    free = st.free
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        nonlocal memo
+        tile, dst = env[s_tile], env[s_dst]
+        if type(tile) is not TileBuf or type(dst) is not TensorVal or dst.nz is not None:
+            generic(ctx, env)
+            return
+        offs = tuple(env[i] for i in offs_slots)
+        delta = 0
+        for x, s in zip(offs, dst.strides):
+            if x < 0:
+                clamp(ctx, e, list(offs))
+            delta += x * s
+        tile._live()
+        m_dst, m_g, m_vr, m_vc, plan = memo
+        if m_dst is dst and m_g is tile._g and m_vr == tile.valid_row and m_vc == tile.valid_col:
+            plan.run(ctx.gm, dst.addr + delta * dst.dtype.itemsize, tile)
+        else:
+            sizes = (1,) * (len(dst.shape) - 2) + (tile.valid_row, tile.valid_col)
+            view = _gm_view(dst, offs, sizes)
+            plan = _store_plan(ctx.gm, view, tile, **flags)
+            memo = (dst, tile._g, tile.valid_row, tile.valid_col, plan)
+            plan.run(ctx.gm, view.addr, tile)
+        env[o] = dst
+        if free:
+            _release(ctx, env, free, (dst,))
 
     return run
 
@@ -395,8 +462,17 @@ def _mk_elementwise(st: Any) -> Run | None:
     if not isinstance(t, TileType):
         return None
     space, rows, cols, dt = _tile_geometry(t)
+    geom = _geometry_of(space, rows, cols, dt)
+    if geom is None or geom.layout != "ND":
+        return None
     ufunc = _ELEMENTWISE[e.primitive.name]
     ins = st.ins
+    try:  # the op must produce the tile dtype itself (int exp does not: the generic impl casts)
+        with np.errstate(all="ignore"):
+            if ufunc(*(np.ones(1, dt) for _ in ins)).dtype != dt:
+                return None
+    except TypeError:
+        return None
     generic = _generic(st)
     shape2 = (rows, cols)
 
@@ -406,12 +482,8 @@ def _mk_elementwise(st: Any) -> Run | None:
             if type(x) is not TileBuf or x.layout != "ND" or x.dtype != dt or x.freed:
                 return None
         first = xs[0]
-        out = ctx.onchip.alloc_tile(space, rows, cols, dt, valid_row=first.valid_row, valid_col=first.valid_col)
-        if out.layout != "ND":
-            ctx.onchip.free_tile(out)
-            return None
-        res = ufunc(*(x.data.view(dt).reshape(x.rows, x.cols) for x in xs))
-        out.data.view(dt).reshape(shape2)[...] = res
+        out = ctx.onchip.alloc_geometry(geom, first.valid_row, first.valid_col)
+        ufunc(*(x.data.view(dt).reshape(x.rows, x.cols) for x in xs), out=out.data.view(dt).reshape(shape2))
         return out
 
     (o,) = st.outs
@@ -435,6 +507,7 @@ _MAKERS: dict[Any, Callable[[Any], Run | None]] = {
     P.get_block_num_p: _mk_block_num,
     P.tensor_slice_p: _mk_slice,
     P.tile_load_p: _mk_load,
+    P.tile_store_p: _mk_store,
     P.tile_extract_p: _mk_extract,
     P.tile_mad_p: _mk_mad,
     P.tile_mad_acc_p: _mk_mad_acc,
