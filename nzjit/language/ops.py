@@ -195,7 +195,8 @@ def _parse_key(t: Tracer, key: Any) -> tuple[list[Any], list[int], tuple[int, ..
 
 
 def getitem(t: Tracer, key: Any) -> Tracer:
-    """numpy-style basic indexing of a tensor: a `tensor.slice` (integers drop their axis)."""
+    """numpy-style basic indexing of a tensor: a `tensor.slice` (integers drop their axis). The
+    author slices logical coordinates, NZ or not; the compiler supplies the blocked form (NZ-2)."""
     offsets, sizes, drop = _parse_key(t, key)
     return bind(P.tensor_slice_p, [[t], offsets, []], {"shape": tuple(sizes), "drop": drop})[0]
 

@@ -212,7 +212,8 @@ class BlockNz(Rewriter):
         proofs.append(f"{d} | {self.name_of(x)} by {desc}; {self.name_of(x)} >= 0 by {fn.nonneg_why}")
         return self.floordiv(x, d, _hint(x, "_rblk" if axis == "row" else "_cblk"))
 
-    # -- tile.load from NZ (NZ-12, NZ-13, NZ-25/26)
+    # -- tile.load from NZ (NZ-12, NZ-13, NZ-25/26): the weight is read NZ -> NZ into Mat, no fractal
+    #    conversion per load (NZ-3)
     def load(self, e: Eqn) -> None:
         src_v = e.inputs[0]
         logical = src_v.type
