@@ -1,29 +1,20 @@
-"""Bandwidth of runtime.pack_nz / unpack_nz against np.copyto of the same bytes.
+"""Target (c): bandwidth of runtime.pack_nz / unpack_nz against np.copyto of the same bytes.
 
-Run: ``python benchmarks/bench_pack_nz.py``.  Per case, best-of-N time and GB/s of
-
-* ``pack_nz(a, out=buf)`` / ``unpack_nz(p, out=buf)`` against ``np.copyto(buf, a)`` (both write
-  a preallocated buffer: the ratio is the cost of the NZ permutation itself, target >= 0.5);
-* ``pack_nz(a)`` against ``a.copy()`` (both allocate: first-touch page faults included).
-
+Both sides write a preallocated buffer (``out=``), so the ratio is the cost of the NZ
+permutation itself; reported as a bandwidth ratio, np.copyto time / pack time (target >= 0.5).
 Not a timed test: nothing is asserted.
+
+    python benchmarks/bench_pack_nz.py
 """
+# isort: skip_file
 
 from __future__ import annotations
 
-import os
-
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")  # before numpy: pin BLAS threads so runs compare
-
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+from harness import interleaved, row  # first: pins BLAS threads before numpy loads
 
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from runtime import pack_nz, unpack_nz  # noqa: E402
 
 CASES = [
@@ -34,52 +25,26 @@ CASES = [
 ]
 
 
-def _best(fn, repeat: int = 9) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+def _cell(t: float, nbytes: int) -> str:
+    return f"{t * 1e3:.2f} ms {nbytes / t / 1e9:.1f} GB/s"
 
 
-def _case(shape: tuple[int, ...], dtype: type) -> str:
-    """One table row: times are best-of-N; ratios are np.copyto / pack_nz (higher is better)."""
-    a = np.random.default_rng(0).integers(-100, 100, size=shape).astype(dtype)
-    buf = np.empty_like(a)
-    packed = pack_nz(a)
-    gb = a.nbytes / 1e9
-    t_copy = _best(lambda: np.copyto(buf, a))
-    t_pack = _best(lambda: pack_nz(a, out=buf))
-    t_unpack = _best(lambda: unpack_nz(packed, out=buf))
-    t_pack_new = _best(lambda: pack_nz(a))
-    t_copy_new = _best(lambda: a.copy())
-
-    def cell(t: float) -> str:
-        return f"{t * 1e3:6.2f}ms {gb / t:4.1f}GB/s"
-
-    name = f"{np.dtype(dtype).name}{list(shape)}"
-    return (
-        f"{name:<24}"
-        + "".join(f"{cell(t):>17}" for t in (t_pack, t_unpack, t_copy))
-        + f"{t_copy / t_pack:>7.2f}"
-        + "".join(f"{cell(t):>17}" for t in (t_pack_new, t_copy_new))
-        + f"{t_copy_new / t_pack_new:>7.2f}"
-    )
-
-
-def main() -> None:
-    head = ["pack_nz(out=)", "unpack_nz(out=)", "np.copyto", "ratio", "pack_nz()", "a.copy()", "ratio"]
-    print(
-        f"{'case':<24}"
-        + "".join(f"{h:>17}" for h in head[:3])
-        + f"{head[3]:>7}"
-        + "".join(f"{h:>17}" for h in head[4:6])
-        + f"{head[6]:>7}"
-    )
+def run() -> list[dict[str, str]]:
+    rows = []
     for shape, dtype in CASES:
-        print(_case(shape, dtype))
+        a = np.random.default_rng(0).integers(-100, 100, size=shape).astype(dtype)
+        buf = np.empty_like(a)
+        packed = pack_nz(a)
+        assert np.array_equal(unpack_nz(packed).view(np.uint8), a.view(np.uint8))
+        t = interleaved({"pack": lambda a=a, buf=buf: pack_nz(a, out=buf),
+                         "unpack": lambda packed=packed, buf=buf: unpack_nz(packed, out=buf),
+                         "copy": lambda a=a, buf=buf: np.copyto(buf, a)}, repeat=9)
+        name = f"{np.dtype(dtype).name}{list(shape)}"
+        for op in ("pack", "unpack"):
+            rows.append(row(f"{op}_nz(out=) {name}", _cell(t[op], a.nbytes), _cell(t["copy"], a.nbytes),
+                            f"{t['copy'] / t[op]:.2f}x bw", ">= 0.5x bw"))
+    return rows
 
 
 if __name__ == "__main__":
-    main()
+    run()

@@ -228,6 +228,17 @@ def tmatmul(
     m16, E = ceil16(m), acc.dtype.itemsize
     nfull, rem = divmod(n, 16)
     nblk = nfull + (rem > 0)
+    if m == m16 == acc.rows and n == acc.cols and type(acc) is TileBuf:
+        # the mad writes every element of the image: keep it as the logical matrix, row-major in
+        # the same buffer (TileBuf.data lays it out as the ACC image on first byte access)
+        logical = acc._data.view(acc.dtype).reshape(m, n)
+        if not accumulate:
+            _product_windows(left, right, m, k, n, out=logical)
+            acc._logical = True
+            return
+        if acc._logical:
+            np.add(logical, _product_windows(left, right, m, k, n), out=logical)  # int32 wraps
+            return
     view = acc.view(0, (nblk, m, 16 * E), (m16 * 16 * E, 16 * E, 1)).view(acc.dtype)
     if not rem:  # whole 16-column blocks: the product is added / written through the L0C view
         c = _product_windows(left, right, m, k, n)
@@ -293,9 +304,12 @@ def _image_operand(t: TileBuf, r: int, c: int, ft: type) -> np.ndarray:
     return np.ascontiguousarray(w, dtype=ft)
 
 
-def _product_windows(left: TileBuf, right: TileBuf, m: int, k: int, n: int) -> np.ndarray:
+def _product_windows(
+    left: TileBuf, right: TileBuf, m: int, k: int, n: int, out: np.ndarray | None = None
+) -> np.ndarray:
     """``_product(left.window(0, 0, m, k), right.window(0, 0, k, n), k)`` read straight from the
-    tile images; float products come back float32, int8 ones as exact int32 (mod 2**32).
+    tile images; float products come back float32, int8 ones as exact int32 (mod 2**32); into
+    ``out`` (C-contiguous ``m x n`` of that dtype) when given.
 
     B is passed to BLAS as the transpose of a C-contiguous ``n x k`` matrix (the ZN image is
     ``B^T`` in runs of c0), which OpenBLAS packs into the same panels as a C-contiguous B: the
@@ -303,12 +317,20 @@ def _product_windows(left: TileBuf, right: TileBuf, m: int, k: int, n: int) -> n
     if left.dtype == _I8:
         if k <= _F32_EXACT_K:  # |C| <= k * 2**14 <= 2**24: exact in float32, and in int32
             c = np.matmul(_operand(left, m, k, np.float32, 0), _operand(right, k, n, np.float32, 1).T)
+        else:
+            c = _product(left.window(0, 0, m, k), right.window(0, 0, k, n), k)
+        if out is None:
             return c.astype(np.int32)
-        a, b = left.window(0, 0, m, k), right.window(0, 0, k, n)
-        return _product(a, b, k).astype(np.int32)
+        out[...] = c.astype(np.int32)
+        return out
     if left.layout != "ZZ" or right.layout != "ZN":
-        return _product(left.window(0, 0, m, k), right.window(0, 0, k, n), k)
-    out = _buffer((m, n), _F32, 2)
+        c = _product(left.window(0, 0, m, k), right.window(0, 0, k, n), k)
+        if out is None:
+            return c
+        out[...] = c
+        return out
+    if out is None:
+        out = _buffer((m, n), _F32, 2)
     return np.matmul(_operand(left, m, k, np.float32, 0), _operand(right, k, n, np.float32, 1).T, out=out)
 
 
@@ -363,29 +385,26 @@ class TileWindow:
         return np.ascontiguousarray(w.T if flip else w, dtype=ft)
 
 
-def textract_window(onchip: object, space: str, rows: int, cols: int, dtype: np.dtype, src: TileBuf,
-                    row_off: int, col_off: int, transpose: bool) -> TileWindow:
-    """TEXTRACT into a new ``space`` tile that only the next mad reads: the checks, refusals and
-    on-chip accounting of ``alloc_tile`` + :func:`tmov`, without moving the bytes."""
-    from .tile import _geometry
-
-    g = _geometry(space, dtype, rows, cols, None)
-    key = (g, src._g, row_off, col_off, transpose, False)
+def textract_window(onchip: object, g: object, src: TileBuf, row_off: int, col_off: int,
+                    transpose: bool) -> TileWindow:
+    """TEXTRACT into a new tile of geometry ``g`` (``runtime.tile._geometry``) that only the next
+    mad reads: the checks, refusals and on-chip accounting of ``alloc_tile`` + :func:`tmov`,
+    without moving the bytes."""
+    key = (g, src._g, row_off, col_off, transpose)
+    src._live()
     if key not in _WINDOW_OK:
         probe = TileBuf._from_geometry(g, None, None, None)  # type: ignore[arg-type]
-        src._live()
         _mov_checks(probe, src, row_off, col_off, transpose, False)
+        rows, cols = g.rows, g.cols  # type: ignore[attr-defined]
         nrows, ncols = (cols, rows) if transpose else (rows, cols)
         src._check_window(row_off, col_off, nrows, ncols)
         if len(_WINDOW_OK) < 4096:
             _WINDOW_OK.add(key)
-    else:
-        src._live()
-    onchip.reserve(space, g.nbytes)  # type: ignore[attr-defined]
+    onchip.reserve(g.space, g.nbytes)  # type: ignore[attr-defined]
     t = TileWindow.__new__(TileWindow)
-    t.space, t.dtype, t.rows, t.cols, t.layout = g.space, g.dtype, g.rows, g.cols, g.layout
-    t.valid_row, t.valid_col, t.src, t.r0, t.c0, t.transpose = g.rows, g.cols, src, row_off, col_off, transpose
-    t.freed, t.data, t.nbytes, t._owner, t._g, t._blk = False, None, g.nbytes, onchip, g, g.blk
+    t.space, t.dtype, t.rows, t.cols, t.layout = g.space, g.dtype, g.rows, g.cols, g.layout  # type: ignore[attr-defined]
+    t.valid_row, t.valid_col, t.src, t.r0, t.c0, t.transpose = t.rows, t.cols, src, row_off, col_off, transpose
+    t.freed, t.data, t.nbytes, t._owner, t._g, t._blk = False, None, g.nbytes, onchip, g, g.blk  # type: ignore[attr-defined]
     return t
 
 

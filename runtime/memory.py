@@ -271,7 +271,7 @@ class OnChip:
         if tile.freed:
             raise DeviceError(f"double free of {tile!r}")
         tile.freed = True
-        data = tile.data
+        data = tile._data if type(tile) is TileBuf else tile.data  # a freed image is never decoded
         nbytes = tile.nbytes if data is None else data.nbytes
         need = -(-nbytes // 32) * 32
         with self._lock:

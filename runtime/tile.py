@@ -181,7 +181,8 @@ class TileBuf:
         "valid_row",
         "valid_col",
         "layout",
-        "data",
+        "_data",
+        "_logical",
         "freed",
         "_owner",
         "_blk",
@@ -210,7 +211,8 @@ class TileBuf:
         self._blk, self._phys, self._inv, self._g = g.blk, g.phys, g.inv, g
         self.valid_row = g.rows if valid_row is None else int(valid_row)
         self.valid_col = g.cols if valid_col is None else int(valid_col)
-        self.data = data
+        self._data = data
+        self._logical = False
         self.freed = False
         self._owner: object | None = None
 
@@ -224,8 +226,31 @@ class TileBuf:
 
     # ------------------------------------------------------------------ byte image access
     @property
+    def data(self) -> np.ndarray:
+        """The raw byte image (``uint8``, ``rows * cols * itemsize`` bytes)."""
+        if self._logical:
+            self._materialize()
+        return self._data
+
+    @data.setter
+    def data(self, value: np.ndarray) -> None:
+        self._data = value
+        self._logical = False
+
+    def _materialize(self) -> None:
+        """An Acc tile written by whole-tile mads holds its logical matrix row-major in the
+        buffer (cube.tmatmul): lay it out as the ACC image before anyone reads bytes."""
+        self._logical = False
+        b = self._blk
+        flat = self._data.view(self.dtype)
+        logical = flat.reshape(self.rows, self.cols).copy()
+        flat.reshape(self._phys).transpose(self._inv)[...] = logical.reshape(
+            self.rows // b.ir, b.ir, self.cols // b.ic, b.ic
+        )
+
+    @property
     def nbytes(self) -> int:
-        return self.data.nbytes
+        return self._data.nbytes
 
     def _live(self) -> None:
         if self.freed:

@@ -386,7 +386,8 @@ def _mk_extract(st: Any) -> Run | None:
     space, rows, cols, dt = _tile_geometry(t)
     s_src, s_r, s_c = st.ins
 
-    if st.window:  # only the next mad reads it: a window of the source, no bytes moved
+    geom = _geometry_of(space, rows, cols, dt)
+    if st.window and geom is not None:  # only the next mad reads it: a window of the source, no bytes moved
 
         def window(ctx: Any, env: list[Any]) -> Any:
             src, r0, c0 = env[s_src], env[s_r], env[s_c]
@@ -395,7 +396,7 @@ def _mk_extract(st: Any) -> Run | None:
                 src, transpose, r0, c0 = src.tile, not transpose, c0, r0
             if type(src) is not TileBuf:
                 raise runtime.DeviceError(f"{st.eqn.source}: TEXTRACT source is a {type(src).__name__}")
-            return textract_window(ctx.onchip, space, rows, cols, dt, src, r0, c0, transpose)
+            return textract_window(ctx.onchip, geom, src, r0, c0, transpose)
 
         return _finish(st, window)
 

@@ -134,3 +134,30 @@ class _nothing:
 
     def __exit__(self, *a):
         return False
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_whole_tile_mads_keep_the_logical_matrix_until_bytes_are_read(dtype):
+    """A chain of mads covering the whole Acc tile (kept row-major until a byte is read) leaves
+    exactly the image of the §8 mad sequence."""
+    m, k, n = 32, 64, 48
+    rng = np.random.default_rng(4)
+    acc_dt = np.int32 if dtype == np.int8 else np.float32
+    acc = TileBuf("Acc", acc_dt, m, n)
+    flat = np.zeros(m * n, acc_dt)
+    for step, accumulate in enumerate((False, True, True)):
+        if dtype == np.int8:
+            A = rng.integers(-128, 128, (m, k)).astype(dtype)
+            B = rng.integers(-128, 128, (k, n)).astype(dtype)
+        else:
+            A = rng.integers(-8, 8, (m, k)).astype(dtype)  # exact in float32: any summation order
+            B = rng.integers(-8, 8, (k, n)).astype(dtype)
+        left, right = TileBuf("Left", dtype, m, k), TileBuf("Right", dtype, k, n)
+        left.set_logical(A)
+        right.set_logical(B)
+        tmatmul(acc, left, right, accumulate=accumulate)
+        ref.mad(flat, A, B, m, k, n, init=not accumulate)
+        if step == 1:  # a byte access in the middle of the chain, then more mads
+            np.testing.assert_array_equal(acc.data.view(acc_dt), flat)
+    np.testing.assert_array_equal(acc.data.view(acc_dt), flat)
+    np.testing.assert_array_equal(acc.logical().reshape(-1), flat.reshape(n // 16, m, 16).transpose(1, 0, 2).reshape(-1))
