@@ -17,6 +17,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from ._strided import byte_span
 from .dma import (
     InstrPlan,
     copy_bursts,
@@ -137,10 +138,6 @@ def tload_model(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = Fals
             return nz_load(gm, src, tile, debug)
         return nz_load_ub(gm, src, tile, debug)
     if tile.space == "Mat" and tile.layout == "NZ":
-        if recording():  # not a burst copy: each run calls the path at the view's real address
-            shape = src.shape
-            record_call(lambda gm, addr, tile: globals()["nd2nz_load"](gm, src._trusted(addr, shape), tile, debug))
-            return None
         return nd2nz_load(gm, src, tile, debug)
     if tile.layout == "ND":
         if tile.space == "Mat":
@@ -248,16 +245,29 @@ def nd2nz_load(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False
     nblk = -(-n_cols // c0)
     if n_rows > tile.rows or nblk * c0 > tile.cols:
         raise DeviceError(f"ND2NZ of {n_rows}x{n_cols} does not fit the {tile.rows}x{tile.cols} tile")
-    rows_bytes = gm.view(src.addr, (n_rows, n_cols * E), (pitch * E, 1))
-    dst = tile.view(0, (nblk, n_rows, 32), (tile.rows * 32, 32, 1))
-    if n_cols * E == nblk * 32:
-        # whole C0 lines: move them as 32-byte items (one strided copy, no padding pass)
-        lines = np.dtype("V32")
-        dst.view(lines)[..., 0] = rows_bytes.view(lines).T
+    s_shape, s_strides = (n_rows, n_cols * E), (pitch * E, 1)
+    d_shape, d_strides = (nblk, n_rows, 32), (tile.rows * 32, 32, 1)
+    s_lo, s_hi = byte_span(0, s_shape, s_strides)
+    d_lo, d_hi = byte_span(0, d_shape, d_strides)
+    whole = n_cols * E == nblk * 32
+
+    def copy(gm: GlobalMemory, addr: int, tile: TileBuf) -> None:
+        rows_bytes = gm.view_span(addr, s_shape, s_strides, s_lo, s_hi)
+        dst = tile.view_span(0, d_shape, d_strides, d_lo, d_hi)
+        if whole:  # whole C0 lines: move them as 32-byte items (one strided copy, no padding pass)
+            dst.view(_LINE)[..., 0] = rows_bytes.view(_LINE).T
+            return
+        padded = np.zeros((n_rows, nblk * 32), dtype=np.uint8)
+        padded[:, : n_cols * E] = rows_bytes
+        dst[...] = padded.reshape(n_rows, nblk, 32).transpose(1, 0, 2)
+
+    if recording():  # decoded: only the copy is replayed (the checks above depend on geometry only)
+        record_call(copy)
         return
-    padded = np.zeros((n_rows, nblk * 32), dtype=np.uint8)
-    padded[:, : n_cols * E] = rows_bytes
-    dst[...] = padded.reshape(n_rows, nblk, 32).transpose(1, 0, 2)
+    copy(gm, src.addr, tile)
+
+
+_LINE = np.dtype("V32")
 
 
 def nd_checks(src: GmView, tile: TileBuf, debug: bool) -> tuple[int, ...]:

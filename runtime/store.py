@@ -120,6 +120,9 @@ def tstore_model(
 def read_acc(tile: TileBuf, m: int, n: int, src_stride: int) -> np.ndarray:
     """The ``m x n`` values the fixpipe reads from L0C with a column-block pitch of
     ``src_stride*16`` elements (== ``tile.rows`` when the tile is read as declared)."""
+    if type(tile) is TileBuf and tile._logical and src_stride == tile.rows and m <= tile.rows and n <= tile.cols:
+        tile._live()  # the image is the logical matrix (cube.tmatmul): read at the declared pitch
+        return tile._data.view(tile.dtype).reshape(tile.rows, tile.cols)[:m, :n]
     nblk = -(-n // 16)
     E = tile.dtype.itemsize
     raw = tile.view(0, (nblk, m, 16 * E), (src_stride * 16 * E, 16 * E, 1)).view(tile.dtype)

@@ -161,3 +161,32 @@ def test_whole_tile_mads_keep_the_logical_matrix_until_bytes_are_read(dtype):
             np.testing.assert_array_equal(acc.data.view(acc_dt), flat)
     np.testing.assert_array_equal(acc.data.view(acc_dt), flat)
     np.testing.assert_array_equal(acc.logical().reshape(-1), flat.reshape(n // 16, m, 16).transpose(1, 0, 2).reshape(-1))
+
+
+@pytest.mark.parametrize("compact,rows", [(False, 32), (True, 32), (False, 48)])
+def test_acc_store_after_whole_tile_mads(compact, rows):
+    """The Acc -> ND store of a tile written by whole-tile mads: same GM bytes as from the image."""
+    from runtime.store import nd_store_acc
+
+    m, k, n = 32, 32, 64
+    rng = np.random.default_rng(5)
+    A = rng.integers(-8, 8, (m, k)).astype(np.float16)
+    B = rng.integers(-8, 8, (k, n)).astype(np.float16)
+    left, right = TileBuf("Left", np.float16, m, k), TileBuf("Right", np.float16, k, n)
+    left.set_logical(A)
+    right.set_logical(B)
+    outs = []
+    for touch in (False, True):
+        acc = TileBuf("Acc", np.float32, rows, n, valid_row=m)
+        if rows == m:
+            tmatmul(acc, left, right, accumulate=False)
+            tmatmul(acc, left, right, accumulate=True)
+        else:  # taller tile: image path
+            tmatmul(acc, left, right, accumulate=False)
+        if touch:
+            acc.data  # noqa: B018 - lay the image out first
+        w = Worker(0)
+        t = w.alloc_tensor((m, n), np.float32)
+        nd_store_acc(w.gm, GmView.dense(t.address, (m, n), np.float32), acc, compact=compact)
+        outs.append(w.copy_from(t))
+    np.testing.assert_array_equal(outs[0], outs[1])
