@@ -345,8 +345,25 @@ class TileWindow:
     destination dies at that mad and the source outlives it (nzjit/backend/executor.py).
     """
 
-    __slots__ = ("space", "dtype", "rows", "cols", "layout", "valid_row", "valid_col", "src", "r0", "c0",
-                 "transpose", "freed", "data", "nbytes", "_owner", "_g", "_blk")
+    __slots__ = (
+        "space",
+        "dtype",
+        "rows",
+        "cols",
+        "layout",
+        "valid_row",
+        "valid_col",
+        "src",
+        "r0",
+        "c0",
+        "transpose",
+        "freed",
+        "data",
+        "nbytes",
+        "_owner",
+        "_g",
+        "_blk",
+    )
 
     def _live(self) -> None:
         if self.freed:
@@ -354,7 +371,11 @@ class TileWindow:
         self.src._live()
 
     def _source_window(self) -> tuple[int, int, int, int]:
-        return (self.r0, self.c0, self.cols, self.rows) if self.transpose else (self.r0, self.c0, self.rows, self.cols)
+        return (
+            (self.r0, self.c0, self.cols, self.rows)
+            if self.transpose
+            else (self.r0, self.c0, self.rows, self.cols)
+        )
 
     def window(self, r0: int, c0: int, nrows: int, ncols: int) -> np.ndarray:
         """Copy of this tile's logical window (what the moved image would decode to)."""
@@ -385,8 +406,9 @@ class TileWindow:
         return np.ascontiguousarray(w.T if flip else w, dtype=ft)
 
 
-def textract_window(onchip: object, g: object, src: TileBuf, row_off: int, col_off: int,
-                    transpose: bool) -> TileWindow:
+def textract_window(
+    onchip: object, g: object, src: TileBuf, row_off: int, col_off: int, transpose: bool
+) -> TileWindow:
     """TEXTRACT into a new tile of geometry ``g`` (``runtime.tile._geometry``) that only the next
     mad reads: the checks, refusals and on-chip accounting of ``alloc_tile`` + :func:`tmov`,
     without moving the bytes."""
@@ -403,7 +425,14 @@ def textract_window(onchip: object, g: object, src: TileBuf, row_off: int, col_o
     onchip.reserve(g.space, g.nbytes)  # type: ignore[attr-defined]
     t = TileWindow.__new__(TileWindow)
     t.space, t.dtype, t.rows, t.cols, t.layout = g.space, g.dtype, g.rows, g.cols, g.layout  # type: ignore[attr-defined]
-    t.valid_row, t.valid_col, t.src, t.r0, t.c0, t.transpose = t.rows, t.cols, src, row_off, col_off, transpose
+    t.valid_row, t.valid_col, t.src, t.r0, t.c0, t.transpose = (
+        t.rows,
+        t.cols,
+        src,
+        row_off,
+        col_off,
+        transpose,
+    )
     t.freed, t.data, t.nbytes, t._owner, t._g, t._blk = False, None, g.nbytes, onchip, g, g.blk  # type: ignore[attr-defined]
     return t
 

@@ -201,8 +201,13 @@ class _CopyPlan:
 
     __slots__ = ("shape", "s_strides", "d_strides", "s_span", "d_span", "ordered", "add_dtype")
 
-    def __init__(self, shape: tuple[int, ...], s_strides: tuple[int, ...], d_strides: tuple[int, ...],
-                 add_dtype: np.dtype | None) -> None:
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        s_strides: tuple[int, ...],
+        d_strides: tuple[int, ...],
+        add_dtype: np.dtype | None,
+    ) -> None:
         self.shape, self.s_strides, self.d_strides, self.add_dtype = shape, s_strides, d_strides, add_dtype
         self.s_span = byte_span(0, shape, s_strides)
         self.d_span = byte_span(0, shape, d_strides)

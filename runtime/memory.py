@@ -240,7 +240,9 @@ class OnChip:
         """Create a zeroed tile in ``space`` and account its bytes (DeviceError on overflow)."""
         return self.alloc_geometry(_geometry(space, dtype, rows, cols, layout), valid_row, valid_col)
 
-    def alloc_geometry(self, g: object, valid_row: int | None = None, valid_col: int | None = None) -> TileBuf:
+    def alloc_geometry(
+        self, g: object, valid_row: int | None = None, valid_col: int | None = None
+    ) -> TileBuf:
         """:meth:`alloc_tile` from a validated geometry (``runtime.tile._geometry``): the hot path."""
         nbytes = g.nbytes  # type: ignore[attr-defined]
         space = g.space  # type: ignore[attr-defined]

@@ -68,12 +68,31 @@ def store_plan(
     debug: bool = False,
 ) -> InstrPlan:
     """The decoded TSTORE of ``tile``'s geometry into ``dst``'s (its address is not part of it)."""
-    key = (dst.dtype, dst.shape, dst.strides, dst.layout, tile._g, tile.valid_row, tile.valid_col,
-           atomic_add, relu, compact, debug)
+    key = (
+        dst.dtype,
+        dst.shape,
+        dst.strides,
+        dst.layout,
+        tile._g,
+        tile.valid_row,
+        tile.valid_col,
+        atomic_add,
+        relu,
+        compact,
+        debug,
+    )
     plan = _PLANS.get(key)
     if plan is None:
-        plan = decode(tstore_model, gm, dst._trusted(0, dst.shape), tile, atomic_add=atomic_add, relu=relu,
-                      compact=compact, debug=debug)
+        plan = decode(
+            tstore_model,
+            gm,
+            dst._trusted(0, dst.shape),
+            tile,
+            atomic_add=atomic_add,
+            relu=relu,
+            compact=compact,
+            debug=debug,
+        )
         if len(_PLANS) < 8192:
             _PLANS[key] = plan
     return plan
@@ -120,7 +139,13 @@ def tstore_model(
 def read_acc(tile: TileBuf, m: int, n: int, src_stride: int) -> np.ndarray:
     """The ``m x n`` values the fixpipe reads from L0C with a column-block pitch of
     ``src_stride*16`` elements (== ``tile.rows`` when the tile is read as declared)."""
-    if type(tile) is TileBuf and tile._logical and src_stride == tile.rows and m <= tile.rows and n <= tile.cols:
+    if (
+        type(tile) is TileBuf
+        and tile._logical
+        and src_stride == tile.rows
+        and m <= tile.rows
+        and n <= tile.cols
+    ):
         tile._live()  # the image is the logical matrix (cube.tmatmul): read at the declared pitch
         return tile._data.view(tile.dtype).reshape(tile.rows, tile.cols)[:m, :n]
     nblk = -(-n // 16)

@@ -88,7 +88,19 @@ def _make_blocking(layout: str, dtype: np.dtype) -> _Blocking:
 class _Geometry:
     """Everything a tile's static shape determines, validated once per (space, dtype, shape, layout)."""
 
-    __slots__ = ("space", "dtype", "rows", "cols", "layout", "blk", "phys", "inv", "nbytes", "key", "strides4")
+    __slots__ = (
+        "space",
+        "dtype",
+        "rows",
+        "cols",
+        "layout",
+        "blk",
+        "phys",
+        "inv",
+        "nbytes",
+        "key",
+        "strides4",
+    )
 
     def __init__(self, space: str, dtype: np.dtype, rows: int, cols: int, layout: str) -> None:
         self.space, self.dtype, self.rows, self.cols, self.layout = space, dtype, rows, cols, layout
