@@ -39,7 +39,7 @@ def _ok(family: str | None = None) -> Program:
 
 
 # ----------------------------------------------------------------------------- the property
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), index=st.integers(0, 10**6))
 def test_random_program_is_equal_or_refused(seed, index):
     p = generate(seed, index, exclude=KNOWN_DEFECT_TAGS)
