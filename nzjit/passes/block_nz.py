@@ -269,13 +269,25 @@ class BlockNz(Rewriter):
             if isinstance(v, Literal):
                 ext[i] = int(v.value)
         for axis, (o, n, d) in enumerate(zip(self.atoms(e.operands("offsets")), ext, logical.shape)):
-            if isinstance(o, Literal) and isinstance(d, int) and int(o.value) + n > d:
-                raise CompileError(f"{what}: the window [{o.value}, {int(o.value) + n}) on axis {axis} ends "
-                                   f"past the tensor's extent {d}; in NZ order the elements past the end "
-                                   "belong to another column block or batch, so the load would read wrong "
-                                   "fractals", e.source, rule="NZ-12",
-                                   help="keep the window inside the tensor, or give the ragged last tile a "
-                                        "valid_shape that ends at the tensor's edge")
+            if not isinstance(d, int):
+                continue
+            if isinstance(o, Literal):
+                start, why = int(o.value), f"[{o.value}, {int(o.value) + n})"
+            else:  # symbolic: refused when its proven range reaches past the end (a loop or lane bound)
+                if axis < len(valid) and not isinstance(valid[axis], Literal):
+                    continue  # a dynamic extent (ragged tail): checked at run time by the backend
+                f = self.prover.fact(o)
+                if f.exhausted or f.hi >= _unbounded(o):
+                    continue  # no upper bound known: the backend refuses an overhang at run time
+                hi = f.hi - f.hi % f.factor if f.factor > 0 and f.hi >= 0 else f.hi  # a multiple of factor
+                start, why = hi, f"up to [{hi}, {hi + n}) ('{self.prover.describe(o)}' reaches {hi})"
+            if start + n > d:
+                raise CompileError(f"{what}: the window {why} on axis {axis} ends past the tensor's extent "
+                                   f"{d}; in NZ order the elements past the end belong to another column "
+                                   "block or batch, so the load would read wrong fractals", e.source,
+                                   rule="NZ-12",
+                                   help="keep the window inside the tensor (bound the loop), or give the "
+                                        "ragged last tile a valid_shape that ends at the tensor's edge")
 
     def blocked_valid(self, e: Eqn, logical: TensorType, c0: int, tr: int, tc: int, what: str,
                       proofs: list[str]) -> tuple[list[Atom], int | None]:
@@ -385,6 +397,13 @@ def first_use(g: Graph, v: Var) -> Source | None:
                         return inner
         return e.source
     return None
+
+
+def _unbounded(x: Atom) -> int:
+    """The upper bound the prover reports when it knows none: the top of the dtype's range."""
+    t = x.type
+    bits = t.dtype.bits if isinstance(t, ScalarType) else 64
+    return (1 << (bits - 1)) - 1
 
 
 def _static_valid_cols(e: Eqn, tc: int) -> int:
