@@ -31,6 +31,8 @@ StepFn = Callable[["Ctx", list[Any]], None]
 #: generic `impl_rules` entry; tests compare the two byte for byte). Changing it needs
 #: `clear_plans()`.
 FAST = True
+#: Run the lanes of an SPMD body lane-batched when that is exact (batched.py); else one by one.
+BATCH_SPMD = True
 
 
 @dataclass
@@ -252,6 +254,11 @@ def run_loop(ctx: Ctx, e: Eqn, ins: list[Any], consumed: frozenset[int] | None =
         saved = (ctx.block_idx, ctx.block_num)
         n = max(0, stop - start)
         try:
+            if FAST and BATCH_SPMD and n > 1:
+                from .batched import try_run_spmd
+
+                if try_run_spmd(ctx, body, range(start, stop, step), n, captured):
+                    return []
             plan = plan_of(body, 0)
             for lane in range(start, stop, step):
                 ctx.block_idx, ctx.block_num = lane, n

@@ -1,0 +1,688 @@
+"""Lane-batched execution of an SPMD body: every equation runs once for all lanes.
+
+The per-lane semantics is the reference: lane 0 runs the whole body, then lane 1, ... A batched
+run gives the same GM bytes when
+
+* the body uses only the primitives below, with 64-bit index scalars, loop bounds and tile
+  shapes that are the same in every lane (checked statically and at run time);
+* no byte a lane loads is stored by any lane of the body (stores are applied last, lane by lane
+  in program order, so loads must not see them);
+* no instruction warns (warnings are per lane and per instruction on the reference path).
+
+Anything else - an unsupported primitive, a lane-dependent trip count or valid shape, a load /
+store overlap, a refusal (capacity, bounds, negative offset) - abandons the attempt before any
+GM byte is written, and the lanes run one by one (which then reproduces the refusal exactly).
+
+Values: scalars are ints or int64 arrays over lanes; tensors are `TensorVal` or `LaneTensor`
+(one address per lane); tiles are `LaneTile`: the distinct byte images of the lanes (lanes
+loading the same window share one image) and the lane -> image map; TEXTRACTs fused into their
+mad are `LaneWindow`; accumulators are `LaneAcc` (one logical matrix per lane, as
+`runtime.cube.tmatmul` keeps whole-tile accumulators). On-chip accounting is one lane's: every
+lane runs the same program, so one lane's allocations and frees are every lane's.
+
+Lanes run in groups of `LANE_GROUP` (their tiles stay in cache); each mad is one BLAS call per
+lane, exactly the per-lane call, with its operands converted once per distinct image (lanes
+that load the same window share it). One BLAS call over lanes that share their Left operand
+was tried: OpenBLAS does not give bit-identical sums for a wider N (small-matrix kernels), so
+it is not used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import runtime
+from runtime import GmView, TileBuf
+from runtime.cube import MATMUL_DTYPES, TileWindow, _mov_checks
+from runtime.dma import ceil16
+from runtime.tile import _geometry
+
+from ..core import dtypes as D
+from ..core import primitives as P
+from ..core.ir import Eqn, Graph, Literal, Var
+from ..core.types import DynDim, ScalarType, TensorType, TileType
+from .values import TensorVal, TransposedTile
+
+
+class Fallback(Exception):
+    """The batched attempt cannot reproduce the per-lane result: run the lanes one by one."""
+
+
+# ----------------------------------------------------------------------------------- values
+@dataclass(frozen=True, eq=False)
+class LaneTensor:
+    addr: np.ndarray  # int64 (L,): one base address per lane
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    layout: str
+    nz: None = None
+
+
+class LaneTile:
+    __slots__ = ("g", "valid_row", "valid_col", "data", "row", "freed")
+
+    def __init__(self, g: Any, vr: int, vc: int, data: np.ndarray, row: np.ndarray) -> None:
+        self.g, self.valid_row, self.valid_col, self.data, self.row, self.freed = g, vr, vc, data, row, False
+
+    def image(self, u: int) -> TileBuf:
+        return TileBuf._from_geometry(self.g, self.valid_row, self.valid_col, self.data[u])
+
+
+class LaneWindow:
+    __slots__ = ("g", "src", "r0", "c0", "transpose", "freed")
+
+    def __init__(self, g: Any, src: LaneTile, r0: int, c0: int, transpose: bool) -> None:
+        self.g, self.src, self.r0, self.c0, self.transpose, self.freed = g, src, r0, c0, transpose, False
+
+    def operand(self, u: int, r: int, c: int, ft: type) -> np.ndarray:
+        """`TileWindow.operand` of image `u` of the source."""
+        w = TileWindow.__new__(TileWindow)
+        w.src, w.r0, w.c0, w.transpose, w.layout = self.src.image(u), self.r0, self.c0, self.transpose, self.g.layout
+        return w.operand(r, c, ft)
+
+
+class LaneAcc:
+    __slots__ = ("g", "data", "freed")
+
+    def __init__(self, g: Any, data: np.ndarray) -> None:
+        self.g, self.data, self.freed = g, data, False  # data: (L, rows, cols) logical matrices
+
+    def lane_tile(self, lane: int) -> TileBuf:
+        t = TileBuf._from_geometry(self.g, self.g.rows, self.g.cols, self.data[lane].reshape(-1).view(np.uint8))
+        t._logical = True  # the buffer holds the logical matrix (runtime.cube.tmatmul's form)
+        return t
+
+
+_LANE_VALUES = (LaneTile, LaneWindow, LaneAcc)
+
+
+class _State:
+    """One batched attempt: lanes, deferred stores, byte ranges loaded and stored."""
+
+    def __init__(self, ctx: Any, n: int) -> None:
+        self.ctx, self.n = ctx, n
+        self.lanes = np.zeros(0, np.int64)
+        self.L = self.base = 0
+        self.stores: list[tuple[Any, np.ndarray, Callable[[int], TileBuf]]] = []
+        self.loaded: list[tuple[np.ndarray, int, int]] = []  # (addresses, lo, hi) relative spans
+        self.stored: list[tuple[np.ndarray, int, int]] = []
+        self.pool: dict[tuple[int, int], list[np.ndarray]] = {}  # freed LaneTile images
+        self.pinned: set[int] = set()  # ids of images a deferred store still reads
+        self.bufs: dict[tuple[object, ...], np.ndarray] = {}
+
+    def reserve(self, g: Any) -> None:
+        self.ctx.onchip.reserve(g.space, g.nbytes)
+
+    def scratch(self, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+        key = (shape, np.dtype(dtype).str)
+        b = self.bufs.get(key)
+        if b is None:
+            b = self.bufs[key] = np.empty(shape, dtype)
+        return b
+
+    def zeros(self, n: int, nbytes: int) -> np.ndarray:
+        free = self.pool.get((n, nbytes))
+        if free:
+            a = free.pop()
+            a.fill(0)
+            return a
+        return np.zeros((n, nbytes), np.uint8)
+
+    def release(self, v: Any) -> None:
+        if not v.freed:
+            v.freed = True
+            self.ctx.onchip.release(v.g.space, v.g.nbytes)
+            if type(v) is LaneTile and id(v.data) not in self.pinned:
+                self.pool.setdefault(v.data.shape, []).append(v.data)
+
+
+# ----------------------------------------------------------------------------------- helpers
+def _uniform(x: Any) -> int:
+    """A lane-uniform int (an int, or an array whose lanes agree), else Fallback."""
+    if isinstance(x, np.ndarray):
+        v = x[0]
+        if not (x == v).all():
+            raise Fallback("lane-dependent value where one value is needed")
+        return int(v)
+    return int(x)
+
+
+def _lanes_of(x: Any, L: int) -> np.ndarray:
+    if isinstance(x, np.ndarray):
+        return x
+    return np.full(L, int(x), dtype=np.int64)
+
+
+def _addresses(src: Any, offs: list[Any], L: int) -> np.ndarray | int:
+    """Element offset sum(o*s) added to the base address(es): an int if lane-uniform."""
+    delta: Any = 0
+    for o, s in zip(offs, src.strides):
+        if isinstance(o, np.ndarray):
+            if (o < 0).any():
+                raise Fallback("negative offset")
+        elif o < 0:
+            raise Fallback("negative offset")
+        delta = delta + o * s
+    addr = src.addr + delta * src.dtype.itemsize
+    if isinstance(addr, np.ndarray):
+        return addr.astype(np.int64)
+    return int(addr)
+
+
+def _view_span(view: GmView) -> tuple[int, int]:
+    from runtime._strided import byte_span
+
+    E = view.dtype.itemsize
+    lo, hi = byte_span(0, view.shape, tuple(s * E for s in view.strides))
+    return lo, max(hi, lo + E)
+
+
+# ------------------------------------------------------------------------------------ steps
+Step = Callable[[_State, list[Any]], None]
+
+
+def _scalar_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
+    t = e.outputs[0].type
+    if not isinstance(t, ScalarType) or t.dtype not in (D.INDEX, D.INT64):
+        return None  # numpy int64 arithmetic wraps like a 64-bit scalar, nothing narrower
+    name = e.primitive.name
+    a, b = ins
+    (o,) = outs
+    wrap = t.dtype.wrap
+    ops: dict[str, Callable[[Any, Any], Any]] = {
+        "add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
+        "floordiv": lambda x, y: x // y, "mod": lambda x, y: x % y, "min": np.minimum, "max": np.maximum,
+    }
+    op = ops.get(name)
+    if op is None:
+        return None
+    checked = name in ("floordiv", "mod")
+
+    def run(s: _State, env: list[Any]) -> None:
+        x, y = env[a], env[b]
+        if not isinstance(x, np.ndarray) and not isinstance(y, np.ndarray):
+            if checked and y == 0:
+                raise Fallback("division by zero")
+            env[o] = wrap(min(x, y) if name == "min" else max(x, y) if name == "max" else op(x, y))
+            return
+        if checked and (np.asarray(y) == 0).any():
+            raise Fallback("division by zero")
+        with np.errstate(over="ignore"):
+            env[o] = np.asarray(op(np.int64(x) if not isinstance(x, np.ndarray) else x,
+                                   np.int64(y) if not isinstance(y, np.ndarray) else y), dtype=np.int64)
+
+    return run
+
+
+def _block_idx_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step:
+    (o,) = outs
+
+    def run(s: _State, env: list[Any]) -> None:
+        env[o] = s.lanes
+
+    return run
+
+
+def _block_num_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step:
+    (o,) = outs
+
+    def run(s: _State, env: list[Any]) -> None:
+        env[o] = s.n
+
+    return run
+
+
+def _groups(e: Eqn, ins: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+    out, start = {}, 0
+    for name, k in zip(e.primitive.groups, e.params["arity"]):
+        out[name] = ins[start : start + k]
+        start += k
+    return out
+
+
+def _static(shape: tuple[Any, ...]) -> tuple[int, ...] | None:
+    if any(isinstance(d, DynDim) for d in shape):
+        return None
+    return tuple(int(d) for d in shape)
+
+
+def _slice_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
+    out_t = e.outputs[0].type
+    shape = _static(out_t.shape) if isinstance(out_t, TensorType) else None
+    if shape is None:
+        return None
+    g = _groups(e, ins)
+    (s_src,) = g["src"]
+    offs = g["offsets"]
+    drop = e.params["drop"]
+    (o,) = outs
+
+    def run(s: _State, env: list[Any]) -> None:
+        src = env[s_src]
+        if type(src) not in (TensorVal, LaneTensor) or src.nz is not None:
+            raise Fallback("tensor value")
+        addr = _addresses(src, [env[i] for i in offs], s.L)
+        strides = tuple(x for i, x in enumerate(src.strides) if i not in drop)
+        if len(strides) != len(shape):
+            strides = src.strides
+        if isinstance(addr, np.ndarray):
+            env[o] = LaneTensor(addr, src.dtype, shape, strides, src.layout)
+        else:
+            env[o] = TensorVal(addr, src.dtype, shape, strides, src.layout)
+
+    return run
+
+
+def _tile_geometry(t: TileType) -> Any:
+    rows, cols = (t.shape if len(t.shape) == 2 else (int(np.prod(t.shape[:-1])), t.shape[-1]))
+    try:
+        return _geometry(t.memory.value, t.dtype.np_dtype, int(rows), int(cols), None)
+    except runtime.DeviceError:
+        return None
+
+
+def _load_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
+    out_t = e.outputs[0].type
+    if not isinstance(out_t, TileType):
+        return None
+    geom = _tile_geometry(out_t)
+    if geom is None:
+        return None
+    g = _groups(e, ins)
+    (s_src,) = g["src"]
+    offs, valid = g["offsets"], g["valid"]
+    shape = tuple(e.params["shape"])
+    blocked = bool(e.params.get("blocked"))
+    (o,) = outs
+
+    def run(s: _State, env: list[Any]) -> None:
+        src = env[s_src]
+        if type(src) not in (TensorVal, LaneTensor) or src.nz is not None:
+            raise Fallback("tensor value")
+        sizes = tuple(_uniform(env[i]) for i in valid) if valid else shape
+        if blocked:
+            vr, vc = sizes[2] * sizes[3], sizes[1] * sizes[4]
+        else:
+            vr = int(np.prod(sizes[:-1])) if len(sizes) > 1 else 1
+            vc = sizes[-1]
+        if len(sizes) > 5:
+            raise Fallback("rank > 5 window")
+        addr = _lanes_of(_addresses(src, [env[i] for i in offs], s.L), s.L)
+        uniq, row = np.unique(addr, return_inverse=True)
+        s.reserve(geom)
+        data = s.zeros(len(uniq), geom.nbytes)
+        probe = TileBuf._from_geometry(geom, vr, vc, data[0])
+        view0 = GmView._make(int(uniq[0]), src.dtype, sizes, src.strides, src.layout)
+        plan = runtime.load.load_plan(s.ctx.gm, view0, probe)
+        if plan.warns:
+            raise Fallback("the load warns")
+        tile = LaneTile(geom, vr, vc, data, row.reshape(-1))
+        gm = s.ctx.gm
+        for u, a in enumerate(uniq.tolist()):
+            plan.run(gm, a, tile.image(u))
+        lo, hi = _view_span(view0)
+        s.loaded.append((uniq, lo, hi))
+        env[o] = tile
+
+    return run
+
+
+def _transpose_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step:
+    (a,) = ins
+    (o,) = outs
+
+    def run(s: _State, env: list[Any]) -> None:
+        env[o] = TransposedTile(env[a])
+
+    return run
+
+
+def _extract_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
+    t = e.outputs[0].type
+    if not isinstance(t, TileType):
+        return None
+    geom = _tile_geometry(t)
+    if geom is None:
+        return None
+    s_src, s_r, s_c = ins
+    (o,) = outs
+
+    def run(s: _State, env: list[Any]) -> None:
+        src, r0, c0 = env[s_src], _uniform(env[s_r]), _uniform(env[s_c])
+        transpose = False
+        while type(src) is TransposedTile:
+            src, transpose, r0, c0 = src.tile, not transpose, c0, r0
+        if type(src) is not LaneTile or src.freed:
+            raise Fallback("extract source")
+        probe_src = TileBuf._from_geometry(src.g, src.valid_row, src.valid_col, None)  # type: ignore[arg-type]
+        probe = TileBuf._from_geometry(geom, None, None, None)  # type: ignore[arg-type]
+        try:
+            _mov_checks(probe, probe_src, r0, c0, transpose, False)
+            nrows, ncols = (geom.cols, geom.rows) if transpose else (geom.rows, geom.cols)
+            probe_src._check_window(r0, c0, nrows, ncols)
+        except runtime.DeviceError:
+            raise Fallback("refused extract") from None
+        s.reserve(geom)
+        env[o] = LaneWindow(geom, src, r0, c0, transpose)
+
+    return run
+
+
+def _products(s: _State, left: LaneWindow, right: LaneWindow, m: int, k: int, n: int,
+              emit: Callable[[int, np.ndarray], None]) -> None:
+    """emit(lane, C) for every lane, C (m x n) float32 (exact integers for int8), in a reused
+    buffer: `runtime.cube._product_windows`, one lane at a time, operands converted once per
+    distinct image."""
+    if left.g.dtype == np.int8 and k > 2**24 // (128 * 128):
+        raise Fallback("int8 mad beyond the float32-exact depth")
+    xa = {u: left.operand(u, m, k, np.float32) for u in np.unique(left.src.row).tolist()}
+    bt = {u: right.operand(u, k, n, np.float32) for u in np.unique(right.src.row).tolist()}
+    rx, rw = left.src.row.tolist(), right.src.row.tolist()
+    out = s.scratch((m, n), np.float32)
+    for lane in range(s.L):
+        emit(lane, np.matmul(xa[rx[lane]], bt[rw[lane]].T, out=out))
+
+
+def _mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: bool,
+              in_place: bool) -> Step | None:
+    t = e.outputs[0].type
+    if not isinstance(t, TileType):
+        return None
+    geom = _tile_geometry(t)
+    if geom is None:
+        return None
+    (o,) = outs
+
+    def run(s: _State, env: list[Any]) -> None:
+        if accumulate:
+            acc, left, right = (env[i] for i in ins)
+            if type(acc) is not LaneAcc or acc.freed:
+                raise Fallback("accumulator")
+        else:
+            left, right = (env[i] for i in ins)
+        if type(left) is not LaneWindow or type(right) is not LaneWindow or left.freed or right.freed:
+            raise Fallback("mad operands")
+        if left.g.space != "Left" or right.g.space != "Right" or left.g.layout != "ZZ" or right.g.layout != "ZN":
+            raise Fallback("mad operand spaces")
+        if (geom.dtype, left.g.dtype, right.g.dtype) not in MATMUL_DTYPES or geom.layout != "ACC":
+            raise Fallback("mad dtypes")
+        m, k, n = left.g.rows, left.g.cols, right.g.cols
+        if m == 1:
+            m = 16
+        if max(m, k, n) > 4095 or k > right.g.rows or n % 16 or not (m == ceil16(m) == geom.rows) \
+                or n != geom.cols:
+            raise Fallback("not a whole-tile mad")
+        is_int = geom.dtype == np.int32
+        if not accumulate:
+            s.reserve(geom)
+            acc = LaneAcc(geom, np.empty((s.L, m, n), geom.dtype))
+        elif not in_place:
+            s.reserve(geom)
+            acc = LaneAcc(geom, acc.data.copy())
+        data = acc.data
+        tmp = s.scratch((m, n), np.int32) if is_int else None
+
+        def emit(lane: int, c: np.ndarray) -> None:
+            if is_int:  # exact integers in float32: converted exactly, then added mod 2**32
+                np.copyto(tmp, c, casting="unsafe")
+                c = tmp
+            if accumulate:
+                np.add(data[lane], c, out=data[lane])
+            else:
+                data[lane] = c
+
+        _products(s, left, right, m, k, n, emit)
+        env[o] = acc
+
+    return run
+
+
+def _store_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
+    from .impl import impl_rules
+
+    if e.params.get("nz_partition") is not None or impl_rules.get(P.tile_store_p) is not _DEFAULT_STORE:
+        return None
+    g = _groups(e, ins)
+    (s_tile,), offs, (s_dst,) = g["tile"], g["offsets"], g["dst"]
+    attrs = e.params.get("attrs", {})
+    flags = dict(atomic_add=bool(attrs.get("atomic")), relu=bool(attrs.get("pre_relu")))
+    (o,) = outs
+
+    def run(s: _State, env: list[Any]) -> None:
+        tile, dst = env[s_tile], env[s_dst]
+        if type(dst) not in (TensorVal, LaneTensor) or dst.nz is not None:
+            raise Fallback("store target")
+        if type(tile) is LaneAcc and not tile.freed:
+            vr, vc, g = tile.g.rows, tile.g.cols, tile.g
+            get: Callable[[int], TileBuf] = tile.lane_tile
+        elif type(tile) is LaneTile and not tile.freed:
+            vr, vc, g = tile.valid_row, tile.valid_col, tile.g
+            s.pinned.add(id(tile.data))
+            get = (lambda lt: lambda lane: lt.image(int(lt.row[lane])))(tile)
+        else:
+            raise Fallback("stored value")
+        if len(dst.shape) > 5:
+            raise Fallback("rank > 5 store")
+        sizes = (1,) * (len(dst.shape) - 2) + (vr, vc)
+        addr = _lanes_of(_addresses(dst, [env[i] for i in offs], s.L), s.L)
+        view0 = GmView._make(int(addr[0]), dst.dtype, sizes, dst.strides, dst.layout)
+        probe = get(0)
+        plan = runtime.store.store_plan(s.ctx.gm, view0, probe, **flags)
+        if plan.warns:
+            raise Fallback("the store warns")
+        lo, hi = _view_span(view0)
+        s.stored.append((addr, lo, hi))
+        s.stores.append((plan, addr, get))
+        env[o] = dst
+        _ = g
+
+    return run
+
+
+_DEFAULT_STORE: Any = None
+
+
+# ------------------------------------------------------------------------------------- plans
+@dataclass
+class LanePlan:
+    template: list[Any]
+    param_slots: tuple[int, ...]
+    out_slots: tuple[int, ...]
+    runs: tuple[Step, ...]
+
+
+def _for_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], consumed: frozenset[int]) -> Step | None:
+    if e.params["kind"] == "spmd":
+        return None
+    nb, nc, nk = e.params["arity"]
+    body = lane_plan(e.params["body"], nk)
+    if body is None:
+        return None
+
+    def run(s: _State, env: list[Any]) -> None:
+        vals = [env[i] for i in ins]
+        start, stop, step = (_uniform(x) for x in vals[:3])
+        captured = vals[nb : nb + nc]
+        carries = []
+        for i, c in enumerate(vals[nb + nc :]):
+            if (nb + nc + i) not in consumed and type(c) in _LANE_VALUES:
+                if type(c) is not LaneAcc:
+                    raise Fallback("carry copy")
+                s.reserve(c.g)
+                c = LaneAcc(c.g, c.data.copy())
+            carries.append(c)
+        for i in range(start, stop, step):
+            carries = run_lane_plan(s, body, [i, *captured, *carries])
+        for slot, v in zip(outs, carries):
+            env[slot] = v
+
+    return run
+
+
+def _make_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], consumed: frozenset[int],
+               window: bool) -> Step | None:
+    p = e.primitive
+    if p in P.SCALAR_BINARY.values():
+        return _scalar_step(e, ins, outs)
+    if p is P.get_block_idx_p:
+        return _block_idx_step(e, ins, outs)
+    if p is P.get_block_num_p:
+        return _block_num_step(e, ins, outs)
+    if p is P.tensor_slice_p:
+        return _slice_step(e, ins, outs)
+    if p is P.tile_load_p:
+        return _load_step(e, ins, outs)
+    if p is P.tile_transpose_view_p:
+        return _transpose_step(e, ins, outs)
+    if p is P.tile_extract_p and window:
+        return _extract_step(e, ins, outs)
+    if p is P.tile_mad_p:
+        return _mad_step(e, ins, outs, False, False)
+    if p is P.tile_mad_acc_p:
+        return _mad_step(e, ins, outs, True, 0 in consumed)
+    if p is P.tile_store_p:
+        return _store_step(e, ins, outs)
+    if p is P.for_p:
+        return _for_step(e, ins, outs, consumed)
+    return None
+
+
+def _with_frees(step: Step, free: tuple[int, ...], outs: tuple[int, ...]) -> Step:
+    """Run `step`, then release the lane values dying there (not one it returned: in place)."""
+    if not free:
+        return step
+
+    def run(s: _State, env: list[Any]) -> None:
+        step(s, env)
+        res = [env[o] for o in outs]
+        for slot in free:
+            v = env[slot]
+            env[slot] = None
+            if type(v) in _LANE_VALUES and not any(v is r for r in res):
+                s.release(v)
+
+    return run
+
+
+_LANE_PLANS: dict[int, tuple[Graph, LanePlan | None]] = {}
+
+
+def lane_plan(g: Graph, n_owned: int = 0) -> LanePlan | None:
+    """The batched plan of `g`, or None when some equation has no lane-batched form."""
+    key = id(g) * 8 + n_owned
+    hit = _LANE_PLANS.get(key)
+    if hit is not None and hit[0] is g:
+        return hit[1]
+    plan = _build(g, n_owned)
+    _LANE_PLANS[key] = (g, plan)
+    return plan
+
+
+def _build(g: Graph, n_owned: int) -> LanePlan | None:
+    global _DEFAULT_STORE
+    from .executor import _liveness, _window_extracts
+    from .fast import _DEFAULT_IMPLS
+    from .impl import impl_rules
+
+    if _DEFAULT_STORE is None:
+        _DEFAULT_STORE = _DEFAULT_IMPLS.get(P.tile_store_p)
+    for e in g.eqns:  # only the default impls have a batched form
+        if e.primitive is not P.for_p and impl_rules.get(e.primitive) is not _DEFAULT_IMPLS.get(e.primitive):
+            return None
+    free, _ = _liveness(g, n_owned)
+    windows = _window_extracts(g, free)
+    slot_of: dict[Var, int] = {}
+    template: list[Any] = []
+
+    def slot(a: Any) -> int:
+        if isinstance(a, Literal):
+            template.append(a.value)
+            return len(template) - 1
+        s = slot_of.get(a)
+        if s is None:
+            s = slot_of[a] = len(template)
+            template.append(None)
+        return s
+
+    param_slots = tuple(slot(p) for p in g.params)
+    runs = []
+    for i, e in enumerate(g.eqns):
+        dying = set(free.get(i, ()))
+        consumed = frozenset(j for j, a in enumerate(e.inputs) if isinstance(a, Var) and a in dying
+                             and sum(1 for b in e.inputs if b is a) == 1)
+        ins = tuple(slot(a) for a in e.inputs)
+        outs = tuple(slot(v) for v in e.outputs)
+        step = _make_step(e, ins, outs, consumed, i in windows)
+        if step is None:
+            return None
+        runs.append(_with_frees(step, tuple(slot_of[v] for v in free.get(i, ())), outs))
+    return LanePlan(template, param_slots, tuple(slot(a) for a in g.outputs), tuple(runs))
+
+
+def run_lane_plan(s: _State, plan: LanePlan, args: list[Any]) -> list[Any]:
+    env = plan.template.copy()
+    for slot, a in zip(plan.param_slots, args):
+        env[slot] = a
+    for run in plan.runs:
+        run(s, env)
+    return [env[slot] for slot in plan.out_slots]
+
+
+# ---------------------------------------------------------------------------------- running
+def _overlap(a: list[tuple[np.ndarray, int, int]], b: list[tuple[np.ndarray, int, int]]) -> bool:
+    if not a or not b:
+        return False
+    lo1 = np.concatenate([x + lo for x, lo, _ in a])
+    hi1 = np.concatenate([x + hi for x, _, hi in a])
+    lo2 = np.concatenate([x + lo for x, lo, _ in b])
+    hi2 = np.concatenate([x + hi for x, _, hi in b])
+    order = np.argsort(lo2)
+    lo2, hi2 = lo2[order], hi2[order]
+    # for each range of a, the b ranges starting before its end: does any of them end after its start?
+    idx = np.searchsorted(lo2, hi1, side="left")
+    run_max = np.maximum.accumulate(hi2)
+    has = idx > 0
+    return bool((run_max[np.maximum(idx - 1, 0)][has] > lo1[has]).any())
+
+
+def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any]) -> bool:
+    """Run all `lanes` of an SPMD body batched; False (nothing written to GM, on-chip accounting
+    restored) when the body or this run cannot be batched exactly."""
+    plan = lane_plan(body, 0)
+    if plan is None:
+        return False
+    all_lanes = np.asarray(lanes, dtype=np.int64)
+    s = _State(ctx, n)
+    onchip = ctx.onchip
+    live, peak = dict(onchip.live), dict(onchip.peak)
+    groups: list[tuple[int, list[tuple[Any, np.ndarray, Callable[[int], TileBuf]]]]] = []
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            # lanes in groups: each group's tiles stay cache-sized; stores wait for every group
+            for base in range(0, len(all_lanes), LANE_GROUP):
+                s.lanes = all_lanes[base : base + LANE_GROUP]
+                s.L, s.base, s.stores = len(s.lanes), base, []
+                run_lane_plan(s, plan, [s.lanes, *captured])
+                groups.append((base, s.stores))
+        if _overlap(s.loaded, s.stored):
+            raise Fallback("a lane loads bytes that the body stores")
+    except (Fallback, runtime.DeviceError, OverflowError):
+        onchip.live.update(live)
+        onchip.peak.update(peak)
+        return False
+    # every lane's stores, in per-lane program order (loads never see them: checked above)
+    gm = ctx.gm
+    for _, stores in groups:
+        for lane in range(len(stores[0][1]) if stores else 0):
+            for plan_, addr, get in stores:
+                plan_.run(gm, int(addr[lane]), get(lane))
+    return True
+
+
+#: Lanes run together in one batched pass (their tiles should stay in cache).
+LANE_GROUP = 8

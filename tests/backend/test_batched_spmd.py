@@ -1,0 +1,191 @@
+"""Lane-batched SPMD execution (nzjit/backend/batched.py) against the lanes run one by one:
+byte-identical GM, and a fallback to the per-lane run whenever batching could differ."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import runtime
+from nzjit import pl
+from nzjit.backend import batched, executor
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Records whether each SPMD loop ran batched (True) or fell back to per-lane (False)."""
+    seen = []
+    real = batched.try_run_spmd
+
+    def wrapped(*a, **k):
+        r = real(*a, **k)
+        seen.append(r)
+        return r
+
+    monkeypatch.setattr(batched, "try_run_spmd", wrapped)
+    return seen
+
+
+def _run(kernel, args, batch: bool):
+    old = executor.BATCH_SPMD
+    executor.BATCH_SPMD = batch
+    try:
+        w = runtime.Worker(0)
+        devs = [w.alloc_tensor(a.shape, a.dtype, init=a) for a in args]
+        err = None
+        try:
+            kernel(*devs)
+        except runtime.DeviceError as e:
+            err = str(e)
+        return [w.copy_from(d).tobytes() for d in devs], err, dict(w.onchip.peak)
+    finally:
+        executor.BATCH_SPMD = old
+
+
+def _compare(kernel, *args):
+    got, ref = _run(kernel, args, True), _run(kernel, args, False)
+    assert got[0] == ref[0]
+    assert got[1] == ref[1]
+    return got
+
+
+def _grouped(dtype, out_dtype, E, T, N, K, NT, KT):
+    @pl.kernel
+    def gmm(x: pl.Tensor[[E, T, K], dtype], w: pl.Tensor[[E, N, K], dtype, pl.NZ],
+            out: pl.Tensor[[E, T, N], out_dtype]):
+        for lane in pl.spmd(E * (N // NT)):
+            e = lane // (N // NT)
+            n0 = (lane % (N // NT)) * NT
+            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
+            for k0 in pl.pipeline(KT, K, KT):
+                acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
+            out[e, :, n0:n0 + NT] = acc
+
+    return gmm
+
+
+@pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
+    (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
+    (pl.FP16, np.float16, pl.FP32, np.float32),
+    (pl.INT8, np.int8, pl.INT32, np.int32),
+])
+@pytest.mark.parametrize("E,N,NT", [(2, 256, 128), (3, 512, 64)])
+def test_grouped_matmul_batched_equals_per_lane(spy, dtype, np_dtype, out_dtype, np_out, E, N, NT):
+    T, K, KT = 32, 256, 128
+    rng = np.random.default_rng(E * N)
+    if np_dtype == np.int8:
+        x = rng.integers(-128, 128, (E, T, K)).astype(np_dtype)
+        w = rng.integers(-128, 128, (E, N, K)).astype(np_dtype)
+    else:
+        x = rng.standard_normal((E, T, K)).astype(np_dtype)
+        w = rng.standard_normal((E, N, K)).astype(np_dtype)
+    got = _compare(_grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w),
+                   np.full((E, T, N), 7, np_out))
+    assert spy == [True]  # batched (the reference run does not try)
+    res = np.frombuffer(got[0][2], np_out).reshape(E, T, N)
+    ref = np.einsum("etk,enk->etn", x.astype(np.float64), w.astype(np.float64))
+    if np_dtype == np.int8:
+        np.testing.assert_array_equal(res, ref.astype(np.int64).astype(np.int32))
+    else:
+        np.testing.assert_allclose(res, ref, rtol=1e-3, atol=1e-2)
+
+
+def test_lanes_reading_what_other_lanes_store_fall_back(spy):
+    """Lane i copies block i into block i+1: per lane, block 0 propagates to every block; a
+    batched run would copy the original blocks. The load/store overlap forces the fallback."""
+    R, C, L = 16, 16, 6
+
+    @pl.kernel
+    def chain(buf: pl.InOut[pl.Tensor[[(L + 1) * R, C], pl.FP32]]):
+        for lane in pl.spmd(L):
+            t = pl.load(buf, [lane * R, 0], [R, C])
+            pl.store(t, [lane * R + R, 0], buf)
+
+    buf = np.arange((L + 1) * R * C, dtype=np.float32).reshape((L + 1) * R, C)
+    got = _compare(chain, buf)
+    assert spy == [False]
+    res = np.frombuffer(got[0][0], np.float32).reshape(buf.shape)
+    np.testing.assert_array_equal(res, np.tile(buf[:R], (L + 1, 1)))
+
+
+def test_overlapping_stores_keep_lane_order(spy):
+    """Every lane writes the same window (no lane reads it): the last lane's bytes win."""
+    R, C, L = 16, 16, 5
+
+    @pl.kernel
+    def last_wins(a: pl.Tensor[[L * R, C], pl.FP32], out: pl.Tensor[[R, C], pl.FP32]):
+        for lane in pl.spmd(L):
+            pl.store(pl.load(a, [lane * R, 0], [R, C]), [0, 0], out)
+
+    a = np.arange(L * R * C, dtype=np.float32).reshape(L * R, C)
+    got = _compare(last_wins, a, np.zeros((R, C), np.float32))
+    assert spy == [True]
+    np.testing.assert_array_equal(np.frombuffer(got[0][1], np.float32).reshape(R, C), a[-R:])
+
+
+def test_lane_dependent_trip_count_falls_back(spy):
+    R, C, L = 16, 16, 4
+
+    @pl.kernel
+    def ragged(a: pl.Tensor[[L * R, C], pl.FP32], out: pl.Tensor[[L * R, C], pl.FP32]):
+        for lane in pl.spmd(L):
+            for i in pl.range(lane + 1):  # lane 0 runs one trip, lane 3 four
+                pl.store(pl.load(a, [i * R, 0], [R, C]), [lane * R, 0], out)
+
+    a = np.arange(L * R * C, dtype=np.float32).reshape(L * R, C)
+    got = _compare(ragged, a, np.zeros_like(a))
+    assert spy == [False]
+    res = np.frombuffer(got[0][1], np.float32).reshape(a.shape)
+    for lane in range(L):
+        np.testing.assert_array_equal(res[lane * R : (lane + 1) * R], a[lane * R : (lane + 1) * R])
+
+
+def test_unsupported_body_runs_per_lane(spy):
+    """Vec elementwise ops have no batched form: the lanes run one by one."""
+    R, C, L = 16, 16, 3
+
+    @pl.kernel
+    def vec(a: pl.Tensor[[L * R, C], pl.FP32], out: pl.Tensor[[L * R, C], pl.FP32]):
+        for lane in pl.spmd(L):
+            t = pl.load(a, [lane * R, 0], [R, C])
+            pl.store(pl.add(t, t), [lane * R, 0], out)
+
+    a = np.arange(L * R * C, dtype=np.float32).reshape(L * R, C)
+    got = _compare(vec, a, np.zeros_like(a))
+    assert spy == [False]
+    np.testing.assert_array_equal(np.frombuffer(got[0][1], np.float32).reshape(a.shape), 2 * a)
+
+
+def test_a_refusing_lane_falls_back_and_earlier_lanes_stored(spy):
+    """Lane 2 reads past the tensor: per lane, lanes 0 and 1 have stored when it is refused."""
+    R, C, L = 16, 16, 4
+
+    @pl.kernel
+    def oob(a: pl.Tensor[[2 * R, C], pl.FP32], off: pl.Tensor[[R * C * 64], pl.FP32],
+            out: pl.Tensor[[L * R, C], pl.FP32]):
+        for lane in pl.spmd(L):
+            t = pl.load(off, [lane * lane * R * C * 40], [R * C])
+            pl.store(pl.load(a, [0, 0], [R, C]), [lane * R, 0], out)
+            _ = t
+
+    a = np.arange(2 * R * C, dtype=np.float32).reshape(2 * R, C)
+    off = np.zeros(R * C * 64, np.float32)
+    got = _compare(oob, a, off, np.zeros((L * R, C), np.float32))
+    assert spy == [False]
+    assert got[1] is not None  # the per-lane error, raised by both runs
+    res = np.frombuffer(got[0][2], np.float32).reshape(L * R, C)
+    np.testing.assert_array_equal(res[: 2 * R], np.tile(a[:R], (2, 1)))  # lanes 0 and 1 stored
+    assert not res[2 * R :].any()
+
+
+def test_batching_can_be_switched_off(spy):
+    executor.BATCH_SPMD = False
+    try:
+        E, T, N, K, NT, KT = 1, 16, 64, 64, 32, 32
+        k = _grouped(pl.FP16, pl.FP32, E, T, N, K, NT, KT)
+        k(np.ones((E, T, K), np.float16), runtime.pack_nz(np.ones((E, N, K), np.float16)),
+          np.zeros((E, T, N), np.float32))
+        assert spy == []
+    finally:
+        executor.BATCH_SPMD = True
