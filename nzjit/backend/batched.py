@@ -685,4 +685,4 @@ def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any
 
 
 #: Lanes run together in one batched pass (their tiles should stay in cache).
-LANE_GROUP = 8
+LANE_GROUP = 16
