@@ -80,12 +80,21 @@ class InstrPlan:
     recorded instead of performed, so every check, refusal and field narrowing is the model's
     own; only the work that depends on the geometry is done once."""
 
-    __slots__ = ("ops", "warns")
+    __slots__ = ("ops", "warns", "copies", "single")
 
     def __init__(self, ops: list[Callable[..., None]], warns: list[tuple[str, type[Warning]]]) -> None:
         self.ops, self.warns = tuple(ops), tuple(warns)
+        #: the burst copies, when the instruction is nothing else: (plan, source is GM,
+        #: source offset, destination offset) -- the GM offset is relative to the view address
+        copies = [getattr(op, "copy", None) for op in self.ops]
+        self.copies = tuple(copies) if all(c is not None for c in copies) else None  # type: ignore[arg-type]
+        self.single = self.ops[0] if len(self.ops) == 1 and not self.warns else None
 
     def run(self, gm: object, addr: int, tile: object) -> None:
+        single = self.single
+        if single is not None:
+            single(gm, addr, tile)
+            return
         for msg, cat in self.warns:
             warnings.warn(msg, cat, stacklevel=3)
         for op in self.ops:
@@ -189,10 +198,14 @@ def copy_bursts(
         plan.run(src, src_addr, dst, dst_addr)
     elif getattr(src, "is_gm", False):  # GM -> tile: the GM side is relative to the view address
         run, so, do = plan.run, src_addr, dst_addr
-        ops.append(lambda gm, addr, tile: run(gm, addr + so, tile, do))
+        op = lambda gm, addr, tile: run(gm, addr + so, tile, do)  # noqa: E731
+        op.copy = (plan, True, so, do)  # type: ignore[attr-defined]
+        ops.append(op)
     else:
         run, so, do = plan.run, src_addr, dst_addr
-        ops.append(lambda gm, addr, tile: run(tile, so, gm, addr + do))
+        op = lambda gm, addr, tile: run(tile, so, gm, addr + do)  # noqa: E731
+        op.copy = (plan, False, so, do)  # type: ignore[attr-defined]
+        ops.append(op)
 
 
 class _CopyPlan:

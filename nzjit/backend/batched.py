@@ -37,6 +37,7 @@ import numpy as np
 
 import runtime
 from runtime import GmView, TileBuf
+from runtime._strided import byte_span, overlaps_itself
 from runtime.cube import MATMUL_DTYPES, TileWindow, _mov_checks
 from runtime.dma import ceil16
 from runtime.tile import _geometry
@@ -104,8 +105,9 @@ _LANE_VALUES = (LaneTile, LaneWindow, LaneAcc)
 class _State:
     """One batched attempt: lanes, deferred stores, byte ranges loaded and stored."""
 
-    def __init__(self, ctx: Any, n: int) -> None:
-        self.ctx, self.n = ctx, n
+    def __init__(self, ctx: Any, n: int, spmd: bool) -> None:
+        self.ctx, self.n, self.spmd = ctx, n, spmd
+        self.alloc_bytes = 0
         self.lanes = np.zeros(0, np.int64)
         self.L = self.base = 0
         self.stores: list[tuple[Any, np.ndarray, Callable[[int], TileBuf]]] = []
@@ -175,11 +177,42 @@ def _addresses(src: Any, offs: list[Any], L: int) -> np.ndarray | int:
 
 
 def _view_span(view: GmView) -> tuple[int, int]:
-    from runtime._strided import byte_span
-
     E = view.dtype.itemsize
     lo, hi = byte_span(0, view.shape, tuple(s * E for s in view.strides))
     return lo, max(hi, lo + E)
+
+
+def _lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: bool) -> bool:
+    """Replay `plan` (one burst copy, no warnings) for lane GM addresses `addrs` (an arithmetic
+    progression) and tile images `images[i]` as one strided assignment; False when it is not
+    that simple (the caller replays lane by lane)."""
+    copies = plan.copies
+    if copies is None or len(copies) != 1 or plan.warns or len(addrs) < 2:
+        return False
+    cp, src_is_gm, so, do = copies[0]
+    if cp.ordered or cp.add_dtype is not None or src_is_gm != load:
+        return False
+    step = int(addrs[1] - addrs[0])
+    if step <= 0 or not (np.diff(addrs) == step).all():
+        return False
+    U, nbytes = images.shape
+    g_strides, t_strides = (cp.s_strides, cp.d_strides) if load else (cp.d_strides, cp.s_strides)
+    g_off, t_off = (so, do) if load else (do, so)
+    t_lo, t_hi = cp.d_span if load else cp.s_span
+    if t_hi <= t_lo or t_off + t_lo < 0 or t_off + t_hi > nbytes:
+        return False  # empty, or outside the tile: the lane-by-lane replay raises as the model does
+    shape = (U, *cp.shape)
+    gstr = (step, *g_strides)
+    if not load and overlaps_itself(shape, gstr, 1):
+        return False  # lanes write overlapping bytes: keep the in-order replay
+    lo, hi = byte_span(0, shape, gstr)
+    g = gm.view_span(int(addrs[0]) + g_off, shape, gstr, lo, hi)
+    t = np.ndarray(shape, np.uint8, images, t_off, (nbytes, *t_strides))
+    if load:
+        t[...] = g
+    else:
+        g[...] = t
+    return True
 
 
 # ------------------------------------------------------------------------------------ steps
@@ -223,7 +256,7 @@ def _block_idx_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step
     (o,) = outs
 
     def run(s: _State, env: list[Any]) -> None:
-        env[o] = s.lanes
+        env[o] = s.lanes if s.spmd else s.ctx.block_idx
 
     return run
 
@@ -232,7 +265,7 @@ def _block_num_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step
     (o,) = outs
 
     def run(s: _State, env: list[Any]) -> None:
-        env[o] = s.n
+        env[o] = s.n if s.spmd else s.ctx.block_num
 
     return run
 
@@ -323,8 +356,10 @@ def _load_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | No
             raise Fallback("the load warns")
         tile = LaneTile(geom, vr, vc, data, row.reshape(-1))
         gm = s.ctx.gm
-        for u, a in enumerate(uniq.tolist()):
-            plan.run(gm, a, tile.image(u))
+        s.alloc_bytes += data.nbytes
+        if not _lane_copy(plan, gm, uniq, data, True):
+            for u, a in enumerate(uniq.tolist()):
+                plan.run(gm, a, tile.image(u))
         lo, hi = _view_span(view0)
         s.loaded.append((uniq, lo, hi))
         env[o] = tile
@@ -442,6 +477,47 @@ def _mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: b
     return run
 
 
+def _elementwise_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
+    from .impl import _ELEMENTWISE
+
+    t = e.outputs[0].type
+    if not isinstance(t, TileType):
+        return None
+    geom = _tile_geometry(t)
+    if geom is None or geom.layout != "ND":
+        return None
+    ufunc = _ELEMENTWISE[e.primitive.name]
+    dt = geom.dtype
+    try:  # the op must produce the tile dtype itself (as in fast.py)
+        with np.errstate(all="ignore"):
+            if ufunc(*(np.ones(1, dt) for _ in ins)).dtype != dt:
+                return None
+    except TypeError:
+        return None
+    (o,) = outs
+
+    def run(s: _State, env: list[Any]) -> None:
+        xs = [env[i] for i in ins]
+        for x in xs:
+            if type(x) is not LaneTile or x.freed or x.g.layout != "ND" or x.g.dtype != dt:
+                raise Fallback("elementwise operands")
+        first = xs[0]
+        s.reserve(geom)
+        rows = [x.row for x in xs]
+        if all(r is rows[0] or np.array_equal(r, rows[0]) for r in rows):  # same images per lane
+            args = [x.data.view(dt).reshape(len(x.data), x.g.rows, x.g.cols) for x in xs]
+            row = rows[0]
+        else:
+            args = [x.data.view(dt).reshape(len(x.data), x.g.rows, x.g.cols)[x.row] for x in xs]
+            row = np.arange(s.L)
+        data = np.empty((len(args[0]), geom.nbytes), np.uint8)
+        ufunc(*args, out=data.view(dt).reshape(len(args[0]), geom.rows, geom.cols))
+        s.alloc_bytes += data.nbytes
+        env[o] = LaneTile(geom, first.valid_row, first.valid_col, data, row)
+
+    return run
+
+
 def _store_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
     from .impl import impl_rules
 
@@ -464,6 +540,7 @@ def _store_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | N
             vr, vc, g = tile.valid_row, tile.valid_col, tile.g
             s.pinned.add(id(tile.data))
             get = (lambda lt: lambda lane: lt.image(int(lt.row[lane])))(tile)
+            get.images = (tile.data, tile.row)  # type: ignore[attr-defined]
         else:
             raise Fallback("stored value")
         if len(dst.shape) > 5:
@@ -547,6 +624,8 @@ def _make_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], consumed: fr
         return _mad_step(e, ins, outs, True, 0 in consumed)
     if p is P.tile_store_p:
         return _store_step(e, ins, outs)
+    if p in P.ELEMENTWISE.values():
+        return _elementwise_step(e, ins, outs)
     if p is P.for_p:
         return _for_step(e, ins, outs, consumed)
     return None
@@ -650,25 +729,30 @@ def _overlap(a: list[tuple[np.ndarray, int, int]], b: list[tuple[np.ndarray, int
     return bool((run_max[np.maximum(idx - 1, 0)][has] > lo1[has]).any())
 
 
-def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any]) -> bool:
-    """Run all `lanes` of an SPMD body batched; False (nothing written to GM, on-chip accounting
-    restored) when the body or this run cannot be batched exactly."""
+def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any], spmd: bool = True) -> bool:
+    """Run all `lanes` of an SPMD body (or the independent trips of a carry-free loop,
+    `spmd=False`: the body's index takes the trip values, the block index stays) batched;
+    False (nothing written to GM, on-chip accounting restored) when that cannot be exact."""
     plan = lane_plan(body, 0)
     if plan is None:
         return False
     all_lanes = np.asarray(lanes, dtype=np.int64)
-    s = _State(ctx, n)
+    s = _State(ctx, n, spmd)
     onchip = ctx.onchip
     live, peak = dict(onchip.live), dict(onchip.peak)
-    groups: list[tuple[int, list[tuple[Any, np.ndarray, Callable[[int], TileBuf]]]]] = []
+    groups: list[list[tuple[Any, np.ndarray, Callable[[int], TileBuf]]]] = []
     try:
         with np.errstate(over="ignore", invalid="ignore"):
             # lanes in groups: each group's tiles stay cache-sized; stores wait for every group
-            for base in range(0, len(all_lanes), LANE_GROUP):
-                s.lanes = all_lanes[base : base + LANE_GROUP]
-                s.L, s.base, s.stores = len(s.lanes), base, []
+            base, size = 0, LANE_GROUP
+            while base < len(all_lanes):
+                s.lanes = all_lanes[base : base + size]
+                s.L, s.base, s.stores, s.alloc_bytes = len(s.lanes), base, [], 0
                 run_lane_plan(s, plan, [s.lanes, *captured])
-                groups.append((base, s.stores))
+                groups.append(s.stores)
+                base += s.L
+                per_lane = max(1, s.alloc_bytes // s.L)
+                size = int(min(MAX_GROUP, max(LANE_GROUP, GROUP_BYTES // per_lane)))
         if _overlap(s.loaded, s.stored):
             raise Fallback("a lane loads bytes that the body stores")
     except (Fallback, runtime.DeviceError, OverflowError):
@@ -677,12 +761,24 @@ def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any
         return False
     # every lane's stores, in per-lane program order (loads never see them: checked above)
     gm = ctx.gm
-    for _, stores in groups:
-        for lane in range(len(stores[0][1]) if stores else 0):
+    for stores in groups:
+        if not stores:
+            continue
+        if len(stores) == 1:  # one store per lane: one strided assignment if the lanes' bytes are disjoint
+            plan_, addr, get = stores[0]
+            images = getattr(get, "images", None)
+            if images is not None:
+                data, row = images
+                imgs = data if len(data) == len(row) and (row == np.arange(len(row))).all() else data[row]
+                if _lane_copy(plan_, gm, addr, imgs, False):
+                    continue
+        for lane in range(len(stores[0][1])):
             for plan_, addr, get in stores:
                 plan_.run(gm, int(addr[lane]), get(lane))
     return True
 
 
-#: Lanes run together in one batched pass (their tiles should stay in cache).
+#: Lanes per batched pass: at least LANE_GROUP, more while their tiles fit in GROUP_BYTES.
 LANE_GROUP = 16
+MAX_GROUP = 4096
+GROUP_BYTES = 4 << 20

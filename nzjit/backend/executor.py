@@ -31,7 +31,8 @@ StepFn = Callable[["Ctx", list[Any]], None]
 #: generic `impl_rules` entry; tests compare the two byte for byte). Changing it needs
 #: `clear_plans()`.
 FAST = True
-#: Run the lanes of an SPMD body lane-batched when that is exact (batched.py); else one by one.
+#: Run the lanes of an SPMD body, and the trips of a carry-free loop, batched when that is exact
+#: (batched.py); else one by one.
 BATCH_SPMD = True
 
 
@@ -266,8 +267,14 @@ def run_loop(ctx: Ctx, e: Eqn, ins: list[Any], consumed: frozenset[int] | None =
         finally:
             ctx.block_idx, ctx.block_num = saved
         return []
+    trips = range(start, stop, step)
+    if FAST and BATCH_SPMD and nk == 0 and len(trips) > 1:  # independent trips: batched when exact
+        from .batched import try_run_spmd
+
+        if try_run_spmd(ctx, body, trips, len(trips), captured, spmd=False):
+            return carries
     plan = plan_of(body, nk)
-    for i in range(start, stop, step):
+    for i in trips:
         carries = run_plan(ctx, plan, [i, *captured, *carries])
     return carries
 
