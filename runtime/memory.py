@@ -85,6 +85,7 @@ class GlobalMemory:
         self._next = _GM_BASE
         self._lock = threading.Lock()
         self._last: _Allocation | None = None  # the allocation of the previous access (hot path)
+        self._prev: _Allocation | None = None
         self.uploads = 0
         self.upload_bytes = 0
         self.downloads = 0
@@ -154,7 +155,10 @@ class GlobalMemory:
         """The live allocation holding ``[lo, hi)`` (remembered in ``_last``), else DeviceError."""
         a = self._last
         if a is None or lo < a.base or hi > a.base + a.nbytes or a.data is None:
-            a = self._find(lo)
+            a = self._prev  # kernels alternate between a few tensors: remember two
+            if a is None or lo < a.base or hi > a.base + a.nbytes or a.data is None:
+                a = self._find(lo)
+            self._prev = self._last
             if a is None or hi > a.base + a.nbytes:
                 raise DeviceError(
                     f"GM access to bytes [{lo:#x}, {hi:#x}) is outside every allocation"
@@ -241,9 +245,10 @@ class OnChip:
         return self.alloc_geometry(_geometry(space, dtype, rows, cols, layout), valid_row, valid_col)
 
     def alloc_geometry(
-        self, g: object, valid_row: int | None = None, valid_col: int | None = None
+        self, g: object, valid_row: int | None = None, valid_col: int | None = None, zero: bool = True
     ) -> TileBuf:
-        """:meth:`alloc_tile` from a validated geometry (``runtime.tile._geometry``): the hot path."""
+        """:meth:`alloc_tile` from a validated geometry (``runtime.tile._geometry``): the hot path.
+        ``zero=False``: the caller overwrites every byte before anything reads the tile."""
         nbytes = g.nbytes  # type: ignore[attr-defined]
         space = g.space  # type: ignore[attr-defined]
         need = -(-nbytes // 32) * 32
@@ -259,7 +264,8 @@ class OnChip:
         pool = self._pool.get(nbytes)
         if pool:
             data = pool.pop()
-            data.fill(0)
+            if zero:
+                data.fill(0)
         else:
             data = np.zeros(nbytes, dtype=np.uint8)
         tile = TileBuf._from_geometry(g, valid_row, valid_col, data)  # type: ignore[arg-type]
@@ -285,4 +291,5 @@ class OnChip:
             pool = self._pool[nbytes] = []
         if len(pool) < _POOL_DEPTH:
             pool.append(data)
-        tile.data = _FREED  # a freed tile keeps no alias of a buffer that is handed out again
+        tile._data = _FREED  # a freed tile keeps no alias of a buffer that is handed out again
+        tile._logical = False

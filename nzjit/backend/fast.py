@@ -310,7 +310,9 @@ def _mk_load(st: Any) -> Run | None:
             vr, vc = extents(sizes)
         tile = ctx.onchip.alloc_geometry(geom, vr, vc)
         m_src, m_sizes, plan = memo
-        if m_src is src and m_sizes == sizes:  # same view geometry as the previous trip
+        if m_sizes == sizes and (m_src is src or (  # same view geometry as the previous trip / call
+                m_src is not None and m_src.strides == src.strides and m_src.dtype == src.dtype
+                and m_src.layout == src.layout and type(src) is type(m_src))):
             plan.run(ctx.gm, src.addr + delta * src.dtype.itemsize, tile)
             return tile
         view = _gm_view(src, offs, sizes)
@@ -363,7 +365,9 @@ def _mk_store(st: Any) -> Run | None:
             delta += x * s
         tile._live()
         m_dst, m_g, m_vr, m_vc, plan = memo
-        if m_dst is dst and m_g is tile._g and m_vr == tile.valid_row and m_vc == tile.valid_col:
+        if m_g is tile._g and m_vr == tile.valid_row and m_vc == tile.valid_col and (m_dst is dst or (
+                m_dst is not None and m_dst.strides == dst.strides and m_dst.dtype == dst.dtype
+                and m_dst.layout == dst.layout and m_dst.shape == dst.shape)):
             plan.run(ctx.gm, dst.addr + delta * dst.dtype.itemsize, tile)
         else:
             sizes = (1,) * (len(dst.shape) - 2) + (tile.valid_row, tile.valid_col)
@@ -480,11 +484,11 @@ def _mk_elementwise(st: Any) -> Run | None:
     def body(ctx: Any, env: list[Any]) -> Any:
         xs = [env[i] for i in ins]
         for x in xs:  # same-dtype ND tiles: the op runs on views of the byte images
-            if type(x) is not TileBuf or x.layout != "ND" or x.dtype != dt or x.freed:
+            if type(x) is not TileBuf or x.layout != "ND" or x.dtype != dt or x.freed or x._logical:
                 return None
         first = xs[0]
-        out = ctx.onchip.alloc_geometry(geom, first.valid_row, first.valid_col)
-        ufunc(*(x.data.view(dt).reshape(x.rows, x.cols) for x in xs), out=out.data.view(dt).reshape(shape2))
+        out = ctx.onchip.alloc_geometry(geom, first.valid_row, first.valid_col, zero=False)  # all written
+        ufunc(*(x._data.view(dt).reshape(x.rows, x.cols) for x in xs), out=out._data.view(dt).reshape(shape2))
         return out
 
     (o,) = st.outs
