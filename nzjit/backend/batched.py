@@ -755,7 +755,9 @@ def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any
                 size = int(min(MAX_GROUP, max(LANE_GROUP, GROUP_BYTES // per_lane)))
         if _overlap(s.loaded, s.stored):
             raise Fallback("a lane loads bytes that the body stores")
-    except (Fallback, runtime.DeviceError, OverflowError):
+    except Exception as e:  # anything unexpected too: the per-lane run is the reference
+        if STRICT and not isinstance(e, (Fallback, runtime.DeviceError, OverflowError)):
+            raise
         onchip.live.update(live)
         onchip.peak.update(peak)
         return False
@@ -778,6 +780,8 @@ def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any
     return True
 
 
+#: Re-raise unexpected errors of a batched attempt instead of falling back (tests set it).
+STRICT = False
 #: Lanes per batched pass: at least LANE_GROUP, more while their tiles fit in GROUP_BYTES.
 LANE_GROUP = 16
 MAX_GROUP = 4096
