@@ -80,7 +80,7 @@ class InstrPlan:
     recorded instead of performed, so every check, refusal and field narrowing is the model's
     own; only the work that depends on the geometry is done once."""
 
-    __slots__ = ("ops", "warns", "copies", "single")
+    __slots__ = ("ops", "warns", "copies", "single", "fill_bytes")
 
     def __init__(self, ops: list[Callable[..., None]], warns: list[tuple[str, type[Warning]]]) -> None:
         self.ops, self.warns = tuple(ops), tuple(warns)
@@ -89,6 +89,21 @@ class InstrPlan:
         copies = [getattr(op, "copy", None) for op in self.ops]
         self.copies = tuple(copies) if all(c is not None for c in copies) else None  # type: ignore[arg-type]
         self.single = self.ops[0] if len(self.ops) == 1 and not self.warns else None
+        self.fill_bytes = self._fill_bytes()
+
+    def fills(self, nbytes: int) -> bool:
+        """True when the instruction writes every byte of an ``nbytes`` tile (one GM -> tile burst
+        copy that is a bijection onto the image): the tile need not be zeroed first."""
+        return self.fill_bytes == nbytes
+
+    def _fill_bytes(self) -> int:
+        if self.copies is None or len(self.copies) != 1:
+            return -1
+        cp, src_is_gm, _, do = self.copies[0]
+        n = 1
+        for d in cp.shape:
+            n *= d
+        return n if src_is_gm and do == 0 and cp.d_span == (0, n) and not cp.ordered else -1
 
     def run(self, gm: object, addr: int, tile: object) -> None:
         single = self.single

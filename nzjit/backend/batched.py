@@ -127,11 +127,12 @@ class _State:
             b = self.bufs[key] = np.empty(shape, dtype)
         return b
 
-    def zeros(self, n: int, nbytes: int) -> np.ndarray:
+    def zeros(self, n: int, nbytes: int, zero: bool = True) -> np.ndarray:
         free = self.pool.get((n, nbytes))
         if free:
             a = free.pop()
-            a.fill(0)
+            if zero:
+                a.fill(0)
             return a
         return np.zeros((n, nbytes), np.uint8)
 
@@ -348,12 +349,12 @@ def _load_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | No
         addr = _lanes_of(_addresses(src, [env[i] for i in offs], s.L), s.L)
         uniq, row = np.unique(addr, return_inverse=True)
         s.reserve(geom)
-        data = s.zeros(len(uniq), geom.nbytes)
-        probe = TileBuf._from_geometry(geom, vr, vc, data[0])
+        probe = TileBuf._from_geometry(geom, vr, vc, np.zeros(geom.nbytes, np.uint8))
         view0 = GmView._make(int(uniq[0]), src.dtype, sizes, src.strides, src.layout)
         plan = runtime.load.load_plan(s.ctx.gm, view0, probe)
         if plan.warns:
             raise Fallback("the load warns")
+        data = s.zeros(len(uniq), geom.nbytes, zero=not plan.fills(geom.nbytes))
         tile = LaneTile(geom, vr, vc, data, row.reshape(-1))
         gm = s.ctx.gm
         s.alloc_bytes += data.nbytes

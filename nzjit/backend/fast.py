@@ -308,13 +308,14 @@ def _mk_load(st: Any) -> Run | None:
         else:
             sizes = tuple(int(env[i]) for i in valid_slots)
             vr, vc = extents(sizes)
-        tile = ctx.onchip.alloc_geometry(geom, vr, vc)
         m_src, m_sizes, plan = memo
         if m_sizes == sizes and (m_src is src or (  # same view geometry as the previous trip / call
                 m_src is not None and m_src.strides == src.strides and m_src.dtype == src.dtype
                 and m_src.layout == src.layout and type(src) is type(m_src))):
+            tile = ctx.onchip.alloc_geometry(geom, vr, vc, zero=not plan.fills(geom.nbytes))
             plan.run(ctx.gm, src.addr + delta * src.dtype.itemsize, tile)
             return tile
+        tile = ctx.onchip.alloc_geometry(geom, vr, vc)
         view = _gm_view(src, offs, sizes)
         plan = _load_plan(ctx.gm, view, tile)
         memo = (src, sizes, plan)
