@@ -80,7 +80,7 @@ class Worker:
         host = None
         if init is not None:
             host = self._host_array(init, shape, dt, "alloc_tensor init")
-        t = DeviceTensor(self, self.gm.alloc(math.prod(shape) * dt.itemsize), shape, dt)
+        t = DeviceTensor(self, self.gm.alloc(math.prod(shape) * dt.itemsize, zero=host is None), shape, dt)
         if host is not None:
             self.gm.write(t.address, host)
         return t

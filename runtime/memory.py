@@ -29,6 +29,9 @@ __all__ = ["GlobalMemory", "OnChip", "CAPACITIES", "HW_NAMES", "GM_ALIGN"]
 
 #: Allocation alignment in GM (bytes).  512 B = one fractal, also keeps every 32-B block aligned.
 GM_ALIGN = 512
+#: Freed GM buffers of at least this size are kept (up to _GM_POOL_BYTES) for reuse.
+_GM_POOL_MIN = 64 << 10
+_GM_POOL_BYTES = 512 << 20
 #: First address handed out; small addresses stay unmapped so a null-ish pointer faults.
 _GM_BASE = 0x10000
 
@@ -86,17 +89,29 @@ class GlobalMemory:
         self._lock = threading.Lock()
         self._last: _Allocation | None = None  # the allocation of the previous access (hot path)
         self._prev: _Allocation | None = None
+        self._pool: dict[int, list[np.ndarray]] = {}
+        self._pool_bytes = 0
         self.uploads = 0
         self.upload_bytes = 0
         self.downloads = 0
 
     # ------------------------------------------------------------------ allocation
-    def alloc(self, nbytes: int) -> int:
-        """Reserve ``nbytes`` of zeroed GM; return its 512-byte-aligned base address."""
+    def alloc(self, nbytes: int, zero: bool = True) -> int:
+        """Reserve ``nbytes`` of zeroed GM; return its 512-byte-aligned base address.
+
+        ``zero=False``: the caller writes every byte before anything reads them (an upload)."""
         nbytes = int(nbytes)
         if nbytes < 0:
             raise DeviceError(f"cannot allocate {nbytes} bytes")
-        data = np.zeros(nbytes, dtype=np.uint8)
+        with self._lock:
+            pool = self._pool.get(nbytes)
+            data = pool.pop() if pool else None
+            if data is not None:
+                self._pool_bytes -= nbytes
+        if data is None:
+            data = np.zeros(nbytes, dtype=np.uint8)
+        elif zero:
+            data.fill(0)
         with self._lock:
             base = self._next
             self._next = base + max(1, -(-nbytes // GM_ALIGN)) * GM_ALIGN
@@ -112,6 +127,11 @@ class GlobalMemory:
                 raise DeviceError(f"free of GM address {addr:#x}: not the base of an allocation")
             if a.data is None:
                 raise DeviceError(f"double free of GM allocation at {addr:#x}")
+            # the bytes (not the addresses) are reused: a call's uploads and scratch tensors do
+            # not fault in fresh pages every time
+            if a.nbytes >= _GM_POOL_MIN and self._pool_bytes + a.nbytes <= _GM_POOL_BYTES:
+                self._pool.setdefault(a.nbytes, []).append(a.data)
+                self._pool_bytes += a.nbytes
             a.data = None
 
     def is_live(self, addr: int) -> bool:
