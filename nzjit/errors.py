@@ -7,7 +7,7 @@ import linecache
 import os
 import sys
 from dataclasses import dataclass
-from types import FrameType
+from types import CodeType, FrameType
 
 
 @dataclass(frozen=True)
@@ -43,15 +43,22 @@ def user_frame(depth: int = 1) -> FrameType | None:
     return f
 
 
+@functools.lru_cache(maxsize=512)
+def _positions(code: CodeType) -> tuple[tuple[int | None, int | None, int | None, int | None], ...]:
+    """Source positions per instruction (one entry per 2-byte code unit), computed once per code
+    object: a kernel body of thousands of ops would otherwise rescan them at every op."""
+    return tuple(code.co_positions())
+
+
 def source_of(f: FrameType) -> Source:
     """The line `f` is executing, with the column range of the instruction (3.11+) for the caret."""
     col, end = 0, None
-    try:
-        pos = next(p for i, p in enumerate(f.f_code.co_positions()) if 2 * i == f.f_lasti)
+    positions = _positions(f.f_code)
+    i = f.f_lasti // 2
+    if 0 <= i < len(positions):
+        pos = positions[i]
         if pos[0] == f.f_lineno and pos[2] is not None:
             col, end = pos[2], (pos[3] if pos[1] == pos[0] else None)
-    except StopIteration:
-        pass
     return Source(f.f_code.co_filename, f.f_lineno, col, end)
 
 

@@ -28,8 +28,9 @@ import numpy as np
 from runtime.memory import CAPACITIES, HW_NAMES
 
 from .core import dtypes as dt
+from .core.dce import prune
 from .core.ir import Atom, Eqn, Graph, Literal, Var
-from .core.primitives import PURE, Primitive, for_p
+from .core.primitives import Primitive, for_p
 from .core.types import Mem, ScalarType, TensorType, TileType, Type
 from .errors import CompileError, Source, source_of, user_frame, user_source
 
@@ -239,7 +240,14 @@ def lift(t: Tracer, frame: TraceFrame) -> Var:
     return inner
 
 
+@functools.lru_cache(maxsize=4096)
+def _int_literal(value: int, dtype: dt.DType) -> Literal:
+    return Literal(dtype.wrap(value), ScalarType(dtype))
+
+
 def literal(value: Any, dtype: dt.DType = dt.INDEX) -> Literal:
+    if type(value) is int:  # the common case, without the ABC checks below
+        return _int_literal(value, dtype)
     if isinstance(value, bool | np.bool_):
         return Literal(bool(value), ScalarType(dt.BOOL))
     if isinstance(value, numbers.Integral):
@@ -250,6 +258,10 @@ def literal(value: Any, dtype: dt.DType = dt.INDEX) -> Literal:
 
 
 def to_atom(x: Any, frame: TraceFrame, dtype: dt.DType = dt.INDEX) -> Atom:
+    if type(x) is Tracer:
+        return x.var if x.frame is frame else lift(x, frame)
+    if type(x) is int:
+        return _int_literal(x, dtype)
     if isinstance(x, Tracer):
         return lift(x, frame)
     if isinstance(x, Var | Literal):
@@ -270,9 +282,8 @@ def bind(prim: Primitive, groups: Sequence[Sequence[Any]], params: dict[str, Any
         src = None if uf is None else source_of(uf)
         if uf is not None and id(uf) not in st.user_frames:
             st.user_frames[id(uf)] = uf  # its locals name the values at the end of tracing
-    inputs = tuple(to_atom(x, frame, dtype) for grp in groups for x in grp)
-    params = dict(params or {})
-    params["arity"] = tuple(len(g) for g in groups)
+    inputs = tuple([to_atom(x, frame, dtype) for grp in groups for x in grp])
+    params = {**params, "arity": tuple(map(len, groups))} if params else {"arity": tuple(map(len, groups))}
     try:
         out_types = prim.type_rule(*(a.type for a in inputs), **params)
     except CompileError as e:
@@ -280,7 +291,8 @@ def bind(prim: Primitive, groups: Sequence[Sequence[Any]], params: dict[str, Any
             raise CompileError(e.raw_message, src, rule=e.rule, help=e.help) from None
         raise
     for t in out_types:
-        _check_capacity(t, st.target, src)
+        if type(t) is TileType and t.memory is Mem.Vec:
+            _check_capacity(t, st.target, src)
     outs = tuple(Var(t) for t in out_types)
     eqn = Eqn(prim, inputs, outs, params, src)
     frame.eqns.append(eqn)
@@ -626,44 +638,3 @@ def trace(fn: Any, param_types: Sequence[Type], param_names: Sequence[str], name
         _local.state = None
         st.user_frames.clear()
     return Graph(root.params, prune(root.eqns, []), [], name=name)
-
-
-# ------------------------------------------------------------------------------------ pruning
-def prune(eqns: Sequence[Eqn], live_out: Sequence[Atom]) -> list[Eqn]:
-    """Drop pure equations nobody reads, and loop carries and captures a loop neither reads nor
-    returns to a reader (e.g. a tile reloaded every trip under the name it had before the loop)."""
-    live = {a for a in live_out if isinstance(a, Var)}
-    kept: list[Eqn] = []
-    for e in reversed(eqns):
-        if e.primitive is for_p:
-            e = _prune_loop(e, live)
-        elif e.primitive in PURE and not any(v in live for v in e.outputs):
-            continue
-        kept.append(e)
-        live.update(a for a in e.inputs if isinstance(a, Var))
-    kept.reverse()
-    return kept
-
-
-def _prune_loop(e: Eqn, live: set[Var]) -> Eqn:
-    nb, nc, nk = e.params["arity"]
-    body: Graph = e.params["body"]
-    carry_params = body.params[1 + nc :]
-    keep = [v in live for v in e.outputs]
-    while True:  # a carry the body reads stays; that can make another carry's output read
-        outs = [o for o, k in zip(body.outputs, keep) if k]
-        eqns = prune(body.eqns, outs)
-        used = {a for x in eqns for a in x.inputs if isinstance(a, Var)}
-        used.update(a for a in outs if isinstance(a, Var))
-        new_keep = [k or p in used for k, p in zip(keep, carry_params)]
-        if new_keep == keep:
-            break
-        keep = new_keep
-    cap = [i for i, p in enumerate(body.params[1 : 1 + nc]) if p in used]
-    car = [i for i, k in enumerate(keep) if k]
-    captured, inits = e.inputs[nb : nb + nc], e.inputs[nb + nc :]
-    new_body = Graph([body.params[0], *(body.params[1 + i] for i in cap), *(carry_params[i] for i in car)],
-                     eqns, [body.outputs[i] for i in car], dict(body.attrs), body.name)
-    params = dict(e.params, body=new_body, arity=(nb, len(cap), len(car)))
-    inputs = (*e.inputs[:nb], *(captured[i] for i in cap), *(inits[i] for i in car))
-    return e.replace(inputs=inputs, outputs=tuple(e.outputs[i] for i in car), params=params)

@@ -47,8 +47,10 @@ class _Flatten(Rewriter):
                                        help="load one leading index at a time")
                 self.copy(e, window_2d=True, out_type=self.map_type(e.outputs[0].type))
                 return
-            self.copy(e, out_type=self.map_type(e.outputs[0].type))  # the window stays whole (NZ-10)
-            return
+            out_t = self.map_type(e.outputs[0].type)
+            if out_t != e.outputs[0].type:
+                self.copy(e, out_type=out_t)  # the window stays whole (NZ-10)
+                return
         self.copy(e)
 
 

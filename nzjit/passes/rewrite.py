@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.dce import prune
 from ..core.ir import Atom, Eqn, Graph, Literal, Var
 from ..core.primitives import Primitive, add_p
 from ..core.types import ScalarType, Type
@@ -89,6 +90,11 @@ class Rewriter:
         self.copy(e)
 
     def copy(self, e: Eqn, **params: Any) -> list[Var]:
+        env = self.env
+        if not params and "body" not in e.params and not any(a in env for a in e.inputs if isinstance(a, Var)) \
+                and all(self.map_type(v.type) == v.type for v in e.outputs):
+            self.out.append(e)  # unchanged: equations are immutable, so the pass shares it
+            return list(e.outputs)
         ins = tuple(self.atoms(e.inputs))
         p = dict(e.params, **params)
         body = p.get("body")
@@ -110,27 +116,6 @@ class Rewriter:
         return dce(self.graph(g))
 
 
-_SIDE_EFFECT_FREE = {"add", "sub", "mul", "floordiv", "mod", "min", "max", "lt", "le", "gt", "ge", "eq",
-                     "ne", "convert", "get_block_idx", "get_block_num", "tensor.slice", "tensor.reshape",
-                     "tensor.view", "tensor.reinterpret_view", "tile.transpose_view"}
-
-
 def dce(g: Graph) -> Graph:
-    """Drop side-effect-free equations whose results nobody reads, bodies included."""
-
-    def walk(eqns: list[Eqn], live_out: Sequence[Atom]) -> list[Eqn]:
-        live = {a for a in live_out if isinstance(a, Var)}
-        kept: list[Eqn] = []
-        for e in reversed(eqns):
-            if e.primitive.name in _SIDE_EFFECT_FREE and not any(v in live for v in e.outputs):
-                continue
-            body = e.params.get("body")
-            if isinstance(body, Graph):
-                body = Graph(body.params, walk(body.eqns, body.outputs), body.outputs, body.attrs, body.name)
-                e = e.replace(params=dict(e.params, body=body))
-            kept.append(e)
-            live.update(a for a in e.inputs if isinstance(a, Var))
-        kept.reverse()
-        return kept
-
-    return Graph(g.params, walk(g.eqns, g.outputs), g.outputs, g.attrs, g.name)
+    """Drop what nobody reads (core/dce.py), bodies included."""
+    return Graph(g.params, prune(g.eqns, g.outputs), g.outputs, g.attrs, g.name)
