@@ -46,8 +46,14 @@ def machine() -> list[str]:
         load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:  # pragma: no cover
         load = "?"
+    cpu = platform.processor() or "cpu ?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
     return [
-        f"- platform: {platform.platform()} ({platform.machine()}, {platform.processor() or 'cpu ?'})",
+        f"- platform: {platform.platform()} ({platform.machine()}, {cpu})",
         f"- python {platform.python_version()}, numpy {np.__version__}, os.cpu_count() = {os.cpu_count()}",
         f"- BLAS: {blas}; threads pinned: {threads}",
         f"- load average at start (1/5/15 min): {load}",
@@ -70,7 +76,9 @@ def main(write: bool = True) -> str:
     for title, mod in TARGETS:
         print(f"== {title}")
         sections.append((title, mod.run()))
-    text = "\n".join(["# nzjit benchmarks (issue 11)", "", *head, "", *table(sections), ""])
+    note = ("Ratios are measured side by side in one run (interleaved best-of-N); absolute times move with "
+            "the machine's load. The numbers before issue 11 are in BASELINE.md.")
+    text = "\n".join(["# nzjit benchmarks (issue 11)", "", *head, "", note, "", *table(sections), ""])
     print()
     print(text)
     if write:

@@ -481,6 +481,9 @@ def _mk_elementwise(st: Any) -> Run | None:
         return None
     generic = _generic(st)
     shape2 = (rows, cols)
+    # an input that dies here, of the result's type, lends its image to the result: the result is
+    # still reserved before that input is released (same on-chip accounting), no buffer moves
+    reuse = next((j for j in sorted(st.consumed) if e.inputs[j].type == t), None)
 
     def body(ctx: Any, env: list[Any]) -> Any:
         xs = [env[i] for i in ins]
@@ -488,7 +491,18 @@ def _mk_elementwise(st: Any) -> Run | None:
             if type(x) is not TileBuf or x.layout != "ND" or x.dtype != dt or x.freed or x._logical:
                 return None
         first = xs[0]
-        out = ctx.onchip.alloc_geometry(geom, first.valid_row, first.valid_col, zero=False)  # all written
+        onchip = ctx.onchip
+        if reuse is not None:
+            out = xs[reuse]
+            if out._g is geom and out._owner is onchip:
+                onchip.reserve(space, geom.nbytes)  # the result's allocation
+                vr, vc = first.valid_row, first.valid_col
+                ufunc(*(x._data.view(dt).reshape(x.rows, x.cols) for x in xs),
+                      out=out._data.view(dt).reshape(shape2))
+                out.valid_row, out.valid_col = vr, vc
+                onchip.release(space, geom.nbytes)  # the dying input's free (its image lives on)
+                return out
+        out = onchip.alloc_geometry(geom, first.valid_row, first.valid_col, zero=False)  # all written
         ufunc(*(x._data.view(dt).reshape(x.rows, x.cols) for x in xs), out=out._data.view(dt).reshape(shape2))
         return out
 

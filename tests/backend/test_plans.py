@@ -15,10 +15,10 @@ from nzjit.backend.call import tensor_value
 from nzjit.backend.executor import Ctx, clear_plans, run_graph
 
 
-def _run(kernel, args, fast: bool):
+def _run(kernel, args, fast: bool, batch: bool = True):
     """Run `kernel` on fresh resident copies of `args`; return (output bytes, on-chip peaks)."""
-    old = executor.FAST
-    executor.FAST = fast
+    old, old_batch = executor.FAST, executor.BATCH_SPMD
+    executor.FAST, executor.BATCH_SPMD = fast, batch
     clear_plans()
     try:
         w = runtime.Worker(0)
@@ -31,16 +31,17 @@ def _run(kernel, args, fast: bool):
         run_graph(Ctx(w.gm, onchip, {}), graph, vals)
         return [w.copy_from(d).tobytes() for d in devs], dict(onchip.peak), dict(onchip.live)
     finally:
-        executor.FAST = old
+        executor.FAST, executor.BATCH_SPMD = old, old_batch
         clear_plans()
 
 
 def _same(kernel, *args):
-    fast = _run(kernel, args, True)
     slow = _run(kernel, args, False)
-    assert fast[0] == slow[0]
-    assert fast[1] == slow[1]  # peak bytes per on-chip space
-    assert fast[2] == slow[2] and all(v == 0 for v in fast[2].values())  # everything freed
+    for batch in (False, True):  # specialised steps trip by trip, then with batched trips / lanes
+        fast = _run(kernel, args, True, batch)
+        assert fast[0] == slow[0]
+        assert fast[1] == slow[1]  # peak bytes per on-chip space
+        assert fast[2] == slow[2] and all(v == 0 for v in fast[2].values())  # everything freed
     return fast[0]
 
 
