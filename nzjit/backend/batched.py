@@ -86,6 +86,23 @@ class LaneWindow:
         w.src, w.r0, w.c0, w.transpose, w.layout = self.src.image(u), self.r0, self.c0, self.transpose, self.g.layout
         return w.operand(r, c, ft)
 
+    def operands(self, r: int, c: int, ft: type) -> np.ndarray | None:
+        """`operand` of every image at once, (U, ...) C-contiguous; None when not aligned."""
+        src = self.src
+        g = src.g
+        b = g.blk
+        sr, sc = self.r0, self.c0
+        nr, nc = (c, r) if self.transpose else (r, c)
+        flip = (self.g.layout == "ZN") != self.transpose
+        if sr % b.ir or sc % b.ic or nr % b.ir or nc % b.ic:
+            return None
+        U = len(src.data)
+        v = src.data.view(g.dtype).reshape(U, *g.phys).transpose(0, *(i + 1 for i in g.inv))
+        v = v[:, sr // b.ir : (sr + nr) // b.ir, :, sc // b.ic : (sc + nc) // b.ic, :]
+        if flip:
+            return v.transpose(0, 3, 4, 1, 2).astype(ft, order="C").reshape(U, nc, nr)
+        return v.astype(ft, order="C").reshape(U, nr, nc)
+
 
 class LaneAcc:
     __slots__ = ("g", "data", "freed")
@@ -416,8 +433,12 @@ def _products(s: _State, left: LaneWindow, right: LaneWindow, m: int, k: int, n:
     distinct image."""
     if left.g.dtype == np.int8 and k > 2**24 // (128 * 128):
         raise Fallback("int8 mad beyond the float32-exact depth")
-    xa = {u: left.operand(u, m, k, np.float32) for u in np.unique(left.src.row).tolist()}
-    bt = {u: right.operand(u, k, n, np.float32) for u in np.unique(right.src.row).tolist()}
+    xa: Any = left.operands(m, k, np.float32)  # every image converted in one pass (all are read)
+    if xa is None:
+        xa = {u: left.operand(u, m, k, np.float32) for u in np.unique(left.src.row).tolist()}
+    bt: Any = right.operands(k, n, np.float32)
+    if bt is None:
+        bt = {u: right.operand(u, k, n, np.float32) for u in np.unique(right.src.row).tolist()}
     rx, rw = left.src.row.tolist(), right.src.row.tolist()
     out = s.scratch((m, n), np.float32)
     for lane in range(s.L):
