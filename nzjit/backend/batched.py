@@ -380,6 +380,8 @@ def _load_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | No
                 plan.run(gm, a, tile.image(u))
         lo, hi = _view_span(view0)
         s.loaded.append((uniq, lo, hi))
+        if s.stored and _overlap(s.loaded[-1:], s.stored):  # stop early: this run will not be exact
+            raise Fallback("a lane loads bytes that the body stores")
         env[o] = tile
 
     return run
@@ -576,6 +578,8 @@ def _store_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | N
             raise Fallback("the store warns")
         lo, hi = _view_span(view0)
         s.stored.append((addr, lo, hi))
+        if s.loaded and _overlap(s.loaded, s.stored[-1:]):  # stop early: this run will not be exact
+            raise Fallback("a lane loads bytes that the body stores")
         s.stores.append((plan, addr, get))
         env[o] = dst
         _ = g
@@ -680,6 +684,9 @@ def lane_plan(g: Graph, n_owned: int = 0) -> LanePlan | None:
     if hit is not None and hit[0] is g:
         return hit[1]
     plan = _build(g, n_owned)
+    if len(_LANE_PLANS) > 4096:  # bounded: the cache keeps graphs alive
+        _LANE_PLANS.clear()
+        _FAILS.clear()
     _LANE_PLANS[key] = (g, plan)
     return plan
 
@@ -756,7 +763,7 @@ def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any
     `spmd=False`: the body's index takes the trip values, the block index stays) batched;
     False (nothing written to GM, on-chip accounting restored) when that cannot be exact."""
     plan = lane_plan(body, 0)
-    if plan is None:
+    if plan is None or _FAILS.get(id(body), 0) >= MAX_FAILS:
         return False
     all_lanes = np.asarray(lanes, dtype=np.int64)
     s = _State(ctx, n, spmd)
@@ -782,7 +789,9 @@ def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any
             raise
         onchip.live.update(live)
         onchip.peak.update(peak)
+        _FAILS[id(body)] = _FAILS.get(id(body), 0) + 1  # a body that keeps failing is not retried
         return False
+    _FAILS.pop(id(body), None)
     # every lane's stores, in per-lane program order (loads never see them: checked above)
     gm = ctx.gm
     for stores in groups:
@@ -802,6 +811,10 @@ def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any
     return True
 
 
+#: After this many fallbacks in a row a body is no longer tried batched (its plan keeps the
+#: graph alive, so the id is stable).
+MAX_FAILS = 3
+_FAILS: dict[int, int] = {}
 #: Re-raise unexpected errors of a batched attempt instead of falling back (tests set it).
 STRICT = False
 #: Lanes per batched pass: at least LANE_GROUP, more while their tiles fit in GROUP_BYTES.

@@ -4,7 +4,9 @@ Every graph (the kernel and each loop body) is compiled once into a `Plan`: valu
 slots of a flat list (literals pre-placed), each equation is a pre-bound step closure (its impl
 specialised on the equation's static parameters, see `fast.py`), and the values whose last use
 is an equation are freed right after it. Plans are cached per graph object, so a cached kernel
-call compiles nothing. SPMD lanes run with their own block index, loops run their trips.
+call compiles nothing. SPMD lanes run with their own block index, loops run their trips; the
+lanes of an SPMD body and the trips of a carry-free loop run batched when that is exact
+(`batched.py`, falling back to one by one).
 """
 
 from __future__ import annotations

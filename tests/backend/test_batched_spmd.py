@@ -221,3 +221,26 @@ def test_batching_can_be_switched_off(spy):
         assert spy == []
     finally:
         executor.BATCH_SPMD = True
+
+
+def test_in_place_update_loop_falls_back_and_stops_trying(monkeypatch):
+    """x[i] = x[i] * 2 + x[i]: every trip loads what it stores, so a batched run is abandoned at
+    the first store; after MAX_FAILS such attempts the body is not tried again."""
+    R, C, NIT = 16, 16, 6
+    calls = []
+    real = batched.try_run_spmd
+    monkeypatch.setattr(batched, "try_run_spmd", lambda *a, **k: calls.append(real(*a, **k)) or calls[-1])
+
+    @pl.kernel
+    def in_place(x: pl.InOut[pl.Tensor[[NIT * R, C], pl.FP32]]):
+        for i in pl.range(NIT):
+            t = pl.load(x, [i * R, 0], [R, C])
+            pl.store(pl.add(pl.add(t, t), t), [i * R, 0], x)
+
+    x = np.arange(NIT * R * C, dtype=np.float32).reshape(NIT * R, C)
+    for _ in range(batched.MAX_FAILS + 2):
+        got = _compare(in_place, x)
+        np.testing.assert_array_equal(np.frombuffer(got[0][0], np.float32).reshape(x.shape), 3 * x)
+    assert calls[: batched.MAX_FAILS] == [False] * batched.MAX_FAILS
+    assert all(c is False for c in calls)
+    assert len(calls) == batched.MAX_FAILS + 2  # asked on every batched run, refused at once after
