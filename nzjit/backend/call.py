@@ -167,6 +167,18 @@ def split_args(entry: Any, args: Sequence[Any]) -> tuple[list[Any], bool]:
                         f"the Out parameters omitted; got {len(args)}")
 
 
+_SPECS: dict[int, tuple[Any, runtime.dispatch.ParamSpec]] = {}
+
+
+def param_spec(p: Any) -> runtime.dispatch.ParamSpec:
+    """`p.spec()`, built once per parameter (a ParamSpec is immutable; building one is ~5 us,
+    and a call needs one per tensor parameter twice)."""
+    hit = _SPECS.get(id(p))
+    if hit is None or hit[0] is not p:
+        hit = _SPECS[id(p)] = (p, p.spec())
+    return hit[1]
+
+
 def check_scalar(name: str, a: Any, dtype: Any) -> None:
     """An int that fits the parameter's declared width: a wider value is refused, never wrapped."""
     if isinstance(a, bool) or not isinstance(a, int | np.integer):
@@ -211,7 +223,7 @@ def check_entry(entry: Any, full: list[Any], allow_stacked: bool) -> dict[str, i
                                     f"kernel(..., {p.name}[r], ..., device=r)")
             check_stacked(p.name, a)
         if a is not None:
-            specs.append(p.spec())
+            specs.append(param_spec(p))
             tensor_args.append(a)
     dims = runtime.dispatch.check_args(specs, tensor_args)
     for p, a in zip(entry.params, full):  # omitted outputs: every dimension must be known
@@ -446,7 +458,7 @@ def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[tuple[in
             v = a.tensor
         else:
             v = a  # check_args refuses it by type
-        specs.append(p.spec())
+        specs.append(param_spec(p))
         tensor_args.append(v)
         keyed.append(v)
     return keyed, runtime.dispatch.check_args(specs, tensor_args, worker)
