@@ -20,7 +20,20 @@ C0_BYTES = 32
 FRACTAL_ROWS = 16
 
 
+_BITS: dict[object, int] = {}
+
+
 def itemsize_bits(dtype: np.dtype | type) -> int:
+    """Logical width of one element in bits (cached per dtype; see :func:`_itemsize_bits`)."""
+    bits = _BITS.get(dtype)
+    if bits is None:
+        bits = _itemsize_bits(dtype)
+        if len(_BITS) < 256:
+            _BITS[dtype] = bits
+    return bits
+
+
+def _itemsize_bits(dtype: np.dtype | type) -> int:
     """Logical width of one element in bits (4 for int4 even though ml_dtypes stores a byte).
 
     ``bool`` counts as 1 bit: the NPU treats predicate data as packed bits, so it has no

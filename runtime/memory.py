@@ -136,7 +136,9 @@ class GlobalMemory:
 
     def is_live(self, addr: int) -> bool:
         """True if ``addr`` lies inside an allocation that has not been freed."""
-        a = self._find(addr)
+        a = self._last
+        if a is None or not a.base <= addr < a.base + max(a.nbytes, 1):
+            a = self._find(addr)
         return a is not None and a.data is not None and addr < a.base + max(a.nbytes, 1)
 
     @property
