@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import harness  # first: pins BLAS threads before numpy loads
 
+import gc  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
@@ -75,6 +76,9 @@ def main(write: bool = True) -> str:
     sections = []
     for title, mod in TARGETS:
         print(f"== {title}")
+        # what earlier benchmarks left alive must not slow the next one's garbage collections
+        gc.collect()
+        gc.freeze()
         sections.append((title, mod.run()))
     note = ("Ratios are measured side by side in one run (interleaved best-of-N); absolute times move with "
             "the machine's load. The numbers before issue 11 are in BASELINE.md.")
