@@ -88,7 +88,7 @@ class GlobalMemory:
         self._next = _GM_BASE
         self._lock = threading.Lock()
         self._last: _Allocation | None = None  # the allocation of the previous access (hot path)
-        self._prev: _Allocation | None = None
+        self._recent: tuple[_Allocation, ...] = ()
         self._pool: dict[int, list[np.ndarray]] = {}
         self._pool_bytes = 0
         self.uploads = 0
@@ -177,10 +177,13 @@ class GlobalMemory:
         """The live allocation holding ``[lo, hi)`` (remembered in ``_last``), else DeviceError."""
         a = self._last
         if a is None or lo < a.base or hi > a.base + a.nbytes or a.data is None:
-            a = self._prev  # kernels alternate between a few tensors: remember two
-            if a is None or lo < a.base or hi > a.base + a.nbytes or a.data is None:
+            for a in self._recent:  # kernels rotate between a few tensors
+                if a.base <= lo and hi <= a.base + a.nbytes and a.data is not None:
+                    break
+            else:
                 a = self._find(lo)
-            self._prev = self._last
+                if a is not None and a.data is not None:
+                    self._recent = (a, *self._recent[:3])
             if a is None or hi > a.base + a.nbytes:
                 raise DeviceError(
                     f"GM access to bytes [{lo:#x}, {hi:#x}) is outside every allocation"
