@@ -429,10 +429,10 @@ def _extract_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step |
 
 
 def _products(s: _State, left: LaneWindow, right: LaneWindow, m: int, k: int, n: int,
-              emit: Callable[[int, np.ndarray], None]) -> None:
+              emit: Callable[[int, np.ndarray], None], into: np.ndarray | None = None) -> None:
     """emit(lane, C) for every lane, C (m x n) float32 (exact integers for int8), in a reused
-    buffer: `runtime.cube._product_windows`, one lane at a time, operands converted once per
-    distinct image."""
+    buffer (or straight into `into[lane]`): `runtime.cube._product_windows`, one lane at a
+    time, operands converted once per distinct image."""
     if left.g.dtype == np.int8 and k > 2**24 // (128 * 128):
         raise Fallback("int8 mad beyond the float32-exact depth")
     xa: Any = left.operands(m, k, np.float32)  # every image converted in one pass (all are read)
@@ -444,7 +444,7 @@ def _products(s: _State, left: LaneWindow, right: LaneWindow, m: int, k: int, n:
     rx, rw = left.src.row.tolist(), right.src.row.tolist()
     out = s.scratch((m, n), np.float32)
     for lane in range(s.L):
-        emit(lane, np.matmul(xa[rx[lane]], bt[rw[lane]].T, out=out))
+        emit(lane, np.matmul(xa[rx[lane]], bt[rw[lane]].T, out=out if into is None else into[lane]))
 
 
 def _mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: bool,
@@ -486,7 +486,12 @@ def _mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: b
         data = acc.data
         tmp = s.scratch((m, n), np.int32) if is_int else None
 
+        # a float mad that starts the accumulator writes its products in place (as cube.tmatmul)
+        direct = data if not accumulate and not is_int else None
+
         def emit(lane: int, c: np.ndarray) -> None:
+            if direct is not None:
+                return  # already in data[lane]
             if is_int:  # exact integers in float32: converted exactly, then added mod 2**32
                 np.copyto(tmp, c, casting="unsafe")
                 c = tmp
@@ -495,7 +500,7 @@ def _mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: b
             else:
                 data[lane] = c
 
-        _products(s, left, right, m, k, n, emit)
+        _products(s, left, right, m, k, n, emit, direct)
         env[o] = acc
 
     return run
