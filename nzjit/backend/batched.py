@@ -178,15 +178,16 @@ def _lanes_of(x: Any, L: int) -> np.ndarray:
     return np.full(L, int(x), dtype=np.int64)
 
 
-def _addresses(src: Any, offs: list[Any], L: int) -> np.ndarray | int:
-    """Element offset sum(o*s) added to the base address(es): an int if lane-uniform."""
+def _addresses(src: Any, offs: list[Any], L: int, sizes: Any) -> np.ndarray | int:
+    """Element offset sum(o*s) added to the base address(es): an int if lane-uniform. A negative
+    or out-of-bounds window falls back to the per-lane path, which refuses it with the lane."""
     delta: Any = 0
-    for o, s in zip(offs, src.strides):
+    for o, s, n, d in zip(offs, src.strides, sizes, src.shape):
         if isinstance(o, np.ndarray):
-            if (o < 0).any():
-                raise Fallback("negative offset")
-        elif o < 0:
-            raise Fallback("negative offset")
+            if (o < 0).any() or (o + n > d).any():
+                raise Fallback("window out of bounds")
+        elif o < 0 or o + n > d:
+            raise Fallback("window out of bounds")
         delta = delta + o * s
     addr = src.addr + delta * src.dtype.itemsize
     if isinstance(addr, np.ndarray):
@@ -317,7 +318,7 @@ def _slice_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | N
         src = env[s_src]
         if type(src) not in (TensorVal, LaneTensor) or src.nz is not None:
             raise Fallback("tensor value")
-        addr = _addresses(src, [env[i] for i in offs], s.L)
+        addr = _addresses(src, [env[i] for i in offs], s.L, e.params["shape"])
         strides = tuple(x for i, x in enumerate(src.strides) if i not in drop)
         if len(strides) != len(shape):
             strides = src.strides
@@ -363,7 +364,7 @@ def _load_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | No
             vc = sizes[-1]
         if len(sizes) > 5:
             raise Fallback("rank > 5 window")
-        addr = _lanes_of(_addresses(src, [env[i] for i in offs], s.L), s.L)
+        addr = _lanes_of(_addresses(src, [env[i] for i in offs], s.L, sizes), s.L)
         uniq, row = np.unique(addr, return_inverse=True)
         s.reserve(geom)
         probe = TileBuf._from_geometry(geom, vr, vc, np.zeros(geom.nbytes, np.uint8))
@@ -575,7 +576,7 @@ def _store_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | N
         if len(dst.shape) > 5:
             raise Fallback("rank > 5 store")
         sizes = (1,) * (len(dst.shape) - 2) + (vr, vc)
-        addr = _lanes_of(_addresses(dst, [env[i] for i in offs], s.L), s.L)
+        addr = _lanes_of(_addresses(dst, [env[i] for i in offs], s.L, sizes[-len(dst.shape):]), s.L)
         view0 = GmView._make(int(addr[0]), dst.dtype, sizes, dst.strides, dst.layout)
         probe = get(0)
         plan = runtime.store.store_plan(s.ctx.gm, view0, probe, **flags)

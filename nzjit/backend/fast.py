@@ -23,7 +23,7 @@ from runtime.cube import TileWindow, textract_window
 
 from ..core import primitives as P
 from ..core.types import DynDim, ScalarType, TensorType, TileType
-from .impl import _CMP, _ELEMENTWISE, _SCALAR, clamp
+from .impl import _CMP, _ELEMENTWISE, _SCALAR, check_window, clamp
 from .values import TensorVal, TransposedTile
 
 Run = Callable[[Any, list[Any]], None]
@@ -220,6 +220,7 @@ def _mk_slice(st: Any) -> Run | None:
     (s_src,) = g["src"]
     offs_slots = g["offsets"]
     drop = e.params["drop"]
+    window = tuple(e.params["shape"])
     generic = _generic(st)
     getter = operator.itemgetter(*offs_slots) if len(offs_slots) > 1 else None
 
@@ -233,6 +234,7 @@ def _mk_slice(st: Any) -> Run | None:
             if o < 0:
                 clamp(ctx, e, list(offs))
             delta += o * s
+        check_window(e, src.shape, offs, window)
         strides = tuple(s for i, s in enumerate(src.strides) if i not in drop)
         if len(strides) != len(shape):  # a blocked NZ slice: same rank-5 geometry, narrower batch
             strides = src.strides
@@ -308,6 +310,7 @@ def _mk_load(st: Any) -> Run | None:
         else:
             sizes = tuple(int(env[i]) for i in valid_slots)
             vr, vc = extents(sizes)
+        check_window(e, src.shape, offs, sizes)
         m_src, m_sizes, plan = memo
         if m_sizes == sizes and (m_src is src or (  # same view geometry as the previous trip / call
                 m_src is not None and m_src.strides == src.strides and m_src.dtype == src.dtype
@@ -365,6 +368,7 @@ def _mk_store(st: Any) -> Run | None:
                 clamp(ctx, e, list(offs))
             delta += x * s
         tile._live()
+        check_window(e, dst.shape, offs, ((1,) * (len(dst.shape) - 2) + (tile.valid_row, tile.valid_col))[-len(dst.shape):])
         m_dst, m_g, m_vr, m_vc, plan = memo
         if m_g is tile._g and m_vr == tile.valid_row and m_vc == tile.valid_col and (m_dst is dst or (
                 m_dst is not None and m_dst.strides == dst.strides and m_dst.dtype == dst.dtype

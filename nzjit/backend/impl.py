@@ -83,9 +83,22 @@ def _block_num(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
 def clamp(ctx: Any, e: Eqn, offsets: list[int]) -> tuple[int, ...]:
     """The partition view's `arith.maxsi x, 0` (NZ-18), refused when it would change a value."""
     if any(o < 0 for o in offsets):
-        raise runtime.DeviceError(f"{e.source}: partition offset {offsets} is negative; the device "
-                                  "clamps it to 0 and would read the wrong window (NZ-18)")
+        raise runtime.DispatchError(f"{e.source}: partition offset {offsets} is negative; the device "
+                                    "clamps it to 0 and would read the wrong window (NZ-18), so the call "
+                                    "is refused (nothing is written back)")
     return tuple(offsets)
+
+
+def check_window(e: Eqn, shape: tuple[int, ...], offsets: Any, sizes: Any) -> None:
+    """Every partition must lie inside its tensor. A coordinate that depends on a kernel argument
+    (`w[layer]` with a runtime layer) cannot be bounded at compile time, and past the end it would
+    read or write another tensor's bytes; the call is refused, nothing is written back."""
+    for axis, (o, n, d) in enumerate(zip(offsets, sizes, shape)):
+        if o + n > d:
+            raise runtime.DispatchError(
+                f"{e.source}: the window [{o}, {o + n}) on axis {axis} is out of bounds for the view of "
+                f"shape {tuple(shape)}: a coordinate computed from the arguments addresses past the "
+                "tensor, so the call is refused (nothing is written back)")
 
 
 def concrete(ctx: Any, shape: tuple[Any, ...]) -> tuple[int, ...]:
@@ -106,6 +119,7 @@ def _split(e: Eqn, ins: list[Any], group: str) -> list[Any]:
 def _slice(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     src: TensorVal = ins[0]
     offs = clamp(ctx, e, _split(e, ins, "offsets"))
+    check_window(e, src.shape, offs, e.params["shape"])
     out_t = e.outputs[0].type
     assert isinstance(out_t, TensorType)
     shape = concrete(ctx, out_t.shape)
@@ -170,7 +184,9 @@ def _tensor_matmul_acc(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
 def _assign(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     dst: TensorVal = ins[0]
     offs = clamp(ctx, e, _split(e, ins, "offsets"))
-    dst.write(ctx.gm, offs, ins[1].logical())
+    value = ins[1].logical()
+    check_window(e, dst.shape, offs, (1,) * (len(dst.shape) - value.ndim) + value.shape)
+    dst.write(ctx.gm, offs, value)
     return [dst]
 
 
@@ -193,6 +209,7 @@ def _load(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     out_t = e.outputs[0].type
     assert isinstance(out_t, TileType)
     shape = tuple(e.params["shape"])
+    check_window(e, src.shape, offs, tuple(valid) if valid else shape)
     if e.params.get("blocked"):  # NZ -> NZ: the partition is the valid window when given (NZ-26)
         sizes = tuple(valid) if valid else shape
         vr, vc = sizes[2] * sizes[3], sizes[1] * sizes[4]
@@ -226,6 +243,7 @@ def _store(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
         arr = tile.logical()
         if isinstance(tile, TileBuf):
             arr = arr[: tile.valid_row, : tile.valid_col]
+        check_window(e, dst.shape, offs, (1,) * (len(dst.shape) - arr.ndim) + arr.shape)
         dst.write(ctx.gm, offs, arr)
         return [dst]
     part = e.params.get("nz_partition")
@@ -234,6 +252,7 @@ def _store(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
             raise runtime.DeviceError(f"{e.source}: a tile of {tile.valid_row} rows cannot be stored into "
                                       f"the rank-1 tensor of shape {dst.shape}")
         sizes = ((1,) * (len(dst.shape) - 2) + (tile.valid_row, tile.valid_col))[-len(dst.shape):]
+        check_window(e, dst.shape, offs, sizes)
         runtime.isa.tstore(ctx.gm, dst.gm_view(offs, sizes), tile, atomic_add=bool(attrs.get("atomic")),
                            relu=bool(attrs.get("pre_relu")))
         return [dst]
@@ -241,6 +260,7 @@ def _store(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     # nz_store_acc), with the explicit partition [1, n/8, M/16, 16, 8]: the device derives its
     # column-block pitch from that partition, so a wrong partition mis-writes as on hardware.
     g0, g1, g2, g3, g4 = part
+    check_window(e, dst.shape, offs, part)
     if dst.layout != "NZ" or len(dst.shape) != 5 or tile.space != "Acc":
         raise runtime.DeviceError(f"{e.source}: an nz_partition store needs an Acc tile and a blocked "
                                   f"rank-5 NZ view, got a {tile.space} tile into {dst.layout} {dst.shape}")

@@ -37,7 +37,7 @@ def _run(kernel, args, batch: bool):
         err = None
         try:
             kernel(*devs)
-        except runtime.DeviceError as e:
+        except (runtime.DeviceError, runtime.DispatchError) as e:  # a device fault or a refused window
             err = str(e)
         return [w.copy_from(d).tobytes() for d in devs], err, dict(w.onchip.peak)
     finally:

@@ -134,7 +134,7 @@ def test_a_failure_while_running_leaves_given_outputs_untouched():
         pl.store(pl.load(x, [n, 0], [1, 32]), [0, 0], o)  # n = -1: a negative offset (NZ-18)
 
     o = np.full((16, 32), 5, np.int32)
-    with pytest.raises(runtime.DeviceError, match="negative"):
+    with pytest.raises(runtime.DispatchError, match="negative"):
         k(X, -1, o)
     assert (o == 5).all()
 

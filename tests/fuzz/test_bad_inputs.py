@@ -367,10 +367,6 @@ def test_nz_byte_order_is_the_callers_statement():
     assert np.array_equal(args["out"], _reference(x, runtime.unpack_nz(w), 1))
 
 
-@pytest.mark.xfail(strict=True, raises=(AssertionError, runtime.DeviceError),
-                   reason="reported: a runtime leading-axis index (w[layer]) is not range-checked; out of "
-                          "range it reads another tensor's bytes or faults on the device (DeviceError) "
-                          "instead of a DispatchError")
 @pytest.mark.parametrize("layer", [-1, LAYERS, LAYERS + 2])
 def test_out_of_range_runtime_index_refused(layer):
     args = _host_args()

@@ -14,8 +14,6 @@ import pytest
 REPROS = os.path.join(os.path.dirname(__file__), "repros")
 
 DEFECTS = {
-    "oob_runtime_index.py": "silently wrong: a runtime leading index w[layer] past the last layer reads the "
-                            "next allocation (no range check at dispatch)",
     "nd_partial_mat_tile.py": "crash: an ND matmul operand window that is not whole 16 x c0 fractals "
                               "compiles, then its Mat tile cannot be allocated (DeviceError)",
 }
@@ -23,6 +21,8 @@ DEFECTS = {
 
 #: Reproducers of defects fixed since they were found: they must keep passing.
 FIXED = {
+    "oob_runtime_index.py": "a runtime leading index w[layer] past the last layer read the next allocation; "
+                            "every partition is now bounds-checked when it is made (impl.check_window)",
     "rank1_store.py": "pl.store into a rank-1 tensor crashed in backend/impl.py _store (partition (1, L))",
     "oob_symbolic_window.py": "a symbolic NZ window past the last row read the next column block; now "
                               "refused from the offset's proven range (block_nz.check_in_bounds)",
