@@ -170,10 +170,11 @@ def nz_shape_ok(shape: Sequence[int], dt: str) -> bool:
 
 
 def mat_window(g: G, rows: int, cols: int, dt: str) -> None:
-    """Tag an ND window loaded into Mat that is not whole 16 x c0 fractals (its tile has no legal
-    static Mat shape; the ND -> NZ load would need padding)."""
+    """An ND window loaded into Mat that is not whole 16 x c0 fractals has no legal static Mat
+    shape (the ND -> NZ load would need padding): it must be refused."""
     if rows % 16 or cols % c0_of(dt):
         g.tag("nd_mat_partial")
+        g.refuse.add("X9")  # refused by AutoTileMatmulL0 (core/geometry.check_mat_fractals)
 
 
 def check_nz_param(g: G, shape: Sequence[object], dt: str) -> None:

@@ -296,7 +296,7 @@ def store(tile: Tracer, offsets: Sequence[Index], out: Tracer, **attrs: Any) -> 
 
 def _check_tile_geometry(what: str, shape: tuple[Any, ...], dtype: dt.DType, memory: Mem) -> None:
     """A Vec tile row is whole 32-byte blocks (hardware-model.md §7), checked where the kernel makes
-    the tile. (A Mat tile's whole-fractal shape is refused by the NZ rules or by the device.)"""
+    the tile. (A Mat tile's whole fractals: BlockNzTensorViews for NZ, AutoTileMatmulL0 for ND.)"""
     if memory is not Mem.Vec or dtype.is_sub_byte or not shape or not isinstance(shape[-1], int):
         return
     cols = shape[-1]

@@ -18,6 +18,7 @@ from runtime.memory import CAPACITIES
 
 from ..core import primitives as P
 from ..core.dtypes import INDEX, c0_of
+from ..core.geometry import check_mat_fractals
 from ..core.ir import Atom, Eqn, Graph, Literal, Var
 from ..core.types import Mem, ScalarType, TensorType, TileType
 from ..errors import CompileError, Source
@@ -133,6 +134,10 @@ class _AutoTile(Rewriter):
     # ------------------------------------------------------------------------------ rewriting
     def rewrite(self, e: Eqn) -> None:
         p = e.primitive
+        if p is P.tile_load_p and e.params.get("window_2d"):  # ND -> NZ: the Mat tile the cube reads
+            t = e.outputs[0].type
+            assert isinstance(t, TileType)
+            check_mat_fractals("ND -> NZ load into Mat", t.shape, t.dtype, e.source)
         if p in (P.tile_matmul_p, P.tile_matmul_acc_p):
             self.matmul(e)
         elif p is P.tile_store_p and e.inputs[0] in self.deferred:

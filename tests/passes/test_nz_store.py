@@ -270,9 +270,9 @@ def test_refuse_multi_panel_store():  # NZ-24: one panel per store
 
 
 # -------------------------------------------------------------- NZ-22: AutoTileMatmulL0 split
-def _split_kernel(M, K, N):
+def _split_kernel(M, K, N, dtype=pl.FP16):
     @pl.kernel
-    def k(a: pl.Tensor[[M, K], pl.FP16], b: pl.Tensor[[K, N], pl.FP16],
+    def k(a: pl.Tensor[[M, K], dtype], b: pl.Tensor[[K, N], dtype],
           out: pl.Out[pl.Tensor[[M, N], pl.FP32, pl.NZ]]):
         at = pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat)
         bt = pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat)
@@ -327,8 +327,9 @@ def test_split_impossible_with_full_m_has_a_dedicated_diagnostic():  # NZ-22
 
 
 def test_split_without_a_legal_k_chunk_has_a_dedicated_diagnostic():  # NZ-22
-    # a 16-column block of 2048 rows fills L0C exactly, but a K = 24 chunk of Left needs 96 KiB
-    msg = _refused(_split_kernel(2048, 24, 32), rule="NZ-22")
+    # a 16-column block of 2048 rows fills L0C exactly, but the smallest K chunk of Left (16 FP32
+    # columns, whole fractals) needs 128 KiB of L0A's 64
+    msg = _refused(_split_kernel(2048, 16, 32, pl.FP32), rule="NZ-22")
     assert "L0C" in msg and "full M = 2048" in msg
 
 
