@@ -40,7 +40,7 @@ def run() -> list[dict[str, str]]:
     a = np.ones((N_UNROLL * R, C), np.float32)
 
     def compile_fresh() -> None:
-        unrolled._cache.clear()
+        unrolled.clear_cache()
         unrolled.lower(a, a)
 
     t_compile = best_of(compile_fresh, repeat=5)

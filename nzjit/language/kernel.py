@@ -74,6 +74,7 @@ class Kernel:
                                    "annotation", Source(code.co_filename, code.co_firstlineno))
             self.params.append(Param(name, ann))
         self._cache: dict[Any, Any] = {}
+        self._fast_cache: dict[Any, Any] = {}
         self.trace_count = 0  # how many times the body was traced (once per signature)
         self._lock = threading.Lock()
         try:
@@ -111,10 +112,22 @@ class Kernel:
             key.append((shape, dtype))
         return tuple(key)
 
+    def clear_cache(self) -> None:
+        """Forget every compiled form (the next call traces again)."""
+        with self._lock:
+            self._cache.clear()
+            self._fast_cache.clear()
+
     def lower(self, *args: Any) -> Any:
         """Trace and run every pass; args (or nzjit.spec placeholders) only select the cache entry."""
         from ..passes.pipeline import Lowered
 
+        # a cheap first-level key (shapes and dtypes as they come) in front of the canonical one
+        fast = tuple((a.shape, a.dtype) if isinstance(a, np.ndarray | runtime.DeviceTensor | Spec) else type(a)
+                     for a in args)
+        low = self._fast_cache.get(fast)
+        if low is not None:
+            return low
         key = self.signature_key(args)
         with self._lock:
             low = self._cache.get(key)
@@ -124,6 +137,8 @@ class Kernel:
                 self.trace_count += 1
                 low = Lowered(self, graph)
                 self._cache[key] = low
+            if len(self._fast_cache) < 256:
+                self._fast_cache[fast] = low
         return low
 
     def __call__(self, *args: Any, device: int | None = None) -> Any:
