@@ -21,6 +21,7 @@ class Source:
 
     @property
     def text(self) -> str:
+        """The source line itself (trailing newline stripped; empty when the file cannot be read)."""
         return linecache.getline(self.file, self.line).rstrip("\n")
 
     def __str__(self) -> str:

@@ -51,6 +51,7 @@ class TraceFrame:
         self.kind: str | None = None
 
     def is_ancestor_of(self, other: TraceFrame) -> bool:
+        """True when `other` is this frame or nested inside it (a value of this frame is visible there)."""
         f: TraceFrame | None = other
         while f is not None:
             if f is self:
@@ -60,6 +61,9 @@ class TraceFrame:
 
 
 class TraceState:
+    """The trace of one kernel on this thread: the open frames (innermost last), a pending refusal and the
+    user frames that bound ops."""
+
     def __init__(self, target: str = "A2A3") -> None:
         self.target = target  # on-chip capacities are checked at bind time
         self.frames: list[TraceFrame] = []
@@ -68,6 +72,7 @@ class TraceState:
 
     @property
     def top(self) -> TraceFrame:
+        """The innermost open frame: where new equations are staged."""
         return self.frames[-1]
 
 
@@ -75,6 +80,7 @@ _local = threading.local()
 
 
 def current_state() -> TraceState:
+    """The trace in progress on this thread; CompileError outside a `@pl.kernel` trace."""
     st = getattr(_local, "state", None)
     if st is None:
         raise CompileError("this operation is only available while tracing a @pl.kernel", user_source())
@@ -82,6 +88,7 @@ def current_state() -> TraceState:
 
 
 def in_trace() -> bool:
+    """True while a `@pl.kernel` is being traced on this thread."""
     return getattr(_local, "state", None) is not None
 
 
@@ -97,10 +104,12 @@ class Tracer:
     # -- introspection
     @property
     def type(self) -> Type:
+        """The IR type of the traced value."""
         return self.var.type
 
     @property
     def shape(self) -> tuple[Any, ...]:
+        """The tensor or tile shape; `()` for a scalar."""
         t = self.var.type
         if isinstance(t, TensorType | TileType):
             return tuple(t.shape)
@@ -108,6 +117,7 @@ class Tracer:
 
     @property
     def dtype(self) -> dt.DType:
+        """The element dtype."""
         return self.var.type.dtype  # type: ignore[union-attr]
 
     def __repr__(self) -> str:
@@ -246,6 +256,8 @@ def _int_literal(value: int, dtype: dt.DType) -> Literal:
 
 
 def literal(value: Any, dtype: dt.DType = dt.INDEX) -> Literal:
+    """A Python constant as an IR literal: ints wrap to `dtype`, bools are BOOL, reals a float dtype; anything
+    else is refused."""
     if type(value) is int:  # the common case, without the ABC checks below
         return _int_literal(value, dtype)
     if isinstance(value, bool | np.bool_):
@@ -258,6 +270,7 @@ def literal(value: Any, dtype: dt.DType = dt.INDEX) -> Literal:
 
 
 def to_atom(x: Any, frame: TraceFrame, dtype: dt.DType = dt.INDEX) -> Atom:
+    """`x` as an operand of `frame`: a tracer's Var (captured into nested loop frames), or a literal."""
     if type(x) is Tracer:
         return x.var if x.frame is frame else lift(x, frame)
     if type(x) is int:
@@ -316,6 +329,7 @@ def _check_capacity(t: Type, target: str, src: Source | None) -> None:
 
 
 def defining_eqn(t: Tracer) -> Eqn | None:
+    """The equation that made `t` in its frame; None for a parameter or captured value."""
     return t.frame.defs.get(t.var)
 
 

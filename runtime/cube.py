@@ -386,6 +386,7 @@ class TileWindow:
         return np.ascontiguousarray(full[r0 : r0 + nrows, c0 : c0 + ncols])
 
     def logical(self) -> np.ndarray:
+        """Copy of the whole moved tile (``rows x cols``) as its logical matrix."""
         return self.window(0, 0, self.rows, self.cols)
 
     def operand(self, r: int, c: int, ft: type) -> np.ndarray:

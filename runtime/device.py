@@ -40,14 +40,17 @@ class DeviceTensor:
 
     @property
     def nbytes(self) -> int:
+        """Size of the tensor's bytes in GM (``prod(shape) * itemsize``)."""
         return math.prod(self.shape) * self.dtype.itemsize
 
     @property
     def ndim(self) -> int:
+        """Number of logical dimensions."""
         return len(self.shape)
 
     @property
     def freed(self) -> bool:
+        """True once the worker's GM allocation behind ``address`` has been freed."""
         return not self.worker.gm.is_live(self.address)
 
     def __repr__(self) -> str:
@@ -173,14 +176,17 @@ class StackedDeviceTensor:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The full logical shape (leading axis = one shard per rank)."""
         return self.full_shape
 
     @property
     def dtype(self) -> np.dtype:
+        """The shards' common dtype (``uint8`` for an empty stack)."""
         return self.shards[0].dtype if self.shards else np.dtype(np.uint8)
 
     @property
     def ndim(self) -> int:
+        """Number of dimensions of ``full_shape``."""
         return len(self.full_shape)
 
     def __len__(self) -> int:
@@ -215,6 +221,7 @@ class Cluster:
 
     @property
     def n_ranks(self) -> int:
+        """Number of ranks (workers) in the cluster."""
         return len(self.workers)
 
     def alloc_stacked_tensor(self, host_array: np.ndarray) -> StackedDeviceTensor:
@@ -236,6 +243,7 @@ class Cluster:
         return out
 
     def free_stacked(self, t: StackedDeviceTensor) -> None:
+        """Free every shard of ``t`` on its own worker."""
         self._check_stacked(t)
         for s in t.shards:
             s.worker.free_tensor(s)

@@ -44,6 +44,7 @@ class ParamSpec:
             raise ValueError(f"ParamSpec {self.name!r}: layout must be 'ND' or 'NZ'")
 
     def describe(self) -> str:
+        """The shape as it appears in error messages, e.g. ``[M, 64]``."""
         return "[" + ", ".join(str(d) for d in self.shape) + "]"
 
 

@@ -44,7 +44,8 @@ MAX_N_BURST = 4095
 class Memory(Protocol):
     """Anything an instruction can address: GM or a tile's byte image."""
 
-    def view(self, addr: int, shape: tuple[int, ...], byte_strides: tuple[int, ...]) -> np.ndarray: ...
+    def view(self, addr: int, shape: tuple[int, ...], byte_strides: tuple[int, ...]) -> np.ndarray:
+        """A numpy view of ``shape`` with ``byte_strides`` starting at byte ``addr``."""
 
 
 def u16(x: int) -> int:
@@ -53,6 +54,7 @@ def u16(x: int) -> int:
 
 
 def ceil16(x: int) -> int:
+    """Round ``x`` up to a multiple of 16 (the fractal row count)."""
     return (int(x) + 15) // 16 * 16
 
 
@@ -106,6 +108,7 @@ class InstrPlan:
         return n if src_is_gm and do == 0 and cp.d_span == (0, n) and not cp.ordered else -1
 
     def run(self, gm: object, addr: int, tile: object) -> None:
+        """Replay the decoded instruction at GM ``addr`` into ``tile`` (its defect warnings first)."""
         single = self.single
         if single is not None:
             single(gm, addr, tile)
@@ -135,6 +138,7 @@ def decode(model: Callable[..., None], gm: object, view0: object, tile: object, 
 
 
 def recording() -> bool:
+    """True while ``decode`` is recording an instruction model's operations instead of running them."""
     return _REC.ops is not None
 
 

@@ -60,6 +60,7 @@ class GmView:
 
     @property
     def itemsize(self) -> int:
+        """Bytes per element of the view's dtype."""
         return self.dtype.itemsize
 
     @property

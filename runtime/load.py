@@ -147,6 +147,7 @@ def tload_model(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = Fals
 
 
 def check_nz_view(src: GmView, what: str) -> tuple[int, ...]:
+    """Static checks of an NZ GM view (rank 5, ``shape[3] == 16``, ``shape[4] == c0``; NZ-6); its shape."""
     c0 = 32 // src.itemsize
     static_check(
         len(src.shape) == 5, lambda: f"{what}: layout=nz requires a rank-5 view (NZ-6), got shape {src.shape}"
@@ -271,6 +272,7 @@ _LINE = np.dtype("V32")
 
 
 def nd_checks(src: GmView, tile: TileBuf, debug: bool) -> tuple[int, ...]:
+    """The ND load's ``pto_assert``s (validCol == g4, validRow == g0*g1*g2*g3, g3 < 4096); the 5-D shape."""
     g0, g1, g2, g3, g4 = src.shape5
     pto_assert(tile.valid_col == g4, lambda: f"validCol {tile.valid_col} == gShape4 {g4}", debug)
     pto_assert(

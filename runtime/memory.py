@@ -143,6 +143,7 @@ class GlobalMemory:
 
     @property
     def live_bytes(self) -> int:
+        """Total bytes of the allocations not yet freed."""
         return sum(a.nbytes for a in self._allocs if a.data is not None)
 
     def _find(self, addr: int) -> _Allocation | None:
@@ -251,6 +252,7 @@ class OnChip:
             self.peak[space] = max(self.peak[space], live)
 
     def release(self, space: str, nbytes: int) -> None:
+        """Return ``nbytes`` (rounded up to 32-B alignment, as ``reserve`` charged) to ``space``."""
         need = -(-int(nbytes) // 32) * 32
         with self._lock:
             self.live[space] -= need

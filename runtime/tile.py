@@ -246,6 +246,7 @@ class TileBuf:
 
     @data.setter
     def data(self, value: np.ndarray) -> None:
+        """Replace the raw byte image (the tile no longer holds a logical Acc matrix)."""
         self._data = value
         self._logical = False
 
@@ -262,6 +263,7 @@ class TileBuf:
 
     @property
     def nbytes(self) -> int:
+        """Size of the tile's byte image."""
         return self._data.nbytes
 
     def _live(self) -> None:

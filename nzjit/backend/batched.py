@@ -56,6 +56,9 @@ class Fallback(Exception):
 # ----------------------------------------------------------------------------------- values
 @dataclass(frozen=True, eq=False)
 class LaneTensor:
+    """A GM tensor view with one base address per lane (`addr`, int64 `(L,)`); shape, strides and layout are
+    lane-uniform."""
+
     addr: np.ndarray  # int64 (L,): one base address per lane
     dtype: np.dtype
     shape: tuple[int, ...]
@@ -65,16 +68,23 @@ class LaneTensor:
 
 
 class LaneTile:
+    """A tile over lanes: the distinct byte images `data` (lanes loading the same window share one) and the
+    lane -> image map `row`."""
+
     __slots__ = ("g", "valid_row", "valid_col", "data", "row", "freed")
 
     def __init__(self, g: Any, vr: int, vc: int, data: np.ndarray, row: np.ndarray) -> None:
         self.g, self.valid_row, self.valid_col, self.data, self.row, self.freed = g, vr, vc, data, row, False
 
     def image(self, u: int) -> TileBuf:
+        """Image `u` as a `TileBuf` of this tile's geometry (a view, no copy)."""
         return TileBuf._from_geometry(self.g, self.valid_row, self.valid_col, self.data[u])
 
 
 class LaneWindow:
+    """A TEXTRACT fused into its mad: window (`r0`, `c0`, possibly transposed) of a `LaneTile`, read by the
+    mad without a copy."""
+
     __slots__ = ("g", "src", "r0", "c0", "transpose", "freed")
 
     def __init__(self, g: Any, src: LaneTile, r0: int, c0: int, transpose: bool) -> None:
@@ -105,12 +115,17 @@ class LaneWindow:
 
 
 class LaneAcc:
+    """An accumulator over lanes: one logical matrix per lane, as `runtime.cube.tmatmul` keeps whole-tile
+    accumulators."""
+
     __slots__ = ("g", "data", "freed")
 
     def __init__(self, g: Any, data: np.ndarray) -> None:
         self.g, self.data, self.freed = g, data, False  # data: (L, rows, cols) logical matrices
 
     def lane_tile(self, lane: int) -> TileBuf:
+        """Lane `lane`'s accumulator as a `TileBuf` that holds its logical matrix (laid out as the ACC image
+        on first byte access)."""
         t = TileBuf._from_geometry(self.g, self.g.rows, self.g.cols, self.data[lane].reshape(-1).view(np.uint8))
         t._logical = True  # the buffer holds the logical matrix (runtime.cube.tmatmul's form)
         return t
@@ -599,6 +614,9 @@ _DEFAULT_STORE: Any = None
 # ------------------------------------------------------------------------------------- plans
 @dataclass
 class LanePlan:
+    """A graph compiled for lane-batched execution: slot template, parameter / output slots and the step
+    closures."""
+
     template: list[Any]
     param_slots: tuple[int, ...]
     out_slots: tuple[int, ...]
@@ -739,6 +757,7 @@ def _build(g: Graph, n_owned: int) -> LanePlan | None:
 
 
 def run_lane_plan(s: _State, plan: LanePlan, args: list[Any]) -> list[Any]:
+    """Run `plan` for all lanes at once on `args`; returns the values of its output slots."""
     env = plan.template.copy()
     for slot, a in zip(plan.param_slots, args):
         env[slot] = a

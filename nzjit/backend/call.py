@@ -55,18 +55,22 @@ class HostRef:
 
     @property
     def array(self) -> np.ndarray:
+        """The referenced array: `root`, or its plane `root[index]`."""
         return self.root if self.index is None else self.root[self.index]
 
     @property
     def key(self) -> tuple[int, int | None]:
+        """Identity of the referenced array (root object, plane): an argument passed twice uploads once."""
         return id(self.root), self.index
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """Shape of the referenced array (of the plane when `index` is set)."""
         return tuple(self.array.shape)
 
     @property
     def dtype(self) -> np.dtype:
+        """The array's dtype."""
         return self.root.dtype
 
 
@@ -79,10 +83,12 @@ class DeviceRef:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """Shape of the resident tensor."""
         return tuple(self.tensor.shape)
 
     @property
     def dtype(self) -> np.dtype:
+        """The resident tensor's dtype."""
         return self.tensor.dtype
 
 
@@ -95,10 +101,12 @@ class StackedRef:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The stacked tensor's full shape (leading axis = ranks)."""
         return tuple(self.tensor.full_shape)
 
     @property
     def dtype(self) -> np.dtype:
+        """The shards' dtype."""
         return self.tensor.dtype
 
 

@@ -56,6 +56,9 @@ class Step:
 
 @dataclass
 class Plan:
+    """A graph compiled once for running: slot template (literals pre-placed), parameter / output slots and
+    the pre-bound step closures `runs`."""
+
     graph: Graph
     steps: list[Step]
     n_slots: int = 0
@@ -68,6 +71,9 @@ class Plan:
 
 @dataclass
 class Ctx:
+    """Run-time state of one kernel call on one rank: GM, on-chip accounting, dynamic dims, the current SPMD
+    lane and the step being run."""
+
     gm: GlobalMemory
     onchip: OnChip
     dims: dict[str, int]
@@ -77,6 +83,7 @@ class Ctx:
     step: Step | None = None
 
     def consumes(self, e: Eqn, i: int) -> bool:
+        """True when input `i` of the running step dies there, so the impl may update it in place."""
         return self.step is not None and i in self.step.consumed
 
 
@@ -112,6 +119,8 @@ def _liveness(g: Graph, n_owned_params: int) -> tuple[dict[int, list[Var]], set[
 
 
 def make_plan(g: Graph, n_owned_params: int) -> Plan:
+    """Compile `g` into a `Plan`: one slot per value, one step per equation, frees after each value's last use
+    (only the trailing `n_owned_params` params are owned by `g`)."""
     from .fast import make_step
 
     free, _ = _liveness(g, n_owned_params)
@@ -192,6 +201,7 @@ _PLANS: weakref.WeakKeyDictionary[Graph, dict[int, Plan]] = weakref.WeakKeyDicti
 
 
 def clear_plans() -> None:
+    """Drop every cached plan (needed after changing `FAST` or the impl rules)."""
     _PLANS.clear()
 
 
@@ -208,6 +218,8 @@ def plan_of(g: Graph, n_owned_params: int = 0) -> Plan:
 
 # ------------------------------------------------------------------------------------ running
 def free_value(ctx: Ctx, val: Any) -> None:
+    """Free `val` if it is a live tile allocated from this call's on-chip accounting (other values own no
+    on-chip bytes)."""
     if (type(val) is TileBuf or type(val) is TileWindow) and not val.freed and val._owner is ctx.onchip:
         ctx.onchip.free_tile(val)
 
@@ -216,6 +228,7 @@ _free = free_value
 
 
 def run_plan(ctx: Ctx, plan: Plan, args: list[Any] | tuple[Any, ...]) -> list[Any]:
+    """Run `plan` on `args` in `ctx`; returns the values of its output slots."""
     env = plan.template.copy()
     for s, a in zip(plan.param_slots, args):
         env[s] = a
@@ -242,6 +255,8 @@ def _copy_tile(ctx: Ctx, t: Any) -> Any:
 
 
 def run_loop(ctx: Ctx, e: Eqn, ins: list[Any], consumed: frozenset[int] | None = None) -> list[Any]:
+    """Run a `for` equation: SPMD lanes with their block index, range / pipeline trips threading the carries
+    (batched when exact); returns the final carries."""
     nb, nc, nk = e.params["arity"]
     start, stop, step = (int(x) for x in ins[:3])
     captured = ins[nb : nb + nc]

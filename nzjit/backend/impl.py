@@ -25,6 +25,7 @@ impl_rules: dict[P.Primitive, Impl] = {}
 
 
 def impl(*prims: P.Primitive) -> Callable[[Impl], Impl]:
+    """Decorator: register `fn` as the numpy implementation of `prims` in `impl_rules`."""
     def deco(fn: Impl) -> Impl:
         for p in prims:
             impl_rules[p] = fn
@@ -102,6 +103,7 @@ def check_window(e: Eqn, shape: tuple[int, ...], offsets: Any, sizes: Any) -> No
 
 
 def concrete(ctx: Any, shape: tuple[Any, ...]) -> tuple[int, ...]:
+    """`shape` with every `DynDim` replaced by its value for this call."""
     return tuple(ctx.dims[d.name] if isinstance(d, DynDim) else int(d) for d in shape)
 
 

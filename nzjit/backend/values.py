@@ -23,6 +23,8 @@ class NzWindow:
     kept: tuple[int, ...]
 
     def slices(self, rel: tuple[int, ...], extents: tuple[int, ...]) -> tuple[slice, ...]:
+        """Index of the root for the window at `rel` (relative to this view) of `extents`; indexed-away axes
+        get length-1 slices."""
         idx = [slice(o, o + 1) for o in self.offsets]
         for j, axis in enumerate(self.kept):
             o = self.offsets[axis] + rel[j]
@@ -30,6 +32,7 @@ class NzWindow:
         return tuple(idx)
 
     def sub(self, rel: tuple[int, ...], drop: tuple[int, ...]) -> NzWindow:
+        """The sub-window at `rel` of this view, with the view axes at positions `drop` indexed away."""
         offs = list(self.offsets)
         for j, axis in enumerate(self.kept):
             offs[axis] += rel[j]
@@ -108,6 +111,7 @@ class TransposedTile:
     tile: TileBuf
 
     def logical(self) -> np.ndarray:
+        """The tile's logical matrix, transposed."""
         return self.tile.logical().T
 
 
@@ -118,4 +122,5 @@ class HostValue:
     array: np.ndarray
 
     def logical(self) -> np.ndarray:
+        """The logical array itself."""
         return self.array

@@ -81,6 +81,9 @@ class View:
 
 @dataclass(frozen=True)
 class Tile:
+    """A tile as codegen sees it: its SSA name, IR type, PTO tile layout and, where dynamic, the SSA names of
+    its valid extent."""
+
     ssa: str
     type: TileType
     layout: TileLayout
@@ -88,6 +91,7 @@ class Tile:
 
     @property
     def spelled(self) -> str:
+        """The tile's `!pto.tile_buf<...>` type as printed in the PTO."""
         return tile_buf_type(self.type, self.layout, self.valid)
 
 
@@ -104,6 +108,7 @@ pto_rules: dict[P.Primitive, Rule] = {}
 
 
 def rule(*prims: P.Primitive) -> Callable[[Rule], Rule]:
+    """Decorator: register `fn` as the PTO emitter of `prims` in `pto_rules`."""
     def deco(fn: Rule) -> Rule:
         for p in prims:
             pto_rules[p] = fn
@@ -128,9 +133,11 @@ class Emitter:
 
     # -------------------------------------------------------------------------- text
     def line(self, text: str) -> None:
+        """Append one line of PTO at the current nesting depth."""
         self.lines.append("  " * self.depth + text)
 
     def const(self, value: Any, dtype: DType) -> str:
+        """SSA name of the constant `value` of `dtype`, hoisted to the function entry and emitted once."""
         key = (value, dtype)
         if key not in self.consts:
             name = constant_name(value, dtype)
@@ -140,6 +147,7 @@ class Emitter:
         return self.consts[key]
 
     def define(self, v: Var, default: str = "v") -> str:
+        """Bind `v` to a fresh SSA name from its hint and return the name."""
         ssa = self.names.fresh(v.hint, default)
         self.env[v] = ssa
         return ssa
@@ -167,15 +175,18 @@ class Emitter:
         return ssa
 
     def operand(self, x: Dim) -> str:
+        """An index operand as SSA: a static int becomes a hoisted constant."""
         return self.const(x, INDEX) if isinstance(x, int) else x
 
     def tile(self, a: Atom) -> Tile:
+        """The `Tile` that `a` became; InternalError if it is not a tile value."""
         t = self.env.get(a) if isinstance(a, Var) else None
         if not isinstance(t, Tile):
             raise InternalError(f"codegen: {a!r} is not a tile value")
         return t
 
     def view(self, a: Atom) -> View:
+        """The `View` that `a` became; InternalError if it is not a tensor view."""
         t = self.env.get(a) if isinstance(a, Var) else None
         if not isinstance(t, View):
             raise InternalError(f"codegen: {a!r} is not a tensor view")
@@ -208,6 +219,7 @@ class Emitter:
 
     # -------------------------------------------------------------------------- views
     def dim(self, d: int | DynDim) -> str:
+        """SSA name of a dimension: the function argument of a dynamic dim, else an index constant."""
         if isinstance(d, DynDim):
             return self.dims[d.name]
         return self.const(d, INDEX)
@@ -226,6 +238,7 @@ class Emitter:
         return out[::-1]
 
     def make_view(self, ptr: str, name: str, t: TensorType) -> View:
+        """Emit `pto.make_tensor_view` of `ptr` with `t`'s shape, strides and layout: the root `View`."""
         shape = [self.dim(d) for d in t.shape]
         strides = self.strides(t, name)
         ssa = self.names.fresh(f"{name}_view")
@@ -274,6 +287,7 @@ class Emitter:
 
     # -------------------------------------------------------------------------- walk
     def eqns(self, eqns: list[Eqn]) -> None:
+        """Emit every equation through its `pto_rules` entry; InternalError for a primitive with no rule."""
         for e in eqns:
             fn = pto_rules.get(e.primitive)
             if fn is None:

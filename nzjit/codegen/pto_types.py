@@ -70,6 +70,7 @@ def partition_type(sizes: list[Dim], dtype: DType) -> str:
 
 
 def pointer_type(dtype: DType) -> str:
+    """`!pto.ptr<i8>`: the GM pointer type of a kernel argument of `dtype`."""
     return f"!pto.ptr<{dtype.short}>"
 
 
@@ -85,6 +86,7 @@ class Namer:
         self.used: set[str] = set()
 
     def fresh(self, base: str | None, default: str = "v") -> str:
+        """A new unique SSA name (`%base`, `%base_1`...) from a sanitised hint, never a reserved one."""
         base = _UNSAFE.sub("_", base) if base else default
         name, i = base, 1
         while name in self.used or _RESERVED.match(name):

@@ -20,14 +20,17 @@ class DType:
 
     @property
     def is_float(self) -> bool:
+        """True for the floating-point dtypes."""
         return self.kind == "float"
 
     @property
     def is_int(self) -> bool:
+        """True for the signed, unsigned and index integer dtypes (not BOOL)."""
         return self.kind in ("int", "uint", "index")
 
     @property
     def is_signed(self) -> bool:
+        """True for signed integers, INDEX and floats."""
         return self.kind in ("int", "index", "float")
 
     @property
@@ -37,6 +40,7 @@ class DType:
 
     @property
     def itemsize(self) -> int:
+        """Bytes per element; a sub-byte dtype counts as 1."""
         return max(1, self.bits // 8)
 
     def __repr__(self) -> str:

@@ -35,6 +35,8 @@ class Var:
 
 @dataclass(frozen=True)
 class Literal:
+    """A constant operand of a scalar type (no identity: equal values are the same literal)."""
+
     value: int | float | bool
     type: ScalarType
 
@@ -47,6 +49,8 @@ Atom = Var | Literal
 
 @dataclass(frozen=True, eq=False)
 class Eqn:
+    """`outputs = primitive[params] inputs`, made by the kernel line `source`. Immutable."""
+
     primitive: Any  # Primitive; Any avoids an import cycle
     inputs: tuple[Atom, ...]
     outputs: tuple[Var, ...]
@@ -63,6 +67,7 @@ class Eqn:
         raise KeyError(group)
 
     def replace(self, **kw: Any) -> Eqn:
+        """A copy of this equation with the given fields replaced."""
         d = {"primitive": self.primitive, "inputs": self.inputs, "outputs": self.outputs,
              "params": self.params, "source": self.source}
         d.update(kw)
@@ -71,6 +76,8 @@ class Eqn:
 
 @dataclass(eq=False)
 class Graph:
+    """A kernel or loop body: `params`, `eqns` in program order, `outputs`, and `attrs` set by passes."""
+
     params: list[Var]
     eqns: list[Eqn]
     outputs: list[Atom]
@@ -92,4 +99,5 @@ class Graph:
 
 
 def group_arity(**groups: int) -> tuple[int, ...]:
+    """`params['arity']` from operand-group sizes in group order: `group_arity(src=1, offsets=2)`."""
     return tuple(groups.values())

@@ -28,6 +28,8 @@ _ALL: dict[str, Primitive] = {}
 
 
 def primitive(name: str, groups: Sequence[str]) -> Callable[[Callable[..., list[Type]]], Primitive]:
+    """Decorator: make a type rule into the `Primitive` `name` with operand `groups`, registered in the table
+    of all primitives."""
     def deco(rule: Callable[..., list[Type]]) -> Primitive:
         p = Primitive(name, groups, rule)
         _ALL[name] = p
@@ -37,6 +39,7 @@ def primitive(name: str, groups: Sequence[str]) -> Callable[[Callable[..., list[
 
 
 def all_primitives() -> dict[str, Primitive]:
+    """Every registered primitive by name (a copy)."""
     return dict(_ALL)
 
 
@@ -90,17 +93,20 @@ COMPARE = {"lt": lt_p, "le": le_p, "gt": gt_p, "ge": ge_p, "eq": eq_p, "ne": ne_
 
 @primitive("convert", ("src",))
 def convert_p(a: Type, *, dtype: dt.DType, **_: Any) -> list[Type]:
+    """Scalar conversion to `dtype`."""
     _scalar_dtype(a)
     return [ScalarType(dtype)]
 
 
 @primitive("get_block_idx", ())
 def get_block_idx_p(**_: Any) -> list[Type]:
+    """The SPMD lane's block index (INDEX)."""
     return [ScalarType(dt.INDEX)]
 
 
 @primitive("get_block_num", ())
 def get_block_num_p(**_: Any) -> list[Type]:
+    """The number of SPMD lanes (INDEX)."""
     return [ScalarType(dt.INDEX)]
 
 
@@ -142,6 +148,8 @@ def _check_index_operands(ts: Sequence[Type], what: str) -> None:
 @primitive("tensor.slice", ("src", "offsets", "valid"))
 def tensor_slice_p(src: Type, *rest: Type, shape: tuple[int, ...], drop: tuple[int, ...] = (),
                    arity: tuple[int, ...], **_: Any) -> list[Type]:
+    """A window of a tensor at `offsets` of static `shape`; the axes in `drop` are indexed away; a `valid`
+    group makes the valid shape dynamic."""
     s = _tensor(src, "tensor.slice")
     _check_index_operands(rest, "tensor.slice")
     if len(shape) != s.rank or arity[1] != s.rank:
@@ -155,6 +163,8 @@ def tensor_slice_p(src: Type, *rest: Type, shape: tuple[int, ...], drop: tuple[i
 
 @primitive("tensor.reshape", ("src",))
 def tensor_reshape_p(src: Type, *, shape: tuple[int, ...], **_: Any) -> list[Type]:
+    """Reshape keeping the element count; a flattening to 1-D is ND whatever the layout: the tensor's bytes in
+    memory order (NZ-31)."""
     s = _tensor(src, "tensor.reshape")
     if s.is_static and all(isinstance(d, int) for d in shape):
         n_src = _prod(s.shape)  # type: ignore[arg-type]
@@ -173,6 +183,7 @@ def _static_bits(shape: Sequence[Any], dtype: dt.DType) -> int | None:
 
 @primitive("tensor.view", ("src",))
 def tensor_view_p(src: Type, *, shape: tuple[int, ...], **_: Any) -> list[Type]:
+    """The same bytes seen with another `shape` (same dtype, layout and bit count)."""
     s = _tensor(src, "tensor.view")
     a, b = _static_bits(s.shape, s.dtype), _static_bits(shape, s.dtype)
     if a is not None and b is not None and a != b:
@@ -182,6 +193,7 @@ def tensor_view_p(src: Type, *, shape: tuple[int, ...], **_: Any) -> list[Type]:
 
 @primitive("tensor.reinterpret_view", ("src",))
 def tensor_reinterpret_view_p(src: Type, *, dtype: dt.DType, shape: tuple[int, ...], **_: Any) -> list[Type]:
+    """The same bytes seen as another `dtype` and `shape`; the byte count must not change."""
     s = _tensor(src, "tensor.reinterpret_view")
     a, b = _static_bits(s.shape, s.dtype), _static_bits(shape, dtype)
     if a is not None and b is not None and a != b:
@@ -223,6 +235,8 @@ def _squeeze2(shape: tuple[Any, ...]) -> tuple[Any, ...]:
 
 @primitive("tensor.matmul", ("a", "b"))
 def tensor_matmul_p(a: Type, b: Type, *, b_trans: bool = False, out_dtype: Any = None, **_: Any) -> list[Type]:
+    """`pl.matmul` on tensors (before tiling): `[M,K] x [K,N]` (or `B^T` with `b_trans`) -> `[M,N]` of the
+    accumulator dtype."""
     ta, tb = _tensor(a, "pl.matmul"), _tensor(b, "pl.matmul")
     m, n = _matmul_shape(_squeeze2(ta.shape), _squeeze2(tb.shape), b_trans, "pl.matmul")
     return [TensorType((m, n), _matmul_out_dtype(ta.dtype, tb.dtype, out_dtype, "pl.matmul"))]
@@ -230,6 +244,7 @@ def tensor_matmul_p(a: Type, b: Type, *, b_trans: bool = False, out_dtype: Any =
 
 @primitive("tensor.matmul_acc", ("acc", "a", "b"))
 def tensor_matmul_acc_p(acc: Type, a: Type, b: Type, *, b_trans: bool = False, **_: Any) -> list[Type]:
+    """`pl.matmul_acc` on tensors: `acc + a @ b`; the accumulator must have the product's shape and dtype."""
     tc, ta, tb = _tensor(acc, "pl.matmul_acc"), _tensor(a, "pl.matmul_acc"), _tensor(b, "pl.matmul_acc")
     m, n = _matmul_shape(_squeeze2(ta.shape), _squeeze2(tb.shape), b_trans, "pl.matmul_acc")
     if tuple(tc.shape) != (m, n) or tc.dtype is not _matmul_out_dtype(ta.dtype, tb.dtype, None, "pl.matmul_acc"):
@@ -239,6 +254,7 @@ def tensor_matmul_acc_p(acc: Type, a: Type, b: Type, *, b_trans: bool = False, *
 
 @primitive("tensor.assign", ("dst", "value", "offsets"))
 def tensor_assign_p(dst: Type, value: Type, *offs: Type, **_: Any) -> list[Type]:
+    """Assignment of a tensor or tile value into `dst` at `offsets`; the result is the updated `dst`."""
     d = _tensor(dst, "assignment")
     _check_index_operands(offs, "assignment")
     if len(offs) != d.rank:
@@ -253,6 +269,8 @@ def tensor_assign_p(dst: Type, value: Type, *offs: Type, **_: Any) -> list[Type]
 def tile_load_p(src: Type, *rest: Type, shape: tuple[int, ...], memory: Mem, arity: tuple[int, ...],
                 valid_static: tuple[int | None, ...] | None = None, out_type: TileType | None = None,
                 **_: Any) -> list[Type]:
+    """`pl.load`: a window of static `shape` of a GM tensor into a tile of `memory`; a blocked load keeps its
+    explicit `out_type` (NZ-13)."""
     if out_type is not None:  # NZ-13: a blocked load keeps its explicit logical tile type
         return [out_type]
     s = _tensor(src, "pl.load")
@@ -271,6 +289,7 @@ def tile_load_p(src: Type, *rest: Type, shape: tuple[int, ...], memory: Mem, ari
 
 @primitive("tile.store", ("tile", "offsets", "dst"))
 def tile_store_p(tile: Type, *rest: Type, arity: tuple[int, ...], **_: Any) -> list[Type]:
+    """`pl.store` of a tile into the tensor `dst` at `offsets`; the result is the updated tensor."""
     _tile(tile, "pl.store")
     d = _tensor(rest[-1], "pl.store")
     _check_index_operands(rest[:-1], "pl.store")
@@ -288,6 +307,7 @@ def _mm_operands(a: Type, b: Type, what: str) -> tuple[TileType, TileType]:
 
 @primitive("tile.matmul", ("a", "b"))
 def tile_matmul_p(a: Type, b: Type, *, b_trans: bool = False, out_dtype: Any = None, **_: Any) -> list[Type]:
+    """`pl.matmul` on Mat (or Left/Right) tiles: `[M,N]` Acc tile of the accumulator dtype."""
     ta, tb = _mm_operands(a, b, "pl.matmul")
     m, n = _matmul_shape(_squeeze2(ta.shape), _squeeze2(tb.shape), b_trans, "pl.matmul")
     return [TileType((m, n), _matmul_out_dtype(ta.dtype, tb.dtype, out_dtype, "pl.matmul"), Mem.Acc)]
@@ -295,6 +315,7 @@ def tile_matmul_p(a: Type, b: Type, *, b_trans: bool = False, out_dtype: Any = N
 
 @primitive("tile.matmul_acc", ("acc", "a", "b"))
 def tile_matmul_acc_p(acc: Type, a: Type, b: Type, *, b_trans: bool = False, **_: Any) -> list[Type]:
+    """`pl.matmul_acc` on tiles: `acc + a @ b`; the accumulator must be the product's Acc tile."""
     tc = _tile(acc, "pl.matmul_acc")
     ta, tb = _mm_operands(a, b, "pl.matmul_acc")
     m, n = _matmul_shape(_squeeze2(ta.shape), _squeeze2(tb.shape), b_trans, "pl.matmul_acc")
@@ -314,6 +335,7 @@ def tile_extract_p(src: Type, *offs: Type, shape: tuple[int, int], memory: Mem, 
 
 @primitive("tile.mad", ("left", "right"))
 def tile_mad_p(left: Type, right: Type, *, out_dtype: dt.DType, **_: Any) -> list[Type]:
+    """The cube's MAD: Left `[M,K]` x Right `[K,N]` -> a fresh Acc `[M,N]` of `out_dtype`."""
     tl, tr = _tile(left, "tile.mad"), _tile(right, "tile.mad")
     if tl.memory is not Mem.Left or tr.memory is not Mem.Right or tl.shape[1] != tr.shape[0]:
         raise _fail(f"tile.mad needs Left [M,K] and Right [K,N] tiles, got {tl} and {tr}")
@@ -322,6 +344,7 @@ def tile_mad_p(left: Type, right: Type, *, out_dtype: dt.DType, **_: Any) -> lis
 
 @primitive("tile.mad_acc", ("acc", "left", "right"))
 def tile_mad_acc_p(acc: Type, left: Type, right: Type, **_: Any) -> list[Type]:
+    """MAD accumulating into an existing Acc tile (same rule as `tile.mad`, the accumulator's dtype)."""
     tc = _tile(acc, "tile.mad_acc")
     tile_mad_p.type_rule(left, right, out_dtype=tc.dtype)
     return [tc]
@@ -329,6 +352,8 @@ def tile_mad_acc_p(acc: Type, left: Type, right: Type, **_: Any) -> list[Type]:
 
 @primitive("tile.transpose_view", ("src",))
 def tile_transpose_view_p(src: Type, **_: Any) -> list[Type]:
+    """`pl.tile.transpose_view`: a 2-D tile's bytes read as its transpose (no copy); the valid shape is
+    swapped too."""
     s = _tile(src, "pl.tile.transpose_view")
     shape = _squeeze2(s.shape)
     if len(shape) != 2:
@@ -339,12 +364,14 @@ def tile_transpose_view_p(src: Type, **_: Any) -> list[Type]:
 
 @primitive("tile.cast", ("src",))
 def tile_cast_p(src: Type, *, dtype: dt.DType, **_: Any) -> list[Type]:
+    """`pl.cast` of a tile to `dtype` (same shape and memory)."""
     s = _tile(src, "pl.cast")
     return [s.with_(dtype=dtype)]
 
 
 @primitive("tile.move", ("src",))
 def tile_move_p(src: Type, *, memory: Mem, **_: Any) -> list[Type]:
+    """`pl.move` of a tile to another on-chip `memory` (same shape and dtype)."""
     s = _tile(src, "pl.move")
     return [s.with_(memory=memory)]
 

@@ -91,6 +91,7 @@ def _graph(g: Graph, names: _Namer, indent: str, lines: list[str]) -> None:
 
 
 def print_graph(g: Graph) -> str:
+    """The text form of `g` (a `# name [attrs]` header, then the equations, loop bodies indented)."""
     lines: list[str] = []
     attrs = " ".join(f"{k}" if v is True else f"{k}={v}" for k, v in sorted(g.attrs.items()))
     if attrs:

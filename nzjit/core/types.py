@@ -51,6 +51,8 @@ class Mem(enum.Enum):
 
 
 class Target(enum.Enum):
+    """The hardware generation a kernel is compiled for."""
+
     A2A3 = "A2A3"
     A5 = "A5"
 
@@ -59,11 +61,14 @@ class Target(enum.Enum):
 
 
 def dims_str(shape: tuple[Dim | None, ...]) -> str:
+    """A shape as printed: comma-separated, `?` for an unknown extent."""
     return ",".join("?" if d is None else str(d) for d in shape)
 
 
 @dataclass(frozen=True)
 class ScalarType:
+    """A scalar of `dtype` (index arithmetic, loop bounds, block indices)."""
+
     dtype: DType
 
     def __str__(self) -> str:
@@ -82,13 +87,16 @@ class TensorType:
 
     @property
     def rank(self) -> int:
+        """Number of axes."""
         return len(self.shape)
 
     @property
     def is_static(self) -> bool:
+        """True when no axis is a `DynDim`."""
         return all(isinstance(d, int) for d in self.shape)
 
     def with_(self, **kw: object) -> TensorType:
+        """A copy with the given fields replaced."""
         return replace(self, **kw)  # type: ignore[arg-type]
 
     def __str__(self) -> str:
@@ -111,10 +119,12 @@ class TileType:
 
     @property
     def rank(self) -> int:
+        """Number of axes."""
         return len(self.shape)
 
     @property
     def nbytes(self) -> int:
+        """On-chip bytes of the whole tile (its static shape, not its valid part)."""
         n = 1
         for d in self.shape:
             n *= d
@@ -122,9 +132,11 @@ class TileType:
 
     @property
     def fully_valid(self) -> bool:
+        """True when the whole static shape is valid."""
         return self.valid_shape is None or tuple(self.valid_shape) == tuple(self.shape)
 
     def with_(self, **kw: object) -> TileType:
+        """A copy with the given fields replaced."""
         return replace(self, **kw)  # type: ignore[arg-type]
 
     def __str__(self) -> str:

@@ -15,6 +15,7 @@ from .gen import FAMILIES, generate
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `python -m nzjit.fuzz` command line; returns 1 when a program is wrong or crashes, else 0."""
     ap = argparse.ArgumentParser(prog="python -m nzjit.fuzz", description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000, help="number of programs (default 1000)")
     ap.add_argument("--seed", type=int, default=0, help="campaign seed (default 0)")

@@ -24,6 +24,8 @@ from .rules import ROWS
 
 @dataclass
 class Record:
+    """One program's outcome in a campaign (programs are rebuilt from (seed, index), so no source here)."""
+
     index: int
     family: str
     outcome: Outcome
@@ -31,6 +33,8 @@ class Record:
 
 @dataclass
 class Report:
+    """A campaign's result: every program's record, the reproducers written and the wall time."""
+
     seed: int
     n: int
     jobs: int
@@ -39,13 +43,16 @@ class Report:
     reproducers: list[str] = field(default_factory=list)
 
     def count(self, cls: str) -> int:
+        """Number of programs classified `cls`."""
         return sum(1 for r in self.records if r.outcome.cls == cls)
 
     @property
     def bugs(self) -> list[Record]:
+        """The records classified wrong or crash."""
         return [r for r in self.records if r.outcome.bug]
 
     def rows_covered(self) -> Counter[str]:
+        """How many refusals matched each rule-table row (rules.py)."""
         c: Counter[str] = Counter()
         for r in self.records:
             c.update(r.outcome.rows)

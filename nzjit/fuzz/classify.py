@@ -34,6 +34,8 @@ CLASSES = ("equal", "refused", "wrong", "crash")
 
 @dataclass
 class Outcome:
+    """How one program behaved: its class (equal / refused / wrong / crash) and the evidence."""
+
     cls: str  # one of CLASSES
     rule: str | None = None  # refused: the NZ rule ("none" when the refusal names none)
     rows: tuple[str, ...] = ()  # refused: the rule-table rows (rules.py) the message matches
@@ -46,6 +48,7 @@ class Outcome:
 
     @property
     def bug(self) -> bool:
+        """True for wrong and crash: the promise allows only a value equal to the reference or a refusal."""
         return self.cls in ("wrong", "crash")
 
 

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Expr:
+    """An index expression: kernel text `k`, reference text `r` and the NZ-16 facts (known factor,
+    non-negative)."""
+
     k: str  # kernel text
     r: str  # reference text
     factor: int  # a known multiple (0: the value is 0), NZ-16 composition rules
@@ -26,6 +29,7 @@ class Expr:
     unk: bool = False  # built from a plain `range` variable: a literal whose value changes per trip
 
     def par(self) -> tuple[str, str]:
+        """(kernel text, reference text), parenthesised unless the node is an atom."""
         if self.atom:
             return self.k, self.r
         return f"({self.k})", f"({self.r})"
@@ -41,6 +45,7 @@ class Expr:
 
 
 def lit(v: int) -> Expr:
+    """A plain int constant (folded by Python at trace time, a literal in the IR)."""
     return Expr(str(v), str(v), abs(v), v >= 0, v, v >= 0)
 
 
@@ -64,6 +69,7 @@ def _py(a: Expr, b: Expr) -> bool:
 
 
 def mul(a: Expr, b: Expr) -> Expr:
+    """`a * b`: the factors multiply, non-negative when both are (NZ-16)."""
     if _both_const(a, b):
         return lit(a.const * b.const)  # type: ignore[operator]
     (ak, ar), (bk, br) = a.par(), b.par()
@@ -72,6 +78,7 @@ def mul(a: Expr, b: Expr) -> Expr:
 
 
 def add(a: Expr, b: Expr) -> Expr:
+    """`a + b`: the gcd of the factors, non-negative when both are (NZ-16)."""
     if _both_const(a, b):
         return lit(a.const + b.const)  # type: ignore[operator]
     return Expr(f"{a.k} + {b.k}", f"{a.r} + {b.r}", math.gcd(a.factor, b.factor), a.nonneg and b.nonneg,
@@ -88,6 +95,7 @@ def sub(a: Expr, b: Expr) -> Expr:
 
 
 def floordiv(a: Expr, k: int) -> Expr:
+    """`a // k`: keeps `factor // k` when `k` divides the factor, else only 1; the sign is kept (NZ-16)."""
     if a.const is not None:
         return lit(a.const // k)
     ak, ar = a.par()
@@ -96,6 +104,7 @@ def floordiv(a: Expr, k: int) -> Expr:
 
 
 def mod(a: Expr, k: int) -> Expr:
+    """`a % k`: a multiple of gcd(factor, k); the sign is kept (NZ-16)."""
     if a.const is not None:
         return lit(a.const % k)
     ak, ar = a.par()

@@ -54,10 +54,12 @@ SUB_BYTE = ("INT4", "UINT4", "FP4", "BOOL")
 
 
 def c0_of(dt: str) -> int:
+    """Elements per 32-byte C0 line of the dtype `dt`."""
     return 256 // DTYPES[dt][1]
 
 
 def nbytes(shape: Sequence[int], dt: str) -> int:
+    """Bytes of a tensor of `shape` and `dt` (a sub-byte element counts as one byte)."""
     return math.prod(shape) * max(1, DTYPES[dt][1] // 8)
 
 
@@ -76,6 +78,7 @@ class Program:
 
     @property
     def name(self) -> str:
+        """`seed_index`, the name of the program's reproducer."""
         return f"{self.seed}_{self.index}"
 
 
@@ -98,16 +101,20 @@ class G:
 
     # -- randomness
     def p(self, prob: float) -> bool:
+        """True with probability `prob`."""
         return self.rnd.random() < prob
 
     def choice(self, xs: Sequence[object]) -> object:
+        """A uniformly random element of `xs`."""
         return self.rnd.choice(list(xs))
 
     def wchoice(self, pairs: Sequence[tuple[float, object]]) -> object:
+        """A random value of `(weight, value)` pairs, by weight."""
         ws, vs = zip(*pairs)
         return self.rnd.choices(list(vs), weights=list(ws))[0]
 
     def tag(self, *ts: str) -> None:
+        """Record generator tags on the program (used by `--exclude` and the report)."""
         self.tags.extend(ts)
 
     # -- text
@@ -120,6 +127,8 @@ class G:
 
     # -- parameters
     def tensor(self, name: str, shape: Sequence[object], dt: str, nz: bool = False, kind: str = "in") -> None:
+        """Declare a tensor parameter `name` (dims given by name are dynamic): its annotation, its random
+        input data or, for `kind="out"`, an Out / InOut output."""
         dims = ", ".join(f'pl.dynamic("{d}")' if isinstance(d, str) else str(d) for d in shape)
         ann = f"pl.Tensor[[{dims}], pl.{dt}{', pl.NZ' if nz else ''}]"
         concrete = tuple(self.dyn[d] if isinstance(d, str) else int(d) for d in shape)  # type: ignore[call-overload]
@@ -137,6 +146,7 @@ class G:
         self.params.append((name, ann, kind, nz))
 
     def scalar(self, name: str, value: int, dt: str = "INDEX") -> None:
+        """Declare a scalar parameter `name` of `dt` passed `value`."""
         self.params.append((name, f"pl.Scalar[pl.{dt}]", "scalar", False))
         self.inputs[name] = str(value)
         self.rl.insert(0, f"    {name} = d[{name!r}]")
@@ -162,10 +172,12 @@ class G:
 
 # ----------------------------------------------------------------------------------- helpers
 def data_dtype(g: G) -> str:
+    """A random matmul data dtype (INT8, FP16, BF16 or FP32)."""
     return g.wchoice([(3, "INT8"), (3, "FP16"), (2, "BF16"), (2, "FP32")])  # type: ignore[return-value]
 
 
 def nz_shape_ok(shape: Sequence[int], dt: str) -> bool:
+    """True when the last two axes of `shape` are whole 16 x c0 fractals, as an NZ tensor needs."""
     return shape[-2] % 16 == 0 and shape[-1] % c0_of(dt) == 0
 
 
@@ -352,6 +364,7 @@ def window(name: str, axes: Sequence[Axis]) -> tuple[str, str]:
 
 def load_text(src: str, offs: Sequence[Expr], shape: Sequence[int], mem: str | None = "pl.Mem.Mat",
               valid: Sequence[Expr] | None = None) -> str:
+    """The kernel text of `pl.load(src, offsets, shape, ...)` with optional target memory and valid shape."""
     parts = [src, "[" + ", ".join(o.k for o in offs) + "]", "[" + ", ".join(map(str, shape)) + "]"]
     if mem is not None:
         parts.append(f"target_memory={mem}")
@@ -361,10 +374,12 @@ def load_text(src: str, offs: Sequence[Expr], shape: Sequence[int], mem: str | N
 
 
 def load_ref(src: str, offs: Sequence[Expr], shape: Sequence[int]) -> str:
+    """The reference text of the same load: `win(src, offsets, shape)` on the logical data."""
     return f"win({src}, ({', '.join(o.r for o in offs)},), ({', '.join(map(str, shape))},))"
 
 
 def pick(g: G, xs: Sequence[int], ok: Callable[[int], bool]) -> int:
+    """A random element of `xs` that satisfies `ok`."""
     good = [x for x in xs if ok(x)]
     return int(g.choice(good))  # type: ignore[call-overload]
 
@@ -395,6 +410,8 @@ def store_checks(g: G, rows: int, cols: int, col_off: Expr) -> None:
 
 # ------------------------------------------------------------------------------- tensor_mm
 def fam_tensor_mm(g: G) -> None:
+    """Family tensor_mm: tensor-level windows consumed by pl.matmul / pl.matmul_acc, stored into an ND or FP32
+    NZ output (NZ-20..24)."""
     dt = data_dtype(g)
     c0, acc = c0_of(dt), ACC[dt]
     g.tag(f"dtype:{dt}")
@@ -505,6 +522,8 @@ def fam_tensor_mm(g: G) -> None:
 
 # ---------------------------------------------------------------------------------- tile_mm
 def fam_tile_mm(g: G) -> None:
+    """Family tile_mm: pl.load of NZ windows into Mat (leading-axis slices, static or dynamic valid_shape),
+    pl.store of the Acc tile."""
     dt = data_dtype(g)
     c0, acc = c0_of(dt), ACC[dt]
     g.tag(f"dtype:{dt}")

@@ -14,6 +14,8 @@ from .gen import Program
 
 
 def reproducer_text(p: Program, o: Outcome) -> str:
+    """The standalone reproducer of `p`: a comment header (classification, how to regenerate, error) and the
+    program source."""
     head = [
         f"# nzjit.fuzz reproducer: program {p.name}, family {p.family}, classified {o.cls.upper()}",
         f"# regenerate with: python -m nzjit.fuzz --seed {p.seed} --show {p.index}",

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Row:
+    """One row of a rule table: its id, table, condition, the rule ids and message phrase that identify its
+    refusal."""
+
     id: str
     table: str
     condition: str

@@ -16,6 +16,9 @@ def dynamic(name: str) -> DynDim:
 
 @dataclass(frozen=True)
 class TensorAnnotation:
+    """`pl.Tensor[[dims], dtype, layout]` (or wrapped in `pl.Out` / `pl.InOut`): shape, dtype, layout and
+    direction."""
+
     shape: tuple[Dim, ...]
     dtype: dt.DType
     layout: Layout = Layout.ND
@@ -23,16 +26,20 @@ class TensorAnnotation:
 
     @property
     def type(self) -> TensorType:
+        """The parameter's IR type (no strides yet: MaterializeTensorStrides fills them)."""
         return TensorType(self.shape, self.dtype, self.layout)
 
 
 @dataclass(frozen=True)
 class ScalarAnnotation:
+    """`pl.Scalar[dtype]`: a scalar parameter."""
+
     dtype: dt.DType
     direction: str = "in"
 
     @property
     def type(self) -> ScalarType:
+        """The parameter's IR type."""
         return ScalarType(self.dtype)
 
 

@@ -29,13 +29,16 @@ class Param:
 
     @property
     def is_output(self) -> bool:
+        """True for a `pl.Out` or `pl.InOut` tensor: the kernel writes it."""
         return isinstance(self.ann, TensorAnnotation) and self.ann.direction in ("out", "inout")
 
     @property
     def is_pure_output(self) -> bool:
+        """True for a `pl.Out` tensor: it may be omitted and is then allocated by the call."""
         return isinstance(self.ann, TensorAnnotation) and self.ann.direction == "out"
 
     def spec(self) -> runtime.dispatch.ParamSpec:
+        """The runtime's `ParamSpec` of this tensor parameter (dynamic dims by name) for dispatch checks."""
         assert isinstance(self.ann, TensorAnnotation)
         shape = tuple(d.name if isinstance(d, DynDim) else d for d in self.ann.shape)
         return runtime.dispatch.ParamSpec(self.name, shape, self.ann.dtype.np_dtype,
@@ -51,6 +54,7 @@ class Spec:
 
 
 def spec(shape: Sequence[int], dtype: Any) -> Spec:
+    """`nzjit.spec(shape, dtype)`: a placeholder argument for `kernel.lower`."""
     return Spec(shape, dtype)
 
 

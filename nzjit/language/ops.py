@@ -351,20 +351,25 @@ def elementwise(name: str, *xs: Any) -> Tracer:
 
 
 def add(a: Tracer, b: Tracer) -> Tracer:
+    """`pl.add`: elementwise sum of two Vec tiles."""
     return elementwise("add", a, b)
 
 
 def sub(a: Tracer, b: Tracer) -> Tracer:
+    """`pl.sub`: elementwise difference of two Vec tiles."""
     return elementwise("sub", a, b)
 
 
 def mul(a: Tracer, b: Tracer) -> Tracer:
+    """`pl.mul`: elementwise product of two Vec tiles."""
     return elementwise("mul", a, b)
 
 
 def maximum(a: Tracer, b: Tracer) -> Tracer:
+    """`pl.maximum`: elementwise maximum of two Vec tiles."""
     return elementwise("maximum", a, b)
 
 
 def exp(a: Tracer) -> Tracer:
+    """`pl.exp`: elementwise exponential of a Vec tile."""
     return elementwise("exp", a)

@@ -54,18 +54,22 @@ class Handle:
 
     @property
     def name(self) -> str:
+        """The argument's name (in error messages)."""
         return self._ref.name
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The tensor's shape."""
         return tuple(self._ref.shape)
 
     @property
     def dtype(self) -> np.dtype:
+        """The tensor's numpy dtype."""
         return np.dtype(self._ref.dtype)
 
     @property
     def ndim(self) -> int:
+        """Number of axes."""
         return len(self.shape)
 
     def __len__(self) -> int:
@@ -139,6 +143,8 @@ class Program:
 
     @contextmanager
     def recording(self) -> Iterator[Program]:
+        """Context manager: this program records the kernel calls the body makes on this thread; an
+        orchestration called inside another is refused."""
         if active_program() is not None:
             raise CompileError(f"orchestration {self.entry.__name__} was called inside another orchestration "
                                "body; call its kernels directly instead", user_source())

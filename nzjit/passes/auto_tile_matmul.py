@@ -29,6 +29,8 @@ MAX_CUBE_EXTENT = 4095
 
 @dataclass(frozen=True)
 class MatmulPlan:
+    """The chosen L0 chunk sizes of a matmul: `mc` x `nc` accumulator sub-tiles, `kc` columns of K per mad."""
+
     mc: int
     nc: int
     kc: int

@@ -87,6 +87,9 @@ def _idx(dtype_of: Atom) -> ScalarType:
 
 
 class BlockNz(Rewriter):
+    """The BlockNzTensorViews rewriter: NZ tensor types become blocked (phase 1), their consumers are
+    rewritten or refused (phase 2)."""
+
     def __init__(self, graph: Graph) -> None:
         super().__init__()
         self.prover = Prover(graph)
@@ -97,11 +100,15 @@ class BlockNz(Rewriter):
 
     # ---------------------------------------------------------------- phase 1: blocked types
     def map_type(self, t: Type) -> Type:
+        """An NZ tensor type becomes its blocked rank-5 `[B, C/c0, R/16, 16, c0]` view (refused when it has
+        none); other types are unchanged."""
         if isinstance(t, TensorType) and t.layout is Layout.NZ:
             return TensorType(blocked_shape(t, "NZ tensor", self.src or self.def_source), t.dtype, Layout.NZ)
         return t
 
     def graph(self, g: Graph) -> Graph:
+        """Rebuild `g`, first refusing NZ parameters without a blocked form by name, at the `def` line (or
+        else their first use)."""
         for v in g.params:  # parameters are refused by name, at the `def` line or else their first use
             if isinstance(v.type, TensorType) and v.type.layout is Layout.NZ:
                 blocked_shape(v.type, f"parameter '{v.hint}'", self.def_source or first_use(g, v))
@@ -109,6 +116,7 @@ class BlockNz(Rewriter):
 
     # ---------------------------------------------------------------- phase 2: consumers
     def rewrite(self, e: Eqn) -> None:
+        """Route an equation consuming an NZ tensor to its rewrite; any other consumer is refused (NZ-12)."""
         self.src = e.source
         p = e.primitive
         # the rebuilt operands decide: a whole-tensor flatten's result is ND after this pass (NZ-31)
@@ -131,6 +139,7 @@ class BlockNz(Rewriter):
 
     # -- coordinates
     def name_of(self, x: Atom) -> str:
+        """How a value is named in messages: its kernel name, constant or expression."""
         return self.prover.name(x)
 
     def floordiv(self, x: Atom, d: int, hint: str | None) -> Atom:
@@ -215,6 +224,8 @@ class BlockNz(Rewriter):
     # -- tile.load from NZ (NZ-12, NZ-13, NZ-25/26): the weight is read NZ -> NZ into Mat, no fractal
     #    conversion per load (NZ-3)
     def load(self, e: Eqn) -> None:
+        """Rewrite a `pl.load` of an NZ window into Mat as a blocked load; refused unless its rows / columns
+        are whole fractals and its offsets proven aligned and non-negative (NZ-12, NZ-13, NZ-16)."""
         src_v = e.inputs[0]
         logical = src_v.type
         assert isinstance(logical, TensorType)
@@ -326,6 +337,8 @@ class BlockNz(Rewriter):
 
     # -- tensor.slice of NZ (NZ-30)
     def slice(self, e: Eqn) -> None:
+        """Rewrite a slice of an NZ tensor's leading axes as a batch-slot slice of the blocked view; a window
+        on the `[R, C]` plane is refused (NZ-28, NZ-30)."""
         src_v = e.inputs[0]
         logical = src_v.type
         assert isinstance(logical, TensorType)
@@ -366,6 +379,8 @@ class BlockNz(Rewriter):
 
     # -- tensor.reshape of NZ (NZ-31)
     def reshape(self, e: Eqn) -> None:
+        """Rewrite the whole-tensor flatten of an NZ tensor to `[N]`, an ND tensor of its bytes in NZ order;
+        any other reshape is refused (NZ-31)."""
         src_v = e.inputs[0]
         logical = src_v.type
         assert isinstance(logical, TensorType)

@@ -46,6 +46,9 @@ _ATOM = 3
 
 @dataclass(frozen=True)
 class Fact:
+    """What is proven of an index value: a known factor, non-negativity (and why), its run-time interval and
+    its text."""
+
     factor: int  # the value is a multiple of this (0: the value is 0)
     nonneg: bool
     expr: str  # the expression as an operand: a name, a constant, or the unnamed expansion
@@ -117,10 +120,12 @@ class Prover:
         return (f.factor % d == 0), f
 
     def nonneg(self, x: Atom) -> tuple[bool, Fact]:
+        """Is `x` (its wrapped run-time value) provably non-negative? With the fact (NZ-17, NZ-18)."""
         f = self.fact(x)
         return f.nonneg, f
 
     def fact(self, x: Atom) -> Fact:
+        """The facts of `x`; when the proof budget runs out, nothing is known (factor 1, not non-negative)."""
         try:
             return self._fact(x, [BUDGET])
         except _Budget:
@@ -129,6 +134,7 @@ class Prover:
 
     # ------------------------------------------------------------------------------ the walk
     def name(self, x: Atom) -> str:
+        """How `x` is named in messages: its constant, kernel name or expanded expression."""
         if isinstance(x, Literal):
             return str(x.value)
         if x.hint:

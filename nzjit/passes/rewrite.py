@@ -19,6 +19,8 @@ from ..errors import Source
 
 
 class Rewriter:
+    """Base class of every pass: rebuilds a graph equation by equation, renaming values through `env`."""
+
     def __init__(self) -> None:
         self.env: dict[Var, Atom] = {}
         self.out: list[Eqn] = []  # equations of the graph being rebuilt
@@ -26,9 +28,11 @@ class Rewriter:
 
     # -- helpers for passes
     def atom(self, a: Atom) -> Atom:
+        """The rebuilt value of `a` (literals and unchanged values are themselves)."""
         return self.env.get(a, a) if isinstance(a, Var) else a
 
     def atoms(self, xs: Sequence[Atom]) -> list[Atom]:
+        """`atom` of each of `xs`."""
         return [self.atom(a) for a in xs]
 
     def definition(self, v: Atom) -> Eqn | None:
@@ -37,6 +41,7 @@ class Rewriter:
 
     def emit(self, prim: Primitive, groups: Sequence[Sequence[Atom]], params: dict[str, Any],
              out: Sequence[Var | Type], source: Source | None) -> list[Var]:
+        """Append an equation of `prim` on the operand `groups` (arity set from them); returns its outputs."""
         params = dict(params)
         params["arity"] = tuple(len(g) for g in groups)
         outs = [o if isinstance(o, Var) else Var(o) for o in out]
@@ -57,14 +62,17 @@ class Rewriter:
 
     # -- the walk
     def map_type(self, t: Type) -> Type:
+        """The type a value of type `t` has after the pass; the default keeps it."""
         return t
 
     def graph(self, g: Graph) -> Graph:
+        """The rebuilt graph: params mapped, every equation rewritten, outputs renamed."""
         params = [self.fresh(v) for v in g.params]
         eqns = self.body(g)
         return Graph(params, eqns, self.atoms(g.outputs), dict(g.attrs), g.name)
 
     def body(self, g: Graph) -> list[Eqn]:
+        """The rebuilt equations of `g` (a graph or loop body), in their own scope."""
         saved = self.out
         self.out = []
         self.scope.append({v: e for e in g.eqns for v in e.outputs})
@@ -90,6 +98,8 @@ class Rewriter:
         self.copy(e)
 
     def copy(self, e: Eqn, **params: Any) -> list[Var]:
+        """Copy `e` with renamed inputs and `params` overridden (a loop's body rebuilt); an unchanged equation
+        is shared. Returns its outputs."""
         env = self.env
         if not params and "body" not in e.params and not any(a in env for a in e.inputs if isinstance(a, Var)) \
                 and all(self.map_type(v.type) == v.type for v in e.outputs):
@@ -113,6 +123,7 @@ class Rewriter:
         return outs
 
     def run(self, g: Graph) -> Graph:
+        """Rebuild `g` and remove the dead code the rewrite left."""
         return dce(self.graph(g))
 
 
