@@ -291,6 +291,11 @@ class BlockNz(Rewriter):
                 if f.exhausted or f.hi >= _unbounded(o):
                     continue  # no upper bound known: the backend refuses an overhang at run time
                 hi = f.hi - f.hi % f.factor if f.factor > 0 and f.hi >= 0 else f.hi  # a multiple of factor
+                if hi + n > d:  # interval bounds over-approximate: refuse on the exact maximum only
+                    exact = self.prover.exact_max(o)
+                    if exact is None:
+                        continue  # not enumerable: the backend refuses an overhang at run time
+                    hi = exact
                 start, why = hi, f"up to [{hi}, {hi + n}) ('{self.prover.describe(o)}' reaches {hi})"
             if start + n > d:
                 raise CompileError(f"{what}: the window {why} on axis {axis} ends past the tensor's extent "

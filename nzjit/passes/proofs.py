@@ -30,11 +30,13 @@ possible; the intervals come from the same bindings (a loop variable lies in
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
-from ..core.dtypes import DType
+from ..core.dtypes import INDEX, DType
 from ..core.ir import Atom, Eqn, Graph, Literal, Var
+from ..core.types import ScalarType
 from ..errors import InternalError
 
 BUDGET = 256  # nodes per query: keeps a proof over a pathological expression bounded
@@ -255,6 +257,65 @@ class Prover:
             return f"{nm} = {rhs}" if x.hint else rhs
         return None
 
+    def exact_max(self, x: Atom, limit: int = 1 << 16) -> int | None:
+        """The largest value `x` takes, by enumerating the loop variables and lanes it depends on
+        (each with constant bounds, at most `limit` combinations); None when that is not possible.
+        Interval bounds over-approximate (`(lane // 2) * 128 + (lane % 2) * 64` for lane < 3
+        reaches 128, not 192), so a refusal for an overhanging window asks for the exact value."""
+        leaves: dict[Var, range] = {}
+        if not self._leaves(x, leaves, [BUDGET]):
+            return None
+        combos = 1
+        for r in leaves.values():
+            combos *= max(1, len(r))
+        if combos > limit or any(len(r) == 0 for r in leaves.values()):
+            return None
+        order = list(leaves)
+        best: int | None = None
+        for values in itertools.product(*(leaves[v] for v in order)):
+            env = dict(zip(order, values))
+            val = self._eval(x, env)
+            best = val if best is None or val > best else best
+        return best
+
+    def _leaves(self, x: Atom, out: dict[Var, range], budget: list[int]) -> bool:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return False
+        x = self.root(x)
+        if isinstance(x, Literal):
+            return True
+        if x in self.loop_vars:
+            start, stop, step, kind = self.loop_vars[x]
+            bounds = [self.root(b) for b in (start, stop, step)]
+            if not all(isinstance(b, Literal) for b in bounds):
+                return False
+            lo, hi, st = (int(b.value) for b in bounds)  # type: ignore[union-attr]
+            out[x] = range(lo, hi, st) if st > 0 else range(0)
+            return True
+        if x in self.lanes:
+            stop = self.lanes[x]
+            stop = self.root(stop) if stop is not None else Literal(1, ScalarType(INDEX))
+            if not isinstance(stop, Literal):
+                return False
+            e = self.defs[x]
+            out[x] = range(int(stop.value)) if e.primitive.name == "get_block_idx" else range(int(stop.value), int(stop.value) + 1)
+            return True
+        e = self.defs.get(x)
+        if e is None or e.primitive.name not in _EVAL:
+            return False
+        return all(self._leaves(a, out, budget) for a in e.inputs)
+
+    def _eval(self, x: Atom, env: dict[Var, int]) -> int:
+        x = self.root(x)
+        if isinstance(x, Literal):
+            return int(x.value)
+        if x in env:
+            return env[x]
+        e = self.defs[x]
+        args = [self._eval(a, env) for a in e.inputs]
+        return x.type.dtype.wrap(_EVAL[e.primitive.name](*args))  # type: ignore[union-attr]
+
     def describe(self, x: Atom) -> str:
         """`n0 = nb * 256, nb in pl.spmd(4)`: the bindings a diagnostic or proof note shows
         (the offset's own binding, then those of the names it uses)."""
@@ -341,6 +402,10 @@ def _binary(p: str, a: Fact, b: Fact, rhs: Atom) -> Fact:
     lo, hi = (a.lo, a.hi) if 0 <= a.lo and a.hi < k else (0, k - 1)  # floor modulo: in [0, k)
     return fact(math.gcd(a.factor, k), a.nonneg, why, lo, hi)
 
+
+_EVAL = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+         "floordiv": lambda a, b: a // b if b else 0, "mod": lambda a, b: a % b if b else 0,
+         "min": min, "max": max, "convert": lambda a: a}
 
 PROVABLE_FORMS = ("constants; products `nb * 256`; sums; `pl.range`/`pl.pipeline` variables whose start "
                   "and step are multiples; pl.spmd lanes and get_block_idx(); `x % k` and `x // k` by a "

@@ -48,3 +48,20 @@ def test_loop_step_tightens_the_bound():  # NZ-16: k0 in pipeline(0, 64, 32) rea
             pl.load(w, [0, k0], [32, 32], target_memory=pl.Mem.Mat)
 
     k.lower()  # [32, 64) fits: no refusal
+
+
+def test_exact_maximum_not_the_interval_bound():  # NZ-12, NZ-16
+    # interval arithmetic says n0 reaches 128 + 64 = 192; enumerating lane < 3 gives 128: it fits
+    @pl.kernel
+    def k(x: pl.Tensor[[16, 128], pl.FP16], w: pl.Tensor[[192, 128], pl.FP16, pl.NZ],
+          out: pl.Out[pl.Tensor[[16, 192], pl.FP32]]):
+        for lane in pl.spmd(3):
+            n0 = (lane // 2) * 128 + (lane % 2) * 64
+            out[:, n0:n0 + 64] = pl.matmul(x[:, 0:128], w[n0:n0 + 64, 0:128], b_trans=True)
+
+    rng = np.random.default_rng(1)
+    x = rng.integers(-4, 4, (16, 128)).astype(np.float16)
+    w = rng.integers(-4, 4, (192, 128)).astype(np.float16)
+    out = k(x, runtime.pack_nz(w))
+    ref = x.astype(np.float32) @ w.astype(np.float32).T
+    assert np.array_equal(out[:, :128], ref[:, :128])  # lanes 0..2 write columns [0, 128)
