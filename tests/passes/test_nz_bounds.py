@@ -64,4 +64,4 @@ def test_exact_maximum_not_the_interval_bound():  # NZ-12, NZ-16
     w = rng.integers(-4, 4, (192, 128)).astype(np.float16)
     out = k(x, runtime.pack_nz(w))
     ref = x.astype(np.float32) @ w.astype(np.float32).T
-    assert np.array_equal(out[:, :128], ref[:, :128])  # lanes 0..2 write columns [0, 128)
+    assert np.array_equal(out, ref)  # lanes 0, 1, 2 write columns [0, 64), [64, 128), [128, 192)
