@@ -44,7 +44,7 @@ from runtime.tile import _geometry
 
 from ..core import dtypes as D
 from ..core import primitives as P
-from ..core.ir import Eqn, Graph, Literal, Var
+from ..core.ir import Eqn, Graph, Var
 from ..core.types import DynDim, ScalarType, TensorType, TileType
 from .values import TensorVal, TransposedTile
 
@@ -717,7 +717,7 @@ def lane_plan(g: Graph, n_owned: int = 0) -> LanePlan | None:
 
 def _build(g: Graph, n_owned: int) -> LanePlan | None:
     global _DEFAULT_STORE
-    from .executor import _liveness, _window_extracts
+    from .executor import _liveness, _window_extracts, slot_allocator
     from .fast import _DEFAULT_IMPLS
     from .impl import impl_rules
 
@@ -728,18 +728,7 @@ def _build(g: Graph, n_owned: int) -> LanePlan | None:
             return None
     free, _ = _liveness(g, n_owned)
     windows = _window_extracts(g, free)
-    slot_of: dict[Var, int] = {}
-    template: list[Any] = []
-
-    def slot(a: Any) -> int:
-        if isinstance(a, Literal):
-            template.append(a.value)
-            return len(template) - 1
-        s = slot_of.get(a)
-        if s is None:
-            s = slot_of[a] = len(template)
-            template.append(None)
-        return s
+    slot, template, slot_of = slot_allocator()
 
     param_slots = tuple(slot(p) for p in g.params)
     runs = []

@@ -118,12 +118,9 @@ def _liveness(g: Graph, n_owned_params: int) -> tuple[dict[int, list[Var]], set[
     return free, keep
 
 
-def make_plan(g: Graph, n_owned_params: int) -> Plan:
-    """Compile `g` into a `Plan`: one slot per value, one step per equation, frees after each value's last use
-    (only the trailing `n_owned_params` params are owned by `g`)."""
-    from .fast import make_step
-
-    free, _ = _liveness(g, n_owned_params)
+def slot_allocator() -> tuple[Any, list[Any], dict[Var, int]]:
+    """`slot(atom) -> index` into an environment list: one slot per value, a pre-filled slot per
+    literal; returns (slot, the environment template, value -> slot)."""
     slot_of: dict[Var, int] = {}
     template: list[Any] = []
 
@@ -136,6 +133,17 @@ def make_plan(g: Graph, n_owned_params: int) -> Plan:
             s = slot_of[a] = len(template)
             template.append(None)
         return s
+
+    return slot, template, slot_of
+
+
+def make_plan(g: Graph, n_owned_params: int) -> Plan:
+    """Compile `g` into a `Plan`: one slot per value, one step per equation, frees after each value's last use
+    (only the trailing `n_owned_params` params are owned by `g`)."""
+    from .fast import make_step
+
+    free, _ = _liveness(g, n_owned_params)
+    slot, template, slot_of = slot_allocator()
 
     param_slots = tuple(slot(p) for p in g.params)
     lazy = _window_extracts(g, free) if FAST else set()
