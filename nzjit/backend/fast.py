@@ -93,6 +93,24 @@ def _finish(st: Any, body: Callable[[Any, list[Any]], Any]) -> Run:
     return run_free
 
 
+def _finish_or_generic(st: Any, body: Callable[[Any, list[Any]], Any], generic: Run) -> Run:
+    """Like `_finish`, for a `body` that returns None when the value is not one it plans for: the
+    generic implementation runs instead (it stores the output and frees by itself)."""
+    (o,) = st.outs
+    free = st.free
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        r = body(ctx, env)
+        if r is None:
+            generic(ctx, env)
+            return
+        env[o] = r
+        if free:
+            _release(ctx, env, free, (r,))
+
+    return run
+
+
 # --------------------------------------------------------------------------------------- scalars
 def _int_range(t: Any) -> tuple[int, int] | None:
     dt = t.dtype
@@ -240,16 +258,7 @@ def _mk_slice(st: Any) -> Run | None:
             strides = src.strides
         return TensorVal(src.addr + delta * src.dtype.itemsize, src.dtype, shape, strides, src.layout)
 
-    (o,) = st.outs
-
-    def run(ctx: Any, env: list[Any]) -> None:
-        r = body(ctx, env)
-        if r is None:
-            generic(ctx, env)
-        else:
-            env[o] = r
-
-    return run
+    return _finish_or_generic(st, body, generic)
 
 
 # ----------------------------------------------------------------------------------- tile level
@@ -325,19 +334,7 @@ def _mk_load(st: Any) -> Run | None:
         plan.run(ctx.gm, view.addr, tile)
         return tile
 
-    (o,) = st.outs
-    free = st.free
-
-    def run(ctx: Any, env: list[Any]) -> None:
-        r = body(ctx, env)
-        if r is None:
-            generic(ctx, env)
-            return
-        env[o] = r
-        if free:
-            _release(ctx, env, free, (r,))
-
-    return run
+    return _finish_or_generic(st, body, generic)
 
 
 def _mk_store(st: Any) -> Run | None:
@@ -510,19 +507,7 @@ def _mk_elementwise(st: Any) -> Run | None:
         ufunc(*(x._data.view(dt).reshape(x.rows, x.cols) for x in xs), out=out._data.view(dt).reshape(shape2))
         return out
 
-    (o,) = st.outs
-    free = st.free
-
-    def run(ctx: Any, env: list[Any]) -> None:
-        r = body(ctx, env)
-        if r is None:
-            generic(ctx, env)
-            return
-        env[o] = r
-        if free:
-            _release(ctx, env, free, (r,))
-
-    return run
+    return _finish_or_generic(st, body, generic)
 
 
 _MAKERS: dict[Any, Callable[[Any], Run | None]] = {
