@@ -162,7 +162,16 @@ def make_plan(g: Graph, n_owned_params: int) -> Plan:
         st.run = make_step(st)
         steps.append(st)
     out_slots = tuple(slot(a) for a in g.outputs)
-    return Plan(g, steps, len(template), template, param_slots, out_slots, tuple(s.run for s in steps), slot_of)
+    runs = tuple(s.run for s in steps)
+    # a carry the body never reads (a tile reloaded under its old name) dies on entry: holding it
+    # through the trip would keep two tiles alive, and leak one per trip
+    read = {a for e in g.eqns for a in e.inputs if isinstance(a, Var)} | set(g.outputs)
+    unread = tuple(slot_of[p] for p in g.params[len(g.params) - n_owned_params:] if p not in read)
+    if unread:
+        from .fast import _release
+
+        runs = ((lambda ctx, env: _release(ctx, env, unread, ())), *runs)
+    return Plan(g, steps, len(template), template, param_slots, out_slots, runs, slot_of)
 
 
 _MADS = (P.tile_mad_p, P.tile_mad_acc_p)
