@@ -288,12 +288,6 @@ def execute(graph: Graph, kernel: Any, full: list[Any], worker: Worker, dims: di
 
 
 # ------------------------------------------------------------------------------- the program
-def _device_copy(worker: Worker, src: DeviceTensor, dst: DeviceTensor) -> None:
-    """A GM -> GM copy on one device (no host traffic)."""
-    n = src.nbytes
-    worker.gm.view(dst.address, (n,), (1,))[...] = worker.gm.view(src.address, (n,), (1,))
-
-
 def _call_name(call: KernelCall) -> str:
     return call.kernel.__name__ + (f" ({call.source})" if call.source else "")
 
@@ -324,7 +318,7 @@ class _Rank:
     launches: list[_Launch] = field(default_factory=list)
     placed: dict[tuple[int, int | None], DeviceTensor] = field(default_factory=dict)
     host_outputs: list[tuple[HostRef, DeviceTensor]] = field(default_factory=list)
-    snapshots: list[tuple[DeviceTensor, DeviceTensor]] = field(default_factory=list)
+    snapshots: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)  # (GM bytes, saved copy)
     temps: list[DeviceTensor] = field(default_factory=list)
 
     def _place(self, p: Any, a: Any) -> Any:
@@ -349,11 +343,9 @@ class _Rank:
         for ln in self.launches:
             for p, a in zip(ln.call.kernel.params, ln.call.args):
                 if p.is_output and isinstance(a, DeviceRef) and all(a.tensor is not s for s in seen):
-                    seen.append(a.tensor)
-                    scratch = self.worker.alloc_tensor(a.tensor.shape, a.tensor.dtype)
-                    self.temps.append(scratch)
-                    _device_copy(self.worker, a.tensor, scratch)
-                    self.snapshots.append((a.tensor, scratch))
+                    seen.append(a.tensor)  # the simulator's own copy of the bytes: no GM allocation
+                    view = self.worker.gm.view(a.tensor.address, (a.tensor.nbytes,), (1,))
+                    self.snapshots.append((view, view.copy()))
 
     def run(self, name_calls: bool) -> None:
         self._snapshot_outputs()
@@ -367,8 +359,8 @@ class _Rank:
                 _reraise_in(ln.call, e)
 
     def restore(self) -> None:
-        for target, scratch in self.snapshots:
-            _device_copy(self.worker, scratch, target)
+        for view, saved in self.snapshots:
+            view[...] = saved
 
     def gather(self) -> None:
         for ref, t in self.host_outputs:
