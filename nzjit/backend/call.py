@@ -137,6 +137,7 @@ class KernelCall:
     source: Source | None = None
     graph: Graph | None = None
     low: Any = None
+    dims: dict[str, int] | None = None  # set when the entry already checked these very arguments
 
 
 def as_ref(a: Any, name: str) -> Any:
@@ -461,6 +462,8 @@ def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[tuple[in
         specs.append(param_spec(p))
         tensor_args.append(v)
         keyed.append(v)
+    if call.dims is not None:  # a direct call: check_entry validated them; residency is checked above
+        return keyed, call.dims
     return keyed, runtime.dispatch.check_args(specs, tensor_args, worker)
 
 
@@ -549,7 +552,7 @@ def _call(kernel: Any, args: Sequence[Any], device: int | None, low: Any, graph:
     if device is None:
         device = default_device(refs)
     residents = [r for r in refs if isinstance(r, DeviceRef)]
-    run_program([KernelCall(kernel, refs, int(device), graph=graph, low=low)], residents=residents,
+    run_program([KernelCall(kernel, refs, int(device), graph=graph, low=low, dims=dims)], residents=residents,
                 rank_prefix=False)
     return results(kernel, full)
 
