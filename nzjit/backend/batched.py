@@ -345,7 +345,10 @@ def _slice_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | N
     return run
 
 
-def _tile_geometry(t: TileType) -> Any:
+def _tile_geometry(t: Any) -> Any:
+    """The runtime geometry of a tile result, or None when it is not a tile with a legal one."""
+    if not isinstance(t, TileType):
+        return None
     rows, cols = (t.shape if len(t.shape) == 2 else (int(np.prod(t.shape[:-1])), t.shape[-1]))
     try:
         return _geometry(t.memory.value, t.dtype.np_dtype, int(rows), int(cols), None)
@@ -355,8 +358,6 @@ def _tile_geometry(t: TileType) -> Any:
 
 def _load_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
     out_t = e.outputs[0].type
-    if not isinstance(out_t, TileType):
-        return None
     geom = _tile_geometry(out_t)
     if geom is None:
         return None
@@ -415,8 +416,6 @@ def _transpose_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step
 
 def _extract_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
     t = e.outputs[0].type
-    if not isinstance(t, TileType):
-        return None
     geom = _tile_geometry(t)
     if geom is None:
         return None
@@ -466,8 +465,6 @@ def _products(s: _State, left: LaneWindow, right: LaneWindow, m: int, k: int, n:
 def _mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: bool,
               in_place: bool) -> Step | None:
     t = e.outputs[0].type
-    if not isinstance(t, TileType):
-        return None
     geom = _tile_geometry(t)
     if geom is None:
         return None
@@ -526,8 +523,6 @@ def _elementwise_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> St
     from .impl import _ELEMENTWISE
 
     t = e.outputs[0].type
-    if not isinstance(t, TileType):
-        return None
     geom = _tile_geometry(t)
     if geom is None or geom.layout != "ND":
         return None
@@ -746,13 +741,11 @@ def _build(g: Graph, n_owned: int) -> LanePlan | None:
 
 
 def run_lane_plan(s: _State, plan: LanePlan, args: list[Any]) -> list[Any]:
-    """Run `plan` for all lanes at once on `args`; returns the values of its output slots."""
-    env = plan.template.copy()
-    for slot, a in zip(plan.param_slots, args):
-        env[slot] = a
-    for run in plan.runs:
-        run(s, env)
-    return [env[slot] for slot in plan.out_slots]
+    """Run `plan` for all lanes at once on `args` (the same slot machine as a per-trip plan, with
+    the lanes' state in place of the context); returns the values of its output slots."""
+    from .executor import run_plan
+
+    return run_plan(s, plan, args)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------- running
