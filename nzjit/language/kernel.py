@@ -79,6 +79,7 @@ class Kernel:
             self.params.append(Param(name, ann))
         self._cache: dict[Any, Any] = {}
         self._fast_cache: dict[Any, Any] = {}
+        self._direct_plans: dict[Any, Any] = {}  # backend/call.py: checked signatures of direct calls
         self.trace_count = 0  # how many times the body was traced (once per signature)
         self._lock = threading.Lock()
         try:
@@ -121,6 +122,7 @@ class Kernel:
         with self._lock:
             self._cache.clear()
             self._fast_cache.clear()
+            self._direct_plans.clear()
 
     def lower(self, *args: Any) -> Any:
         """Trace and run every pass; args (or nzjit.spec placeholders) only select the cache entry."""
@@ -146,9 +148,21 @@ class Kernel:
         return low
 
     def __call__(self, *args: Any, device: int | None = None) -> Any:
-        from ..backend.call import call_kernel
+        return _backend_call().call_kernel(self, args, device=device)
 
-        return call_kernel(self, args, device=device)
+
+def _backend_call() -> Any:
+    """backend/call.py, imported on the first call (tracing and lowering need no executor); kept
+    in a global so that a call does not pay for an import statement."""
+    global _call_module
+    if _call_module is None:
+        from ..backend import call
+
+        _call_module = call
+    return _call_module
+
+
+_call_module: Any = None
 
 
 def _decorating_scope() -> dict[str, Any]:

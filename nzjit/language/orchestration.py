@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import inspect
 import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -36,7 +35,7 @@ from ..errors import CompileError, Source, _is_internal, user_source
 from .annotations import ScalarAnnotation, TensorAnnotation
 from .kernel import Param
 
-_state = threading.local()
+_state = C.recording  # the thread-local a direct call consults (backend/call.py)
 
 
 def active_program() -> Program | None:

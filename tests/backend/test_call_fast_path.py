@@ -1,0 +1,162 @@
+"""The cached direct call (backend/call.py `DirectPlan`): a call with the signature of an earlier
+successful one skips the checks that signature already passed, but every per-call fact is still
+checked, and a refused call gets exactly the message (and the untouched outputs) it gets cold."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import runtime
+from nzjit import pl
+
+X = np.arange(16 * 32, dtype=np.int32).reshape(16, 32)
+
+
+def make():
+    """A fresh kernel (own caches): copies row `n` of x to the first row of o, the rest of x too."""
+
+    @pl.kernel
+    def k(x: pl.Tensor[[16, 32], pl.INT32], n: pl.Scalar[pl.INT32], o: pl.Out[pl.Tensor[[16, 32], pl.INT32]]):
+        pl.store(pl.load(x, [0, 0], [16, 32]), [0, 0], o)
+        pl.store(pl.load(x, [n, 0], [1, 32]), [0, 0], o)  # n = -1: a negative offset, refused while running
+
+    return k
+
+
+def expected(n: int) -> np.ndarray:
+    e = X.copy()
+    e[0] = X[n]
+    return e
+
+
+def refusal(k, *args, **kw) -> str:
+    with pytest.raises(Exception) as ei:
+        k(*args, **kw)
+    return f"{type(ei.value).__name__}: {ei.value}"
+
+
+def test_a_repeated_call_takes_the_cached_plan_and_runs_each_time():
+    k = make()
+    w = runtime.Worker(0)
+    x, o = w.alloc_tensor((16, 32), np.int32, init=X), w.alloc_tensor((16, 32), np.int32)
+    assert k(x, 3, o) is o
+    assert len(k._direct_plans) == 1
+    for n in (5, 7):
+        x2, o2 = w.alloc_tensor((16, 32), np.int32, init=X), w.alloc_tensor((16, 32), np.int32)
+        assert k(x2, n, o2) is o2  # other tensors, other scalar: the same plan
+        np.testing.assert_array_equal(w.copy_from(o2), expected(n))
+    assert len(k._direct_plans) == 1 and k.trace_count == 1
+
+
+def test_host_arrays_on_the_cached_path():
+    k = make()
+    outs = [k(X, n) for n in (1, 2)]  # omitted Out: a new array each call
+    assert outs[0] is not outs[1]
+    np.testing.assert_array_equal(outs[1], expected(2))
+    o = np.full((16, 32), 9, np.int32)
+    assert k(X, 4, o) is o
+    np.testing.assert_array_equal(o, expected(4))
+    inout = X.copy()
+    k(inout, 2, inout)  # one array as input and output: uploaded once, copied back once
+    np.testing.assert_array_equal(inout, expected(2))
+    assert k.trace_count == 1
+
+
+def test_a_failure_while_running_restores_resident_outputs():
+    k = make()
+    w = runtime.Worker(0)
+    x, o = w.alloc_tensor((16, 32), np.int32, init=X), w.alloc_tensor((16, 32), np.int32, init=X + 1)
+    k(x, 0, w.alloc_tensor((16, 32), np.int32))  # the signature is cached
+    cold = refusal(make(), x, -1, o)
+    assert "negative" in cold
+    assert refusal(k, x, -1, o) == cold
+    np.testing.assert_array_equal(w.copy_from(o), X + 1)  # the first store was undone
+
+
+def _bad_cases(w: runtime.Worker) -> dict:
+    """Arguments that share the cached signature (or not) but must be refused."""
+    other = runtime.Worker(1)
+    x = w.alloc_tensor((16, 32), np.int32, init=X)
+    freed = w.alloc_tensor((16, 32), np.int32)
+    w.free_tensor(freed)
+    readonly = np.zeros((16, 32), np.int32)
+    readonly.flags.writeable = False
+    # two fresh workers hand out the same first address: the output's address is live on both
+    a, b = runtime.Worker(0), runtime.Worker(1)
+    xa, ob = a.alloc_tensor((16, 32), np.int32, init=X), b.alloc_tensor((16, 32), np.int32)
+    r1 = runtime.Worker(1)
+    a5 = runtime.Worker(0, "A5")
+    return {
+        "tensors of two workers, one address": ((xa, 0, ob), {}),
+        "device=0 for tensors of worker 1": ((r1.alloc_tensor((16, 32), np.int32), 0,
+                                              r1.alloc_tensor((16, 32), np.int32)), {"device": 0}),
+        "worker of another target": ((a5.alloc_tensor((16, 32), np.int32), 0, a5.alloc_tensor((16, 32), np.int32)),
+                                     {}),
+        "freed input": ((freed, 0, w.alloc_tensor((16, 32), np.int32)), {}),
+        "freed output": ((x, 0, freed), {}),
+        "input of another worker": ((other.alloc_tensor((16, 32), np.int32), 0, w.alloc_tensor((16, 32), np.int32)),
+                                    {}),
+        "device= of another rank": ((x, 0, w.alloc_tensor((16, 32), np.int32)), {"device": 1}),
+        "scalar outside INT32": ((x, 2**31, w.alloc_tensor((16, 32), np.int32)), {}),
+        "scalar of another type": ((x, 1.0, w.alloc_tensor((16, 32), np.int32)), {}),
+        "bool scalar": ((x, True, w.alloc_tensor((16, 32), np.int32)), {}),
+        "non-contiguous host array": ((np.zeros((32, 32), np.int32)[::2], 0), {}),
+        "read-only host output": ((X, 0, readonly), {}),
+        "other shape": ((np.zeros((16, 33), np.int32), 0), {}),
+        "other dtype": ((X.astype(np.int64), 0), {}),
+        "missing argument": ((X,), {}),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_cases(runtime.Worker(0))))
+def test_a_refusal_after_cached_calls_matches_the_cold_one(case):
+    w = runtime.Worker(0)
+    args, kw = _bad_cases(w)[case]
+    cold = refusal(make(), *args, **kw)
+    k = make()
+    k(w.alloc_tensor((16, 32), np.int32, init=X), 0, w.alloc_tensor((16, 32), np.int32))  # resident signature
+    k(w.alloc_tensor((16, 32), np.int32, init=X), 0, w.alloc_tensor((16, 32), np.int32), device=0)
+    k(X, 0, np.zeros((16, 32), np.int32))  # host signature
+    k(X, 0)  # omitted-Out signature
+    outs = [a for a in args if isinstance(a, np.ndarray) and a.flags.writeable]
+    before = [a.copy() for a in outs]
+    assert refusal(k, *args, **kw) == cold
+    for a, b in zip(outs, before):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_dynamic_dims_cache_one_plan_per_extent():
+    @pl.kernel
+    def copy(x: pl.Tensor[[pl.dynamic("M"), 32], pl.INT32], o: pl.Out[pl.Tensor[[pl.dynamic("M"), 32], pl.INT32]]):
+        pl.store(pl.load(x, [0, 0], [16, 32]), [0, 0], o)
+
+    for m in (16, 32, 16):
+        x = np.arange(m * 32, dtype=np.int32).reshape(m, 32)
+        out = copy(x)
+        assert out.shape == (m, 32)
+        np.testing.assert_array_equal(out[:16], x[:16])
+    assert len(copy._direct_plans) == 2 and copy.trace_count == 1
+    cold = refusal(copy, np.zeros((16, 32), np.int32), np.zeros((32, 32), np.int32))
+    assert "dynamic dim 'M'" in cold
+
+
+def test_clear_cache_drops_the_plans():
+    k = make()
+    k(X, 1)
+    k.clear_cache()
+    assert not k._direct_plans
+    np.testing.assert_array_equal(k(X, 2), expected(2))
+    assert k.trace_count == 2
+
+
+def test_inside_an_orchestration_the_call_is_recorded_not_run():
+    k = make()
+    k(X, 1)  # a cached plan must not bypass the recording
+
+    @pl.orchestration
+    def twice(x: pl.Tensor[[16, 32], pl.INT32], o: pl.Out[pl.Tensor[[16, 32], pl.INT32]]):
+        k(x, 1, o)
+        k(x, 3, o)
+
+    np.testing.assert_array_equal(twice(X), expected(3))
