@@ -82,7 +82,7 @@ class InstrPlan:
     recorded instead of performed, so every check, refusal and field narrowing is the model's
     own; only the work that depends on the geometry is done once."""
 
-    __slots__ = ("ops", "warns", "copies", "single", "fill_bytes")
+    __slots__ = ("ops", "warns", "copies", "single", "fill_bytes", "dense", "replay")
 
     def __init__(self, ops: list[Callable[..., None]], warns: list[tuple[str, type[Warning]]]) -> None:
         self.ops, self.warns = tuple(ops), tuple(warns)
@@ -92,6 +92,11 @@ class InstrPlan:
         self.copies = tuple(copies) if all(c is not None for c in copies) else None  # type: ignore[arg-type]
         self.single = self.ops[0] if len(self.ops) == 1 and not self.warns else None
         self.fill_bytes = self._fill_bytes()
+        #: (source is GM, GM bytes lo, hi relative to the view address, tile bytes lo, hi) when the
+        #: instruction is one copy that is dense in view order on both sides and warns nothing
+        self.dense = self._dense()
+        #: ``run`` without its dispatch: ``replay(gm, addr, tile)`` does exactly what it does
+        self.replay = self._replay()
 
     def fills(self, nbytes: int) -> bool:
         """True when the instruction writes every byte of an ``nbytes`` tile (one GM -> tile burst
@@ -106,6 +111,36 @@ class InstrPlan:
         for d in cp.shape:
             n *= d
         return n if src_is_gm and do == 0 and cp.d_span == (0, n) and not cp.ordered else -1
+
+    def _dense(self) -> tuple[bool, int, int, int, int] | None:
+        if self.single is None or self.copies is None:
+            return None
+        cp, src_is_gm, so, do = self.copies[0]
+        (slo, shi), (dlo, dhi) = cp.s_span, cp.d_span
+        if not (cp.s_dense and cp.d_dense and cp.add_dtype is None and shi > slo):
+            return None
+        if src_is_gm:
+            return True, so + slo, so + shi, do + dlo, do + dhi
+        return False, do + dlo, do + dhi, so + slo, so + shi
+
+    def _replay(self) -> Callable[..., None]:
+        dense = self.dense
+        if dense is None:
+            return self.single or self.run
+        src_is_gm, glo, ghi, tlo, thi = dense
+        if src_is_gm:
+
+            def load(gm: object, addr: int, tile: object) -> None:
+                s = gm.span(addr + glo, addr + ghi)  # type: ignore[attr-defined]
+                tile.span(tlo, thi)[...] = s  # type: ignore[attr-defined]
+
+            return load
+
+        def store(gm: object, addr: int, tile: object) -> None:
+            s = tile.span(tlo, thi)  # type: ignore[attr-defined]
+            gm.span(addr + glo, addr + ghi)[...] = s  # type: ignore[attr-defined]
+
+        return store
 
     def run(self, gm: object, addr: int, tile: object) -> None:
         """Replay the decoded instruction at GM ``addr`` into ``tile`` (its defect warnings first)."""
@@ -229,9 +264,12 @@ def copy_bursts(
 
 class _CopyPlan:
     """One decoded ``copy_bursts``: view shapes, strides, touched byte spans and the overlap test
-    are computed once per geometry; running it is two bounds-checked views and one assignment."""
+    are computed once per geometry; running it is two bounds-checked views and one assignment.
+    A side whose bytes are dense and in view order (a whole-row burst family) is viewed as one
+    flat slice, which is much cheaper than a strided view; two such sides copy flat."""
 
-    __slots__ = ("shape", "s_strides", "d_strides", "s_span", "d_span", "ordered", "add_dtype")
+    __slots__ = ("shape", "s_strides", "d_strides", "s_span", "d_span", "ordered", "add_dtype", "s_dense",
+                 "d_dense")
 
     def __init__(
         self,
@@ -245,19 +283,44 @@ class _CopyPlan:
         self.d_span = byte_span(0, shape, d_strides)
         item = 1 if add_dtype is None else np.dtype(add_dtype).itemsize
         self.ordered = len(shape) > 0 and overlaps_itself(shape, d_strides, 1) if item == 1 else None
+        self.s_dense, self.d_dense = _dense(shape, s_strides), _dense(shape, d_strides)
 
     def run(self, src: Memory, src_addr: int, dst: Memory, dst_addr: int) -> None:
         slo, shi = self.s_span
         if shi <= slo:  # an empty transfer touches nothing (the views check nothing either)
             return
-        s = src.view_span(src_addr, self.shape, self.s_strides, slo, shi)  # type: ignore[attr-defined]
-        d = dst.view_span(dst_addr, self.shape, self.d_strides, *self.d_span)  # type: ignore[attr-defined]
+        dlo, dhi = self.d_span
+        if self.s_dense:  # both views check their bounds first (source, then destination), as before
+            s = src.span(src_addr + slo, src_addr + shi)  # type: ignore[attr-defined]
+            if self.d_dense and self.add_dtype is None:  # same bytes in the same order: a flat copy
+                dst.span(dst_addr + dlo, dst_addr + dhi)[...] = s  # type: ignore[attr-defined]
+                return
+            s = s.reshape(self.shape)
+        else:
+            s = src.view_span(src_addr, self.shape, self.s_strides, slo, shi)  # type: ignore[attr-defined]
+        if self.d_dense:
+            d = dst.span(dst_addr + dlo, dst_addr + dhi).reshape(self.shape)  # type: ignore[attr-defined]
+        else:
+            d = dst.view_span(dst_addr, self.shape, self.d_strides, dlo, dhi)  # type: ignore[attr-defined]
         if self.add_dtype is not None:
             write_in_order(d.view(self.add_dtype), s.view(self.add_dtype), add=True)
         elif self.ordered:
             write_in_order(d, s)
         else:
             d[...] = s
+
+
+def _dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """True when the uint8 view's bytes are contiguous and in row-major index order (unit axes
+    aside), so that ``view == flat[lo:hi].reshape(shape)``."""
+    expect = 1
+    for n, st in zip(reversed(shape), reversed(strides)):
+        if n == 1:
+            continue
+        if n < 1 or st != expect:
+            return False
+        expect *= n
+    return True
 
 
 _COPIES: dict[tuple[object, ...], _CopyPlan] = {}

@@ -25,6 +25,8 @@ from ._strided import byte_span, strided_bytes
 from .errors import DeviceError
 from .tile import TileBuf, _geometry
 
+_new_tile = object.__new__
+
 __all__ = ["GlobalMemory", "OnChip", "CAPACITIES", "HW_NAMES", "GM_ALIGN"]
 
 #: Allocation alignment in GM (bytes).  512 B = one fractal, also keeps every 32-B block aligned.
@@ -174,6 +176,12 @@ class GlobalMemory:
         a = self._checked(addr + lo, addr + hi)
         return strided_bytes(a.data, addr - a.base, shape, byte_strides)  # type: ignore[arg-type]
 
+    def span(self, lo: int, hi: int) -> np.ndarray:
+        """GM bytes ``[lo, hi)`` (non-empty) as a flat view, checked like :meth:`view_span`: the
+        view of a dense transfer, whose bytes are in view order (a slice, no strided view)."""
+        a = self._checked(lo, hi)
+        return a.data[lo - a.base : hi - a.base]  # type: ignore[index]
+
     def _checked(self, lo: int, hi: int) -> _Allocation:
         """The live allocation holding ``[lo, hi)`` (remembered in ``_last``), else DeviceError."""
         a = self._last
@@ -276,28 +284,41 @@ class OnChip:
     ) -> TileBuf:
         """:meth:`alloc_tile` from a validated geometry (``runtime.tile._geometry``): the hot path.
         ``zero=False``: the caller overwrites every byte before anything reads the tile."""
-        nbytes = g.nbytes  # type: ignore[attr-defined]
-        space = g.space  # type: ignore[attr-defined]
-        need = -(-nbytes // 32) * 32
+        space, need = g.space, g.need  # type: ignore[attr-defined]
+        live_of = self.live
         with self._lock:
-            live = self.live[space] + need
+            live = live_of[space] + need
             fits = live <= self.capacity[space]
             if fits:
-                self.live[space] = live
+                live_of[space] = live
                 if live > self.peak[space]:
                     self.peak[space] = live
         if not fits:
-            self.reserve(space, nbytes)  # raises with the message (or fits after a concurrent free)
-        pool = self._pool.get(nbytes)
+            self.reserve(space, g.nbytes)  # type: ignore[attr-defined]  # raises with the message
+        pool = self._pool.get(g.nbytes)  # type: ignore[attr-defined]
         if pool:
             data = pool.pop()
             if zero:
                 data.fill(0)
         else:
-            data = np.zeros(nbytes, dtype=np.uint8)
-        tile = TileBuf._from_geometry(g, valid_row, valid_col, data)  # type: ignore[arg-type]
-        tile._owner = self
+            data = np.zeros(g.nbytes, dtype=np.uint8)  # type: ignore[attr-defined]
+        tile = _new_tile(TileBuf)
+        tile._init(g, valid_row, valid_col, data, self)  # type: ignore[arg-type]
         return tile
+
+    def charge_transient(self, space: str, nbytes: int) -> None:
+        """``reserve`` then ``release`` of ``nbytes``: a result allocated while an input of its
+        size is still live, the input freed at once (its image reused in place). The capacity
+        check and the peak are those of the two calls."""
+        need = -(-int(nbytes) // 32) * 32
+        with self._lock:
+            live = self.live[space] + need
+            fits = live <= self.capacity[space]
+            if fits and live > self.peak[space]:
+                self.peak[space] = live
+        if not fits:
+            self.reserve(space, nbytes)  # raises with the message (or fits after a concurrent free)
+            self.release(space, nbytes)
 
     def free_tile(self, tile: TileBuf) -> None:
         """Release a tile allocated here; further use of it raises DeviceError."""
@@ -306,8 +327,14 @@ class OnChip:
         if tile.freed:
             raise DeviceError(f"double free of {tile!r}")
         tile.freed = True
-        data = tile._data if type(tile) is TileBuf else tile.data  # a freed image is never decoded
-        nbytes = tile.nbytes if data is None else data.nbytes
+        if type(tile) is TileBuf:
+            data = tile._data  # a freed image is never decoded
+            tile._data = _FREED  # a freed tile keeps no alias of a buffer that is handed out again
+            tile._logical = False
+            nbytes = data.nbytes
+        else:
+            data = tile.data
+            nbytes = tile.nbytes if data is None else data.nbytes
         need = -(-nbytes // 32) * 32
         with self._lock:
             self.live[tile.space] -= need
@@ -318,5 +345,6 @@ class OnChip:
             pool = self._pool[nbytes] = []
         if len(pool) < _POOL_DEPTH:
             pool.append(data)
-        tile._data = _FREED  # a freed tile keeps no alias of a buffer that is handed out again
-        tile._logical = False
+        if type(tile) is not TileBuf:
+            tile._data = _FREED
+            tile._logical = False

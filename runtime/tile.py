@@ -100,6 +100,7 @@ class _Geometry:
         "nbytes",
         "key",
         "strides4",
+        "need",
     )
 
     def __init__(self, space: str, dtype: np.dtype, rows: int, cols: int, layout: str) -> None:
@@ -109,6 +110,7 @@ class _Geometry:
         self.phys = tuple(dims[i] for i in b.order)
         self.inv = b.inverse
         self.nbytes = rows * cols * dtype.itemsize
+        self.need = -(-self.nbytes // 32) * 32  # what OnChip charges (32-B aligned)
         self.key = (space, dtype, rows, cols, layout)
         # byte strides of the logical split axes (R1, R0, C1, C0), as _view4 sees them
         phys_strides = [dtype.itemsize] * 4
@@ -217,7 +219,9 @@ class TileBuf:
         g = _geometry(space, dtype, rows, cols, layout)
         self._init(g, valid_row, valid_col, np.zeros(g.nbytes, dtype=np.uint8))
 
-    def _init(self, g: _Geometry, valid_row: int | None, valid_col: int | None, data: np.ndarray) -> None:
+    def _init(
+        self, g: _Geometry, valid_row: int | None, valid_col: int | None, data: np.ndarray, owner: object = None
+    ) -> None:
         """Fill a tile from a validated geometry (the constructor and the OnChip allocator)."""
         self.space, self.dtype, self.rows, self.cols, self.layout = g.space, g.dtype, g.rows, g.cols, g.layout
         self._blk, self._phys, self._inv, self._g = g.blk, g.phys, g.inv, g
@@ -226,7 +230,7 @@ class TileBuf:
         self._data = data
         self._logical = False
         self.freed = False
-        self._owner: object | None = None
+        self._owner: object | None = owner
 
     @classmethod
     def _from_geometry(
@@ -281,11 +285,14 @@ class TileBuf:
         if hi <= lo:
             return np.zeros(shape, dtype=np.uint8)
         if lo < 0 or hi > self.nbytes:
-            raise DeviceError(
-                f"access to bytes [{lo}, {hi}) of a {self.space} tile of {self.nbytes} bytes "
-                f"({self.rows}x{self.cols} {self.dtype.name}) runs outside the tile"
-            )
+            raise self._outside(lo, hi)
         return strided_bytes(self.data, addr, shape, byte_strides)
+
+    def _outside(self, lo: int, hi: int) -> DeviceError:
+        return DeviceError(
+            f"access to bytes [{lo}, {hi}) of a {self.space} tile of {self.nbytes} bytes "
+            f"({self.rows}x{self.cols} {self.dtype.name}) runs outside the tile"
+        )
 
     def view_span(
         self, addr: int, shape: tuple[int, ...], byte_strides: tuple[int, ...], lo: int, hi: int
@@ -296,6 +303,16 @@ class TileBuf:
         if addr + lo < 0 or addr + hi > self.data.nbytes:
             return self.view(addr, shape, byte_strides)  # raises with the full message
         return strided_bytes(self.data, addr, shape, byte_strides)
+
+    def span(self, lo: int, hi: int) -> np.ndarray:
+        """The image bytes ``[lo, hi)`` (non-empty) as a flat view: :meth:`view_span` of a dense
+        transfer, whose bytes are in view order (one slice instead of a strided view)."""
+        if self.freed:
+            self._live()
+        data = self.data
+        if lo < 0 or hi > data.nbytes:
+            raise self._outside(lo, hi)
+        return data[lo:hi]
 
     def _view4(self) -> np.ndarray:
         """Element view with axes (R1, R0, C1, C0) of the logical split; writable, no copy."""

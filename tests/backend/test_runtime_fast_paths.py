@@ -190,3 +190,75 @@ def test_acc_store_after_whole_tile_mads(compact, rows):
         nd_store_acc(w.gm, GmView.dense(t.address, (m, n), np.float32), acc, compact=compact)
         outs.append(w.copy_from(t))
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def _fault(fn):
+    try:
+        fn()
+    except DeviceError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.parametrize("n_burst,nbytes,src_pitch,dst_pitch,batch", [
+    (16, 64, 64, 64, ()),  # dense on both sides: one flat slice copy
+    (16, 64, 256, 64, ()),  # strided GM rows into dense tile rows
+    (16, 64, 64, 128, ()),  # dense GM into strided tile rows
+    (4, 32, 32, 32, ((2, 128, 128),)),  # a batch axis, dense everywhere
+    (1, 96, 96, 96, ((1, 0, 0),)),  # unit axes
+])
+@pytest.mark.parametrize("gm_offset", [0, 4096 - 64])  # inside, and running past the allocation
+@pytest.mark.parametrize("to_tile", [True, False])
+def test_dense_copy_sides_equal_strided_views(n_burst, nbytes, src_pitch, dst_pitch, batch, gm_offset, to_tile):
+    """A copy side that is dense in view order is one flat slice: the bytes written, and the
+    fault of a copy leaving its GM allocation, are those of the strided views."""
+    from runtime.dma import copy_bursts
+
+    rng = np.random.default_rng(5)
+    shape = (*(b[0] for b in batch), n_burst, nbytes)
+    g_strides, t_strides = (*(b[1] for b in batch), src_pitch, 1), (*(b[2] for b in batch), dst_pitch, 1)
+    w = Worker(0)
+    g = w.alloc_tensor((4096,), np.uint8, init=rng.integers(0, 256, 4096, dtype=np.uint8))
+    tiles = [TileBuf("Vec", np.uint8, 32, 128) for _ in range(2)]
+    tiles[0].data[:] = rng.integers(0, 256, tiles[0].data.size, dtype=np.uint8)
+    tiles[1].data[:] = tiles[0].data
+    addr = g.address + gm_offset
+    gm_before = w.gm.read(g.address, 4096)
+    if to_tile:
+        got = _fault(lambda: copy_bursts(w.gm, addr, tiles[0], 0, n_burst=n_burst, nbytes=nbytes,
+                                         src_pitch=src_pitch, dst_pitch=dst_pitch, batch=batch))
+    else:
+        got = _fault(lambda: copy_bursts(tiles[0], 0, w.gm, addr, n_burst=n_burst, nbytes=nbytes,
+                                         src_pitch=dst_pitch, dst_pitch=src_pitch,
+                                         batch=[(b[0], b[2], b[1]) for b in batch]))
+    gm_fast = w.gm.read(g.address, 4096)
+    w.gm.write(g.address, gm_before)
+
+    def reference():
+        if to_tile:
+            s = w.gm.view(addr, shape, g_strides)
+            tiles[1].view(0, shape, t_strides)[...] = s
+        else:
+            s = tiles[1].view(0, shape, t_strides)
+            w.gm.view(addr, shape, g_strides)[...] = s
+
+    assert got == _fault(reference)
+    assert (got is None) == (gm_offset == 0)
+    np.testing.assert_array_equal(tiles[0].data, tiles[1].data)
+    np.testing.assert_array_equal(gm_fast, w.gm.read(g.address, 4096))
+
+
+def test_charge_transient_is_reserve_then_release():
+    """The elementwise step's in-place result: capacity check and peak of reserve + release."""
+    from runtime import OnChip
+
+    a, b = OnChip(), OnChip()
+    a.reserve("Vec", 100 * 1024)
+    b.reserve("Vec", 100 * 1024)
+    a.charge_transient("Vec", 50 * 1024 + 1)
+    b.reserve("Vec", 50 * 1024 + 1)
+    b.release("Vec", 50 * 1024 + 1)
+    assert (a.live, a.peak) == (b.live, b.peak)
+    errs = [_fault(lambda: a.charge_transient("Vec", 100 * 1024)), _fault(lambda: b.reserve("Vec", 100 * 1024))]
+    assert errs[0] == errs[1] and "capacity exceeded" in errs[0]
+    assert (a.live, a.peak) == (b.live, b.peak)
