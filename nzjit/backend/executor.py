@@ -308,9 +308,27 @@ def run_loop(ctx: Ctx, e: Eqn, ins: list[Any], consumed: frozenset[int] | None =
         if try_run_spmd(ctx, body, trips, len(trips), captured, spmd=False):
             return carries
     plan = plan_of(body, nk)
+    if nk == 0:
+        _run_trips(ctx, plan, trips, captured)
+        return carries
     for i in trips:
         carries = run_plan(ctx, plan, [i, *captured, *carries])
     return carries
+
+
+def _run_trips(ctx: Ctx, plan: Plan, trips: range, captured: list[Any]) -> None:
+    """`run_plan` of each trip of a carry-free loop: the captured values are placed once, each
+    trip copies that environment and sets its induction variable."""
+    env0 = plan.template.copy()
+    iv, *cap_slots = plan.param_slots
+    for s, a in zip(cap_slots, captured):
+        env0[s] = a
+    runs = plan.runs
+    for i in trips:
+        env = env0.copy()
+        env[iv] = i
+        for run in runs:
+            run(ctx, env)
 
 
 __all__ = ["Ctx", "run_graph", "run_plan", "plan_of", "TransposedTile"]

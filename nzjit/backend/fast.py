@@ -38,12 +38,30 @@ def _release(ctx: Any, env: list[Any], free: tuple[int, ...], res: Any) -> None:
     for s in free:
         v = env[s]
         env[s] = None
-        if (type(v) is TileBuf or type(v) is TileWindow) and v._owner is onchip and not v.freed:
-            for o in res:
-                if o is v:
+        t = type(v)
+        if (t is TileBuf or t is TileWindow) and v._owner is onchip and not v.freed:
+            for r in res:
+                if r is v:
                     break
             else:
                 onchip.free_tile(v)
+
+
+def _release1(ctx: Any, env: list[Any], free: tuple[int, ...], r: Any) -> None:
+    """`_release` of a step with the one result `r`."""
+    onchip = ctx.onchip
+    for s in free:
+        v = env[s]
+        env[s] = None
+        t = type(v)
+        if (t is TileBuf or t is TileWindow) and v is not r and v._owner is onchip and not v.freed:
+            onchip.free_tile(v)
+
+
+def _tile_free(st: Any) -> tuple[int, ...]:
+    """The dying slots of `st` that may hold a tile (a scalar owns no on-chip bytes and needs no
+    release; its slot is simply not read again)."""
+    return tuple(s for s, v in zip(st.free, st.free_after) if not isinstance(v.type, ScalarType))
 
 
 def _generic(st: Any) -> Run:
@@ -274,6 +292,28 @@ def _geometry_of(space: str, rows: int, cols: int, dt: np.dtype) -> Any:
         return None  # refused at run time by alloc_tile, with its message
 
 
+def _offsets_getter(slots: tuple[int, ...]) -> Callable[[list[Any]], tuple[Any, ...]]:
+    """`env -> tuple(env[i] for i in slots)`, as one C call when there are several."""
+    if len(slots) > 1:
+        return operator.itemgetter(*slots)
+    if len(slots) == 1:
+        (i,) = slots
+        return lambda env: (env[i],)
+    return lambda env: ()
+
+
+def _checked_delta(offs: Any, strides: tuple[int, ...], sizes: tuple[int, ...],
+                   shape: tuple[int, ...]) -> int | None:
+    """The element offset of the window at `offs`, or None when an offset is negative or the
+    window leaves the view (the caller then raises what `clamp` / `check_window` raise)."""
+    delta = 0
+    for x, s, n, d in zip(offs, strides, sizes, shape):
+        if x < 0 or x + n > d:
+            return None
+        delta += x * s
+    return delta
+
+
 def _mk_load(st: Any) -> Run | None:
     e = st.eqn
     out_t = e.outputs[0].type
@@ -290,6 +330,9 @@ def _mk_load(st: Any) -> Run | None:
     blocked = bool(e.params.get("blocked"))
     generic = _generic(st)
     getter = operator.itemgetter(*offs_slots) if len(offs_slots) > 1 else None
+    offsets = _offsets_getter(offs_slots)
+    (o,) = st.outs
+    free = _tile_free(st)
 
     def extents(sizes: tuple[int, ...]) -> tuple[int, int]:
         if blocked:  # NZ -> NZ: the partition is the valid window when given (NZ-26)
@@ -301,10 +344,15 @@ def _mk_load(st: Any) -> Run | None:
 
     static_sizes = None if valid_slots else shape
     static_ext = extents(shape) if static_sizes is not None else None
-    memo: tuple[Any, ...] = (None, None, None)  # (source TensorVal, sizes, decoded TLOAD)
+    # the decoded TLOAD of the last source view: (source TensorVal, sizes, InstrPlan)
+    memo: tuple[Any, ...] = (None, None, None)
+    # the same trip after trip (the source and window extents unchanged): (source, the replay
+    # function, zero the tile first?, valid rows, valid cols, source strides, shape, itemsize,
+    # the GM bytes of a whole-image dense copy)
+    hot: tuple[Any, ...] = (None,) * 9
 
-    def body(ctx: Any, env: list[Any]) -> Any:
-        nonlocal memo
+    def body(ctx: Any, env: list[Any]) -> Any:  # the general case; refreshes `hot`
+        nonlocal memo, hot
         src = env[s_src]
         if type(src) is not TensorVal or src.nz is not None:
             return None
@@ -326,15 +374,43 @@ def _mk_load(st: Any) -> Run | None:
                 and m_src.layout == src.layout and type(src) is type(m_src))):
             tile = ctx.onchip.alloc_geometry(geom, vr, vc, zero=not plan.fills(geom.nbytes))
             plan.run(ctx.gm, src.addr + delta * src.dtype.itemsize, tile)
-            return tile
-        tile = ctx.onchip.alloc_geometry(geom, vr, vc)
-        view = _gm_view(src, offs, sizes)
-        plan = _load_plan(ctx.gm, view, tile)
-        memo = (src, sizes, plan)
-        plan.run(ctx.gm, view.addr, tile)
+        else:
+            tile = ctx.onchip.alloc_geometry(geom, vr, vc)
+            view = _gm_view(src, offs, sizes)
+            plan = _load_plan(ctx.gm, view, tile)
+            memo = (src, sizes, plan)
+            plan.run(ctx.gm, view.addr, tile)
+        if static_sizes is not None and len(offs) == len(shape) == len(src.shape) == len(src.strides):
+            fills = plan.fills(geom.nbytes)
+            # one dense copy onto the whole image of a fresh tile: its bounds are proven, only
+            # the GM side is checked
+            block = plan.dense[1:3] if fills and plan.dense is not None else None
+            hot = (src, plan.replay, not fills, vr, vc, src.strides, src.shape, src.dtype.itemsize, block)
         return tile
 
-    return _finish_or_generic(st, body, generic)
+    def run(ctx: Any, env: list[Any]) -> None:
+        src = env[s_src]
+        h_src, replay, zero, vr, vc, strides, src_shape, item, block = hot
+        delta = None
+        if src is h_src:  # static window, same source as last time: offsets and bounds only
+            delta = _checked_delta(offsets(env), strides, shape, src_shape)
+        if delta is None:
+            tile = body(ctx, env)
+            if tile is None:
+                generic(ctx, env)
+                return
+        elif block is not None:
+            tile = ctx.onchip.alloc_geometry(geom, vr, vc, False)
+            addr = src.addr + delta * item
+            tile._data[...] = ctx.gm.span(addr + block[0], addr + block[1])
+        else:
+            tile = ctx.onchip.alloc_geometry(geom, vr, vc, zero)
+            replay(ctx.gm, src.addr + delta * item, tile)
+        env[o] = tile
+        if free:
+            _release1(ctx, env, free, tile)
+
+    return run
 
 
 def _mk_store(st: Any) -> Run | None:
@@ -349,15 +425,14 @@ def _mk_store(st: Any) -> Run | None:
     flags = dict(atomic_add=bool(attrs.get("atomic")), relu=bool(attrs.get("pre_relu")))
     generic = _generic(st)
     memo: tuple[Any, ...] = (None, None, None, None, None)  # (dst, geometry, valid row, col, plan)
+    # the last store's (dst, tile geometry, valid rows, cols, window sizes, replay function)
+    hot: tuple[Any, ...] = (None,) * 6
+    offsets = _offsets_getter(offs_slots)
     (o,) = st.outs
-    free = st.free
+    free = _tile_free(st)
 
-    def run(ctx: Any, env: list[Any]) -> None:
-        nonlocal memo
-        tile, dst = env[s_tile], env[s_dst]
-        if type(tile) is not TileBuf or type(dst) is not TensorVal or dst.nz is not None:
-            generic(ctx, env)
-            return
+    def slow(ctx: Any, env: list[Any], tile: Any, dst: Any) -> None:  # refreshes `hot`
+        nonlocal memo, hot
         offs = tuple(env[i] for i in offs_slots)
         delta = 0
         for x, s in zip(offs, dst.strides):
@@ -365,21 +440,38 @@ def _mk_store(st: Any) -> Run | None:
                 clamp(ctx, e, list(offs))
             delta += x * s
         tile._live()
-        check_window(e, dst.shape, offs, ((1,) * (len(dst.shape) - 2) + (tile.valid_row, tile.valid_col))[-len(dst.shape):])
+        sizes = ((1,) * (len(dst.shape) - 2) + (tile.valid_row, tile.valid_col))[-len(dst.shape):]
+        check_window(e, dst.shape, offs, sizes)
         m_dst, m_g, m_vr, m_vc, plan = memo
         if m_g is tile._g and m_vr == tile.valid_row and m_vc == tile.valid_col and (m_dst is dst or (
                 m_dst is not None and m_dst.strides == dst.strides and m_dst.dtype == dst.dtype
                 and m_dst.layout == dst.layout and m_dst.shape == dst.shape)):
             plan.run(ctx.gm, dst.addr + delta * dst.dtype.itemsize, tile)
         else:
-            sizes = (1,) * (len(dst.shape) - 2) + (tile.valid_row, tile.valid_col)
             view = _gm_view(dst, offs, sizes)
             plan = _store_plan(ctx.gm, view, tile, **flags)
             memo = (dst, tile._g, tile.valid_row, tile.valid_col, plan)
             plan.run(ctx.gm, view.addr, tile)
+        if len(offs) == len(sizes) == len(dst.strides):
+            hot = (dst, tile._g, tile.valid_row, tile.valid_col, sizes, plan.replay)
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        tile, dst = env[s_tile], env[s_dst]
+        if type(tile) is not TileBuf or type(dst) is not TensorVal or dst.nz is not None:
+            generic(ctx, env)
+            return
+        h_dst, h_g, h_vr, h_vc, sizes, replay = hot
+        delta = None
+        if dst is h_dst and tile._g is h_g and tile.valid_row == h_vr and tile.valid_col == h_vc \
+                and not tile.freed:  # the last store's geometry: offsets and bounds only
+            delta = _checked_delta(offsets(env), dst.strides, sizes, dst.shape)
+        if delta is None:
+            slow(ctx, env, tile, dst)
+        else:
+            replay(ctx.gm, dst.addr + delta * dst.dtype.itemsize, tile)
         env[o] = dst
         if free:
-            _release(ctx, env, free, (dst,))
+            _release1(ctx, env, free, dst)
 
     return run
 
@@ -485,6 +577,9 @@ def _mk_elementwise(st: Any) -> Run | None:
     # an input that dies here, of the result's type, lends its image to the result: the result is
     # still reserved before that input is released (same on-chip accounting), no buffer moves
     reuse = next((j for j in sorted(st.consumed) if e.inputs[j].type == t), None)
+    nbytes = geom.nbytes
+    (o,) = st.outs
+    free = _tile_free(st)
 
     def body(ctx: Any, env: list[Any]) -> Any:
         xs = [env[i] for i in ins]
@@ -507,7 +602,65 @@ def _mk_elementwise(st: Any) -> Run | None:
         ufunc(*(x._data.view(dt).reshape(x.rows, x.cols) for x in xs), out=out._data.view(dt).reshape(shape2))
         return out
 
-    return _finish_or_generic(st, body, generic)
+    def same_geometry(xs: list[Any]) -> bool:
+        """Every input a live, non-logical tile of the result's geometry (so ND, the result's
+        dtype and shape): the op runs on the flat images, in row-major order on every side."""
+        for x in xs:
+            if type(x) is not TileBuf or x._g is not geom or x.freed or x._logical:
+                return False
+        return True
+
+    def general(ctx: Any, env: list[Any]) -> None:
+        r = body(ctx, env)
+        if r is None:
+            generic(ctx, env)
+            return
+        env[o] = r
+        if free:
+            _release1(ctx, env, free, r)
+
+    def result(ctx: Any, xs: list[Any]) -> Any:
+        """The result tile of the flat op on `xs`: the dying input's, or a fresh one."""
+        first, onchip = xs[0], ctx.onchip
+        if reuse is not None:
+            r = xs[reuse]
+            if r._owner is onchip:
+                onchip.charge_transient(space, nbytes)  # the result's allocation, then the input's free
+                r.valid_row, r.valid_col = first.valid_row, first.valid_col
+                return r
+        return onchip.alloc_geometry(geom, first.valid_row, first.valid_col, zero=False)  # all written
+
+    if len(ins) == 2:  # binary: no argument lists to build and unpack
+        i0, i1 = ins
+
+        def run2(ctx: Any, env: list[Any]) -> None:
+            a, b = env[i0], env[i1]
+            if not (type(a) is TileBuf and type(b) is TileBuf and a._g is geom and b._g is geom
+                    and not (a.freed or b.freed or a._logical or b._logical)):
+                general(ctx, env)
+                return
+            xa, xb = a._data.view(dt), b._data.view(dt)  # viewed before the result may alias one
+            r = result(ctx, [a, b])
+            ufunc(xa, xb, out=r._data.view(dt))
+            env[o] = r
+            if free:
+                _release1(ctx, env, free, r)
+
+        return run2
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        xs = [env[i] for i in ins]
+        if not same_geometry(xs):
+            general(ctx, env)
+            return
+        views = [x._data.view(dt) for x in xs]
+        r = result(ctx, xs)
+        ufunc(*views, out=r._data.view(dt))
+        env[o] = r
+        if free:
+            _release1(ctx, env, free, r)
+
+    return run
 
 
 _MAKERS: dict[Any, Callable[[Any], Run | None]] = {

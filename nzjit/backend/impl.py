@@ -7,6 +7,7 @@ implementations, so the graph after any pass executes (per-pass bisection).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -35,14 +36,15 @@ def impl(*prims: P.Primitive) -> Callable[[Impl], Impl]:
 
 
 # ---------------------------------------------------------------------------------- scalars
+# operator functions (C calls) rather than lambdas: the interpreter calls these once per scalar step
 _SCALAR: dict[str, Callable[[int, int], int]] = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "floordiv": lambda a, b: a // b,  # Python // and % are floor division / modulo (NZ-19)
-    "mod": lambda a, b: a % b, "min": min, "max": max,
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul,
+    "floordiv": operator.floordiv,  # Python // and % are floor division / modulo (NZ-19)
+    "mod": operator.mod, "min": min, "max": max,
 }
 _CMP: dict[str, Callable[[int, int], bool]] = {
-    "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
-    "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
+    "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge, "eq": operator.eq,
+    "ne": operator.ne,
 }
 
 

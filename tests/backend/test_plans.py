@@ -125,3 +125,49 @@ def test_vec_loop_plans_equal_generic():
     with np.errstate(over="ignore"):
         ref = np.exp(np.maximum((a + b) * a, b))
     np.testing.assert_array_equal(np.frombuffer(got[2], np.float32).reshape(a.shape), ref)
+
+
+def _outcome(kernel, args, fast: bool, scalars=()):
+    """Call `kernel` trip by trip on fresh resident copies of `args`: (output bytes, the refusal or
+    fault text, on-chip peaks)."""
+    old, old_batch = executor.FAST, executor.BATCH_SPMD
+    executor.FAST, executor.BATCH_SPMD = fast, False
+    clear_plans()
+    try:
+        w = runtime.Worker(0)
+        devs = [w.alloc_tensor(a.shape, a.dtype, init=a) for a in args]
+        err = None
+        try:
+            kernel(*devs, *scalars)
+        except (runtime.DeviceError, runtime.DispatchError) as e:
+            err = f"{type(e).__name__}: {e}"
+        return [w.copy_from(d).tobytes() for d in devs], err, dict(w.onchip.peak)
+    finally:
+        executor.FAST, executor.BATCH_SPMD = old, old_batch
+        clear_plans()
+
+
+@pytest.mark.parametrize("shift", [0, 1, -1])
+def test_repeated_windows_refuse_like_generic(shift):
+    """The load / store steps replay the previous trip's decoded instruction and check only the
+    offsets; a trip whose window leaves the tensor (shift 1: the last trip) or starts before it
+    (shift -1: the first) is refused with the generic path's text. The windows are the right
+    halves of wide rows (a strided GM side) and whole rows (a dense one)."""
+    R, C, NIT = 16, 64, 6
+
+    @pl.kernel
+    def k(a: pl.Tensor[[NIT * R, 2 * C], pl.FP32], out: pl.Tensor[[NIT * R, 2 * C], pl.FP32],
+          shift: pl.Scalar[pl.INDEX]):
+        for i in pl.range(NIT):
+            r0 = (i + shift) * R
+            ta = pl.load(a, [r0, C], [R, C])
+            tb = pl.load(out, [r0, 0], [R, 2 * C])
+            pl.store(pl.add(ta, ta), [r0, 0], out)
+            pl.store(pl.mul(tb, tb), [r0, 0], a)
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((NIT * R, 2 * C)).astype(np.float32)
+    o = rng.standard_normal((NIT * R, 2 * C)).astype(np.float32)
+    fast, slow = _outcome(k, (a, o), True, (shift,)), _outcome(k, (a, o), False, (shift,))
+    assert fast == slow
+    assert (fast[1] is None) == (shift == 0)
