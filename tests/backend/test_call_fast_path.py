@@ -63,6 +63,20 @@ def test_host_arrays_on_the_cached_path():
     assert k.trace_count == 1
 
 
+def test_cached_host_calls_free_their_device_temporaries():
+    from nzjit.backend.call import default_worker
+
+    k = make()
+    k(X, 1)
+    gm = default_worker("A2A3", 0).gm
+    live = gm.live_bytes
+    k(X, 2)
+    k(X, 2, np.zeros((16, 32), np.int32))
+    with pytest.raises(runtime.DispatchError, match="negative"):
+        k(X, -1)  # fails while running, after the uploads
+    assert gm.live_bytes == live
+
+
 def test_a_failure_while_running_restores_resident_outputs():
     k = make()
     w = runtime.Worker(0)
