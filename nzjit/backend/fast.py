@@ -302,16 +302,33 @@ def _offsets_getter(slots: tuple[int, ...]) -> Callable[[list[Any]], tuple[Any, 
     return lambda env: ()
 
 
-def _checked_delta(offs: Any, strides: tuple[int, ...], sizes: tuple[int, ...],
-                   shape: tuple[int, ...]) -> int | None:
-    """The element offset of the window at `offs`, or None when an offset is negative or the
-    window leaves the view (the caller then raises what `clamp` / `check_window` raise)."""
-    delta = 0
-    for x, s, n, d in zip(offs, strides, sizes, shape):
-        if x < 0 or x + n > d:
+def _window_bytes(strides: tuple[int, ...], sizes: tuple[int, ...], shape: tuple[int, ...],
+                  itemsize: int) -> Callable[[Any], int | None]:
+    """`offsets -> byte offset` of a window of extents `sizes` in a view of `shape` / element
+    `strides`, or None when an offset is negative or the window leaves the view (the caller then
+    raises what `clamp` / `check_window` raise). Fixed per view geometry: one specialised check."""
+    limits = tuple(d - n for d, n in zip(shape, sizes))  # x + n <= d  <=>  x <= d - n
+    steps = tuple(st * itemsize for st in strides)
+    if len(steps) == 2:
+        (b0, b1), (l0, l1) = steps, limits
+
+        def rank2(offs: Any) -> int | None:
+            x0, x1 = offs
+            if 0 <= x0 <= l0 and 0 <= x1 <= l1:
+                return x0 * b0 + x1 * b1
             return None
-        delta += x * s
-    return delta
+
+        return rank2
+
+    def any_rank(offs: Any) -> int | None:
+        delta = 0
+        for x, b, lim in zip(offs, steps, limits):
+            if not 0 <= x <= lim:
+                return None
+            delta += x * b
+        return delta
+
+    return any_rank
 
 
 def _mk_load(st: Any) -> Run | None:
@@ -347,9 +364,9 @@ def _mk_load(st: Any) -> Run | None:
     # the decoded TLOAD of the last source view: (source TensorVal, sizes, InstrPlan)
     memo: tuple[Any, ...] = (None, None, None)
     # the same trip after trip (the source and window extents unchanged): (source, the replay
-    # function, zero the tile first?, valid rows, valid cols, source strides, shape, itemsize,
+    # function, zero the tile first?, valid rows, valid cols, offsets -> checked byte offset,
     # the GM bytes of a whole-image dense copy)
-    hot: tuple[Any, ...] = (None,) * 9
+    hot: tuple[Any, ...] = (None,) * 7
 
     def body(ctx: Any, env: list[Any]) -> Any:  # the general case; refreshes `hot`
         nonlocal memo, hot
@@ -385,15 +402,16 @@ def _mk_load(st: Any) -> Run | None:
             # one dense copy onto the whole image of a fresh tile: its bounds are proven, only
             # the GM side is checked
             block = plan.dense[1:3] if fills and plan.dense is not None else None
-            hot = (src, plan.replay, not fills, vr, vc, src.strides, src.shape, src.dtype.itemsize, block)
+            hot = (src, plan.replay, not fills, vr, vc,
+                   _window_bytes(src.strides, shape, src.shape, src.dtype.itemsize), block)
         return tile
 
     def run(ctx: Any, env: list[Any]) -> None:
         src = env[s_src]
-        h_src, replay, zero, vr, vc, strides, src_shape, item, block = hot
+        h_src, replay, zero, vr, vc, window_bytes, block = hot
         delta = None
         if src is h_src:  # static window, same source as last time: offsets and bounds only
-            delta = _checked_delta(offsets(env), strides, shape, src_shape)
+            delta = window_bytes(offsets(env))
         if delta is None:
             tile = body(ctx, env)
             if tile is None:
@@ -401,11 +419,11 @@ def _mk_load(st: Any) -> Run | None:
                 return
         elif block is not None:
             tile = ctx.onchip.alloc_geometry(geom, vr, vc, False)
-            addr = src.addr + delta * item
+            addr = src.addr + delta
             tile._data[...] = ctx.gm.span(addr + block[0], addr + block[1])
         else:
             tile = ctx.onchip.alloc_geometry(geom, vr, vc, zero)
-            replay(ctx.gm, src.addr + delta * item, tile)
+            replay(ctx.gm, src.addr + delta, tile)
         env[o] = tile
         if free:
             _release1(ctx, env, free, tile)
@@ -425,7 +443,8 @@ def _mk_store(st: Any) -> Run | None:
     flags = dict(atomic_add=bool(attrs.get("atomic")), relu=bool(attrs.get("pre_relu")))
     generic = _generic(st)
     memo: tuple[Any, ...] = (None, None, None, None, None)  # (dst, geometry, valid row, col, plan)
-    # the last store's (dst, tile geometry, valid rows, cols, window sizes, replay function)
+    # the last store's (dst, tile geometry, valid rows, cols, offsets -> checked byte offset,
+    # replay function)
     hot: tuple[Any, ...] = (None,) * 6
     offsets = _offsets_getter(offs_slots)
     (o,) = st.outs
@@ -453,22 +472,23 @@ def _mk_store(st: Any) -> Run | None:
             memo = (dst, tile._g, tile.valid_row, tile.valid_col, plan)
             plan.run(ctx.gm, view.addr, tile)
         if len(offs) == len(sizes) == len(dst.strides):
-            hot = (dst, tile._g, tile.valid_row, tile.valid_col, sizes, plan.replay)
+            hot = (dst, tile._g, tile.valid_row, tile.valid_col,
+                   _window_bytes(dst.strides, sizes, dst.shape, dst.dtype.itemsize), plan.replay)
 
     def run(ctx: Any, env: list[Any]) -> None:
         tile, dst = env[s_tile], env[s_dst]
         if type(tile) is not TileBuf or type(dst) is not TensorVal or dst.nz is not None:
             generic(ctx, env)
             return
-        h_dst, h_g, h_vr, h_vc, sizes, replay = hot
+        h_dst, h_g, h_vr, h_vc, window_bytes, replay = hot
         delta = None
         if dst is h_dst and tile._g is h_g and tile.valid_row == h_vr and tile.valid_col == h_vc \
                 and not tile.freed:  # the last store's geometry: offsets and bounds only
-            delta = _checked_delta(offsets(env), dst.strides, sizes, dst.shape)
+            delta = window_bytes(offsets(env))
         if delta is None:
             slow(ctx, env, tile, dst)
         else:
-            replay(ctx.gm, dst.addr + delta * dst.dtype.itemsize, tile)
+            replay(ctx.gm, dst.addr + delta, tile)
         env[o] = dst
         if free:
             _release1(ctx, env, free, dst)
@@ -640,8 +660,15 @@ def _mk_elementwise(st: Any) -> Run | None:
                 general(ctx, env)
                 return
             xa, xb = a._data.view(dt), b._data.view(dt)  # viewed before the result may alias one
-            r = result(ctx, [a, b])
-            ufunc(xa, xb, out=r._data.view(dt))
+            onchip = ctx.onchip
+            r = b if reuse == 1 else a if reuse == 0 else None
+            if r is not None and r._owner is onchip:
+                onchip.charge_transient(space, nbytes)  # the result's allocation, then the input's free
+                r.valid_row, r.valid_col = a.valid_row, a.valid_col
+                ufunc(xa, xb, out=xb if reuse == 1 else xa)
+            else:
+                r = onchip.alloc_geometry(geom, a.valid_row, a.valid_col, zero=False)  # all written
+                ufunc(xa, xb, out=r._data.view(dt))
             env[o] = r
             if free:
                 _release1(ctx, env, free, r)
