@@ -316,8 +316,14 @@ def _lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: 
 def _arithmetic_runs(addrs: np.ndarray) -> list[tuple[int, int, int]]:
     """Split increasing `addrs` into maximal arithmetic runs ``(start, stop, step)`` (a Python loop
     per run, not per address: lanes of one expert, say, form one run)."""
-    runs, i, U = [], 0, len(addrs)
+    U = len(addrs)
+    if U == 1:
+        return [(0, 1, 0)]
     d = np.diff(addrs)
+    step = int(d[0])
+    if (d == step).all():
+        return [(0, U, step)]
+    runs, i = [], 0
     while i < U:
         if i == U - 1:
             runs.append((i, U, 0))
@@ -330,15 +336,29 @@ def _arithmetic_runs(addrs: np.ndarray) -> list[tuple[int, int, int]]:
     return runs
 
 
-def _gm_images(plan: Any, gm: Any, addrs: np.ndarray, g: Any) -> list[tuple[int, np.ndarray]] | None:
-    """The images that `plan` (one GM -> tile burst copy writing every byte of the tile, no
-    warnings) would load for the increasing lane GM addresses `addrs`, as read-only element views
-    of GM, ``(u0, (n, *g.phys))`` per arithmetic run of addresses; None when the copy is not that
-    simple."""
+def _image_strides(plan: Any, g: Any) -> tuple[Any, tuple[int, ...]] | None:
+    """For a load `plan` that is one GM -> tile burst copy writing every byte of a `g` tile (no
+    warnings): the copy and the GM byte strides of the image's bytes seen C-contiguously as
+    ``(*g.phys[:-1], g.phys[-1] * itemsize)`` (relative to the lane's address); None when the copy
+    is not that simple.  Cached per plan (plans are cached per geometry)."""
+    hit = _IMAGE_STRIDES.get(id(plan))
+    if hit is not None and hit[0] is plan and hit[1] is g:
+        return hit[2]
+    res = _image_strides_of(plan, g)
+    if len(_IMAGE_STRIDES) > 4096:
+        _IMAGE_STRIDES.clear()
+    _IMAGE_STRIDES[id(plan)] = (plan, g, res)
+    return res
+
+
+_IMAGE_STRIDES: dict[int, tuple[Any, Any, Any]] = {}
+
+
+def _image_strides_of(plan: Any, g: Any) -> tuple[Any, tuple[int, ...]] | None:
     copies = plan.copies
     if copies is None or len(copies) != 1 or plan.warns or not plan.fills(g.nbytes):
         return None
-    cp, src_is_gm, so, _ = copies[0]  # fills(): do == 0, the copy is a bijection onto the image
+    cp, src_is_gm, _, _ = copies[0]  # fills(): do == 0, the copy is a bijection onto the image
     if not src_is_gm or cp.add_dtype is not None:
         return None
     axes = sorted(((n, ts, gs) for n, ts, gs in zip(cp.shape, cp.d_strides, cp.s_strides) if n > 1),
@@ -348,7 +368,7 @@ def _gm_images(plan: Any, gm: Any, addrs: np.ndarray, g: Any) -> list[tuple[int,
         if ts != inner:
             return None
         inner *= n
-    shape = (*g.phys[:-1], g.phys[-1] * g.dtype.itemsize)  # the image in bytes, C-contiguous
+    shape = (*g.phys[:-1], g.phys[-1] * g.dtype.itemsize)
     strides: list[int] = []
     f = 1
     for n in reversed(shape):  # each image axis lies inside one copy axis: its GM stride follows
@@ -362,13 +382,24 @@ def _gm_images(plan: Any, gm: Any, addrs: np.ndarray, g: Any) -> list[tuple[int,
         f *= n
     if shape[-1] > 1 and strides[0] != 1:
         return None  # the innermost bytes must be contiguous in GM to be read as elements
+    return copies[0], tuple(reversed(strides))
+
+
+def _gm_images(plan: Any, gm: Any, addrs: np.ndarray, g: Any) -> list[tuple[int, np.ndarray]] | None:
+    """The images that `plan` would load for the increasing lane GM addresses `addrs`, as
+    read-only element views of GM, ``(u0, (n, *g.phys))`` per arithmetic run of addresses; None
+    when the load is not one burst copy filling the tile (see `_image_strides`)."""
+    found = _image_strides(plan, g)
+    if found is None:
+        return None
+    (cp, _, so, _), strides = found
+    shape = (*g.phys[:-1], g.phys[-1] * g.dtype.itemsize)
+    lo, hi = cp.s_span  # the bytes one lane's copy reads (the same as its image's view)
     chunks = []
     for u0, u1, step in _arithmetic_runs(addrs):
-        gstr = (step, *cp.s_strides)
-        lo, hi = byte_span(0, (u1 - u0, *cp.shape), gstr)
-        base = gm.view_span(int(addrs[u0]) + so, (u1 - u0, *cp.shape), gstr, lo, hi)  # bounds-checked
-        v = np.lib.stride_tricks.as_strided(base, (u1 - u0, *shape), (step, *reversed(strides)),
-                                            writeable=False)
+        n = u1 - u0
+        v = gm.view_span(int(addrs[u0]) + so, (n, *shape), (step, *strides), lo, hi + (n - 1) * step)
+        v.flags.writeable = False  # GM's bytes, read in place: nothing may write through them
         chunks.append((u0, v.view(g.dtype)))
     return chunks
 
@@ -505,9 +536,12 @@ def _load_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | No
         if len(sizes) > 5:
             raise Fallback("rank > 5 window")
         addr = _lanes_of(_addresses(src, [env[i] for i in offs], s.L, sizes), s.L)
-        uniq, row = np.unique(addr, return_inverse=True)
+        if len(addr) < 2 or (addr[1:] > addr[:-1]).all():  # lanes load distinct windows, in order
+            uniq, row = addr, np.arange(len(addr))
+        else:
+            uniq, row = np.unique(addr, return_inverse=True)
         s.reserve(geom)
-        probe = TileBuf._from_geometry(geom, vr, vc, np.zeros(geom.nbytes, np.uint8))
+        probe = TileBuf._from_geometry(geom, vr, vc, s.scratch((geom.nbytes,), np.uint8, "probe"))
         view0 = GmView._make(int(uniq[0]), src.dtype, sizes, src.strides, src.layout)
         plan = runtime.load.load_plan(s.ctx.gm, view0, probe)
         if plan.warns:
@@ -529,9 +563,7 @@ def _load_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | No
 
         tile = LaneTile(geom, vr, vc, None if lazy is not None else fill(), row.reshape(-1), lazy, fill)
         lo, hi = _view_span(view0)
-        s.loaded.append((uniq, lo, hi))
-        if s.stored and _overlap(s.loaded[-1:], s.stored):  # stop early: this run will not be exact
-            raise Fallback("a lane loads bytes that the body stores")
+        s.loaded.append((uniq, lo, hi))  # checked against every store before any is applied
         env[o] = tile
 
     return run
