@@ -20,6 +20,10 @@ mad are `LaneWindow`; accumulators are `LaneAcc` (one logical matrix per lane, a
 `runtime.cube.tmatmul` keeps whole-tile accumulators). On-chip accounting is one lane's: every
 lane runs the same program, so one lane's allocations and frees are every lane's.
 
+A load that is one plain burst copy filling its tile is not copied: the tile keeps read-only
+views of the GM bytes (GM is unchanged while the batch runs) and a mad converts its operands
+straight from GM; anything else that needs the bytes materialises them first (the load's copy).
+
 Lanes run in groups of `LANE_GROUP` (their tiles stay in cache); each mad is one BLAS call per
 lane, exactly the per-lane call, with its operands converted once per distinct image (lanes
 that load the same window share it). One BLAS call over lanes that share their Left operand
@@ -69,16 +73,50 @@ class LaneTensor:
 
 class LaneTile:
     """A tile over lanes: the distinct byte images `data` (lanes loading the same window share one) and the
-    lane -> image map `row`."""
+    lane -> image map `row`.
 
-    __slots__ = ("g", "valid_row", "valid_col", "data", "row", "freed")
+    A tile loaded by one plain burst copy may start *lazy*: `gm_images` then lists read-only element
+    views of GM, ``(u0, view (n, *g.phys))`` for images u0..u0+n-1, holding exactly the bytes the load
+    would copy (GM does not change while a batch runs: stores are deferred and a load/store overlap
+    falls back).  A mad reads its operands straight from there; `data` materialises the images (the
+    load's copy) on first use."""
 
-    def __init__(self, g: Any, vr: int, vc: int, data: np.ndarray, row: np.ndarray) -> None:
-        self.g, self.valid_row, self.valid_col, self.data, self.row, self.freed = g, vr, vc, data, row, False
+    __slots__ = ("g", "valid_row", "valid_col", "_data", "row", "freed", "gm_images", "_fill")
+
+    def __init__(self, g: Any, vr: int, vc: int, data: np.ndarray | None, row: np.ndarray,
+                 gm_images: list[tuple[int, np.ndarray]] | None = None, fill: Callable[[], np.ndarray] | None = None) -> None:
+        self.g, self.valid_row, self.valid_col, self._data, self.row, self.freed = g, vr, vc, data, row, False
+        self.gm_images, self._fill = gm_images, fill
+
+    @property
+    def data(self) -> np.ndarray:
+        """The (U, nbytes) uint8 images (materialised from GM on first use by a lazy tile)."""
+        d = self._data
+        if d is None:
+            d = self._data = self._fill()  # type: ignore[misc]
+            self._fill = None
+        return d
+
+    @property
+    def n_images(self) -> int:
+        """How many distinct images the lanes share (materialising nothing)."""
+        return len(self._data) if self._data is not None else self._n_lazy()
+
+    def _n_lazy(self) -> int:
+        u0, v = self.gm_images[-1]  # type: ignore[index]
+        return u0 + len(v)
 
     def image(self, u: int) -> TileBuf:
         """Image `u` as a `TileBuf` of this tile's geometry (a view, no copy)."""
         return TileBuf._from_geometry(self.g, self.valid_row, self.valid_col, self.data[u])
+
+    def element_chunks(self) -> list[tuple[int, np.ndarray]]:
+        """The images as elements in physical order, ``(u0, (n, *g.phys))`` chunks: GM itself for a
+        lazy tile, else one chunk of `data`."""
+        if self._data is None and self.gm_images is not None:
+            return self.gm_images
+        d = self.data
+        return [(0, d.view(self.g.dtype).reshape(len(d), *self.g.phys))]
 
 
 class LaneWindow:
@@ -96,8 +134,10 @@ class LaneWindow:
         w.src, w.r0, w.c0, w.transpose, w.layout = self.src.image(u), self.r0, self.c0, self.transpose, self.g.layout
         return w.operand(r, c, ft)
 
-    def operands(self, r: int, c: int, ft: type) -> np.ndarray | None:
-        """`operand` of every image at once, (U, ...) C-contiguous; None when not aligned."""
+    def operands(self, r: int, c: int, ft: type,
+                 alloc: Callable[[tuple[int, ...], type], np.ndarray] = np.empty) -> np.ndarray | None:
+        """`operand` of every image at once, (U, ...) C-contiguous (in a buffer from `alloc`); None
+        when not aligned."""
         src = self.src
         g = src.g
         b = g.blk
@@ -106,12 +146,34 @@ class LaneWindow:
         flip = (self.g.layout == "ZN") != self.transpose
         if sr % b.ir or sc % b.ic or nr % b.ir or nc % b.ic:
             return None
-        U = len(src.data)
-        v = src.data.view(g.dtype).reshape(U, *g.phys).transpose(0, *(i + 1 for i in g.inv))
-        v = v[:, sr // b.ir : (sr + nr) // b.ir, :, sc // b.ic : (sc + nc) // b.ic, :]
-        if flip:
-            return v.transpose(0, 3, 4, 1, 2).astype(ft, order="C").reshape(U, nc, nr)
-        return v.astype(ft, order="C").reshape(U, nr, nc)
+        U = src.n_images
+        out = alloc((U, nc, nr) if flip else (U, nr, nc), ft)
+        for u0, v in src.element_chunks():
+            v = v.transpose(0, *(i + 1 for i in g.inv))
+            v = v[:, sr // b.ir : (sr + nr) // b.ir, :, sc // b.ic : (sc + nc) // b.ic, :]
+            if flip:
+                v = v.transpose(0, 3, 4, 1, 2)
+            _gather_cast(out[u0 : u0 + len(v)].reshape(v.shape), v)
+        return out
+
+
+_LINE = np.dtype("V32")
+
+
+def _gather_cast(out: np.ndarray, v: np.ndarray) -> None:
+    """``out[...] = v`` with a cast.  When `v`'s innermost axis is one 32-byte C0 line, the lines
+    are gathered first as 32-byte void elements (one memcpy each, not 32 / itemsize scalar moves),
+    then cast contiguously."""
+    if v.shape[-1] * v.itemsize != 32 or v.strides[-1] != v.itemsize or v.ndim < 2:
+        np.copyto(out, v, casting="unsafe")
+        return
+    lines = v.view(_LINE)[..., 0]
+    if out.dtype == v.dtype:
+        np.copyto(out.view(_LINE)[..., 0], lines)
+        return
+    tmp = np.empty(lines.shape, _LINE)
+    np.copyto(tmp, lines)
+    np.copyto(out, tmp.view(v.dtype).reshape(v.shape), casting="unsafe")
 
 
 class LaneAcc:
@@ -152,8 +214,10 @@ class _State:
     def reserve(self, g: Any) -> None:
         self.ctx.onchip.reserve(g.space, g.nbytes)
 
-    def scratch(self, shape: tuple[int, ...], dtype: type) -> np.ndarray:
-        key = (shape, np.dtype(dtype).str)
+    def scratch(self, shape: tuple[int, ...], dtype: type, tag: str = "") -> np.ndarray:
+        """A buffer reused for the whole batch (no fresh pages per instruction); `tag` keeps buffers
+        of the same shape that are live together apart."""
+        key = (shape, np.dtype(dtype).str, tag)
         b = self.bufs.get(key)
         if b is None:
             b = self.bufs[key] = np.empty(shape, dtype)
@@ -172,8 +236,8 @@ class _State:
         if not v.freed:
             v.freed = True
             self.ctx.onchip.release(v.g.space, v.g.nbytes)
-            if type(v) is LaneTile and id(v.data) not in self.pinned:
-                self.pool.setdefault(v.data.shape, []).append(v.data)
+            if type(v) is LaneTile and v._data is not None and id(v._data) not in self.pinned:
+                self.pool.setdefault(v._data.shape, []).append(v._data)
 
 
 # ----------------------------------------------------------------------------------- helpers
@@ -247,6 +311,97 @@ def _lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: 
     else:
         g[...] = t
     return True
+
+
+def _arithmetic_runs(addrs: np.ndarray) -> list[tuple[int, int, int]]:
+    """Split increasing `addrs` into maximal arithmetic runs ``(start, stop, step)`` (a Python loop
+    per run, not per address: lanes of one expert, say, form one run)."""
+    U = len(addrs)
+    if U == 1:
+        return [(0, 1, 0)]
+    d = np.diff(addrs)
+    step = int(d[0])
+    if (d == step).all():
+        return [(0, U, step)]
+    runs, i = [], 0
+    while i < U:
+        if i == U - 1:
+            runs.append((i, U, 0))
+            break
+        step = int(d[i])
+        other = np.flatnonzero(d[i:] != step)
+        j = U if not len(other) else i + int(other[0]) + 1
+        runs.append((i, j, step))
+        i = j
+    return runs
+
+
+def _image_strides(plan: Any, g: Any) -> tuple[Any, tuple[int, ...]] | None:
+    """For a load `plan` that is one GM -> tile burst copy writing every byte of a `g` tile (no
+    warnings): the copy and the GM byte strides of the image's bytes seen C-contiguously as
+    ``(*g.phys[:-1], g.phys[-1] * itemsize)`` (relative to the lane's address); None when the copy
+    is not that simple.  Cached per plan (plans are cached per geometry)."""
+    hit = _IMAGE_STRIDES.get(id(plan))
+    if hit is not None and hit[0] is plan and hit[1] is g:
+        return hit[2]
+    res = _image_strides_of(plan, g)
+    if len(_IMAGE_STRIDES) > 4096:
+        _IMAGE_STRIDES.clear()
+    _IMAGE_STRIDES[id(plan)] = (plan, g, res)
+    return res
+
+
+_IMAGE_STRIDES: dict[int, tuple[Any, Any, Any]] = {}
+
+
+def _image_strides_of(plan: Any, g: Any) -> tuple[Any, tuple[int, ...]] | None:
+    copies = plan.copies
+    if copies is None or len(copies) != 1 or plan.warns or not plan.fills(g.nbytes):
+        return None
+    cp, src_is_gm, _, _ = copies[0]  # fills(): do == 0, the copy is a bijection onto the image
+    if not src_is_gm or cp.add_dtype is not None:
+        return None
+    axes = sorted(((n, ts, gs) for n, ts, gs in zip(cp.shape, cp.d_strides, cp.s_strides) if n > 1),
+                  key=lambda a: -a[1])
+    inner = 1
+    for n, ts, _ in reversed(axes):  # the copy's axes, by tile stride, must tile the image densely
+        if ts != inner:
+            return None
+        inner *= n
+    shape = (*g.phys[:-1], g.phys[-1] * g.dtype.itemsize)
+    strides: list[int] = []
+    f = 1
+    for n in reversed(shape):  # each image axis lies inside one copy axis: its GM stride follows
+        if n > 1:
+            hit = next(((size, ts, gs) for size, ts, gs in axes if ts <= f < ts * size), None)
+            if hit is None or f % hit[1] or (f // hit[1]) * n > hit[0]:
+                return None
+            strides.append((f // hit[1]) * hit[2])
+        else:
+            strides.append(0)
+        f *= n
+    if shape[-1] > 1 and strides[0] != 1:
+        return None  # the innermost bytes must be contiguous in GM to be read as elements
+    return copies[0], tuple(reversed(strides))
+
+
+def _gm_images(plan: Any, gm: Any, addrs: np.ndarray, g: Any) -> list[tuple[int, np.ndarray]] | None:
+    """The images that `plan` would load for the increasing lane GM addresses `addrs`, as
+    read-only element views of GM, ``(u0, (n, *g.phys))`` per arithmetic run of addresses; None
+    when the load is not one burst copy filling the tile (see `_image_strides`)."""
+    found = _image_strides(plan, g)
+    if found is None:
+        return None
+    (cp, _, so, _), strides = found
+    shape = (*g.phys[:-1], g.phys[-1] * g.dtype.itemsize)
+    lo, hi = cp.s_span  # the bytes one lane's copy reads (the same as its image's view)
+    chunks = []
+    for u0, u1, step in _arithmetic_runs(addrs):
+        n = u1 - u0
+        v = gm.view_span(int(addrs[u0]) + so, (n, *shape), (step, *strides), lo, hi + (n - 1) * step)
+        v.flags.writeable = False  # GM's bytes, read in place: nothing may write through them
+        chunks.append((u0, v.view(g.dtype)))
+    return chunks
 
 
 # ------------------------------------------------------------------------------------ steps
@@ -381,24 +536,34 @@ def _load_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | No
         if len(sizes) > 5:
             raise Fallback("rank > 5 window")
         addr = _lanes_of(_addresses(src, [env[i] for i in offs], s.L, sizes), s.L)
-        uniq, row = np.unique(addr, return_inverse=True)
+        if len(addr) < 2 or (addr[1:] > addr[:-1]).all():  # lanes load distinct windows, in order
+            uniq, row = addr, np.arange(len(addr))
+        else:
+            uniq, row = np.unique(addr, return_inverse=True)
         s.reserve(geom)
-        probe = TileBuf._from_geometry(geom, vr, vc, np.zeros(geom.nbytes, np.uint8))
+        probe = TileBuf._from_geometry(geom, vr, vc, s.scratch((geom.nbytes,), np.uint8, "probe"))
         view0 = GmView._make(int(uniq[0]), src.dtype, sizes, src.strides, src.layout)
         plan = runtime.load.load_plan(s.ctx.gm, view0, probe)
         if plan.warns:
             raise Fallback("the load warns")
-        data = s.zeros(len(uniq), geom.nbytes, zero=not plan.fills(geom.nbytes))
-        tile = LaneTile(geom, vr, vc, data, row.reshape(-1))
         gm = s.ctx.gm
-        s.alloc_bytes += data.nbytes
-        if not _lane_copy(plan, gm, uniq, data, True):
-            for u, a in enumerate(uniq.tolist()):
-                plan.run(gm, a, tile.image(u))
+        s.alloc_bytes += len(uniq) * geom.nbytes
+        lazy = _gm_images(plan, gm, uniq, geom)
+
+        def fill() -> np.ndarray:  # the load's copy, done when the bytes themselves are needed
+            data = s.zeros(len(uniq), geom.nbytes, zero=lazy is None and not plan.fills(geom.nbytes))
+            if lazy is not None:
+                images = data.view(geom.dtype).reshape(len(uniq), *geom.phys)
+                for u0, v in lazy:
+                    images[u0 : u0 + len(v)] = v
+            elif not _lane_copy(plan, gm, uniq, data, True):
+                for u, a in enumerate(uniq.tolist()):
+                    plan.run(gm, a, TileBuf._from_geometry(geom, vr, vc, data[u]))
+            return data
+
+        tile = LaneTile(geom, vr, vc, None if lazy is not None else fill(), row.reshape(-1), lazy, fill)
         lo, hi = _view_span(view0)
-        s.loaded.append((uniq, lo, hi))
-        if s.stored and _overlap(s.loaded[-1:], s.stored):  # stop early: this run will not be exact
-            raise Fallback("a lane loads bytes that the body stores")
+        s.loaded.append((uniq, lo, hi))  # checked against every store before any is applied
         env[o] = tile
 
     return run
@@ -450,10 +615,10 @@ def _products(s: _State, left: LaneWindow, right: LaneWindow, m: int, k: int, n:
     time, operands converted once per distinct image."""
     if left.g.dtype == np.int8 and k > 2**24 // (128 * 128):
         raise Fallback("int8 mad beyond the float32-exact depth")
-    xa: Any = left.operands(m, k, np.float32)  # every image converted in one pass (all are read)
+    xa: Any = left.operands(m, k, np.float32, lambda sh, dt: s.scratch(sh, dt, "left"))  # all images, one pass
     if xa is None:
         xa = {u: left.operand(u, m, k, np.float32) for u in np.unique(left.src.row).tolist()}
-    bt: Any = right.operands(k, n, np.float32)
+    bt: Any = right.operands(k, n, np.float32, lambda sh, dt: s.scratch(sh, dt, "right"))
     if bt is None:
         bt = {u: right.operand(u, k, n, np.float32) for u in np.unique(right.src.row).tolist()}
     rx, rw = left.src.row.tolist(), right.src.row.tolist()

@@ -244,3 +244,60 @@ def test_in_place_update_loop_falls_back_and_stops_trying(monkeypatch):
     assert calls[: batched.MAX_FAILS] == [False] * batched.MAX_FAILS
     assert all(c is False for c in calls)
     assert len(calls) == batched.MAX_FAILS + 2  # asked on every batched run, refused at once after
+
+
+def _loads_checked(monkeypatch):
+    """Wraps batched._gm_images: every lazy view it returns must hold exactly the bytes the load
+    instruction copies, lane image by lane image (replayed with the instruction's own plan)."""
+    seen = []
+    real = batched._gm_images
+
+    def checked(plan, gm, addrs, g):
+        chunks = real(plan, gm, addrs, g)
+        if chunks is not None:
+            lazy = np.concatenate([v for _, v in chunks])
+            assert [u0 for u0, _ in chunks] == list(np.cumsum([0] + [len(v) for _, v in chunks])[:-1])
+            for u, a in enumerate(addrs.tolist()):
+                img = np.zeros(g.nbytes, np.uint8)
+                plan.run(gm, a, runtime.TileBuf._from_geometry(g, None, None, img))
+                assert lazy[u].tobytes() == img.view(g.dtype).reshape(g.phys).tobytes()
+            seen.append((g.space, g.layout, len(chunks)))
+        return chunks
+
+    monkeypatch.setattr(batched, "_gm_images", checked)
+    return seen
+
+
+@pytest.mark.parametrize("E,N,NT", [(2, 256, 128), (3, 512, 64)])
+def test_lazy_nz_weight_images_are_the_loaded_bytes(monkeypatch, E, N, NT):
+    """NZ weight windows are read by the mads straight from GM (no tile copy): the views equal
+    the bytes the load copies; lanes of one expert form one arithmetic run of addresses, so
+    the views come in one chunk per expert that a lane group spans."""
+    seen = _loads_checked(monkeypatch)
+    T, K, KT = 32, 256, 128
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((E, T, K)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((E, N, K)).astype(ml_dtypes.bfloat16)
+    _compare(_grouped(pl.BF16, pl.FP32, E, T, N, K, NT, KT), x, runtime.pack_nz(w), np.zeros((E, T, N), np.float32))
+    assert seen and all(space == "Mat" and layout == "NZ" for space, layout, _ in seen)
+    # one chunk per expert in the first lane group (LANE_GROUP lanes)
+    assert max(n for _, _, n in seen) == min(E, batched.LANE_GROUP // (N // NT))
+
+
+def test_lazy_vec_images_materialise_for_elementwise_and_stores(monkeypatch):
+    """Vec tiles loaded lazily and then added / stored are materialised first: same bytes as
+    the trips run one by one."""
+    seen = _loads_checked(monkeypatch)
+    R, C, NIT = 16, 32, 24
+
+    @pl.kernel
+    def trips(a: pl.Tensor[[NIT * R, C], pl.FP32], out: pl.Tensor[[NIT * R, C], pl.FP32]):
+        for i in pl.range(NIT):
+            t = pl.load(a, [(NIT - 1 - i) * R, 0], [R, C])
+            pl.store(pl.add(t, t), [i * R, 0], out)
+            pl.store(t, [i * R, 0], out)  # a raw lazy tile stored: its bytes must be materialised
+
+    a = np.random.default_rng(2).standard_normal((NIT * R, C)).astype(np.float32)
+    got = _compare(trips, a, np.zeros_like(a))
+    assert seen and seen[0][:2] == ("Vec", "ND")
+    np.testing.assert_array_equal(np.frombuffer(got[0][1], np.float32).reshape(NIT, R, C), a.reshape(NIT, R, C)[::-1])
