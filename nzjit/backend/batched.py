@@ -609,22 +609,34 @@ def _extract_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step |
 
 
 def _products(s: _State, left: LaneWindow, right: LaneWindow, m: int, k: int, n: int,
-              emit: Callable[[int, np.ndarray], None], into: np.ndarray | None = None) -> None:
-    """emit(lane, C) for every lane, C (m x n) float32 (exact integers for int8), in a reused
-    buffer (or straight into `into[lane]`): `runtime.cube._product_windows`, one lane at a
-    time, operands converted once per distinct image."""
+              into: np.ndarray | None = None) -> np.ndarray:
+    """The lanes' products, (L, m, n) float32 (exact integers for int8), in `into` or a reused
+    buffer: `runtime.cube._product_windows` of every lane, operands converted once per distinct
+    image.  One stacked np.matmul calls the same BLAS routine per lane, on the same operand
+    layouts, as one product at a time (the same bits; pinned by the per-lane comparison tests)."""
     if left.g.dtype == np.int8 and k > 2**24 // (128 * 128):
         raise Fallback("int8 mad beyond the float32-exact depth")
+    prod = into if into is not None else s.scratch((s.L, m, n), np.float32, "products")
     xa: Any = left.operands(m, k, np.float32, lambda sh, dt: s.scratch(sh, dt, "left"))  # all images, one pass
-    if xa is None:
-        xa = {u: left.operand(u, m, k, np.float32) for u in np.unique(left.src.row).tolist()}
     bt: Any = right.operands(k, n, np.float32, lambda sh, dt: s.scratch(sh, dt, "right"))
+    rx, rw = left.src.row, right.src.row
+    if xa is not None and bt is not None:
+        a = xa if _is_identity(rx, len(xa)) else xa[rx]
+        b = bt if _is_identity(rw, len(bt)) else bt[rw]
+        np.matmul(a, b.transpose(0, 2, 1), out=prod)
+        return prod
+    if xa is None:
+        xa = {u: left.operand(u, m, k, np.float32) for u in np.unique(rx).tolist()}
     if bt is None:
-        bt = {u: right.operand(u, k, n, np.float32) for u in np.unique(right.src.row).tolist()}
-    rx, rw = left.src.row.tolist(), right.src.row.tolist()
-    out = s.scratch((m, n), np.float32)
-    for lane in range(s.L):
-        emit(lane, np.matmul(xa[rx[lane]], bt[rw[lane]].T, out=out if into is None else into[lane]))
+        bt = {u: right.operand(u, k, n, np.float32) for u in np.unique(rw).tolist()}
+    for lane, (ux, uw) in enumerate(zip(rx.tolist(), rw.tolist())):
+        np.matmul(xa[ux], bt[uw].T, out=prod[lane])
+    return prod
+
+
+def _is_identity(row: np.ndarray, n: int) -> bool:
+    """Lane i uses image i (every lane its own image, in order)."""
+    return len(row) == n and bool((row[1:] > row[:-1]).all()) if n > 1 else len(row) == n
 
 
 def _mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: bool,
@@ -662,23 +674,18 @@ def _mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: b
             s.reserve(geom)
             acc = LaneAcc(geom, acc.data.copy())
         data = acc.data
-        tmp = s.scratch((m, n), np.int32) if is_int else None
-
-        # a float mad that starts the accumulator writes its products in place (as cube.tmatmul)
-        direct = data if not accumulate and not is_int else None
-
-        def emit(lane: int, c: np.ndarray) -> None:
-            if direct is not None:
-                return  # already in data[lane]
+        if not accumulate and not is_int:  # a float mad that starts the accumulator: products in place
+            _products(s, left, right, m, k, n, data)
+        else:
+            prod = _products(s, left, right, m, k, n)
             if is_int:  # exact integers in float32: converted exactly, then added mod 2**32
-                np.copyto(tmp, c, casting="unsafe")
-                c = tmp
+                ints = s.scratch(prod.shape, np.int32, "int products")
+                np.copyto(ints, prod, casting="unsafe")
+                prod = ints
             if accumulate:
-                np.add(data[lane], c, out=data[lane])
+                np.add(data, prod, out=data)
             else:
-                data[lane] = c
-
-        _products(s, left, right, m, k, n, emit, direct)
+                np.copyto(data, prod)
         env[o] = acc
 
     return run
