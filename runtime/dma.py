@@ -326,6 +326,25 @@ def _dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
 _COPIES: dict[tuple[object, ...], _CopyPlan] = {}
 
 
+def record_copy_call(
+    fn: Callable[..., None],
+    *,
+    n_burst: int,
+    nbytes: int,
+    src_pitch: int,
+    dst_pitch: int,
+    batch: Sequence[tuple[int, int, int]] = (),
+) -> None:
+    """In recording mode: replay ``fn(gm, addr, tile)`` (a GM -> tile move done by a faster kernel
+    of its own) and declare that it is exactly the burst copy with these ``copy_bursts`` fields,
+    GM side relative to the view address, tile side from byte 0.  Plan consumers may then treat
+    the instruction as that copy (e.g. read the tile's bytes straight from GM)."""
+    key = (n_burst, nbytes, src_pitch, dst_pitch, tuple(batch), None)
+    plan = _COPIES.get(key) or _copy_plan(key)
+    fn.copy = (plan, True, 0, 0)  # type: ignore[attr-defined]
+    _REC.ops.append(fn)  # type: ignore[union-attr]
+
+
 def _copy_plan(key: tuple[object, ...]) -> _CopyPlan:
     n_burst, nbytes, src_pitch, dst_pitch, batch, add_dtype = key
     counts = tuple(int(b[0]) for b in batch)  # type: ignore[union-attr]

@@ -26,6 +26,7 @@ from .dma import (
     dma_burst,
     pto_assert,
     record_call,
+    record_copy_call,
     recording,
     static_check,
     u16,
@@ -263,7 +264,11 @@ def nd2nz_load(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False
         dst[...] = padded.reshape(n_rows, nblk, 32).transpose(1, 0, 2)
 
     if recording():  # decoded: only the copy is replayed (the checks above depend on geometry only)
-        record_call(copy)
+        if whole:  # then exactly one burst copy: column block b, row r -> tile line (b, r)
+            record_copy_call(copy, n_burst=n_rows, nbytes=32, src_pitch=pitch * E, dst_pitch=32,
+                             batch=((nblk, 32, tile.rows * 32),))
+        else:
+            record_call(copy)
         return
     copy(gm, src.addr, tile)
 

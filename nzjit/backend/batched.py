@@ -314,25 +314,24 @@ def _lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: 
 
 
 def _arithmetic_runs(addrs: np.ndarray) -> list[tuple[int, int, int]]:
-    """Split increasing `addrs` into maximal arithmetic runs ``(start, stop, step)`` (a Python loop
-    per run, not per address: lanes of one expert, say, form one run)."""
+    """Split increasing `addrs` into maximal arithmetic runs ``(start, stop, step)``, greedily
+    from the first address (lanes of one expert, say, form one run)."""
     U = len(addrs)
     if U == 1:
         return [(0, 1, 0)]
-    d = np.diff(addrs)
-    step = int(d[0])
-    if (d == step).all():
-        return [(0, U, step)]
+    if U == 2 or (addrs[2:] - addrs[1:-1] == addrs[1] - addrs[0]).all():
+        return [(0, U, int(addrs[1] - addrs[0]))]
+    a = addrs.tolist()  # several runs: one comparison per lane on a list is cheaper than numpy here
     runs, i = [], 0
     while i < U:
         if i == U - 1:
             runs.append((i, U, 0))
             break
-        step = int(d[i])
-        other = np.flatnonzero(d[i:] != step)
-        j = U if not len(other) else i + int(other[0]) + 1
-        runs.append((i, j, step))
-        i = j
+        step, j = a[i + 1] - a[i], i + 1
+        while j + 1 < U and a[j + 1] - a[j] == step:
+            j += 1
+        runs.append((i, j + 1, step))
+        i = j + 1
     return runs
 
 

@@ -301,3 +301,22 @@ def test_lazy_vec_images_materialise_for_elementwise_and_stores(monkeypatch):
     got = _compare(trips, a, np.zeros_like(a))
     assert seen and seen[0][:2] == ("Vec", "ND")
     np.testing.assert_array_equal(np.frombuffer(got[0][1], np.float32).reshape(NIT, R, C), a.reshape(NIT, R, C)[::-1])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_arithmetic_runs_split_greedily(seed):
+    """Lane addresses are split into maximal arithmetic runs, greedily from the first address;
+    every address is in exactly one run, each run is arithmetic."""
+    rng = np.random.default_rng(seed)
+    steps = rng.choice([8, 8, 8, 16, 40], size=int(rng.integers(1, 30)))
+    addrs = np.cumsum(np.concatenate([[1000], steps])).astype(np.int64)
+    runs = batched._arithmetic_runs(addrs)
+    i = 0
+    for start, stop, step in runs:
+        assert start == i and stop > start
+        seg = addrs[start:stop]
+        assert (np.diff(seg) == step).all()
+        if stop < len(addrs) and stop - start >= 2:  # maximal: the next address breaks the run
+            assert addrs[stop] - addrs[stop - 1] != step
+        i = stop
+    assert i == len(addrs)
