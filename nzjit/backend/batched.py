@@ -620,9 +620,13 @@ def _products(s: _State, left: LaneWindow, right: LaneWindow, m: int, k: int, n:
     bt: Any = right.operands(k, n, np.float32, lambda sh, dt: s.scratch(sh, dt, "right"))
     rx, rw = left.src.row, right.src.row
     if xa is not None and bt is not None:
-        a = xa if _is_identity(rx, len(xa)) else xa[rx]
         b = bt if _is_identity(rw, len(bt)) else bt[rw]
-        np.matmul(a, b.transpose(0, 2, 1), out=prod)
+        g = _blocks_of(rx, len(xa))
+        if g:  # lanes share Left images in consecutive blocks of g: broadcast, no copies
+            np.matmul(xa[:, None], b.reshape(len(xa), g, n, k).transpose(0, 1, 3, 2),
+                      out=prod.reshape(len(xa), g, m, n))
+        else:
+            np.matmul(xa[rx], b.transpose(0, 2, 1), out=prod)
         return prod
     if xa is None:
         xa = {u: left.operand(u, m, k, np.float32) for u in np.unique(rx).tolist()}
@@ -631,6 +635,15 @@ def _products(s: _State, left: LaneWindow, right: LaneWindow, m: int, k: int, n:
     for lane, (ux, uw) in enumerate(zip(rx.tolist(), rw.tolist())):
         np.matmul(xa[ux], bt[uw].T, out=prod[lane])
     return prod
+
+
+def _blocks_of(row: np.ndarray, n: int) -> int:
+    """g when lanes use images 0, ..., 0, 1, ..., 1, ... in consecutive blocks of g lanes each, else 0."""
+    L = len(row)
+    if L % n:
+        return 0
+    g = L // n
+    return g if (row.reshape(n, g) == np.arange(n)[:, None]).all() else 0
 
 
 def _is_identity(row: np.ndarray, n: int) -> bool:
