@@ -320,3 +320,41 @@ def test_arithmetic_runs_split_greedily(seed):
             assert addrs[stop] - addrs[stop - 1] != step
         i = stop
     assert i == len(addrs)
+
+
+@pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
+    (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
+    (pl.INT8, np.int8, pl.INT32, np.int32),
+])
+def test_interleaved_experts_batched_equal_per_lane(spy, dtype, np_dtype, out_dtype, np_out):
+    """Lanes take experts round-robin (lane % E): Left images are not shared in consecutive
+    blocks and Right addresses are not in lane order, so the stacked matmul gathers both
+    operands per lane. Same bytes as the lanes one by one."""
+    E, T, N, K, NT, KT = 3, 16, 128, 128, 32, 64
+
+    @pl.kernel
+    def gmm(x: pl.Tensor[[E, T, K], dtype], w: pl.Tensor[[E, N, K], dtype, pl.NZ],
+            out: pl.Tensor[[E, T, N], out_dtype]):
+        for lane in pl.spmd(E * (N // NT)):
+            e = lane % E
+            n0 = (lane // E) * NT
+            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
+            for k0 in pl.pipeline(KT, K, KT):
+                acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
+            out[e, :, n0:n0 + NT] = acc
+
+    rng = np.random.default_rng(11)
+    if np_dtype == np.int8:
+        x = rng.integers(-128, 128, (E, T, K)).astype(np_dtype)
+        w = rng.integers(-128, 128, (E, N, K)).astype(np_dtype)
+    else:
+        x = rng.standard_normal((E, T, K)).astype(np_dtype)
+        w = rng.standard_normal((E, N, K)).astype(np_dtype)
+    got = _compare(gmm, x, runtime.pack_nz(w), np.zeros((E, T, N), np_out))
+    assert spy == [True]
+    res = np.frombuffer(got[0][2], np_out).reshape(E, T, N)
+    ref = np.einsum("etk,enk->etn", x.astype(np.float64), w.astype(np.float64))
+    if np_dtype == np.int8:
+        np.testing.assert_array_equal(res, ref.astype(np.int32))
+    else:
+        np.testing.assert_allclose(res, ref, rtol=1e-3, atol=1e-2)
