@@ -80,13 +80,10 @@ class Worker:
         shape = tuple(operator.index(d) for d in shape)
         if any(d < 0 for d in shape):
             raise DispatchError(f"alloc_tensor: negative dimension in shape {shape}")
-        host = None
-        if init is not None:
-            host = self._host_array(init, shape, dt, "alloc_tensor init")
-        t = DeviceTensor(self, self.gm.alloc(math.prod(shape) * dt.itemsize, zero=host is None), shape, dt)
-        if host is not None:
-            self.gm.write(t.address, host)
-        return t
+        if init is None:
+            return DeviceTensor(self, self.gm.alloc(math.prod(shape) * dt.itemsize), shape, dt)
+        host = self._host_array(init, shape, dt, "alloc_tensor init")
+        return DeviceTensor(self, self.gm.upload(host), shape, dt)
 
     def write_tensor(self, t: DeviceTensor, data: np.ndarray) -> None:
         """Upload host ``data`` (same shape and dtype, bytes as given) over resident ``t``."""

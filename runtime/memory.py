@@ -105,15 +105,39 @@ class GlobalMemory:
         nbytes = int(nbytes)
         if nbytes < 0:
             raise DeviceError(f"cannot allocate {nbytes} bytes")
+        data = self._pooled(nbytes)
+        if data is None:
+            data = np.zeros(nbytes, dtype=np.uint8)
+        elif zero:
+            data.fill(0)
+        return self._map(data)
+
+    def upload(self, host: np.ndarray) -> int:
+        """:meth:`alloc` of ``host.nbytes`` then :meth:`write` of ``host``'s bytes (one upload):
+        the new allocation is filled by one copy, never zeroed first."""
+        src = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
+        data = self._pooled(src.size)
+        if data is None:
+            data = src.copy()  # a fresh owned buffer holding the bytes (the array may be the caller's)
+        else:
+            data[...] = src
+        base = self._map(data)
+        self.uploads += 1
+        self.upload_bytes += src.size
+        return base
+
+    def _pooled(self, nbytes: int) -> np.ndarray | None:
+        """A freed buffer of exactly ``nbytes`` (its old bytes still in it), if one is kept."""
         with self._lock:
             pool = self._pool.get(nbytes)
             data = pool.pop() if pool else None
             if data is not None:
                 self._pool_bytes -= nbytes
-        if data is None:
-            data = np.zeros(nbytes, dtype=np.uint8)
-        elif zero:
-            data.fill(0)
+        return data
+
+    def _map(self, data: np.ndarray) -> int:
+        """Make ``data`` the bytes of a new allocation at the next aligned address; its base."""
+        nbytes = data.size
         with self._lock:
             base = self._next
             self._next = base + max(1, -(-nbytes // GM_ALIGN)) * GM_ALIGN
@@ -207,9 +231,21 @@ class GlobalMemory:
 
     def read(self, addr: int, nbytes: int) -> np.ndarray:
         """Copy ``nbytes`` from GM to the host (counted in ``downloads``)."""
-        out = self.view(addr, (int(nbytes),), (1,)).copy()
+        n = int(nbytes)
+        # a non-empty read is one dense range: the checked flat slice, no strided view to build
+        out = (self.span(addr, addr + n) if n > 0 else self.view(addr, (n,), (1,))).copy()
         self.downloads += 1
         return out
+
+    def read_into(self, addr: int, out: np.ndarray) -> None:
+        """:meth:`read` of ``out.nbytes`` bytes straight into the C-contiguous host array ``out``
+        (one download, no intermediate copy)."""
+        if not out.flags.c_contiguous:  # reshape would copy: the bytes would land nowhere
+            raise DeviceError("read_into needs a C-contiguous host array")
+        dst = out.reshape(-1).view(np.uint8)
+        if dst.size:  # an empty read checks nothing, as in `read`
+            dst[...] = self.span(addr, addr + dst.size)
+        self.downloads += 1
 
     def write(self, addr: int, data: bytes | bytearray | memoryview | np.ndarray) -> None:
         """Copy host bytes into GM (an upload: counted in ``uploads`` / ``upload_bytes``)."""
@@ -241,6 +277,20 @@ class OnChip:
         # byte images of freed tiles, by size: reused (zero-filled) so that a kernel's loop does
         # not fault in fresh pages for every tile (numpy allocates >= 128 KiB through mmap)
         self._pool: dict[int, list[np.ndarray]] = {}
+
+    def reset(self, keep_bytes: int = 4 << 20) -> bool:
+        """Ready this OnChip for another launch, as a new one would be: no peak, and the pool of
+        freed tile images (kept to be reused, zero-filled when needed) trimmed to ``keep_bytes``.
+        False, and nothing changed, while a tile is still accounted: that launch leaked, the next
+        one must not start with less room."""
+        with self._lock:
+            if any(self.live.values()):
+                return False
+            for space in self.peak:
+                self.peak[space] = 0
+            if sum(n * len(images) for n, images in self._pool.items()) > keep_bytes:
+                self._pool.clear()  # images of many tile sizes: the rarely reused go
+        return True
 
     def reserve(self, space: str, nbytes: int) -> None:
         """Account ``nbytes`` (rounded up to 32-B alignment) in ``space`` or raise DeviceError."""

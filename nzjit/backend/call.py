@@ -283,6 +283,34 @@ def tensor_value(t: TensorType, dev: DeviceTensor, dims: dict[str, int], blocked
     return TensorVal(dev.address, *tensor_layout(t, tuple(dev.shape), dims, blocked))
 
 
+# OnChips of finished launches, per target, handed to the next launch: a launch's on-chip
+# accounting starts empty either way, and one that kept its pool of freed tile images does not
+# allocate (and fault in) fresh images for every tile of every call
+_IDLE_ONCHIPS: dict[str, list[runtime.OnChip]] = {}
+_MAX_IDLE = 2  # per target: enough for one launch per core of a small machine; each holds images
+
+
+def launch_onchip(target: str) -> runtime.OnChip:
+    """The on-chip accounting of a new launch (nothing live, no peak): an idle one, else new."""
+    idle = _IDLE_ONCHIPS.get(target)
+    if idle:
+        try:
+            return idle.pop()  # atomic: two threads never take the same one
+        except IndexError:
+            pass
+    return runtime.OnChip(target)
+
+
+def recycle_onchip(onchip: runtime.OnChip) -> None:
+    """Return the OnChip of a launch that finished cleanly. One with bytes still accounted (a
+    tile not freed) is dropped: the next launch must start with every byte available."""
+    if not onchip.reset():
+        return
+    idle = _IDLE_ONCHIPS.setdefault(onchip.target, [])
+    if len(idle) < _MAX_IDLE:
+        idle.append(onchip)
+
+
 def execute(graph: Graph, kernel: Any, full: list[Any], worker: Worker, dims: dict[str, int]) -> list[Any]:
     """Run `graph` with device-resident arguments (DeviceTensors and ints)."""
     blocked = bool(graph.attrs.get("nz_tensor_views_blocked"))
@@ -292,8 +320,10 @@ def execute(graph: Graph, kernel: Any, full: list[Any], worker: Worker, dims: di
             vals.append(tensor_value(v.type, a, dims, blocked))
         else:
             vals.append(v.type.dtype.wrap(int(a)))  # type: ignore[union-attr]
-    ctx = Ctx(worker.gm, runtime.OnChip(worker.target), dims)  # on-chip buffers are per launch
-    return run_graph(ctx, graph, vals)
+    onchip = launch_onchip(worker.target)  # on-chip buffers are per launch
+    out = run_graph(Ctx(worker.gm, onchip, dims), graph, vals)
+    recycle_onchip(onchip)
+    return out
 
 
 # ------------------------------------------------------------------------------- the program
@@ -649,24 +679,26 @@ class DirectPlan:
         if w is None:
             return MISS
         snapshots = self._snapshot(args, w)
-        temps: list[DeviceTensor] = []
+        gm = w.gm
+        temps: list[int] = []
         try:
             try:
-                vals, host_outputs, outs = self._place(args, w, temps)
-                run_graph(Ctx(w.gm, runtime.OnChip(w.target), self.dims), self.graph, vals)
+                vals, host_outputs, outs = self._place(args, gm, temps)
+                onchip = launch_onchip(w.target)
+                run_graph(Ctx(gm, onchip, self.dims), self.graph, vals)
+                recycle_onchip(onchip)
             except BaseException:
                 for view, saved in snapshots:
                     view[...] = saved
                 raise
-            for i, arr, t in host_outputs:
-                data = w.gm.read(t.address, t.nbytes).view(t.dtype).reshape(t.shape)  # `copy_from`
-                if arr is None:
-                    outs[i] = data  # an omitted Out: the download is the new array
-                else:
-                    arr[...] = data
+            for i, arr, addr, s in host_outputs:
+                if arr is None:  # an omitted Out: the download (`copy_from`) is the new array
+                    outs[i] = gm.read(addr, s.nbytes).view(s.dtype).reshape(s.shape)
+                else:  # the caller's array (C-contiguous, see `worker_for`): no intermediate copy
+                    gm.read_into(addr, arr)
         finally:
-            for t in temps:  # the call's own live allocations: nothing for free_tensor to check
-                w.gm.free(t.address)
+            for addr in temps:  # the call's own live allocations: nothing for free_tensor to check
+                gm.free(addr)
         return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
 
     def _snapshot(self, args: Sequence[Any], w: Worker) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -680,15 +712,17 @@ class DirectPlan:
                 snaps.append((view, view.copy()))
         return snaps
 
-    def _place(self, args: Sequence[Any], w: Worker, temps: list[DeviceTensor]
-               ) -> tuple[list[Any], list[tuple[int, np.ndarray | None, DeviceTensor]], list[Any]]:
+    def _place(self, args: Sequence[Any], gm: runtime.GlobalMemory, temps: list[int]
+               ) -> tuple[list[Any], list[tuple[int, np.ndarray | None, int, _Slot]], list[Any]]:
         """The graph's argument values, the host outputs to download (index in the results, host array or
-        None for an omitted Out, device tensor), the results. Host arrays are uploaded once each (see
-        `_Rank._place`), omitted Outs allocated (zeros); both land in `temps`."""
+        None for an omitted Out, GM address, slot), the results. Host arrays are uploaded once each (see
+        `_Rank._place`), omitted Outs allocated (zeros); their addresses land in `temps`. The plan's
+        signature fixed every array's shape and dtype, so no DeviceTensor is needed: the bytes go
+        straight to GM as `Worker.alloc_tensor` would place them."""
         vals: list[Any] = []
-        host_outputs: list[tuple[int, np.ndarray | None, DeviceTensor]] = []
+        host_outputs: list[tuple[int, np.ndarray | None, int, _Slot]] = []
         outs: list[Any] = []
-        placed: dict[int, DeviceTensor] = {}
+        placed: dict[int, int] = {}
         for s in self.slots:
             if s.kind == _SCALAR:
                 vals.append(s.wrap(args[s.pos]))
@@ -702,18 +736,18 @@ class DirectPlan:
             arr: np.ndarray | None = None
             if s.kind == _HOST:
                 arr = args[s.pos]
-                t = placed.get(id(arr))
-                if t is None:
-                    t = placed[id(arr)] = w.alloc_tensor(arr.shape, arr.dtype, init=arr)
-                    temps.append(t)
+                addr = placed.get(id(arr))
+                if addr is None:
+                    addr = placed[id(arr)] = gm.upload(arr)
+                    temps.append(addr)
             else:  # an omitted Out
-                t = w.alloc_tensor(s.shape, s.dtype)
-                temps.append(t)
+                addr = gm.alloc(s.nbytes)
+                temps.append(addr)
             if s.is_output:
-                if all(t is not u for _, _, u in host_outputs):
-                    host_outputs.append((len(outs), arr, t))
+                if all(addr != u for _, _, u, _ in host_outputs):
+                    host_outputs.append((len(outs), arr, addr, s))
                 outs.append(arr)
-            vals.append(TensorVal(t.address, *s.layout))
+            vals.append(TensorVal(addr, *s.layout))
         return vals, host_outputs, outs
 
     def _resident_val(self, s: _Slot, address: int) -> TensorVal:

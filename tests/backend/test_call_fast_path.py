@@ -174,3 +174,44 @@ def test_inside_an_orchestration_the_call_is_recorded_not_run():
         k(x, 3, o)
 
     np.testing.assert_array_equal(twice(X), expected(3))
+
+
+def test_a_launch_starts_with_empty_on_chip_accounting():
+    """Launches reuse the OnChip of a finished one (its freed tile images): only one with nothing
+    live is kept, and it comes back with no live bytes and no peak, like a new one."""
+    from nzjit.backend import call
+    from nzjit.backend.call import launch_onchip, recycle_onchip
+
+    target = "A5"
+    call._IDLE_ONCHIPS.pop(target, None)  # what other tests left idle
+    leaked = launch_onchip(target)
+    leaked.alloc_tile("Vec", 16, 16, np.float32)  # a tile still accounted: not reused
+    recycle_onchip(leaked)
+    clean = launch_onchip(target)
+    assert clean is not leaked
+    clean.free_tile(clean.alloc_tile("Vec", 64, 64, np.float32))
+    assert clean.peak["Vec"] > 0
+    recycle_onchip(clean)
+    again = launch_onchip(target)
+    assert again is clean and again.target == target
+    assert not any(again.live.values()) and not any(again.peak.values())
+
+
+def test_a_window_past_a_smaller_tensor_of_the_same_kernel_is_refused():
+    """A fresh tensor matches the remembered load / store only with the same shape: a window that
+    fitted the last call's tensor is still checked against this call's (dynamic dims)."""
+
+    def make_dyn():
+        @pl.kernel
+        def k(x: pl.Tensor[[pl.dynamic("M"), 32], pl.INT32], n: pl.Scalar[pl.INDEX],
+              o: pl.Out[pl.Tensor[[16, 32], pl.INT32]]):
+            pl.store(pl.load(x, [n, 0], [16, 32]), [0, 0], o)
+
+        return k
+
+    k = make_dyn()
+    big = np.arange(32 * 32, dtype=np.int32).reshape(32, 32)
+    np.testing.assert_array_equal(k(big, 16), big[16:])
+    cold = refusal(make_dyn(), big[:16].copy(), 16)
+    assert "out of bounds" in cold
+    assert refusal(k, big[:16].copy(), 16) == cold

@@ -4,6 +4,8 @@ path (every equation through its `impl_rules` entry, every TEXTRACT moving bytes
 
 from __future__ import annotations
 
+import warnings
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -171,3 +173,83 @@ def test_repeated_windows_refuse_like_generic(shift):
     fast, slow = _outcome(k, (a, o), True, (shift,)), _outcome(k, (a, o), False, (shift,))
     assert fast == slow
     assert (fast[1] is None) == (shift == 0)
+
+
+WIDE = 65552  # an INT8 row pitch past 16 bits: the ND2NZ load warns (hardware-model.md §3)
+
+
+def _wide_probe():
+    """A fresh kernel (own caches): columns [c0, c0 + 32) of x through a Mat tile, an identity mad
+    and an Acc store. Its loads replay decoded instructions that warn; c0 = WIDE - 16 leaves x."""
+
+    @pl.kernel
+    def k(x: pl.Tensor[[16, WIDE], pl.INT8], eye: pl.Tensor[[32, 32], pl.INT8], c0: pl.Scalar[pl.INDEX],
+          out: pl.Out[pl.Tensor[[16, 32], pl.INT32]]):
+        xt = pl.load(x, [0, c0], [16, 32], target_memory=pl.Mem.Mat)
+        et = pl.load(eye, [0, 0], [32, 32], target_memory=pl.Mem.Mat)
+        pl.store(pl.matmul(xt, et), [0, 0], out)
+
+    return k
+
+
+def _fresh_calls(fast: bool, resident: bool, offsets, counted=None):
+    """One call per offset, each with fresh tensors of one layout (new host arrays, or new resident
+    tensors): per call (output bytes, the warnings, the refusal text). `counted`, a dict, receives
+    the number of window checks each call ran (the general path of a load / store step runs one)."""
+    from nzjit.backend import fast as fast_mod
+
+    old = executor.FAST
+    executor.FAST = fast
+    clear_plans()
+    checks = [0]
+    check_window = fast_mod.check_window
+
+    def counting(*a, **kw):
+        checks[0] += 1
+        return check_window(*a, **kw)
+
+    fast_mod.check_window = counting
+    try:
+        k, w, out = _wide_probe(), runtime.Worker(0), []
+        rng = np.random.default_rng(7)
+        for i, c0 in enumerate(offsets):
+            x = rng.integers(-100, 100, (16, WIDE), dtype=np.int8)
+            args = (x, np.eye(32, dtype=np.int8), c0, np.zeros((16, 32), np.int32))
+            if resident:
+                args = tuple(w.alloc_tensor(a.shape, a.dtype, init=a) if isinstance(a, np.ndarray) else a
+                             for a in args)
+            checks[0], err = 0, None
+            with warnings.catch_warnings(record=True) as ws:
+                warnings.simplefilter("always")
+                try:
+                    k(*args)
+                except (runtime.DeviceError, runtime.DispatchError) as e:
+                    err = f"{type(e).__name__}: {e}"
+            o = args[-1]
+            got = (w.copy_from(o) if resident else o).tobytes()
+            out.append((got, [f"{m.category.__name__}: {m.message}" for m in ws], err))
+            if counted is not None:
+                counted[i] = checks[0]
+        return out
+    finally:
+        fast_mod.check_window = check_window
+        executor.FAST = old
+        clear_plans()
+
+
+@pytest.mark.parametrize("resident", [False, True])
+def test_fresh_tensors_of_one_layout_keep_the_fast_path(resident):
+    """Every host-array call uploads to new GM addresses (the device never reuses one), so the
+    load / store steps match the remembered instruction on the layout, not on the TensorVal: after
+    the first call none of them runs its general path again, yet bytes, the replayed warnings and
+    the refusal of a window past the end of the *new* tensor are the generic path's."""
+    offsets = (0, 32, WIDE - 32, WIDE - 16, 64)
+    counted: dict[int, int] = {}
+    fast = _fresh_calls(True, resident, offsets, counted)
+    assert fast == _fresh_calls(False, resident, offsets)
+    assert [f[2] is None for f in fast] == [True, True, True, False, True]
+    assert "out of bounds" in fast[3][2]
+    assert all(any("srcDValue wrapped" in m for m in f[1]) for f in fast if f[2] is None)
+    assert counted[0] == 3  # two loads and the store decode and check their windows once ...
+    assert counted[1] == counted[2] == counted[4] == 0  # ... then replay, call after call
+    assert counted[3] == 1  # the window past the end: the load's general path refuses it

@@ -262,3 +262,62 @@ def test_charge_transient_is_reserve_then_release():
     errs = [_fault(lambda: a.charge_transient("Vec", 100 * 1024)), _fault(lambda: b.reserve("Vec", 100 * 1024))]
     assert errs[0] == errs[1] and "capacity exceeded" in errs[0]
     assert (a.live, a.peak) == (b.live, b.peak)
+
+
+@pytest.mark.parametrize("shape", [(16, 32), (0,), (), (256, 512)])  # (256, 512): pooled buffers
+def test_upload_is_alloc_then_write(shape):
+    """`GlobalMemory.upload` (one copy into the new allocation) against `alloc(zero=False)` +
+    `write`: the same addresses, bytes and counters, also on a reused (dirty) pooled buffer."""
+    host = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
+    a, b = Worker(0).gm, Worker(0).gm
+    for gm in (a, b):  # a freed buffer of the size is pooled (when large enough), still dirty
+        gm.free(gm.upload(np.full(shape, -1, np.int32)))
+    got = a.upload(host)
+    want = b.alloc(host.nbytes, zero=False)
+    b.write(want, host)
+    assert got == want
+    assert (a.uploads, a.upload_bytes, a.live_bytes) == (b.uploads, b.upload_bytes, b.live_bytes)
+    assert a.read(got, host.nbytes).tobytes() == host.tobytes() == b.read(want, host.nbytes).tobytes()
+    host[...] = 5  # the allocation holds a copy, not the caller's array
+    assert a.read(got, host.nbytes).tobytes() == b.read(want, host.nbytes).tobytes()
+
+
+def test_read_into_is_read_without_the_intermediate_copy():
+    """`read_into` writes `read`'s bytes into the caller's array, counts one download, and refuses
+    what `read` refuses (a range outside every allocation, a freed one) with the same text."""
+    gm = Worker(0).gm
+    host = np.arange(48, dtype=np.float32).reshape(4, 12)
+    addr = gm.upload(host)
+    out = np.zeros_like(host)
+    gm.read_into(addr, out)
+    assert out.tobytes() == gm.read(addr, host.nbytes).tobytes() == host.tobytes()
+    assert gm.downloads == 2
+    gm.read_into(addr, np.zeros(0, np.float32))  # empty: nothing read, still one download
+    assert gm.downloads == 3
+    too_long = np.zeros((5, 12), np.float32)
+    assert _fault(lambda: gm.read_into(addr, too_long)) == _fault(lambda: gm.read(addr, too_long.nbytes))
+    assert "outside every allocation" in _fault(lambda: gm.read_into(addr, too_long))
+    with pytest.raises(DeviceError, match="C-contiguous"):
+        gm.read_into(addr, np.zeros((12, 4), np.float32).T)
+    gm.free(addr)
+    assert _fault(lambda: gm.read_into(addr, out)) == _fault(lambda: gm.read(addr, out.nbytes))
+    assert "use after free" in _fault(lambda: gm.read_into(addr, out))
+
+
+def test_onchip_reset_is_a_new_onchip_unless_bytes_are_live():
+    """`OnChip.reset` (a launch's OnChip reused by the next): no live bytes and no peak, like a
+    new one; refused (False, nothing changed) while a tile is still accounted; tile images
+    beyond the kept budget are dropped."""
+    from runtime import OnChip
+
+    oc = OnChip()
+    t = oc.alloc_tile("Vec", 64, 64, np.float32)
+    assert not oc.reset() and oc.live["Vec"] == oc.peak["Vec"] > 0
+    t._data[...] = 7  # a dirty image goes back to the pool
+    oc.free_tile(t)
+    assert oc.reset(keep_bytes=1 << 20)
+    assert oc.live == OnChip().live and oc.peak == OnChip().peak
+    assert not oc.alloc_tile("Vec", 64, 64, np.float32)._data.any()  # the reused image, zeroed
+    oc2 = OnChip()
+    oc2.free_tile(oc2.alloc_tile("Vec", 64, 64, np.float32))
+    assert oc2.reset(keep_bytes=0) and not oc2._pool
