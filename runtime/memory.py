@@ -141,8 +141,12 @@ class GlobalMemory:
         with self._lock:
             base = self._next
             self._next = base + max(1, -(-nbytes // GM_ALIGN)) * GM_ALIGN
-            self._allocs.append(_Allocation(base, nbytes, data))
+            a = _Allocation(base, nbytes, data)
+            self._allocs.append(a)
             self._bases.append(base)
+            # a new allocation is about to be accessed (an upload, a call's temporaries): found
+            # by `_checked` among the recent ones, not by a search
+            self._recent = (a, *self._recent[:3])
         return base
 
     def free(self, addr: int) -> None:
