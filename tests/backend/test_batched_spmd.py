@@ -66,6 +66,23 @@ def _grouped(dtype, out_dtype, E, T, N, K, NT, KT):
     return gmm
 
 
+def _gmm_operands(rng, np_dtype, E, T, N, K):
+    """Random grouped-matmul operands: full-range int8, or standard normal floats."""
+    if np_dtype == np.int8:
+        return (rng.integers(-128, 128, (E, T, K)).astype(np_dtype),
+                rng.integers(-128, 128, (E, N, K)).astype(np_dtype))
+    return rng.standard_normal((E, T, K)).astype(np_dtype), rng.standard_normal((E, N, K)).astype(np_dtype)
+
+
+def _check_gmm(res, x, w, np_dtype):
+    """`res` against the float64 reference: exact for int8, to float32 accumulation otherwise."""
+    ref = np.einsum("etk,enk->etn", x.astype(np.float64), w.astype(np.float64))
+    if np_dtype == np.int8:
+        np.testing.assert_array_equal(res, ref.astype(np.int64).astype(np.int32))
+    else:
+        np.testing.assert_allclose(res, ref, rtol=1e-3, atol=1e-2)
+
+
 @pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
     (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
     (pl.FP16, np.float16, pl.FP32, np.float32),
@@ -74,22 +91,11 @@ def _grouped(dtype, out_dtype, E, T, N, K, NT, KT):
 @pytest.mark.parametrize("E,N,NT", [(2, 256, 128), (3, 512, 64)])
 def test_grouped_matmul_batched_equals_per_lane(spy, dtype, np_dtype, out_dtype, np_out, E, N, NT):
     T, K, KT = 32, 256, 128
-    rng = np.random.default_rng(E * N)
-    if np_dtype == np.int8:
-        x = rng.integers(-128, 128, (E, T, K)).astype(np_dtype)
-        w = rng.integers(-128, 128, (E, N, K)).astype(np_dtype)
-    else:
-        x = rng.standard_normal((E, T, K)).astype(np_dtype)
-        w = rng.standard_normal((E, N, K)).astype(np_dtype)
+    x, w = _gmm_operands(np.random.default_rng(E * N), np_dtype, E, T, N, K)
     got = _compare(_grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w),
                    np.full((E, T, N), 7, np_out))
     assert spy == [True]  # batched (the reference run does not try)
-    res = np.frombuffer(got[0][2], np_out).reshape(E, T, N)
-    ref = np.einsum("etk,enk->etn", x.astype(np.float64), w.astype(np.float64))
-    if np_dtype == np.int8:
-        np.testing.assert_array_equal(res, ref.astype(np.int64).astype(np.int32))
-    else:
-        np.testing.assert_allclose(res, ref, rtol=1e-3, atol=1e-2)
+    _check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
 
 
 def test_lanes_reading_what_other_lanes_store_fall_back(spy):
@@ -343,18 +349,7 @@ def test_interleaved_experts_batched_equal_per_lane(spy, dtype, np_dtype, out_dt
                 acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
             out[e, :, n0:n0 + NT] = acc
 
-    rng = np.random.default_rng(11)
-    if np_dtype == np.int8:
-        x = rng.integers(-128, 128, (E, T, K)).astype(np_dtype)
-        w = rng.integers(-128, 128, (E, N, K)).astype(np_dtype)
-    else:
-        x = rng.standard_normal((E, T, K)).astype(np_dtype)
-        w = rng.standard_normal((E, N, K)).astype(np_dtype)
+    x, w = _gmm_operands(np.random.default_rng(11), np_dtype, E, T, N, K)
     got = _compare(gmm, x, runtime.pack_nz(w), np.zeros((E, T, N), np_out))
     assert spy == [True]
-    res = np.frombuffer(got[0][2], np_out).reshape(E, T, N)
-    ref = np.einsum("etk,enk->etn", x.astype(np.float64), w.astype(np.float64))
-    if np_dtype == np.int8:
-        np.testing.assert_array_equal(res, ref.astype(np.int32))
-    else:
-        np.testing.assert_allclose(res, ref, rtol=1e-3, atol=1e-2)
+    _check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
