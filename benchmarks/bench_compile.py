@@ -48,7 +48,7 @@ def run() -> list[dict[str, str]]:
     rows.append(row(f"trace + all passes, {n_eqns}-equation kernel", fmt_time(t_compile), "50 ms",
                     f"{t_compile / 50e-3:.2f}x", "< 1x (of 50 ms)"))
 
-    from nzjit.backend.call import tensor_value
+    from nzjit.backend.launch import tensor_value
     from nzjit.backend.executor import Ctx, run_graph
 
     w = runtime.Worker(0)

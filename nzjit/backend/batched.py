@@ -24,11 +24,14 @@ A load that is one plain burst copy filling its tile is not copied: the tile kee
 views of the GM bytes (GM is unchanged while the batch runs) and a mad converts its operands
 straight from GM; anything else that needs the bytes materialises them first (the load's copy).
 
-Lanes run in groups of `LANE_GROUP` (their tiles stay in cache); each mad is one BLAS call per
-lane, exactly the per-lane call, with its operands converted once per distinct image (lanes
-that load the same window share it). One BLAS call over lanes that share their Left operand
-was tried: OpenBLAS does not give bit-identical sums for a wider N (small-matrix kernels), so
-it is not used.
+Lanes run in groups of `LANE_GROUP` (their tiles stay in cache); a mad is one stacked np.matmul
+over the lanes, which calls the same BLAS routine per lane, on the same operand layouts, as the
+per-lane path (the same bits), with its operands converted once per distinct image (lanes that
+load the same window share it). One wider BLAS call over lanes that share their Left operand
+would be faster, but OpenBLAS does not give bit-identical sums for a wider N, so it is not used.
+
+Values live in lane_values.py, the GM side (burst replays, in-place GM views, the overlap
+test) in lane_gm.py.
 """
 
 from __future__ import annotations
@@ -41,8 +44,8 @@ import numpy as np
 
 import runtime
 from runtime import GmView, TileBuf
-from runtime._strided import byte_span, overlaps_itself
-from runtime.cube import MATMUL_DTYPES, TileWindow, _mov_checks
+from runtime._strided import byte_span
+from runtime.cube import MATMUL_DTYPES, _mov_checks
 from runtime.dma import ceil16
 from runtime.tile import _geometry
 
@@ -50,150 +53,13 @@ from ..core import dtypes as D
 from ..core import primitives as P
 from ..core.ir import Eqn, Graph, Var
 from ..core.types import DynDim, ScalarType, TensorType, TileType
+from . import lane_gm
+from .lane_values import LANE_VALUES, LaneAcc, LaneTensor, LaneTile, LaneWindow
 from .values import TensorVal, TransposedTile
 
 
 class Fallback(Exception):
     """The batched attempt cannot reproduce the per-lane result: run the lanes one by one."""
-
-
-# ----------------------------------------------------------------------------------- values
-@dataclass(frozen=True, eq=False)
-class LaneTensor:
-    """A GM tensor view with one base address per lane (`addr`, int64 `(L,)`); shape, strides and layout are
-    lane-uniform."""
-
-    addr: np.ndarray  # int64 (L,): one base address per lane
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    layout: str
-    nz: None = None
-
-
-class LaneTile:
-    """A tile over lanes: the distinct byte images `data` (lanes loading the same window share one) and the
-    lane -> image map `row`.
-
-    A tile loaded by one plain burst copy may start *lazy*: `gm_images` then lists read-only element
-    views of GM, ``(u0, view (n, *g.phys))`` for images u0..u0+n-1, holding exactly the bytes the load
-    would copy (GM does not change while a batch runs: stores are deferred and a load/store overlap
-    falls back).  A mad reads its operands straight from there; `data` materialises the images (the
-    load's copy) on first use."""
-
-    __slots__ = ("g", "valid_row", "valid_col", "_data", "row", "freed", "gm_images", "_fill")
-
-    def __init__(self, g: Any, vr: int, vc: int, data: np.ndarray | None, row: np.ndarray,
-                 gm_images: list[tuple[int, np.ndarray]] | None = None, fill: Callable[[], np.ndarray] | None = None) -> None:
-        self.g, self.valid_row, self.valid_col, self._data, self.row, self.freed = g, vr, vc, data, row, False
-        self.gm_images, self._fill = gm_images, fill
-
-    @property
-    def data(self) -> np.ndarray:
-        """The (U, nbytes) uint8 images (materialised from GM on first use by a lazy tile)."""
-        d = self._data
-        if d is None:
-            d = self._data = self._fill()  # type: ignore[misc]
-            self._fill = None
-        return d
-
-    @property
-    def n_images(self) -> int:
-        """How many distinct images the lanes share (materialising nothing)."""
-        return len(self._data) if self._data is not None else self._n_lazy()
-
-    def _n_lazy(self) -> int:
-        u0, v = self.gm_images[-1]  # type: ignore[index]
-        return u0 + len(v)
-
-    def image(self, u: int) -> TileBuf:
-        """Image `u` as a `TileBuf` of this tile's geometry (a view, no copy)."""
-        return TileBuf._from_geometry(self.g, self.valid_row, self.valid_col, self.data[u])
-
-    def element_chunks(self) -> list[tuple[int, np.ndarray]]:
-        """The images as elements in physical order, ``(u0, (n, *g.phys))`` chunks: GM itself for a
-        lazy tile, else one chunk of `data`."""
-        if self._data is None and self.gm_images is not None:
-            return self.gm_images
-        d = self.data
-        return [(0, d.view(self.g.dtype).reshape(len(d), *self.g.phys))]
-
-
-class LaneWindow:
-    """A TEXTRACT fused into its mad: window (`r0`, `c0`, possibly transposed) of a `LaneTile`, read by the
-    mad without a copy."""
-
-    __slots__ = ("g", "src", "r0", "c0", "transpose", "freed")
-
-    def __init__(self, g: Any, src: LaneTile, r0: int, c0: int, transpose: bool) -> None:
-        self.g, self.src, self.r0, self.c0, self.transpose, self.freed = g, src, r0, c0, transpose, False
-
-    def operand(self, u: int, r: int, c: int, ft: type) -> np.ndarray:
-        """`TileWindow.operand` of image `u` of the source."""
-        w = TileWindow.__new__(TileWindow)
-        w.src, w.r0, w.c0, w.transpose, w.layout = self.src.image(u), self.r0, self.c0, self.transpose, self.g.layout
-        return w.operand(r, c, ft)
-
-    def operands(self, r: int, c: int, ft: type,
-                 alloc: Callable[[tuple[int, ...], type], np.ndarray] = np.empty) -> np.ndarray | None:
-        """`operand` of every image at once, (U, ...) C-contiguous (in a buffer from `alloc`); None
-        when not aligned."""
-        src = self.src
-        g = src.g
-        b = g.blk
-        sr, sc = self.r0, self.c0
-        nr, nc = (c, r) if self.transpose else (r, c)
-        flip = (self.g.layout == "ZN") != self.transpose
-        if sr % b.ir or sc % b.ic or nr % b.ir or nc % b.ic:
-            return None
-        U = src.n_images
-        out = alloc((U, nc, nr) if flip else (U, nr, nc), ft)
-        for u0, v in src.element_chunks():
-            v = v.transpose(0, *(i + 1 for i in g.inv))
-            v = v[:, sr // b.ir : (sr + nr) // b.ir, :, sc // b.ic : (sc + nc) // b.ic, :]
-            if flip:
-                v = v.transpose(0, 3, 4, 1, 2)
-            _gather_cast(out[u0 : u0 + len(v)].reshape(v.shape), v)
-        return out
-
-
-_LINE = np.dtype("V32")
-
-
-def _gather_cast(out: np.ndarray, v: np.ndarray) -> None:
-    """``out[...] = v`` with a cast.  When `v`'s innermost axis is one 32-byte C0 line, the lines
-    are gathered first as 32-byte void elements (one memcpy each, not 32 / itemsize scalar moves),
-    then cast contiguously."""
-    if v.shape[-1] * v.itemsize != 32 or v.strides[-1] != v.itemsize or v.ndim < 2:
-        np.copyto(out, v, casting="unsafe")
-        return
-    lines = v.view(_LINE)[..., 0]
-    if out.dtype == v.dtype:
-        np.copyto(out.view(_LINE)[..., 0], lines)
-        return
-    tmp = np.empty(lines.shape, _LINE)
-    np.copyto(tmp, lines)
-    np.copyto(out, tmp.view(v.dtype).reshape(v.shape), casting="unsafe")
-
-
-class LaneAcc:
-    """An accumulator over lanes: one logical matrix per lane, as `runtime.cube.tmatmul` keeps whole-tile
-    accumulators."""
-
-    __slots__ = ("g", "data", "freed")
-
-    def __init__(self, g: Any, data: np.ndarray) -> None:
-        self.g, self.data, self.freed = g, data, False  # data: (L, rows, cols) logical matrices
-
-    def lane_tile(self, lane: int) -> TileBuf:
-        """Lane `lane`'s accumulator as a `TileBuf` that holds its logical matrix (laid out as the ACC image
-        on first byte access)."""
-        t = TileBuf._from_geometry(self.g, self.g.rows, self.g.cols, self.data[lane].reshape(-1).view(np.uint8))
-        t._logical = True  # the buffer holds the logical matrix (runtime.cube.tmatmul's form)
-        return t
-
-
-_LANE_VALUES = (LaneTile, LaneWindow, LaneAcc)
 
 
 class _State:
@@ -278,129 +144,6 @@ def _view_span(view: GmView) -> tuple[int, int]:
     E = view.dtype.itemsize
     lo, hi = byte_span(0, view.shape, tuple(s * E for s in view.strides))
     return lo, max(hi, lo + E)
-
-
-def _lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: bool) -> bool:
-    """Replay `plan` (one burst copy, no warnings) for lane GM addresses `addrs` (an arithmetic
-    progression) and tile images `images[i]` as one strided assignment; False when it is not
-    that simple (the caller replays lane by lane)."""
-    copies = plan.copies
-    if copies is None or len(copies) != 1 or plan.warns or len(addrs) < 2:
-        return False
-    cp, src_is_gm, so, do = copies[0]
-    if cp.ordered or cp.add_dtype is not None or src_is_gm != load:
-        return False
-    step = int(addrs[1] - addrs[0])
-    if step <= 0 or not (np.diff(addrs) == step).all():
-        return False
-    U, nbytes = images.shape
-    g_strides, t_strides = (cp.s_strides, cp.d_strides) if load else (cp.d_strides, cp.s_strides)
-    g_off, t_off = (so, do) if load else (do, so)
-    t_lo, t_hi = cp.d_span if load else cp.s_span
-    if t_hi <= t_lo or t_off + t_lo < 0 or t_off + t_hi > nbytes:
-        return False  # empty, or outside the tile: the lane-by-lane replay raises as the model does
-    shape = (U, *cp.shape)
-    gstr = (step, *g_strides)
-    if not load and overlaps_itself(shape, gstr, 1):
-        return False  # lanes write overlapping bytes: keep the in-order replay
-    lo, hi = byte_span(0, shape, gstr)
-    g = gm.view_span(int(addrs[0]) + g_off, shape, gstr, lo, hi)
-    t = np.ndarray(shape, np.uint8, images, t_off, (nbytes, *t_strides))
-    if load:
-        t[...] = g
-    else:
-        g[...] = t
-    return True
-
-
-def _arithmetic_runs(addrs: np.ndarray) -> list[tuple[int, int, int]]:
-    """Split increasing `addrs` into maximal arithmetic runs ``(start, stop, step)``, greedily
-    from the first address (lanes of one expert, say, form one run)."""
-    U = len(addrs)
-    if U == 1:
-        return [(0, 1, 0)]
-    if U == 2 or (addrs[2:] - addrs[1:-1] == addrs[1] - addrs[0]).all():
-        return [(0, U, int(addrs[1] - addrs[0]))]
-    a = addrs.tolist()  # several runs: one comparison per lane on a list is cheaper than numpy here
-    runs, i = [], 0
-    while i < U:
-        if i == U - 1:
-            runs.append((i, U, 0))
-            break
-        step, j = a[i + 1] - a[i], i + 1
-        while j + 1 < U and a[j + 1] - a[j] == step:
-            j += 1
-        runs.append((i, j + 1, step))
-        i = j + 1
-    return runs
-
-
-def _image_strides(plan: Any, g: Any) -> tuple[Any, tuple[int, ...]] | None:
-    """For a load `plan` that is one GM -> tile burst copy writing every byte of a `g` tile (no
-    warnings): the copy and the GM byte strides of the image's bytes seen C-contiguously as
-    ``(*g.phys[:-1], g.phys[-1] * itemsize)`` (relative to the lane's address); None when the copy
-    is not that simple.  Cached per plan (plans are cached per geometry)."""
-    hit = _IMAGE_STRIDES.get(id(plan))
-    if hit is not None and hit[0] is plan and hit[1] is g:
-        return hit[2]
-    res = _image_strides_of(plan, g)
-    if len(_IMAGE_STRIDES) > 4096:
-        _IMAGE_STRIDES.clear()
-    _IMAGE_STRIDES[id(plan)] = (plan, g, res)
-    return res
-
-
-_IMAGE_STRIDES: dict[int, tuple[Any, Any, Any]] = {}
-
-
-def _image_strides_of(plan: Any, g: Any) -> tuple[Any, tuple[int, ...]] | None:
-    copies = plan.copies
-    if copies is None or len(copies) != 1 or plan.warns or not plan.fills(g.nbytes):
-        return None
-    cp, src_is_gm, _, _ = copies[0]  # fills(): do == 0, the copy is a bijection onto the image
-    if not src_is_gm or cp.add_dtype is not None:
-        return None
-    axes = sorted(((n, ts, gs) for n, ts, gs in zip(cp.shape, cp.d_strides, cp.s_strides) if n > 1),
-                  key=lambda a: -a[1])
-    inner = 1
-    for n, ts, _ in reversed(axes):  # the copy's axes, by tile stride, must tile the image densely
-        if ts != inner:
-            return None
-        inner *= n
-    shape = (*g.phys[:-1], g.phys[-1] * g.dtype.itemsize)
-    strides: list[int] = []
-    f = 1
-    for n in reversed(shape):  # each image axis lies inside one copy axis: its GM stride follows
-        if n > 1:
-            hit = next(((size, ts, gs) for size, ts, gs in axes if ts <= f < ts * size), None)
-            if hit is None or f % hit[1] or (f // hit[1]) * n > hit[0]:
-                return None
-            strides.append((f // hit[1]) * hit[2])
-        else:
-            strides.append(0)
-        f *= n
-    if shape[-1] > 1 and strides[0] != 1:
-        return None  # the innermost bytes must be contiguous in GM to be read as elements
-    return copies[0], tuple(reversed(strides))
-
-
-def _gm_images(plan: Any, gm: Any, addrs: np.ndarray, g: Any) -> list[tuple[int, np.ndarray]] | None:
-    """The images that `plan` would load for the increasing lane GM addresses `addrs`, as
-    read-only element views of GM, ``(u0, (n, *g.phys))`` per arithmetic run of addresses; None
-    when the load is not one burst copy filling the tile (see `_image_strides`)."""
-    found = _image_strides(plan, g)
-    if found is None:
-        return None
-    (cp, _, so, _), strides = found
-    shape = (*g.phys[:-1], g.phys[-1] * g.dtype.itemsize)
-    lo, hi = cp.s_span  # the bytes one lane's copy reads (the same as its image's view)
-    chunks = []
-    for u0, u1, step in _arithmetic_runs(addrs):
-        n = u1 - u0
-        v = gm.view_span(int(addrs[u0]) + so, (n, *shape), (step, *strides), lo, hi + (n - 1) * step)
-        v.flags.writeable = False  # GM's bytes, read in place: nothing may write through them
-        chunks.append((u0, v.view(g.dtype)))
-    return chunks
 
 
 # ------------------------------------------------------------------------------------ steps
@@ -547,7 +290,7 @@ def _load_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | No
             raise Fallback("the load warns")
         gm = s.ctx.gm
         s.alloc_bytes += len(uniq) * geom.nbytes
-        lazy = _gm_images(plan, gm, uniq, geom)
+        lazy = lane_gm.gm_images(plan, gm, uniq, geom)
 
         def fill() -> np.ndarray:  # the load's copy, done when the bytes themselves are needed
             data = s.zeros(len(uniq), geom.nbytes, zero=lazy is None and not plan.fills(geom.nbytes))
@@ -555,7 +298,7 @@ def _load_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | No
                 images = data.view(geom.dtype).reshape(len(uniq), *geom.phys)
                 for u0, v in lazy:
                     images[u0 : u0 + len(v)] = v
-            elif not _lane_copy(plan, gm, uniq, data, True):
+            elif not lane_gm.lane_copy(plan, gm, uniq, data, True):
                 for u, a in enumerate(uniq.tolist()):
                     plan.run(gm, a, TileBuf._from_geometry(geom, vr, vc, data[u]))
             return data
@@ -778,7 +521,7 @@ def _store_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | N
             raise Fallback("the store warns")
         lo, hi = _view_span(view0)
         s.stored.append((addr, lo, hi))
-        if s.loaded and _overlap(s.loaded, s.stored[-1:]):  # stop early: this run will not be exact
+        if s.loaded and lane_gm.overlap(s.loaded, s.stored[-1:]):  # stop early: this run will not be exact
             raise Fallback("a lane loads bytes that the body stores")
         s.stores.append((plan, addr, get))
         env[o] = dst
@@ -816,7 +559,7 @@ def _for_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], consumed: fro
         captured = vals[nb : nb + nc]
         carries = []
         for i, c in enumerate(vals[nb + nc :]):
-            if (nb + nc + i) not in consumed and type(c) in _LANE_VALUES:
+            if (nb + nc + i) not in consumed and type(c) in LANE_VALUES:
                 if type(c) is not LaneAcc:
                     raise Fallback("carry copy")
                 s.reserve(c.g)
@@ -871,7 +614,7 @@ def _with_frees(step: Step, free: tuple[int, ...], outs: tuple[int, ...]) -> Ste
         for slot in free:
             v = env[slot]
             env[slot] = None
-            if type(v) in _LANE_VALUES and not any(v is r for r in res):
+            if type(v) in LANE_VALUES and not any(v is r for r in res):
                 s.release(v)
 
     return run
@@ -933,22 +676,6 @@ def run_lane_plan(s: _State, plan: LanePlan, args: list[Any]) -> list[Any]:
 
 
 # ---------------------------------------------------------------------------------- running
-def _overlap(a: list[tuple[np.ndarray, int, int]], b: list[tuple[np.ndarray, int, int]]) -> bool:
-    if not a or not b:
-        return False
-    lo1 = np.concatenate([x + lo for x, lo, _ in a])
-    hi1 = np.concatenate([x + hi for x, _, hi in a])
-    lo2 = np.concatenate([x + lo for x, lo, _ in b])
-    hi2 = np.concatenate([x + hi for x, _, hi in b])
-    order = np.argsort(lo2)
-    lo2, hi2 = lo2[order], hi2[order]
-    # for each range of a, the b ranges starting before its end: does any of them end after its start?
-    idx = np.searchsorted(lo2, hi1, side="left")
-    run_max = np.maximum.accumulate(hi2)
-    has = idx > 0
-    return bool((run_max[np.maximum(idx - 1, 0)][has] > lo1[has]).any())
-
-
 def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any], spmd: bool = True) -> bool:
     """Run all `lanes` of an SPMD body (or the independent trips of a carry-free loop,
     `spmd=False`: the body's index takes the trip values, the block index stays) batched;
@@ -973,7 +700,7 @@ def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any
                 base += s.L
                 per_lane = max(1, s.alloc_bytes // s.L)
                 size = int(min(MAX_GROUP, max(LANE_GROUP, GROUP_BYTES // per_lane)))
-        if _overlap(s.loaded, s.stored):
+        if lane_gm.overlap(s.loaded, s.stored):
             raise Fallback("a lane loads bytes that the body stores")
     except Exception as e:  # anything unexpected too: the per-lane run is the reference
         if STRICT and not isinstance(e, (Fallback, runtime.DeviceError, OverflowError)):
@@ -994,7 +721,7 @@ def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any
             if images is not None:
                 data, row = images
                 imgs = data if len(data) == len(row) and (row == np.arange(len(row))).all() else data[row]
-                if _lane_copy(plan_, gm, addr, imgs, False):
+                if lane_gm.lane_copy(plan_, gm, addr, imgs, False):
                     continue
         for lane in range(len(stores[0][1])):
             for plan_, addr, get in stores:

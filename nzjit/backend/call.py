@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -24,22 +23,10 @@ import runtime
 from runtime import DeviceTensor, DispatchError, StackedDeviceTensor, Worker
 
 from ..core.ir import Graph
-from ..core.types import DynDim, Layout, ScalarType, TensorType
+from ..core.types import DynDim, ScalarType
 from ..errors import Source
-from .executor import Ctx, run_graph
-from .values import NzWindow, TensorVal
-
-_workers: dict[tuple[str, int], Worker] = {}
-_workers_lock = threading.Lock()
-
-
-def default_worker(target: str, device: int = 0) -> Worker:
-    """One simulated device per (target, device id) for calls that name no worker or cluster."""
-    with _workers_lock:
-        w = _workers.get((target, device))
-        if w is None:
-            w = _workers[(target, device)] = Worker(device, target)
-        return w
+from .direct_call import MISS, direct_key, remember
+from .launch import default_worker, execute
 
 
 # ------------------------------------------------------------------------------ argument references
@@ -257,73 +244,6 @@ def results(entry: Any, full: Sequence[Any]) -> Any:
     if not outs:
         return None
     return outs[0] if len(outs) == 1 else tuple(outs)
-
-
-# ---------------------------------------------------------------------------- running a graph
-def tensor_layout(t: TensorType, shape: tuple[int, ...], dims: dict[str, int], blocked: bool
-                  ) -> tuple[np.dtype, tuple[int, ...], tuple[int, ...], str, NzWindow | None]:
-    """Everything of an argument's TensorVal but its address (a function of the parameter, the
-    argument's shape, the dims and the stage): `TensorVal(address, *tensor_layout(...))`.
-
-    The entry reshape of NZ-32 happens here and only here: an NZ argument arrives with its logical
-    shape and is viewed blocked (metadata only: the same bytes in the same order); a graph before
-    BlockNzTensorViews sees it logical."""
-    dt = t.dtype.np_dtype
-    if t.layout is Layout.NZ and not blocked:
-        return dt, shape, (), "NZ", NzWindow(shape, (0,) * len(shape), tuple(range(len(shape))))
-    if t.layout is Layout.NZ:
-        shape = runtime.dispatch.blocked_view_shape(shape, dt)
-    else:
-        shape = tuple(dims[d.name] if isinstance(d, DynDim) else int(d) for d in t.shape)
-    return dt, shape, runtime.isa.row_major_strides(shape), t.layout.value, None
-
-
-def tensor_value(t: TensorType, dev: DeviceTensor, dims: dict[str, int], blocked: bool) -> TensorVal:
-    """The TensorVal of a device-resident argument (see `tensor_layout`)."""
-    return TensorVal(dev.address, *tensor_layout(t, tuple(dev.shape), dims, blocked))
-
-
-# OnChips of finished launches, per target, handed to the next launch: a launch's on-chip
-# accounting starts empty either way, and one that kept its pool of freed tile images does not
-# allocate (and fault in) fresh images for every tile of every call
-_IDLE_ONCHIPS: dict[str, list[runtime.OnChip]] = {}
-_MAX_IDLE = 2  # per target: enough for one launch per core of a small machine; each holds images
-
-
-def launch_onchip(target: str) -> runtime.OnChip:
-    """The on-chip accounting of a new launch (nothing live, no peak): an idle one, else new."""
-    idle = _IDLE_ONCHIPS.get(target)
-    if idle:
-        try:
-            return idle.pop()  # atomic: two threads never take the same one
-        except IndexError:
-            pass
-    return runtime.OnChip(target)
-
-
-def recycle_onchip(onchip: runtime.OnChip) -> None:
-    """Return the OnChip of a launch that finished cleanly. One with bytes still accounted (a
-    tile not freed) is dropped: the next launch must start with every byte available."""
-    if not onchip.reset():
-        return
-    idle = _IDLE_ONCHIPS.setdefault(onchip.target, [])
-    if len(idle) < _MAX_IDLE:
-        idle.append(onchip)
-
-
-def execute(graph: Graph, kernel: Any, full: list[Any], worker: Worker, dims: dict[str, int]) -> list[Any]:
-    """Run `graph` with device-resident arguments (DeviceTensors and ints)."""
-    blocked = bool(graph.attrs.get("nz_tensor_views_blocked"))
-    vals: list[Any] = []
-    for v, a in zip(graph.params, full):
-        if isinstance(v.type, TensorType):
-            vals.append(tensor_value(v.type, a, dims, blocked))
-        else:
-            vals.append(v.type.dtype.wrap(int(a)))  # type: ignore[union-attr]
-    onchip = launch_onchip(worker.target)  # on-chip buffers are per launch
-    out = run_graph(Ctx(worker.gm, onchip, dims), graph, vals)
-    recycle_onchip(onchip)
-    return out
 
 
 # ------------------------------------------------------------------------------- the program
@@ -569,197 +489,6 @@ def run_program(calls: Sequence[KernelCall], cluster: Any = None, residents: Seq
                 p.tensor.worker.free_tensor(p.tensor)
 
 
-# ------------------------------------------------------------------------- the cached direct call
-# A direct call with the signature of an earlier successful one (same argument kinds, shapes,
-# dtypes, device) passes every check that depends only on those, and compiles to the same graph.
-# `DirectPlan` keeps what they produced; a call re-checks only the facts that can change between
-# calls with equal signatures (liveness, worker, contiguity, scalar values) and takes the general
-# path on any doubt, which checks everything again and raises the error a refused call gets.
-_SCALAR, _RESIDENT, _HOST, _OMITTED = range(4)
-MISS = object()  # DirectPlan.call: this call needs the general path
-_MAX_PLANS = 64  # per kernel: dynamic dims give one signature per extent; beyond this, no caching
-_MAX_VALS = 256  # per plan: TensorVals of resident arguments by address
-
-
-def direct_key(args: Sequence[Any], device: Any) -> tuple[Any, ...] | None:
-    """The signature of a direct call: each argument's kind, shape and dtype (a scalar's type only:
-    its value is checked per call), and `device`. None for arguments only the general path takes."""
-    if device is not None and type(device) is not int:
-        return None
-    key: list[Any] = [device]
-    for a in args:
-        t = type(a)
-        if t is DeviceTensor or t is np.ndarray:
-            if type(a.shape) is not tuple:
-                return None  # a hand-made DeviceTensor: its shape may not even hash
-            key.append((t, a.shape, a.dtype))
-        elif t is int or a is None:
-            key.append(t)
-        else:
-            return None
-    return tuple(key)
-
-
-class _Slot:
-    """One parameter of a DirectPlan: where its argument is, what kind it is, what it needs."""
-
-    __slots__ = ("pos", "kind", "is_output", "shape", "dtype", "layout", "nbytes", "wrap", "check")
-
-    def __init__(self, pos: int, kind: int, param: Any, shape: Any, layout: Any, gparam: Any) -> None:
-        self.pos = pos  # index into the call's args (-1: an omitted Out)
-        self.kind = kind
-        self.is_output = param.is_output
-        self.shape, self.dtype = shape, param.type.dtype.np_dtype  # of an omitted Out
-        self.layout = layout  # tensors: TensorVal(address, *layout)
-        self.nbytes = 0 if layout is None else math.prod(layout[1]) * layout[0].itemsize
-        self.wrap = gparam.type.dtype.wrap if kind == _SCALAR else None  # as `execute` converts
-        self.check = param.type.dtype.wrap if kind == _SCALAR else None  # as `check_scalar` refuses
-
-
-class DirectPlan:
-    """A direct call's checked and compiled signature: the graph, the dims, each argument's kind
-    and TensorVal layout. Built from a call that succeeded through the general path."""
-
-    def __init__(self, kernel: Any, args: Sequence[Any], full: Sequence[Any], dims: dict[str, int],
-                 graph: Graph, device: int | None) -> None:
-        self.kernel, self.graph, self.dims = kernel, graph, dims
-        self.target = kernel.target.value
-        self.device = device
-        blocked = bool(graph.attrs.get("nz_tensor_views_blocked"))
-        omitted = len(args) != len(full)
-        self.slots: list[_Slot] = []
-        pos = 0
-        for p, v, a in zip(kernel.params, graph.params, full):
-            if omitted and p.is_pure_output:
-                kind, at = _OMITTED, -1
-            else:
-                kind, at = (_SCALAR if isinstance(p.type, ScalarType) else
-                            _RESIDENT if isinstance(a, DeviceTensor) else _HOST), pos
-                pos += 1
-            shape = None if kind == _SCALAR else tuple(a.shape)
-            layout = None if shape is None else tensor_layout(p.type, shape, dims, blocked)
-            self.slots.append(_Slot(at, kind, p, shape, layout, v))
-        self.resident_outputs = [s for s in self.slots if s.kind == _RESIDENT and s.is_output and s.nbytes]
-        # no resident argument: the call runs on the default worker of its device (a stable object)
-        resident = any(s.kind == _RESIDENT for s in self.slots)
-        self.worker = None if resident else default_worker(self.target, device or 0)
-        self._vals: dict[tuple[int, int], TensorVal] = {}
-
-    def worker_for(self, args: Sequence[Any]) -> Worker | None:
-        """The worker this call runs on, if every per-call fact is as the general path would accept
-        it; else None (nothing was changed)."""
-        w = None
-        for s in self.slots:
-            if s.kind == _RESIDENT:
-                t = args[s.pos]
-                if w is None:
-                    w = t.worker
-                elif t.worker is not w:
-                    return None  # other workers: the general path names them
-                if not w.gm.is_live(t.address):
-                    return None  # use after free
-            elif s.kind == _HOST:
-                flags = args[s.pos].flags
-                if not flags.c_contiguous or (s.is_output and not flags.writeable):
-                    return None
-            elif s.kind == _SCALAR:
-                a = args[s.pos]
-                if s.check(a) != a:
-                    return None  # out of range
-        if w is None:
-            w = self.worker
-        elif self.device is not None and self.device != w.device_id:
-            return None
-        return w if w.target == self.target else None
-
-    def call(self, args: Sequence[Any]) -> Any:
-        """Run the call as `run_program` would (resident outputs restored on failure, host arrays
-        uploaded once and copied back on success); MISS if it needs the general path."""
-        w = self.worker_for(args)
-        if w is None:
-            return MISS
-        snapshots = self._snapshot(args, w)
-        gm = w.gm
-        temps: list[int] = []
-        try:
-            try:
-                vals, host_outputs, outs = self._place(args, gm, temps)
-                onchip = launch_onchip(w.target)
-                run_graph(Ctx(gm, onchip, self.dims), self.graph, vals)
-                recycle_onchip(onchip)
-            except BaseException:
-                for view, saved in snapshots:
-                    view[...] = saved
-                raise
-            for i, arr, addr, s in host_outputs:
-                if arr is None:  # an omitted Out: the download (`copy_from`) is the new array
-                    outs[i] = gm.read(addr, s.nbytes).view(s.dtype).reshape(s.shape)
-                else:  # the caller's array (C-contiguous, see `worker_for`): no intermediate copy
-                    gm.read_into(addr, arr)
-        finally:
-            for addr in temps:  # the call's own live allocations: nothing for free_tensor to check
-                gm.free(addr)
-        return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
-
-    def _snapshot(self, args: Sequence[Any], w: Worker) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Host copies of the resident outputs' GM bytes (see `_Rank._snapshot_outputs`)."""
-        snaps, seen = [], []
-        for s in self.resident_outputs:
-            t = args[s.pos]
-            if all(t is not u for u in seen):
-                seen.append(t)
-                view = w.gm.view_span(t.address, (s.nbytes,), (1,), 0, s.nbytes)
-                snaps.append((view, view.copy()))
-        return snaps
-
-    def _place(self, args: Sequence[Any], gm: runtime.GlobalMemory, temps: list[int]
-               ) -> tuple[list[Any], list[tuple[int, np.ndarray | None, int, _Slot]], list[Any]]:
-        """The graph's argument values, the host outputs to download (index in the results, host array or
-        None for an omitted Out, GM address, slot), the results. Host arrays are uploaded once each (see
-        `_Rank._place`), omitted Outs allocated (zeros); their addresses land in `temps`. The plan's
-        signature fixed every array's shape and dtype, so no DeviceTensor is needed: the bytes go
-        straight to GM as `Worker.alloc_tensor` would place them."""
-        vals: list[Any] = []
-        host_outputs: list[tuple[int, np.ndarray | None, int, _Slot]] = []
-        outs: list[Any] = []
-        placed: dict[int, int] = {}
-        for s in self.slots:
-            if s.kind == _SCALAR:
-                vals.append(s.wrap(args[s.pos]))
-                continue
-            if s.kind == _RESIDENT:
-                t = args[s.pos]
-                vals.append(self._resident_val(s, t.address))
-                if s.is_output:
-                    outs.append(t)
-                continue
-            arr: np.ndarray | None = None
-            if s.kind == _HOST:
-                arr = args[s.pos]
-                addr = placed.get(id(arr))
-                if addr is None:
-                    addr = placed[id(arr)] = gm.upload(arr)
-                    temps.append(addr)
-            else:  # an omitted Out
-                addr = gm.alloc(s.nbytes)
-                temps.append(addr)
-            if s.is_output:
-                if all(addr != u for _, _, u, _ in host_outputs):
-                    host_outputs.append((len(outs), arr, addr, s))
-                outs.append(arr)
-            vals.append(TensorVal(addr, *s.layout))
-        return vals, host_outputs, outs
-
-    def _resident_val(self, s: _Slot, address: int) -> TensorVal:
-        """A resident argument's TensorVal, kept by address (callers reuse their tensors)."""
-        v = self._vals.get((s.pos, address))
-        if v is None:
-            if len(self._vals) >= _MAX_VALS:
-                self._vals.clear()
-            v = self._vals[(s.pos, address)] = TensorVal(address, *s.layout)
-        return v
-
-
 # ------------------------------------------------------------------------------- entry points
 # the orchestration body recording on this thread (language/orchestration.py sets `.program`);
 # kept here so that a direct call looks it up without importing the orchestration module
@@ -786,18 +515,8 @@ def _call(kernel: Any, args: Sequence[Any], device: int | None, low: Any, graph:
     run_program([KernelCall(kernel, refs, int(rank), graph=graph, low=low, dims=dims)], residents=residents,
                 rank_prefix=False)
     if low is None:
-        _remember(kernel, args, device, full, dims)
+        remember(kernel, args, device, full, dims)
     return results(kernel, full)
-
-
-def _remember(kernel: Any, args: Sequence[Any], device: Any, full: list[Any], dims: dict[str, int]) -> None:
-    """Keep the DirectPlan of a call that just succeeded, for the next call with its signature."""
-    plans = kernel._direct_plans
-    key = direct_key(args, device)
-    if key is None or key in plans or len(plans) >= _MAX_PLANS:
-        return
-    graph = kernel.lower(*full).final  # the compile cache entry this call ran (same arguments)
-    plans[key] = DirectPlan(kernel, args, full, dims, graph, device)
 
 
 def call_lowered(low: Any, graph: Graph, args: Sequence[Any], device: int | None = None) -> Any:

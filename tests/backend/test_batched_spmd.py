@@ -9,7 +9,7 @@ import pytest
 
 import runtime
 from nzjit import pl
-from nzjit.backend import batched, executor
+from nzjit.backend import batched, executor, lane_gm
 
 
 @pytest.fixture
@@ -253,10 +253,10 @@ def test_in_place_update_loop_falls_back_and_stops_trying(monkeypatch):
 
 
 def _loads_checked(monkeypatch):
-    """Wraps batched._gm_images: every lazy view it returns must hold exactly the bytes the load
+    """Wraps lane_gm.gm_images: every lazy view it returns must hold exactly the bytes the load
     instruction copies, lane image by lane image (replayed with the instruction's own plan)."""
     seen = []
-    real = batched._gm_images
+    real = lane_gm.gm_images
 
     def checked(plan, gm, addrs, g):
         chunks = real(plan, gm, addrs, g)
@@ -270,7 +270,7 @@ def _loads_checked(monkeypatch):
             seen.append((g.space, g.layout, len(chunks)))
         return chunks
 
-    monkeypatch.setattr(batched, "_gm_images", checked)
+    monkeypatch.setattr(lane_gm, "gm_images", checked)
     return seen
 
 
@@ -316,7 +316,7 @@ def test_arithmetic_runs_split_greedily(seed):
     rng = np.random.default_rng(seed)
     steps = rng.choice([8, 8, 8, 16, 40], size=int(rng.integers(1, 30)))
     addrs = np.cumsum(np.concatenate([[1000], steps])).astype(np.int64)
-    runs = batched._arithmetic_runs(addrs)
+    runs = lane_gm.arithmetic_runs(addrs)
     i = 0
     for start, stop, step in runs:
         assert start == i and stop > start

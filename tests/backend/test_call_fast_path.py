@@ -64,7 +64,7 @@ def test_host_arrays_on_the_cached_path():
 
 
 def test_cached_host_calls_free_their_device_temporaries():
-    from nzjit.backend.call import default_worker
+    from nzjit.backend.launch import default_worker
 
     k = make()
     k(X, 1)
@@ -179,11 +179,11 @@ def test_inside_an_orchestration_the_call_is_recorded_not_run():
 def test_a_launch_starts_with_empty_on_chip_accounting():
     """Launches reuse the OnChip of a finished one (its freed tile images): only one with nothing
     live is kept, and it comes back with no live bytes and no peak, like a new one."""
-    from nzjit.backend import call
-    from nzjit.backend.call import launch_onchip, recycle_onchip
+    from nzjit.backend import launch
+    from nzjit.backend.launch import launch_onchip, recycle_onchip
 
     target = "A5"
-    call._IDLE_ONCHIPS.pop(target, None)  # what other tests left idle
+    launch._IDLE_ONCHIPS.pop(target, None)  # what other tests left idle
     leaked = launch_onchip(target)
     leaked.alloc_tile("Vec", 16, 16, np.float32)  # a tile still accounted: not reused
     recycle_onchip(leaked)

@@ -13,8 +13,8 @@ import pytest
 import runtime
 from nzjit import pl
 from nzjit.backend import executor
-from nzjit.backend.call import tensor_value
 from nzjit.backend.executor import Ctx, clear_plans, run_graph
+from nzjit.backend.launch import tensor_value
 
 
 def _run(kernel, args, fast: bool, batch: bool = True):

@@ -11,6 +11,7 @@ from orch_kernels import DK, DN, DT, RANKS, E, K, N, T, data, gmm, gmm_dyn, pack
 import runtime
 from nzjit import pl
 from nzjit.backend import call as call_mod
+from nzjit.backend import launch
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +124,7 @@ def test_nz32_entry_reshape_is_metadata_only(tp_data):
     worker = runtime.Worker(0)
     t = worker.alloc_tensor((E, N, K), np.int8, init=pack(w[0]))
     low = gmm.lower()
-    v = call_mod.tensor_value(low.final.params[1].type, t, {}, blocked=True)
+    v = launch.tensor_value(low.final.params[1].type, t, {}, blocked=True)
     assert v.shape == (E, K // 32, N // 16, 16, 32) == runtime.nz_blocked_shape((E, N, K), np.int8)
     assert v.addr == t.address and v.strides == runtime.isa.row_major_strides(v.shape)
 

@@ -1,0 +1,152 @@
+"""The GM side of lane-batched loads and stores (see batched.py): a decoded instruction that is one
+burst copy, replayed for every lane's address as one strided assignment; tile images read in
+place as views of GM; the byte-range overlap test of loads against stores."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from runtime._strided import byte_span, overlaps_itself
+
+
+def lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: bool) -> bool:
+    """Replay `plan` (one burst copy, no warnings) for lane GM addresses `addrs` (an arithmetic
+    progression) and tile images `images[i]` as one strided assignment; False when it is not
+    that simple (the caller replays lane by lane)."""
+    copies = plan.copies
+    if copies is None or len(copies) != 1 or plan.warns or len(addrs) < 2:
+        return False
+    cp, src_is_gm, so, do = copies[0]
+    if cp.ordered or cp.add_dtype is not None or src_is_gm != load:
+        return False
+    step = int(addrs[1] - addrs[0])
+    if step <= 0 or not (np.diff(addrs) == step).all():
+        return False
+    U, nbytes = images.shape
+    g_strides, t_strides = (cp.s_strides, cp.d_strides) if load else (cp.d_strides, cp.s_strides)
+    g_off, t_off = (so, do) if load else (do, so)
+    t_lo, t_hi = cp.d_span if load else cp.s_span
+    if t_hi <= t_lo or t_off + t_lo < 0 or t_off + t_hi > nbytes:
+        return False  # empty, or outside the tile: the lane-by-lane replay raises as the model does
+    shape = (U, *cp.shape)
+    gstr = (step, *g_strides)
+    if not load and overlaps_itself(shape, gstr, 1):
+        return False  # lanes write overlapping bytes: keep the in-order replay
+    lo, hi = byte_span(0, shape, gstr)
+    g = gm.view_span(int(addrs[0]) + g_off, shape, gstr, lo, hi)
+    t = np.ndarray(shape, np.uint8, images, t_off, (nbytes, *t_strides))
+    if load:
+        t[...] = g
+    else:
+        g[...] = t
+    return True
+
+
+def arithmetic_runs(addrs: np.ndarray) -> list[tuple[int, int, int]]:
+    """Split increasing `addrs` into maximal arithmetic runs ``(start, stop, step)``, greedily
+    from the first address (lanes of one expert, say, form one run)."""
+    U = len(addrs)
+    if U == 1:
+        return [(0, 1, 0)]
+    if U == 2 or (addrs[2:] - addrs[1:-1] == addrs[1] - addrs[0]).all():
+        return [(0, U, int(addrs[1] - addrs[0]))]
+    a = addrs.tolist()  # several runs: one comparison per lane on a list is cheaper than numpy here
+    runs, i = [], 0
+    while i < U:
+        if i == U - 1:
+            runs.append((i, U, 0))
+            break
+        step, j = a[i + 1] - a[i], i + 1
+        while j + 1 < U and a[j + 1] - a[j] == step:
+            j += 1
+        runs.append((i, j + 1, step))
+        i = j + 1
+    return runs
+
+
+def image_strides(plan: Any, g: Any) -> tuple[Any, tuple[int, ...]] | None:
+    """For a load `plan` that is one GM -> tile burst copy writing every byte of a `g` tile (no
+    warnings): the copy and the GM byte strides of the image's bytes seen C-contiguously as
+    ``(*g.phys[:-1], g.phys[-1] * itemsize)`` (relative to the lane's address); None when the copy
+    is not that simple.  Cached per plan (plans are cached per geometry)."""
+    hit = _IMAGE_STRIDES.get(id(plan))
+    if hit is not None and hit[0] is plan and hit[1] is g:
+        return hit[2]
+    res = _image_strides_of(plan, g)
+    if len(_IMAGE_STRIDES) > 4096:
+        _IMAGE_STRIDES.clear()
+    _IMAGE_STRIDES[id(plan)] = (plan, g, res)
+    return res
+
+
+_IMAGE_STRIDES: dict[int, tuple[Any, Any, Any]] = {}
+
+
+def _image_strides_of(plan: Any, g: Any) -> tuple[Any, tuple[int, ...]] | None:
+    copies = plan.copies
+    if copies is None or len(copies) != 1 or plan.warns or not plan.fills(g.nbytes):
+        return None
+    cp, src_is_gm, _, _ = copies[0]  # fills(): do == 0, the copy is a bijection onto the image
+    if not src_is_gm or cp.add_dtype is not None:
+        return None
+    axes = sorted(((n, ts, gs) for n, ts, gs in zip(cp.shape, cp.d_strides, cp.s_strides) if n > 1),
+                  key=lambda a: -a[1])
+    inner = 1
+    for n, ts, _ in reversed(axes):  # the copy's axes, by tile stride, must tile the image densely
+        if ts != inner:
+            return None
+        inner *= n
+    shape = (*g.phys[:-1], g.phys[-1] * g.dtype.itemsize)
+    strides: list[int] = []
+    f = 1
+    for n in reversed(shape):  # each image axis lies inside one copy axis: its GM stride follows
+        if n > 1:
+            hit = next(((size, ts, gs) for size, ts, gs in axes if ts <= f < ts * size), None)
+            if hit is None or f % hit[1] or (f // hit[1]) * n > hit[0]:
+                return None
+            strides.append((f // hit[1]) * hit[2])
+        else:
+            strides.append(0)
+        f *= n
+    if shape[-1] > 1 and strides[0] != 1:
+        return None  # the innermost bytes must be contiguous in GM to be read as elements
+    return copies[0], tuple(reversed(strides))
+
+
+def gm_images(plan: Any, gm: Any, addrs: np.ndarray, g: Any) -> list[tuple[int, np.ndarray]] | None:
+    """The images that `plan` would load for the increasing lane GM addresses `addrs`, as
+    read-only element views of GM, ``(u0, (n, *g.phys))`` per arithmetic run of addresses; None
+    when the load is not one burst copy filling the tile (see `image_strides`)."""
+    found = image_strides(plan, g)
+    if found is None:
+        return None
+    (cp, _, so, _), strides = found
+    shape = (*g.phys[:-1], g.phys[-1] * g.dtype.itemsize)
+    lo, hi = cp.s_span  # the bytes one lane's copy reads (the same as its image's view)
+    chunks = []
+    for u0, u1, step in arithmetic_runs(addrs):
+        n = u1 - u0
+        v = gm.view_span(int(addrs[u0]) + so, (n, *shape), (step, *strides), lo, hi + (n - 1) * step)
+        v.flags.writeable = False  # GM's bytes, read in place: nothing may write through them
+        chunks.append((u0, v.view(g.dtype)))
+    return chunks
+
+
+def overlap(a: list[tuple[np.ndarray, int, int]], b: list[tuple[np.ndarray, int, int]]) -> bool:
+    """Does any byte range of `a` meet one of `b`? Each entry is (lane addresses, lo, hi): the
+    ranges [address + lo, address + hi) of every lane. Vectorised: sort `b`, search `a` in it."""
+    if not a or not b:
+        return False
+    lo1 = np.concatenate([x + lo for x, lo, _ in a])
+    hi1 = np.concatenate([x + hi for x, _, hi in a])
+    lo2 = np.concatenate([x + lo for x, lo, _ in b])
+    hi2 = np.concatenate([x + hi for x, _, hi in b])
+    order = np.argsort(lo2)
+    lo2, hi2 = lo2[order], hi2[order]
+    # for each range of a, the b ranges starting before its end: does any of them end after its start?
+    idx = np.searchsorted(lo2, hi1, side="left")
+    run_max = np.maximum.accumulate(hi2)
+    has = idx > 0
+    return bool((run_max[np.maximum(idx - 1, 0)][has] > lo1[has]).any())

@@ -1,0 +1,152 @@
+"""Values of a lane-batched run (see batched.py): tensors with one address per lane, tiles as the
+lanes' distinct byte images, TEXTRACT windows fused into their mad, accumulators, and the
+conversion of mad operands for all images at once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from runtime import TileBuf
+from runtime.cube import TileWindow
+
+
+@dataclass(frozen=True, eq=False)
+class LaneTensor:
+    """A GM tensor view with one base address per lane (`addr`, int64 `(L,)`); shape, strides and layout are
+    lane-uniform."""
+
+    addr: np.ndarray  # int64 (L,): one base address per lane
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    layout: str
+    nz: None = None
+
+
+class LaneTile:
+    """A tile over lanes: the distinct byte images `data` (lanes loading the same window share one) and the
+    lane -> image map `row`.
+
+    A tile loaded by one plain burst copy may start *lazy*: `gm_images` then lists read-only element
+    views of GM, ``(u0, view (n, *g.phys))`` for images u0..u0+n-1, holding exactly the bytes the load
+    would copy (GM does not change while a batch runs: stores are deferred and a load/store overlap
+    falls back).  A mad reads its operands straight from there; `data` materialises the images (the
+    load's copy) on first use."""
+
+    __slots__ = ("g", "valid_row", "valid_col", "_data", "row", "freed", "gm_images", "_fill")
+
+    def __init__(self, g: Any, vr: int, vc: int, data: np.ndarray | None, row: np.ndarray,
+                 gm_images: list[tuple[int, np.ndarray]] | None = None, fill: Callable[[], np.ndarray] | None = None) -> None:
+        self.g, self.valid_row, self.valid_col, self._data, self.row, self.freed = g, vr, vc, data, row, False
+        self.gm_images, self._fill = gm_images, fill
+
+    @property
+    def data(self) -> np.ndarray:
+        """The (U, nbytes) uint8 images (materialised from GM on first use by a lazy tile)."""
+        d = self._data
+        if d is None:
+            d = self._data = self._fill()  # type: ignore[misc]
+            self._fill = None
+        return d
+
+    @property
+    def n_images(self) -> int:
+        """How many distinct images the lanes share (materialising nothing)."""
+        return len(self._data) if self._data is not None else self._n_lazy()
+
+    def _n_lazy(self) -> int:
+        u0, v = self.gm_images[-1]  # type: ignore[index]
+        return u0 + len(v)
+
+    def image(self, u: int) -> TileBuf:
+        """Image `u` as a `TileBuf` of this tile's geometry (a view, no copy)."""
+        return TileBuf._from_geometry(self.g, self.valid_row, self.valid_col, self.data[u])
+
+    def element_chunks(self) -> list[tuple[int, np.ndarray]]:
+        """The images as elements in physical order, ``(u0, (n, *g.phys))`` chunks: GM itself for a
+        lazy tile, else one chunk of `data`."""
+        if self._data is None and self.gm_images is not None:
+            return self.gm_images
+        d = self.data
+        return [(0, d.view(self.g.dtype).reshape(len(d), *self.g.phys))]
+
+
+class LaneWindow:
+    """A TEXTRACT fused into its mad: window (`r0`, `c0`, possibly transposed) of a `LaneTile`, read by the
+    mad without a copy."""
+
+    __slots__ = ("g", "src", "r0", "c0", "transpose", "freed")
+
+    def __init__(self, g: Any, src: LaneTile, r0: int, c0: int, transpose: bool) -> None:
+        self.g, self.src, self.r0, self.c0, self.transpose, self.freed = g, src, r0, c0, transpose, False
+
+    def operand(self, u: int, r: int, c: int, ft: type) -> np.ndarray:
+        """`TileWindow.operand` of image `u` of the source."""
+        w = TileWindow.__new__(TileWindow)
+        w.src, w.r0, w.c0, w.transpose, w.layout = self.src.image(u), self.r0, self.c0, self.transpose, self.g.layout
+        return w.operand(r, c, ft)
+
+    def operands(self, r: int, c: int, ft: type,
+                 alloc: Callable[[tuple[int, ...], type], np.ndarray] = np.empty) -> np.ndarray | None:
+        """`operand` of every image at once, (U, ...) C-contiguous (in a buffer from `alloc`); None
+        when not aligned."""
+        src = self.src
+        g = src.g
+        b = g.blk
+        sr, sc = self.r0, self.c0
+        nr, nc = (c, r) if self.transpose else (r, c)
+        flip = (self.g.layout == "ZN") != self.transpose
+        if sr % b.ir or sc % b.ic or nr % b.ir or nc % b.ic:
+            return None
+        U = src.n_images
+        out = alloc((U, nc, nr) if flip else (U, nr, nc), ft)
+        for u0, v in src.element_chunks():
+            v = v.transpose(0, *(i + 1 for i in g.inv))
+            v = v[:, sr // b.ir : (sr + nr) // b.ir, :, sc // b.ic : (sc + nc) // b.ic, :]
+            if flip:
+                v = v.transpose(0, 3, 4, 1, 2)
+            gather_cast(out[u0 : u0 + len(v)].reshape(v.shape), v)
+        return out
+
+
+_LINE = np.dtype("V32")
+
+
+def gather_cast(out: np.ndarray, v: np.ndarray) -> None:
+    """``out[...] = v`` with a cast.  When `v`'s innermost axis is one 32-byte C0 line, the lines
+    are gathered first as 32-byte void elements (one memcpy each, not 32 / itemsize scalar moves),
+    then cast contiguously."""
+    if v.shape[-1] * v.itemsize != 32 or v.strides[-1] != v.itemsize or v.ndim < 2:
+        np.copyto(out, v, casting="unsafe")
+        return
+    lines = v.view(_LINE)[..., 0]
+    if out.dtype == v.dtype:
+        np.copyto(out.view(_LINE)[..., 0], lines)
+        return
+    tmp = np.empty(lines.shape, _LINE)
+    np.copyto(tmp, lines)
+    np.copyto(out, tmp.view(v.dtype).reshape(v.shape), casting="unsafe")
+
+
+class LaneAcc:
+    """An accumulator over lanes: one logical matrix per lane, as `runtime.cube.tmatmul` keeps whole-tile
+    accumulators."""
+
+    __slots__ = ("g", "data", "freed")
+
+    def __init__(self, g: Any, data: np.ndarray) -> None:
+        self.g, self.data, self.freed = g, data, False  # data: (L, rows, cols) logical matrices
+
+    def lane_tile(self, lane: int) -> TileBuf:
+        """Lane `lane`'s accumulator as a `TileBuf` that holds its logical matrix (laid out as the ACC image
+        on first byte access)."""
+        t = TileBuf._from_geometry(self.g, self.g.rows, self.g.cols, self.data[lane].reshape(-1).view(np.uint8))
+        t._logical = True  # the buffer holds the logical matrix (runtime.cube.tmatmul's form)
+        return t
+
+
+LANE_VALUES = (LaneTile, LaneWindow, LaneAcc)
