@@ -622,25 +622,27 @@ def _mk_elementwise(st: Any) -> Run | None:
     (o,) = st.outs
     free = _tile_free(st)
 
+    def result(ctx: Any, xs: list[Any]) -> Any:
+        """The result tile: the dying input's (reserved before that input is released: the same
+        on-chip accounting, no buffer moves), or a fresh one."""
+        first, onchip = xs[0], ctx.onchip
+        if reuse is not None:
+            r = xs[reuse]
+            if r._g is geom and r._owner is onchip:
+                onchip.charge_transient(space, nbytes)  # the result's allocation, then the input's free
+                r.valid_row, r.valid_col = first.valid_row, first.valid_col
+                return r
+        return onchip.alloc_geometry(geom, first.valid_row, first.valid_col, zero=False)  # all written
+
     def body(ctx: Any, env: list[Any]) -> Any:
+        """The op on same-dtype ND tiles of any geometry (views of their images), else None."""
         xs = [env[i] for i in ins]
-        for x in xs:  # same-dtype ND tiles: the op runs on views of the byte images
+        for x in xs:
             if type(x) is not TileBuf or x.layout != "ND" or x.dtype != dt or x.freed or x._logical:
                 return None
-        first = xs[0]
-        onchip = ctx.onchip
-        if reuse is not None:
-            out = xs[reuse]
-            if out._g is geom and out._owner is onchip:
-                onchip.reserve(space, geom.nbytes)  # the result's allocation
-                vr, vc = first.valid_row, first.valid_col
-                ufunc(*(x._data.view(dt).reshape(x.rows, x.cols) for x in xs),
-                      out=out._data.view(dt).reshape(shape2))
-                out.valid_row, out.valid_col = vr, vc
-                onchip.release(space, geom.nbytes)  # the dying input's free (its image lives on)
-                return out
-        out = onchip.alloc_geometry(geom, first.valid_row, first.valid_col, zero=False)  # all written
-        ufunc(*(x._data.view(dt).reshape(x.rows, x.cols) for x in xs), out=out._data.view(dt).reshape(shape2))
+        views = [x._data.view(dt).reshape(x.rows, x.cols) for x in xs]  # before the result may alias one
+        out = result(ctx, xs)
+        ufunc(*views, out=out._data.view(dt).reshape(shape2))
         return out
 
     def same_geometry(xs: list[Any]) -> bool:
@@ -659,17 +661,6 @@ def _mk_elementwise(st: Any) -> Run | None:
         env[o] = r
         if free:
             _release1(ctx, env, free, r)
-
-    def result(ctx: Any, xs: list[Any]) -> Any:
-        """The result tile of the flat op on `xs`: the dying input's, or a fresh one."""
-        first, onchip = xs[0], ctx.onchip
-        if reuse is not None:
-            r = xs[reuse]
-            if r._owner is onchip:
-                onchip.charge_transient(space, nbytes)  # the result's allocation, then the input's free
-                r.valid_row, r.valid_col = first.valid_row, first.valid_col
-                return r
-        return onchip.alloc_geometry(geom, first.valid_row, first.valid_col, zero=False)  # all written
 
     if len(ins) == 2:  # binary: no argument lists to build and unpack
         i0, i1 = ins
