@@ -4,7 +4,9 @@ E = 8 experts, T = 128 tokens, N = K = 2048, tiles NT = KT = 256: 64 SPMD lanes 
 nzjit runs on resident device tensors (the kernel's execution: no host copies); the reference
 is ``x[e] @ w[e].T`` in float32 on operands converted beforehand (bf16), and numpy's own int32
 matmul of the same operands (int8, exact). The host-array call (uploads + download included)
-is reported too.
+is reported too, and, for bf16, the kernel's tile products alone: the floor of a model that
+computes every tile product as its own float32 BLAS call (so batched and per-lane runs give the
+same bits), against which the remaining cost is operand conversion, accumulation and data movement.
 
     python benchmarks/bench_grouped_matmul.py
 """
@@ -38,8 +40,33 @@ def make(dtype, out_dtype):  # one kernel per dtype: the annotations are part of
     return gmm
 
 
+def _l0_depth(kern, x: np.ndarray, w: np.ndarray) -> tuple[int, int, int]:
+    """(m, k, n) of the kernel's mads after AutoTileMatmulL0 (all the same here)."""
+    shapes = {(e.inputs[-2].type.shape[0], e.inputs[-2].type.shape[1], e.inputs[-1].type.shape[1])
+              for e in kern.lower(x, runtime.pack_nz(w)).final.walk()
+              if e.primitive.name in ("tile.mad", "tile.mad_acc")}
+    (shape,) = shapes
+    return tuple(int(d) for d in shape)  # type: ignore[return-value]
+
+
+def _tile_products(xf: np.ndarray, wf: np.ndarray, m: int, k: int, n: int):
+    """The floor of an exact per-tile model: the kernel's tile products alone (every lane's
+    m x k @ k x n float32 product, on operands converted and laid out beforehand, no
+    accumulation), batched over lanes as the backend batches them."""
+    lanes_per_e = N // NT
+    a = np.ascontiguousarray(xf.reshape(E, T, K // k, k).transpose(0, 2, 1, 3))  # (E, K/k, m, k)
+    b = np.ascontiguousarray(wf.reshape(E, lanes_per_e, n, K // k, k).transpose(3, 0, 1, 2, 4))
+    prod = np.empty((E, lanes_per_e, m, n), np.float32)
+
+    def run() -> None:
+        for j in range(K // k):
+            np.matmul(a[:, j, None], b[j].transpose(0, 1, 3, 2), out=prod)
+
+    return run
+
+
 def _case(name: str, dtype, np_dtype, out_np, x: np.ndarray, w: np.ndarray, ref_fn, repeat: int,
-          exact: bool, target: str) -> list[dict[str, str]]:
+          exact: bool, target: str, floor=None) -> list[dict[str, str]]:
     kern = make(dtype, {np.float32: pl.FP32, np.int32: pl.INT32}[out_np])
     worker = runtime.Worker(0)
     wp = runtime.pack_nz(w)
@@ -57,6 +84,11 @@ def _case(name: str, dtype, np_dtype, out_np, x: np.ndarray, w: np.ndarray, ref_
     t = interleaved({"ours": lambda: kern(xd, wd, od), "ref": ref_fn}, repeat=repeat)
     rows = [row(f"grouped matmul {name} E{E} T{T} N{N} K{K} (resident)", fmt_time(t["ours"]),
                 fmt_time(t["ref"]), f"{t['ours'] / t['ref']:.2f}x", target)]
+    if floor is not None:
+        m, k, n = _l0_depth(kern, x, w)
+        tf = interleaved({"floor": _tile_products(*floor, m, k, n), "ref": ref_fn}, repeat=repeat)
+        rows.append(row(f"  its {E * N // NT * K // k} tile products {m}x{k} @ {k}x{n} alone (fp32)",
+                        fmt_time(tf["floor"]), fmt_time(tf["ref"]), f"{tf['floor'] / tf['ref']:.2f}x", "-"))
     th = interleaved({"ours": lambda: kern(x, wp), "ref": ref_fn}, repeat=max(1, repeat - 2))
     rows.append(row(f"grouped matmul {name}, host arrays (upload+download)", fmt_time(th["ours"]),
                     fmt_time(th["ref"]), f"{th['ours'] / th['ref']:.2f}x", "-"))
@@ -76,7 +108,7 @@ def run() -> list[dict[str, str]]:
         return out_f
 
     rows = _case("bf16->fp32", pl.BF16, ml_dtypes.bfloat16, np.float32, xb, wb, ref_bf16, 5, False,
-                 "<= 1.3x")
+                 "<= 1.3x", floor=(xf, wf))
     xi = rng.integers(-128, 128, (E, T, K), dtype=np.int8)
     wi = rng.integers(-128, 128, (E, N, K), dtype=np.int8)
     x32, w32 = xi.astype(np.int32), wi.astype(np.int32)  # numpy's own int32 matmul, exact
