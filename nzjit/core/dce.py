@@ -14,13 +14,21 @@ def prune(eqns: Sequence[Eqn], live_out: Sequence[Atom]) -> list[Eqn]:
     returns to a reader (e.g. a tile reloaded every trip under the name it had before the loop)."""
     live = {a for a in live_out if isinstance(a, Var)}
     kept: list[Eqn] = []
-    for e in reversed(eqns):
-        if e.primitive is for_p:
+    add = live.add
+    for e in reversed(eqns):  # plain loops: this runs after every pass, over every equation
+        p = e.primitive
+        if p is for_p:
             e = _prune_loop(e, live)
-        elif e.primitive in PURE and not any(v in live for v in e.outputs):
-            continue
+        elif p in PURE:
+            for v in e.outputs:
+                if v in live:
+                    break
+            else:
+                continue
         kept.append(e)
-        live.update(a for a in e.inputs if isinstance(a, Var))
+        for a in e.inputs:
+            if isinstance(a, Var):
+                add(a)
     kept.reverse()
     return kept
 

@@ -25,6 +25,8 @@ class Rewriter:
         self.env: dict[Var, Atom] = {}
         self.out: list[Eqn] = []  # equations of the graph being rebuilt
         self.scope: list[dict[Var, Eqn]] = []  # definitions in the original graph, innermost last
+        # a pass that keeps every type need not ask about each output (most passes, most equations)
+        self._maps_types = type(self).map_type is not Rewriter.map_type
 
     # -- helpers for passes
     def atom(self, a: Atom) -> Atom:
@@ -87,7 +89,7 @@ class Rewriter:
     def fresh(self, v: Var, t: Type | None = None) -> Var:
         """The rebuilt Var for `v` (the same object when its type does not change)."""
         nt = self.map_type(v.type) if t is None else t
-        if nt == v.type and t is None:
+        if t is None and (nt is v.type or nt == v.type):
             return v
         nv = Var(nt, v.hint)
         self.env[v] = nv
@@ -102,7 +104,7 @@ class Rewriter:
         is shared. Returns its outputs."""
         env = self.env
         if not params and "body" not in e.params and not any(a in env for a in e.inputs if isinstance(a, Var)) \
-                and all(self.map_type(v.type) == v.type for v in e.outputs):
+                and self._keeps_types(e.outputs):
             self.out.append(e)  # unchanged: equations are immutable, so the pass shares it
             return list(e.outputs)
         ins = tuple(self.atoms(e.inputs))
@@ -121,6 +123,17 @@ class Rewriter:
             outs = [self.fresh(v) for v in e.outputs]
         self.out.append(Eqn(e.primitive, ins, tuple(outs), p, e.source))
         return outs
+
+    def _keeps_types(self, outs: Sequence[Var]) -> bool:
+        """Does the pass keep the type of every one of `outs`?"""
+        if not self._maps_types:
+            return True
+        for v in outs:
+            t = v.type
+            nt = self.map_type(t)
+            if nt is not t and nt != t:
+                return False
+        return True
 
     def run(self, g: Graph) -> Graph:
         """Rebuild `g` and remove the dead code the rewrite left."""
