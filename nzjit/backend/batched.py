@@ -45,7 +45,7 @@ import numpy as np
 import runtime
 from runtime import GmView, TileBuf
 from runtime._strided import byte_span
-from runtime.cube import MATMUL_DTYPES, _mov_checks
+from runtime.cube import _F32_EXACT_K, MATMUL_DTYPES, _mov_checks
 from runtime.dma import ceil16
 from runtime.tile import _geometry
 
@@ -352,15 +352,16 @@ def _extract_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step |
 
 def _products(s: _State, left: LaneWindow, right: LaneWindow, m: int, k: int, n: int,
               into: np.ndarray | None = None) -> np.ndarray:
-    """The lanes' products, (L, m, n) float32 (exact integers for int8), in `into` or a reused
+    """The lanes' products, (L, m, n) float32 (int8: exact integers, in float64 when deeper than
+    float32 holds them exactly), in `into` or a reused
     buffer: `runtime.cube._product_windows` of every lane, operands converted once per distinct
     image.  One stacked np.matmul calls the same BLAS routine per lane, on the same operand
     layouts, as one product at a time (the same bits; pinned by the per-lane comparison tests)."""
-    if left.g.dtype == np.int8 and k > 2**24 // (128 * 128):
-        raise Fallback("int8 mad beyond the float32-exact depth")
-    prod = into if into is not None else s.scratch((s.L, m, n), np.float32, "products")
-    xa: Any = left.operands(m, k, np.float32, lambda sh, dt: s.scratch(sh, dt, "left"))  # all images, one pass
-    bt: Any = right.operands(k, n, np.float32, lambda sh, dt: s.scratch(sh, dt, "right"))
+    # int8: |C| <= k * 2**14, exact in float32 up to k = 1024 and in float64 beyond (k <= 4095)
+    ft = np.float64 if left.g.dtype == np.int8 and k > _F32_EXACT_K else np.float32
+    prod = into if into is not None else s.scratch((s.L, m, n), ft, "products")
+    xa: Any = left.operands(m, k, ft, lambda sh, dt: s.scratch(sh, dt, "left"))  # all images, one pass
+    bt: Any = right.operands(k, n, ft, lambda sh, dt: s.scratch(sh, dt, "right"))
     rx, rw = left.src.row, right.src.row
     if xa is not None and bt is not None:
         b = bt if _is_identity(rw, len(bt)) else bt[rw]
@@ -372,9 +373,9 @@ def _products(s: _State, left: LaneWindow, right: LaneWindow, m: int, k: int, n:
             np.matmul(xa[rx], b.transpose(0, 2, 1), out=prod)
         return prod
     if xa is None:
-        xa = {u: left.operand(u, m, k, np.float32) for u in np.unique(rx).tolist()}
+        xa = {u: left.operand(u, m, k, ft) for u in np.unique(rx).tolist()}
     if bt is None:
-        bt = {u: right.operand(u, k, n, np.float32) for u in np.unique(rw).tolist()}
+        bt = {u: right.operand(u, k, n, ft) for u in np.unique(rw).tolist()}
     for lane, (ux, uw) in enumerate(zip(rx.tolist(), rw.tolist())):
         np.matmul(xa[ux], bt[uw].T, out=prod[lane])
     return prod
@@ -433,7 +434,7 @@ def _mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: b
             _products(s, left, right, m, k, n, data)
         else:
             prod = _products(s, left, right, m, k, n)
-            if is_int:  # exact integers in float32: converted exactly, then added mod 2**32
+            if is_int:  # exact integers in float32 or float64: converted exactly, then added mod 2**32
                 ints = s.scratch(prod.shape, np.int32, "int products")
                 np.copyto(ints, prod, casting="unsafe")
                 prod = ints

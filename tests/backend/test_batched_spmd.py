@@ -353,3 +353,20 @@ def test_interleaved_experts_batched_equal_per_lane(spy, dtype, np_dtype, out_dt
     got = _compare(gmm, x, runtime.pack_nz(w), np.zeros((E, T, N), np_out))
     assert spy == [True]
     _check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
+
+
+def test_deep_int8_mads_batched_exact_in_float64(spy):
+    """An int8 mad deeper than float32 holds exactly (k = 2048 > 2**24 / 128**2) is batched with
+    float64 products, still exact: the same bytes as the lanes one by one, equal to numpy."""
+    E, T, N, K, NT, KT = 2, 16, 64, 2048, 16, 2048
+    x, w = _gmm_operands(np.random.default_rng(3), np.int8, E, T, N, K)
+    x[:] = 127  # the largest products everywhere a row sums to: |C| = 2048 * 127 * 128 needs 25 bits
+    w[0] = -128
+    kern = _grouped(pl.INT8, pl.INT32, E, T, N, K, NT, KT)
+    depths = {e.inputs[-2].type.shape[1] for e in kern.lower(x, runtime.pack_nz(w)).final.walk()
+              if e.primitive.name in ("tile.mad", "tile.mad_acc")}
+    assert depths == {2048}  # one mad per lane, deeper than the float32-exact 1024
+    got = _compare(kern, x, runtime.pack_nz(w), np.zeros((E, T, N), np.int32))
+    assert spy == [True]
+    _check_gmm(np.frombuffer(got[0][2], np.int32).reshape(E, T, N), x, w, np.int8)
+    assert np.frombuffer(got[0][2], np.int32).min() == -2048 * 127 * 128
