@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import inspect
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -56,6 +58,21 @@ class Spec:
 def spec(shape: Sequence[int], dtype: Any) -> Spec:
     """`nzjit.spec(shape, dtype)`: a placeholder argument for `kernel.lower`."""
     return Spec(shape, dtype)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a kernel compiles: tracing and the passes
+    allocate tens of thousands of long-lived IR objects, and the collections they would trigger
+    rescan all of them (about a tenth of the compile time) to find no garbage cycles. A collector
+    the caller had switched off stays off."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 class Kernel:
@@ -138,10 +155,11 @@ class Kernel:
         with self._lock:
             low = self._cache.get(key)
             if low is None:
-                graph = trace(self.fn, [p.type for p in self.params], [p.name for p in self.params],
-                              self.__name__, self.target.value)
-                self.trace_count += 1
-                low = Lowered(self, graph)
+                with _collector_paused():
+                    graph = trace(self.fn, [p.type for p in self.params], [p.name for p in self.params],
+                                  self.__name__, self.target.value)
+                    self.trace_count += 1
+                    low = Lowered(self, graph)
                 self._cache[key] = low
             if len(self._fast_cache) < 256:
                 self._fast_cache[fast] = low

@@ -38,13 +38,19 @@ class _Strides(Rewriter):
     def __init__(self, blocked: bool) -> None:
         super().__init__()
         self.blocked = blocked
+        self.mapped: dict[int, tuple[Type, Type]] = {}  # id(type) -> (type, with strides): types repeat
 
     def map_type(self, t: Type) -> Type:
+        hit = self.mapped.get(id(t))
+        if hit is not None and hit[0] is t:
+            return hit[1]
+        nt = t
         if isinstance(t, TensorType):
             check_nz_view_is_blocked(t, self.blocked)
             if t.strides is None:
-                return t.with_(strides=row_major_strides(t.shape))
-        return t
+                nt = t.with_(strides=row_major_strides(t.shape))
+        self.mapped[id(t)] = (t, nt)
+        return nt
 
 
 def materialize_tensor_strides(g: Graph) -> Graph:

@@ -149,3 +149,25 @@ def test_a_dynamic_dimension_is_compiled_once_for_every_extent():
         np.testing.assert_array_equal(k(x, rows // 16), np.exp(x))
     assert k.trace_count == 1
     assert str(k.lower().ir("trace").params[0].type) == "f32[M,64]"
+
+
+@pytest.mark.parametrize("was_on", [True, False])
+def test_compiling_pauses_the_cyclic_collector_and_restores_it(was_on):
+    """The collector is off while a kernel traces and lowers (no rescans of the IR being built),
+    and afterwards as the caller had it."""
+    import gc
+
+    seen = []
+
+    @pl.kernel
+    def k(a: pl.Tensor[[16, 16], pl.FP32], out: pl.Out[pl.Tensor[[16, 16], pl.FP32]]):
+        seen.append(gc.isenabled())
+        pl.store(pl.load(a, [0, 0], [16, 16]), [0, 0], out)
+
+    (gc.enable if was_on else gc.disable)()
+    try:
+        k.lower(np.zeros((16, 16), np.float32))
+        assert seen == [False]
+        assert gc.isenabled() == was_on
+    finally:
+        gc.enable()
