@@ -195,11 +195,20 @@ def _assign(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
 
 
 # ------------------------------------------------------------------------------- tile level
+def static_valid(t: TileType) -> tuple[int | None, int | None]:
+    """The valid rows / cols a tile type fixes statically (a decode batch's Left / Acc tiles: M
+    rows of whole 16-row fractals, hardware-model.md §6), else (None, None): the whole tile."""
+    vs = t.valid_shape
+    if vs is None or len(vs) != 2 or not all(isinstance(v, int) for v in vs) or t.fully_valid:
+        return None, None
+    return vs[0], vs[1]
+
+
 def alloc(ctx: Any, t: TileType, valid: tuple[int, int] | None = None, *, virtual: bool = False) -> TileBuf:
     """A tile of IR type `t` in its memory space; `virtual` tiles (un-tiled reference matmuls of
     earlier stages) are not charged to the on-chip capacity: no instruction ever holds them."""
     rows, cols = (t.shape if len(t.shape) == 2 else (int(np.prod(t.shape[:-1])), t.shape[-1]))
-    vr, vc = valid if valid is not None else (None, None)
+    vr, vc = valid if valid is not None else static_valid(t)
     if virtual:
         return TileBuf(t.memory.value, t.dtype.np_dtype, rows, cols, valid_row=vr, valid_col=vc)
     return ctx.onchip.alloc_tile(t.memory.value, rows, cols, t.dtype.np_dtype, valid_row=vr, valid_col=vc)
