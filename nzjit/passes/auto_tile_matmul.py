@@ -230,6 +230,8 @@ class _AutoTile(Rewriter):
         ot = out.type
         assert isinstance(ot, TileType)
         m, n = ot.shape
+        if decode_rows(self.atom(e.inputs[-2]).type) is not None:
+            m = ceil16(m)  # a decode batch's accumulator is whole 16-row fractals in L0C
         fits = m * n * 4 <= self.cap["Acc"] and max(m, n) <= MAX_CUBE_EXTENT
         if not fits and e.primitive is P.tile_matmul_p and self.uses[-1][out] == 1 and self._stored(out):
             self.deferred[out] = e

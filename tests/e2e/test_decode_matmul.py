@@ -128,3 +128,36 @@ def test_grouped_spmd_decode(M, dtype, np_dtype, out_dtype, np_out):  # hw §3, 
     for e in range(E):
         _check(out[e, :M], x[e], w[e], np_dtype)
     assert (out[:, M:] == SENTINEL).all()
+
+
+@pytest.mark.parametrize("M", [5, 17])
+def test_decode_accumulator_split_into_an_output_grid(M):  # NZ-22 output grid, hw §6 L0C capacity
+    """ceil16(M) x 3072 fp32 does not fit L0C (128 KiB): the stored accumulator is split into
+    sub-tiles (for M = 17 also along M, whose second block has 1 valid row: m == 1 forced to 16)."""
+    K, N = 64, 3072
+
+    @pl.kernel
+    def k(x: pl.Tensor[[M, K], pl.BF16], w: pl.Tensor[[N, K], pl.BF16, pl.NZ], out: pl.Out[pl.Tensor[[M, N], pl.FP32]]):
+        out[:, :] = pl.matmul(x[:, :], w[:, :], b_trans=True)
+
+    rng = np.random.default_rng(400 + M)
+    x, w = _data(rng, (M, K), ml_dtypes.bfloat16), _data(rng, (N, K), ml_dtypes.bfloat16)
+    _check(k(x, runtime.pack_nz(w)), x, w, ml_dtypes.bfloat16)
+
+
+def test_explicit_mat_load_with_partial_valid_rows():  # hw §3 ND2NZ validRow, §6 TMATMUL m = Left.validRow
+    """A 16-row ND window loaded into Mat with valid_shape [4, K]: the load writes 4 rows, the mad
+    computes m = 4 rows and the store writes those 4 only (rows 4.. of `out` keep their bytes)."""
+    @pl.kernel
+    def k(x: pl.Tensor[[16, 64], pl.FP16], w: pl.Tensor[[32, 64], pl.FP16, pl.NZ],
+          out: pl.Out[pl.Tensor[[16, 32], pl.FP32]]):
+        xt = pl.load(x, [0, 0], [16, 64], target_memory=pl.Mem.Mat, valid_shape=[4, 64])
+        wt = pl.load(w, [0, 0], [32, 64], target_memory=pl.Mem.Mat)
+        pl.store(pl.matmul(xt, wt, b_trans=True), [0, 0], out)
+
+    rng = np.random.default_rng(5)
+    x, w = _data(rng, (16, 64), np.float16), _data(rng, (32, 64), np.float16)
+    out = np.full((16, 32), SENTINEL, np.float32)
+    k(x, runtime.pack_nz(w), out)
+    _check(out[:4], x[:4], w, np.float16)
+    assert (out[4:] == SENTINEL).all()
