@@ -17,8 +17,9 @@ import runtime
 from runtime import TileBuf
 
 from ..core import primitives as P
+from ..core.geometry import ceil16
 from ..core.ir import Eqn
-from ..core.types import DynDim, ScalarType, TensorType, TileType
+from ..core.types import DynDim, Mem, ScalarType, TensorType, TileType
 from .values import HostValue, TensorVal, TransposedTile
 
 Impl = Callable[["Ctx", Eqn, list[Any]], list[Any]]  # noqa: F821 - Ctx is in executor.py
@@ -231,12 +232,22 @@ def _load(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
         return [tile]
     sizes = tuple(valid) if valid else shape
     vr = int(np.prod(sizes[:-1])) if len(sizes) > 1 else 1
-    tile = alloc(ctx, out_t, (vr, sizes[-1]))
+    tile = alloc(ctx, _whole_mat_fractals(out_t, src), (vr, sizes[-1]))
     if src.nz is not None:  # reference path: the logical NZ window, before blocking
         tile.set_logical(_pad(src.read(ctx.gm, offs, sizes).reshape(vr, sizes[-1]), tile))
         return [tile]
     runtime.isa.tload(ctx.gm, src.gm_view(offs, sizes), tile)
     return [tile]
+
+
+def _whole_mat_fractals(t: TileType, src: TensorVal) -> TileType:
+    """Before AutoTileMatmulL0 pads it, a decode batch's ND -> NZ Mat tile is typed M x K: run it on
+    the ceil16(M)-row tile the load writes M rows of (hardware-model.md §3), as the later stages
+    do, so `low.run(after=...)` of every stage computes the same rows."""
+    if t.memory is not Mem.Mat or src.nz is not None or src.layout == "NZ":
+        return t
+    rows, cols = (t.shape if len(t.shape) == 2 else (int(np.prod(t.shape[:-1])), t.shape[-1]))
+    return t if rows % 16 == 0 else TileType((ceil16(rows), cols), t.dtype, t.memory)
 
 
 def _pad(a: np.ndarray, tile: TileBuf) -> np.ndarray:
@@ -298,6 +309,7 @@ def _tile_matmul_ref(ctx: Any, e: Eqn, acc: np.ndarray | None, a: Any, b: Any) -
     assert isinstance(out_t, TileType)
     prod = reference_matmul(_squeeze2(a.logical()), _squeeze2(b.logical()), e.params.get("b_trans", False),
                             out_t.dtype.np_dtype)
+    prod = prod[: out_t.shape[-2]]  # a decode batch's Left tile has ceil16(M) rows, the result M
     if acc is not None:
         prod = (acc + prod).astype(prod.dtype)
     t = alloc(ctx, out_t, virtual=True)

@@ -161,3 +161,15 @@ def test_explicit_mat_load_with_partial_valid_rows():  # hw §3 ND2NZ validRow, 
     k(x, runtime.pack_nz(w), out)
     _check(out[:4], x[:4], w, np.float16)
     assert (out[4:] == SENTINEL).all()
+
+
+@pytest.mark.parametrize("M", [1, 4, 17])
+def test_every_stage_computes_the_same_rows(M):  # low.run(after=PASS): bisection works on decode kernels
+    """Before AutoTileMatmulL0 pads it the Mat tile is typed M x K; the backend runs it on the
+    ceil16(M)-row tile the ND -> NZ load writes (hw §3), so every stage gives the same result."""
+    K, N = 128, 32
+    rng = np.random.default_rng(500 + M)
+    x, w = _data(rng, (M, K), np.int8), _data(rng, (N, K), np.int8)
+    low = _k_loop(M, K, N, 64, pl.INT8, pl.INT32).lower()
+    for stage in low.passes:
+        _check(low.run(x, runtime.pack_nz(w), after=stage), x, w, np.int8)
