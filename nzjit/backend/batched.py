@@ -323,6 +323,8 @@ def _transpose_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step
 
 def _extract_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
     t = e.outputs[0].type
+    if isinstance(t, TileType) and not t.fully_valid:
+        return None  # a decode batch's Left tile (M < its rows valid): the per-lane path carries them
     geom = _tile_geometry(t)
     if geom is None:
         return None
@@ -398,6 +400,8 @@ def _is_identity(row: np.ndarray, n: int) -> bool:
 def _mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: bool,
               in_place: bool) -> Step | None:
     t = e.outputs[0].type
+    if isinstance(t, TileType) and not t.fully_valid:
+        return None  # a decode batch's accumulator: per lane (LaneAcc holds whole tiles)
     geom = _tile_geometry(t)
     if geom is None:
         return None

@@ -23,7 +23,7 @@ from runtime.cube import TileWindow, textract_window
 
 from ..core import primitives as P
 from ..core.types import DynDim, ScalarType, TensorType, TileType
-from .impl import _CMP, _ELEMENTWISE, _SCALAR, check_window, clamp
+from .impl import _CMP, _ELEMENTWISE, _SCALAR, check_window, clamp, static_valid
 from .values import TensorVal, TransposedTile
 
 Run = Callable[[Any, list[Any]], None]
@@ -523,6 +523,7 @@ def _mk_extract(st: Any) -> Run | None:
     if not isinstance(t, TileType):
         return None
     space, rows, cols, dt = _tile_geometry(t)
+    vr, vc = static_valid(t)  # a decode batch's Left tile: its M valid rows (TMATMUL m, §6)
     s_src, s_r, s_c = st.ins
 
     geom = _geometry_of(space, rows, cols, dt)
@@ -535,13 +536,16 @@ def _mk_extract(st: Any) -> Run | None:
                 src, transpose, r0, c0 = src.tile, not transpose, c0, r0
             if type(src) is not TileBuf:
                 raise runtime.DeviceError(f"{st.eqn.source}: TEXTRACT source is a {type(src).__name__}")
-            return textract_window(ctx.onchip, geom, src, r0, c0, transpose)
+            win = textract_window(ctx.onchip, geom, src, r0, c0, transpose)
+            if vr is not None:
+                win.valid_row, win.valid_col = vr, vc
+            return win
 
         return _finish(st, window)
 
     def body(ctx: Any, env: list[Any]) -> Any:
         src, r0, c0 = env[s_src], env[s_r], env[s_c]
-        dst = ctx.onchip.alloc_tile(space, rows, cols, dt)
+        dst = ctx.onchip.alloc_tile(space, rows, cols, dt, valid_row=vr, valid_col=vc)
         transpose = False
         while type(src) is TransposedTile:  # window (r0, c0) of src^T is window (c0, r0) of src
             src, transpose, r0, c0 = src.tile, not transpose, c0, r0
@@ -556,10 +560,11 @@ def _mk_mad(st: Any) -> Run | None:
     if not isinstance(t, TileType):
         return None
     space, rows, cols, dt = _tile_geometry(t)
+    vr, vc = static_valid(t)  # a decode batch's Acc tile: the store writes its M valid rows
     s_l, s_r = st.ins
 
     def body(ctx: Any, env: list[Any]) -> Any:
-        acc = ctx.onchip.alloc_tile(space, rows, cols, dt)
+        acc = ctx.onchip.alloc_tile(space, rows, cols, dt, valid_row=vr, valid_col=vc)
         _tmatmul(acc, env[s_l], env[s_r], accumulate=False)
         return acc
 
@@ -571,13 +576,14 @@ def _mk_mad_acc(st: Any) -> Run | None:
     if not isinstance(t, TileType):
         return None
     space, rows, cols, dt = _tile_geometry(t)
+    vr, vc = static_valid(t)
     s_acc, s_l, s_r = st.ins
     in_place = 0 in st.consumed
 
     def body(ctx: Any, env: list[Any]) -> Any:
         acc = env[s_acc]
         if not in_place:  # the accumulator is still read later: TMATMUL_ACC on a copy
-            copy = ctx.onchip.alloc_tile(space, rows, cols, dt)
+            copy = ctx.onchip.alloc_tile(space, rows, cols, dt, valid_row=vr, valid_col=vc)
             copy.data[:] = acc.data
             acc = copy
         _tmatmul(acc, env[s_l], env[s_r], accumulate=True)

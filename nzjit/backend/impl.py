@@ -17,8 +17,9 @@ import runtime
 from runtime import TileBuf
 
 from ..core import primitives as P
+from ..core.geometry import ceil16
 from ..core.ir import Eqn
-from ..core.types import DynDim, ScalarType, TensorType, TileType
+from ..core.types import DynDim, Mem, ScalarType, TensorType, TileType
 from .values import HostValue, TensorVal, TransposedTile
 
 Impl = Callable[["Ctx", Eqn, list[Any]], list[Any]]  # noqa: F821 - Ctx is in executor.py
@@ -195,11 +196,20 @@ def _assign(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
 
 
 # ------------------------------------------------------------------------------- tile level
+def static_valid(t: TileType) -> tuple[int | None, int | None]:
+    """The valid rows / cols a tile type fixes statically (a decode batch's Left / Acc tiles: M
+    rows of whole 16-row fractals, hardware-model.md §6), else (None, None): the whole tile."""
+    vs = t.valid_shape
+    if vs is None or len(vs) != 2 or not all(isinstance(v, int) for v in vs) or t.fully_valid:
+        return None, None
+    return vs[0], vs[1]
+
+
 def alloc(ctx: Any, t: TileType, valid: tuple[int, int] | None = None, *, virtual: bool = False) -> TileBuf:
     """A tile of IR type `t` in its memory space; `virtual` tiles (un-tiled reference matmuls of
     earlier stages) are not charged to the on-chip capacity: no instruction ever holds them."""
     rows, cols = (t.shape if len(t.shape) == 2 else (int(np.prod(t.shape[:-1])), t.shape[-1]))
-    vr, vc = valid if valid is not None else (None, None)
+    vr, vc = valid if valid is not None else static_valid(t)
     if virtual:
         return TileBuf(t.memory.value, t.dtype.np_dtype, rows, cols, valid_row=vr, valid_col=vc)
     return ctx.onchip.alloc_tile(t.memory.value, rows, cols, t.dtype.np_dtype, valid_row=vr, valid_col=vc)
@@ -222,12 +232,22 @@ def _load(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
         return [tile]
     sizes = tuple(valid) if valid else shape
     vr = int(np.prod(sizes[:-1])) if len(sizes) > 1 else 1
-    tile = alloc(ctx, out_t, (vr, sizes[-1]))
+    tile = alloc(ctx, _whole_mat_fractals(out_t, src), (vr, sizes[-1]))
     if src.nz is not None:  # reference path: the logical NZ window, before blocking
         tile.set_logical(_pad(src.read(ctx.gm, offs, sizes).reshape(vr, sizes[-1]), tile))
         return [tile]
     runtime.isa.tload(ctx.gm, src.gm_view(offs, sizes), tile)
     return [tile]
+
+
+def _whole_mat_fractals(t: TileType, src: TensorVal) -> TileType:
+    """Before AutoTileMatmulL0 pads it, a decode batch's ND -> NZ Mat tile is typed M x K: run it on
+    the ceil16(M)-row tile the load writes M rows of (hardware-model.md §3), as the later stages
+    do, so `low.run(after=...)` of every stage computes the same rows."""
+    if t.memory is not Mem.Mat or src.nz is not None or src.layout == "NZ":
+        return t
+    rows, cols = (t.shape if len(t.shape) == 2 else (int(np.prod(t.shape[:-1])), t.shape[-1]))
+    return t if rows % 16 == 0 else TileType((ceil16(rows), cols), t.dtype, t.memory)
 
 
 def _pad(a: np.ndarray, tile: TileBuf) -> np.ndarray:
@@ -289,6 +309,7 @@ def _tile_matmul_ref(ctx: Any, e: Eqn, acc: np.ndarray | None, a: Any, b: Any) -
     assert isinstance(out_t, TileType)
     prod = reference_matmul(_squeeze2(a.logical()), _squeeze2(b.logical()), e.params.get("b_trans", False),
                             out_t.dtype.np_dtype)
+    prod = prod[: out_t.shape[-2]]  # a decode batch's Left tile has ceil16(M) rows, the result M
     if acc is not None:
         prod = (acc + prod).astype(prod.dtype)
     t = alloc(ctx, out_t, virtual=True)

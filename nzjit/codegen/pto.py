@@ -275,6 +275,8 @@ class Emitter:
         """`%t = pto.alloc_tile : !pto.tile_buf<...>`: the destination of the instruction that follows."""
         t = v.type
         assert isinstance(t, TileType)
+        if valid is None and not t.fully_valid and all(isinstance(x, int) for x in t.valid_shape or ()):
+            valid = t.valid_shape  # static (a decode batch's Mat / Left / Acc tiles: M of 16 rows valid)
         if valid is not None and all(isinstance(x, int) for x in valid):
             valid = None if tuple(valid) == tile_rows_cols(t) else valid
         tile = Tile(self.names.fresh(v.hint, "t"), t, TILE_LAYOUTS[t.memory], valid)

@@ -327,10 +327,12 @@ def tile_matmul_acc_p(acc: Type, a: Type, b: Type, *, b_trans: bool = False, **_
 
 @primitive("tile.extract", ("src", "offsets"))
 def tile_extract_p(src: Type, *offs: Type, shape: tuple[int, int], memory: Mem, transpose: bool = False,
-                   **_: Any) -> list[Type]:
-    """Mat -> Left/Right (TEXTRACT) of a window; `transpose` reads the window as its transpose."""
+                   valid_shape: tuple[int, int] | None = None, **_: Any) -> list[Type]:
+    """Mat -> Left/Right (TEXTRACT) of a window; `transpose` reads the window as its transpose. TEXTRACT
+    moves whole fractals; `valid_shape` is the part a decode batch's rows fill (hardware-model.md §6:
+    TMATMUL takes m = Left.validRow)."""
     s = _tile(src, "tile.extract")
-    return [TileType(tuple(shape), s.dtype, memory)]
+    return [TileType(tuple(shape), s.dtype, memory, None if valid_shape is None else tuple(valid_shape))]
 
 
 @primitive("tile.mad", ("left", "right"))
@@ -339,14 +341,20 @@ def tile_mad_p(left: Type, right: Type, *, out_dtype: dt.DType, **_: Any) -> lis
     tl, tr = _tile(left, "tile.mad"), _tile(right, "tile.mad")
     if tl.memory is not Mem.Left or tr.memory is not Mem.Right or tl.shape[1] != tr.shape[0]:
         raise _fail(f"tile.mad needs Left [M,K] and Right [K,N] tiles, got {tl} and {tr}")
-    return [TileType((tl.shape[0], tr.shape[1]), out_dtype, Mem.Acc)]
+    shape = (tl.shape[0], tr.shape[1])
+    # TMATMUL computes m = Left.validRow rows (hardware-model.md §6): a decode batch's Acc tile is
+    # whole 16-row fractals of which its M rows are valid (the store writes those only)
+    rows = tl.shape[0] if tl.fully_valid else tl.valid_shape[0]  # type: ignore[index]
+    return [TileType(shape, out_dtype, Mem.Acc, None if rows == shape[0] else (rows, shape[1]))]
 
 
 @primitive("tile.mad_acc", ("acc", "left", "right"))
 def tile_mad_acc_p(acc: Type, left: Type, right: Type, **_: Any) -> list[Type]:
     """MAD accumulating into an existing Acc tile (same rule as `tile.mad`, the accumulator's dtype)."""
     tc = _tile(acc, "tile.mad_acc")
-    tile_mad_p.type_rule(left, right, out_dtype=tc.dtype)
+    (want,) = tile_mad_p.type_rule(left, right, out_dtype=tc.dtype)
+    if want.valid_shape is not None and tc.valid_shape != want.valid_shape:  # the valid rows of a decode batch's accumulator stay M
+        raise _fail(f"tile.mad_acc: accumulator {tc} does not have the product's valid rows {want}")
     return [tc]
 
 

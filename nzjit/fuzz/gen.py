@@ -181,10 +181,13 @@ def nz_shape_ok(shape: Sequence[int], dt: str) -> bool:
     return shape[-2] % 16 == 0 and shape[-1] % c0_of(dt) == 0
 
 
-def mat_window(g: G, rows: int, cols: int, dt: str) -> None:
-    """An ND window loaded into Mat that is not whole 16 x c0 fractals has no legal static Mat
-    shape (the ND -> NZ load would need padding): it must be refused."""
-    if rows % 16 or cols % c0_of(dt):
+def mat_window(g: G, rows: int, cols: int, dt: str, left: bool) -> None:
+    """An ND window loaded into Mat must be whole C0 lines, and whole 16-row fractals unless it is
+    the Left operand: a decode batch of M rows gets a ceil16(M)-row tile with valid rows M
+    (hardware-model.md §3, §6; passes/auto_tile_matmul.py). Anything else must be refused."""
+    if rows % 16 and left and not cols % c0_of(dt):
+        g.tag("decode_rows")
+    if cols % c0_of(dt) or (rows % 16 and not left):
         g.tag("nd_mat_partial")
         g.refuse.add("X9")  # refused by AutoTileMatmulL0 (core/geometry.check_mat_fractals)
 
@@ -417,7 +420,9 @@ def fam_tensor_mm(g: G) -> None:
     g.tag(f"dtype:{dt}")
     b_trans = g.p(0.7)
     g.tag("b_trans" if b_trans else "b_plain")
-    m = int(g.wchoice([(0.3, 1), (0.5, 8), (4, 16), (4, 32), (3, 64), (1, 48), (1, 128)]))  # type: ignore[call-overload]
+    # M < 16 and 17: decode batches (a Left operand padded to whole 16-row fractals, hw §3, §6)
+    m = int(g.wchoice([(0.3, 1), (0.5, 8), (0.3, 4), (0.2, 15), (0.2, 17), (4, 16), (4, 32), (3, 64), (1, 48),  # type: ignore[call-overload]
+                       (1, 128)]))
     n_align, k_align = (16, c0) if b_trans else (c0, 16)
     tn = pick(g, (16, 32, 48, 64, 96, 128, 256), lambda v: v % n_align == 0 and m * v * 4 <= 128 << 10)
     tk = pick(g, (8, 16, 32, 64, 128, 256), lambda v: v % k_align == 0 and v % 8 == 0)
@@ -459,7 +464,7 @@ def fam_tensor_mm(g: G) -> None:
     x_nz = g.p(0.15)
     x_shape = (*(lead if x_per_batch else ()), m, big_k)
     if not x_nz:
-        mat_window(g, m, tk, dt)
+        mat_window(g, m, tk, dt, left=True)
     g.tensor("x", x_shape, dt, x_nz)
     if x_nz:
         g.tag("x_nz")
@@ -725,7 +730,7 @@ def fam_acc_store(g: G) -> None:
     lead = (panels,) if panels else ()
     oshape = (*lead, r_parent, n_len)
     g.tensor("x", (x_rows, k), dt)  # type: ignore[arg-type]
-    mat_window(g, x_rows, k, dt)  # type: ignore[arg-type]
+    mat_window(g, x_rows, k, dt, left=True)  # type: ignore[arg-type]
     w_nz = g.p(0.5)
     kn = dt == "FP32" and g.p(0.4)  # w [K, N], no b_trans: N is the column axis (c0 = 8 for FP32)
     wshape = (k, n_len) if kn else (n_len, k)
@@ -735,7 +740,7 @@ def fam_acc_store(g: G) -> None:
         if tn % (8 if kn else 16):
             g.refuse.add("X3")
     else:
-        mat_window(g, *((k, tn) if kn else (tn, k)), dt)  # type: ignore[arg-type]
+        mat_window(g, *((k, tn) if kn else (tn, k)), dt, left=False)  # type: ignore[arg-type]
     g.tensor("out", oshape, out_dt, True, "out")
     check_nz_param(g, oshape, out_dt)
     if mut in ("vec_src", "mat_src"):
@@ -1005,7 +1010,7 @@ def fam_probe(g: G) -> None:
     else:  # nz_lhs: the NZ tensor as the left operand (also NZ -> NZ into Mat)
         g.tensor("a", (32, 2 * c0), dt, True)
         g.tensor("b", (2 * c0, 48), dt, False)
-        mat_window(g, 2 * c0, 48, dt)
+        mat_window(g, 2 * c0, 48, dt, left=False)
         g.tensor("out", (32, 48), ACC[dt], False, "out")
         g.emit(1, "for mb in pl.range(2):", "for mb in range(2):")
         g.emit(2, "m0 = mb * 16")

@@ -66,7 +66,8 @@ ROWS: tuple[Row, ...] = (
         r"valid_shape rows \d+ must be a multiple of 16"),
     Row("X8", "§4", "load window past the tensor's extent (a static bound)", ("NZ-12",),
         r"ends past the tensor's extent"),
-    Row("X9", "hw §3", "ND window into Mat not whole 16 x c0 fractals (ND -> NZ load)", ("none",),
+    Row("X9", "hw §3", "ND window into Mat not whole C0 lines, or not whole 16-row fractals outside a "
+        "matmul's Left operand (ND -> NZ load)", ("none",),
         r"is not whole 16 x \d+ fractals"),
     Row("S1", "NZ-21", "backend: A2/A3 only", ("NZ-21",), r"A2/A3 backend only"),
     Row("S1b", "NZ-21", "dtype: FP32 Acc tile into FP32 GM only", ("NZ-21",), r"FP32 Acc -> FP32 GM only"),

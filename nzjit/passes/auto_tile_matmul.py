@@ -6,11 +6,17 @@
   each stored to its window of the output, when the matmul's only consumer is that store. An NZ
   store target is split along N only (NZ-22, see block_nz_store.split_nz_store).
 - The cube fields m, k, n are at most 4095 (hardware-model.md §6).
+- Decode batches: an ND window of M rows (M not a multiple of 16) read only as a matmul's Left
+  operand gets a Mat tile of ceil16(M) rows with valid_shape (M, K): the ND -> NZ load writes rows
+  0..M-1 and leaves the rest stale (hardware-model.md §3). TEXTRACT moves whole fractals into a Left
+  tile whose valid rows stay M, the mad computes m = Left.validRow rows (m == 1 is forced to 16,
+  §6) into an Acc tile of ceil16(M) rows - so the L0C pitch ceil16(m) is the tile's - and the store
+  writes the M valid rows only. Any other ND window into Mat is still whole fractals or refused.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +24,7 @@ from runtime.memory import CAPACITIES
 
 from ..core import primitives as P
 from ..core.dtypes import INDEX, c0_of
-from ..core.geometry import check_mat_fractals
+from ..core.geometry import ceil16, check_mat_fractals
 from ..core.ir import Atom, Eqn, Graph, Literal, Var
 from ..core.types import Mem, ScalarType, TensorType, TileType
 from ..errors import CompileError, Source
@@ -65,12 +71,61 @@ def _lit(v: int) -> Literal:
     return Literal(v, ScalarType(INDEX))
 
 
+def decode_rows(t: Any) -> int | None:
+    """The valid rows of a Left operand whose last 16-row fractal is partly filled (a decode batch
+    of M tokens, static M not a multiple of 16), else None: TMATMUL computes m = Left.validRow rows
+    (hardware-model.md §6), so these rows are carried to the Left and Acc tiles."""
+    if not isinstance(t, TileType) or t.fully_valid or len(t.shape) != 2:
+        return None
+    rows = t.valid_shape[0]  # type: ignore[index]
+    return rows if isinstance(rows, int) and rows % 16 and t.shape[0] == ceil16(rows) else None
+
+
+def _valid(shape: tuple[int, int], rows: int | None) -> tuple[int, int] | None:
+    """A 2-D tile's valid_shape when only `rows` of its rows are valid (None: fully valid)."""
+    return None if rows is None or rows == shape[0] else (rows, shape[1])
+
+
+def left_only_values(g: Graph) -> set[Var]:
+    """Values read only as the Left operand of tile.matmul / tile.matmul_acc, directly or through
+    loop captures (a body parameter stands for the operand that feeds it): the ND windows whose
+    Mat tile may be padded to whole fractals (a transposed or Right use would pad K or N)."""
+    root: dict[Var, Var] = {}
+    roles: defaultdict[Var, set[str]] = defaultdict(set)
+
+    def walk(graph: Graph) -> None:
+        for e in graph.eqns:
+            body = e.params.get("body")
+            if isinstance(body, Graph):
+                nb = e.params["arity"][0]
+                for p, a in zip(body.params[1:], e.inputs[nb:]):
+                    if isinstance(a, Var):
+                        root[p] = root.get(a, a)
+                walk(body)
+                continue
+            left = len(e.inputs) - 2 if e.primitive in (P.tile_matmul_p, P.tile_matmul_acc_p) else -1
+            for i, a in enumerate(e.inputs):
+                if isinstance(a, Var):
+                    roles[root.get(a, a)].add("left" if i == left else "other")
+        for a in graph.outputs:  # a carried value is also read by the next trip / after the loop
+            if isinstance(a, Var):
+                roles[root.get(a, a)].add("other")
+
+    walk(g)
+    return {v for v, r in roles.items() if r == {"left"}}
+
+
 class _AutoTile(Rewriter):
     def __init__(self, target: str) -> None:
         super().__init__()
         self.cap = CAPACITIES[target]
         self.deferred: dict[Var, Eqn] = {}
         self.uses: list[Counter[Var]] = []
+        self.left_only: set[Var] = set()
+
+    def run(self, g: Graph) -> Graph:
+        self.left_only = left_only_values(g)
+        return super().run(g)
 
     def body(self, g: Graph) -> list[Eqn]:
         uses: Counter[Var] = Counter(a for e in g.eqns for a in e.inputs if isinstance(a, Var))
@@ -83,20 +138,27 @@ class _AutoTile(Rewriter):
 
     # ------------------------------------------------------------------------------ emission
     def extract(self, src: Atom, r0: Atom, c0: Atom, shape: tuple[int, int], mem: Mem,
-                source: Source | None) -> Var:
+                source: Source | None, rows: int | None = None) -> Var:
+        """TEXTRACT of whole fractals; `rows` valid rows of a decode batch's Left tile (else all)."""
         st = src.type
         assert isinstance(st, TileType)
-        return self.emit(P.tile_extract_p, [[src], [r0, c0]], {"shape": shape, "memory": mem},
-                         [TileType(shape, st.dtype, mem)], source)[0]
+        params: dict[str, Any] = {"shape": shape, "memory": mem}
+        valid = _valid(shape, rows)
+        if valid is not None:
+            params["valid_shape"] = valid
+        return self.emit(P.tile_extract_p, [[src], [r0, c0]], params, [TileType(shape, st.dtype, mem, valid)],
+                         source)[0]
 
     def block(self, a: Atom, b: Atom, acc: Atom | None, mi: int, ni: int, shape: tuple[int, int, int],
               plan: MatmulPlan, out_dtype: Any, source: Source | None) -> Var:
         """acc (+)= a[mi:mi+mc, :] @ b[:, ni:ni+nc], K in chunks of plan.kc."""
         m, k, n = plan.mc, shape[1], plan.nc
         kc = plan.kc
-        left = self.extract(a, _lit(mi), _lit(0), (m, kc), Mem.Left, source)
+        total = decode_rows(a.type)
+        rows = None if total is None else min(m, total - mi)  # this block's valid rows of a decode batch
+        left = self.extract(a, _lit(mi), _lit(0), (m, kc), Mem.Left, source, rows)
         right = self.extract(b, _lit(0), _lit(ni), (kc, n), Mem.Right, source)
-        acc_t = TileType((m, n), out_dtype, Mem.Acc)
+        acc_t = TileType((m, n), out_dtype, Mem.Acc, _valid((m, n), rows))
         if acc is None:
             (cur,) = self.emit(P.tile_mad_p, [[left], [right]], {"out_dtype": out_dtype}, [acc_t], source)
         else:
@@ -106,7 +168,7 @@ class _AutoTile(Rewriter):
         # the remaining K chunks: a pipelined loop carrying the accumulator
         iv, a_in, b_in, acc_in = Var(ScalarType(INDEX), "kk"), Var(a.type), Var(b.type), Var(acc_t, "acc")
         saved, self.out = self.out, []
-        left = self.extract(a_in, _lit(mi), iv, (m, kc), Mem.Left, source)
+        left = self.extract(a_in, _lit(mi), iv, (m, kc), Mem.Left, source, rows)
         right = self.extract(b_in, iv, _lit(ni), (kc, n), Mem.Right, source)
         (nxt,) = self.emit(P.tile_mad_acc_p, [[acc_in], [left], [right]], {}, [acc_t], source)
         body = Graph([iv, a_in, b_in, acc_in], self.out, [nxt], name="k_loop")
@@ -137,10 +199,8 @@ class _AutoTile(Rewriter):
     def rewrite(self, e: Eqn) -> None:
         p = e.primitive
         if p is P.tile_load_p and e.params.get("window_2d"):  # ND -> NZ: the Mat tile the cube reads
-            t = e.outputs[0].type
-            assert isinstance(t, TileType)
-            check_mat_fractals("ND -> NZ load into Mat", t.shape, t.dtype, e.source)
-        if p in (P.tile_matmul_p, P.tile_matmul_acc_p):
+            self.nd2nz_load(e)
+        elif p in (P.tile_matmul_p, P.tile_matmul_acc_p):
             self.matmul(e)
         elif p is P.tile_store_p and e.inputs[0] in self.deferred:
             self.split_store(self.deferred.pop(e.inputs[0]), e)  # type: ignore[arg-type]
@@ -149,11 +209,29 @@ class _AutoTile(Rewriter):
         else:
             self.copy(e)
 
+    def nd2nz_load(self, e: Eqn) -> None:
+        """The Mat tile of an ND window: whole C0 lines always; a Left-only window of M rows, M not a
+        multiple of 16, is padded to ceil16(M) rows with valid_shape (M, K) (module docstring)."""
+        t = e.outputs[0].type
+        assert isinstance(t, TileType)
+        pad = e.outputs[0] in self.left_only and t.fully_valid and len(t.shape) == 2
+        check_mat_fractals("ND -> NZ load into Mat", t.shape, t.dtype, e.source, partial_rows=pad)
+        rows = t.shape[0]
+        if not pad or not rows % 16:
+            self.copy(e)
+            return
+        padded = TileType((ceil16(rows), t.shape[1]), t.dtype, t.memory, t.shape)
+        out = self.fresh(e.outputs[0], padded)
+        self.out.append(Eqn(e.primitive, tuple(self.atoms(e.inputs)), (out,), dict(e.params, out_type=padded),
+                            e.source))
+
     def matmul(self, e: Eqn) -> None:
         out = e.outputs[0]
         ot = out.type
         assert isinstance(ot, TileType)
         m, n = ot.shape
+        if decode_rows(self.atom(e.inputs[-2]).type) is not None:
+            m = ceil16(m)  # a decode batch's accumulator is whole 16-row fractals in L0C
         fits = m * n * 4 <= self.cap["Acc"] and max(m, n) <= MAX_CUBE_EXTENT
         if not fits and e.primitive is P.tile_matmul_p and self.uses[-1][out] == 1 and self._stored(out):
             self.deferred[out] = e

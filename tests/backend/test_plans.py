@@ -94,6 +94,26 @@ def test_grouped_nz_matmul_plans_equal_generic(dtype, np_dtype, out_dtype, np_ou
         np.testing.assert_allclose(res, ref, rtol=1e-3, atol=1e-2)
 
 
+@pytest.mark.parametrize("T", [1, 4, 15, 17])
+@pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
+    (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
+    (pl.INT8, np.int8, pl.INT32, np.int32),
+])
+def test_decode_batch_plans_equal_generic(T, dtype, np_dtype, out_dtype, np_out):
+    """A decode batch of T tokens (T not a multiple of 16): 16-row Mat / Left / Acc tiles with T valid
+    rows (hardware-model.md §3, §6). The compiled steps carry the valid rows into the TEXTRACT window
+    and the accumulator, the lane-batched path falls back to the per-lane one: the same bytes."""
+    E, N, K, NT, KT = 2, 64, 128, 32, 64
+    rng = np.random.default_rng(T)
+    x = rng.integers(-100, 100, (E, T, K)).astype(np_dtype)
+    w = rng.integers(-100, 100, (E, N, K)).astype(np_dtype)
+    out = np.zeros((E, T, N), np_out)
+    got = _same(_grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w), out)
+    res = np.frombuffer(got[2], np_out).reshape(E, T, N)
+    ref = np.einsum("etk,enk->etn", x.astype(np.float64), w.astype(np.float64))
+    np.testing.assert_allclose(res, ref, rtol=1e-3, atol=1e-2)
+
+
 def test_nd_matmul_with_live_accumulator_plans_equal_generic():
     """The accumulator is read after the mad_acc (no in-place update), the left operand is reused
     by two mads (not fused), a loop carries the accumulator."""

@@ -1,5 +1,7 @@
-"""An ND -> NZ load into Mat writes whole 16 x c0 fractals (hardware-model.md §1.3, §3): a window
-that is not whole fractals has no Mat tile, and is refused when it is compiled, at its line."""
+"""An ND -> NZ load into Mat writes whole 16 x c0 fractals (hardware-model.md §1.3, §3). Columns that
+are not whole C0 lines, and a Right operand whose rows are not whole fractals, have no Mat tile and
+are refused when compiled, at their line. A Left operand of M < 16 rows (a decode batch) is padded
+to a 16-row tile instead: tests/e2e/test_decode_matmul.py."""
 
 from __future__ import annotations
 
@@ -19,16 +21,32 @@ def _decode(M: int, K: int, dtype, layout=pl.NZ):
     return k
 
 
-@pytest.mark.parametrize("M, K, dtype, layout, what", [(8, 64, pl.FP16, pl.NZ, "[8, 64] FP16"),
-                                                       (1, 64, pl.FP16, pl.NZ, "[1, 64] FP16"),
-                                                       (16, 16, pl.INT8, pl.ND, "[16, 16] INT8")])
-def test_window_that_is_not_whole_fractals_is_refused(M, K, dtype, layout, what, line_of):
-    k = _decode(M, K, dtype, layout)
+@pytest.mark.parametrize("M, K, dtype, what", [(16, 16, pl.INT8, "[16, 16] INT8"),  # a C0 line is 32 INT8
+                                               (4, 16, pl.INT8, "[4, 16] INT8"),
+                                               (1, 8, pl.FP16, "[1, 8] FP16")])
+def test_columns_that_are_not_whole_c0_lines_are_refused(M, K, dtype, what, line_of):  # hw §3
+    k = _decode(M, K, dtype, pl.ND)
     with pytest.raises(CompileError) as err:
         k.lower()
     msg = str(err.value)
     assert f":{line_of(k.fn, '# the matmul')}:" in msg
-    assert f"ND window {what} is not whole 16 x" in msg and "help: pad the operand" in msg
+    assert f"ND window {what} is not whole 16 x" in msg and "columns" in msg and "help: pad the operand" in msg
+
+
+def test_right_operand_rows_that_are_not_whole_fractals_are_refused(line_of):  # hw §3, §6
+    """Only a Left operand's rows may be padded (TMATMUL m = Left.validRow); padding a Right
+    operand's N rows would feed the stale rows of the Mat tile to the cube as columns of C."""
+    @pl.kernel
+    def k(x: pl.Tensor[[16, 64], pl.FP16], w: pl.Tensor[[8, 64], pl.FP16],
+          out: pl.Out[pl.Tensor[[16, 8], pl.FP32]]):
+        out[:, :] = pl.matmul(x, w, b_trans=True)  # the matmul
+
+    with pytest.raises(CompileError) as err:
+        k.lower()
+    msg = str(err.value)
+    assert f":{line_of(k.fn, '# the matmul')}:" in msg
+    assert "ND window [8, 64] FP16 is not whole 16 x 16 fractals: rows must be a multiple of 16" in msg
+    assert "only the Left operand" in msg
 
 
 def test_whole_fractal_window_runs():

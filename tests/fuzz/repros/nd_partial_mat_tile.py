@@ -5,7 +5,9 @@ x is [8, 64] FP16 (M = 8 rows, e.g. a decode batch); ConvertTensorToTileOps type
 [8, 64] and nothing pads it to the 16-row fractal the ND -> NZ load writes (hardware-model.md §3
 zero-fills the tail columns and leaves rows past the valid ones unwritten). Same for INT8 windows
 of 16 columns (c0 = 32) and M = 1. The compiler should pad the tile (valid_shape = the window) or
-refuse with a CompileError; it raised runtime.DeviceError, and now it is refused when it is compiled.
+refuse with a CompileError; it raised runtime.DeviceError. It was first refused when compiled; now a
+Left operand of M < 16 rows gets a 16-row Mat tile with valid_shape (M, K) and runs device-exact
+(passes/auto_tile_matmul.py); INT8 windows of 16 columns stay refused (core/geometry.py).
 
     python tests/fuzz/repros/nd_partial_mat_tile.py      # DeviceError until fixed
 """
