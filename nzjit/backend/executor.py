@@ -168,7 +168,7 @@ def make_plan(g: Graph, n_owned_params: int) -> Plan:
     read = {a for e in g.eqns for a in e.inputs if isinstance(a, Var)} | set(g.outputs)
     unread = tuple(slot_of[p] for p in g.params[len(g.params) - n_owned_params:] if p not in read)
     if unread:
-        from .fast import _release
+        from .fast_core import _release
 
         runs = ((lambda ctx, env: _release(ctx, env, unread, ())), *runs)
     return Plan(g, steps, len(template), template, param_slots, out_slots, runs, slot_of)

@@ -222,7 +222,7 @@ def _fresh_calls(fast: bool, resident: bool, offsets, counted=None):
     """One call per offset, each with fresh tensors of one layout (new host arrays, or new resident
     tensors): per call (output bytes, the warnings, the refusal text). `counted`, a dict, receives
     the number of window checks each call ran (the general path of a load / store step runs one)."""
-    from nzjit.backend import fast as fast_mod
+    from nzjit.backend import fast_memory as fast_mod
 
     old = executor.FAST
     executor.FAST = fast
