@@ -6,6 +6,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from gmm_kernels import check_gmm, gmm_operands, grouped
 
 import runtime
 from nzjit import pl
@@ -51,38 +52,6 @@ def _compare(kernel, *args):
     return got
 
 
-def _grouped(dtype, out_dtype, E, T, N, K, NT, KT):
-    @pl.kernel
-    def gmm(x: pl.Tensor[[E, T, K], dtype], w: pl.Tensor[[E, N, K], dtype, pl.NZ],
-            out: pl.Tensor[[E, T, N], out_dtype]):
-        for lane in pl.spmd(E * (N // NT)):
-            e = lane // (N // NT)
-            n0 = (lane % (N // NT)) * NT
-            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
-            for k0 in pl.pipeline(KT, K, KT):
-                acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
-            out[e, :, n0:n0 + NT] = acc
-
-    return gmm
-
-
-def _gmm_operands(rng, np_dtype, E, T, N, K):
-    """Random grouped-matmul operands: full-range int8, or standard normal floats."""
-    if np_dtype == np.int8:
-        return (rng.integers(-128, 128, (E, T, K)).astype(np_dtype),
-                rng.integers(-128, 128, (E, N, K)).astype(np_dtype))
-    return rng.standard_normal((E, T, K)).astype(np_dtype), rng.standard_normal((E, N, K)).astype(np_dtype)
-
-
-def _check_gmm(res, x, w, np_dtype):
-    """`res` against the float64 reference: exact for int8, to float32 accumulation otherwise."""
-    ref = np.einsum("etk,enk->etn", x.astype(np.float64), w.astype(np.float64))
-    if np_dtype == np.int8:
-        np.testing.assert_array_equal(res, ref.astype(np.int64).astype(np.int32))
-    else:
-        np.testing.assert_allclose(res, ref, rtol=1e-3, atol=1e-2)
-
-
 @pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
     (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
     (pl.FP16, np.float16, pl.FP32, np.float32),
@@ -91,11 +60,11 @@ def _check_gmm(res, x, w, np_dtype):
 @pytest.mark.parametrize("E,N,NT", [(2, 256, 128), (3, 512, 64)])
 def test_grouped_matmul_batched_equals_per_lane(spy, dtype, np_dtype, out_dtype, np_out, E, N, NT):
     T, K, KT = 32, 256, 128
-    x, w = _gmm_operands(np.random.default_rng(E * N), np_dtype, E, T, N, K)
-    got = _compare(_grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w),
+    x, w = gmm_operands(np.random.default_rng(E * N), np_dtype, E, T, N, K)
+    got = _compare(grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w),
                    np.full((E, T, N), 7, np_out))
     assert spy == [True]  # batched (the reference run does not try)
-    _check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
+    check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
 
 
 def test_lanes_reading_what_other_lanes_store_fall_back(spy):
@@ -221,7 +190,7 @@ def test_batching_can_be_switched_off(spy):
     executor.BATCH_SPMD = False
     try:
         E, T, N, K, NT, KT = 1, 16, 64, 64, 32, 32
-        k = _grouped(pl.FP16, pl.FP32, E, T, N, K, NT, KT)
+        k = grouped(pl.FP16, pl.FP32, E, T, N, K, NT, KT)
         k(np.ones((E, T, K), np.float16), runtime.pack_nz(np.ones((E, N, K), np.float16)),
           np.zeros((E, T, N), np.float32))
         assert spy == []
@@ -284,7 +253,7 @@ def test_lazy_nz_weight_images_are_the_loaded_bytes(monkeypatch, E, N, NT):
     rng = np.random.default_rng(5)
     x = rng.standard_normal((E, T, K)).astype(ml_dtypes.bfloat16)
     w = rng.standard_normal((E, N, K)).astype(ml_dtypes.bfloat16)
-    _compare(_grouped(pl.BF16, pl.FP32, E, T, N, K, NT, KT), x, runtime.pack_nz(w), np.zeros((E, T, N), np.float32))
+    _compare(grouped(pl.BF16, pl.FP32, E, T, N, K, NT, KT), x, runtime.pack_nz(w), np.zeros((E, T, N), np.float32))
     assert seen and all(space == "Mat" and layout == "NZ" for space, layout, _ in seen)
     # one chunk per expert in the first lane group (LANE_GROUP lanes)
     assert max(n for _, _, n in seen) == min(E, batched.LANE_GROUP // (N // NT))
@@ -349,24 +318,24 @@ def test_interleaved_experts_batched_equal_per_lane(spy, dtype, np_dtype, out_dt
                 acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
             out[e, :, n0:n0 + NT] = acc
 
-    x, w = _gmm_operands(np.random.default_rng(11), np_dtype, E, T, N, K)
+    x, w = gmm_operands(np.random.default_rng(11), np_dtype, E, T, N, K)
     got = _compare(gmm, x, runtime.pack_nz(w), np.zeros((E, T, N), np_out))
     assert spy == [True]
-    _check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
+    check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
 
 
 def test_deep_int8_mads_batched_exact_in_float64(spy):
     """An int8 mad deeper than float32 holds exactly (k = 2048 > 2**24 / 128**2) is batched with
     float64 products, still exact: the same bytes as the lanes one by one, equal to numpy."""
     E, T, N, K, NT, KT = 2, 16, 64, 2048, 16, 2048
-    x, w = _gmm_operands(np.random.default_rng(3), np.int8, E, T, N, K)
+    x, w = gmm_operands(np.random.default_rng(3), np.int8, E, T, N, K)
     x[:] = 127  # the largest products everywhere a row sums to: |C| = 2048 * 127 * 128 needs 25 bits
     w[0] = -128
-    kern = _grouped(pl.INT8, pl.INT32, E, T, N, K, NT, KT)
+    kern = grouped(pl.INT8, pl.INT32, E, T, N, K, NT, KT)
     depths = {e.inputs[-2].type.shape[1] for e in kern.lower(x, runtime.pack_nz(w)).final.walk()
               if e.primitive.name in ("tile.mad", "tile.mad_acc")}
     assert depths == {2048}  # one mad per lane, deeper than the float32-exact 1024
     got = _compare(kern, x, runtime.pack_nz(w), np.zeros((E, T, N), np.int32))
     assert spy == [True]
-    _check_gmm(np.frombuffer(got[0][2], np.int32).reshape(E, T, N), x, w, np.int8)
+    check_gmm(np.frombuffer(got[0][2], np.int32).reshape(E, T, N), x, w, np.int8)
     assert np.frombuffer(got[0][2], np.int32).min() == -2048 * 127 * 128

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import ml_dtypes
 import numpy as np
 import pytest
+from gmm_kernels import check_gmm, gmm_operands, grouped
 
 import runtime
 from nzjit import pl
@@ -55,21 +56,6 @@ def _same(kernel, *args):
     return fast[0]
 
 
-def _grouped(dtype, out_dtype, E, T, N, K, NT, KT):
-    @pl.kernel
-    def gmm(x: pl.Tensor[[E, T, K], dtype], w: pl.Tensor[[E, N, K], dtype, pl.NZ],
-            out: pl.Tensor[[E, T, N], out_dtype]):
-        for lane in pl.spmd(E * (N // NT)):
-            e = lane // (N // NT)
-            n0 = (lane % (N // NT)) * NT
-            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
-            for k0 in pl.pipeline(KT, K, KT):
-                acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
-            out[e, :, n0:n0 + NT] = acc
-
-    return gmm
-
-
 @pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
     (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
     (pl.FP16, np.float16, pl.FP32, np.float32),
@@ -77,21 +63,10 @@ def _grouped(dtype, out_dtype, E, T, N, K, NT, KT):
 ])
 def test_grouped_nz_matmul_plans_equal_generic(dtype, np_dtype, out_dtype, np_out):
     E, T, N, K, NT, KT = 2, 32, 256, 512, 128, 256
-    rng = np.random.default_rng(0)
-    if np_dtype == np.int8:
-        x = rng.integers(-128, 128, (E, T, K)).astype(np_dtype)
-        w = rng.integers(-128, 128, (E, N, K)).astype(np_dtype)
-    else:
-        x = rng.standard_normal((E, T, K)).astype(np_dtype)
-        w = rng.standard_normal((E, N, K)).astype(np_dtype)
+    x, w = gmm_operands(np.random.default_rng(0), np_dtype, E, T, N, K)
     out = np.zeros((E, T, N), np_out)
-    got = _same(_grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w), out)
-    res = np.frombuffer(got[2], np_out).reshape(E, T, N)
-    ref = np.einsum("etk,enk->etn", x.astype(np.float64), w.astype(np.float64))
-    if np_dtype == np.int8:
-        np.testing.assert_array_equal(res, ref.astype(np.int64).astype(np.int32))
-    else:
-        np.testing.assert_allclose(res, ref, rtol=1e-3, atol=1e-2)
+    got = _same(grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w), out)
+    check_gmm(np.frombuffer(got[2], np_out).reshape(E, T, N), x, w, np_dtype)
 
 
 @pytest.mark.parametrize("T", [1, 4, 15, 17])
@@ -108,7 +83,7 @@ def test_decode_batch_plans_equal_generic(T, dtype, np_dtype, out_dtype, np_out)
     x = rng.integers(-100, 100, (E, T, K)).astype(np_dtype)
     w = rng.integers(-100, 100, (E, N, K)).astype(np_dtype)
     out = np.zeros((E, T, N), np_out)
-    got = _same(_grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w), out)
+    got = _same(grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w), out)
     res = np.frombuffer(got[2], np_out).reshape(E, T, N)
     ref = np.einsum("etk,enk->etn", x.astype(np.float64), w.astype(np.float64))
     np.testing.assert_allclose(res, ref, rtol=1e-3, atol=1e-2)
