@@ -23,7 +23,16 @@ from runtime.cube import textract_window
 
 from ..core import primitives as P
 from ..core.types import ScalarType, TileType
-from .fast_core import Run, _finish, _generic, _geometry_of, _release1, _tile_free, _tile_geometry
+from .fast_core import (
+    Run,
+    _finish,
+    _finish_or_generic,
+    _generic,
+    _geometry_of,
+    _release1,
+    _tile_free,
+    _tile_geometry,
+)
 from .fast_memory import _mk_load, _mk_slice, _mk_store
 from .impl import _CMP, _ELEMENTWISE, _SCALAR, static_valid
 from .values import TransposedTile
@@ -261,14 +270,7 @@ def _mk_elementwise(st: Any) -> Run | None:
                 return False
         return True
 
-    def general(ctx: Any, env: list[Any]) -> None:
-        r = body(ctx, env)
-        if r is None:
-            generic(ctx, env)
-            return
-        env[o] = r
-        if free:
-            _release1(ctx, env, free, r)
+    general = _finish_or_generic(st, body, generic)
 
     if len(ins) == 2:  # binary: no argument lists to build and unpack
         i0, i1 = ins

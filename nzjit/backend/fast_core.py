@@ -101,9 +101,10 @@ def _finish(st: Any, body: Callable[[Any, list[Any]], Any]) -> Run:
 
 def _finish_or_generic(st: Any, body: Callable[[Any, list[Any]], Any], generic: Run) -> Run:
     """Like `_finish`, for a `body` that returns None when the value is not one it plans for: the
-    generic implementation runs instead (it stores the output and frees by itself)."""
+    generic implementation runs instead (it stores the output and frees by itself). Only tile slots
+    are released (`_tile_free`)."""
     (o,) = st.outs
-    free = st.free
+    free = _tile_free(st)
 
     def run(ctx: Any, env: list[Any]) -> None:
         r = body(ctx, env)
@@ -112,7 +113,7 @@ def _finish_or_generic(st: Any, body: Callable[[Any, list[Any]], Any], generic: 
             return
         env[o] = r
         if free:
-            _release(ctx, env, free, (r,))
+            _release1(ctx, env, free, r)
 
     return run
 

@@ -35,6 +35,16 @@ from .values import TensorVal
 _load_plan, _store_plan = runtime.load.load_plan, runtime.store.store_plan
 
 # --------------------------------------------------------------------------------- tensor level
+def _element_offset(ctx: Any, e: Any, offs: tuple[Any, ...], strides: tuple[int, ...]) -> int:
+    """sum(offset * stride) of a partition; a negative offset is refused as `clamp` refuses it."""
+    delta = 0
+    for x, s in zip(offs, strides):
+        if x < 0:
+            clamp(ctx, e, list(offs))
+        delta += x * s
+    return delta
+
+
 def _mk_slice(st: Any) -> Run | None:
     e = st.eqn
     out_t = e.outputs[0].type
@@ -54,11 +64,7 @@ def _mk_slice(st: Any) -> Run | None:
         if src.nz is not None:
             return None
         offs = getter(env) if getter is not None else tuple(env[i] for i in offs_slots)
-        delta = 0
-        for o, s in zip(offs, src.strides):
-            if o < 0:
-                clamp(ctx, e, list(offs))
-            delta += o * s
+        delta = _element_offset(ctx, e, offs, src.strides)
         check_window(e, src.shape, offs, window)
         strides = tuple(s for i, s in enumerate(src.strides) if i not in drop)
         if len(strides) != len(shape):  # a blocked NZ slice: same rank-5 geometry, narrower batch
@@ -164,11 +170,7 @@ def _mk_load(st: Any) -> Run | None:
         if type(src) is not TensorVal or src.nz is not None:
             return None
         offs = getter(env) if getter is not None else tuple(env[i] for i in offs_slots)
-        delta = 0
-        for x, s in zip(offs, src.strides):
-            if x < 0:
-                clamp(ctx, e, list(offs))
-            delta += x * s
+        delta = _element_offset(ctx, e, offs, src.strides)
         if static_sizes is not None:
             sizes, (vr, vc) = static_sizes, static_ext  # type: ignore[misc]
         else:
@@ -247,11 +249,7 @@ def _mk_store(st: Any) -> Run | None:
     def slow(ctx: Any, env: list[Any], tile: Any, dst: Any) -> None:  # refreshes `hot`
         nonlocal memo, hot
         offs = tuple(env[i] for i in offs_slots)
-        delta = 0
-        for x, s in zip(offs, dst.strides):
-            if x < 0:
-                clamp(ctx, e, list(offs))
-            delta += x * s
+        delta = _element_offset(ctx, e, offs, dst.strides)
         tile._live()
         sizes = ((1,) * (len(dst.shape) - 2) + (tile.valid_row, tile.valid_col))[-len(dst.shape):]
         check_window(e, dst.shape, offs, sizes)
