@@ -66,11 +66,11 @@ def arithmetic_runs(addrs: np.ndarray) -> list[tuple[int, int, int]]:
     return runs
 
 
-def image_strides(plan: Any, g: Any) -> tuple[Any, tuple[int, ...]] | None:
+def image_strides(plan: Any, g: Any) -> tuple[Any, tuple[int, ...], tuple[int, ...]] | None:
     """For a load `plan` that is one GM -> tile burst copy writing every byte of a `g` tile (no
-    warnings): the copy and the GM byte strides of the image's bytes seen C-contiguously as
-    ``(*g.phys[:-1], g.phys[-1] * itemsize)`` (relative to the lane's address); None when the copy
-    is not that simple.  Cached per plan (plans are cached per geometry)."""
+    warnings): the copy, the image's bytes as a C-contiguous shape ``(*g.phys[:-1], g.phys[-1] *
+    itemsize)`` and their GM byte strides (relative to the lane's address); None when the copy is
+    not that simple.  Cached per plan (plans are cached per geometry)."""
     hit = _IMAGE_STRIDES.get(id(plan))
     if hit is not None and hit[0] is plan and hit[1] is g:
         return hit[2]
@@ -84,7 +84,7 @@ def image_strides(plan: Any, g: Any) -> tuple[Any, tuple[int, ...]] | None:
 _IMAGE_STRIDES: dict[int, tuple[Any, Any, Any]] = {}
 
 
-def _image_strides_of(plan: Any, g: Any) -> tuple[Any, tuple[int, ...]] | None:
+def _image_strides_of(plan: Any, g: Any) -> tuple[Any, tuple[int, ...], tuple[int, ...]] | None:
     copies = plan.copies
     if copies is None or len(copies) != 1 or plan.warns or not plan.fills(g.nbytes):
         return None
@@ -112,7 +112,7 @@ def _image_strides_of(plan: Any, g: Any) -> tuple[Any, tuple[int, ...]] | None:
         f *= n
     if shape[-1] > 1 and strides[0] != 1:
         return None  # the innermost bytes must be contiguous in GM to be read as elements
-    return copies[0], tuple(reversed(strides))
+    return copies[0], shape, tuple(reversed(strides))
 
 
 def gm_images(plan: Any, gm: Any, addrs: np.ndarray, g: Any) -> list[tuple[int, np.ndarray]] | None:
@@ -122,8 +122,7 @@ def gm_images(plan: Any, gm: Any, addrs: np.ndarray, g: Any) -> list[tuple[int, 
     found = image_strides(plan, g)
     if found is None:
         return None
-    (cp, _, so, _), strides = found
-    shape = (*g.phys[:-1], g.phys[-1] * g.dtype.itemsize)
+    (cp, _, so, _), shape, strides = found
     lo, hi = cp.s_span  # the bytes one lane's copy reads (the same as its image's view)
     chunks = []
     for u0, u1, step in arithmetic_runs(addrs):
