@@ -355,9 +355,8 @@ def _extract_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step |
 def _products(s: _State, left: LaneWindow, right: LaneWindow, m: int, k: int, n: int,
               into: np.ndarray | None = None) -> np.ndarray:
     """The lanes' products, (L, m, n) float32 (int8: exact integers, in float64 when deeper than
-    float32 holds them exactly), in `into` or a reused
-    buffer: `runtime.cube._product_windows` of every lane, operands converted once per distinct
-    image.  One stacked np.matmul calls the same BLAS routine per lane, on the same operand
+    float32 holds them exactly), in `into` or a reused buffer: `runtime.cube._product_windows` of
+    every lane, operands converted once per distinct image.  One stacked np.matmul calls the same BLAS routine per lane, on the same operand
     layouts, as one product at a time (the same bits; pinned by the per-lane comparison tests)."""
     # int8: |C| <= k * 2**14, exact in float32 up to k = 1024 and in float64 beyond (k <= 4095)
     ft = np.float64 if left.g.dtype == np.int8 and k > _F32_EXACT_K else np.float32
