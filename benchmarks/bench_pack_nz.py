@@ -3,8 +3,10 @@
 Both sides write a preallocated buffer (``out=``), so the ratio is the cost of the NZ
 permutation itself; reported as a bandwidth ratio, np.copyto time / pack time (target >= 0.5).
 For scale, pack_nz is also set against the same permutation written the obvious numpy way (a
-typed copy of a swapped-axes view). Arrays that stay in cache are bound by the scattered 32-byte
-lines of the permutation: a compiled, cache-blocked loop (tried with numba) moved them no faster.
+typed copy of a swapped-axes view). pack_nz gathers 32-byte lines with np.take; arrays that stay
+in cache are bound by the scattered lines of the permutation (a line stride that is a multiple of
+4 KiB maps every read to the same few cache sets), and a compiled, cache-blocked loop (tried with
+numba) moved them no faster.
 Not a timed test: nothing is asserted.
 
     python benchmarks/bench_pack_nz.py

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import runtime
 from runtime.dtypes import itemsize_bits
@@ -70,9 +74,21 @@ def test_pack_puts_element_at_nz8_offset(dtype, shape):  # NZ-8
     np.testing.assert_array_equal(flat[off].view(np.uint8), a.reshape(-1).view(np.uint8))
 
 
-def test_pack_large_plane_uses_chunked_path_correctly():
-    a = _random((2, 1024, 512), np.int8, seed=2)  # plane > one 256 KiB chunk
-    np.testing.assert_array_equal(runtime.unpack_nz(runtime.pack_nz(a)), a)
+@pytest.mark.parametrize("shape", [(2, 1024, 512), (2, 4096, 32 * 11)])
+def test_pack_large_plane_uses_blocked_path_correctly(shape, monkeypatch):  # NZ-8
+    # With 2**15 lines per take block, (2, 4096, 352) int8 is larger than one block: packing runs
+    # in blocks of 8 line columns with a remainder of 3, unpacking in blocks of 2978 rows + 1118.
+    monkeypatch.setattr(runtime.nz, "_BLOCK_LINES", 1 << 15)
+    calls = []
+    take = np.take
+    monkeypatch.setattr(np, "take", lambda *a, **k: calls.append(1) or take(*a, **k))
+    a = _random(shape, np.int8, seed=2)
+    R, C = shape[-2:]
+    expected = a.reshape(-1, R, C // 32, 32).swapaxes(1, 2).reshape(shape)
+    packed = runtime.pack_nz(a)
+    np.testing.assert_array_equal(packed, expected)
+    np.testing.assert_array_equal(runtime.unpack_nz(packed), a)
+    assert len(calls) == (2 if shape[-1] == 512 else 2 * 2 * 2)  # one call, or 2 planes x 2 blocks
 
 
 def test_pack_accepts_non_contiguous_input():
@@ -134,3 +150,24 @@ def test_pack_into_preallocated_out():
         runtime.pack_nz(a, out=np.empty((2, 32, 64), np.uint8))
     with pytest.raises(ValueError, match="overlap"):
         runtime.pack_nz(a, out=a)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    dtype=st.sampled_from([np.int8, ml_dtypes.bfloat16, np.float32]),
+    batch=st.integers(1, 3),
+    fractal_rows=st.integers(1, 6),
+    lines=st.integers(1, 7),
+    block_lines=st.integers(1, 200),
+)
+def test_pack_matches_nz8_for_any_take_block(dtype, batch, fractal_rows, lines, block_lines):  # NZ-8
+    # Whatever the take block size (whole planes, blocks with remainders, one line column per
+    # block), packing is the NZ-8 axis swap and unpacking inverts it.
+    c0 = runtime.c0_of(dtype)
+    shape = (batch, 16 * fractal_rows, lines * c0)
+    a = _random(shape, dtype, seed=block_lines)
+    expected = a.reshape(batch, shape[1], lines, c0).swapaxes(1, 2).reshape(shape)
+    with mock.patch.object(runtime.nz, "_BLOCK_LINES", block_lines):
+        packed = runtime.pack_nz(a)
+        np.testing.assert_array_equal(packed.view(np.uint8), expected.view(np.uint8))
+        np.testing.assert_array_equal(runtime.unpack_nz(packed).view(np.uint8), a.view(np.uint8))
