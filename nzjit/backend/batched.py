@@ -36,6 +36,7 @@ test) in lane_gm.py.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -138,6 +139,20 @@ def _addresses(src: Any, offs: list[Any], L: int, sizes: Any) -> np.ndarray | in
     if isinstance(addr, np.ndarray):
         return addr.astype(np.int64)
     return int(addr)
+
+
+def _distinct(addr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(addr, return_inverse=True)``, without its sort when the lanes' addresses are
+    already in order (the common case: lanes in order, consecutive lanes sharing a window)."""
+    step = addr[1:] - addr[:-1]
+    if (step > 0).all():  # lanes load distinct windows, in order
+        return addr, np.arange(len(addr))
+    if (step >= 0).all():  # runs of equal addresses share one image
+        first = np.empty(len(addr), dtype=bool)
+        first[0] = True
+        np.not_equal(step, 0, out=first[1:])
+        return addr[first], np.cumsum(first) - 1
+    return np.unique(addr, return_inverse=True)
 
 
 def _view_span(view: GmView) -> tuple[int, int]:
@@ -273,15 +288,12 @@ def _load_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | No
         if blocked:
             vr, vc = sizes[2] * sizes[3], sizes[1] * sizes[4]
         else:
-            vr = int(np.prod(sizes[:-1])) if len(sizes) > 1 else 1
+            vr = math.prod(sizes[:-1])
             vc = sizes[-1]
         if len(sizes) > 5:
             raise Fallback("rank > 5 window")
         addr = _lanes_of(_addresses(src, [env[i] for i in offs], s.L, sizes), s.L)
-        if len(addr) < 2 or (addr[1:] > addr[:-1]).all():  # lanes load distinct windows, in order
-            uniq, row = addr, np.arange(len(addr))
-        else:
-            uniq, row = np.unique(addr, return_inverse=True)
+        uniq, row = _distinct(addr)
         s.reserve(geom)
         probe = TileBuf._from_geometry(geom, vr, vc, s.scratch((geom.nbytes,), np.uint8, "probe"))
         view0 = GmView._make(int(uniq[0]), src.dtype, sizes, src.strides, src.layout)

@@ -88,3 +88,18 @@ def test_in_place_images_are_the_loaded_bytes(case):
         img = np.full(g.nbytes, 0xA5, np.uint8)
         plan.run(w.gm, a, TileBuf._from_geometry(g, tile.valid_row, tile.valid_col, img))
         assert lazy[u].tobytes() == img.view(g.dtype).reshape(g.phys).tobytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 6), min_size=0, max_size=20), st.booleans())
+def test_distinct_lane_addresses_match_np_unique(addrs, in_order):
+    # A batched load shares one image among lanes with the same address; the shortcut for lanes
+    # already in address order must give np.unique's images and lane -> image map exactly.
+    from nzjit.backend.batched import _distinct
+
+    addr = np.array(sorted(addrs) if in_order else addrs, dtype=np.int64) * 512
+    uniq, row = _distinct(addr)
+    want_uniq, want_row = np.unique(addr, return_inverse=True)
+    np.testing.assert_array_equal(uniq, want_uniq)
+    np.testing.assert_array_equal(row.reshape(-1), want_row.reshape(-1))
+    np.testing.assert_array_equal(uniq[row.reshape(-1)], addr)
