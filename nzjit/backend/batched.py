@@ -75,7 +75,7 @@ class _State:
         self.loaded: list[tuple[np.ndarray, int, int]] = []  # (addresses, lo, hi) relative spans
         self.stored: list[tuple[np.ndarray, int, int]] = []
         self.pool: dict[tuple[int, int], list[np.ndarray]] = {}  # freed LaneTile images
-        self.pinned: set[int] = set()  # ids of images a deferred store still reads
+        self.pinned: set[int] = set()  # ids of images and sums a deferred store still reads
         self.bufs: dict[tuple[object, ...], np.ndarray] = {}
 
     def reserve(self, g: Any) -> None:
@@ -441,7 +441,7 @@ def _mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: b
         if not accumulate:
             s.reserve(geom)
             acc = LaneAcc(geom, np.empty((s.L, m, n), geom.dtype))
-        elif not in_place:
+        elif not in_place or id(acc.data) in s.pinned:  # a deferred store still reads the old sums
             s.reserve(geom)
             acc = LaneAcc(geom, acc.data.copy())
         data = acc.data
@@ -518,6 +518,7 @@ def _store_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | N
             raise Fallback("store target")
         if type(tile) is LaneAcc and not tile.freed:
             vr, vc, g = tile.g.rows, tile.g.cols, tile.g
+            s.pinned.add(id(tile.data))  # stored at the end: later mads must not update it in place
             get: Callable[[int], TileBuf] = tile.lane_tile
         elif type(tile) is LaneTile and not tile.freed:
             vr, vc, g = tile.valid_row, tile.valid_col, tile.g

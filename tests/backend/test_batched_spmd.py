@@ -339,3 +339,30 @@ def test_deep_int8_mads_batched_exact_in_float64(spy):
     assert spy == [True]
     check_gmm(np.frombuffer(got[0][2], np.int32).reshape(E, T, N), x, w, np.int8)
     assert np.frombuffer(got[0][2], np.int32).min() == -2048 * 127 * 128
+
+
+def test_stored_partial_sums_are_not_updated_by_later_mads(spy):
+    """A lane stores its accumulator after the first K half, then keeps accumulating into it.
+    Stores of a batched run are applied at the end, so the later in-place mad must not touch the
+    sums the first store reads: out1 holds the first half's products, out2 the whole K."""
+    E, T, N, K, NT, KT = 2, 16, 64, 64, 32, 32
+
+    @pl.kernel
+    def halves(x: pl.Tensor[[E, T, K], pl.BF16], w: pl.Tensor[[E, N, K], pl.BF16, pl.NZ],
+               out1: pl.Tensor[[E, T, N], pl.FP32], out2: pl.Tensor[[E, T, N], pl.FP32]):
+        for lane in pl.spmd(E * (N // NT)):
+            e = lane // (N // NT)
+            n0 = (lane % (N // NT)) * NT
+            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
+            out1[e, :, n0:n0 + NT] = acc
+            acc = pl.matmul_acc(acc, x[e, :, KT:K], w[e, n0:n0 + NT, KT:K], b_trans=True)
+            out2[e, :, n0:n0 + NT] = acc
+
+    x, w = gmm_operands(np.random.default_rng(5), ml_dtypes.bfloat16, E, T, N, K)
+    zeros = np.zeros((E, T, N), np.float32)
+    got = _compare(halves, x, runtime.pack_nz(w), zeros, zeros)
+    assert spy == [True]
+    out1 = np.frombuffer(got[0][2], np.float32).reshape(E, T, N)
+    out2 = np.frombuffer(got[0][3], np.float32).reshape(E, T, N)
+    check_gmm(out1, x[:, :, :KT], w[:, :, :KT], ml_dtypes.bfloat16)
+    check_gmm(out2, x, w, ml_dtypes.bfloat16)
