@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .convert import check_acc_pair, fixpipe_convert
@@ -34,7 +36,16 @@ from .load import batch_offsets, check_nz_view, nd_batch
 from .memory import GlobalMemory
 from .tile import TileBuf
 
-__all__ = ["tstore", "store_plan", "nz_store_acc", "nd_store_acc", "vec_store_nd", "mat_store_nz", "read_acc"]
+__all__ = [
+    "tstore",
+    "store_plan",
+    "nz_store_acc",
+    "nd_store_acc",
+    "AccNdTransfer",
+    "vec_store_nd",
+    "mat_store_nz",
+    "read_acc",
+]
 
 
 def tstore(
@@ -113,14 +124,28 @@ def tstore_model(
 ) -> None:
     """The TSTORE model itself (checks, dispatch, transfers), as pto-isa ``TSTORE_IMPL``."""
     tile._live()
-    if tile.space == "Acc":
-        name = "nz_store_acc" if dst.layout == "NZ" else "nd_store_acc"
+    if tile.space == "Acc" and dst.layout == "NZ":
         if recording():  # not a burst copy: each run calls the path at the view's real address
             kw = dict(atomic_add=atomic_add, relu=relu, compact=compact, debug=debug)
             shape = dst.shape
-            record_call(lambda gm, addr, tile: globals()[name](gm, dst._trusted(addr, shape), tile, **kw))
+            record_call(lambda gm, addr, tile: nz_store_acc(gm, dst._trusted(addr, shape), tile, **kw))
             return None
-        return globals()[name](gm, dst, tile, atomic_add=atomic_add, relu=relu, compact=compact, debug=debug)
+        return nz_store_acc(gm, dst, tile, atomic_add=atomic_add, relu=relu, compact=compact, debug=debug)
+    if tile.space == "Acc":
+        m, n, src_stride = _nd_acc_fields(dst, tile, compact, debug)  # decoding: warnings go to the plan
+        if recording():  # each run writes at the view's real address; the checks are done
+            shape = dst.shape
+
+            def write(gm: GlobalMemory, addr: int, tile: TileBuf) -> None:
+                _nd_acc_write(gm, dst._trusted(addr, shape), tile, m, n, src_stride, relu, atomic_add)
+
+            write.acc_nd = AccNdTransfer(  # type: ignore[attr-defined]
+                m, n, dst.strides5[3] * dst.itemsize, dst.dtype, relu, atomic_add,
+                src_stride == tile.rows and m <= tile.rows and n <= tile.cols,
+            )
+            record_call(write)
+            return None
+        return _nd_acc_write(gm, dst, tile, m, n, src_stride, relu, atomic_add)
     static_check(not relu and not compact, lambda: "relu / compact are fixpipe (Acc store) features")
     static_check(
         tile.dtype.itemsize == dst.dtype.itemsize,
@@ -248,10 +273,30 @@ def nd_store_acc(
 ) -> None:
     """``TStoreAccNz2nd`` (§5): GM[addr + (r*s3 + c)*E] <- convert(Acc(r, c)); the row pitch
     ``s3`` is honoured, so this path has no mis-write."""
+    m, n, src_stride = _nd_acc_fields(dst, tile, compact, debug)
+    _nd_acc_write(gm, dst, tile, m, n, src_stride, relu, atomic_add)
+
+
+class AccNdTransfer(NamedTuple):
+    """What a decoded ``TStoreAccNz2nd`` writes, for callers that run it for many addresses at
+    once: GM[addr + r*row_pitch + c*E] (+)= convert(Acc(r, c)) for r < m, c < n, in ``out`` after
+    pre-ReLU (``relu``).  ``logical`` is True when the fixpipe reads the accumulator's logical
+    matrix at its declared pitch (``read_acc``'s first case), i.e. ``Acc[:m, :n]``."""
+
+    m: int
+    n: int
+    row_pitch: int
+    out: np.dtype
+    relu: bool
+    atomic_add: bool
+    logical: bool
+
+
+def _nd_acc_fields(dst: GmView, tile: TileBuf, compact: bool, debug: bool) -> tuple[int, int, int]:
+    """The Acc -> ND store's checks and register fields (mSize, nSize, srcStride)."""
     g0, g1, g2, g3, g4 = dst.shape5
-    s3, out, E = dst.strides5[3], dst.dtype, dst.itemsize
     static_check(tile.rows <= 8192, lambda: f"Acc ND store needs Rows <= 8192, got {tile.rows}")
-    m, n, src_stride = _acc_fields(tile, out, compact, debug)
+    m, n, src_stride = _acc_fields(tile, dst.dtype, compact, debug)
     pto_assert(g0 == g1 == g2 == 1, lambda: f"ND store shape[0..2] == 1, got {dst.shape5}", debug)
     pto_assert(
         tile.valid_col == g4 and tile.valid_row == g3,
@@ -259,10 +304,17 @@ def nd_store_acc(
         debug,
     )
     pto_assert(1 <= tile.valid_row <= 8192, lambda: f"validRow {tile.valid_row} in [1, 8192]", debug)
+    return m, n, src_stride
+
+
+def _nd_acc_write(
+    gm: GlobalMemory, dst: GmView, tile: TileBuf, m: int, n: int, src_stride: int, relu: bool, atomic_add: bool
+) -> None:
     if m == 0 or n == 0:
         return
+    out, E = dst.dtype, dst.itemsize
     vals = fixpipe_convert(read_acc(tile, m, n, src_stride), out, relu)
-    d = gm.view(dst.addr, (m, n * E), (s3 * E, 1)).view(out)
+    d = gm.view(dst.addr, (m, n * E), (dst.strides5[3] * E, 1)).view(out)
     write_in_order(d, vals, atomic_add)
 
 

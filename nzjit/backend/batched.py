@@ -519,7 +519,8 @@ def _store_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | N
         if type(tile) is LaneAcc and not tile.freed:
             vr, vc, g = tile.g.rows, tile.g.cols, tile.g
             s.pinned.add(id(tile.data))  # stored at the end: later mads must not update it in place
-            get: Callable[[int], TileBuf] = tile.lane_tile
+            get: Callable[[int], TileBuf] = (lambda acc: lambda lane: acc.lane_tile(lane))(tile)
+            get.sums = tile.data  # type: ignore[attr-defined]
         elif type(tile) is LaneTile and not tile.freed:
             vr, vc, g = tile.valid_row, tile.valid_col, tile.g
             s.pinned.add(id(tile.data))
@@ -732,7 +733,7 @@ def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any
     for stores in groups:
         if not stores:
             continue
-        if len(stores) == 1:  # one store per lane: one strided assignment if the lanes' bytes are disjoint
+        if len(stores) == 1:  # one store per lane: strided assignments if the lanes' bytes are disjoint
             plan_, addr, get = stores[0]
             images = getattr(get, "images", None)
             if images is not None:
@@ -740,6 +741,9 @@ def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any
                 imgs = data if len(data) == len(row) and (row == np.arange(len(row))).all() else data[row]
                 if lane_gm.lane_copy(plan_, gm, addr, imgs, False):
                     continue
+            sums = getattr(get, "sums", None)
+            if sums is not None and lane_gm.lane_acc_store(plan_, gm, addr, sums):
+                continue
         for lane in range(len(stores[0][1])):
             for plan_, addr, get in stores:
                 plan_.run(gm, int(addr[lane]), get(lane))

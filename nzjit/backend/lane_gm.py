@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 
 from runtime._strided import byte_span, overlaps_itself
+from runtime.convert import fixpipe_convert
+from runtime.errors import DeviceError
 
 
 def lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: bool) -> bool:
@@ -42,6 +44,56 @@ def lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: b
     else:
         g[...] = t
     return True
+
+
+def lane_acc_store(plan: Any, gm: Any, addrs: np.ndarray, acc: np.ndarray) -> bool:
+    """Replay an Acc -> ND store `plan` (``runtime.store.AccNdTransfer``, warning nothing) for every
+    lane at once: lane i writes its logical accumulator ``acc[i]`` at GM address ``addrs[i]``.
+    One strided assignment per arithmetic run of the (increasing) addresses; False, with nothing
+    written, when a byte could be written twice (the in-order replay decides then), a view is
+    refused, or the fixpipe does not read the logical matrix."""
+    op = plan.single
+    spec = getattr(op, "acc_nd", None)
+    if spec is None or not spec.logical or len(addrs) < 2 or not (addrs[1:] > addrs[:-1]).all():
+        return False
+    E = spec.out.itemsize
+    views = _disjoint_run_views(gm, addrs, (spec.m, spec.n * E), (spec.row_pitch, 1))
+    if views is None:
+        return False
+    vals = fixpipe_convert(acc[:, : spec.m, : spec.n], spec.out, spec.relu)
+    for u0, u1, v in views:
+        v = v.view(spec.out)
+        if spec.atomic_add:
+            v[...] = v + vals[u0:u1]
+        else:
+            v[...] = vals[u0:u1]
+    return True
+
+
+def _disjoint_run_views(
+    gm: Any, addrs: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...]
+) -> list[tuple[int, int, np.ndarray]] | None:
+    """Writable GM views ``(u0, u1, (u1 - u0, *shape))`` of a byte view of `shape` / `strides` at
+    each of the increasing `addrs`, one per arithmetic run; None unless no byte belongs to two
+    lanes (within a run: the strides say so; across runs: their byte ranges are apart) and every
+    view lies in GM."""
+    lo, hi = byte_span(0, shape, strides)
+    if hi <= lo:
+        return None
+    views, end = [], None
+    try:
+        for u0, u1, step in arithmetic_runs(addrs):
+            run_shape, run_strides = (u1 - u0, *shape), (step, *strides)
+            if overlaps_itself(run_shape, run_strides, 1):
+                return None
+            start = int(addrs[u0])
+            if end is not None and start + lo < end:
+                return None
+            end = start + hi + (u1 - u0 - 1) * step
+            views.append((u0, u1, gm.view_span(start, run_shape, run_strides, lo, end - start)))
+    except DeviceError:
+        return None
+    return views
 
 
 def arithmetic_runs(addrs: np.ndarray) -> list[tuple[int, int, int]]:

@@ -366,3 +366,69 @@ def test_stored_partial_sums_are_not_updated_by_later_mads(spy):
     out2 = np.frombuffer(got[0][3], np.float32).reshape(E, T, N)
     check_gmm(out1, x[:, :, :KT], w[:, :, :KT], ml_dtypes.bfloat16)
     check_gmm(out2, x, w, ml_dtypes.bfloat16)
+
+
+@pytest.fixture
+def acc_store_spy(monkeypatch):
+    """Records whether each batched Acc -> ND store over lanes ran as strided assignments."""
+    seen = []
+    real = lane_gm.lane_acc_store
+
+    def wrapped(*a, **k):
+        r = real(*a, **k)
+        seen.append(r)
+        return r
+
+    monkeypatch.setattr(lane_gm, "lane_acc_store", wrapped)
+    return seen
+
+
+@pytest.mark.parametrize("attrs", [{}, {"atomic": True}, {"pre_relu": True}])
+@pytest.mark.parametrize("out_dtype,np_out", [(pl.FP32, np.float32), (pl.BF16, ml_dtypes.bfloat16)])
+def test_acc_stores_over_lanes_batched_equal_per_lane(spy, acc_store_spy, attrs, out_dtype, np_out):
+    """Lanes of two experts store their accumulators (fixpipe: pre-ReLU, fp32 -> bf16, atomic
+    add) as one strided assignment per run of lane addresses: the same bytes as lane by lane."""
+    E, T, N, K, NT = 2, 16, 128, 64, 32
+
+    @pl.kernel
+    def gmm(x: pl.Tensor[[E * T, K], pl.BF16], w: pl.Tensor[[E * N, K], pl.BF16, pl.NZ],
+            out: pl.Tensor[[E * T, N], out_dtype]):
+        for lane in pl.spmd(E * (N // NT)):
+            e = lane // (N // NT)
+            n0 = (lane % (N // NT)) * NT
+            xt = pl.load(x, [e * T, 0], [T, K], target_memory=pl.Mem.Mat)
+            wt = pl.load(w, [e * N + n0, 0], [NT, K], target_memory=pl.Mem.Mat)
+            pl.store(pl.matmul(xt, wt, b_trans=True), [e * T, n0], out, **attrs)
+
+    x, w = gmm_operands(np.random.default_rng(3), ml_dtypes.bfloat16, E, T, N, K)
+    init = np.random.default_rng(4).standard_normal((E, T, N)).astype(np_out)
+    got = _compare(gmm, x.reshape(E * T, K), runtime.pack_nz(w.reshape(E * N, K)), init.reshape(E * T, N))
+    assert spy == [True] and acc_store_spy == [True]
+    prod = np.einsum("etk,enk->etn", x.astype(np.float32), w.astype(np.float32))
+    if attrs.get("pre_relu"):
+        prod = np.maximum(prod, 0)
+    want = (init.astype(np.float32) + prod.astype(np_out).astype(np.float32)) if attrs.get("atomic") else prod
+    res = np.frombuffer(got[0][2], np_out).reshape(E, T, N).astype(np.float32)
+    np.testing.assert_allclose(res, want.astype(np_out).astype(np.float32), rtol=2e-2, atol=2e-2)
+
+
+def test_acc_stores_of_lanes_into_one_window_keep_lane_order(spy, acc_store_spy):
+    """Every lane stores its accumulator into the same window: no single assignment can say
+    which lane wins, so the stores replay lane by lane and the last lane's sums are left."""
+    T, K, N, L = 16, 32, 32, 3
+
+    @pl.kernel
+    def same_window(x: pl.Tensor[[L * T, K], pl.BF16], w: pl.Tensor[[N, K], pl.BF16, pl.NZ],
+                    out: pl.Tensor[[T, N], pl.FP32]):
+        for lane in pl.spmd(L):
+            xt = pl.load(x, [lane * T, 0], [T, K], target_memory=pl.Mem.Mat)
+            wt = pl.load(w, [0, 0], [N, K], target_memory=pl.Mem.Mat)
+            pl.store(pl.matmul(xt, wt, b_trans=True), [0, 0], out)
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((L, T, K)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
+    got = _compare(same_window, x.reshape(L * T, K), runtime.pack_nz(w), np.zeros((T, N), np.float32))
+    assert spy == [True] and acc_store_spy == [False]
+    want = x[-1].astype(np.float32) @ w.astype(np.float32).T
+    np.testing.assert_allclose(np.frombuffer(got[0][2], np.float32).reshape(T, N), want, rtol=1e-5, atol=1e-4)

@@ -103,3 +103,37 @@ def test_distinct_lane_addresses_match_np_unique(addrs, in_order):
     np.testing.assert_array_equal(uniq, want_uniq)
     np.testing.assert_array_equal(row.reshape(-1), want_row.reshape(-1))
     np.testing.assert_array_equal(uniq[row.reshape(-1)], addr)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.integers(1, 4),
+    width=st.integers(1, 48),
+    pitch=st.integers(1, 96),
+    gaps=st.lists(st.integers(1, 160), min_size=1, max_size=7),
+)
+def test_disjoint_run_views_cover_each_lane_once(rows, width, pitch, gaps):
+    # Lanes at increasing addresses store a rows x width byte window with a row pitch: the views
+    # of `_disjoint_run_views` either cover exactly each lane's bytes (then no byte belongs to two
+    # lanes) or are None; they are never None when the lanes' byte ranges are apart and no window
+    # writes a byte twice itself.
+    w = runtime.Worker()
+    t = w.alloc_tensor((4096,), np.uint8, init=np.zeros(4096, np.uint8))
+    offs = np.cumsum([0, *gaps])
+    addrs = (t.address + offs).astype(np.int64)
+    lane_bytes = [{int(o) + r * pitch + c for r in range(rows) for c in range(width)} for o in offs]
+    views = lane_gm._disjoint_run_views(w.gm, addrs, (rows, width), (pitch, 1))
+    ranges_apart = all(min(b) >= max(a) + 1 for a, b in zip(lane_bytes, lane_bytes[1:]))
+    ranges_apart = ranges_apart and (rows == 1 or pitch >= width)
+    if views is None:
+        assert not ranges_apart
+        return
+    assert all(not (a & b) for i, a in enumerate(lane_bytes) for b in lane_bytes[i + 1 :])
+    for u0, u1, v in views:
+        assert v.shape == (u1 - u0, rows, width)
+        for i in range(u1 - u0):
+            v[i] = u0 + i + 1
+    want = np.zeros(4096, np.uint8)
+    for lane, bytes_ in enumerate(lane_bytes):
+        want[sorted(bytes_)] = lane + 1
+    np.testing.assert_array_equal(w.copy_from(t), want)
