@@ -649,13 +649,19 @@ def fam_tile_mm(g: G) -> None:
 
     k, r = loads(lit(0), True)
     g.emit(ind, f"acc = pl.matmul({k})", f"acc = mm({r})")
+    olead = [] if mode == "scalar" else list(b)
+    offs = [*olead, lit(0), n0]
+    sizes = [*("None" for _ in olead), str(m)]
+    if kt > 1 and valid == "none" and g.p(0.15):  # the first K step's sums stored, then accumulated further
+        g.tag("partial_store")
+        g.tensor("part", (*(lead if mode != "scalar" else ()), m, n_out), acc, False, "out")
+        g.emit(ind, f"pl.store(acc, [{', '.join(o.k for o in offs)}], part)", None)
+        g.emit(ind, None, f"put(part, ({', '.join(o.r for o in offs)},), ({', '.join(sizes)}, {tn}), acc)")
     if kt > 1:
         loop = g.choice(["pl.pipeline", "pl.range"])
         g.emit(ind, f"for k0 in {loop}({tk}, {big_k}, {tk}):", f"for k0 in range({tk}, {big_k}, {tk}):")
         k, r = loads(var("k0", tk, True), False)
         g.emit(ind + 1, f"acc = pl.matmul_acc(acc, {k})", f"acc = acc + mm({r})")
-    olead = [] if mode == "scalar" else list(b)
-    offs = [*olead, lit(0), n0]
     attrs = ""
     if out_nz and g.p(0.2):
         attrs = ", " + str(g.choice(['st_phase="Final"', "atomic=False", "atomic=True", "pre_relu=True",
@@ -664,7 +670,6 @@ def fam_tile_mm(g: G) -> None:
         if attrs.endswith(("atomic=True", "pre_relu=True", '"int8"')):
             g.refuse.add("S9")
     g.emit(ind, f"pl.store(acc, [{', '.join(o.k for o in offs)}]{', out' }{attrs})", None)
-    sizes = [*("None" for _ in olead), str(m)]
     if valid == "none":
         g.emit(ind, None, f"put(out, ({', '.join(o.r for o in offs)},), ({', '.join(sizes)}, {tn}), acc)")
     else:  # columns computed from rows past the valid region are left as the hardware leaves them

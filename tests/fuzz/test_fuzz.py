@@ -90,6 +90,13 @@ def test_broken_reference_is_wrong():
     assert "1 of" in o.detail and "checked elements differ" in o.detail
 
 
+def test_partial_sums_stored_by_spmd_lanes_are_equal():
+    """Lanes store the first K step's sums and keep accumulating (a batched run defers stores)."""
+    p = _find(lambda p: p.expect == "ok" and "partial_store" in p.tags and "loop:lane" in p.tags, "tile_mm")
+    o = classify(p)
+    assert o.cls == "equal", (o, p.source)
+
+
 def test_wrong_device_bytes_are_wrong(monkeypatch):
     """A runtime that packs NZ inputs wrongly (here: not at all) gives wrong values, caught."""
     p = _find(lambda p: p.expect == "ok" and "dtype:INT8" in p.tags, "tile_mm")
