@@ -6,7 +6,8 @@ run gives the same GM bytes when
 * the body uses only the primitives below, with 64-bit index scalars, loop bounds and tile
   shapes that are the same in every lane (checked statically and at run time);
 * no byte a lane loads is stored by any lane of the body (stores are applied last, lane by lane
-  in program order, so loads must not see them);
+  in program order, or as one strided assignment per run of lanes when no byte is written twice,
+  so loads must not see them; the sums a deferred store reads are never updated in place);
 * no instruction warns (warnings are per lane and per instruction on the reference path).
 
 Anything else - an unsupported primitive, a lane-dependent trip count or valid shape, a load /
