@@ -13,6 +13,8 @@ Families (weights in FAMILIES):
   `w[a:b]` leading-axis slices, with static or dynamic valid_shape; pl.store of the Acc tile.
 - acc_store: the NZ-21 table: Acc stores into FP32 NZ targets, panels, splits, and every refusal.
 - flatten: whole-tensor `pl.reshape(w, [N])` (NZ-31) read back element for element in NZ order.
+- vec_ew: SPMD lanes combining Vec windows with elementwise ops (own, shared, reversed and common
+  windows, lanes reading bytes other lanes store): the lane-batched path against lane order.
 - probe: one refusal of the §7 table each (or its accepted neighbour): ranks, dynamic axes,
   sub-byte and 64-bit dtypes, views, plane slices, target memory, the NZ-25 gap guard.
 
@@ -846,6 +848,70 @@ def fam_flatten(g: G) -> None:
         g.unknown = True
 
 
+# ----------------------------------------------------------------------------------- vec_ew
+#: How a lane picks its row block: its own, shared by two lanes, in reverse lane order, or one
+#: block for every lane (for an output: later lanes overwrite earlier ones).
+_BLOCKS = {"own": "{l} * {t} + {i}", "shared": "({l} // 2) * {t} + {i}", "reversed": "({n} - 1 - {l}) * {t} + {i}",
+           "same": "{i}"}
+_EW = {"add": "np.add", "sub": "np.subtract", "maximum": "np.maximum", "mul": "np.multiply"}
+
+
+def fam_vec_ew(g: G) -> None:
+    """Family vec_ew: SPMD lanes, with range trips inside, load Vec windows, combine them with
+    elementwise ops and store the result. Windows are a lane's own, shared, in reverse lane order
+    or the same for every lane; some lanes read bytes other lanes store (an InOut output). The
+    lane-batched path must give what the lanes give one by one (the reference's loop order)."""
+    dt = str(g.wchoice([(3, "FP32"), (2, "FP16"), (2, "INT32"), (1, "INT16")]))
+    g.tag(f"dtype:{dt}")
+    c0 = c0_of(dt)
+    lanes = int(g.choice([2, 3, 4, 8, 17]))  # type: ignore[call-overload]
+    tr = int(g.choice([1, 2, 4, 16]))  # type: ignore[call-overload]
+    tc = c0 * int(g.choice([1, 2, 4]))  # type: ignore[call-overload]
+    cols = tc * int(g.choice([1, 2]))  # type: ignore[call-overload]
+    trips = int(g.choice([1, 1, 2, 3]))  # type: ignore[call-overload]
+    src_pat, dst_pat = str(g.choice(list(_BLOCKS))), str(g.wchoice([(3, "own"), (1, "same"), (1, "reversed")]))
+    self_read = g.p(0.15)
+    g.tag(f"ew:{src_pat}", f"ew_out:{dst_pat}", *(["ew:self_read"] if self_read else []))
+    rows = lanes * trips * tr
+    g.tensor("a", (rows, cols), dt)
+    g.tensor("b", (rows, cols), dt)
+    g.tensor("out", (rows, cols), dt, False, "out")
+    if self_read and "inout" not in g.tags:  # reading the output needs its bytes: an InOut
+        name, ann, kind, nz = g.params[-1]
+        g.params[-1] = (name, ann.replace("pl.Out[", "pl.InOut[", 1), kind, nz)
+        g.tag("inout")
+    c_off = tc * int(g.choice(range(cols // tc)))  # type: ignore[call-overload]
+    g.emit(1, f"for lane in pl.spmd({lanes}):", f"for lane in range({lanes}):")
+    ind, it = 2, "0"
+    if trips > 1:
+        g.emit(2, f"for i in pl.range({trips}):", f"for i in range({trips}):")
+        ind, it = 3, "i"
+
+    def block(pat: str) -> str:
+        return "(" + _BLOCKS[pat].format(l="lane", t=trips, i=it, n=lanes) + f") * {tr}"
+
+    names = ["ta", "tb"]
+    for nm, src, pat in (("ta", "a", src_pat), ("tb", "b", str(g.choice(list(_BLOCKS))))):
+        g.emit(ind, f"{nm} = pl.load({src}, [{block(pat)}, {c_off}], [{tr}, {tc}], target_memory=pl.Mem.Vec)",
+               f"{nm} = win({src}, ({block(pat)}, {c_off}), ({tr}, {tc})).copy()")
+    muls = 0 if dt == "INT16" else 1  # products stay exact: one at most, never of int16 data
+    for step in range(int(g.choice([1, 2, 3]))):  # type: ignore[call-overload]
+        op = str(g.choice([o for o in _EW if o != "mul" or muls]))
+        muls -= op == "mul"
+        x, y = str(g.choice(names)), str(g.choice(names))
+        g.emit(ind, f"t{step} = pl.{op}({x}, {y})", f"t{step} = {_EW[op]}({x}, {y})")
+        names.append(f"t{step}")
+    if self_read:  # `to` enters once, linearly, so values grow at most by one lane's term per lane
+        pat = str(g.choice(list(_BLOCKS)))
+        g.emit(ind, f"to = pl.load(out, [{block(pat)}, {c_off}], [{tr}, {tc}], target_memory=pl.Mem.Vec)",
+               f"to = win(out, ({block(pat)}, {c_off}), ({tr}, {tc})).copy()")
+        op = str(g.choice(["maximum"] if dt == "INT16" else ["add", "sub", "maximum"]))
+        g.emit(ind, f"ts = pl.{op}(to, {names[-1]})", f"ts = {_EW[op]}(to, {names[-1]})")
+        names.append("ts")
+    g.emit(ind, f"pl.store({names[-1]}, [{block(dst_pat)}, {c_off}], out)",
+           f"put(out, ({block(dst_pat)}, {c_off}), ({tr}, {tc}), {names[-1]})")
+
+
 # ------------------------------------------------------------------------------------ probe
 def _mm_into_out(g: G, ind: int, tile_k: str, tile_r: str, x_cols: int, rows: int, dt: str) -> None:
     """x[16, x_cols] @ tile^T stored into out[16, rows] (ND)."""
@@ -1054,6 +1120,7 @@ FAMILIES: dict[str, tuple[float, Callable[[G], None]]] = {
     "tile_mm": (30, fam_tile_mm),
     "acc_store": (15, fam_acc_store),
     "flatten": (5, fam_flatten),
+    "vec_ew": (8, fam_vec_ew),
     "probe": (15, fam_probe),
 }
 
