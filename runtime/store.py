@@ -310,6 +310,7 @@ def _nd_acc_fields(dst: GmView, tile: TileBuf, compact: bool, debug: bool) -> tu
 def _nd_acc_write(
     gm: GlobalMemory, dst: GmView, tile: TileBuf, m: int, n: int, src_stride: int, relu: bool, atomic_add: bool
 ) -> None:
+    """The Acc -> ND store's transfer, its checks done (`_nd_acc_fields`): ``AccNdTransfer``."""
     if m == 0 or n == 0:
         return
     out, E = dst.dtype, dst.itemsize
