@@ -1,0 +1,68 @@
+"""The backend's three ways to run a kernel agree on random fuzz programs: lane-batched SPMD
+bodies (batched.py), compiled per-trip plans (fast.py) and the generic per-primitive interpreter
+(impl.py). Same output bytes - including the bytes no reference checks (tile contents outside a
+valid_shape, left as the hardware leaves them) - the same hardware-defect warnings and the same
+refusal text."""
+
+from __future__ import annotations
+
+import itertools
+import runpy
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import runtime
+from nzjit.backend import executor
+from nzjit.errors import CompileError
+from nzjit.fuzz.gen import generate
+
+#: (FAST, BATCH_SPMD): everything on, per-trip plans only, the generic interpreter only.
+PATHS = [(True, True), (True, False), (False, False)]
+_names = itertools.count()
+
+
+def _outcome(path: str, fast: bool, batch: bool) -> tuple[object, tuple[str, ...]]:
+    """(output bytes by name, or the refusal's type and text; warning texts) of one run."""
+    old = executor.FAST, executor.BATCH_SPMD
+    executor.FAST, executor.BATCH_SPMD = fast, batch
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", runtime.HardwareDefectWarning)
+            mod = runpy.run_path(path, run_name=f"nzjit_paths_{next(_names)}")
+            try:
+                got, _, _ = mod["execute"]()
+                result: object = {n: np.ascontiguousarray(a).tobytes() for n, a in got.items()}
+            except (CompileError, runtime.DeviceError, runtime.DispatchError) as e:
+                result = (type(e).__name__, str(e))
+    finally:
+        executor.FAST, executor.BATCH_SPMD = old
+    texts = tuple(str(w.message) for w in caught if issubclass(w.category, runtime.HardwareDefectWarning))
+    return result, texts
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**31 - 1), index=st.integers(0, 10**6))
+def test_backend_paths_agree(tmp_path, seed, index):
+    p = generate(seed, index)
+    path = tmp_path / f"prog_{p.name}.py"
+    path.write_text(p.source)
+    first, *others = (_outcome(str(path), fast, batch) for fast, batch in PATHS)
+    for (fast, batch), other in zip(PATHS[1:], others):
+        assert other == first, f"FAST={fast} BATCH_SPMD={batch} differs from both on, program {p.name}:\n{p.source}"
+
+
+@pytest.mark.parametrize("family", ["tile_mm", "vec_ew"])
+def test_backend_paths_agree_on_batched_families(tmp_path, family):
+    """Programs of the families whose SPMD lanes run batched, a fixed sample of 25 each."""
+    for i in range(25):
+        p = generate(20261129, i, family)
+        path = tmp_path / f"prog_{p.name}.py"
+        path.write_text(p.source)
+        first, *others = (_outcome(str(path), fast, batch) for fast, batch in PATHS)
+        for (fast, batch), other in zip(PATHS[1:], others):
+            assert other == first, f"FAST={fast} BATCH_SPMD={batch} differs, program {p.name}:\n{p.source}"
