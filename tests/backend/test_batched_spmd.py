@@ -13,20 +13,26 @@ from nzjit import pl
 from nzjit.backend import batched, executor, lane_gm
 
 
-@pytest.fixture
-def spy(monkeypatch):
-    """Records whether each SPMD loop ran batched (True) or fell back to per-lane (False)."""
-    seen = []
-    real = batched.try_run_spmd
+def _record(monkeypatch, owner, name: str, when=lambda kwargs: True) -> list:
+    """Replace `owner.name` by a wrapper that appends each call's result (when `when(kwargs)`)."""
+    seen: list = []
+    real = getattr(owner, name)
 
     def wrapped(*a, **k):
         r = real(*a, **k)
-        if k.get("spmd", True):  # carry-free range loops are tried too: not recorded here
+        if when(k):
             seen.append(r)
         return r
 
-    monkeypatch.setattr(batched, "try_run_spmd", wrapped)
+    monkeypatch.setattr(owner, name, wrapped)
     return seen
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Records whether each SPMD loop ran batched (True) or fell back to per-lane (False); carry-free
+    range loops are tried too, and not recorded."""
+    return _record(monkeypatch, batched, "try_run_spmd", lambda k: k.get("spmd", True))
 
 
 def _run(kernel, args, batch: bool):
@@ -371,16 +377,7 @@ def test_stored_partial_sums_are_not_updated_by_later_mads(spy):
 @pytest.fixture
 def acc_store_spy(monkeypatch):
     """Records whether each batched Acc -> ND store over lanes ran as strided assignments."""
-    seen = []
-    real = lane_gm.lane_acc_store
-
-    def wrapped(*a, **k):
-        r = real(*a, **k)
-        seen.append(r)
-        return r
-
-    monkeypatch.setattr(lane_gm, "lane_acc_store", wrapped)
-    return seen
+    return _record(monkeypatch, lane_gm, "lane_acc_store")
 
 
 @pytest.mark.parametrize("attrs", [{}, {"atomic": True}, {"pre_relu": True}])
