@@ -14,17 +14,15 @@ from runtime.errors import DeviceError
 
 
 def lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: bool) -> bool:
-    """Replay `plan` (one burst copy, no warnings) for lane GM addresses `addrs` (an arithmetic
-    progression) and tile images `images[i]` as one strided assignment; False when it is not
-    that simple (the caller replays lane by lane)."""
+    """Replay `plan` (one burst copy, no warnings) for the increasing lane GM addresses `addrs` and
+    tile images `images[i]`: one strided assignment per arithmetic run of addresses.  False, with
+    nothing copied, when it is not that simple (the caller replays lane by lane) - for a store,
+    also when a byte could be written twice (lane order decides then)."""
     copies = plan.copies
     if copies is None or len(copies) != 1 or plan.warns or len(addrs) < 2:
         return False
     cp, src_is_gm, so, do = copies[0]
-    if cp.ordered or cp.add_dtype is not None or src_is_gm != load:
-        return False
-    step = int(addrs[1] - addrs[0])
-    if step <= 0 or not (np.diff(addrs) == step).all():
+    if cp.ordered or cp.add_dtype is not None or src_is_gm != load or not (addrs[1:] > addrs[:-1]).all():
         return False
     U, nbytes = images.shape
     g_strides, t_strides = (cp.s_strides, cp.d_strides) if load else (cp.d_strides, cp.s_strides)
@@ -32,17 +30,15 @@ def lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: b
     t_lo, t_hi = cp.d_span if load else cp.s_span
     if t_hi <= t_lo or t_off + t_lo < 0 or t_off + t_hi > nbytes:
         return False  # empty, or outside the tile: the lane-by-lane replay raises as the model does
-    shape = (U, *cp.shape)
-    gstr = (step, *g_strides)
-    if not load and overlaps_itself(shape, gstr, 1):
-        return False  # lanes write overlapping bytes: keep the in-order replay
-    lo, hi = byte_span(0, shape, gstr)
-    g = gm.view_span(int(addrs[0]) + g_off, shape, gstr, lo, hi)
-    t = np.ndarray(shape, np.uint8, images, t_off, (nbytes, *t_strides))
-    if load:
-        t[...] = g
-    else:
-        g[...] = t
+    views = run_views(gm, addrs + g_off, cp.shape, g_strides, disjoint=not load)
+    if views is None:
+        return False
+    for u0, u1, g in views:
+        t = np.ndarray((u1 - u0, *cp.shape), np.uint8, images, t_off + u0 * nbytes, (nbytes, *t_strides))
+        if load:
+            t[...] = g
+        else:
+            g[...] = t
     return True
 
 
@@ -57,7 +53,7 @@ def lane_acc_store(plan: Any, gm: Any, addrs: np.ndarray, acc: np.ndarray) -> bo
     if spec is None or not spec.logical or len(addrs) < 2 or not (addrs[1:] > addrs[:-1]).all():
         return False
     E = spec.out.itemsize
-    views = _disjoint_run_views(gm, addrs, (spec.m, spec.n * E), (spec.row_pitch, 1))
+    views = run_views(gm, addrs, (spec.m, spec.n * E), (spec.row_pitch, 1), disjoint=True)
     if views is None:
         return False
     vals = fixpipe_convert(acc[:, : spec.m, : spec.n], spec.out, spec.relu)
@@ -70,13 +66,13 @@ def lane_acc_store(plan: Any, gm: Any, addrs: np.ndarray, acc: np.ndarray) -> bo
     return True
 
 
-def _disjoint_run_views(
-    gm: Any, addrs: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...]
+def run_views(
+    gm: Any, addrs: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...], disjoint: bool
 ) -> list[tuple[int, int, np.ndarray]] | None:
     """Writable GM views ``(u0, u1, (u1 - u0, *shape))`` of a byte view of `shape` / `strides` at
-    each of the increasing `addrs`, one per arithmetic run; None unless no byte belongs to two
-    lanes (within a run: the strides say so; across runs: their byte ranges are apart) and every
-    view lies in GM."""
+    each of the increasing `addrs`, one per arithmetic run; None when a view is refused or, with
+    `disjoint`, unless no byte belongs to two lanes (within a run: the strides say so; across
+    runs: their byte ranges are apart) nor twice to one lane."""
     lo, hi = byte_span(0, shape, strides)
     if hi <= lo:
         return None
@@ -84,10 +80,8 @@ def _disjoint_run_views(
     try:
         for u0, u1, step in arithmetic_runs(addrs):
             run_shape, run_strides = (u1 - u0, *shape), (step, *strides)
-            if overlaps_itself(run_shape, run_strides, 1):
-                return None
             start = int(addrs[u0])
-            if end is not None and start + lo < end:
+            if disjoint and (overlaps_itself(run_shape, run_strides, 1) or (end is not None and start + lo < end)):
                 return None
             end = start + hi + (u1 - u0 - 1) * step
             views.append((u0, u1, gm.view_span(start, run_shape, run_strides, lo, end - start)))

@@ -429,3 +429,26 @@ def test_acc_stores_of_lanes_into_one_window_keep_lane_order(spy, acc_store_spy)
     assert spy == [True] and acc_store_spy == [False]
     want = x[-1].astype(np.float32) @ w.astype(np.float32).T
     np.testing.assert_allclose(np.frombuffer(got[0][2], np.float32).reshape(T, N), want, rtol=1e-5, atol=1e-4)
+
+
+def test_vec_stores_over_several_address_runs_are_strided_assignments(spy, monkeypatch):
+    """Lanes of two groups (a gap between them in `out`) load, add and store Vec tiles: loads and
+    stores run as one strided assignment per run of lane addresses, the same bytes as lane by lane."""
+    R, C, L = 16, 32, 8
+    copies = _record(monkeypatch, lane_gm, "lane_copy")
+
+    @pl.kernel
+    def two_runs(a: pl.Tensor[[L * R, C], pl.FP32], out: pl.Tensor[[(L + 4) * R, C], pl.FP32]):
+        for lane in pl.spmd(L):
+            t = pl.load(a, [lane * R, 0], [R, C], target_memory=pl.Mem.Vec)
+            pl.store(pl.add(t, t), [(lane + (lane // 4) * 4) * R, 0], out)  # lanes 4.. four tiles later
+
+    a = np.arange(L * R * C, dtype=np.float32).reshape(L * R, C)
+    got = _compare(two_runs, a, np.full(((L + 4) * R, C), -1, np.float32))
+    assert spy == [True] and copies and all(copies)
+    res = np.frombuffer(got[0][1], np.float32).reshape((L + 4) * R, C)
+    want = np.full_like(res, -1)
+    for lane in range(L):
+        row = (lane + (lane // 4) * 4) * R
+        want[row : row + R] = 2 * a[lane * R : (lane + 1) * R]
+    np.testing.assert_array_equal(res, want)

@@ -114,7 +114,7 @@ def test_distinct_lane_addresses_match_np_unique(addrs, in_order):
 )
 def test_disjoint_run_views_cover_each_lane_once(rows, width, pitch, gaps):
     # Lanes at increasing addresses store a rows x width byte window with a row pitch: the views
-    # of `_disjoint_run_views` either cover exactly each lane's bytes (then no byte belongs to two
+    # of `run_views(disjoint=True)` either cover exactly each lane's bytes (then no byte belongs to two
     # lanes) or are None; they are never None when the lanes' byte ranges are apart and no window
     # writes a byte twice itself.
     w = runtime.Worker()
@@ -122,7 +122,7 @@ def test_disjoint_run_views_cover_each_lane_once(rows, width, pitch, gaps):
     offs = np.cumsum([0, *gaps])
     addrs = (t.address + offs).astype(np.int64)
     lane_bytes = [{int(o) + r * pitch + c for r in range(rows) for c in range(width)} for o in offs]
-    views = lane_gm._disjoint_run_views(w.gm, addrs, (rows, width), (pitch, 1))
+    views = lane_gm.run_views(w.gm, addrs, (rows, width), (pitch, 1), disjoint=True)
     ranges_apart = all(min(b) >= max(a) + 1 for a, b in zip(lane_bytes, lane_bytes[1:]))
     ranges_apart = ranges_apart and (rows == 1 or pitch >= width)
     if views is None:
