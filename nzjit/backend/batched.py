@@ -622,9 +622,10 @@ def _make_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], consumed: fr
     return None
 
 
-def _with_frees(step: Step, free: tuple[int, ...], outs: tuple[int, ...]) -> Step:
-    """Run `step`, then release the lane values dying there (not one it returned: in place)."""
-    if not free:
+def _with_frees(step: Step, free: tuple[int, ...], outs: tuple[int, ...], dead: tuple[int, ...] = ()) -> Step:
+    """Run `step`, then release the lane values dying there (not one it returned: in place) and
+    its results nobody reads (`dead`)."""
+    if not free and not dead:
         return step
 
     def run(s: _State, env: list[Any]) -> None:
@@ -634,6 +635,11 @@ def _with_frees(step: Step, free: tuple[int, ...], outs: tuple[int, ...]) -> Ste
             v = env[slot]
             env[slot] = None
             if type(v) in LANE_VALUES and not any(v is r for r in res):
+                s.release(v)
+        for slot in dead:
+            v = env[slot]
+            env[slot] = None
+            if type(v) in LANE_VALUES:
                 s.release(v)
 
     return run
@@ -658,7 +664,7 @@ def lane_plan(g: Graph, n_owned: int = 0) -> LanePlan | None:
 
 def _build(g: Graph, n_owned: int) -> LanePlan | None:
     global _DEFAULT_STORE
-    from .executor import _liveness, _window_extracts, slot_allocator
+    from .executor import _dying_inputs_and_dead_results, _liveness, _window_extracts, slot_allocator
     from .fast import _DEFAULT_IMPLS
     from .impl import impl_rules
 
@@ -682,7 +688,8 @@ def _build(g: Graph, n_owned: int) -> LanePlan | None:
         step = _make_step(e, ins, outs, consumed, i in windows)
         if step is None:
             return None
-        runs.append(_with_frees(step, tuple(slot_of[v] for v in free.get(i, ())), outs))
+        dying, dead = _dying_inputs_and_dead_results(e, free.get(i, ()))
+        runs.append(_with_frees(step, tuple(slot_of[v] for v in dying), outs, tuple(slot_of[v] for v in dead)))
     return LanePlan(template, param_slots, tuple(slot(a) for a in g.outputs), tuple(runs))
 
 

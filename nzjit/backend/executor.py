@@ -12,7 +12,7 @@ lanes of an SPMD body and the trips of a carry-free loop run batched when that i
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,9 +157,11 @@ def make_plan(g: Graph, n_owned_params: int) -> Plan:
                              and sum(1 for b in e.inputs if b is a) == 1)
         ins = tuple(slot(a) for a in e.inputs)
         outs = tuple(slot(v) for v in e.outputs)
-        fr = tuple(free.get(i, ()))
+        fr, dead = _dying_inputs_and_dead_results(e, free.get(i, ()))
         st = Step(e, fn, fr, consumed, ins, outs, tuple(slot_of[v] for v in fr), window=i in lazy)
         st.run = make_step(st)
+        if dead:
+            st.run = _then_free(st.run, tuple(slot_of[v] for v in dead))
         steps.append(st)
     out_slots = tuple(slot(a) for a in g.outputs)
     runs = tuple(s.run for s in steps)
@@ -172,6 +174,25 @@ def make_plan(g: Graph, n_owned_params: int) -> Plan:
 
         runs = ((lambda ctx, env: _release(ctx, env, unread, ())), *runs)
     return Plan(g, steps, len(template), template, param_slots, out_slots, runs, slot_of)
+
+
+def _dying_inputs_and_dead_results(e: Eqn, dying: Sequence[Var]) -> tuple[tuple[Var, ...], tuple[Var, ...]]:
+    """Split the values dying at `e` into its inputs read for the last time - a step keeps one it
+    returns (updated in place) - and its results that nobody reads, which are freed at once."""
+    outs = set(e.outputs)
+    return tuple(v for v in dying if v not in outs), tuple(v for v in dying if v in outs)
+
+
+def _then_free(run: Any, dead: tuple[int, ...]) -> Any:
+    """`run`, then free the tiles of the `dead` result slots (a result nobody reads is still
+    allocated by its instruction, and must not stay charged to the on-chip capacity)."""
+    from .fast_core import _release
+
+    def run_then_free(ctx: Ctx, env: list[Any]) -> None:
+        run(ctx, env)
+        _release(ctx, env, dead, ())
+
+    return run_then_free
 
 
 _MADS = (P.tile_mad_p, P.tile_mad_acc_p)
