@@ -849,17 +849,19 @@ def fam_flatten(g: G) -> None:
 
 
 # ----------------------------------------------------------------------------------- vec_ew
-#: How a lane picks its row block: its own, shared by two lanes, in reverse lane order, or one
-#: block for every lane (for an output: later lanes overwrite earlier ones).
-_BLOCKS = {"own": "{l} * {t} + {i}", "shared": "({l} // 2) * {t} + {i}", "reversed": "({n} - 1 - {l}) * {t} + {i}",
-           "same": "{i}"}
+#: How a lane picks its row block: its own, its own with a gap after every 4 lanes (several runs
+#: of addresses), shared by two lanes, in reverse lane order, or one block for every lane (for an
+#: output: later lanes overwrite earlier ones).
+_BLOCKS = {"own": "{l} * {t} + {i}", "gapped": "({l} + {l} // 4) * {t} + {i}", "shared": "({l} // 2) * {t} + {i}",
+           "reversed": "({n} - 1 - {l}) * {t} + {i}", "same": "{i}"}
 _EW = {"add": "np.add", "sub": "np.subtract", "maximum": "np.maximum", "mul": "np.multiply"}
 
 
 def fam_vec_ew(g: G) -> None:
     """Family vec_ew: SPMD lanes, with range trips inside, load Vec windows, combine them with
-    elementwise ops and store the result. Windows are a lane's own, shared, in reverse lane order
-    or the same for every lane; some lanes read bytes other lanes store (an InOut output). The
+    elementwise ops and store the result. Windows are a lane's own (contiguous or in runs), shared,
+    in reverse lane order or the same for every lane; some lanes read bytes other lanes store (an
+    InOut output). The
     lane-batched path must give what the lanes give one by one (the reference's loop order)."""
     dt = str(g.wchoice([(3, "FP32"), (2, "FP16"), (2, "INT32"), (1, "INT16")]))
     g.tag(f"dtype:{dt}")
@@ -869,10 +871,11 @@ def fam_vec_ew(g: G) -> None:
     tc = c0 * int(g.choice([1, 2, 4]))  # type: ignore[call-overload]
     cols = tc * int(g.choice([1, 2]))  # type: ignore[call-overload]
     trips = int(g.choice([1, 1, 2, 3]))  # type: ignore[call-overload]
-    src_pat, dst_pat = str(g.choice(list(_BLOCKS))), str(g.wchoice([(3, "own"), (1, "same"), (1, "reversed")]))
+    src_pat = str(g.choice(list(_BLOCKS)))
+    dst_pat = str(g.wchoice([(2, "own"), (2, "gapped"), (1, "same"), (1, "reversed")]))
     self_read = g.p(0.15)
     g.tag(f"ew:{src_pat}", f"ew_out:{dst_pat}", *(["ew:self_read"] if self_read else []))
-    rows = lanes * trips * tr
+    rows = 2 * lanes * trips * tr  # room for every pattern's blocks
     g.tensor("a", (rows, cols), dt)
     g.tensor("b", (rows, cols), dt)
     g.tensor("out", (rows, cols), dt, False, "out")
