@@ -859,10 +859,10 @@ _EW = {"add": "np.add", "sub": "np.subtract", "maximum": "np.maximum", "mul": "n
 
 def fam_vec_ew(g: G) -> None:
     """Family vec_ew: SPMD lanes, with range trips inside, load Vec windows, combine them with
-    elementwise ops and store the result. Windows are a lane's own (contiguous or in runs), shared,
-    in reverse lane order or the same for every lane; some lanes read bytes other lanes store (an
-    InOut output). The
-    lane-batched path must give what the lanes give one by one (the reference's loop order)."""
+    elementwise ops and store the result, or sum it over the trips in a loop-carried tile. Windows
+    are a lane's own (contiguous or in runs), shared, in reverse lane order or the same for every
+    lane; some lanes read bytes other lanes store (an InOut output). The lane-batched path must
+    give what the lanes give one by one (the reference's loop order)."""
     dt = str(g.wchoice([(3, "FP32"), (2, "FP16"), (2, "INT32"), (1, "INT16")]))
     g.tag(f"dtype:{dt}")
     c0 = c0_of(dt)
@@ -884,14 +884,21 @@ def fam_vec_ew(g: G) -> None:
         g.params[-1] = (name, ann.replace("pl.Out[", "pl.InOut[", 1), kind, nz)
         g.tag("inout")
     c_off = tc * int(g.choice(range(cols // tc)))  # type: ignore[call-overload]
+    carry = trips > 1 and not self_read and dt != "INT16" and g.p(0.3)  # a Vec tile summed over the trips (int16 could wrap)
     g.emit(1, f"for lane in pl.spmd({lanes}):", f"for lane in range({lanes}):")
     ind, it = 2, "0"
-    if trips > 1:
-        g.emit(2, f"for i in pl.range({trips}):", f"for i in range({trips}):")
-        ind, it = 3, "i"
 
     def block(pat: str) -> str:
         return "(" + _BLOCKS[pat].format(l="lane", t=trips, i=it, n=lanes) + f") * {tr}"
+
+    if carry:
+        g.tag("ew:carry")
+        g.emit(2, f"acc = pl.load(b, [{block(dst_pat)}, {c_off}], [{tr}, {tc}], target_memory=pl.Mem.Vec)",
+               f"acc = win(b, ({block(dst_pat)}, {c_off}), ({tr}, {tc})).copy()")
+        store_at = block(dst_pat)
+    if trips > 1:
+        g.emit(2, f"for i in pl.range({trips}):", f"for i in range({trips}):")
+        ind, it = 3, "i"
 
     names = ["ta", "tb"]
     for nm, src, pat in (("ta", "a", src_pat), ("tb", "b", str(g.choice(list(_BLOCKS))))):
@@ -911,6 +918,10 @@ def fam_vec_ew(g: G) -> None:
         op = str(g.choice(["maximum"] if dt == "INT16" else ["add", "sub", "maximum"]))
         g.emit(ind, f"ts = pl.{op}(to, {names[-1]})", f"ts = {_EW[op]}(to, {names[-1]})")
         names.append("ts")
+    if carry:  # the loop-carried sum, stored once after the trips
+        g.emit(ind, f"acc = pl.add(acc, {names[-1]})", f"acc = np.add(acc, {names[-1]})")
+        g.emit(2, f"pl.store(acc, [{store_at}, {c_off}], out)", f"put(out, ({store_at}, {c_off}), ({tr}, {tc}), acc)")
+        return
     g.emit(ind, f"pl.store({names[-1]}, [{block(dst_pat)}, {c_off}], out)",
            f"put(out, ({block(dst_pat)}, {c_off}), ({tr}, {tc}), {names[-1]})")
 
