@@ -905,11 +905,21 @@ def fam_vec_ew(g: G) -> None:
         g.emit(ind, f"{nm} = pl.load({src}, [{block(pat)}, {c_off}], [{tr}, {tc}], target_memory=pl.Mem.Vec)",
                f"{nm} = win({src}, ({block(pat)}, {c_off}), ({tr}, {tc})).copy()")
     muls = 0 if dt == "INT16" else 1  # products stay exact: one at most, never of int16 data
+    # a round trip through another dtype that holds every value (integers up to 9e6 fit float32);
+    # its tile must still be whole 32-byte lines
+    mids = [m for m in (("FP32",) if dt.startswith("INT") else ("FP32", "FP16", "INT32", "INT16"))
+            if m != dt and tc * DTYPES[m][1] // 8 % 32 == 0]
     for step in range(int(g.choice([1, 2, 3]))):  # type: ignore[call-overload]
-        op = str(g.choice([o for o in _EW if o != "mul" or muls]))
+        op = str(g.choice([*(o for o in _EW if o != "mul" or muls), *(["cast"] if mids else [])]))
         muls -= op == "mul"
         x, y = str(g.choice(names)), str(g.choice(names))
-        g.emit(ind, f"t{step} = pl.{op}({x}, {y})", f"t{step} = {_EW[op]}({x}, {y})")
+        if op == "cast":
+            mid = str(g.choice(mids))
+            g.tag("ew:cast")
+            g.emit(ind, f"t{step} = pl.cast(pl.cast({x}, pl.{mid}), pl.{dt})",
+                   f"t{step} = {x}.astype({DTYPES[mid][0]}).astype(np.float64)")
+        else:
+            g.emit(ind, f"t{step} = pl.{op}({x}, {y})", f"t{step} = {_EW[op]}({x}, {y})")
         names.append(f"t{step}")
     if self_read:  # `to` enters once, linearly, so values grow at most by one lane's term per lane
         pat = str(g.choice(list(_BLOCKS)))
