@@ -885,7 +885,9 @@ def fam_vec_ew(g: G) -> None:
         g.tag("inout")
     c_off = tc * int(g.choice(range(cols // tc)))  # type: ignore[call-overload]
     carry = trips > 1 and not self_read and dt != "INT16" and g.p(0.3)  # a Vec tile summed over the trips (int16 could wrap)
-    g.emit(1, f"for lane in pl.spmd({lanes}):", f"for lane in range({lanes}):")
+    outer = str(g.wchoice([(3, "pl.spmd"), (1, "pl.range")]))  # range trips without carries run batched too
+    g.tag(f"ew_loop:{outer}")
+    g.emit(1, f"for lane in {outer}({lanes}):", f"for lane in range({lanes}):")
     ind, it = 2, "0"
 
     def block(pat: str) -> str:
