@@ -502,6 +502,37 @@ def _elementwise_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> St
     return run
 
 
+def _cast_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
+    """`pl.cast` of an ND tile: every image converted at once, as the per-lane impl converts its
+    whole logical matrix. Only conversions numpy defines for every value (to a float type, or to
+    an integer type that holds the source's) - a float -> int cast of an out-of-range value is
+    undefined in C, and need not give the same bits in one long conversion as in many short ones."""
+    t = e.outputs[0].type
+    geom = _tile_geometry(t)
+    src_t = e.inputs[0].type
+    if geom is None or geom.layout != "ND" or not isinstance(src_t, TileType):
+        return None
+    src_dt, dst_dt = src_t.dtype.np_dtype, geom.dtype
+    if not (t.dtype.is_float or (src_t.dtype.is_int and np.can_cast(src_dt, dst_dt, "safe"))):
+        return None
+    ((a,), (o,)) = ins, outs
+
+    def run(s: _State, env: list[Any]) -> None:
+        x = env[a]
+        if type(x) is not LaneTile or x.freed or x.g.layout != "ND" or x.g.dtype != src_dt \
+                or (x.g.rows, x.g.cols) != (geom.rows, geom.cols):
+            raise Fallback("cast operand")
+        s.reserve(geom)
+        n = len(x.data)
+        data = np.empty((n, geom.nbytes), np.uint8)
+        np.copyto(data.view(dst_dt).reshape(n, geom.rows, geom.cols),
+                  x.data.view(src_dt).reshape(n, geom.rows, geom.cols), casting="unsafe")
+        s.alloc_bytes += data.nbytes
+        env[o] = LaneTile(geom, x.valid_row, x.valid_col, data, x.row)
+
+    return run
+
+
 def _store_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
     from .impl import impl_rules
 
@@ -617,6 +648,8 @@ def _make_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], consumed: fr
         return _store_step(e, ins, outs)
     if p in P.ELEMENTWISE.values():
         return _elementwise_step(e, ins, outs)
+    if p is P.tile_cast_p:
+        return _cast_step(e, ins, outs)
     if p is P.for_p:
         return _for_step(e, ins, outs, consumed)
     return None

@@ -124,19 +124,46 @@ def test_lane_dependent_trip_count_falls_back(spy):
 
 
 def test_unsupported_body_runs_per_lane(spy):
-    """Tile casts have no batched form: the lanes run one by one."""
+    """A float -> int tile cast has no batched form (C leaves out-of-range values undefined): the
+    lanes run one by one."""
     R, C, L = 16, 16, 3
 
     @pl.kernel
     def vec(a: pl.Tensor[[L * R, C], pl.FP32], out: pl.Tensor[[L * R, C], pl.FP32]):
         for lane in pl.spmd(L):
             t = pl.load(a, [lane * R, 0], [R, C])
-            pl.store(pl.cast(pl.cast(pl.add(t, t), pl.FP16), pl.FP32), [lane * R, 0], out)
+            pl.store(pl.cast(pl.cast(pl.add(t, t), pl.INT32), pl.FP32), [lane * R, 0], out)
 
     a = np.arange(L * R * C, dtype=np.float32).reshape(L * R, C)
     got = _compare(vec, a, np.zeros_like(a))
     assert spy == [False]
     np.testing.assert_array_equal(np.frombuffer(got[0][1], np.float32).reshape(a.shape), 2 * a)
+
+
+@pytest.mark.parametrize("src,np_src,mid,np_mid", [
+    (pl.FP32, np.float32, pl.FP16, np.float16),
+    (pl.FP32, np.float32, pl.BF16, ml_dtypes.bfloat16),
+    (pl.INT16, np.int16, pl.FP32, np.float32),
+    (pl.INT16, np.int16, pl.INT32, np.int32),
+])
+def test_tile_casts_run_batched(spy, src, np_src, mid, np_mid):
+    """Casts to a float type, or to an integer type that holds every source value, run batched:
+    the same bytes as lane by lane, rounding (fp32 -> fp16 / bf16) included."""
+    R, C, L = 16, 32, 5
+
+    @pl.kernel
+    def vec(a: pl.Tensor[[L * R, C], src], out: pl.Tensor[[L * R, C], mid]):
+        for lane in pl.spmd(L):
+            t = pl.load(a, [lane * R, 0], [R, C])
+            pl.store(pl.cast(pl.add(t, t), mid), [lane * R, 0], out)
+
+    rng = np.random.default_rng(9)
+    a = (rng.standard_normal((L * R, C)) * 1000).astype(np_src)
+    got = _compare(vec, a, np.zeros((L * R, C), np_mid))
+    assert spy == [True]
+    want = (a + a).astype(np_mid)
+    np.testing.assert_array_equal(np.frombuffer(got[0][1], np_mid).reshape(a.shape).view(np.uint8),
+                                  want.view(np.uint8))
 
 
 def test_vec_elementwise_range_trips_batched_equal_per_trip(monkeypatch):
