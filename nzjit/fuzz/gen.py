@@ -911,27 +911,36 @@ def fam_vec_ew(g: G) -> None:
     # its tile must still be whole 32-byte lines
     mids = [m for m in (("FP32",) if dt.startswith("INT") else ("FP32", "FP16", "INT32", "INT16"))
             if m != dt and tc * DTYPES[m][1] // 8 % 32 == 0]
+    npt = DTYPES[dt][0]
+    # float32 results round like the tile's arithmetic: the float64 result of one op on float32
+    # values is exact here, so rounding it once to float32 is the device's rounding
+    rnd = f".astype({npt}).astype(np.float64)" if dt == "FP32" else ""
     for step in range(int(g.choice([1, 2, 3]))):  # type: ignore[call-overload]
-        op = str(g.choice([*(o for o in _EW if o != "mul" or muls), *(["cast"] if mids else [])]))
+        exps = ["exp"] if dt == "FP32" and step == 0 else []  # of loaded data only: e**5 keeps all finite
+        op = str(g.choice([*(o for o in _EW if o != "mul" or muls), *(["cast"] if mids else []), *exps]))
         muls -= op == "mul"
         x, y = str(g.choice(names)), str(g.choice(names))
         if op == "cast":
-            mid = str(g.choice(mids))
+            # after an exp, sums can pass int16's range (a float -> int16 overflow is undefined)
+            mid = str(g.choice([m for m in mids if m != "INT16" or "ew:exp" not in g.tags] or ["FP32"]))
             g.tag("ew:cast")
             g.emit(ind, f"t{step} = pl.cast(pl.cast({x}, pl.{mid}), pl.{dt})",
                    f"t{step} = {x}.astype({DTYPES[mid][0]}).astype(np.float64)")
+        elif op == "exp":  # the simulator's exp is numpy's on the tile dtype
+            g.tag("ew:exp")
+            g.emit(ind, f"t{step} = pl.exp({x})", f"t{step} = np.exp({x}.astype({npt})).astype(np.float64)")
         else:
-            g.emit(ind, f"t{step} = pl.{op}({x}, {y})", f"t{step} = {_EW[op]}({x}, {y})")
+            g.emit(ind, f"t{step} = pl.{op}({x}, {y})", f"t{step} = {_EW[op]}({x}, {y}){rnd}")
         names.append(f"t{step}")
     if self_read:  # `to` enters once, linearly, so values grow at most by one lane's term per lane
         pat = str(g.choice(list(_BLOCKS)))
         g.emit(ind, f"to = pl.load(out, [{block(pat)}, {c_off}], [{tr}, {tc}], target_memory=pl.Mem.Vec)",
                f"to = win(out, ({block(pat)}, {c_off}), ({tr}, {tc})).copy()")
         op = str(g.choice(["maximum"] if dt == "INT16" else ["add", "sub", "maximum"]))
-        g.emit(ind, f"ts = pl.{op}(to, {names[-1]})", f"ts = {_EW[op]}(to, {names[-1]})")
+        g.emit(ind, f"ts = pl.{op}(to, {names[-1]})", f"ts = {_EW[op]}(to, {names[-1]}){rnd}")
         names.append("ts")
     if carry:  # the loop-carried sum, stored once after the trips
-        g.emit(ind, f"acc = pl.add(acc, {names[-1]})", f"acc = np.add(acc, {names[-1]})")
+        g.emit(ind, f"acc = pl.add(acc, {names[-1]})", f"acc = np.add(acc, {names[-1]}){rnd}")
         g.emit(2, f"pl.store(acc, [{store_at}, {c_off}], out)", f"put(out, ({store_at}, {c_off}), ({tr}, {tc}), acc)")
         return
     g.emit(ind, f"pl.store({names[-1]}, [{block(dst_pat)}, {c_off}], out)",
