@@ -334,12 +334,24 @@ def _transpose_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step
     return run
 
 
+def _valid_rows(t: Any) -> int | None:
+    """The valid rows of a 2-D tile type whose columns are all valid (a decode batch's Left and Acc
+    tiles have M < 16 rows valid, statically), else None."""
+    if not isinstance(t, TileType) or len(t.shape) != 2:
+        return None
+    if t.fully_valid:
+        return int(t.shape[0])
+    vs = t.valid_shape
+    if vs is None or not all(isinstance(v, int) for v in vs) or vs[1] != t.shape[1]:
+        return None
+    return int(vs[0])  # type: ignore[arg-type]
+
+
 def _extract_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
     t = e.outputs[0].type
-    if isinstance(t, TileType) and not t.fully_valid:
-        return None  # a decode batch's Left tile (M < its rows valid): the per-lane path carries them
+    vr = _valid_rows(t)
     geom = _tile_geometry(t)
-    if geom is None:
+    if geom is None or vr is None:
         return None
     s_src, s_r, s_c = ins
     (o,) = outs
@@ -352,7 +364,7 @@ def _extract_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step |
         if type(src) is not LaneTile or src.freed:
             raise Fallback("extract source")
         probe_src = TileBuf._from_geometry(src.g, src.valid_row, src.valid_col, None)  # type: ignore[arg-type]
-        probe = TileBuf._from_geometry(geom, None, None, None)  # type: ignore[arg-type]
+        probe = TileBuf._from_geometry(geom, vr, geom.cols, None)  # type: ignore[arg-type]
         try:
             _mov_checks(probe, probe_src, r0, c0, transpose, False)
             nrows, ncols = (geom.cols, geom.rows) if transpose else (geom.rows, geom.cols)
@@ -360,7 +372,7 @@ def _extract_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step |
         except runtime.DeviceError:
             raise Fallback("refused extract") from None
         s.reserve(geom)
-        env[o] = LaneWindow(geom, src, r0, c0, transpose)
+        env[o] = LaneWindow(geom, src, r0, c0, transpose, vr)
 
     return run
 
@@ -374,7 +386,10 @@ def _products(s: _State, left: LaneWindow, right: LaneWindow, m: int, k: int, n:
     # int8: |C| <= k * 2**14, exact in float32 up to k = 1024 and in float64 beyond (k <= 4095)
     ft = np.float64 if left.g.dtype == np.int8 and k > _F32_EXACT_K else np.float32
     prod = into if into is not None else s.scratch((s.L, m, n), ft, "products")
-    xa: Any = left.operands(m, k, ft, lambda sh, dt: s.scratch(sh, dt, "left"))  # all images, one pass
+    # all images, one pass; a decode batch's m < 16 valid rows are the first rows of whole fractals
+    xa: Any = left.operands(ceil16(m), k, ft, lambda sh, dt: s.scratch(sh, dt, "left"))
+    if xa is not None and m % 16:
+        xa = xa[:, :m]
     bt: Any = right.operands(k, n, ft, lambda sh, dt: s.scratch(sh, dt, "right"))
     rx, rw = left.src.row, right.src.row
     if xa is not None and bt is not None:
@@ -412,10 +427,9 @@ def _is_identity(row: np.ndarray, n: int) -> bool:
 def _mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: bool,
               in_place: bool) -> Step | None:
     t = e.outputs[0].type
-    if isinstance(t, TileType) and not t.fully_valid:
-        return None  # a decode batch's accumulator: per lane (LaneAcc holds whole tiles)
+    acc_rows = _valid_rows(t)  # a decode batch's accumulator has M < 16 valid rows
     geom = _tile_geometry(t)
-    if geom is None:
+    if geom is None or acc_rows is None:
         return None
     (o,) = outs
 
@@ -432,20 +446,22 @@ def _mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: b
             raise Fallback("mad operand spaces")
         if (geom.dtype, left.g.dtype, right.g.dtype) not in MATMUL_DTYPES or geom.layout != "ACC":
             raise Fallback("mad dtypes")
-        m, k, n = left.g.rows, left.g.cols, right.g.cols
+        # m = Left.validRow, as TMATMUL takes it (m == 1 computes a whole fractal); the rows of
+        # the accumulator past m keep no defined value, and a store writes its valid rows only
+        m, k, n = left.valid_row, left.g.cols, right.g.cols
         if m == 1:
             m = 16
-        if max(m, k, n) > 4095 or k > right.g.rows or n % 16 or not (m == ceil16(m) == geom.rows) \
-                or n != geom.cols:
+        if max(m, k, n) > 4095 or k > right.g.rows or n % 16 or ceil16(m) != geom.rows or n != geom.cols \
+                or acc_rows > m or (accumulate and acc.valid_row != acc_rows):
             raise Fallback("not a whole-tile mad")
         is_int = geom.dtype == np.int32
         if not accumulate:
             s.reserve(geom)
-            acc = LaneAcc(geom, np.empty((s.L, m, n), geom.dtype))
+            acc = LaneAcc(geom, np.empty((s.L, geom.rows, n), geom.dtype), acc_rows)
         elif not in_place or id(acc.data) in s.pinned:  # a deferred store still reads the old sums
             s.reserve(geom)
-            acc = LaneAcc(geom, acc.data.copy())
-        data = acc.data
+            acc = LaneAcc(geom, acc.data.copy(), acc_rows)
+        data = acc.data if m == geom.rows else acc.data[:, :m]
         if not accumulate and not is_int:  # a float mad that starts the accumulator: products in place
             _products(s, left, right, m, k, n, data)
         else:
@@ -549,7 +565,7 @@ def _store_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | N
         if type(dst) not in (TensorVal, LaneTensor) or dst.nz is not None:
             raise Fallback("store target")
         if type(tile) is LaneAcc and not tile.freed:
-            vr, vc, g = tile.g.rows, tile.g.cols, tile.g
+            vr, vc, g = tile.valid_row, tile.g.cols, tile.g
             s.pinned.add(id(tile.data))  # stored at the end: later mads must not update it in place
             get: Callable[[int], TileBuf] = (lambda acc: lambda lane: acc.lane_tile(lane))(tile)
             get.sums = tile.data  # type: ignore[attr-defined]
@@ -613,7 +629,7 @@ def _for_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], consumed: fro
                 if type(c) is not LaneAcc:
                     raise Fallback("carry copy")
                 s.reserve(c.g)
-                c = LaneAcc(c.g, c.data.copy())
+                c = LaneAcc(c.g, c.data.copy(), c.valid_row)
             carries.append(c)
         for i in range(start, stop, step):
             carries = run_lane_plan(s, body, [i, *captured, *carries])

@@ -479,3 +479,21 @@ def test_vec_stores_over_several_address_runs_are_strided_assignments(spy, monke
         row = (lane + (lane // 4) * 4) * R
         want[row : row + R] = 2 * a[lane * R : (lane + 1) * R]
     np.testing.assert_array_equal(res, want)
+
+
+@pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
+    (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
+    (pl.FP16, np.float16, pl.FP32, np.float32),
+    (pl.INT8, np.int8, pl.INT32, np.int32),
+])
+@pytest.mark.parametrize("T", [1, 4, 15, 17])
+def test_decode_batches_run_batched_equal_per_lane(spy, dtype, np_dtype, out_dtype, np_out, T):
+    """A decode batch (M = T rows, not whole fractals) runs batched: TMATMUL's m = Left.validRow
+    (m = 1 computes a whole fractal), the accumulator's rows past M are never stored. The same
+    bytes as lane by lane - the output rows past M keep their sentinel."""
+    E, N, K, NT, KT = 2, 128, 128, 64, 64
+    x, w = gmm_operands(np.random.default_rng(T), np_dtype, E, T, N, K)
+    got = _compare(grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w),
+                   np.full((E, T, N), 7, np_out))
+    assert spy == [True]
+    check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
