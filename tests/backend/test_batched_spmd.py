@@ -497,3 +497,24 @@ def test_decode_batches_run_batched_equal_per_lane(spy, dtype, np_dtype, out_dty
                    np.full((E, T, N), 7, np_out))
     assert spy == [True]
     check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
+
+
+@pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
+    (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
+    (pl.INT8, np.int8, pl.INT32, np.int32),
+])
+def test_lanes_sharing_the_weight_window_batched_equal_per_lane(spy, dtype, np_dtype, out_dtype, np_out):
+    """Lanes over M blocks of the activations all multiply the same NZ weight window: one Right
+    image shared by every lane, a Left image per lane. Same bytes as lane by lane."""
+    M, N, K, MT = 96, 64, 128, 16
+
+    @pl.kernel
+    def rows(x: pl.Tensor[[M, K], dtype], w: pl.Tensor[[N, K], dtype, pl.NZ], out: pl.Tensor[[M, N], out_dtype]):
+        for lane in pl.spmd(M // MT):
+            m0 = lane * MT
+            out[m0:m0 + MT, :] = pl.matmul(x[m0:m0 + MT, :], w[:, :], b_trans=True)
+
+    x, w = gmm_operands(np.random.default_rng(13), np_dtype, 1, M, N, K)
+    got = _compare(rows, x[0], runtime.pack_nz(w[0]), np.zeros((M, N), np_out))
+    assert spy == [True]
+    check_gmm(np.frombuffer(got[0][2], np_out).reshape(1, M, N), x, w, np_dtype)
