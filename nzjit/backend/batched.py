@@ -520,17 +520,20 @@ def _elementwise_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> St
 
 def _cast_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
     """`pl.cast` of an ND tile: every image converted at once, as the per-lane impl converts its
-    whole logical matrix. Only conversions numpy defines for every value (to a float type, or to
-    an integer type that holds the source's) - a float -> int cast of an out-of-range value is
-    undefined in C, and need not give the same bits in one long conversion as in many short ones."""
+    whole logical matrix. A conversion numpy defines for every value (to a float type, or to an
+    integer type that holds the source's) always; a float -> int one (quantisation) only when
+    every value converts in range - out of range is undefined in C, and one long conversion need
+    not give the bits of many short ones."""
     t = e.outputs[0].type
     geom = _tile_geometry(t)
     src_t = e.inputs[0].type
     if geom is None or geom.layout != "ND" or not isinstance(src_t, TileType):
         return None
     src_dt, dst_dt = src_t.dtype.np_dtype, geom.dtype
-    if not (t.dtype.is_float or (src_t.dtype.is_int and np.can_cast(src_dt, dst_dt, "safe"))):
+    defined = t.dtype.is_float or (src_t.dtype.is_int and np.can_cast(src_dt, dst_dt, "safe"))
+    if not defined and not (src_t.dtype.is_float and t.dtype.is_int):
         return None
+    bounds = None if defined else (float(np.iinfo(dst_dt).min), float(np.iinfo(dst_dt).max))
     ((a,), (o,)) = ins, outs
 
     def run(s: _State, env: list[Any]) -> None:
@@ -538,11 +541,15 @@ def _cast_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | No
         if type(x) is not LaneTile or x.freed or x.g.layout != "ND" or x.g.dtype != src_dt \
                 or (x.g.rows, x.g.cols) != (geom.rows, geom.cols):
             raise Fallback("cast operand")
-        s.reserve(geom)
         n = len(x.data)
+        src = x.data.view(src_dt).reshape(n, geom.rows, geom.cols)
+        if bounds is not None:  # NaN fails both comparisons: it falls back too
+            lo, hi = np.min(src), np.max(src)
+            if not (lo >= bounds[0] and hi <= bounds[1]):
+                raise Fallback("a float -> int cast out of range")
+        s.reserve(geom)
         data = np.empty((n, geom.nbytes), np.uint8)
-        np.copyto(data.view(dst_dt).reshape(n, geom.rows, geom.cols),
-                  x.data.view(src_dt).reshape(n, geom.rows, geom.cols), casting="unsafe")
+        np.copyto(data.view(dst_dt).reshape(n, geom.rows, geom.cols), src, casting="unsafe")
         s.alloc_bytes += data.nbytes
         env[o] = LaneTile(geom, x.valid_row, x.valid_col, data, x.row)
 

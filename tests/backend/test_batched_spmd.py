@@ -124,20 +124,39 @@ def test_lane_dependent_trip_count_falls_back(spy):
 
 
 def test_unsupported_body_runs_per_lane(spy):
-    """A float -> int tile cast has no batched form (C leaves out-of-range values undefined): the
-    lanes run one by one."""
+    """A tensor reshape inside the body has no batched form: the lanes run one by one."""
     R, C, L = 16, 16, 3
 
     @pl.kernel
     def vec(a: pl.Tensor[[L * R, C], pl.FP32], out: pl.Tensor[[L * R, C], pl.FP32]):
         for lane in pl.spmd(L):
-            t = pl.load(a, [lane * R, 0], [R, C])
-            pl.store(pl.cast(pl.cast(pl.add(t, t), pl.INT32), pl.FP32), [lane * R, 0], out)
+            t = pl.load(pl.reshape(a, [L * R * C]), [lane * R * C], [R * C], target_memory=pl.Mem.Vec)
+            pl.store(pl.add(t, t), [lane * R * C], pl.reshape(out, [L * R * C]))
 
     a = np.arange(L * R * C, dtype=np.float32).reshape(L * R, C)
     got = _compare(vec, a, np.zeros_like(a))
     assert spy == [False]
     np.testing.assert_array_equal(np.frombuffer(got[0][1], np.float32).reshape(a.shape), 2 * a)
+
+
+@pytest.mark.parametrize("scale,batched", [(1.0, True), (1e12, False)])
+def test_float_to_int_casts_batched_only_in_range(spy, scale, batched):
+    """A float -> int8 cast (quantisation) runs batched when every value converts in range; an
+    out-of-range value (undefined in C) sends the lanes one by one. Same bytes either way."""
+    R, C, L = 16, 32, 4
+
+    @pl.kernel
+    def quant(a: pl.Tensor[[L * R, C], pl.FP32], out: pl.Tensor[[L * R, C], pl.INT8]):
+        for lane in pl.spmd(L):
+            t = pl.load(a, [lane * R, 0], [R, C])
+            pl.store(pl.cast(t, pl.INT8), [lane * R, 0], out)
+
+    a = ((np.arange(L * R * C) % 255) - 127.25).astype(np.float32).reshape(L * R, C)
+    a[-1, -1] *= scale
+    got = _compare(quant, a, np.zeros((L * R, C), np.int8))
+    assert spy == [batched]
+    if batched:
+        np.testing.assert_array_equal(np.frombuffer(got[0][1], np.int8).reshape(a.shape), a.astype(np.int8))
 
 
 @pytest.mark.parametrize("src,np_src,mid,np_mid", [
