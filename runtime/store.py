@@ -125,12 +125,16 @@ def tstore_model(
     """The TSTORE model itself (checks, dispatch, transfers), as pto-isa ``TSTORE_IMPL``."""
     tile._live()
     if tile.space == "Acc" and dst.layout == "NZ":
-        if recording():  # not a burst copy: each run calls the path at the view's real address
-            kw = dict(atomic_add=atomic_add, relu=relu, compact=compact, debug=debug)
+        m, n, src_stride = _nz_acc_fields(dst, tile, compact, debug)  # decoding: warnings go to the plan
+        if recording():  # not a burst copy: each run writes at the view's real address
             shape = dst.shape
-            record_call(lambda gm, addr, tile: nz_store_acc(gm, dst._trusted(addr, shape), tile, **kw))
+            record_call(
+                lambda gm, addr, tile: _nz_acc_write(
+                    gm, dst._trusted(addr, shape), tile, m, n, src_stride, relu, atomic_add
+                )
+            )
             return None
-        return nz_store_acc(gm, dst, tile, atomic_add=atomic_add, relu=relu, compact=compact, debug=debug)
+        return _nz_acc_write(gm, dst, tile, m, n, src_stride, relu, atomic_add)
     if tile.space == "Acc":
         m, n, src_stride = _nd_acc_fields(dst, tile, compact, debug)  # decoding: warnings go to the plan
         if recording():  # each run writes at the view's real address; the checks are done
@@ -210,6 +214,13 @@ def nz_store_acc(
     read either, so ``g0 > 1`` folds batches into consecutive column blocks (§4.3).  Channel
     split (fp32, ``g4 == 8``) is the same formula with 32-byte rows (§10: assumed).
     """
+    m, n, src_stride = _nz_acc_fields(dst, tile, compact, debug)
+    _nz_acc_write(gm, dst, tile, m, n, src_stride, relu, atomic_add)
+
+
+def _nz_acc_fields(dst: GmView, tile: TileBuf, compact: bool, debug: bool) -> tuple[int, int, int]:
+    """The Acc -> NZ store's checks, its defect warning and its register fields (mSize, nSize,
+    srcStride)."""
     g0, g1, g2, g3, g4 = dst.shape5
     out, E = dst.dtype, dst.itemsize
     static_check(
@@ -240,17 +251,26 @@ def nz_store_acc(
         lambda: f"validRow {tile.valid_row} in [1, 65535], validCol {tile.valid_col} % 16 == 0",
         debug,
     )
-    if m == 0 or n == 0:
-        return
-    c0_bytes = E * g4
-    dst_stride = ((g2 * g3 * c0_bytes) >> 5) % 2**32
     s0, s1 = dst.strides5[0], dst.strides5[1]
-    if n > g4 and not ((g1 == 1 or s1 == m * g4) and (g0 == 1 or s0 == g1 * m * g4)):
+    if m and n > g4 and not ((g1 == 1 or s1 == m * g4) and (g0 == 1 or s0 == g1 * m * g4)):
         defect_warning(
             f"TStoreAccNz2nz ignores the parent strides (HW §4.3): column blocks are written "
             f"{m * g4} elements apart (partition height {m}), the view's strides are s0 = {s0}, "
             f"s1 = {s1}; only a dense whole-height NZ target is stored correctly"
         )
+    return m, n, src_stride
+
+
+def _nz_acc_write(
+    gm: GlobalMemory, dst: GmView, tile: TileBuf, m: int, n: int, src_stride: int, relu: bool, atomic_add: bool
+) -> None:
+    """The Acc -> NZ store's transfer, its checks done (`_nz_acc_fields`). Without the defect
+    warning, the bytes written are exactly those of the view."""
+    if m == 0 or n == 0:
+        return
+    g4, out, E = dst.shape5[4], dst.dtype, dst.itemsize
+    c0_bytes = E * g4
+    dst_stride = ((dst.shape5[2] * dst.shape5[3] * c0_bytes) >> 5) % 2**32
     vals = fixpipe_convert(read_acc(tile, m, n, src_stride), out, relu)
     nfull, rem = divmod(n, g4)
     if nfull:

@@ -559,8 +559,11 @@ def _cast_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | No
 def _store_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
     from .impl import impl_rules
 
-    if e.params.get("nz_partition") is not None or impl_rules.get(P.tile_store_p) is not _DEFAULT_STORE:
+    if impl_rules.get(P.tile_store_p) is not _DEFAULT_STORE:
         return None
+    # NZ-20: an Acc tile into the blocked rank-5 NZ view, with its explicit partition; a store that
+    # would mis-write (TStoreAccNz2nz ignores the view's strides, hw §4.3) warns, and falls back
+    part = e.params.get("nz_partition")
     g = _groups(e, ins)
     (s_tile,), offs, (s_dst,) = g["tile"], g["offsets"], g["dst"]
     attrs = e.params.get("attrs", {})
@@ -585,7 +588,13 @@ def _store_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | N
             raise Fallback("stored value")
         if len(dst.shape) > 5:
             raise Fallback("rank > 5 store")
-        sizes = (1,) * (len(dst.shape) - 2) + (vr, vc)
+        if part is None:
+            sizes = (1,) * (len(dst.shape) - 2) + (vr, vc)
+        elif type(tile) is LaneAcc and dst.layout == "NZ" and len(dst.shape) == 5 \
+                and vc <= 4080 // part[4] * part[4]:  # wider tiles are stored in column chunks
+            sizes = tuple(part)
+        else:
+            raise Fallback("NZ partition store")
         addr = _lanes_of(_addresses(dst, [env[i] for i in offs], s.L, sizes[-len(dst.shape):]), s.L)
         view0 = GmView._make(int(addr[0]), dst.dtype, sizes, dst.strides, dst.layout)
         probe = get(0)

@@ -537,3 +537,53 @@ def test_lanes_sharing_the_weight_window_batched_equal_per_lane(spy, dtype, np_d
     got = _compare(rows, x[0], runtime.pack_nz(w[0]), np.zeros((M, N), np_out))
     assert spy == [True]
     check_gmm(np.frombuffer(got[0][2], np_out).reshape(1, M, N), x, w, np_dtype)
+
+
+def test_nz_partition_stores_run_batched_equal_per_lane(spy):  # NZ-20, NZ-22
+    """Lanes over N tiles store their accumulators into an FP32 NZ output (whole-height column
+    panels, each an explicit rank-5 partition): the body runs batched, the stores replay lane by
+    lane at the end, and the bytes are those of the lanes one by one - the packed product."""
+    M, K, N, NT = 32, 64, 128, 32
+
+    @pl.kernel
+    def nz_out(a: pl.Tensor[[M, K], pl.FP16], b: pl.Tensor[[N, K], pl.FP16, pl.NZ],
+               out: pl.Tensor[[M, N], pl.FP32, pl.NZ]):
+        for lane in pl.spmd(N // NT):
+            n0 = lane * NT
+            at = pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat)
+            bt = pl.load(b, [n0, 0], [NT, K], target_memory=pl.Mem.Mat)
+            pl.store(pl.matmul(at, bt, b_trans=True), [0, n0], out)
+
+    rng = np.random.default_rng(17)
+    a = rng.integers(-3, 4, (M, K)).astype(np.float16)
+    b = rng.integers(-3, 4, (N, K)).astype(np.float16)
+    got = _compare(nz_out, a, runtime.pack_nz(b), runtime.pack_nz(np.full((M, N), 5, np.float32)))
+    assert spy == [True]
+    ref = a.astype(np.float32) @ b.astype(np.float32).T
+    assert got[0][2] == runtime.pack_nz(ref).tobytes()
+
+
+def test_nz_store_that_mis_writes_falls_back_with_its_warning(spy):  # NZ-23, hw §4.3
+    """Lanes store 64 x 16 tiles into the quadrants of a [128, 32] NZ parent (the full-row check
+    skipped, as only a test may): TStoreAccNz2nz ignores the parent's strides and mis-writes.
+    The store's warning sends the lanes one by one, which reproduce the device's bytes."""
+    from nzjit.passes import block_nz_store
+
+    @pl.kernel
+    def quad(t: pl.Tensor[[4, 64, 16], pl.FP16], eye: pl.Tensor[[16, 16], pl.FP16],
+             out: pl.Tensor[[128, 32], pl.FP32, pl.NZ]):
+        for lane in pl.spmd(4):
+            e = pl.load(eye, [0, 0], [16, 16], target_memory=pl.Mem.Mat)
+            ti = pl.load(t, [lane, 0, 0], [1, 64, 16], target_memory=pl.Mem.Mat)
+            pl.store(pl.matmul(ti, e), [(lane // 2) * 64, (lane % 2) * 16], out)
+
+    i, j = np.indices((64, 16))
+    tiles = np.stack([10 * k + 1 + (i + j) % 5 for k in range(4)]).astype(np.float16)
+    stale = runtime.pack_nz(np.full((128, 32), -1, np.float32))
+    with block_nz_store.unsafe_skip_full_row_check_for_tests():
+        quad.lower(tiles, np.eye(16, dtype=np.float16), stale)
+        with pytest.warns(runtime.HardwareDefectWarning, match="ignores the parent strides"):
+            got = _compare(quad, tiles, np.eye(16, dtype=np.float16), stale)
+    assert spy == [False]
+    intended = runtime.pack_nz(np.block([[tiles[0], tiles[1]], [tiles[2], tiles[3]]]).astype(np.float32))
+    assert got[0][2] != intended.tobytes()  # the device's mis-write, reproduced on both paths

@@ -19,15 +19,16 @@ exact = pytest.mark.filterwarnings("error::runtime.HardwareDefectWarning")
 
 @pytest.fixture
 def acc_stores(monkeypatch):
-    """Every `nz_store_acc` the backend issues: (partition shape, strides, tile rows x cols, bytes)."""
+    """Every TStoreAccNz2nz transfer the backend issues (its checks are decoded once per geometry):
+    (partition shape, strides, tile rows x cols, bytes)."""
     calls = []
-    real = runtime.store.nz_store_acc
+    real = runtime.store._nz_acc_write
 
-    def spy(gm, dst, tile, **kw):
+    def spy(gm, dst, tile, *args):
         calls.append((dst.shape5, dst.strides5, (tile.rows, tile.cols), tile.rows * tile.cols * 4))
-        return real(gm, dst, tile, **kw)
+        return real(gm, dst, tile, *args)
 
-    monkeypatch.setattr(runtime.store, "nz_store_acc", spy)
+    monkeypatch.setattr(runtime.store, "_nz_acc_write", spy)
     return calls
 
 
