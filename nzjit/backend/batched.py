@@ -64,6 +64,11 @@ class Fallback(Exception):
     """The batched attempt cannot reproduce the per-lane result: run the lanes one by one."""
 
 
+class LaneDependent(Fallback):
+    """A value one batched step needs the same in every lane (a trip count, a valid shape, a tile
+    offset) differs between the lanes of a group: smaller groups may agree."""
+
+
 class _State:
     """One batched attempt: lanes, deferred stores, byte ranges loaded and stored."""
 
@@ -114,7 +119,7 @@ def _uniform(x: Any) -> int:
     if isinstance(x, np.ndarray):
         v = x[0]
         if not (x == v).all():
-            raise Fallback("lane-dependent value where one value is needed")
+            raise LaneDependent("lane-dependent value where one value is needed")
         return int(v)
     return int(x)
 
@@ -782,11 +787,23 @@ def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any
     try:
         with np.errstate(over="ignore", invalid="ignore"):
             # lanes in groups: each group's tiles stay cache-sized; stores wait for every group
-            base, size = 0, LANE_GROUP
+            base, size, splits = 0, LANE_GROUP, 0
             while base < len(all_lanes):
                 s.lanes = all_lanes[base : base + size]
                 s.L, s.base, s.stores, s.alloc_bytes = len(s.lanes), base, [], 0
-                run_lane_plan(s, plan, [s.lanes, *captured])
+                group_live, n_loaded, n_stored = dict(onchip.live), len(s.loaded), len(s.stored)
+                try:
+                    run_lane_plan(s, plan, [s.lanes, *captured])
+                except LaneDependent:
+                    # e.g. a ragged last tile: retry this group's lanes in halves (nothing of the
+                    # attempt reached GM - stores wait for every group), a bounded number of times
+                    if s.L == 1 or splits >= MAX_SPLITS:
+                        raise
+                    splits += 1
+                    onchip.live.update(group_live)
+                    del s.loaded[n_loaded:], s.stored[n_stored:]
+                    size = s.L // 2
+                    continue
                 groups.append(s.stores)
                 base += s.L
                 per_lane = max(1, s.alloc_bytes // s.L)
@@ -829,6 +846,9 @@ MAX_FAILS = 3
 _FAILS: dict[int, int] = {}
 #: Re-raise unexpected errors of a batched attempt instead of falling back (tests set it).
 STRICT = False
+#: Lane groups split in halves at most this many times per run when their lanes disagree on a
+#: value that must be uniform (beyond that the lanes run one by one).
+MAX_SPLITS = 16
 #: Lanes per batched pass: at least LANE_GROUP, more while their tiles fit in GROUP_BYTES.
 LANE_GROUP = 16
 MAX_GROUP = 4096

@@ -106,21 +106,53 @@ def test_overlapping_stores_keep_lane_order(spy):
     np.testing.assert_array_equal(np.frombuffer(got[0][1], np.float32).reshape(R, C), a[-R:])
 
 
-def test_lane_dependent_trip_count_falls_back(spy):
-    R, C, L = 16, 16, 4
+@pytest.mark.parametrize("L,max_splits,runs_batched", [(4, 16, True), (40, 3, False)])
+def test_lane_dependent_trip_count_splits_groups(spy, monkeypatch, L, max_splits, runs_batched):
+    """Every lane runs its own trip count: a group of lanes cannot run as one, so it is retried in
+    halves down to single lanes (same bytes as lane by lane); past MAX_SPLITS retries the lanes
+    run one by one."""
+    R, C = 16, 16
+    monkeypatch.setattr(batched, "MAX_SPLITS", max_splits)
 
     @pl.kernel
     def ragged(a: pl.Tensor[[L * R, C], pl.FP32], out: pl.Tensor[[L * R, C], pl.FP32]):
         for lane in pl.spmd(L):
-            for i in pl.range(lane + 1):  # lane 0 runs one trip, lane 3 four
+            for i in pl.range(lane % 4 + 1):  # lane 0 runs one trip, lane 3 four
                 pl.store(pl.load(a, [i * R, 0], [R, C]), [lane * R, 0], out)
 
     a = np.arange(L * R * C, dtype=np.float32).reshape(L * R, C)
     got = _compare(ragged, a, np.zeros_like(a))
-    assert spy == [False]
+    assert spy == [runs_batched]
     res = np.frombuffer(got[0][1], np.float32).reshape(a.shape)
     for lane in range(L):
-        np.testing.assert_array_equal(res[lane * R : (lane + 1) * R], a[lane * R : (lane + 1) * R])
+        i = lane % 4
+        np.testing.assert_array_equal(res[lane * R : (lane + 1) * R], a[i * R : (i + 1) * R])
+
+
+def test_ragged_last_tile_runs_batched(spy):
+    """N = 112 in tiles of 32: the last lane's weight window has 16 valid rows (pl.min), the other
+    lanes 32. The group of all lanes disagrees on the valid shape, so it splits; the lanes run
+    batched in uniform groups, the same bytes as lane by lane."""
+    M, K, N, NT = 16, 64, 112, 32
+    L = -(-N // NT)
+
+    @pl.kernel
+    def ragged(x: pl.Tensor[[M, K], pl.BF16], w: pl.Tensor[[N, K], pl.BF16, pl.NZ],
+               out: pl.Tensor[[M, L * NT], pl.FP32]):
+        for lane in pl.spmd(L):
+            n0 = lane * NT
+            rows = pl.min(N - n0, NT)
+            xt = pl.load(x, [0, 0], [M, K], target_memory=pl.Mem.Mat)
+            wt = pl.load(w, [n0, 0], [NT, K], target_memory=pl.Mem.Mat, valid_shape=[rows, K])
+            pl.store(pl.matmul(xt, wt, b_trans=True), [0, n0], out)
+
+    rng = np.random.default_rng(23)
+    x = rng.integers(-3, 4, (M, K)).astype(ml_dtypes.bfloat16)
+    w = rng.integers(-3, 4, (N, K)).astype(ml_dtypes.bfloat16)
+    got = _compare(ragged, x, runtime.pack_nz(w), np.zeros((M, L * NT), np.float32))
+    assert spy == [True]
+    res = np.frombuffer(got[0][2], np.float32).reshape(M, L * NT)
+    np.testing.assert_array_equal(res[:, :N], x.astype(np.float32) @ w.astype(np.float32).T)
 
 
 def test_unsupported_body_runs_per_lane(spy):
