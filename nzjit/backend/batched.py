@@ -10,9 +10,11 @@ run gives the same GM bytes when
   so loads must not see them; the sums a deferred store reads are never updated in place);
 * no instruction warns (warnings are per lane and per instruction on the reference path).
 
-Anything else - an unsupported primitive, a lane-dependent trip count or valid shape, a load /
-store overlap, a refusal (capacity, bounds, negative offset) - abandons the attempt before any
-GM byte is written, and the lanes run one by one (which then reproduces the refusal exactly).
+A group of lanes that disagrees on a value that must be uniform (a trip count, a valid shape: a
+ragged last tile) is retried in halves, a bounded number of times. Anything else - an
+unsupported primitive, a load / store overlap, a refusal (capacity, bounds, negative offset) -
+abandons the attempt before any GM byte is written, and the lanes run one by one (which then
+reproduces the refusal exactly).
 
 Values: scalars are ints or int64 arrays over lanes; tensors are `TensorVal` or `LaneTensor`
 (one address per lane); tiles are `LaneTile`: the distinct byte images of the lanes (lanes
