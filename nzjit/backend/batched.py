@@ -51,13 +51,13 @@ from runtime import GmView, TileBuf
 from runtime._strided import byte_span
 from runtime.cube import _F32_EXACT_K, MATMUL_DTYPES, _mov_checks
 from runtime.dma import ceil16
-from runtime.tile import _geometry
 
 from ..core import dtypes as D
 from ..core import primitives as P
 from ..core.ir import Eqn, Graph, Var
-from ..core.types import DynDim, ScalarType, TensorType, TileType
+from ..core.types import ScalarType, TensorType, TileType
 from . import lane_gm
+from .fast_core import _static_shape, operand_groups, result_geometry
 from .lane_values import LANE_VALUES, LaneAcc, LaneTensor, LaneTile, LaneWindow
 from .values import TensorVal, TransposedTile
 
@@ -224,26 +224,12 @@ def _block_num_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step
     return run
 
 
-def _groups(e: Eqn, ins: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
-    out, start = {}, 0
-    for name, k in zip(e.primitive.groups, e.params["arity"]):
-        out[name] = ins[start : start + k]
-        start += k
-    return out
-
-
-def _static(shape: tuple[Any, ...]) -> tuple[int, ...] | None:
-    if any(isinstance(d, DynDim) for d in shape):
-        return None
-    return tuple(int(d) for d in shape)
-
-
 def _slice_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
     out_t = e.outputs[0].type
-    shape = _static(out_t.shape) if isinstance(out_t, TensorType) else None
+    shape = _static_shape(out_t.shape) if isinstance(out_t, TensorType) else None
     if shape is None:
         return None
-    g = _groups(e, ins)
+    g = operand_groups(e, ins)
     (s_src,) = g["src"]
     offs = g["offsets"]
     drop = e.params["drop"]
@@ -265,23 +251,12 @@ def _slice_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | N
     return run
 
 
-def _tile_geometry(t: Any) -> Any:
-    """The runtime geometry of a tile result, or None when it is not a tile with a legal one."""
-    if not isinstance(t, TileType):
-        return None
-    rows, cols = (t.shape if len(t.shape) == 2 else (int(np.prod(t.shape[:-1])), t.shape[-1]))
-    try:
-        return _geometry(t.memory.value, t.dtype.np_dtype, int(rows), int(cols), None)
-    except runtime.DeviceError:
-        return None
-
-
 def _load_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
     out_t = e.outputs[0].type
-    geom = _tile_geometry(out_t)
+    geom = result_geometry(out_t)
     if geom is None:
         return None
-    g = _groups(e, ins)
+    g = operand_groups(e, ins)
     (s_src,) = g["src"]
     offs, valid = g["offsets"], g["valid"]
     shape = tuple(e.params["shape"])
@@ -357,7 +332,7 @@ def _valid_rows(t: Any) -> int | None:
 def _extract_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
     t = e.outputs[0].type
     vr = _valid_rows(t)
-    geom = _tile_geometry(t)
+    geom = result_geometry(t)
     if geom is None or vr is None:
         return None
     s_src, s_r, s_c = ins
@@ -435,7 +410,7 @@ def _mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: b
               in_place: bool) -> Step | None:
     t = e.outputs[0].type
     acc_rows = _valid_rows(t)  # a decode batch's accumulator has M < 16 valid rows
-    geom = _tile_geometry(t)
+    geom = result_geometry(t)
     if geom is None or acc_rows is None:
         return None
     (o,) = outs
@@ -490,7 +465,7 @@ def _elementwise_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> St
     from .impl import _ELEMENTWISE
 
     t = e.outputs[0].type
-    geom = _tile_geometry(t)
+    geom = result_geometry(t)
     if geom is None or geom.layout != "ND":
         return None
     ufunc = _ELEMENTWISE[e.primitive.name]
@@ -532,7 +507,7 @@ def _cast_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | No
     every value converts in range - out of range is undefined in C, and one long conversion need
     not give the bits of many short ones."""
     t = e.outputs[0].type
-    geom = _tile_geometry(t)
+    geom = result_geometry(t)
     src_t = e.inputs[0].type
     if geom is None or geom.layout != "ND" or not isinstance(src_t, TileType):
         return None
@@ -571,7 +546,7 @@ def _store_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | N
     # NZ-20: an Acc tile into the blocked rank-5 NZ view, with its explicit partition; a store that
     # would mis-write (TStoreAccNz2nz ignores the view's strides, hw §4.3) warns, and falls back
     part = e.params.get("nz_partition")
-    g = _groups(e, ins)
+    g = operand_groups(e, ins)
     (s_tile,), offs, (s_dst,) = g["tile"], g["offsets"], g["dst"]
     attrs = e.params.get("attrs", {})
     flags = dict(atomic_add=bool(attrs.get("atomic")), relu=bool(attrs.get("pre_relu")))

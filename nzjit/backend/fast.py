@@ -32,6 +32,7 @@ from .fast_core import (
     _release1,
     _tile_free,
     _tile_geometry,
+    result_geometry,
 )
 from .fast_memory import _mk_load, _mk_slice, _mk_store
 from .impl import _CMP, _ELEMENTWISE, _SCALAR, static_valid
@@ -216,12 +217,10 @@ def _mk_transpose_view(st: Any) -> Run | None:
 def _mk_elementwise(st: Any) -> Run | None:
     e = st.eqn
     t = e.outputs[0].type
-    if not isinstance(t, TileType):
-        return None
-    space, rows, cols, dt = _tile_geometry(t)
-    geom = _geometry_of(space, rows, cols, dt)
+    geom = result_geometry(t)
     if geom is None or geom.layout != "ND":
         return None
+    space, rows, cols, dt = geom.space, geom.rows, geom.cols, geom.dtype
     ufunc = _ELEMENTWISE[e.primitive.name]
     ins = st.ins
     try:  # the op must produce the tile dtype itself (int exp does not: the generic impl casts)

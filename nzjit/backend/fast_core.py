@@ -120,14 +120,18 @@ def _finish_or_generic(st: Any, body: Callable[[Any, list[Any]], Any], generic: 
 
 
 # ---------------------------------------------------------------------------------- operands
-def _groups(st: Any) -> dict[str, tuple[int, ...]]:
-    """Operand group name -> its input slots."""
-    e = st.eqn
+def operand_groups(e: Any, ins: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+    """Operand group name -> the slots `ins` of equation `e` that hold it."""
     out, start = {}, 0
     for name, n in zip(e.primitive.groups, e.params["arity"]):
-        out[name] = st.ins[start : start + n]
+        out[name] = ins[start : start + n]
         start += n
     return out
+
+
+def _groups(st: Any) -> dict[str, tuple[int, ...]]:
+    """Operand group name -> the input slots of plan step `st`."""
+    return operand_groups(st.eqn, st.ins)
 
 
 def _static_shape(shape: tuple[Any, ...]) -> tuple[int, ...] | None:
@@ -157,5 +161,13 @@ def _geometry_of(space: str, rows: int, cols: int, dt: np.dtype) -> Any:
         return _tile_geometry_cached(space, dt, rows, cols, None)
     except runtime.DeviceError:
         return None  # refused at run time by alloc_tile, with its message
+
+
+def result_geometry(t: Any) -> Any:
+    """The runtime geometry of a tile-typed result, or None when `t` is not a tile type or has
+    no legal geometry (the generic path then refuses it at run time, with its message)."""
+    if not isinstance(t, TileType):
+        return None
+    return _geometry_of(*_tile_geometry(t))
 
 

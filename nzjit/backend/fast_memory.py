@@ -16,18 +16,17 @@ from typing import Any
 import runtime
 from runtime import TileBuf
 
-from ..core.types import TensorType, TileType
+from ..core.types import TensorType
 from .fast_core import (
     Run,
     _finish_or_generic,
     _generic,
-    _geometry_of,
     _gm_view,
     _groups,
     _release1,
     _static_shape,
     _tile_free,
-    _tile_geometry,
+    result_geometry,
 )
 from .impl import check_window, clamp
 from .values import TensorVal
@@ -129,11 +128,7 @@ def _same_layout(v: Any, h: Any) -> bool:
 
 def _mk_load(st: Any) -> Run | None:
     e = st.eqn
-    out_t = e.outputs[0].type
-    if not isinstance(out_t, TileType):
-        return None
-    space, rows, cols, dt = _tile_geometry(out_t)
-    geom = _geometry_of(space, rows, cols, dt)
+    geom = result_geometry(e.outputs[0].type)
     if geom is None:
         return None
     g = _groups(st)
