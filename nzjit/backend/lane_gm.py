@@ -22,7 +22,7 @@ def lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: b
     if copies is None or len(copies) != 1 or plan.warns or len(addrs) < 2:
         return False
     cp, src_is_gm, so, do = copies[0]
-    if cp.ordered or cp.add_dtype is not None or src_is_gm != load or not (addrs[1:] > addrs[:-1]).all():
+    if cp.ordered or cp.add_dtype is not None or src_is_gm != load:
         return False
     U, nbytes = images.shape
     g_strides, t_strides = (cp.s_strides, cp.d_strides) if load else (cp.d_strides, cp.s_strides)
@@ -50,7 +50,7 @@ def lane_acc_store(plan: Any, gm: Any, addrs: np.ndarray, acc: np.ndarray) -> bo
     refused, or the fixpipe does not read the logical matrix."""
     op = plan.single
     spec = getattr(op, "acc_nd", None)
-    if spec is None or not spec.logical or len(addrs) < 2 or not (addrs[1:] > addrs[:-1]).all():
+    if spec is None or not spec.logical or len(addrs) < 2:
         return False
     E = spec.out.itemsize
     views = run_views(gm, addrs, (spec.m, spec.n * E), (spec.row_pitch, 1), disjoint=True)
@@ -70,11 +70,11 @@ def run_views(
     gm: Any, addrs: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...], disjoint: bool
 ) -> list[tuple[int, int, np.ndarray]] | None:
     """Writable GM views ``(u0, u1, (u1 - u0, *shape))`` of a byte view of `shape` / `strides` at
-    each of the increasing `addrs`, one per arithmetic run; None when a view is refused or, with
-    `disjoint`, unless no byte belongs to two lanes (within a run: the strides say so; across
-    runs: their byte ranges are apart) nor twice to one lane."""
+    each of the `addrs`, one per arithmetic run; None when the addresses do not increase, a view is
+    refused or, with `disjoint`, unless no byte belongs to two lanes (within a run: the strides say
+    so; across runs: their byte ranges are apart) nor twice to one lane."""
     lo, hi = byte_span(0, shape, strides)
-    if hi <= lo:
+    if hi <= lo or not (addrs[1:] > addrs[:-1]).all():
         return None
     views, end = [], None
     try:
