@@ -44,11 +44,7 @@ def _outcome(path: str, fast: bool, batch: bool) -> tuple[object, tuple[str, ...
     return result, texts
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 2**31 - 1), index=st.integers(0, 10**6))
-def test_backend_paths_agree(tmp_path, seed, index):
-    p = generate(seed, index)
+def _assert_paths_agree(tmp_path, p) -> None:
     path = tmp_path / f"prog_{p.name}.py"
     path.write_text(p.source)
     first, *others = (_outcome(str(path), fast, batch) for fast, batch in PATHS)
@@ -56,13 +52,15 @@ def test_backend_paths_agree(tmp_path, seed, index):
         assert other == first, f"FAST={fast} BATCH_SPMD={batch} differs from both on, program {p.name}:\n{p.source}"
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**31 - 1), index=st.integers(0, 10**6))
+def test_backend_paths_agree(tmp_path, seed, index):
+    _assert_paths_agree(tmp_path, generate(seed, index))
+
+
 @pytest.mark.parametrize("family", ["tile_mm", "vec_ew"])
 def test_backend_paths_agree_on_batched_families(tmp_path, family):
     """Programs of the families whose SPMD lanes run batched, a fixed sample of 25 each."""
     for i in range(25):
-        p = generate(20261129, i, family)
-        path = tmp_path / f"prog_{p.name}.py"
-        path.write_text(p.source)
-        first, *others = (_outcome(str(path), fast, batch) for fast, batch in PATHS)
-        for (fast, batch), other in zip(PATHS[1:], others):
-            assert other == first, f"FAST={fast} BATCH_SPMD={batch} differs, program {p.name}:\n{p.source}"
+        _assert_paths_agree(tmp_path, generate(20261129, i, family))
