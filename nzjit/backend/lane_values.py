@@ -121,8 +121,9 @@ _LINE = np.dtype("V32")
 def gather_cast(out: np.ndarray, v: np.ndarray) -> None:
     """``out[...] = v`` with a cast.  When `v`'s innermost axis is one 32-byte C0 line, the lines
     are gathered first as 32-byte void elements (one memcpy each, not 32 / itemsize scalar moves),
-    then cast contiguously."""
-    if v.shape[-1] * v.itemsize != 32 or v.strides[-1] != v.itemsize or v.ndim < 2:
+    then cast contiguously.  When consecutive lines are adjacent (an ND row read as C0 lines), the
+    runs are already long: one direct cast, no gather."""
+    if v.shape[-1] * v.itemsize != 32 or v.strides[-1] != v.itemsize or v.ndim < 2 or v.strides[-2] == 32:
         np.copyto(out, v, casting="unsafe")
         return
     lines = v.view(_LINE)[..., 0]
