@@ -95,7 +95,7 @@ def test_in_place_images_are_the_loaded_bytes(case):
 def test_distinct_lane_addresses_match_np_unique(addrs, in_order):
     # A batched load shares one image among lanes with the same address; the shortcut for lanes
     # already in address order must give np.unique's images and lane -> image map exactly.
-    from nzjit.backend.batched import _distinct
+    from nzjit.backend.lane_state import distinct as _distinct
 
     addr = np.array(sorted(addrs) if in_order else addrs, dtype=np.int64) * 512
     uniq, row = _distinct(addr)

@@ -1,0 +1,129 @@
+"""The state of one lane-batched attempt (see batched.py) and the helpers its steps share: the
+fallback signals, lane-uniform values, per-lane GM addresses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from runtime import GmView, TileBuf
+from runtime._strided import byte_span
+
+from .lane_values import LaneTile
+
+
+class Fallback(Exception):
+    """The batched attempt cannot reproduce the per-lane result: run the lanes one by one."""
+
+
+class LaneDependent(Fallback):
+    """A value one batched step needs the same in every lane (a trip count, a valid shape, a tile
+    offset) differs between the lanes of a group: smaller groups may agree."""
+
+
+class LaneState:
+    """One batched attempt: lanes, deferred stores, byte ranges loaded and stored."""
+
+    def __init__(self, ctx: Any, n: int, spmd: bool) -> None:
+        self.ctx, self.n, self.spmd = ctx, n, spmd
+        self.alloc_bytes = 0
+        self.lanes = np.zeros(0, np.int64)
+        self.L = self.base = 0
+        self.stores: list[tuple[Any, np.ndarray, Callable[[int], TileBuf]]] = []
+        self.loaded: list[tuple[np.ndarray, int, int]] = []  # (addresses, lo, hi) relative spans
+        self.stored: list[tuple[np.ndarray, int, int]] = []
+        self.pool: dict[tuple[int, int], list[np.ndarray]] = {}  # freed LaneTile images
+        self.pinned: set[int] = set()  # ids of images and sums a deferred store still reads
+        self.bufs: dict[tuple[object, ...], np.ndarray] = {}
+
+    def reserve(self, g: Any) -> None:
+        """Charge one tile of geometry `g` to its on-chip space (one lane's accounting is every lane's)."""
+        self.ctx.onchip.reserve(g.space, g.nbytes)
+
+    def scratch(self, shape: tuple[int, ...], dtype: type, tag: str = "") -> np.ndarray:
+        """A buffer reused for the whole batch (no fresh pages per instruction); `tag` keeps buffers
+        of the same shape that are live together apart."""
+        key = (shape, np.dtype(dtype).str, tag)
+        b = self.bufs.get(key)
+        if b is None:
+            b = self.bufs[key] = np.empty(shape, dtype)
+        return b
+
+    def zeros(self, n: int, nbytes: int, zero: bool = True) -> np.ndarray:
+        """`n` tile images of `nbytes` (uint8), from the pool of freed images when one fits; zeroed
+        unless `zero` is False (the caller fills every byte)."""
+        free = self.pool.get((n, nbytes))
+        if free:
+            a = free.pop()
+            if zero:
+                a.fill(0)
+            return a
+        return np.zeros((n, nbytes), np.uint8)
+
+    def release(self, v: Any) -> None:
+        """Free lane value `v` on chip; its images return to the pool unless a deferred store reads them."""
+        if not v.freed:
+            v.freed = True
+            self.ctx.onchip.release(v.g.space, v.g.nbytes)
+            if type(v) is LaneTile and v._data is not None and id(v._data) not in self.pinned:
+                self.pool.setdefault(v._data.shape, []).append(v._data)
+
+
+def uniform(x: Any) -> int:
+    """A lane-uniform int (an int, or an array whose lanes agree), else Fallback."""
+    if isinstance(x, np.ndarray):
+        v = x[0]
+        if not (x == v).all():
+            raise LaneDependent("lane-dependent value where one value is needed")
+        return int(v)
+    return int(x)
+
+
+def lanes_of(x: Any, L: int) -> np.ndarray:
+    """`x` as an int64 array over the `L` lanes (a lane-uniform int repeated)."""
+    if isinstance(x, np.ndarray):
+        return x
+    return np.full(L, int(x), dtype=np.int64)
+
+
+def addresses(src: Any, offs: list[Any], L: int, sizes: Any) -> np.ndarray | int:
+    """Element offset sum(o*s) added to the base address(es): an int if lane-uniform. A negative
+    or out-of-bounds window falls back to the per-lane path, which refuses it with the lane."""
+    delta: Any = 0
+    for o, s, n, d in zip(offs, src.strides, sizes, src.shape):
+        if isinstance(o, np.ndarray):
+            if (o < 0).any() or (o + n > d).any():
+                raise Fallback("window out of bounds")
+        elif o < 0 or o + n > d:
+            raise Fallback("window out of bounds")
+        delta = delta + o * s
+    addr = src.addr + delta * src.dtype.itemsize
+    if isinstance(addr, np.ndarray):
+        return addr.astype(np.int64)
+    return int(addr)
+
+
+def distinct(addr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(addr, return_inverse=True)``, without its sort when the lanes' addresses are
+    already in order (the common case: lanes in order, consecutive lanes sharing a window)."""
+    step = addr[1:] - addr[:-1]
+    if (step > 0).all():  # lanes load distinct windows, in order
+        return addr, np.arange(len(addr))
+    if (step >= 0).all():  # runs of equal addresses share one image
+        first = np.empty(len(addr), dtype=bool)
+        first[0] = True
+        np.not_equal(step, 0, out=first[1:])
+        return addr[first], np.cumsum(first) - 1
+    return np.unique(addr, return_inverse=True)
+
+
+def view_span(view: GmView) -> tuple[int, int]:
+    """The byte range ``[lo, hi)`` of `view` relative to its address (at least one element)."""
+    E = view.dtype.itemsize
+    lo, hi = byte_span(0, view.shape, tuple(s * E for s in view.strides))
+    return lo, max(hi, lo + E)
+
+
+Step = Callable[[LaneState, list[Any]], None]
