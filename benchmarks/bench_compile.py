@@ -43,7 +43,7 @@ def run() -> list[dict[str, str]]:
         unrolled.clear_cache()
         unrolled.lower(a, a)
 
-    t_compile = best_of(compile_fresh, repeat=5)
+    t_compile = best_of(compile_fresh, repeat=15)  # this shared machine halves its speed for seconds at a time
     n_eqns = sum(1 for _ in unrolled.lower(a, a).ir("trace").walk())
     rows.append(row(f"trace + all passes, {n_eqns}-equation kernel", fmt_time(t_compile), "50 ms",
                     f"{t_compile / 50e-3:.2f}x", "< 1x (of 50 ms)"))
