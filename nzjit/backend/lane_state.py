@@ -94,7 +94,7 @@ def addresses(src: Any, offs: list[Any], L: int, sizes: Any) -> np.ndarray | int
     delta: Any = 0
     for o, s, n, d in zip(offs, src.strides, sizes, src.shape):
         if isinstance(o, np.ndarray):
-            if (o < 0).any() or (o + n > d).any():
+            if o.min() < 0 or o.max() > d - n:
                 raise Fallback("window out of bounds")
         elif o < 0 or o + n > d:
             raise Fallback("window out of bounds")

@@ -49,11 +49,11 @@ def _scalar_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | 
                 raise Fallback("division by zero")
             env[o] = wrap(min(x, y) if name == "min" else max(x, y) if name == "max" else op(x, y))
             return
-        if checked and (np.asarray(y) == 0).any():
+        if checked and (y == 0 if not isinstance(y, np.ndarray) else (y == 0).any()):
             raise Fallback("division by zero")
-        with np.errstate(over="ignore"):
-            env[o] = np.asarray(op(np.int64(x) if not isinstance(x, np.ndarray) else x,
-                                   np.int64(y) if not isinstance(y, np.ndarray) else y), dtype=np.int64)
+        # int64 overflow wraps silently: try_run_spmd runs every step under errstate(over="ignore")
+        env[o] = np.asarray(op(np.int64(x) if not isinstance(x, np.ndarray) else x,
+                               np.int64(y) if not isinstance(y, np.ndarray) else y), dtype=np.int64)
 
     return run
 
