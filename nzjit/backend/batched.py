@@ -90,7 +90,7 @@ def _for_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], consumed: fro
                 if type(c) is not LaneAcc:
                     raise Fallback("carry copy")
                 s.reserve(c.g)
-                c = LaneAcc(c.g, c.data.copy(), c.valid_row)
+                c = LaneAcc(c.g, s.copy(c.data), c.valid_row)
             carries.append(c)
         for i in range(start, stop, step):
             carries = run_lane_plan(s, body, [i, *captured, *carries])
@@ -187,8 +187,16 @@ def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any
     plan = lane_plan(body, 0)
     if plan is None or _FAILS.get(id(body), 0) >= MAX_FAILS:
         return False
-    all_lanes = np.asarray(lanes, dtype=np.int64)
     s = LaneState(ctx, n, spmd)
+    try:
+        return _run_lanes(s, plan, body, np.asarray(lanes, dtype=np.int64), captured)
+    finally:
+        s.recycle()  # the attempt is over (stores applied or abandoned): its buffers serve the next
+
+
+def _run_lanes(s: LaneState, plan: LanePlan, body: Graph, all_lanes: np.ndarray, captured: list[Any]) -> bool:
+    """`try_run_spmd` on the attempt's state `s`: the lane groups, then every lane's stores."""
+    ctx = s.ctx
     onchip = ctx.onchip
     live, peak = dict(onchip.live), dict(onchip.peak)
     groups: list[list[tuple[Any, np.ndarray, Callable[[int], TileBuf]]]] = []

@@ -148,10 +148,10 @@ def mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: bo
         is_int = geom.dtype == np.int32
         if not accumulate:
             s.reserve(geom)
-            acc = LaneAcc(geom, np.empty((s.L, geom.rows, n), geom.dtype), acc_rows)
+            acc = LaneAcc(geom, s.empty((s.L, geom.rows, n), geom.dtype), acc_rows)
         elif not in_place or id(acc.data) in s.pinned:  # a deferred store still reads the old sums
             s.reserve(geom)
-            acc = LaneAcc(geom, acc.data.copy(), acc_rows)
+            acc = LaneAcc(geom, s.copy(acc.data), acc_rows)
         data = acc.data if m == geom.rows else acc.data[:, :m]
         if not accumulate and not is_int:  # a float mad that starts the accumulator: products in place
             _products(s, left, right, m, k, n, data)

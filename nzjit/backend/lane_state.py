@@ -3,6 +3,7 @@ fallback signals, lane-uniform values, per-lane GM addresses."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +38,40 @@ class LaneState:
         self.pool: dict[tuple[int, int], list[np.ndarray]] = {}  # freed LaneTile images
         self.pinned: set[int] = set()  # ids of images and sums a deferred store still reads
         self.bufs: dict[tuple[object, ...], np.ndarray] = {}
+        self.owned: list[np.ndarray] = []  # every buffer `empty` gave out: recycled at the end
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An uninitialised buffer for this attempt, one an earlier attempt left when the shape
+        matches: fresh memory costs a page fault per 4 KiB on first touch (microseconds each in a
+        VM), on every call of a kernel, since these buffers are large enough for glibc to map them
+        anew each time."""
+        key = (tuple(shape), np.dtype(dtype).str)
+        spare = _spare_lists().get(key)
+        if spare:
+            a = spare.pop()
+            _SPARE.nbytes -= a.nbytes
+        else:
+            a = np.empty(shape, dtype)
+        self.owned.append(a)
+        return a
+
+    def copy(self, a: np.ndarray) -> np.ndarray:
+        """A copy of `a` in a buffer from `empty`."""
+        c = self.empty(a.shape, a.dtype)
+        np.copyto(c, a)
+        return c
+
+    def recycle(self) -> None:
+        """Keep this attempt's buffers for the next one (within `SPARE_BYTES` per thread). Called
+        when the attempt is over - its stores applied or abandoned - so nothing reads them again."""
+        lists = _spare_lists()
+        for a in self.owned:
+            if _SPARE.nbytes + a.nbytes <= SPARE_BYTES:
+                lists.setdefault((a.shape, a.dtype.str), []).append(a)
+                _SPARE.nbytes += a.nbytes
+        self.owned.clear()
+        self.bufs.clear()
+        self.pool.clear()
 
     def reserve(self, g: Any) -> None:
         """Charge one tile of geometry `g` to its on-chip space (one lane's accounting is every lane's)."""
@@ -48,7 +83,7 @@ class LaneState:
         key = (shape, np.dtype(dtype).str, tag)
         b = self.bufs.get(key)
         if b is None:
-            b = self.bufs[key] = np.empty(shape, dtype)
+            b = self.bufs[key] = self.empty(shape, dtype)
         return b
 
     def zeros(self, n: int, nbytes: int, zero: bool = True) -> np.ndarray:
@@ -57,10 +92,11 @@ class LaneState:
         free = self.pool.get((n, nbytes))
         if free:
             a = free.pop()
-            if zero:
-                a.fill(0)
-            return a
-        return np.zeros((n, nbytes), np.uint8)
+        else:
+            a = self.empty((n, nbytes), np.uint8)
+        if zero:
+            a.fill(0)
+        return a
 
     def release(self, v: Any) -> None:
         """Free lane value `v` on chip; its images return to the pool unless a deferred store reads them."""
@@ -69,6 +105,19 @@ class LaneState:
             self.ctx.onchip.release(v.g.space, v.g.nbytes)
             if type(v) is LaneTile and v._data is not None and id(v._data) not in self.pinned:
                 self.pool.setdefault(v._data.shape, []).append(v._data)
+
+
+#: Bytes of batch buffers kept per thread between attempts (`LaneState.recycle`).
+SPARE_BYTES = 64 << 20
+_SPARE = threading.local()
+
+
+def _spare_lists() -> dict[tuple[tuple[int, ...], str], list[np.ndarray]]:
+    lists = getattr(_SPARE, "lists", None)
+    if lists is None:
+        lists = _SPARE.lists = {}
+        _SPARE.nbytes = 0
+    return lists
 
 
 def uniform(x: Any) -> int:

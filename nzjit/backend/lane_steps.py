@@ -199,7 +199,7 @@ def _elementwise_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> St
         else:
             args = [x.data.view(dt).reshape(len(x.data), x.g.rows, x.g.cols)[x.row] for x in xs]
             row = np.arange(s.L)
-        data = np.empty((len(args[0]), geom.nbytes), np.uint8)
+        data = s.empty((len(args[0]), geom.nbytes), np.uint8)
         ufunc(*args, out=data.view(dt).reshape(len(args[0]), geom.rows, geom.cols))
         s.alloc_bytes += data.nbytes
         env[o] = LaneTile(geom, first.valid_row, first.valid_col, data, row)
@@ -237,7 +237,7 @@ def _cast_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | No
             if not (lo >= bounds[0] and hi <= bounds[1]):
                 raise Fallback("a float -> int cast out of range")
         s.reserve(geom)
-        data = np.empty((n, geom.nbytes), np.uint8)
+        data = s.empty((n, geom.nbytes), np.uint8)
         np.copyto(data.view(dst_dt).reshape(n, geom.rows, geom.cols), src, casting="unsafe")
         s.alloc_bytes += data.nbytes
         env[o] = LaneTile(geom, x.valid_row, x.valid_col, data, x.row)

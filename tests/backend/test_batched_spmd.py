@@ -619,3 +619,46 @@ def test_nz_store_that_mis_writes_falls_back_with_its_warning(spy):  # NZ-23, hw
     assert spy == [False]
     intended = runtime.pack_nz(np.block([[tiles[0], tiles[1]], [tiles[2], tiles[3]]]).astype(np.float32))
     assert got[0][2] != intended.tobytes()  # the device's mis-write, reproduced on both paths
+
+
+def test_buffers_of_one_call_serve_the_next_and_never_leak_its_values(monkeypatch):
+    """An attempt's buffers (accumulators, operand scratch, tile images) are kept for the next
+    attempt (lane_state.LaneState.recycle): the second call takes them instead of fresh memory,
+    and every call still equals its own per-lane run - with a vec kernel whose stored results
+    reuse images and a grouped matmul whose accumulators do, on new data each call."""
+    from nzjit.backend import lane_state
+
+    served: list[bool] = []
+    real_empty = lane_state.LaneState.empty
+
+    def empty(self, shape, dtype):
+        before = sum(len(v) for v in lane_state._spare_lists().values())
+        a = real_empty(self, shape, dtype)
+        served.append(sum(len(v) for v in lane_state._spare_lists().values()) < before)
+        return a
+
+    monkeypatch.setattr(lane_state.LaneState, "empty", empty)
+    E, T, N, K, NT, KT = 2, 32, 256, 256, 64, 128
+    gmm = grouped(pl.BF16, pl.FP32, E, T, N, K, NT, KT)
+
+    R, C, L = 16, 32, 12
+
+    @pl.kernel
+    def vec(a: pl.Tensor[[L * R, C], pl.FP32], b: pl.Tensor[[L * R, C], pl.FP32],
+            out: pl.Tensor[[L * R, C], pl.FP32]):
+        for lane in pl.spmd(L):
+            ta = pl.load(a, [lane * R, 0], [R, C])
+            tb = pl.load(b, [lane * R, 0], [R, C])
+            pl.store(pl.mul(pl.add(ta, tb), ta), [lane * R, 0], out)
+
+    for call in range(3):
+        rng = np.random.default_rng(call)
+        x, w = gmm_operands(rng, ml_dtypes.bfloat16, E, T, N, K)
+        served.clear()
+        got = _compare(gmm, x, runtime.pack_nz(w), np.zeros((E, T, N), np.float32))
+        check_gmm(np.frombuffer(got[0][2], np.float32).reshape(E, T, N), x, w, ml_dtypes.bfloat16)
+        if call:
+            assert served and all(served)  # every buffer came from the previous call
+        a, b = rng.standard_normal((2, L * R, C)).astype(np.float32)
+        got = _compare(vec, a, b, np.zeros((L * R, C), np.float32))
+        np.testing.assert_array_equal(np.frombuffer(got[0][2], np.float32).reshape(L * R, C), (a + b) * a)
