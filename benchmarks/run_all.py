@@ -4,7 +4,9 @@ machine description, to benchmarks/RESULTS.md.
     python benchmarks/run_all.py [--no-write]
 
 Ratios are measured side by side in one run (interleaved best-of-N), so a busy machine slows
-both sides; absolute times are only indicative.
+both sides; absolute times are only indicative. Each target runs in a fresh Python process, as
+it does standalone: what one benchmark leaves behind (fragmented memory without huge pages, live
+objects for the garbage collector) once halved the next one's unpack_nz bandwidth.
 """
 # isort: skip_file
 
@@ -12,26 +14,39 @@ from __future__ import annotations
 
 import harness  # first: pins BLAS threads before numpy loads
 
-import gc  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-import bench_compile  # noqa: E402
-import bench_grouped_matmul  # noqa: E402
-import bench_interp  # noqa: E402
-import bench_pack_nz  # noqa: E402
-
 TARGETS = [
-    ("(a) execution: grouped NZ matmul vs numpy", bench_grouped_matmul),
-    ("(b) compile time and cached-call overhead", bench_compile),
-    ("(c) NZ packing bandwidth vs np.copyto", bench_pack_nz),
-    ("(d) interpreter overhead per equation", bench_interp),
+    ("(a) execution: grouped NZ matmul vs numpy", "bench_grouped_matmul"),
+    ("(b) compile time and cached-call overhead", "bench_compile"),
+    ("(c) NZ packing bandwidth vs np.copyto", "bench_pack_nz"),
+    ("(d) interpreter overhead per equation", "bench_interp"),
 ]
+_ROWS = "run_all rows: "  # the marker of the line that carries a target's rows back
+
+
+def run_target(module: str) -> list[dict[str, str]]:
+    """Run one benchmark module in a fresh process, echo what it prints, and return its rows."""
+    code = f"import harness, json, {module}; print({_ROWS!r} + json.dumps({module}.run()))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, check=True,
+                          stdout=subprocess.PIPE, text=True)
+    rows = None
+    for line in proc.stdout.splitlines():
+        if line.startswith(_ROWS):
+            rows = json.loads(line[len(_ROWS):])
+        else:
+            print(line)
+    if rows is None:
+        raise RuntimeError(f"{module} printed no rows")
+    return rows
 
 
 def machine() -> list[str]:
@@ -74,12 +89,9 @@ def table(sections: list[tuple[str, list[dict[str, str]]]]) -> list[str]:
 def main(write: bool = True) -> str:
     head = machine()
     sections = []
-    for title, mod in TARGETS:
-        print(f"== {title}")
-        # what earlier benchmarks left alive must not slow the next one's garbage collections
-        gc.collect()
-        gc.freeze()
-        sections.append((title, mod.run()))
+    for title, module in TARGETS:
+        print(f"== {title}", flush=True)
+        sections.append((title, run_target(module)))
     note = ("Ratios are measured side by side in one run (interleaved best-of-N); absolute times move with "
             "the machine's load. The numbers before issue 11 are in BASELINE.md.")
     text = "\n".join(["# nzjit benchmarks (issue 11)", "", *head, "", note, "", *table(sections), ""])
