@@ -208,6 +208,7 @@ def _run_lanes(s: LaneState, plan: LanePlan, body: Graph, all_lanes: np.ndarray,
                 s.lanes = all_lanes[base : base + size]
                 s.L, s.base, s.stores, s.alloc_bytes = len(s.lanes), base, [], 0
                 group_live, n_loaded, n_stored = dict(onchip.live), len(s.loaded), len(s.stored)
+                s.group_loads = n_loaded
                 try:
                     run_lane_plan(s, plan, [s.lanes, *captured])
                 except LaneDependent:

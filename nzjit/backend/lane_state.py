@@ -32,6 +32,7 @@ class LaneState:
         self.alloc_bytes = 0
         self.lanes = np.zeros(0, np.int64)
         self.L = self.base = 0
+        self.group_loads = 0  # index in `loaded` of the current group's first load
         self.stores: list[tuple[Any, np.ndarray, Callable[[int], TileBuf]]] = []
         self.loaded: list[tuple[np.ndarray, int, int]] = []  # (addresses, lo, hi) relative spans
         self.stored: list[tuple[np.ndarray, int, int]] = []

@@ -288,7 +288,9 @@ def _store_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | N
             raise Fallback("the store warns")
         lo, hi = view_span(view0)
         s.stored.append((addr, lo, hi))
-        if s.loaded and lane_gm.overlap(s.loaded, s.stored[-1:]):  # stop early: this run will not be exact
+        # stop early when this group's own loads meet the store (the run would not be exact); the
+        # loads of every group are checked against every store once, before any is applied
+        if lane_gm.overlap(s.loaded[s.group_loads :], s.stored[-1:]):
             raise Fallback("a lane loads bytes that the body stores")
         s.stores.append((plan, addr, get))
         env[o] = dst
