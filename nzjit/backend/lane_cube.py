@@ -43,6 +43,7 @@ def extract_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | 
         return None
     s_src, s_r, s_c = ins
     (o,) = outs
+    checked: set[tuple[Any, ...]] = set()  # source geometries and windows that passed the checks
 
     def run(s: LaneState, env: list[Any]) -> None:
         src, r0, c0 = env[s_src], uniform(env[s_r]), uniform(env[s_c])
@@ -51,14 +52,18 @@ def extract_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | 
             src, transpose, r0, c0 = src.tile, not transpose, c0, r0
         if type(src) is not LaneTile or src.freed:
             raise Fallback("extract source")
-        probe_src = TileBuf._from_geometry(src.g, src.valid_row, src.valid_col, None)  # type: ignore[arg-type]
-        probe = TileBuf._from_geometry(geom, vr, geom.cols, None)  # type: ignore[arg-type]
-        try:
-            _mov_checks(probe, probe_src, r0, c0, transpose, False)
-            nrows, ncols = (geom.cols, geom.rows) if transpose else (geom.rows, geom.cols)
-            probe_src._check_window(r0, c0, nrows, ncols)
-        except runtime.DeviceError:
-            raise Fallback("refused extract") from None
+        key = (src.g, src.valid_row, src.valid_col, r0, c0, transpose)
+        if key not in checked:  # the instruction's checks depend on these only: once per geometry
+            probe_src = TileBuf._from_geometry(src.g, src.valid_row, src.valid_col, None)  # type: ignore[arg-type]
+            probe = TileBuf._from_geometry(geom, vr, geom.cols, None)  # type: ignore[arg-type]
+            try:
+                _mov_checks(probe, probe_src, r0, c0, transpose, False)
+                nrows, ncols = (geom.cols, geom.rows) if transpose else (geom.rows, geom.cols)
+                probe_src._check_window(r0, c0, nrows, ncols)
+            except runtime.DeviceError:
+                raise Fallback("refused extract") from None
+            if len(checked) < 1024:
+                checked.add(key)
         s.reserve(geom)
         env[o] = LaneWindow(geom, src, r0, c0, transpose, vr)
 
