@@ -27,11 +27,15 @@ A load that is one plain burst copy filling its tile is not copied: the tile kee
 views of the GM bytes (GM is unchanged while the batch runs) and a mad converts its operands
 straight from GM; anything else that needs the bytes materialises them first (the load's copy).
 
-Lanes run in groups of `LANE_GROUP` (their tiles stay in cache); a mad is one stacked np.matmul
-over the lanes, which calls the same BLAS routine per lane, on the same operand layouts, as the
-per-lane path (the same bits), with its operands converted once per distinct image (lanes that
-load the same window share it). One wider BLAS call over lanes that share their Left operand
-would be faster, but OpenBLAS does not give bit-identical sums for a wider N, so it is not used.
+Lanes run in groups: the first of `LANE_GROUP` lanes, the next as many as keep the memory a group
+allocates (materialised tile images, accumulators; a lazy tile's GM views take none) within
+`GROUP_BYTES`. Few groups keep the interpretation cheap. A mad is one stacked np.matmul over the
+lanes, which calls the same BLAS routine per lane, on the same operand layouts, as the per-lane
+path (the same bits), with its operands converted once per distinct image (lanes that load the
+same window share it); in a large group, a float mad whose lanes have their own Right images
+runs `lane_cube.MAD_CHUNK` lanes at a time, so its converted operands are still in cache when
+BLAS reads them. One wider BLAS call over lanes that share their Left operand would be faster,
+but OpenBLAS does not give bit-identical sums for a wider N, so it is not used.
 
 This file builds and runs the lane plans (loops included). The batched form of each primitive is
 in lane_steps.py (its table `STEP_RULES`; the Cube's TEXTRACT + mad in lane_cube.py), the state
@@ -266,7 +270,8 @@ STRICT = False
 #: Lane groups split in halves at most this many times per run when their lanes disagree on a
 #: value that must be uniform (beyond that the lanes run one by one).
 MAX_SPLITS = 16
-#: Lanes per batched pass: at least LANE_GROUP, more while their tiles fit in GROUP_BYTES.
+#: Lanes per batched pass: LANE_GROUP first, then at least LANE_GROUP and as many as the
+#: previous group's allocations per lane allow within GROUP_BYTES (at most MAX_GROUP).
 LANE_GROUP = 16
 MAX_GROUP = 4096
 GROUP_BYTES = 4 << 20

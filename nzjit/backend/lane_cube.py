@@ -103,6 +103,43 @@ def _products(s: LaneState, left: LaneWindow, right: LaneWindow, m: int, k: int,
     return prod
 
 
+def _float_mad_in_chunks(s: LaneState, left: LaneWindow, right: LaneWindow, m: int, k: int, n: int,
+                         data: np.ndarray, accumulate: bool) -> bool:
+    """A float mad of a group of more than `MAD_CHUNK` lanes that each have their own Right image:
+    its Right operands converted, multiplied and accumulated `MAD_CHUNK` lanes at a time, so
+    they are still in cache when BLAS reads them (a large group keeps the interpretation cheap,
+    a chunk keeps the data small). The same BLAS call per lane as `_products`: the same bits.
+    False (nothing done) when the mad does not have that form."""
+    L = s.L
+    rx, rw = left.src.row, right.src.row
+    if L <= MAD_CHUNK or right.src.n_images != L or not _is_identity(rw, L):
+        return False
+    xa: Any = left.operands(ceil16(m), k, np.float32, lambda sh, dt: s.scratch(sh, dt, "left"))
+    if xa is None:
+        return False
+    if m % 16:
+        xa = xa[:, :m]
+    rows = rx.tolist()
+    for l0 in range(0, L, MAD_CHUNK):
+        l1 = min(L, l0 + MAD_CHUNK)
+        bt = right.operands(k, n, np.float32, lambda sh, dt: s.scratch(sh, dt, "right"), (l0, l1))
+        if bt is None:  # alignment does not depend on the images: only the first chunk can fail
+            return False
+        out = s.scratch((l1 - l0, m, n), np.float32, "products") if accumulate else data[l0:l1]
+        first = rows[l0]
+        if all(u == first for u in rows[l0:l1]):  # the chunk's lanes share one Left image
+            np.matmul(xa[first], bt.transpose(0, 2, 1), out=out)
+        else:
+            np.matmul(xa[rx[l0:l1]], bt.transpose(0, 2, 1), out=out)
+        if accumulate:
+            np.add(data[l0:l1], out, out=data[l0:l1])
+    return True
+
+
+#: Lanes per chunk of a float mad in a larger lane group (`_float_mad_in_chunks`).
+MAD_CHUNK = 16
+
+
 def _blocks_of(row: np.ndarray, n: int) -> int:
     """g when lanes use images 0, ..., 0, 1, ..., 1, ... in consecutive blocks of g lanes each, else 0."""
     L = len(row)
@@ -154,11 +191,15 @@ def mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: bo
         if not accumulate:
             s.reserve(geom)
             acc = LaneAcc(geom, s.empty((s.L, geom.rows, n), geom.dtype), acc_rows)
+            s.alloc_bytes += acc.data.nbytes
         elif not in_place or id(acc.data) in s.pinned:  # a deferred store still reads the old sums
             s.reserve(geom)
             acc = LaneAcc(geom, s.copy(acc.data), acc_rows)
+            s.alloc_bytes += acc.data.nbytes
         data = acc.data if m == geom.rows else acc.data[:, :m]
-        if not accumulate and not is_int:  # a float mad that starts the accumulator: products in place
+        if not is_int and _float_mad_in_chunks(s, left, right, m, k, n, data, accumulate):
+            pass
+        elif not accumulate and not is_int:  # a float mad that starts the accumulator: products in place
             _products(s, left, right, m, k, n, data)
         else:
             prod = _products(s, left, right, m, k, n)

@@ -136,10 +136,10 @@ def _load_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | No
         if plan.warns:
             raise Fallback("the load warns")
         gm = s.ctx.gm
-        s.alloc_bytes += len(uniq) * geom.nbytes
         lazy = lane_gm.gm_images(plan, gm, uniq, geom)
 
         def fill() -> np.ndarray:  # the load's copy, done when the bytes themselves are needed
+            s.alloc_bytes += len(uniq) * geom.nbytes  # (a lazy tile's GM views take no memory)
             data = s.zeros(len(uniq), geom.nbytes, zero=lazy is None and not plan.fills(geom.nbytes))
             if lazy is not None:
                 images = data.view(geom.dtype).reshape(len(uniq), *geom.phys)

@@ -93,9 +93,10 @@ class LaneWindow:
         return w.operand(r, c, ft)
 
     def operands(self, r: int, c: int, ft: type,
-                 alloc: Callable[[tuple[int, ...], type], np.ndarray] = np.empty) -> np.ndarray | None:
-        """`operand` of every image at once, (U, ...) C-contiguous (in a buffer from `alloc`); None
-        when not aligned."""
+                 alloc: Callable[[tuple[int, ...], type], np.ndarray] = np.empty,
+                 images: tuple[int, int] | None = None) -> np.ndarray | None:
+        """`operand` of every image at once - or of images ``lo <= u < hi`` for `images` = (lo, hi) -
+        as (U, ...) C-contiguous (in a buffer from `alloc`); None when not aligned."""
         src = self.src
         g = src.g
         b = g.blk
@@ -104,9 +105,14 @@ class LaneWindow:
         flip = (self.g.layout == "ZN") != self.transpose
         if sr % b.ir or sc % b.ic or nr % b.ir or nc % b.ic:
             return None
-        U = src.n_images
+        lo, hi = images if images is not None else (0, src.n_images)
+        U = hi - lo
         out = alloc((U, nc, nr) if flip else (U, nr, nc), ft)
         for u0, v in src.element_chunks():
+            if u0 + len(v) <= lo or u0 >= hi:
+                continue
+            v = v[max(lo - u0, 0) : hi - u0]
+            u0 = max(u0, lo) - lo
             v = v.transpose(0, *(i + 1 for i in g.inv))
             v = v[:, sr // b.ir : (sr + nr) // b.ir, :, sc // b.ic : (sc + nc) // b.ic, :]
             if flip:

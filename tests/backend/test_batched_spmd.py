@@ -662,3 +662,27 @@ def test_buffers_of_one_call_serve_the_next_and_never_leak_its_values(monkeypatc
         a, b = rng.standard_normal((2, L * R, C)).astype(np.float32)
         got = _compare(vec, a, b, np.zeros((L * R, C), np.float32))
         np.testing.assert_array_equal(np.frombuffer(got[0][2], np.float32).reshape(L * R, C), (a + b) * a)
+
+
+@pytest.mark.parametrize("dtype,np_dtype", [
+    (pl.BF16, ml_dtypes.bfloat16), (pl.FP16, np.float16), (pl.FP32, np.float32)])
+@pytest.mark.parametrize("T,N,NT", [
+    (32, 768, 32),  # 24 lanes per expert: chunks of 16 lanes straddle two experts' Left images
+    (32, 1024, 32),  # 32 lanes per expert: each chunk within one expert (a broadcast Left)
+    (4, 640, 16),  # a decode batch (M = 4 valid rows), 40 lanes per expert
+])
+def test_large_lane_groups_run_their_float_mads_in_chunks(spy, monkeypatch, dtype, np_dtype, T, N, NT):
+    """A lane group larger than MAD_CHUNK whose lanes each have their own Right image converts,
+    multiplies and accumulates MAD_CHUNK lanes at a time (lane_cube._float_mad_in_chunks): the
+    same BLAS call per lane, so the same bytes as lane by lane, for the first mad and the
+    accumulating ones, whether a chunk's lanes share one Left image or not."""
+    from nzjit.backend import lane_cube
+
+    chunked = _record(monkeypatch, lane_cube, "_float_mad_in_chunks")
+    E, K, KT = 3, 128, 64
+    x, w = gmm_operands(np.random.default_rng(T * N), np_dtype, E, T, N, K)
+    got = _compare(grouped(dtype, pl.FP32, E, T, N, K, NT, KT), x, runtime.pack_nz(w),
+                   np.full((E, T, N), 7, np.float32))
+    assert spy == [True]
+    assert any(chunked)  # the groups after the first are larger than a chunk
+    check_gmm(np.frombuffer(got[0][2], np.float32).reshape(E, T, N), x, w, np_dtype)
