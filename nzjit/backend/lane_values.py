@@ -117,14 +117,15 @@ class LaneWindow:
             v = v[:, sr // b.ir : (sr + nr) // b.ir, :, sc // b.ic : (sc + nc) // b.ic, :]
             if flip:
                 v = v.transpose(0, 3, 4, 1, 2)
-            gather_cast(out[u0 : u0 + len(v)].reshape(v.shape), v)
+            gather_cast(out[u0 : u0 + len(v)].reshape(v.shape), v, alloc)
         return out
 
 
 _LINE = np.dtype("V32")
 
 
-def gather_cast(out: np.ndarray, v: np.ndarray) -> None:
+def gather_cast(out: np.ndarray, v: np.ndarray,
+                alloc: Callable[[tuple[int, ...], type], np.ndarray] = np.empty) -> None:
     """``out[...] = v`` with a cast.  When `v`'s innermost axis is one 32-byte C0 line, the lines
     are gathered first as 32-byte void elements (one memcpy each, not 32 / itemsize scalar moves),
     then cast contiguously.  When consecutive lines are adjacent (an ND row read as C0 lines), the
@@ -136,7 +137,7 @@ def gather_cast(out: np.ndarray, v: np.ndarray) -> None:
     if out.dtype == v.dtype:
         np.copyto(out.view(_LINE)[..., 0], lines)
         return
-    tmp = np.empty(lines.shape, _LINE)
+    tmp = alloc(lines.shape, _LINE)  # the gathered lines (a reused buffer, when `alloc` gives one)
     np.copyto(tmp, lines)
     np.copyto(out, tmp.view(v.dtype).reshape(v.shape), casting="unsafe")
 
