@@ -116,7 +116,7 @@ def run() -> list[dict[str, str]]:
             np.matmul(xf[e], wf[e].T, out=out_f[e])
         return out_f
 
-    rows = _case("bf16->fp32", pl.BF16, ml_dtypes.bfloat16, np.float32, xb, wb, ref_bf16, 9, False,
+    rows = _case("bf16->fp32", pl.BF16, ml_dtypes.bfloat16, np.float32, xb, wb, ref_bf16, 15, False,
                  "<= 1.3x", floor=True)
     xi = rng.integers(-128, 128, (E, T, K), dtype=np.int8)
     wi = rng.integers(-128, 128, (E, N, K), dtype=np.int8)

@@ -274,4 +274,4 @@ MAX_SPLITS = 16
 #: previous group's allocations per lane allow within GROUP_BYTES (at most MAX_GROUP).
 LANE_GROUP = 16
 MAX_GROUP = 4096
-GROUP_BYTES = 4 << 20
+GROUP_BYTES = 8 << 20
