@@ -70,88 +70,80 @@ def extract_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | 
     return run
 
 
-def _products(s: LaneState, left: LaneWindow, right: LaneWindow, m: int, k: int, n: int,
-              into: np.ndarray | None = None) -> np.ndarray:
-    """The lanes' products, (L, m, n) float32 (int8: exact integers, in float64 when deeper than
-    float32 holds them exactly), in `into` or a reused buffer: `runtime.cube._product_windows` of
-    every lane, operands converted once per distinct image.  One stacked np.matmul calls the same BLAS routine per lane, on the same operand
-    layouts, as one product at a time (the same bits; pinned by the per-lane comparison tests)."""
-    # int8: |C| <= k * 2**14, exact in float32 up to k = 1024 and in float64 beyond (k <= 4095)
-    ft = np.float64 if left.g.dtype == np.int8 and k > _F32_EXACT_K else np.float32
-    prod = into if into is not None else s.scratch((s.L, m, n), ft, "products")
-    # all images, one pass; a decode batch's m < 16 valid rows are the first rows of whole fractals
-    xa: Any = left.operands(ceil16(m), k, ft, lambda sh, dt: s.scratch(sh, dt, "left"))
-    if xa is not None and m % 16:
-        xa = xa[:, :m]
-    bt: Any = right.operands(k, n, ft, lambda sh, dt: s.scratch(sh, dt, "right"))
-    rx, rw = left.src.row, right.src.row
-    if xa is not None and bt is not None:
-        b = bt if _is_identity(rw, len(bt)) else bt[rw]
-        g = _blocks_of(rx, len(xa))
-        if g:  # lanes share Left images in consecutive blocks of g: broadcast, no copies
-            np.matmul(xa[:, None], b.reshape(len(xa), g, n, k).transpose(0, 1, 3, 2),
-                      out=prod.reshape(len(xa), g, m, n))
-        else:
-            np.matmul(xa[rx], b.transpose(0, 2, 1), out=prod)
-        return prod
-    if xa is None:
-        xa = {u: left.operand(u, m, k, ft) for u in np.unique(rx).tolist()}
-    if bt is None:
-        bt = {u: right.operand(u, k, n, ft) for u in np.unique(rw).tolist()}
-    for lane, (ux, uw) in enumerate(zip(rx.tolist(), rw.tolist())):
-        np.matmul(xa[ux], bt[uw].T, out=prod[lane])
-    return prod
-
-
-def _float_mad_in_chunks(s: LaneState, left: LaneWindow, right: LaneWindow, m: int, k: int, n: int,
-                         data: np.ndarray, accumulate: bool) -> bool:
-    """A float mad of a group of more than `MAD_CHUNK` lanes that each have their own Right image:
-    its Right operands converted, multiplied and accumulated `MAD_CHUNK` lanes at a time, so
-    they are still in cache when BLAS reads them (a large group keeps the interpretation cheap,
-    a chunk keeps the data small). The same BLAS call per lane as `_products`: the same bits.
-    False (nothing done) when the mad does not have that form."""
+def _mad_lanes(s: LaneState, left: LaneWindow, right: LaneWindow, m: int, k: int, n: int,
+               data: np.ndarray, accumulate: bool, is_int: bool) -> None:
+    """Every lane's ``data[lane] (+)= A @ B``: `runtime.cube.tmatmul` of each lane, `MAD_CHUNK`
+    lanes at a time. Each lane's product is its own BLAS call on the same operand layouts as the
+    per-lane path (the same bits; pinned by the per-lane comparison tests); a stacked np.matmul
+    makes those calls. Operands are converted once per distinct image: a side with at most
+    `MAD_CHUNK` images all at once, a side with more (a large lane group, a lane per image) chunk
+    by chunk, so its converted operands are still in cache when BLAS reads them and the scratch
+    stays bounded however large the group. int8 products are exact integers in float32 (float64
+    when deeper than float32 holds them exactly), then added mod 2**32."""
+    ft = np.float64 if is_int and k > _F32_EXACT_K else np.float32
     L = s.L
-    rx, rw = left.src.row, right.src.row
-    if L <= MAD_CHUNK or right.src.n_images != L or not _is_identity(rw, L):
-        return False
-    xa: Any = left.operands(ceil16(m), k, np.float32, lambda sh, dt: s.scratch(sh, dt, "left"))
-    if xa is None:
-        return False
-    if m % 16:
-        xa = xa[:, :m]
-    rows = rx.tolist()
+    # a decode batch's m < 16 valid rows are the first rows of whole Left fractals
+    sides = (_Side(s, left, ceil16(m), k, ft, "left"), _Side(s, right, k, n, ft, "right"))
     for l0 in range(0, L, MAD_CHUNK):
         l1 = min(L, l0 + MAD_CHUNK)
-        bt = right.operands(k, n, np.float32, lambda sh, dt: s.scratch(sh, dt, "right"), (l0, l1))
-        if bt is None:  # alignment does not depend on the images: only the first chunk can fail
-            return False
-        out = s.scratch((l1 - l0, m, n), np.float32, "products") if accumulate else data[l0:l1]
-        first = rows[l0]
-        if all(u == first for u in rows[l0:l1]):  # the chunk's lanes share one Left image
-            np.matmul(xa[first], bt.transpose(0, 2, 1), out=out)
+        a, b = (side.chunk(l0, l1) for side in sides)
+        if m % 16:
+            a = a[..., :m, :]
+        direct = not accumulate and not is_int  # a float mad that starts the accumulator: in place
+        out = data[l0:l1] if direct else s.scratch((l1 - l0, m, n), ft, "products")
+        if a.ndim == b.ndim == 2:  # every lane of the chunk multiplies the same pair of images
+            np.matmul(a, b.T, out=out[0])
+            out[1:] = out[0]
         else:
-            np.matmul(xa[rx[l0:l1]], bt.transpose(0, 2, 1), out=out)
+            np.matmul(a, b.swapaxes(-1, -2), out=out)
+        if direct:
+            continue
+        if is_int:  # exact integers: converted exactly, then added mod 2**32 like the accumulator
+            ints = s.scratch(out.shape, np.int32, "int products")
+            np.copyto(ints, out, casting="unsafe")
+            out = ints
         if accumulate:
             np.add(data[l0:l1], out, out=data[l0:l1])
-    return True
+        else:
+            np.copyto(data[l0:l1], out)
 
 
-#: Lanes per chunk of a float mad in a larger lane group (`_float_mad_in_chunks`).
+class _Side:
+    """One operand side of a batched mad: the converted operand of each lane, chunk by chunk."""
+
+    def __init__(self, s: LaneState, win: LaneWindow, r: int, c: int, ft: type, tag: str) -> None:
+        self.win, self.r, self.c, self.ft = win, r, c, ft
+        self.alloc = lambda sh, dt: s.scratch(sh, dt, tag)
+        self.rows = win.src.row.tolist()
+        # few images (shared by many lanes): all converted once; None when not aligned
+        self.all = win.operands(r, c, ft, self.alloc) if win.src.n_images <= MAD_CHUNK else None
+        self.aligned = self.all is not None or win.src.n_images > MAD_CHUNK
+
+    def chunk(self, l0: int, l1: int) -> np.ndarray:
+        """The operands of lanes l0..l1-1, (lanes, r, c) - Right ones transposed, (lanes, c, r) - or
+        one 2-D operand when every lane of the chunk reads the same image."""
+        rows = self.rows[l0:l1]
+        lo, hi = min(rows), max(rows) + 1
+        if self.all is not None:
+            images, base = self.all, 0
+        elif self.aligned and hi - lo <= 2 * MAD_CHUNK:
+            images, base = self.win.operands(self.r, self.c, self.ft, self.alloc, (lo, hi)), lo
+            if images is None:  # alignment does not depend on the images: the first chunk tells
+                self.aligned = False
+        else:
+            images = None
+        if images is None:  # an unaligned window, or scattered images: one image at a time
+            ops = {u: self.win.operand(u, self.r, self.c, self.ft) for u in set(rows)}
+            return ops[lo] if hi - lo == 1 else np.stack([ops[u] for u in rows])
+        if hi - lo == 1:
+            return images[lo - base]
+        if rows == list(range(lo, hi)):
+            return images[lo - base : hi - base]
+        return images[np.asarray(rows) - base]
+
+
+#: Lanes per chunk of a batched mad (`_mad_lanes`).
 MAD_CHUNK = 16
-
-
-def _blocks_of(row: np.ndarray, n: int) -> int:
-    """g when lanes use images 0, ..., 0, 1, ..., 1, ... in consecutive blocks of g lanes each, else 0."""
-    L = len(row)
-    if L % n:
-        return 0
-    g = L // n
-    return g if (row.reshape(n, g) == np.arange(n)[:, None]).all() else 0
-
-
-def _is_identity(row: np.ndarray, n: int) -> bool:
-    """Lane i uses image i (every lane its own image, in order)."""
-    return len(row) == n and bool((row[1:] > row[:-1]).all()) if n > 1 else len(row) == n
 
 
 def mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: bool,
@@ -197,20 +189,7 @@ def mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: bo
             acc = LaneAcc(geom, s.copy(acc.data), acc_rows)
             s.alloc_bytes += acc.data.nbytes
         data = acc.data if m == geom.rows else acc.data[:, :m]
-        if not is_int and _float_mad_in_chunks(s, left, right, m, k, n, data, accumulate):
-            pass
-        elif not accumulate and not is_int:  # a float mad that starts the accumulator: products in place
-            _products(s, left, right, m, k, n, data)
-        else:
-            prod = _products(s, left, right, m, k, n)
-            if is_int:  # exact integers in float32 or float64: converted exactly, then added mod 2**32
-                ints = s.scratch(prod.shape, np.int32, "int products")
-                np.copyto(ints, prod, casting="unsafe")
-                prod = ints
-            if accumulate:
-                np.add(data, prod, out=data)
-            else:
-                np.copyto(data, prod)
+        _mad_lanes(s, left, right, m, k, n, data, accumulate, is_int)
         env[o] = acc
 
     return run

@@ -664,25 +664,80 @@ def test_buffers_of_one_call_serve_the_next_and_never_leak_its_values(monkeypatc
         np.testing.assert_array_equal(np.frombuffer(got[0][2], np.float32).reshape(L * R, C), (a + b) * a)
 
 
-@pytest.mark.parametrize("dtype,np_dtype", [
-    (pl.BF16, ml_dtypes.bfloat16), (pl.FP16, np.float16), (pl.FP32, np.float32)])
+@pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
+    (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32), (pl.FP16, np.float16, pl.FP32, np.float32),
+    (pl.FP32, np.float32, pl.FP32, np.float32), (pl.INT8, np.int8, pl.INT32, np.int32)])
 @pytest.mark.parametrize("T,N,NT", [
     (32, 768, 32),  # 24 lanes per expert: chunks of 16 lanes straddle two experts' Left images
     (32, 1024, 32),  # 32 lanes per expert: each chunk within one expert (a broadcast Left)
     (4, 640, 16),  # a decode batch (M = 4 valid rows), 40 lanes per expert
 ])
-def test_large_lane_groups_run_their_float_mads_in_chunks(spy, monkeypatch, dtype, np_dtype, T, N, NT):
-    """A lane group larger than MAD_CHUNK whose lanes each have their own Right image converts,
-    multiplies and accumulates MAD_CHUNK lanes at a time (lane_cube._float_mad_in_chunks): the
-    same BLAS call per lane, so the same bytes as lane by lane, for the first mad and the
-    accumulating ones, whether a chunk's lanes share one Left image or not."""
+def test_large_lane_groups_run_their_mads_in_chunks(spy, monkeypatch, dtype, np_dtype, out_dtype, np_out, T, N, NT):
+    """A lane group larger than MAD_CHUNK converts, multiplies and accumulates MAD_CHUNK lanes at a
+    time (lane_cube._mad_lanes): the same BLAS call per lane, so the same bytes as lane by lane,
+    for the first mad and the accumulating ones, whether a chunk's lanes share one Left image or
+    not, in float and in int8 (exact integers, wrapping int32 sums)."""
     from nzjit.backend import lane_cube
 
-    chunked = _record(monkeypatch, lane_cube, "_float_mad_in_chunks")
+    chunks = []
+    real = lane_cube._Side.chunk
+    monkeypatch.setattr(lane_cube._Side, "chunk", lambda self, l0, l1: chunks.append((l0, l1)) or real(self, l0, l1))
     E, K, KT = 3, 128, 64
     x, w = gmm_operands(np.random.default_rng(T * N), np_dtype, E, T, N, K)
-    got = _compare(grouped(dtype, pl.FP32, E, T, N, K, NT, KT), x, runtime.pack_nz(w),
-                   np.full((E, T, N), 7, np.float32))
+    got = _compare(grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w),
+                   np.full((E, T, N), 7, np_out))
     assert spy == [True]
-    assert any(chunked)  # the groups after the first are larger than a chunk
-    check_gmm(np.frombuffer(got[0][2], np.float32).reshape(E, T, N), x, w, np_dtype)
+    assert any(l0 >= lane_cube.MAD_CHUNK for l0, _ in chunks)  # a group larger than one chunk
+    check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
+
+
+def test_lanes_in_scattered_order_run_their_mads_image_by_image(spy, monkeypatch):
+    """Lanes that take the experts in turn (lane -> expert lane % E): the lanes' weight windows are
+    not in address order, and a chunk of MAD_CHUNK lanes reads images far apart - converted one
+    image at a time. Lanes over M blocks of the activations that share one weight window: one
+    Right image for every chunk, a Left image per lane. Both give the bytes of the lanes run one
+    by one."""
+    from nzjit.backend import lane_cube
+
+    E, T, N, K, NT, KT = 3, 32, 1024, 128, 32, 64
+    tiles = N // NT
+
+    @pl.kernel
+    def turns(x: pl.Tensor[[E, T, K], pl.BF16], w: pl.Tensor[[E, N, K], pl.BF16, pl.NZ],
+              out: pl.Tensor[[E, T, N], pl.FP32]):
+        for lane in pl.spmd(E * tiles):
+            e = lane % E
+            n0 = (lane // E) * NT
+            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
+            for k0 in pl.pipeline(KT, K, KT):
+                acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
+            out[e, :, n0:n0 + NT] = acc
+
+    spans = []
+    real = lane_cube._Side.chunk
+
+    def chunk(self, l0, l1):
+        rows = self.rows[l0:l1]
+        spans.append(max(rows) - min(rows) + 1)
+        return real(self, l0, l1)
+
+    monkeypatch.setattr(lane_cube._Side, "chunk", chunk)
+    x, w = gmm_operands(np.random.default_rng(5), ml_dtypes.bfloat16, E, T, N, K)
+    got = _compare(turns, x, runtime.pack_nz(w), np.zeros((E, T, N), np.float32))
+    assert spy == [True]
+    assert max(spans) > 2 * lane_cube.MAD_CHUNK  # some chunk read images far apart
+    check_gmm(np.frombuffer(got[0][2], np.float32).reshape(E, T, N), x, w, ml_dtypes.bfloat16)
+
+    M, MT = 1024, 16
+
+    @pl.kernel
+    def rows(x: pl.Tensor[[M, K], pl.BF16], w: pl.Tensor[[N, K], pl.BF16, pl.NZ], out: pl.Tensor[[M, 64], pl.FP32]):
+        for lane in pl.spmd(M // MT):
+            m0 = lane * MT
+            out[m0:m0 + MT, :] = pl.matmul(x[m0:m0 + MT, :], w[0:64, :], b_trans=True)
+
+    spy.clear()
+    xs, ws = gmm_operands(np.random.default_rng(6), ml_dtypes.bfloat16, 1, M, N, K)
+    got = _compare(rows, xs[0], runtime.pack_nz(ws[0]), np.zeros((M, 64), np.float32))
+    assert spy == [True]
+    check_gmm(np.frombuffer(got[0][2], np.float32).reshape(1, M, 64), xs, ws[:, :64], ml_dtypes.bfloat16)
