@@ -25,6 +25,24 @@ def grouped(dtype, out_dtype, E, T, N, K, NT, KT):
     return gmm
 
 
+def grouped_in_turns(dtype, out_dtype, E, T, N, K, NT, KT):
+    """`grouped`, with the lanes taking the experts in turn (lane -> expert lane % E): the lanes'
+    windows are not in address order."""
+
+    @pl.kernel
+    def gmm_turns(x: pl.Tensor[[E, T, K], dtype], w: pl.Tensor[[E, N, K], dtype, pl.NZ],
+                  out: pl.Tensor[[E, T, N], out_dtype]):
+        for lane in pl.spmd(E * (N // NT)):
+            e = lane % E
+            n0 = (lane // E) * NT
+            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
+            for k0 in pl.pipeline(KT, K, KT):
+                acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
+            out[e, :, n0:n0 + NT] = acc
+
+    return gmm_turns
+
+
 def gmm_operands(rng, np_dtype, E, T, N, K):
     """Random grouped-matmul operands: full-range int8, or standard normal floats."""
     if np_dtype == np.int8:

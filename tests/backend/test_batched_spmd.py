@@ -6,7 +6,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from gmm_kernels import check_gmm, gmm_operands, grouped
+from gmm_kernels import check_gmm, gmm_operands, grouped, grouped_in_turns
 
 import runtime
 from nzjit import pl
@@ -390,17 +390,7 @@ def test_interleaved_experts_batched_equal_per_lane(spy, dtype, np_dtype, out_dt
     blocks and Right addresses are not in lane order, so the stacked matmul gathers both
     operands per lane. Same bytes as the lanes one by one."""
     E, T, N, K, NT, KT = 3, 16, 128, 128, 32, 64
-
-    @pl.kernel
-    def gmm(x: pl.Tensor[[E, T, K], dtype], w: pl.Tensor[[E, N, K], dtype, pl.NZ],
-            out: pl.Tensor[[E, T, N], out_dtype]):
-        for lane in pl.spmd(E * (N // NT)):
-            e = lane % E
-            n0 = (lane // E) * NT
-            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
-            for k0 in pl.pipeline(KT, K, KT):
-                acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
-            out[e, :, n0:n0 + NT] = acc
+    gmm = grouped_in_turns(dtype, out_dtype, E, T, N, K, NT, KT)
 
     x, w = gmm_operands(np.random.default_rng(11), np_dtype, E, T, N, K)
     got = _compare(gmm, x, runtime.pack_nz(w), np.zeros((E, T, N), np_out))
@@ -700,18 +690,7 @@ def test_lanes_in_scattered_order_run_their_mads_image_by_image(spy, monkeypatch
     from nzjit.backend import lane_cube
 
     E, T, N, K, NT, KT = 3, 32, 1024, 128, 32, 64
-    tiles = N // NT
-
-    @pl.kernel
-    def turns(x: pl.Tensor[[E, T, K], pl.BF16], w: pl.Tensor[[E, N, K], pl.BF16, pl.NZ],
-              out: pl.Tensor[[E, T, N], pl.FP32]):
-        for lane in pl.spmd(E * tiles):
-            e = lane % E
-            n0 = (lane // E) * NT
-            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
-            for k0 in pl.pipeline(KT, K, KT):
-                acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
-            out[e, :, n0:n0 + NT] = acc
+    turns = grouped_in_turns(pl.BF16, pl.FP32, E, T, N, K, NT, KT)
 
     spans = []
     real = lane_cube._Side.chunk
