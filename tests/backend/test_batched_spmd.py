@@ -7,6 +7,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 from gmm_kernels import check_gmm, gmm_operands, grouped, grouped_in_turns
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import runtime
 from nzjit import pl
@@ -720,3 +722,47 @@ def test_lanes_in_scattered_order_run_their_mads_image_by_image(spy, monkeypatch
     got = _compare(rows, xs[0], runtime.pack_nz(ws[0]), np.zeros((M, 64), np.float32))
     assert spy == [True]
     check_gmm(np.frombuffer(got[0][2], np.float32).reshape(1, M, 64), xs, ws[:, :64], ml_dtypes.bfloat16)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 3), st.sampled_from([2, 5, 8, 12]), st.integers(1, 97), st.sampled_from([4, 16, 64]),
+       st.sampled_from([(pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32), (pl.INT8, np.int8, pl.INT32, np.int32)]))
+def test_any_lane_order_and_chunk_size_gives_the_per_lane_bytes(E, tiles, a, chunk, types):
+    """Property: lanes visit the (expert, N tile) pairs in any order (lane -> (lane * a) mod L, a
+    coprime to L), mads run in chunks of any size: the bytes equal the lanes run one by one, and
+    the reference."""
+    from math import gcd
+
+    from nzjit.backend import lane_cube
+
+    dtype, np_dtype, out_dtype, np_out = types
+    L = E * tiles
+    while gcd(a, L) != 1:
+        a += 1
+    T, K, KT = 16, 64, 32
+    NT = 32 if dtype is pl.INT8 else 16
+    N = tiles * NT
+
+    @pl.kernel
+    def perm(x: pl.Tensor[[E, T, K], dtype], w: pl.Tensor[[E, N, K], dtype, pl.NZ],
+             out: pl.Tensor[[E, T, N], out_dtype]):
+        for lane in pl.spmd(L):
+            p = (lane * a) % L
+            e = p // tiles
+            n0 = (p % tiles) * NT
+            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
+            for k0 in pl.pipeline(KT, K, KT):
+                acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
+            out[e, :, n0:n0 + NT] = acc
+
+    x, w = gmm_operands(np.random.default_rng(L * a), np_dtype, E, T, N, K)
+    saved = lane_cube.MAD_CHUNK, batched.LANE_GROUP, batched.STRICT, batched.try_run_spmd
+    ran: list[bool] = []
+    lane_cube.MAD_CHUNK, batched.LANE_GROUP, batched.STRICT = chunk, 64, True  # one group: chunks matter
+    batched.try_run_spmd = lambda *args, **kw: ran.append(saved[3](*args, **kw)) or ran[-1]
+    try:
+        got = _compare(perm, x, runtime.pack_nz(w), np.zeros((E, T, N), np_out))
+    finally:
+        lane_cube.MAD_CHUNK, batched.LANE_GROUP, batched.STRICT, batched.try_run_spmd = saved
+    assert ran == [True]  # the batched run (the reference run does not try)
+    check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
