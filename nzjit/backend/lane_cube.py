@@ -183,11 +183,9 @@ def mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: bo
         if not accumulate:
             s.reserve(geom)
             acc = LaneAcc(geom, s.empty((s.L, geom.rows, n), geom.dtype), acc_rows)
-            s.alloc_bytes += acc.data.nbytes
         elif not in_place or id(acc.data) in s.pinned:  # a deferred store still reads the old sums
             s.reserve(geom)
             acc = LaneAcc(geom, s.copy(acc.data), acc_rows)
-            s.alloc_bytes += acc.data.nbytes
         data = acc.data if m == geom.rows else acc.data[:, :m]
         _mad_lanes(s, left, right, m, k, n, data, accumulate, is_int)
         env[o] = acc

@@ -29,31 +29,34 @@ class LaneState:
 
     def __init__(self, ctx: Any, n: int, spmd: bool) -> None:
         self.ctx, self.n, self.spmd = ctx, n, spmd
-        self.alloc_bytes = 0
+        self.alloc_bytes = 0  # bytes `empty` gave out in this lane group (sizes the next group)
         self.lanes = np.zeros(0, np.int64)
         self.L = self.base = 0
         self.group_loads = 0  # index in `loaded` of the current group's first load
         self.stores: list[tuple[Any, np.ndarray, Callable[[int], TileBuf]]] = []
         self.loaded: list[tuple[np.ndarray, int, int]] = []  # (addresses, lo, hi) relative spans
         self.stored: list[tuple[np.ndarray, int, int]] = []
-        self.pool: dict[tuple[int, int], list[np.ndarray]] = {}  # freed LaneTile images
         self.pinned: set[int] = set()  # ids of images and sums a deferred store still reads
         self.bufs: dict[tuple[object, ...], np.ndarray] = {}
-        self.owned: list[np.ndarray] = []  # every buffer `empty` gave out: recycled at the end
+        self.owned: dict[int, np.ndarray] = {}  # the buffers this attempt holds, by id
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        """An uninitialised buffer for this attempt, one an earlier attempt left when the shape
-        matches: fresh memory costs a page fault per 4 KiB on first touch (microseconds each in a
-        VM), on every call of a kernel, since these buffers are large enough for glibc to map them
-        anew each time."""
-        key = (tuple(shape), np.dtype(dtype).str)
-        spare = _spare_lists().get(key)
+        """An uninitialised buffer for a lane value of this group, counted in `alloc_bytes`."""
+        a = self._take(shape, dtype)
+        self.alloc_bytes += a.nbytes
+        return a
+
+    def _take(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """A buffer a freed image or an earlier attempt left, when one has the shape: fresh memory
+        costs a page fault per 4 KiB on first touch (microseconds each in a VM), on every call of a
+        kernel, since these buffers are large enough for glibc to map them anew each time."""
+        spare = _spare_lists().get((tuple(shape), np.dtype(dtype).str))
         if spare:
             a = spare.pop()
             _SPARE.nbytes -= a.nbytes
         else:
             a = np.empty(shape, dtype)
-        self.owned.append(a)
+        self.owned[id(a)] = a
         return a
 
     def copy(self, a: np.ndarray) -> np.ndarray:
@@ -65,14 +68,10 @@ class LaneState:
     def recycle(self) -> None:
         """Keep this attempt's buffers for the next one (within `SPARE_BYTES` per thread). Called
         when the attempt is over - its stores applied or abandoned - so nothing reads them again."""
-        lists = _spare_lists()
-        for a in self.owned:
-            if _SPARE.nbytes + a.nbytes <= SPARE_BYTES:
-                lists.setdefault((a.shape, a.dtype.str), []).append(a)
-                _SPARE.nbytes += a.nbytes
+        for a in self.owned.values():
+            _give_spare(a)
         self.owned.clear()
         self.bufs.clear()
-        self.pool.clear()
 
     def reserve(self, g: Any) -> None:
         """Charge one tile of geometry `g` to its on-chip space (one lane's accounting is every lane's)."""
@@ -84,28 +83,27 @@ class LaneState:
         key = (shape, np.dtype(dtype).str, tag)
         b = self.bufs.get(key)
         if b is None:
-            b = self.bufs[key] = self.empty(shape, dtype)
+            b = self.bufs[key] = self._take(shape, dtype)  # the attempt's, not a group's: uncounted
         return b
 
     def zeros(self, n: int, nbytes: int, zero: bool = True) -> np.ndarray:
-        """`n` tile images of `nbytes` (uint8), from the pool of freed images when one fits; zeroed
-        unless `zero` is False (the caller fills every byte)."""
-        free = self.pool.get((n, nbytes))
-        if free:
-            a = free.pop()
-        else:
-            a = self.empty((n, nbytes), np.uint8)
+        """`n` tile images of `nbytes` (uint8) from `empty`, zeroed unless `zero` is False (the
+        caller fills every byte)."""
+        a = self.empty((n, nbytes), np.uint8)
         if zero:
             a.fill(0)
         return a
 
     def release(self, v: Any) -> None:
-        """Free lane value `v` on chip; its images return to the pool unless a deferred store reads them."""
+        """Free lane value `v` on chip; its images serve the next `empty` unless a deferred store
+        reads them."""
         if not v.freed:
             v.freed = True
             self.ctx.onchip.release(v.g.space, v.g.nbytes)
             if type(v) is LaneTile and v._data is not None and id(v._data) not in self.pinned:
-                self.pool.setdefault(v._data.shape, []).append(v._data)
+                a = self.owned.pop(id(v._data), None)
+                if a is not None:
+                    _give_spare(a)
 
 
 #: Bytes of batch buffers kept per thread between attempts (`LaneState.recycle`).
@@ -119,6 +117,14 @@ def _spare_lists() -> dict[tuple[tuple[int, ...], str], list[np.ndarray]]:
         lists = _SPARE.lists = {}
         _SPARE.nbytes = 0
     return lists
+
+
+def _give_spare(a: np.ndarray) -> None:
+    """Keep `a` for a later `LaneState._take` of its shape, within `SPARE_BYTES`."""
+    lists = _spare_lists()
+    if _SPARE.nbytes + a.nbytes <= SPARE_BYTES:
+        lists.setdefault((a.shape, a.dtype.str), []).append(a)
+        _SPARE.nbytes += a.nbytes
 
 
 def uniform(x: Any) -> int:

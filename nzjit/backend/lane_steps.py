@@ -139,7 +139,6 @@ def _load_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | No
         lazy = lane_gm.gm_images(plan, gm, uniq, geom)
 
         def fill() -> np.ndarray:  # the load's copy, done when the bytes themselves are needed
-            s.alloc_bytes += len(uniq) * geom.nbytes  # (a lazy tile's GM views take no memory)
             data = s.zeros(len(uniq), geom.nbytes, zero=lazy is None and not plan.fills(geom.nbytes))
             if lazy is not None:
                 images = data.view(geom.dtype).reshape(len(uniq), *geom.phys)
@@ -201,7 +200,6 @@ def _elementwise_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> St
             row = np.arange(s.L)
         data = s.empty((len(args[0]), geom.nbytes), np.uint8)
         ufunc(*args, out=data.view(dt).reshape(len(args[0]), geom.rows, geom.cols))
-        s.alloc_bytes += data.nbytes
         env[o] = LaneTile(geom, first.valid_row, first.valid_col, data, row)
 
     return run
@@ -239,7 +237,6 @@ def _cast_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | No
         s.reserve(geom)
         data = s.empty((n, geom.nbytes), np.uint8)
         np.copyto(data.view(dst_dt).reshape(n, geom.rows, geom.cols), src, casting="unsafe")
-        s.alloc_bytes += data.nbytes
         env[o] = LaneTile(geom, x.valid_row, x.valid_col, data, x.row)
 
     return run
