@@ -15,6 +15,7 @@ from runtime.dma import ceil16
 from ..core.ir import Eqn
 from ..core.types import TileType
 from .fast_core import result_geometry
+from .impl import static_valid
 from .lane_state import Fallback, LaneState, Step, uniform
 from .lane_values import LaneAcc, LaneTile, LaneWindow
 from .values import TransposedTile
@@ -27,10 +28,8 @@ def _valid_rows(t: Any) -> int | None:
         return None
     if t.fully_valid:
         return int(t.shape[0])
-    vs = t.valid_shape
-    if vs is None or not all(isinstance(v, int) for v in vs) or vs[1] != t.shape[1]:
-        return None
-    return int(vs[0])  # type: ignore[arg-type]
+    vr, vc = static_valid(t)
+    return vr if vr is not None and vc == t.shape[1] else None
 
 
 def extract_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
