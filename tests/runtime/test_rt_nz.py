@@ -34,6 +34,13 @@ def _random(shape, dtype, seed=0):
     return rng.integers(-8, 8, size=shape).astype(dtype)
 
 
+def _random_bytes(shape, dtype, seed=0):
+    """Every byte random (NaN and infinity patterns included): a copy must move bytes, not values."""
+    rng = np.random.default_rng(seed)
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return rng.integers(0, 256, size=n, dtype=np.uint8).view(dtype).reshape(shape)
+
+
 @pytest.mark.parametrize("dtype", WHOLE_BYTE)
 def test_c0_is_256_over_bits(dtype):  # NZ-4
     assert runtime.c0_of(dtype) == 256 // (np.dtype(dtype).itemsize * 8)
@@ -74,21 +81,45 @@ def test_pack_puts_element_at_nz8_offset(dtype, shape):  # NZ-8
     np.testing.assert_array_equal(flat[off].view(np.uint8), a.reshape(-1).view(np.uint8))
 
 
-@pytest.mark.parametrize("shape", [(2, 1024, 512), (2, 4096, 32 * 11)])
-def test_pack_large_plane_uses_blocked_path_correctly(shape, monkeypatch):  # NZ-8
-    # With 2**15 lines per take block, (2, 4096, 352) int8 is larger than one block: packing runs
-    # in blocks of 8 line columns with a remainder of 3, unpacking in blocks of 2978 rows + 1118.
-    monkeypatch.setattr(runtime.nz, "_BLOCK_LINES", 1 << 15)
+@pytest.mark.parametrize(
+    "rows,lines,tile",
+    [
+        (2048, 128, (512, 64)),  # bf16[2048, 2048]: 512 rows x 64 lines, 1 MiB
+        (1024, 512, (512, 64)),  # float32[..., 1024, 4096]
+        (2048, 16, (2048, 16)),  # bf16[2048, 256]: short rows of lines, so more rows
+        (16, 4096, (16, 2048)),  # one fractal row of a wide plane: more lines per copy
+        (65536, 1, (32768, 1)),  # one line per row: NZ order is the logical order
+    ],
+)
+def test_tile_shape(rows, lines, tile):  # NZ-8: a large plane is copied ~1 MiB at a time
+    assert runtime.nz._tile_shape(rows, lines) == tile
+    assert tile[0] * tile[1] == runtime.nz._TILE_ROWS * runtime.nz._TILE_LINES
+
+
+@pytest.mark.parametrize(
+    "shape,n_takes,n_copies",
+    [
+        ((2, 1024, 512), 0, 2 * 16 * 4),  # 16 x 4 tiles per plane
+        ((2, 4096, 32 * 11), 0, 2 * 64 * 3),  # 11 lines per row: line tiles of 4 + 4 + 3
+        ((3, 64, 128), 1, 0),  # planes of one tile (256 lines): one gather over all three
+    ],
+)
+def test_pack_runs_tile_by_tile_or_gathers_small_planes(shape, n_takes, n_copies, monkeypatch):  # NZ-8
+    # Tiles of 64 rows x 4 lines.
+    monkeypatch.setattr(runtime.nz, "_TILE_ROWS", 64)
+    monkeypatch.setattr(runtime.nz, "_TILE_LINES", 4)
     calls = []
-    take = np.take
-    monkeypatch.setattr(np, "take", lambda *a, **k: calls.append(1) or take(*a, **k))
-    a = _random(shape, np.int8, seed=2)
+    copyto, take = np.copyto, np.take
+    monkeypatch.setattr(np, "copyto", lambda *a, **k: calls.append("copyto") or copyto(*a, **k))
+    monkeypatch.setattr(np, "take", lambda *a, **k: calls.append("take") or take(*a, **k))
+    a = _random_bytes(shape, np.int8, seed=2)
     R, C = shape[-2:]
     expected = a.reshape(-1, R, C // 32, 32).swapaxes(1, 2).reshape(shape)
     packed = runtime.pack_nz(a)
     np.testing.assert_array_equal(packed, expected)
+    assert (calls.count("take"), calls.count("copyto")) == (n_takes, n_copies)
     np.testing.assert_array_equal(runtime.unpack_nz(packed), a)
-    assert len(calls) == (2 if shape[-1] == 512 else 2 * 2 * 2)  # one call, or 2 planes x 2 blocks
+    assert (calls.count("take"), calls.count("copyto")) == (2 * n_takes, 2 * n_copies)
 
 
 def test_pack_accepts_non_contiguous_input():
@@ -158,16 +189,17 @@ def test_pack_into_preallocated_out():
     batch=st.integers(1, 3),
     fractal_rows=st.integers(1, 6),
     lines=st.integers(1, 7),
-    block_lines=st.integers(1, 200),
+    tile_rows=st.integers(1, 100),
+    tile_lines=st.integers(1, 8),
 )
-def test_pack_matches_nz8_for_any_take_block(dtype, batch, fractal_rows, lines, block_lines):  # NZ-8
-    # Whatever the take block size (whole planes, blocks with remainders, one line column per
-    # block), packing is the NZ-8 axis swap and unpacking inverts it.
+def test_pack_matches_nz8_for_any_tile(dtype, batch, fractal_rows, lines, tile_rows, tile_lines):  # NZ-8
+    # Whatever the tile (planes gathered whole, ragged row and line tiles, one line per tile),
+    # packing is the NZ-8 axis swap of every byte and unpacking inverts it.
     c0 = runtime.c0_of(dtype)
     shape = (batch, 16 * fractal_rows, lines * c0)
-    a = _random(shape, dtype, seed=block_lines)
-    expected = a.reshape(batch, shape[1], lines, c0).swapaxes(1, 2).reshape(shape)
-    with mock.patch.object(runtime.nz, "_BLOCK_LINES", block_lines):
+    a = _random_bytes(shape, dtype, seed=tile_rows * 10 + tile_lines)
+    expected = a.view(np.uint8).reshape(batch, shape[1], lines, 32).swapaxes(1, 2).reshape(-1)
+    with mock.patch.object(runtime.nz, "_TILE_ROWS", tile_rows), mock.patch.object(runtime.nz, "_TILE_LINES", tile_lines):
         packed = runtime.pack_nz(a)
-        np.testing.assert_array_equal(packed.view(np.uint8), expected.view(np.uint8))
+        np.testing.assert_array_equal(packed.view(np.uint8).reshape(-1), expected)
         np.testing.assert_array_equal(runtime.unpack_nz(packed).view(np.uint8), a.view(np.uint8))
