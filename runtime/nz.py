@@ -5,18 +5,26 @@ lives at flat element offset ``b*C*R + (c//c0)*R*c0 + r*c0 + c%c0`` (NZ-8): colu
 ``c0`` elements (one 32-byte C0 line per row) outermost, all rows of a block inside.  That is a
 pure axis swap of ``[B, R, C/c0, c0] -> [B, C/c0, R, c0]``, so packing is one strided copy.
 
-Speed: the swap moves whole 32-byte C0 lines, as a 32-byte void dtype; the Python loop runs
-once per MiB at most, never per row or per fractal.
-- Planes of up to ``_TILE_ROWS x _TILE_LINES`` lines (1 MiB) stay in cache: the lines of all of
-  them are gathered by one ``np.take`` through a cached permutation.
-- A larger plane is copied tile by tile: ``_TILE_ROWS`` rows x ``_TILE_LINES`` lines per copy.
-  Inside a tile the logical side moves in runs of ``_TILE_LINES`` lines (2 KiB) and the NZ side
-  in runs of ``_TILE_ROWS`` lines (16 KiB), so both sides stream.  A gather over the whole plane
-  instead walks a column of lines through every row, at a stride that is often a multiple of
-  4 KiB and so maps every line to the same few cache sets.  Measured against ``np.copyto``
-  (benchmarks/bench_pack_nz.py), tiles pack bf16[2048, 2048] at 0.4-0.7x where the gather
-  reached 0.3-0.5x, and float32[4096, 4096] at 0.55-0.6x both ways (gather: 0.3-0.35x).  Tiles
-  of 256 x 128 lines unpacked float32[4096, 4096] at 0.28x: 128 runs at a 128 KiB stride.
+Speed: the swap moves whole 32-byte C0 lines, as a 32-byte void dtype, in one of two ways.  The
+Python loop runs once per MiB at most, never per row or per fractal.
+- Gathered: one ``np.take`` over all planes through a cached permutation writes the output in
+  order and reads the lines scattered.  Used while the scattered reads hit the cache: planes of
+  up to ``_PACK_GATHER_LINES`` lines (1 MiB) when packing, ``_UNPACK_GATHER_LINES`` (8 MiB) when
+  unpacking.
+- Tiled: ``_TILE_ROWS`` rows x ``_TILE_LINES`` lines (1 MiB) per copy.  Inside a tile the
+  logical side moves in runs of ``_TILE_LINES`` lines (2 KiB), the NZ side in runs of
+  ``_TILE_ROWS`` lines (16 KiB), so both sides stream.  A gather over a plane larger than the
+  cache walks a column of lines through every row instead, at a stride that is often a multiple
+  of 4 KiB (every line in the same few cache sets).
+
+Measured against ``np.copyto`` of the same bytes (benchmarks/bench_pack_nz.py; medians of five
+fresh processes, which differ by up to 0.1x among themselves):
+- larger planes, tiled vs gathered: int8[4096, 4096] 0.46 / 0.42x vs 0.28 / 0.30x (pack /
+  unpack), float32[4096, 4096] 0.47 / 0.44x vs 0.31 / 0.32x, bf16[4096, 2048] 0.58 / 0.41x vs
+  0.30 / 0.32x;
+- packing a bf16[2048, 2048] plane (8 MiB), tiled vs gathered: 0.42-0.48x vs 0.35x;
+- unpacking planes that stay in cache, gathered vs tiled: int8[8, 2048, 2048] 0.75x vs 0.56x,
+  bf16[2048, 2048] 0.48x vs 0.37-0.44x.
 """
 
 from __future__ import annotations
@@ -33,9 +41,12 @@ __all__ = ["nz_blocked_shape", "pack_nz", "unpack_nz"]
 
 #: A tile: ``_TILE_ROWS`` logical rows x ``_TILE_LINES`` C0 lines of a row, 1 MiB of lines.  A
 #: plane shorter than a tile on one axis gets a tile as long on the other (the same 1 MiB, fewer
-#: copies); a plane of at most one tile is gathered whole instead.
+#: copies).
 _TILE_ROWS = 512
 _TILE_LINES = 64
+#: Planes of at most this many lines are gathered whole (1 MiB when packing, 8 MiB unpacking).
+_PACK_GATHER_LINES = 1 << 15
+_UNPACK_GATHER_LINES = 1 << 18
 _LINE = np.dtype(f"V{C0_BYTES}")
 
 
@@ -91,7 +102,7 @@ def _tile_shape(n_rows: int, n_lines: int) -> tuple[int, int]:
 @functools.lru_cache(maxsize=8)
 def _plane_permutation(n_i: int, n_j: int) -> np.ndarray:
     """Source line ``i * n_j + j`` of output line ``(j, i)``: the swap of an (n_i, n_j) plane of
-    lines (read-only; at most one tile, 256 KiB of indices)."""
+    lines (read-only; at most ``_UNPACK_GATHER_LINES`` indices, 2 MiB)."""
     perm = (np.arange(n_i, dtype=np.intp) * n_j + np.arange(n_j, dtype=np.intp)[:, None]).reshape(-1)
     perm.flags.writeable = False
     return perm
@@ -101,7 +112,7 @@ def _swap_lines(logical: np.ndarray, nz: np.ndarray, to_nz: bool) -> None:
     """Copy between ``logical[b, r, j]`` and ``nz[b, j, r]`` (32-byte void lines, both
     C-contiguous): into ``nz`` when packing, into ``logical`` when unpacking."""
     B, R, J = logical.shape
-    if R * J <= _TILE_ROWS * _TILE_LINES:
+    if R * J <= (_PACK_GATHER_LINES if to_nz else _UNPACK_GATHER_LINES):
         # ``mode="wrap"`` is the identity on these in-range indices and skips numpy's per-index
         # bounds-error path (measured ~3x faster).
         src, dst, n_i, n_j = (logical, nz, R, J) if to_nz else (nz, logical, J, R)

@@ -101,13 +101,15 @@ def test_tile_shape(rows, lines, tile):  # NZ-8: a large plane is copied ~1 MiB 
     [
         ((2, 1024, 512), 0, 2 * 16 * 4),  # 16 x 4 tiles per plane
         ((2, 4096, 32 * 11), 0, 2 * 64 * 3),  # 11 lines per row: line tiles of 4 + 4 + 3
-        ((3, 64, 128), 1, 0),  # planes of one tile (256 lines): one gather over all three
+        ((3, 64, 128), 1, 0),  # planes of 256 lines: one gather over all three
     ],
 )
 def test_pack_runs_tile_by_tile_or_gathers_small_planes(shape, n_takes, n_copies, monkeypatch):  # NZ-8
-    # Tiles of 64 rows x 4 lines.
+    # Tiles of 64 rows x 4 lines; planes of up to 256 lines are gathered.
     monkeypatch.setattr(runtime.nz, "_TILE_ROWS", 64)
     monkeypatch.setattr(runtime.nz, "_TILE_LINES", 4)
+    monkeypatch.setattr(runtime.nz, "_PACK_GATHER_LINES", 256)
+    monkeypatch.setattr(runtime.nz, "_UNPACK_GATHER_LINES", 256)
     calls = []
     copyto, take = np.copyto, np.take
     monkeypatch.setattr(np, "copyto", lambda *a, **k: calls.append("copyto") or copyto(*a, **k))
@@ -120,6 +122,24 @@ def test_pack_runs_tile_by_tile_or_gathers_small_planes(shape, n_takes, n_copies
     assert (calls.count("take"), calls.count("copyto")) == (n_takes, n_copies)
     np.testing.assert_array_equal(runtime.unpack_nz(packed), a)
     assert (calls.count("take"), calls.count("copyto")) == (2 * n_takes, 2 * n_copies)
+
+
+def test_bf16_plane_is_packed_in_tiles_and_unpacked_by_one_gather(monkeypatch):  # NZ-8
+    # An 8 MiB plane (2048 x 128 lines): 4 x 2 tiles of 512 rows x 64 lines when packing; one
+    # gather when unpacking, which writes whole rows in order while its reads hit the cache.
+    calls = []
+    copyto, take = np.copyto, np.take
+    monkeypatch.setattr(np, "copyto", lambda *a, **k: calls.append("copyto") or copyto(*a, **k))
+    monkeypatch.setattr(np, "take", lambda *a, **k: calls.append("take") or take(*a, **k))
+    a = _random_bytes((2048, 2048), ml_dtypes.bfloat16, seed=5)
+    packed = runtime.pack_nz(a)
+    assert calls == ["copyto"] * 8
+    expected = a.view(np.uint8).reshape(2048, 128, 32).swapaxes(0, 1).reshape(-1)
+    np.testing.assert_array_equal(packed.view(np.uint8).reshape(-1), expected)
+    calls.clear()
+    unpacked = runtime.unpack_nz(packed)
+    assert calls == ["take"]
+    np.testing.assert_array_equal(unpacked.view(np.uint8), a.view(np.uint8))
 
 
 def test_pack_accepts_non_contiguous_input():
@@ -191,15 +211,22 @@ def test_pack_into_preallocated_out():
     lines=st.integers(1, 7),
     tile_rows=st.integers(1, 100),
     tile_lines=st.integers(1, 8),
+    gather_lines=st.integers(0, 700),
 )
-def test_pack_matches_nz8_for_any_tile(dtype, batch, fractal_rows, lines, tile_rows, tile_lines):  # NZ-8
-    # Whatever the tile (planes gathered whole, ragged row and line tiles, one line per tile),
-    # packing is the NZ-8 axis swap of every byte and unpacking inverts it.
+def test_pack_matches_nz8_for_any_tile(dtype, batch, fractal_rows, lines, tile_rows, tile_lines, gather_lines):  # NZ-8
+    # Whatever the tile (ragged row and line tiles, one line per tile) and whichever way each
+    # direction moves a plane (gathered whole or tiled), packing is the NZ-8 axis swap of every
+    # byte and unpacking inverts it.
     c0 = runtime.c0_of(dtype)
     shape = (batch, 16 * fractal_rows, lines * c0)
     a = _random_bytes(shape, dtype, seed=tile_rows * 10 + tile_lines)
     expected = a.view(np.uint8).reshape(batch, shape[1], lines, 32).swapaxes(1, 2).reshape(-1)
-    with mock.patch.object(runtime.nz, "_TILE_ROWS", tile_rows), mock.patch.object(runtime.nz, "_TILE_LINES", tile_lines):
+    with (
+        mock.patch.object(runtime.nz, "_TILE_ROWS", tile_rows),
+        mock.patch.object(runtime.nz, "_TILE_LINES", tile_lines),
+        mock.patch.object(runtime.nz, "_PACK_GATHER_LINES", gather_lines),
+        mock.patch.object(runtime.nz, "_UNPACK_GATHER_LINES", 700 - gather_lines),
+    ):
         packed = runtime.pack_nz(a)
         np.testing.assert_array_equal(packed.view(np.uint8).reshape(-1), expected)
         np.testing.assert_array_equal(runtime.unpack_nz(packed).view(np.uint8), a.view(np.uint8))
