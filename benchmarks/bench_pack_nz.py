@@ -2,7 +2,7 @@
 
 Both sides write a preallocated buffer (``out=``), so the ratio is the cost of the NZ
 permutation itself; reported as a bandwidth ratio, np.copyto time / pack time (target >= 0.5),
-of the median of PROCESSES fresh processes.
+of the median of harness.PROCESSES fresh processes.
 For scale, pack_nz is also set against the same permutation written the obvious numpy way (a
 typed copy of a swapped-axes view). pack_nz moves 32-byte lines: a plane of up to 1 MiB in one
 np.take gather (up to 8 MiB when unpacking), a larger one tile by tile (512 rows x 64 lines per
@@ -18,12 +18,8 @@ Not a timed test: nothing is asserted.
 
 from __future__ import annotations
 
-from harness import interleaved, row  # first: pins BLAS threads before numpy loads
+from harness import in_fresh_processes, interleaved, median_run, row  # first: pins BLAS threads
 
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
@@ -54,12 +50,6 @@ def _typed_swap(a: np.ndarray, buf: np.ndarray):
     return lambda: np.copyto(dst, src)
 
 
-#: Each case runs in this many fresh processes, and the table shows the median one: where the
-#: kernel puts a process's pages moves a ratio by up to 0.3x from one process to the next (the
-#: same code measured 0.28x and 0.60x), far more than the rounds inside one process do.
-PROCESSES = 5
-
-
 def measure(case: int) -> dict[str, float]:
     """Best-of-9 interleaved times (s) of pack, unpack, copy and swap for CASES[case]."""
     shape, dtype = CASES[case]
@@ -73,24 +63,17 @@ def measure(case: int) -> dict[str, float]:
                         "swap": _typed_swap(a, buf)}, repeat=9)
 
 
-def _in_fresh_process(case: int) -> dict[str, float]:
-    code = f"import harness, json, bench_pack_nz as b; print(json.dumps(b.measure({case})))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, check=True,
-                         stdout=subprocess.PIPE, text=True).stdout
-    return json.loads(out.splitlines()[-1])
-
-
 def run() -> list[dict[str, str]]:
     rows = []
     for case, (shape, dtype) in enumerate(CASES):
-        runs = [_in_fresh_process(case) for _ in range(PROCESSES)]
+        runs = in_fresh_processes("bench_pack_nz", f"measure({case})")
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
         name = f"{np.dtype(dtype).name}{list(shape)}"
         for op in ("pack", "unpack"):
-            t = sorted(runs, key=lambda t: t["copy"] / t[op])[len(runs) // 2]  # the median process
+            t = median_run(runs, lambda t, op=op: t["copy"] / t[op])
             rows.append(row(f"{op}_nz(out=) {name}", _cell(t[op], nbytes), _cell(t["copy"], nbytes),
                             f"{t['copy'] / t[op]:.2f}x bw", ">= 0.5x bw"))
-        t = sorted(runs, key=lambda t: t["swap"] / t["pack"])[len(runs) // 2]
+        t = median_run(runs, lambda t: t["swap"] / t["pack"])
         rows.append(row(f"  pack_nz vs numpy's own axis swap of {name}", _cell(t["pack"], nbytes),
                         _cell(t["swap"], nbytes), f"{t['swap'] / t['pack']:.2f}x bw", "-"))
     return rows
