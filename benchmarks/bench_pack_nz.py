@@ -7,9 +7,9 @@ For scale, pack_nz is also set against the same permutation written the obvious 
 typed copy of a swapped-axes view). pack_nz moves 32-byte lines: a plane of up to 1 MiB in one
 np.take gather (up to 8 MiB when unpacking), a larger one tile by tile (512 rows x 64 lines per
 copy), so that neither side walks a column of lines at a stride that is a multiple of 4 KiB
-(such a stride maps every line to the same few cache sets). In cache, numpy moves a scattered 32-byte line in ~2.5-3 ns, a
-contiguous copy in ~1 ns per 32 bytes, which bounds every ratio here; a compiled, cache-blocked
-loop (tried with numba) moved lines no faster.
+(such a stride maps every line to the same few cache sets). In cache, numpy moves a scattered
+32-byte line in ~2.5-3 ns and a contiguous copy 32 bytes in ~1 ns, which bounds every ratio here;
+a compiled, cache-blocked loop (tried with numba) moved lines no faster.
 Not a timed test: nothing is asserted.
 
     python benchmarks/bench_pack_nz.py
@@ -19,7 +19,6 @@ Not a timed test: nothing is asserted.
 from __future__ import annotations
 
 from harness import in_fresh_processes, interleaved, median_run, row  # first: pins BLAS threads
-
 
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
