@@ -122,6 +122,23 @@ class LaneWindow:
 
 
 _LINE = np.dtype("V32")
+#: Source runs one line copy reads at once (see `copy_lines`): L1 and L2 are 8-way.
+RUNS_AT_ONCE = 8
+
+
+def copy_lines(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src`` for 32-byte lines, copied in slices of at most `RUNS_AT_ONCE` along the
+    last axis.  The copy walks `dst` in order, so the last axis of `src` is read run after run: an
+    NZ operand's column blocks, 64 KiB apart for a 2048-row weight, which all map to the same
+    cache set.  Sixteen of them at once evict each other from the 8-way L1 and L2 before a 64-byte
+    cache line's second C0 line is read; eight fit (the bf16 grouped matmul's Right gather took
+    ~30% less time)."""
+    n = src.shape[-1]
+    if n <= RUNS_AT_ONCE:
+        np.copyto(dst, src)
+        return
+    for k in range(0, n, RUNS_AT_ONCE):
+        np.copyto(dst[..., k : k + RUNS_AT_ONCE], src[..., k : k + RUNS_AT_ONCE])
 
 
 def gather_cast(out: np.ndarray, v: np.ndarray,
@@ -135,10 +152,10 @@ def gather_cast(out: np.ndarray, v: np.ndarray,
         return
     lines = v.view(_LINE)[..., 0]
     if out.dtype == v.dtype:
-        np.copyto(out.view(_LINE)[..., 0], lines)
+        copy_lines(out.view(_LINE)[..., 0], lines)
         return
     tmp = alloc(lines.shape, _LINE)  # the gathered lines (a reused buffer, when `alloc` gives one)
-    np.copyto(tmp, lines)
+    copy_lines(tmp, lines)
     np.copyto(out, tmp.view(v.dtype).reshape(v.shape), casting="unsafe")
 
 

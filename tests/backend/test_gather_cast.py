@@ -1,14 +1,18 @@
 """Property: `lane_values.gather_cast` (the mad operands' conversion: C0 lines gathered as 32-byte
-items, or one direct cast when consecutive lines are adjacent) writes exactly what a plain typed
-copy ``np.copyto(out, v, casting="unsafe")`` writes, for views of C0 lines in any axis order."""
+items, `RUNS_AT_ONCE` source runs per copy, or one direct cast when consecutive lines are adjacent)
+writes exactly what a plain typed copy ``np.copyto(out, v, casting="unsafe")`` writes, for views of
+C0 lines in any axis order."""
 
 from __future__ import annotations
+
+from unittest import mock
 
 import ml_dtypes
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nzjit.backend import lane_values
 from nzjit.backend.lane_values import gather_cast
 
 DTYPES = [np.int8, np.float16, ml_dtypes.bfloat16, np.float32]
@@ -19,7 +23,7 @@ def line_views(draw):
     """A view ``(a, b, c, c0)`` of C0 lines of a larger buffer, its three line axes permuted."""
     dt = np.dtype(draw(st.sampled_from(DTYPES)))
     c0 = 32 // dt.itemsize
-    dims = [draw(st.integers(1, 5)) for _ in range(3)]
+    dims = [draw(st.integers(1, 7)) for _ in range(3)]
     pad = draw(st.integers(0, 2))  # extra lines in the buffer's rows: the view is not contiguous
     buf = np.random.default_rng(draw(st.integers(0, 2**16))).integers(-100, 100, (*dims[:2], dims[2] + pad, c0))
     v = buf.astype(dt)[:, :, draw(st.integers(0, pad)) :][:, :, : dims[2]]
@@ -28,12 +32,14 @@ def line_views(draw):
 
 
 @settings(max_examples=200, deadline=None)
-@given(line_views(), st.sampled_from([np.float32, np.float64, None]))
-def test_gather_cast_equals_a_typed_copy(v, out_dtype):
+@given(line_views(), st.sampled_from([np.float32, np.float64, None]), st.integers(1, 8))
+def test_gather_cast_equals_a_typed_copy(v, out_dtype, runs):
+    # `runs` source runs per copy: 1..8 against up to 7 lines on the last axis (ragged last slices)
     out = np.empty(v.shape, out_dtype or v.dtype)
     want = np.empty_like(out)
     np.copyto(want, v, casting="unsafe")
-    gather_cast(out, v)
+    with mock.patch.object(lane_values, "RUNS_AT_ONCE", runs):
+        gather_cast(out, v)
     assert np.array_equal(out.view(np.uint8), want.view(np.uint8))
 
 
