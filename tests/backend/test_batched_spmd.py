@@ -75,6 +75,27 @@ def test_grouped_matmul_batched_equals_per_lane(spy, dtype, np_dtype, out_dtype,
     check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
 
 
+@pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
+    (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32), (pl.FP32, np.float32, pl.FP32, np.float32)])
+def test_right_images_of_many_column_blocks_gather_in_slices(spy, monkeypatch, dtype, np_dtype, out_dtype,
+                                                             np_out):
+    """Mads of K = 256: a Right image row is K / c0 = 16 (bf16) or 32 (fp32) C0 lines from as many
+    NZ column blocks, gathered RUNS_AT_ONCE blocks at a time (lane_values.copy_lines); the bytes
+    are those of the lanes run one by one."""
+    from nzjit.backend import lane_values
+
+    runs = []
+    real = lane_values.copy_lines
+    monkeypatch.setattr(lane_values, "copy_lines", lambda dst, src: runs.append(src.shape[-1]) or real(dst, src))
+    E, T, N, K, NT, KT = 2, 32, 256, 512, 64, 256
+    x, w = gmm_operands(np.random.default_rng(5), np_dtype, E, T, N, K)
+    got = _compare(grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w),
+                   np.full((E, T, N), 7, np_out))
+    assert spy == [True]
+    assert max(runs) == 256 // (32 // np.dtype(np_dtype).itemsize) > lane_values.RUNS_AT_ONCE
+    check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
+
+
 def test_lanes_reading_what_other_lanes_store_fall_back(spy):
     """Lane i copies block i into block i+1: per lane, block 0 propagates to every block; a
     batched run would copy the original blocks. The load/store overlap forces the fallback."""
