@@ -76,7 +76,8 @@ def _tile_products(m: int, k: int, n: int):
 
 
 def _setup(dtype, out_np, x: np.ndarray, w: np.ndarray, ref_fn, exact: bool, name: str):
-    """The kernel on resident device tensors, checked once against the reference: (kern, call)."""
+    """The kernel on resident device tensors, checked once against the reference: (kern, call, the
+    NZ-packed host weights)."""
     kern = make(dtype, {np.float32: pl.FP32, np.int32: pl.INT32}[out_np])
     worker = runtime.Worker(0)
     wp = runtime.pack_nz(w)
@@ -91,7 +92,7 @@ def _setup(dtype, out_np, x: np.ndarray, w: np.ndarray, ref_fn, exact: bool, nam
     else:
         err = np.abs(got - ref).max() / max(1.0, float(np.abs(ref).max()))
         assert err < 1e-5, f"{name}: relative error {err}"
-    return kern, lambda: kern(xd, wd, od)
+    return kern, lambda: kern(xd, wd, od), wp
 
 
 def _case(name: str, dtype, out_np, x: np.ndarray, w: np.ndarray, ref_fn, repeat: int,
@@ -99,7 +100,7 @@ def _case(name: str, dtype, out_np, x: np.ndarray, w: np.ndarray, ref_fn, repeat
           floor: bool = False) -> list[dict[str, str]]:
     """The rows of one dtype.  `resident`: times of the resident call measured elsewhere (the
     median of fresh processes); measured here when None."""
-    kern, call = _setup(dtype, out_np, x, w, ref_fn, exact, name)
+    kern, call, wp = _setup(dtype, out_np, x, w, ref_fn, exact, name)
     t = resident or interleaved({"ours": call, "ref": ref_fn}, repeat=repeat)
     how = f", median of {PROCESSES} processes" if resident else ""
     rows = [row(f"grouped matmul {name} E{E} T{T} N{N} K{K} (resident{how})", fmt_time(t["ours"]),
@@ -109,7 +110,6 @@ def _case(name: str, dtype, out_np, x: np.ndarray, w: np.ndarray, ref_fn, repeat
         tf = interleaved({"floor": _tile_products(m, k, n), "ref": ref_fn}, repeat=repeat)
         rows.append(row(f"  its {E * N // NT * K // k} tile products {m}x{k} @ {k}x{n} alone (in cache)",
                         fmt_time(tf["floor"]), fmt_time(tf["ref"]), f"{tf['floor'] / tf['ref']:.2f}x", "-"))
-    wp = runtime.pack_nz(w)
     th = interleaved({"ours": lambda: kern(x, wp), "ref": ref_fn}, repeat=max(1, repeat - 2))
     rows.append(row(f"grouped matmul {name}, host arrays (upload+download)", fmt_time(th["ours"]),
                     fmt_time(th["ref"]), f"{th['ours'] / th['ref']:.2f}x", "-"))
@@ -135,7 +135,7 @@ def _bf16():
 def measure_bf16(repeat: int = 9) -> dict[str, float]:
     """Best-of-`repeat` interleaved times (s) of the resident bf16 call and its reference."""
     xb, wb, ref = _bf16()
-    _, call = _setup(pl.BF16, np.float32, xb, wb, ref, False, "bf16->fp32")
+    _, call, _ = _setup(pl.BF16, np.float32, xb, wb, ref, False, "bf16->fp32")
     return interleaved({"ours": call, "ref": ref}, repeat=repeat)
 
 
