@@ -15,6 +15,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -67,16 +68,30 @@ def interleaved(fns: dict[str, Callable[[], object]], repeat: int = 5, warmup: i
 PROCESSES = 5
 
 
+_RESULT = "harness result: "  # marks the line that carries a fresh process's result back
+
+
+def in_fresh_process(module: str, call: str, echo: bool = False) -> Any:
+    """Evaluate ``module.call`` (e.g. ``"run()"``) in a fresh Python process and return its
+    JSON-able result; with `echo`, what the process prints is printed here too."""
+    code = f"import harness, json, {module}; print({_RESULT!r} + json.dumps({module}.{call}))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, check=True,
+                         stdout=subprocess.PIPE, text=True).stdout
+    result, found = None, False
+    for line in out.splitlines():
+        if line.startswith(_RESULT):
+            result, found = json.loads(line[len(_RESULT):]), True
+        elif echo:
+            print(line)
+    if not found:
+        raise RuntimeError(f"{module}.{call} returned nothing")
+    return result
+
+
 def in_fresh_processes(module: str, call: str, n: int = PROCESSES) -> list[dict[str, float]]:
     """Evaluate ``module.call`` (e.g. ``"measure(2)"``, returning a dict of times) in `n` fresh
     Python processes, one after another; return their dicts."""
-    code = f"import harness, json, {module}; print(json.dumps({module}.{call}))"
-    runs = []
-    for _ in range(n):
-        out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, check=True,
-                             stdout=subprocess.PIPE, text=True).stdout
-        runs.append(json.loads(out.splitlines()[-1]))
-    return runs
+    return [in_fresh_process(module, call) for _ in range(n)]
 
 
 def median_run(runs: list[dict[str, float]], ratio: Callable[[dict[str, float]], float]) -> dict[str, float]:

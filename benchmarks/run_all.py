@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import harness  # first: pins BLAS threads before numpy loads
 
-import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -32,23 +30,11 @@ TARGETS = [
 ]
 #: Targets with an absolute budget (not a ratio against numpy measured alongside).
 ABSOLUTE = ("bench_compile", "bench_interp")
-_ROWS = "run_all rows: "  # the marker of the line that carries a target's rows back
 
 
 def run_target(module: str) -> list[dict[str, str]]:
     """Run one benchmark module in a fresh process, echo what it prints, and return its rows."""
-    code = f"import harness, json, {module}; print({_ROWS!r} + json.dumps({module}.run()))"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, check=True,
-                          stdout=subprocess.PIPE, text=True)
-    rows = None
-    for line in proc.stdout.splitlines():
-        if line.startswith(_ROWS):
-            rows = json.loads(line[len(_ROWS):])
-        else:
-            print(line)
-    if rows is None:
-        raise RuntimeError(f"{module} printed no rows")
-    return rows
+    return harness.in_fresh_process(module, "run()", echo=True)
 
 
 def machine() -> list[str]:
