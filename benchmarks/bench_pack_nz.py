@@ -25,7 +25,7 @@ from harness import in_fresh_processes, interleaved, median_run, row  # first: p
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 
-from runtime import pack_nz, unpack_nz  # noqa: E402
+from runtime import nz, pack_nz, unpack_nz  # noqa: E402
 
 CASES = [
     ((8, 2048, 2048), np.int8),
@@ -57,16 +57,21 @@ def measure(case: int) -> dict[str, float]:
     (both into the same buffer), numpy's axis swap with pack.  Pairs, not one round of all: an
     8 MiB array read by the operation just before stays in the L3 cache, one read three
     operations earlier may not, and that alone moved the bf16[2048, 2048] unpack ratio from
-    ~0.7x to ~0.4x."""
+    ~0.7x to ~0.4x.  Pack and unpack are timed with runtime.nz.PACK_THREADS threads and with one
+    (keys suffixed "1")."""
     shape, dtype = CASES[case]
     a = np.random.default_rng(0).integers(-100, 100, size=shape).astype(dtype)
     buf = np.empty_like(a)
     packed = pack_nz(a)
     assert np.array_equal(unpack_nz(packed).view(np.uint8), a.view(np.uint8))
     pack = lambda: pack_nz(a, out=buf)  # noqa: E731
-    t = interleaved({"pack": pack, "copy": lambda: np.copyto(buf, a)}, repeat=9)
-    t |= interleaved({"unpack": lambda: unpack_nz(packed, out=buf),
-                      "unpack_copy": lambda: np.copyto(buf, packed)}, repeat=9)
+    t: dict[str, float] = {"threads": nz.PACK_THREADS}
+    for suffix, threads in (("", nz.PACK_THREADS), ("1", 1)):
+        nz.PACK_THREADS = threads
+        for op, reference, src in ((pack, "copy", a), (lambda: unpack_nz(packed, out=buf), "unpack_copy", packed)):
+            name = "pack" if reference == "copy" else "unpack"
+            pair = interleaved({name: op, reference: lambda src=src: np.copyto(buf, src)}, repeat=9)
+            t |= {k + suffix: v for k, v in pair.items()}
     swap = interleaved({"swap": _typed_swap(a, buf), "pack": pack}, repeat=9)
     return t | {"swap": swap["swap"], "swap_pack": swap["pack"]}
 
@@ -79,8 +84,11 @@ def run() -> list[dict[str, str]]:
         name = f"{np.dtype(dtype).name}{list(shape)}"
         for op, copy in (("pack", "copy"), ("unpack", "unpack_copy")):
             t = median_run(runs, lambda t, op=op, copy=copy: t[copy] / t[op])
-            rows.append(row(f"{op}_nz(out=) {name}", _cell(t[op], nbytes), _cell(t[copy], nbytes),
-                            f"{t[copy] / t[op]:.2f}x bw", ">= 0.5x bw"))
+            t1 = median_run(runs, lambda t, op=op, copy=copy: t[copy + "1"] / t[op + "1"])
+            rows.append(row(f"{op}_nz(out=) {name}, {t['threads']:.0f} threads", _cell(t[op], nbytes),
+                            _cell(t[copy], nbytes), f"{t[copy] / t[op]:.2f}x bw", ">= 0.5x bw"))
+            rows.append(row("  same, one thread", _cell(t1[op + "1"], nbytes), _cell(t1[copy + "1"], nbytes),
+                            f"{t1[copy + '1'] / t1[op + '1']:.2f}x bw", "-"))
         t = median_run(runs, lambda t: t["swap"] / t["swap_pack"])
         rows.append(row(f"  pack_nz vs numpy's own axis swap of {name}", _cell(t["swap_pack"], nbytes),
                         _cell(t["swap"], nbytes), f"{t['swap'] / t['swap_pack']:.2f}x bw", "-"))

@@ -127,6 +127,8 @@ def test_pack_runs_tile_by_tile_or_gathers_small_planes(shape, n_takes, n_copies
 def test_bf16_plane_is_packed_in_tiles_and_unpacked_by_one_gather(monkeypatch):  # NZ-8
     # An 8 MiB plane (2048 x 128 lines): 4 x 2 tiles of 512 rows x 64 lines when packing; one
     # gather when unpacking, which writes whole rows in order while its reads hit the cache.
+    # (On one thread; test_rt_nz_threads.py splits the same work over several.)
+    monkeypatch.setattr(runtime.nz, "PACK_THREADS", 1)
     calls = []
     copyto, take = np.copyto, np.take
     monkeypatch.setattr(np, "copyto", lambda *a, **k: calls.append("copyto") or copyto(*a, **k))
@@ -212,11 +214,14 @@ def test_pack_into_preallocated_out():
     tile_rows=st.integers(1, 100),
     tile_lines=st.integers(1, 8),
     gather_lines=st.integers(0, 700),
+    threads=st.integers(1, 5),
 )
-def test_pack_matches_nz8_for_any_tile(dtype, batch, fractal_rows, lines, tile_rows, tile_lines, gather_lines):  # NZ-8
-    # Whatever the tile (ragged row and line tiles, one line per tile) and whichever way each
-    # direction moves a plane (gathered whole or tiled), packing is the NZ-8 axis swap of every
-    # byte and unpacking inverts it.
+def test_pack_matches_nz8_for_any_tile(dtype, batch, fractal_rows, lines, tile_rows, tile_lines, gather_lines,
+                                       threads):  # NZ-8
+    # Whatever the tile (ragged row and line tiles, one line per tile), whichever way each
+    # direction moves a plane (gathered whole or tiled) and however many threads share the work
+    # (every size parallel here), packing is the NZ-8 axis swap of every byte and unpacking
+    # inverts it.
     c0 = runtime.c0_of(dtype)
     shape = (batch, 16 * fractal_rows, lines * c0)
     a = _random_bytes(shape, dtype, seed=tile_rows * 10 + tile_lines)
@@ -226,6 +231,8 @@ def test_pack_matches_nz8_for_any_tile(dtype, batch, fractal_rows, lines, tile_r
         mock.patch.object(runtime.nz, "_TILE_LINES", tile_lines),
         mock.patch.object(runtime.nz, "_PACK_GATHER_LINES", gather_lines),
         mock.patch.object(runtime.nz, "_UNPACK_GATHER_LINES", 700 - gather_lines),
+        mock.patch.object(runtime.nz, "PACK_THREADS", threads),
+        mock.patch.object(runtime.nz, "_PARALLEL_BYTES", 0),
     ):
         packed = runtime.pack_nz(a)
         np.testing.assert_array_equal(packed.view(np.uint8).reshape(-1), expected)
