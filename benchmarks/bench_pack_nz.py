@@ -6,12 +6,14 @@ against np.copyto of the NZ-ordered one. Reported as a bandwidth ratio, np.copyt
 time (target >= 0.5), of the median of harness.PROCESSES fresh processes.
 For scale, pack_nz is also set against the same permutation written the obvious numpy way (a
 typed copy of a swapped-axes view). pack_nz moves 32-byte lines: a plane of up to 1 MiB in one
-np.take gather (up to 8 MiB when unpacking), a larger one tile by tile (512 rows x 64 lines per
+np.take gather (up to 8 MiB when unpacking), a larger one tile by tile (1 MiB of lines per
 copy), so that neither side walks a column of lines at a stride that is a multiple of 4 KiB
-(such a stride maps every line to the same few cache sets). In cache, numpy moves a scattered
-32-byte line in ~2.5-3 ns and a contiguous copy 32 bytes in ~1 ns, which bounds every ratio here;
-a compiled, cache-blocked loop (numba, 4 x uint64 per line, blocks of 8x128 to 2048x128 lines)
-reached 0.30-0.56x on bf16[2048, 2048], where pack_nz reaches 0.31-0.46x.
+(such a stride maps every line to the same few cache sets); a call of 4 MiB or more is shared
+by runtime.nz.PACK_THREADS threads. On one thread, numpy gathers 32-byte lines in order at
+~1.9 ns each, like np.copyto, but ~4 ns (unpack) and ~6 ns (pack) each in NZ order from an
+8 MiB plane held in L3, which bounds the in-cache ratios; a compiled, cache-blocked loop (numba,
+4 x uint64 per line, blocks of 8x128 to 2048x128 lines) reached 0.30-0.56x on bf16[2048, 2048],
+where one thread of pack_nz reaches 0.31-0.46x.
 Not a timed test: nothing is asserted.
 
     python benchmarks/bench_pack_nz.py

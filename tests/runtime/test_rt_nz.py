@@ -82,18 +82,21 @@ def test_pack_puts_element_at_nz8_offset(dtype, shape):  # NZ-8
 
 
 @pytest.mark.parametrize(
-    "rows,lines,tile",
+    "rows,lines,to_nz,tile",
     [
-        (2048, 128, (512, 64)),  # bf16[2048, 2048]: 512 rows x 64 lines, 1 MiB
-        (1024, 512, (512, 64)),  # float32[..., 1024, 4096]
-        (2048, 16, (2048, 16)),  # bf16[2048, 256]: short rows of lines, so more rows
-        (16, 4096, (16, 2048)),  # one fractal row of a wide plane: more lines per copy
-        (65536, 1, (32768, 1)),  # one line per row: NZ order is the logical order
+        (2048, 128, True, (256, 128)),  # bf16[2048, 2048] packed: 256 rows x 128 lines, 1 MiB
+        (2048, 128, False, (512, 64)),  # ... unpacked: 512 rows x 64 lines
+        (1024, 512, True, (256, 128)),  # float32[..., 1024, 4096]
+        (2048, 64, True, (512, 64)),  # int8[..., 2048, 2048]: rows of 64 lines, so more rows
+        (2048, 16, False, (2048, 16)),  # bf16[2048, 256]: short rows of lines, so more rows
+        (16, 4096, False, (16, 2048)),  # one fractal row of a wide plane: more lines per copy
+        (65536, 1, True, (32768, 1)),  # one line per row: NZ order is the logical order
     ],
 )
-def test_tile_shape(rows, lines, tile):  # NZ-8: a large plane is copied ~1 MiB at a time
-    assert runtime.nz._tile_shape(rows, lines) == tile
-    assert tile[0] * tile[1] == runtime.nz._TILE_ROWS * runtime.nz._TILE_LINES
+def test_tile_shape(rows, lines, to_nz, tile):  # NZ-8: a large plane is copied ~1 MiB at a time
+    preferred = runtime.nz._PACK_TILE if to_nz else runtime.nz._UNPACK_TILE
+    assert runtime.nz._tile_shape(rows, lines, preferred) == tile
+    assert tile[0] * tile[1] == preferred[0] * preferred[1]
 
 
 @pytest.mark.parametrize(
@@ -106,8 +109,8 @@ def test_tile_shape(rows, lines, tile):  # NZ-8: a large plane is copied ~1 MiB 
 )
 def test_pack_runs_tile_by_tile_or_gathers_small_planes(shape, n_takes, n_copies, monkeypatch):  # NZ-8
     # Tiles of 64 rows x 4 lines; planes of up to 256 lines are gathered.
-    monkeypatch.setattr(runtime.nz, "_TILE_ROWS", 64)
-    monkeypatch.setattr(runtime.nz, "_TILE_LINES", 4)
+    monkeypatch.setattr(runtime.nz, "_PACK_TILE", (64, 4))
+    monkeypatch.setattr(runtime.nz, "_UNPACK_TILE", (64, 4))
     monkeypatch.setattr(runtime.nz, "_PACK_GATHER_LINES", 256)
     monkeypatch.setattr(runtime.nz, "_UNPACK_GATHER_LINES", 256)
     calls = []
@@ -125,7 +128,7 @@ def test_pack_runs_tile_by_tile_or_gathers_small_planes(shape, n_takes, n_copies
 
 
 def test_bf16_plane_is_packed_in_tiles_and_unpacked_by_one_gather(monkeypatch):  # NZ-8
-    # An 8 MiB plane (2048 x 128 lines): 4 x 2 tiles of 512 rows x 64 lines when packing; one
+    # An 8 MiB plane (2048 x 128 lines): 8 tiles of 256 rows x 128 lines when packing; one
     # gather when unpacking, which writes whole rows in order while its reads hit the cache.
     # (On one thread; test_rt_nz_threads.py splits the same work over several.)
     monkeypatch.setattr(runtime.nz, "PACK_THREADS", 1)
@@ -227,8 +230,8 @@ def test_pack_matches_nz8_for_any_tile(dtype, batch, fractal_rows, lines, tile_r
     a = _random_bytes(shape, dtype, seed=tile_rows * 10 + tile_lines)
     expected = a.view(np.uint8).reshape(batch, shape[1], lines, 32).swapaxes(1, 2).reshape(-1)
     with (
-        mock.patch.object(runtime.nz, "_TILE_ROWS", tile_rows),
-        mock.patch.object(runtime.nz, "_TILE_LINES", tile_lines),
+        mock.patch.object(runtime.nz, "_PACK_TILE", (tile_rows, tile_lines)),
+        mock.patch.object(runtime.nz, "_UNPACK_TILE", (tile_lines * 3, tile_rows)),
         mock.patch.object(runtime.nz, "_PACK_GATHER_LINES", gather_lines),
         mock.patch.object(runtime.nz, "_UNPACK_GATHER_LINES", 700 - gather_lines),
         mock.patch.object(runtime.nz, "PACK_THREADS", threads),

@@ -43,8 +43,8 @@ def _lines(a: np.ndarray, d0: int, d1: int) -> np.ndarray:
 def test_parts_write_disjoint_lines_that_cover_the_output(shape, gather, n, n_parts, to_nz, monkeypatch):  # NZ-8
     monkeypatch.setattr(nz, "_PACK_GATHER_LINES", 1 << 20 if gather else 0)
     monkeypatch.setattr(nz, "_UNPACK_GATHER_LINES", 1 << 20 if gather else 0)
-    monkeypatch.setattr(nz, "_TILE_ROWS", 16)
-    monkeypatch.setattr(nz, "_TILE_LINES", 4)
+    monkeypatch.setattr(nz, "_PACK_TILE", (16, 4))
+    monkeypatch.setattr(nz, "_UNPACK_TILE", (16, 4))
     B, R, C = shape
     J = C // 32
     logical = _random_bytes(shape, np.int8, seed=1)
