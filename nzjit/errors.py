@@ -51,16 +51,26 @@ def _positions(code: CodeType) -> tuple[tuple[int | None, int | None, int | None
     return tuple(code.co_positions())
 
 
-def source_of(f: FrameType) -> Source:
-    """The line `f` is executing, with the column range of the instruction (3.11+) for the caret."""
+@functools.lru_cache(maxsize=4096)
+def _source_at(code: CodeType, file: str, lasti: int, line: int) -> Source:
+    """The Source of instruction `lasti` of `code` on `line`: one shared (immutable) object per
+    position, so an unrolled kernel line builds its Source once, not at every op. (`file` is
+    part of the key because code objects compare equal across files: the same function in a
+    copy of a script must not get the first copy's path.)"""
     col, end = 0, None
-    positions = _positions(f.f_code)
-    i = f.f_lasti // 2
+    positions = _positions(code)
+    i = lasti // 2
     if 0 <= i < len(positions):
         pos = positions[i]
-        if pos[0] == f.f_lineno and pos[2] is not None:
+        if pos[0] == line and pos[2] is not None:
             col, end = pos[2], (pos[3] if pos[1] == pos[0] else None)
-    return Source(f.f_code.co_filename, f.f_lineno, col, end)
+    return Source(file, line, col, end)
+
+
+def source_of(f: FrameType) -> Source:
+    """The line `f` is executing, with the column range of the instruction (3.11+) for the caret."""
+    code = f.f_code
+    return _source_at(code, code.co_filename, f.f_lasti, f.f_lineno)
 
 
 def user_source(depth: int = 1) -> Source | None:

@@ -298,7 +298,7 @@ def bind(prim: Primitive, groups: Sequence[Sequence[Any]], params: dict[str, Any
     inputs = tuple([to_atom(x, frame, dtype) for grp in groups for x in grp])
     params = {**params, "arity": tuple(map(len, groups))} if params else {"arity": tuple(map(len, groups))}
     try:
-        out_types = prim.type_rule(*(a.type for a in inputs), **params)
+        out_types = prim.type_rule(*[a.type for a in inputs], **params)
     except CompileError as e:
         if e.source is None:
             raise CompileError(e.raw_message, src, rule=e.rule, help=e.help) from None
@@ -306,7 +306,7 @@ def bind(prim: Primitive, groups: Sequence[Sequence[Any]], params: dict[str, Any
     for t in out_types:
         if type(t) is TileType and t.memory is Mem.Vec:
             _check_capacity(t, st.target, src)
-    outs = tuple(Var(t) for t in out_types)
+    outs = tuple([Var(t) for t in out_types])
     eqn = Eqn(prim, inputs, outs, params, src)
     frame.eqns.append(eqn)
     for v in outs:
