@@ -103,10 +103,13 @@ class Rewriter:
         """Copy `e` with renamed inputs and `params` overridden (a loop's body rebuilt); an unchanged equation
         is shared. Returns its outputs."""
         env = self.env
-        if not params and "body" not in e.params and not any(a in env for a in e.inputs if isinstance(a, Var)) \
-                and self._keeps_types(e.outputs):
-            self.out.append(e)  # unchanged: equations are immutable, so the pass shares it
-            return list(e.outputs)
+        if not params and "body" not in e.params and self._keeps_types(e.outputs):
+            for a in e.inputs:  # a plain loop: this runs for every equation of every pass
+                if type(a) is Var and a in env:
+                    break
+            else:
+                self.out.append(e)  # unchanged: equations are immutable, so the pass shares it
+                return list(e.outputs)
         ins = tuple(self.atoms(e.inputs))
         p = dict(e.params, **params)
         body = p.get("body")
