@@ -209,22 +209,23 @@ def _run(parts: list[Callable[[], None]]) -> None:
         f.result()  # the first worker error, if any
 
 
-_pool_state: tuple[int, int, cf.ThreadPoolExecutor] | None = None  # (pid, workers, pool)
+_pools: tuple[int, dict[int, cf.ThreadPoolExecutor]] | None = None  # (pid, workers -> pool)
 _pool_lock = threading.Lock()
 
 
 def _pool(workers: int) -> cf.ThreadPoolExecutor:
-    """A pool of at least `workers` threads, made again in a forked child (whose copy of the
-    parent's pool has no threads behind it)."""
-    global _pool_state
+    """The pool of `workers` threads, made again in a forked child (whose copy of the parent's
+    pool has no threads behind it). A pool is never shut down: another thread may be about to
+    submit to it (only a change of PACK_THREADS makes a second one)."""
+    global _pools
     with _pool_lock:
-        state = _pool_state
-        if state is None or state[0] != os.getpid() or state[1] < workers:
-            if state is not None and state[0] == os.getpid():
-                state[2].shutdown(wait=False)  # its threads end once idle
-            pool = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nzjit-pack")
-            _pool_state = state = (os.getpid(), workers, pool)
-        return state[2]
+        if _pools is None or _pools[0] != os.getpid():
+            _pools = (os.getpid(), {})
+        pools = _pools[1]
+        pool = pools.get(workers)
+        if pool is None:
+            pool = pools[workers] = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nzjit-pack")
+        return pool
 
 
 def _as_lines(a: np.ndarray, d0: int, d1: int) -> np.ndarray:

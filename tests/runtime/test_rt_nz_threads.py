@@ -151,12 +151,12 @@ def test_a_forked_child_packs_with_its_own_pool(monkeypatch):
     monkeypatch.setattr(nz, "PACK_THREADS", 2)
     a = _random_bytes((2048, 2048), np.int8, seed=10)
     expected = runtime.pack_nz(a)  # the parent's pool now exists
-    assert nz._pool_state is not None and nz._pool_state[0] == os.getpid()
+    assert nz._pools is not None and nz._pools[0] == os.getpid() and 1 in nz._pools[1]
     pid = os.fork()
     if pid == 0:  # the child: exit code 0 if its pack is right
         ok = False
         try:
-            ok = np.array_equal(runtime.pack_nz(a), expected) and nz._pool_state[0] == os.getpid()
+            ok = np.array_equal(runtime.pack_nz(a), expected) and nz._pools[0] == os.getpid()
         finally:
             os._exit(0 if ok else 1)
     deadline = time.monotonic() + 60
@@ -191,7 +191,19 @@ def test_pack_threads_1_in_a_fresh_process_keeps_every_copy_on_the_calling_threa
     code = ("import threading, numpy as np, runtime; from runtime import nz; used = set(); c = np.copyto; "
             "np.copyto = lambda *a, **k: used.add(threading.get_ident()) or c(*a, **k); "
             "runtime.pack_nz(np.zeros((2048, 4096), np.int8)); "
-            "print(nz.PACK_THREADS, used == {threading.get_ident()}, nz._pool_state)")
+            "print(nz.PACK_THREADS, used == {threading.get_ident()}, nz._pools)")
     env = dict(os.environ, NZJIT_PACK_THREADS="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["1", "True", "None"]
+
+
+def test_a_pool_stays_usable_when_the_thread_count_changes(monkeypatch):
+    # Another thread may hold the pool of the old count and submit to it: nothing shuts it down.
+    monkeypatch.setattr(nz, "_PARALLEL_BYTES", 0)
+    a = _random_bytes((4, 64, 256), np.int8, seed=11)
+    monkeypatch.setattr(nz, "PACK_THREADS", 2)
+    expected = runtime.pack_nz(a)
+    old = nz._pool(1)
+    monkeypatch.setattr(nz, "PACK_THREADS", 4)
+    np.testing.assert_array_equal(runtime.pack_nz(a), expected)
+    assert nz._pool(3) is not old and old.submit(lambda: 7).result() == 7
