@@ -15,9 +15,9 @@ Python loop runs once per MiB at most, never per row or per fractal.
   ``_UNPACK_TILE`` (512 x 64) when unpacking.  Inside a tile the logical side moves in runs of
   its lines (4 or 2 KiB), the NZ side in runs of its rows (8 or 16 KiB), so both sides stream.
   numpy's copy runs along the output's runs, reading one line from each of the other side's:
-  256 logical rows when packing, 64 NZ column blocks when unpacking.  A gather over a plane larger than the
-  cache walks a column of lines through every row instead, at a stride that is often a multiple
-  of 4 KiB (every line in the same few cache sets).
+  256 logical rows when packing, 64 NZ column blocks when unpacking.  A gather over a plane
+  larger than the cache walks a column of lines through every row instead, at a stride that is
+  often a multiple of 4 KiB (every line in the same few cache sets).
 
 Threads: a call moving at least ``_PARALLEL_BYTES`` is cut into ``PACK_THREADS`` parts that
 write disjoint lines of the output (whole planes, ranges of a gathered plane's output lines, or
@@ -31,9 +31,8 @@ fresh processes, which differ by up to 0.1x among themselves):
 - packing a bf16[2048, 2048] plane (8 MiB), tiled vs gathered: 0.42-0.48x vs 0.35x;
 - unpacking planes that stay in cache, gathered vs tiled: int8[8, 2048, 2048] 0.75x vs 0.56x,
   bf16[2048, 2048] 0.48x vs 0.37-0.44x.
-(Those are single-thread figures. Two threads, one run of bench_pack_nz.py: float32[4096, 4096]
-0.39 / 0.53x -> 0.72 / 0.73x, int8[8, 2048, 2048] 0.40 / 0.66x -> 0.61 / 1.01x, bf16[2048, 2048]
-0.32 / 0.35x -> 0.46 / 0.52x.)
+(Those are one-thread figures; the README's table has both, e.g. float32[4096, 4096] at
+0.61 / 0.66x on two threads and 0.56 / 0.48x on one.)
 """
 
 from __future__ import annotations
@@ -81,7 +80,7 @@ def _threads_from_env() -> int:
 #: memory's bandwidth). Each thread writes its own lines of the output, so the bytes do not
 #: depend on the count. ``NZJIT_PACK_THREADS=1`` keeps every copy on the calling thread.
 PACK_THREADS = _threads_from_env()
-#: Below this a hand-off to the pool (~30-50 us) costs about what the second thread saves.
+#: Below this a hand-off to the pool (~50-100 us here) costs about what the second thread saves.
 _PARALLEL_BYTES = 4 << 20
 
 
@@ -174,7 +173,8 @@ def _parts(logical: np.ndarray, nz: np.ndarray, to_nz: bool, n: int) -> list[Cal
 
 
 def _split(size: int, n: int) -> list[tuple[int, int]]:
-    """``[lo, hi)`` bounds of ``min(n, size)`` nearly equal, non-empty parts of ``range(size)``."""
+    """``[lo, hi)`` bounds of ``min(n, size)`` nearly equal, non-empty parts of ``range(size)``
+    (one empty part when `size` is 0)."""
     n = max(1, min(n, size))
     return [(size * k // n, size * (k + 1) // n) for k in range(n)]
 
