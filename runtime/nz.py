@@ -7,8 +7,8 @@ pure axis swap of ``[B, R, C/c0, c0] -> [B, C/c0, R, c0]``, so packing is one st
 
 Speed: the swap moves whole 32-byte C0 lines, as a 32-byte void dtype, in one of two ways.  The
 Python loop runs once per MiB at most, never per row or per fractal.
-- Gathered: one ``np.take`` over all planes through a cached permutation writes the output in
-  order and reads the lines scattered.  Used while the scattered reads hit the cache: planes of
+- Gathered: ``np.take`` through a cached permutation (one call over all planes on one thread)
+  writes the output in order and reads the lines scattered.  Used while the scattered reads hit the cache: planes of
   up to ``_PACK_GATHER_LINES`` lines (1 MiB) when packing, ``_UNPACK_GATHER_LINES`` (8 MiB) when
   unpacking.
 - Tiled: 1 MiB of lines per copy, ``_PACK_TILE`` (256 rows x 128 lines) when packing,
@@ -200,7 +200,8 @@ def _run(parts: list[Callable[[], None]]) -> None:
     if len(parts) == 1:
         parts[0]()
         return
-    futures = [_pool(len(parts) - 1).submit(part) for part in parts[1:]]
+    pool = _pool(max(PACK_THREADS, len(parts)) - 1)  # one pool however many parts a call has
+    futures = [pool.submit(part) for part in parts[1:]]
     try:
         parts[0]()
     finally:
@@ -216,7 +217,8 @@ _pool_lock = threading.Lock()
 def _pool(workers: int) -> cf.ThreadPoolExecutor:
     """The pool of `workers` threads, made again in a forked child (whose copy of the parent's
     pool has no threads behind it). A pool is never shut down: another thread may be about to
-    submit to it (only a change of PACK_THREADS makes a second one)."""
+    submit to it (only a change of PACK_THREADS, or `_run` given more parts than threads, asks
+    for a second size)."""
     global _pools
     with _pool_lock:
         if _pools is None or _pools[0] != os.getpid():

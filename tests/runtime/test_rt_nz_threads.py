@@ -14,19 +14,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_rt_nz import _random_bytes
 
 import runtime
 from runtime import nz
-
-
-def _random_bytes(shape, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    return rng.integers(0, 256, size=n, dtype=np.uint8).view(dtype).reshape(shape)
-
-
-def _lines(a: np.ndarray, d0: int, d1: int) -> np.ndarray:
-    return nz._as_lines(a, d0, d1)
 
 
 @pytest.mark.parametrize(
@@ -56,7 +47,7 @@ def test_parts_write_disjoint_lines_that_cover_the_output(shape, gather, n, n_pa
     for fill in (0x55, 0xAA):
         out = np.full(shape, fill, np.uint8).view(np.int8)
         lg, z = (logical, out) if to_nz else (out, packed)
-        parts = nz._parts(_lines(lg, R, J), _lines(z, J, R), to_nz, n)
+        parts = nz._parts(nz._as_lines(lg, R, J), nz._as_lines(z, J, R), to_nz, n)
         assert len(parts) == n_parts
         masks = []
         for part in parts:
