@@ -60,18 +60,18 @@ def measure(case: int) -> dict[str, float]:
     8 MiB array read by the operation just before stays in the L3 cache, one read three
     operations earlier may not, and that alone moved the bf16[2048, 2048] unpack ratio from
     ~0.7x to ~0.4x.  Pack and unpack are timed with runtime.nz.PACK_THREADS threads and with one
-    (keys suffixed "1")."""
+    (keys suffixed "1"); the swap, a one-thread numpy copy, against pack on one thread."""
     shape, dtype = CASES[case]
     a = np.random.default_rng(0).integers(-100, 100, size=shape).astype(dtype)
     buf = np.empty_like(a)
     packed = pack_nz(a)
     assert np.array_equal(unpack_nz(packed).view(np.uint8), a.view(np.uint8))
     pack = lambda: pack_nz(a, out=buf)  # noqa: E731
+    ops = (("pack", pack, "copy", a), ("unpack", lambda: unpack_nz(packed, out=buf), "unpack_copy", packed))
     t: dict[str, float] = {"threads": nz.PACK_THREADS}
     for suffix, threads in (("", nz.PACK_THREADS), ("1", 1)):
-        nz.PACK_THREADS = threads
-        for op, reference, src in ((pack, "copy", a), (lambda: unpack_nz(packed, out=buf), "unpack_copy", packed)):
-            name = "pack" if reference == "copy" else "unpack"
+        nz.PACK_THREADS = threads  # left at 1 for the swap below
+        for name, op, reference, src in ops:
             pair = interleaved({name: op, reference: lambda src=src: np.copyto(buf, src)}, repeat=9)
             t |= {k + suffix: v for k, v in pair.items()}
     swap = interleaved({"swap": _typed_swap(a, buf), "pack": pack}, repeat=9)
@@ -92,7 +92,7 @@ def run() -> list[dict[str, str]]:
             rows.append(row("  same, one thread", _cell(t1[op + "1"], nbytes), _cell(t1[copy + "1"], nbytes),
                             f"{t1[copy + '1'] / t1[op + '1']:.2f}x bw", "-"))
         t = median_run(runs, lambda t: t["swap"] / t["swap_pack"])
-        rows.append(row(f"  pack_nz vs numpy's own axis swap of {name}", _cell(t["swap_pack"], nbytes),
+        rows.append(row(f"  pack_nz (one thread) vs numpy's own axis swap of {name}", _cell(t["swap_pack"], nbytes),
                         _cell(t["swap"], nbytes), f"{t['swap'] / t['swap_pack']:.2f}x bw", "-"))
     return rows
 
