@@ -26,6 +26,7 @@ import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 
 import runtime  # noqa: E402
+from runtime import threads  # noqa: E402
 from nzjit import pl  # noqa: E402
 
 E, T, N, K, NT, KT = 8, 128, 2048, 2048, 128, 512
@@ -133,19 +134,32 @@ def _bf16():
 
 
 def measure_bf16(repeat: int = 9) -> dict[str, float]:
-    """Best-of-`repeat` interleaved times (s) of the resident bf16 call and its reference."""
+    """Best-of-`repeat` interleaved times (s) of the resident bf16 call with runtime.threads.THREADS
+    threads ("ours"), on one thread ("ours1": no helper converting operands), and the reference."""
     xb, wb, ref = _bf16()
     _, call, _ = _setup(pl.BF16, np.float32, xb, wb, ref, False, "bf16->fp32")
-    return interleaved({"ours": call, "ref": ref}, repeat=repeat)
+    count = threads.THREADS
+
+    def one_thread() -> None:
+        threads.THREADS = 1
+        try:
+            call()
+        finally:
+            threads.THREADS = count
+
+    return interleaved({"ours": call, "ours1": one_thread, "ref": ref}, repeat=repeat)
 
 
 def run() -> list[dict[str, str]]:
     # bf16 sits near its target, where a process's page placement moves the ratio (harness.PROCESSES)
-    resident = median_run(in_fresh_processes("bench_grouped_matmul", "measure_bf16()"),
-                          lambda t: t["ours"] / t["ref"])
+    runs = in_fresh_processes("bench_grouped_matmul", "measure_bf16()")
+    resident = median_run(runs, lambda t: t["ours"] / t["ref"])
     xb, wb, ref_bf16 = _bf16()
     rows = _case("bf16->fp32", pl.BF16, np.float32, xb, wb, ref_bf16, 9, False, "<= 1.3x",
                  resident=resident, floor=True)
+    one = median_run(runs, lambda t: t["ours1"] / t["ref"])
+    rows.insert(1, row("  same, one thread (no helper converting the next operands)", fmt_time(one["ours1"]),
+                       fmt_time(one["ref"]), f"{one['ours1'] / one['ref']:.2f}x", "-"))
     rng = np.random.default_rng(1)
     xi = rng.integers(-128, 128, (E, T, K), dtype=np.int8)
     wi = rng.integers(-128, 128, (E, N, K), dtype=np.int8)

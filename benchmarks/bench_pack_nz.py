@@ -9,7 +9,7 @@ typed copy of a swapped-axes view). pack_nz moves 32-byte lines: a plane of up t
 np.take gather (up to 8 MiB when unpacking), a larger one tile by tile (1 MiB of lines per
 copy), so that neither side walks a column of lines at a stride that is a multiple of 4 KiB
 (such a stride maps every line to the same few cache sets); a call of 4 MiB or more is shared
-by runtime.nz.PACK_THREADS threads. On one thread, numpy gathers 32-byte lines in order at
+by runtime.threads.THREADS threads. On one thread, numpy gathers 32-byte lines in order at
 ~1.9 ns each, like np.copyto, but ~4 ns (unpack) and ~6 ns (pack) each in NZ order from an
 8 MiB plane held in L3, which bounds the in-cache ratios; a compiled, cache-blocked loop (numba,
 4 x uint64 per line, blocks of 8x128 to 2048x128 lines) reached 0.30-0.56x on bf16[2048, 2048],
@@ -27,7 +27,7 @@ from harness import in_fresh_processes, interleaved, median_run, row  # first: p
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 
-from runtime import nz, pack_nz, unpack_nz  # noqa: E402
+from runtime import pack_nz, threads, unpack_nz  # noqa: E402
 
 CASES = [
     ((8, 2048, 2048), np.int8),
@@ -59,7 +59,7 @@ def measure(case: int) -> dict[str, float]:
     (both into the same buffer), numpy's axis swap with pack.  Pairs, not one round of all: an
     8 MiB array read by the operation just before stays in the L3 cache, one read three
     operations earlier may not, and that alone moved the bf16[2048, 2048] unpack ratio from
-    ~0.7x to ~0.4x.  Pack and unpack are timed with runtime.nz.PACK_THREADS threads and with one
+    ~0.7x to ~0.4x.  Pack and unpack are timed with runtime.threads.THREADS threads and with one
     (keys suffixed "1"); the swap, a one-thread numpy copy, against pack on one thread."""
     shape, dtype = CASES[case]
     a = np.random.default_rng(0).integers(-100, 100, size=shape).astype(dtype)
@@ -68,9 +68,9 @@ def measure(case: int) -> dict[str, float]:
     assert np.array_equal(unpack_nz(packed).view(np.uint8), a.view(np.uint8))
     pack = lambda: pack_nz(a, out=buf)  # noqa: E731
     ops = (("pack", pack, "copy", a), ("unpack", lambda: unpack_nz(packed, out=buf), "unpack_copy", packed))
-    t: dict[str, float] = {"threads": nz.PACK_THREADS}
-    for suffix, threads in (("", nz.PACK_THREADS), ("1", 1)):
-        nz.PACK_THREADS = threads  # left at 1 for the swap below
+    t: dict[str, float] = {"threads": threads.THREADS}
+    for suffix, count in (("", threads.THREADS), ("1", 1)):
+        threads.THREADS = count  # left at 1 for the swap below
         for name, op, reference, src in ops:
             pair = interleaved({name: op, reference: lambda src=src: np.copyto(buf, src)}, repeat=9)
             t |= {k + suffix: v for k, v in pair.items()}

@@ -19,9 +19,10 @@ Python loop runs once per MiB at most, never per row or per fractal.
   larger than the cache walks a column of lines through every row instead, at a stride that is
   often a multiple of 4 KiB (every line in the same few cache sets).
 
-Threads: a call moving at least ``_PARALLEL_BYTES`` is cut into ``PACK_THREADS`` parts that
-write disjoint lines of the output (whole planes, ranges of a gathered plane's output lines, or
-runs of tiles) and run at once; numpy releases the GIL while it copies.
+Threads: a call moving at least ``_PARALLEL_BYTES`` is cut into ``runtime.threads.THREADS``
+parts that write disjoint lines of the output (whole planes, ranges of a gathered plane's output
+lines, or runs of tiles) and run at once (`runtime.threads.run`); numpy releases the GIL while it
+copies, and one core alone moves scattered lines at well under the memory's bandwidth.
 
 Measured against ``np.copyto`` of the same bytes (benchmarks/bench_pack_nz.py; medians of five
 fresh processes, which differ by up to 0.1x among themselves):
@@ -37,15 +38,13 @@ fresh processes, which differ by up to 0.1x among themselves):
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import functools
 import math
-import os
-import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from . import threads
 from .dtypes import C0_BYTES, FRACTAL_ROWS, c0_of, itemsize_bits
 
 __all__ = ["nz_blocked_shape", "pack_nz", "unpack_nz"]
@@ -64,22 +63,6 @@ _UNPACK_GATHER_LINES = 1 << 18
 _LINE = np.dtype(f"V{C0_BYTES}")
 
 
-def _threads_from_env() -> int:
-    """``NZJIT_PACK_THREADS`` if set, else the cores this process may run on (at most 4)."""
-    value = os.environ.get("NZJIT_PACK_THREADS", "").strip()
-    if not value:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        return max(1, min(cores, 4))
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"NZJIT_PACK_THREADS must be a whole number >= 1, got {value!r}")
-    return int(value)
-
-
-#: Threads that share one pack or unpack of at least ``_PARALLEL_BYTES`` (numpy releases the
-#: GIL while it copies or gathers, and one core alone moves scattered lines at well under the
-#: memory's bandwidth). Each thread writes its own lines of the output, so the bytes do not
-#: depend on the count. ``NZJIT_PACK_THREADS=1`` keeps every copy on the calling thread.
-PACK_THREADS = _threads_from_env()
 #: Below this a hand-off to the pool (~50-100 us here) costs about what the second thread saves.
 _PARALLEL_BYTES = 4 << 20
 
@@ -146,8 +129,8 @@ def _plane_permutation(n_i: int, n_j: int) -> np.ndarray:
 def _swap_lines(logical: np.ndarray, nz: np.ndarray, to_nz: bool) -> None:
     """Copy between ``logical[b, r, j]`` and ``nz[b, j, r]`` (32-byte void lines, both
     C-contiguous): into ``nz`` when packing, into ``logical`` when unpacking."""
-    n = PACK_THREADS if logical.nbytes >= _PARALLEL_BYTES else 1
-    _run(_parts(logical, nz, to_nz, n))
+    n = threads.THREADS if logical.nbytes >= _PARALLEL_BYTES else 1
+    threads.run(_parts(logical, nz, to_nz, n))
 
 
 def _parts(logical: np.ndarray, nz: np.ndarray, to_nz: bool, n: int) -> list[Callable[[], None]]:
@@ -193,41 +176,6 @@ def _copy_tiles(logical: np.ndarray, nz: np.ndarray, to_nz: bool, rb: int, jb: i
             np.copyto(nt, lg)
         else:
             np.copyto(lg, nt)
-
-
-def _run(parts: list[Callable[[], None]]) -> None:
-    """Run `parts`: the first on this thread, the others on the pool, at the same time."""
-    if len(parts) == 1:
-        parts[0]()
-        return
-    pool = _pool(max(PACK_THREADS, len(parts)) - 1)  # one pool however many parts a call has
-    futures = [pool.submit(part) for part in parts[1:]]
-    try:
-        parts[0]()
-    finally:
-        cf.wait(futures)  # every part, even after a failure: none may outlive the call
-    for f in futures:
-        f.result()  # the first worker error, if any
-
-
-_pools: tuple[int, dict[int, cf.ThreadPoolExecutor]] | None = None  # (pid, workers -> pool)
-_pool_lock = threading.Lock()
-
-
-def _pool(workers: int) -> cf.ThreadPoolExecutor:
-    """The pool of `workers` threads, made again in a forked child (whose copy of the parent's
-    pool has no threads behind it). A pool is never shut down: another thread may be about to
-    submit to it (only a change of PACK_THREADS, or `_run` given more parts than threads, asks
-    for a second size)."""
-    global _pools
-    with _pool_lock:
-        if _pools is None or _pools[0] != os.getpid():
-            _pools = (os.getpid(), {})
-        pools = _pools[1]
-        pool = pools.get(workers)
-        if pool is None:
-            pool = pools[workers] = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nzjit-pack")
-        return pool
 
 
 def _as_lines(a: np.ndarray, d0: int, d1: int) -> np.ndarray:

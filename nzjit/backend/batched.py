@@ -33,7 +33,8 @@ allocates (materialised tile images, accumulators; a lazy tile's GM views take n
 lanes, which calls the same BLAS routine per lane, on the same operand layouts, as the per-lane
 path (the same bits), with its operands converted once per distinct image (lanes that load the
 same window share it); a mad runs `lane_cube.MAD_CHUNK` lanes at a time, so the operands it
-converts for them are still in cache when BLAS reads them, and its scratch stays bounded. One
+converts for them are still in cache when BLAS reads them, and its scratch stays bounded; a
+helper thread converts the next chunk's operands while BLAS multiplies this one. One
 wider BLAS call over lanes that share their Left operand would be faster, but OpenBLAS does not
 give bit-identical sums for a wider N, so it is not used.
 

@@ -3,6 +3,7 @@ mad itself as one stacked np.matmul over the lanes, operands converted once per 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import runtime
 from runtime import TileBuf
 from runtime.cube import _F32_EXACT_K, MATMUL_DTYPES, _mov_checks
 from runtime.dma import ceil16
+from runtime.threads import Ahead
 
 from ..core.ir import Eqn
 from ..core.types import TileType
@@ -78,33 +80,53 @@ def _mad_lanes(s: LaneState, left: LaneWindow, right: LaneWindow, m: int, k: int
     `MAD_CHUNK` images all at once, a side with more (a large lane group, a lane per image) chunk
     by chunk, so its converted operands are still in cache when BLAS reads them and the scratch
     stays bounded however large the group. int8 products are exact integers in float32 (float64
-    when deeper than float32 holds them exactly), then added mod 2**32."""
+    when deeper than float32 holds them exactly), then added mod 2**32.
+
+    With a helper thread (`runtime.threads.Ahead`), the next chunk's operands are converted, and
+    the last chunk's products added into the accumulator, while BLAS multiplies this chunk - as
+    the device's MTE moves the next tiles while its Cube computes. The two in flight use two sets
+    of buffers; every byte is the same as on one thread."""
     ft = np.float64 if is_int and k > _F32_EXACT_K else np.float32
     L = s.L
     # a decode batch's m < 16 valid rows are the first rows of whole Left fractals
     sides = (_Side(s, left, ceil16(m), k, ft, "left"), _Side(s, right, k, n, ft, "right"))
-    for l0 in range(0, L, MAD_CHUNK):
-        l1 = min(L, l0 + MAD_CHUNK)
-        a, b = (side.chunk(l0, l1) for side in sides)
-        if m % 16:
-            a = a[..., :m, :]
-        direct = not accumulate and not is_int  # a float mad that starts the accumulator: in place
-        out = data[l0:l1] if direct else s.scratch((l1 - l0, m, n), ft, "products")
-        if a.ndim == b.ndim == 2:  # every lane of the chunk multiplies the same pair of images
-            np.matmul(a, b.T, out=out[0])
-            out[1:] = out[0]
-        else:
-            np.matmul(a, b.swapaxes(-1, -2), out=out)
-        if direct:
-            continue
-        if is_int:  # exact integers: converted exactly, then added mod 2**32 like the accumulator
-            ints = s.scratch(out.shape, np.int32, "int products")
-            np.copyto(ints, out, casting="unsafe")
-            out = ints
-        if accumulate:
-            np.add(data[l0:l1], out, out=data[l0:l1])
-        else:
-            np.copyto(data[l0:l1], out)
+    chunks = [(l0, min(L, l0 + MAD_CHUNK)) for l0 in range(0, L, MAD_CHUNK)]
+    threaded = len(chunks) > 1 and ceil16(m) * k * n * MAD_CHUNK >= OVERLAP_MACS
+    sets = 2 if threaded else 1  # buffers in flight at once
+
+    def operands(i: int) -> tuple[np.ndarray, np.ndarray]:
+        l0, l1 = chunks[i]
+        a, b = (side.chunk(l0, l1, i % sets) for side in sides)
+        return a, b
+
+    direct = not accumulate and not is_int  # a float mad that starts the accumulator: in place
+    with Ahead(operands, len(chunks), threaded) as items:
+        for i, (a, b) in enumerate(items):
+            l0, l1 = chunks[i]
+            if m % 16:
+                a = a[..., :m, :]
+            out = data[l0:l1] if direct else s.scratch((l1 - l0, m, n), ft, "products" + "'" * (i % sets))
+            if a.ndim == b.ndim == 2:  # every lane of the chunk multiplies the same pair of images
+                np.matmul(a, b.T, out=out[0])
+                out[1:] = out[0]
+            else:
+                np.matmul(a, b.swapaxes(-1, -2), out=out)
+            if not direct:
+                items.defer(functools.partial(_add_products, s, data[l0:l1], out, accumulate))
+
+
+def _add_products(s: LaneState, acc: np.ndarray, products: np.ndarray, accumulate: bool) -> None:
+    """``acc (+)= products`` of one chunk. Integer products (exact integers in a float type) are
+    converted exactly, then added mod 2**32 like the accumulator. Deferred work runs one item at
+    a time (`Ahead`), so one conversion buffer serves every chunk."""
+    if acc.dtype == np.int32:
+        ints = s.scratch(products.shape, np.int32, "int products")
+        np.copyto(ints, products, casting="unsafe")
+        products = ints
+    if accumulate:
+        np.add(acc, products, out=acc)
+    else:
+        np.copyto(acc, products)
 
 
 class _Side:
@@ -113,20 +135,22 @@ class _Side:
     def __init__(self, s: LaneState, win: LaneWindow, r: int, c: int, ft: type, tag: str) -> None:
         self.win, self.r, self.c, self.ft = win, r, c, ft
         self.alloc = lambda sh, dt: s.scratch(sh, dt, tag)
+        self.allocs = (self.alloc, lambda sh, dt: s.scratch(sh, dt, tag + "'"))  # two buffer sets
         self.rows = win.src.row.tolist()
         # few images (shared by many lanes): all converted once; None when not aligned
         self.all = win.operands(r, c, ft, self.alloc) if win.src.n_images <= MAD_CHUNK else None
         self.aligned = self.all is not None or win.src.n_images > MAD_CHUNK
 
-    def chunk(self, l0: int, l1: int) -> np.ndarray:
+    def chunk(self, l0: int, l1: int, buffers: int = 0) -> np.ndarray:
         """The operands of lanes l0..l1-1, (lanes, r, c) - Right ones transposed, (lanes, c, r) - or
-        one 2-D operand when every lane of the chunk reads the same image."""
+        one 2-D operand when every lane of the chunk reads the same image; converted into buffer
+        set `buffers` (0 or 1: two chunks may be in flight at once)."""
         rows = self.rows[l0:l1]
         lo, hi = min(rows), max(rows) + 1
         if self.all is not None:
             images, base = self.all, 0
         elif self.aligned and hi - lo <= 2 * MAD_CHUNK:
-            images, base = self.win.operands(self.r, self.c, self.ft, self.alloc, (lo, hi)), lo
+            images, base = self.win.operands(self.r, self.c, self.ft, self.allocs[buffers], (lo, hi)), lo
             if images is None:  # alignment does not depend on the images: the first chunk tells
                 self.aligned = False
         else:
@@ -143,6 +167,10 @@ class _Side:
 
 #: Lanes per chunk of a batched mad (`_mad_lanes`).
 MAD_CHUNK = 16
+#: A batched mad overlaps its chunks' operand conversion with BLAS from this many multiply-adds
+#: per chunk (~0.5 ms of BLAS here, several thread hand-offs of ~50-100 us): below, the hand-off
+#: costs what the overlap saves.
+OVERLAP_MACS = 1 << 24
 
 
 def mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: bool,

@@ -39,6 +39,7 @@ class LaneState:
         self.pinned: set[int] = set()  # ids of images and sums a deferred store still reads
         self.bufs: dict[tuple[object, ...], np.ndarray] = {}
         self.owned: dict[int, np.ndarray] = {}  # the buffers this attempt holds, by id
+        self.spares = _spares()  # this thread's: a helper thread allocating for it takes from here
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """An uninitialised buffer for a lane value of this group, counted in `alloc_bytes`."""
@@ -50,11 +51,8 @@ class LaneState:
         """A buffer a freed image or an earlier attempt left, when one has the shape: fresh memory
         costs a page fault per 4 KiB on first touch (microseconds each in a VM), on every call of a
         kernel, since these buffers are large enough for glibc to map them anew each time."""
-        spare = _spare_lists().get((tuple(shape), np.dtype(dtype).str))
-        if spare:
-            a = spare.pop()
-            _SPARE.nbytes -= a.nbytes
-        else:
+        a = self.spares.take(shape, dtype)
+        if a is None:
             a = np.empty(shape, dtype)
         self.owned[id(a)] = a
         return a
@@ -69,7 +67,7 @@ class LaneState:
         """Keep this attempt's buffers for the next one (within `SPARE_BYTES` per thread). Called
         when the attempt is over - its stores applied or abandoned - so nothing reads them again."""
         for a in self.owned.values():
-            _give_spare(a)
+            self.spares.give(a)
         self.owned.clear()
         self.bufs.clear()
 
@@ -103,28 +101,48 @@ class LaneState:
             if type(v) is LaneTile and v._data is not None and id(v._data) not in self.pinned:
                 a = self.owned.pop(id(v._data), None)
                 if a is not None:
-                    _give_spare(a)
+                    self.spares.give(a)
 
 
 #: Bytes of batch buffers kept per thread between attempts (`LaneState.recycle`).
 SPARE_BYTES = 64 << 20
-_SPARE = threading.local()
 
 
-def _spare_lists() -> dict[tuple[tuple[int, ...], str], list[np.ndarray]]:
-    lists = getattr(_SPARE, "lists", None)
-    if lists is None:
-        lists = _SPARE.lists = {}
-        _SPARE.nbytes = 0
-    return lists
+class _Spares:
+    """The batch buffers one thread keeps between its attempts, by (shape, dtype), within
+    `SPARE_BYTES`.  An attempt's helper thread (`runtime.threads.Ahead`) takes from the store of
+    the attempt's thread while that thread may too: hence the lock."""
+
+    def __init__(self) -> None:
+        self.lists: dict[tuple[tuple[int, ...], str], list[np.ndarray]] = {}
+        self.nbytes = 0
+        self.lock = threading.Lock()
+
+    def take(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
+        with self.lock:
+            spare = self.lists.get((tuple(shape), np.dtype(dtype).str))
+            if not spare:
+                return None
+            a = spare.pop()
+            self.nbytes -= a.nbytes
+            return a
+
+    def give(self, a: np.ndarray) -> None:
+        with self.lock:
+            if self.nbytes + a.nbytes <= SPARE_BYTES:
+                self.lists.setdefault((a.shape, a.dtype.str), []).append(a)
+                self.nbytes += a.nbytes
 
 
-def _give_spare(a: np.ndarray) -> None:
-    """Keep `a` for a later `LaneState._take` of its shape, within `SPARE_BYTES`."""
-    lists = _spare_lists()
-    if _SPARE.nbytes + a.nbytes <= SPARE_BYTES:
-        lists.setdefault((a.shape, a.dtype.str), []).append(a)
-        _SPARE.nbytes += a.nbytes
+_THREAD = threading.local()
+
+
+def _spares() -> _Spares:
+    """The calling thread's store of spare buffers."""
+    spares = getattr(_THREAD, "spares", None)
+    if spares is None:
+        spares = _THREAD.spares = _Spares()
+    return spares
 
 
 def uniform(x: Any) -> int:

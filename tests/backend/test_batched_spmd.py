@@ -3,6 +3,8 @@ byte-identical GM, and a fallback to the per-lane run whenever batching could di
 
 from __future__ import annotations
 
+import threading
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -645,9 +647,9 @@ def test_buffers_of_one_call_serve_the_next_and_never_leak_its_values(monkeypatc
     real_empty = lane_state.LaneState.empty
 
     def empty(self, shape, dtype):
-        before = sum(len(v) for v in lane_state._spare_lists().values())
+        before = sum(len(v) for v in lane_state._spares().lists.values())
         a = real_empty(self, shape, dtype)
-        served.append(sum(len(v) for v in lane_state._spare_lists().values()) < before)
+        served.append(sum(len(v) for v in lane_state._spares().lists.values()) < before)
         return a
 
     monkeypatch.setattr(lane_state.LaneState, "empty", empty)
@@ -685,22 +687,35 @@ def test_buffers_of_one_call_serve_the_next_and_never_leak_its_values(monkeypatc
     (32, 1024, 32),  # 32 lanes per expert: each chunk within one expert (a broadcast Left)
     (4, 640, 16),  # a decode batch (M = 4 valid rows), 40 lanes per expert
 ])
-def test_large_lane_groups_run_their_mads_in_chunks(spy, monkeypatch, dtype, np_dtype, out_dtype, np_out, T, N, NT):
+@pytest.mark.parametrize("helper", [False, True])
+def test_large_lane_groups_run_their_mads_in_chunks(spy, monkeypatch, dtype, np_dtype, out_dtype, np_out, T, N, NT,
+                                                    helper):
     """A lane group larger than MAD_CHUNK converts, multiplies and accumulates MAD_CHUNK lanes at a
     time (lane_cube._mad_lanes): the same BLAS call per lane, so the same bytes as lane by lane,
     for the first mad and the accumulating ones, whether a chunk's lanes share one Left image or
-    not, in float and in int8 (exact integers, wrapping int32 sums)."""
+    not, in float and in int8 (exact integers, wrapping int32 sums). With a helper thread (every
+    mad large enough for it here), the next chunk's operands are converted, and the last one's
+    products added, on the helper while BLAS multiplies: the same bytes again."""
     from nzjit.backend import lane_cube
 
-    chunks = []
+    monkeypatch.setattr(runtime.threads, "THREADS", 2 if helper else 1)
+    monkeypatch.setattr(lane_cube, "OVERLAP_MACS", 0)
+    chunks, where = [], set()
     real = lane_cube._Side.chunk
-    monkeypatch.setattr(lane_cube._Side, "chunk", lambda self, l0, l1: chunks.append((l0, l1)) or real(self, l0, l1))
+
+    def chunk(self, l0, l1, *buffers):
+        chunks.append((l0, l1))
+        where.add(threading.get_ident())
+        return real(self, l0, l1, *buffers)
+
+    monkeypatch.setattr(lane_cube._Side, "chunk", chunk)
     E, K, KT = 3, 128, 64
     x, w = gmm_operands(np.random.default_rng(T * N), np_dtype, E, T, N, K)
     got = _compare(grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w),
                    np.full((E, T, N), 7, np_out))
     assert spy == [True]
     assert any(l0 >= lane_cube.MAD_CHUNK for l0, _ in chunks)  # a group larger than one chunk
+    assert len(where) == (2 if helper else 1)
     check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
 
 
@@ -718,10 +733,10 @@ def test_lanes_in_scattered_order_run_their_mads_image_by_image(spy, monkeypatch
     spans = []
     real = lane_cube._Side.chunk
 
-    def chunk(self, l0, l1):
+    def chunk(self, l0, l1, *buffers):
         rows = self.rows[l0:l1]
         spans.append(max(rows) - min(rows) + 1)
-        return real(self, l0, l1)
+        return real(self, l0, l1, *buffers)
 
     monkeypatch.setattr(lane_cube._Side, "chunk", chunk)
     x, w = gmm_operands(np.random.default_rng(5), ml_dtypes.bfloat16, E, T, N, K)
@@ -747,11 +762,13 @@ def test_lanes_in_scattered_order_run_their_mads_image_by_image(spy, monkeypatch
 
 @settings(max_examples=25, deadline=None)
 @given(st.integers(1, 3), st.sampled_from([2, 5, 8, 12]), st.integers(1, 97), st.sampled_from([4, 16, 64]),
-       st.sampled_from([(pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32), (pl.INT8, np.int8, pl.INT32, np.int32)]))
-def test_any_lane_order_and_chunk_size_gives_the_per_lane_bytes(E, tiles, a, chunk, types):
+       st.sampled_from([(pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32), (pl.INT8, np.int8, pl.INT32, np.int32)]),
+       st.sampled_from([1, 2, 3]))
+def test_any_lane_order_and_chunk_size_gives_the_per_lane_bytes(E, tiles, a, chunk, types, threads):
     """Property: lanes visit the (expert, N tile) pairs in any order (lane -> (lane * a) mod L, a
-    coprime to L), mads run in chunks of any size: the bytes equal the lanes run one by one, and
-    the reference."""
+    coprime to L), mads run in chunks of any size, with or without a helper thread converting the
+    next chunk (runtime.threads.Ahead): the bytes equal the lanes run one by one, and the
+    reference."""
     from math import gcd
 
     from nzjit.backend import lane_cube
@@ -777,13 +794,16 @@ def test_any_lane_order_and_chunk_size_gives_the_per_lane_bytes(E, tiles, a, chu
             out[e, :, n0:n0 + NT] = acc
 
     x, w = gmm_operands(np.random.default_rng(L * a), np_dtype, E, T, N, K)
-    saved = lane_cube.MAD_CHUNK, batched.LANE_GROUP, batched.STRICT, batched.try_run_spmd
+    saved = (lane_cube.MAD_CHUNK, lane_cube.OVERLAP_MACS, runtime.threads.THREADS, batched.LANE_GROUP,
+             batched.STRICT, batched.try_run_spmd)
     ran: list[bool] = []
     lane_cube.MAD_CHUNK, batched.LANE_GROUP, batched.STRICT = chunk, 64, True  # one group: chunks matter
-    batched.try_run_spmd = lambda *args, **kw: ran.append(saved[3](*args, **kw)) or ran[-1]
+    lane_cube.OVERLAP_MACS, runtime.threads.THREADS = 0, threads  # every mad overlapped when threads > 1
+    batched.try_run_spmd = lambda *args, **kw: ran.append(saved[5](*args, **kw)) or ran[-1]
     try:
         got = _compare(perm, x, runtime.pack_nz(w), np.zeros((E, T, N), np_out))
     finally:
-        lane_cube.MAD_CHUNK, batched.LANE_GROUP, batched.STRICT, batched.try_run_spmd = saved
+        (lane_cube.MAD_CHUNK, lane_cube.OVERLAP_MACS, runtime.threads.THREADS, batched.LANE_GROUP,
+         batched.STRICT, batched.try_run_spmd) = saved
     assert ran == [True]  # the batched run (the reference run does not try)
     check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)

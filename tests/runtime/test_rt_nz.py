@@ -131,7 +131,7 @@ def test_bf16_plane_is_packed_in_tiles_and_unpacked_by_one_gather(monkeypatch): 
     # An 8 MiB plane (2048 x 128 lines): 8 tiles of 256 rows x 128 lines when packing; one
     # gather when unpacking, which writes whole rows in order while its reads hit the cache.
     # (On one thread; test_rt_nz_threads.py splits the same work over several.)
-    monkeypatch.setattr(runtime.nz, "PACK_THREADS", 1)
+    monkeypatch.setattr(runtime.threads, "THREADS", 1)
     calls = []
     copyto, take = np.copyto, np.take
     monkeypatch.setattr(np, "copyto", lambda *a, **k: calls.append("copyto") or copyto(*a, **k))
@@ -234,7 +234,7 @@ def test_pack_matches_nz8_for_any_tile(dtype, batch, fractal_rows, lines, tile_r
         mock.patch.object(runtime.nz, "_UNPACK_TILE", (tile_lines * 3, tile_rows)),
         mock.patch.object(runtime.nz, "_PACK_GATHER_LINES", gather_lines),
         mock.patch.object(runtime.nz, "_UNPACK_GATHER_LINES", 700 - gather_lines),
-        mock.patch.object(runtime.nz, "PACK_THREADS", threads),
+        mock.patch.object(runtime.threads, "THREADS", threads),
         mock.patch.object(runtime.nz, "_PARALLEL_BYTES", 0),
     ):
         packed = runtime.pack_nz(a)

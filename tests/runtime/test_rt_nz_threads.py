@@ -1,11 +1,10 @@
 """pack_nz / unpack_nz on several threads (NZ-8): the parts of one call write disjoint lines that
-cover the output, large arrays really use the threads, errors and forks are handled."""
+cover the output, large arrays really use the threads, a forked child packs with its own pool.
+(runtime.threads itself: test_rt_threads.py.)"""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,7 +16,7 @@ from hypothesis import strategies as st
 from test_rt_nz import _random_bytes
 
 import runtime
-from runtime import nz
+from runtime import nz, threads
 
 
 @pytest.mark.parametrize(
@@ -90,14 +89,14 @@ def _threads_used(monkeypatch) -> set[int]:
 
 @pytest.mark.parametrize("shape,dtype", [((2048, 2048), ml_dtypes.bfloat16), ((4, 256, 4096), np.int8)])
 def test_a_large_array_is_moved_on_every_thread(shape, dtype, monkeypatch):  # NZ-8
-    # 8 MiB and 4 MiB: at least _PARALLEL_BYTES, so the work is split over PACK_THREADS threads,
+    # 8 MiB and 4 MiB: at least _PARALLEL_BYTES, so the work is split over runtime.threads.THREADS threads,
     # and the bytes are the same as on one thread.
     assert np.prod(shape) * np.dtype(dtype).itemsize >= nz._PARALLEL_BYTES
     a = _random_bytes(shape, dtype, seed=7)
-    monkeypatch.setattr(nz, "PACK_THREADS", 1)
+    monkeypatch.setattr(threads, "THREADS", 1)
     one = runtime.pack_nz(a)
     used = _threads_used(monkeypatch)
-    monkeypatch.setattr(nz, "PACK_THREADS", 2)
+    monkeypatch.setattr(threads, "THREADS", 2)
     np.testing.assert_array_equal(runtime.pack_nz(a).view(np.uint8), one.view(np.uint8))
     assert len(used) == 2 and threading.get_ident() in used
     used.clear()
@@ -107,47 +106,28 @@ def test_a_large_array_is_moved_on_every_thread(shape, dtype, monkeypatch):  # N
 
 def test_a_small_array_or_one_thread_stays_on_the_calling_thread(monkeypatch):
     used = _threads_used(monkeypatch)
-    monkeypatch.setattr(nz, "PACK_THREADS", 4)
+    monkeypatch.setattr(threads, "THREADS", 4)
     small = _random_bytes((1024, 1024), np.int8, seed=8)  # 1 MiB: the hand-off would cost more
     runtime.unpack_nz(runtime.pack_nz(small))
     assert used == {threading.get_ident()}
-    monkeypatch.setattr(nz, "PACK_THREADS", 1)
+    monkeypatch.setattr(threads, "THREADS", 1)
     runtime.unpack_nz(runtime.pack_nz(_random_bytes((2048, 4096), np.int8, seed=9)))
     assert used == {threading.get_ident()}
-
-
-def test_an_error_in_a_worker_part_reaches_the_caller_after_every_part_ended(monkeypatch):
-    finished = []
-
-    def failing():
-        time.sleep(0.05)
-        raise MemoryError("part 2 failed")
-
-    def slow():
-        time.sleep(0.1)
-        finished.append("slow")
-
-    with pytest.raises(MemoryError, match="part 2 failed"):
-        nz._run([lambda: finished.append("first"), failing, slow])
-    assert sorted(finished) == ["first", "slow"]  # _run waited for the slow part
-    with pytest.raises(ZeroDivisionError):  # the calling thread's own part failing
-        nz._run([lambda: 1 / 0, slow])
-    assert finished.count("slow") == 2
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_packs_with_its_own_pool(monkeypatch):
     # The parent's pool has threads; a forked child's copy of it has none, and submitting to it
     # would wait forever. The child makes its own pool.
-    monkeypatch.setattr(nz, "PACK_THREADS", 2)
+    monkeypatch.setattr(threads, "THREADS", 2)
     a = _random_bytes((2048, 2048), np.int8, seed=10)
     expected = runtime.pack_nz(a)  # the parent's pool now exists
-    assert nz._pools is not None and nz._pools[0] == os.getpid() and 1 in nz._pools[1]
+    assert threads._pools is not None and threads._pools[0] == os.getpid() and 1 in threads._pools[1]
     pid = os.fork()
     if pid == 0:  # the child: exit code 0 if its pack is right
         ok = False
         try:
-            ok = np.array_equal(runtime.pack_nz(a), expected) and nz._pools[0] == os.getpid()
+            ok = np.array_equal(runtime.pack_nz(a), expected) and threads._pools[0] == os.getpid()
         finally:
             os._exit(0 if ok else 1)
     deadline = time.monotonic() + 60
@@ -161,40 +141,3 @@ def test_a_forked_child_packs_with_its_own_pool(monkeypatch):
             pytest.fail("the forked child's pack_nz hung")
         time.sleep(0.01)
     assert os.waitstatus_to_exitcode(status) == 0
-
-
-@pytest.mark.parametrize(
-    "value,threads",
-    [("", None), ("1", 1), ("3", 3), (" 2 ", 2), ("0", "error"), ("-1", "error"), ("two", "error")],
-)
-def test_pack_threads_from_the_environment(value, threads, monkeypatch):
-    monkeypatch.setenv("NZJIT_PACK_THREADS", value)
-    if threads == "error":
-        with pytest.raises(ValueError, match=r"NZJIT_PACK_THREADS must be a whole number >= 1, got"):
-            nz._threads_from_env()
-    elif threads is None:  # unset: the cores this process may use, at most 4
-        assert nz._threads_from_env() == max(1, min(len(os.sched_getaffinity(0)), 4))
-    else:
-        assert nz._threads_from_env() == threads
-
-
-def test_pack_threads_1_in_a_fresh_process_keeps_every_copy_on_the_calling_thread():
-    code = ("import threading, numpy as np, runtime; from runtime import nz; used = set(); c = np.copyto; "
-            "np.copyto = lambda *a, **k: used.add(threading.get_ident()) or c(*a, **k); "
-            "runtime.pack_nz(np.zeros((2048, 4096), np.int8)); "
-            "print(nz.PACK_THREADS, used == {threading.get_ident()}, nz._pools)")
-    env = dict(os.environ, NZJIT_PACK_THREADS="1")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["1", "True", "None"]
-
-
-def test_a_pool_stays_usable_when_the_thread_count_changes(monkeypatch):
-    # Another thread may hold the pool of the old count and submit to it: nothing shuts it down.
-    monkeypatch.setattr(nz, "_PARALLEL_BYTES", 0)
-    a = _random_bytes((4, 64, 256), np.int8, seed=11)
-    monkeypatch.setattr(nz, "PACK_THREADS", 2)
-    expected = runtime.pack_nz(a)
-    old = nz._pool(1)
-    monkeypatch.setattr(nz, "PACK_THREADS", 4)
-    np.testing.assert_array_equal(runtime.pack_nz(a), expected)
-    assert nz._pool(3) is not old and old.submit(lambda: 7).result() == 7
