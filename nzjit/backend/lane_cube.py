@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 import runtime
-from runtime import TileBuf
+from runtime import TileBuf, threads
 from runtime.cube import _F32_EXACT_K, MATMUL_DTYPES, _mov_checks
 from runtime.dma import ceil16
 from runtime.threads import Ahead
@@ -77,21 +77,22 @@ def _mad_lanes(s: LaneState, left: LaneWindow, right: LaneWindow, m: int, k: int
     lanes at a time. Each lane's product is its own BLAS call on the same operand layouts as the
     per-lane path (the same bits; pinned by the per-lane comparison tests); a stacked np.matmul
     makes those calls. Operands are converted once per distinct image: a side with at most
-    `MAD_CHUNK` images all at once, a side with more (a large lane group, a lane per image) chunk
-    by chunk, so its converted operands are still in cache when BLAS reads them and the scratch
-    stays bounded however large the group. int8 products are exact integers in float32 (float64
+    `MAD_CHUNK` images all at once (on one thread), a side with more (a large lane group, a lane
+    per image) chunk by chunk, so its converted operands are still in cache when BLAS reads them
+    and the scratch stays bounded however large the group. int8 products are exact integers in float32 (float64
     when deeper than float32 holds them exactly), then added mod 2**32.
 
-    With a helper thread (`runtime.threads.Ahead`), the next chunk's operands are converted, and
-    the last chunk's products added into the accumulator, while BLAS multiplies this chunk - as
-    the device's MTE moves the next tiles while its Cube computes. The two in flight use two sets
-    of buffers; every byte is the same as on one thread."""
+    With a helper thread (`runtime.threads.Ahead`), the next chunk's operands (both sides, chunk
+    by chunk) are converted, and the last chunk's products added into the accumulator, while
+    BLAS multiplies this chunk - as the device's MTE moves the next tiles while its Cube
+    computes. The two chunks in flight use two sets of buffers; every byte is the same as on one
+    thread."""
     ft = np.float64 if is_int and k > _F32_EXACT_K else np.float32
     L = s.L
+    threaded = threads.THREADS > 1 and L > FIRST_CHUNK and ceil16(m) * k * n * MAD_CHUNK >= OVERLAP_MACS
+    chunks = _chunks(L, threaded)
     # a decode batch's m < 16 valid rows are the first rows of whole Left fractals
-    sides = (_Side(s, left, ceil16(m), k, ft, "left"), _Side(s, right, k, n, ft, "right"))
-    chunks = [(l0, min(L, l0 + MAD_CHUNK)) for l0 in range(0, L, MAD_CHUNK)]
-    threaded = len(chunks) > 1 and ceil16(m) * k * n * MAD_CHUNK >= OVERLAP_MACS
+    sides = (_Side(s, left, ceil16(m), k, ft, "left", threaded), _Side(s, right, k, n, ft, "right", threaded))
     sets = 2 if threaded else 1  # buffers in flight at once
 
     def operands(i: int) -> tuple[np.ndarray, np.ndarray]:
@@ -129,17 +130,34 @@ def _add_products(s: LaneState, acc: np.ndarray, products: np.ndarray, accumulat
         np.copyto(acc, products)
 
 
+def _chunks(L: int, threaded: bool) -> list[tuple[int, int]]:
+    """The lane ranges a mad runs at once: `MAD_CHUNK` lanes. When a helper thread converts the
+    next chunk, the first is cut at `FIRST_CHUNK`: the caller converts that part alone, before
+    anything overlaps. The later chunks keep their bounds, so lanes that share an image (one
+    expert's lanes, say) still fall in one chunk."""
+    chunks = [(l0, min(L, l0 + MAD_CHUNK)) for l0 in range(0, L, MAD_CHUNK)]
+    if threaded and chunks[0][1] > FIRST_CHUNK:
+        chunks[0:1] = [(0, FIRST_CHUNK), (FIRST_CHUNK, chunks[0][1])]
+    return chunks
+
+
 class _Side:
     """One operand side of a batched mad: the converted operand of each lane, chunk by chunk."""
 
-    def __init__(self, s: LaneState, win: LaneWindow, r: int, c: int, ft: type, tag: str) -> None:
+    def __init__(self, s: LaneState, win: LaneWindow, r: int, c: int, ft: type, tag: str,
+                 threaded: bool) -> None:
         self.win, self.r, self.c, self.ft = win, r, c, ft
         self.alloc = lambda sh, dt: s.scratch(sh, dt, tag)
         self.allocs = (self.alloc, lambda sh, dt: s.scratch(sh, dt, tag + "'"))  # two buffer sets
         self.rows = win.src.row.tolist()
-        # few images (shared by many lanes): all converted once; None when not aligned
-        self.all = win.operands(r, c, ft, self.alloc) if win.src.n_images <= MAD_CHUNK else None
-        self.aligned = self.all is not None or win.src.n_images > MAD_CHUNK
+        n = win.src.n_images
+        # Few images: all converted at once on this thread (None when not aligned). With a helper
+        # thread, chunk by chunk like many: each chunk converts the range of images its lanes
+        # read, on the helper while BLAS multiplies (an image is r x c elements, a chunk's BLAS
+        # up to MAD_CHUNK x m x k x n multiply-adds).
+        once = n <= MAD_CHUNK and not threaded
+        self.all = win.operands(r, c, ft, self.alloc) if once else None
+        self.aligned = self.all is not None or not once
 
     def chunk(self, l0: int, l1: int, buffers: int = 0) -> np.ndarray:
         """The operands of lanes l0..l1-1, (lanes, r, c) - Right ones transposed, (lanes, c, r) - or
@@ -167,6 +185,8 @@ class _Side:
 
 #: Lanes per chunk of a batched mad (`_mad_lanes`).
 MAD_CHUNK = 16
+#: The first chunk when a helper converts the next ones: short, since nothing overlaps it.
+FIRST_CHUNK = 4
 #: A batched mad overlaps its chunks' operand conversion with BLAS from this many multiply-adds
 #: per chunk (~0.5 ms of BLAS here, several thread hand-offs of ~50-100 us): below, the hand-off
 #: costs what the overlap saves.

@@ -709,6 +709,15 @@ def test_large_lane_groups_run_their_mads_in_chunks(spy, monkeypatch, dtype, np_
         return real(self, l0, l1, *buffers)
 
     monkeypatch.setattr(lane_cube._Side, "chunk", chunk)
+    left_at_once = []  # per mad: were the few Left images converted all at once?
+    real_init = lane_cube._Side.__init__
+
+    def init(self, s, win, *args):
+        real_init(self, s, win, *args)
+        if win.g.space == "Left":
+            left_at_once.append(self.all is not None)
+
+    monkeypatch.setattr(lane_cube._Side, "__init__", init)
     E, K, KT = 3, 128, 64
     x, w = gmm_operands(np.random.default_rng(T * N), np_dtype, E, T, N, K)
     got = _compare(grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w),
@@ -716,7 +725,23 @@ def test_large_lane_groups_run_their_mads_in_chunks(spy, monkeypatch, dtype, np_
     assert spy == [True]
     assert any(l0 >= lane_cube.MAD_CHUNK for l0, _ in chunks)  # a group larger than one chunk
     assert len(where) == (2 if helper else 1)
+    # with a helper, a group's few Left images (an expert's per chunk, or a decode batch's) are
+    # converted chunk by chunk, on the helper; on one thread all at once
+    assert (not any(left_at_once)) if helper else all(left_at_once)
     check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
+
+
+def test_mad_chunks_cut_the_first_chunk_when_a_helper_converts_the_next():
+    """lane_cube._chunks: MAD_CHUNK lanes at a time; with a helper, the first chunk is cut at
+    FIRST_CHUNK (the caller converts it alone) and the later bounds stay, so one expert's lanes
+    keep sharing a chunk."""
+    from nzjit.backend import lane_cube
+
+    assert (lane_cube.MAD_CHUNK, lane_cube.FIRST_CHUNK) == (16, 4)
+    assert lane_cube._chunks(40, False) == [(0, 16), (16, 32), (32, 40)]
+    assert lane_cube._chunks(40, True) == [(0, 4), (4, 16), (16, 32), (32, 40)]
+    assert lane_cube._chunks(10, True) == [(0, 4), (4, 10)]
+    assert lane_cube._chunks(16, False) == [(0, 16)]
 
 
 def test_lanes_in_scattered_order_run_their_mads_image_by_image(spy, monkeypatch):
