@@ -45,8 +45,9 @@ THREADS = _threads_from_env()
 def run(parts: list[Callable[[], None]]) -> None:
     """Run `parts`: the first on this thread, the others on the pool, at the same time. Returns
     when every part has ended, raising the first error (no part outlives the call)."""
-    if len(parts) == 1:
-        parts[0]()
+    if len(parts) == 1 or _on_helper():  # a helper waiting for helpers could wait forever
+        for part in parts:
+            part()
         return
     pool = _pool(max(THREADS, len(parts)) - 1)  # one pool however many parts a call has
     futures = [pool.submit(part) for part in parts[1:]]
@@ -60,8 +61,9 @@ def run(parts: list[Callable[[], None]]) -> None:
 
 class Ahead(Generic[T]):
     """``item(0) .. item(n - 1)``, in order, each ``item(i + 1)`` computed on a helper thread while
-    the caller works on ``item(i)``; all on the caller's thread with one thread, `n` = 1, or
-    `threaded` False (the caller's judgement: work too small to pay for a hand-off).
+    the caller works on ``item(i)``; all on the caller's thread with one thread, `n` = 1,
+    `threaded` False (the caller's judgement: work too small to pay for a hand-off), or when the
+    caller is itself a helper.
 
     `defer` hands the helper work that must follow the caller's work on the current item: it runs
     just before the helper computes the item after the next, and has ended when that item is
@@ -76,7 +78,8 @@ class Ahead(Generic[T]):
 
     def __init__(self, item: Callable[[int], T], n: int, threaded: bool = True) -> None:
         self.item, self.n = item, n
-        self.pool = _pool(THREADS - 1) if threaded and THREADS > 1 and n > 1 else None
+        helper = threaded and THREADS > 1 and n > 1 and not _on_helper()
+        self.pool = _pool(THREADS - 1) if helper else None
         self.pending: cf.Future[T] | None = None
         self.deferred: list[Callable[[], None]] = []  # only the caller's thread touches it
 
@@ -131,6 +134,19 @@ _pools: tuple[int, dict[int, cf.ThreadPoolExecutor]] | None = None  # (pid, work
 _pool_lock = threading.Lock()
 
 
+_HELPER = threading.local()
+
+
+def _mark_helper() -> None:
+    _HELPER.is_helper = True
+
+
+def _on_helper() -> bool:
+    """Is this thread one of the pools' helpers? Work it hands on runs on it instead: with every
+    helper busy, a helper that waits for another one would wait forever."""
+    return getattr(_HELPER, "is_helper", False)
+
+
 def _pool(workers: int) -> cf.ThreadPoolExecutor:
     """The pool of `workers` threads, made again in a forked child (whose copy of the parent's
     pool has no threads behind it). A pool is never shut down: another thread may be about to
@@ -143,5 +159,6 @@ def _pool(workers: int) -> cf.ThreadPoolExecutor:
         pools = _pools[1]
         pool = pools.get(workers)
         if pool is None:
-            pool = pools[workers] = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nzjit")
+            pool = pools[workers] = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nzjit",
+                                                          initializer=_mark_helper)
         return pool

@@ -167,3 +167,24 @@ def test_ahead_a_deferred_error_reaches_the_caller(monkeypatch):
             with threads.Ahead(lambda i: i, n) as items:
                 for _ in items:
                     items.defer(lambda: 1 / 0)
+
+
+def test_work_handed_on_by_a_helper_runs_on_that_helper(monkeypatch):
+    # With every helper busy, a helper waiting for another would wait forever: a helper's own
+    # run / Ahead (pack_nz inside a helper's task, say) stays on it.
+    monkeypatch.setattr(threads, "THREADS", 2)
+    monkeypatch.setattr(runtime.nz, "_PARALLEL_BYTES", 0)
+    a = np.random.default_rng(12).integers(-128, 128, (4, 64, 256), dtype=np.int8)
+    expected = runtime.pack_nz(a)
+
+    def on_helper():
+        me = threading.get_ident()
+        seen = set()
+        with threads.Ahead(lambda i: seen.add(threading.get_ident()) or i, 3) as items:
+            assert list(items) == [0, 1, 2]
+        threads.run([lambda: seen.add(threading.get_ident())] * 3)
+        return me, seen, runtime.pack_nz(a)
+
+    me, seen, packed = threads._pool(1).submit(on_helper).result(timeout=60)
+    assert me != threading.get_ident() and seen == {me}
+    np.testing.assert_array_equal(packed, expected)
