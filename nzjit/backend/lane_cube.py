@@ -79,8 +79,8 @@ def _mad_lanes(s: LaneState, left: LaneWindow, right: LaneWindow, m: int, k: int
     makes those calls. Operands are converted once per distinct image: a side with at most
     `MAD_CHUNK` images all at once (on one thread), a side with more (a large lane group, a lane
     per image) chunk by chunk, so its converted operands are still in cache when BLAS reads them
-    and the scratch stays bounded however large the group. int8 products are exact integers in float32 (float64
-    when deeper than float32 holds them exactly), then added mod 2**32.
+    and the scratch stays bounded however large the group. int8 products are exact integers in
+    float32 (float64 when deeper than float32 holds them exactly), then added mod 2**32.
 
     With a helper thread (`runtime.threads.Ahead`), the next chunk's operands (both sides, chunk
     by chunk) are converted, and the last chunk's products added into the accumulator, while
