@@ -176,3 +176,28 @@ def test_lowered_run_after_a_pass_still_works(tp_data):
     low = gmm.lower()
     for stage in ("trace", "BlockNzTensorViews", None):
         np.testing.assert_array_equal(low.run(x[2], pack(w[2]), after=stage), ref[2])
+
+
+def test_ranks_share_the_helper_thread_and_stay_exact(tp_data, monkeypatch):
+    # Ranks run in parallel threads; with every batched mad overlapped (lane_cube.OVERLAP_MACS = 0)
+    # each rank's mads hand operand conversion to the one shared helper (runtime.threads.Ahead):
+    # the tasks of four ranks queue on it, and every rank's int32 sums are still exact.
+    from nzjit.backend import lane_cube
+
+    x, w, ref = tp_data
+    monkeypatch.setattr(runtime.threads, "THREADS", 2)
+    monkeypatch.setattr(lane_cube, "OVERLAP_MACS", 0)
+    monkeypatch.setattr(lane_cube, "MAD_CHUNK", 2)
+    monkeypatch.setattr(lane_cube, "FIRST_CHUNK", 1)
+    helped = []
+    real = runtime.threads.Ahead.__init__
+
+    def init(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        helped.append(self.pool is not None)
+
+    monkeypatch.setattr(runtime.threads.Ahead, "__init__", init)
+    cluster = runtime.Cluster(RANKS)
+    out = tp(x, cluster.alloc_stacked_tensor(pack(w)))
+    np.testing.assert_array_equal(out, ref)
+    assert len(helped) >= RANKS and any(helped)  # every rank ran batched mads, with the helper
