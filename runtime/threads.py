@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-__all__ = ["THREADS", "Ahead", "run"]
+__all__ = ["THREADS", "Ahead", "helper_available", "run"]
 
 T = TypeVar("T")
 
@@ -78,8 +78,7 @@ class Ahead(Generic[T]):
 
     def __init__(self, item: Callable[[int], T], n: int, threaded: bool = True) -> None:
         self.item, self.n = item, n
-        helper = threaded and THREADS > 1 and n > 1 and not _on_helper()
-        self.pool = _pool(THREADS - 1) if helper else None
+        self.pool = _pool(THREADS - 1) if threaded and n > 1 and helper_available() else None
         self.pending: cf.Future[T] | None = None
         self.deferred: list[Callable[[], None]] = []  # only the caller's thread touches it
 
@@ -135,6 +134,12 @@ _pool_lock = threading.Lock()
 
 
 _HELPER = threading.local()
+
+
+def helper_available() -> bool:
+    """Would work handed on from this thread run on a helper? Not with one thread, nor on a
+    helper itself (see `_on_helper`): `Ahead` then computes everything on the caller."""
+    return THREADS > 1 and not _on_helper()
 
 
 def _mark_helper() -> None:

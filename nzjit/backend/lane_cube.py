@@ -89,7 +89,7 @@ def _mad_lanes(s: LaneState, left: LaneWindow, right: LaneWindow, m: int, k: int
     thread."""
     ft = np.float64 if is_int and k > _F32_EXACT_K else np.float32
     L = s.L
-    threaded = threads.THREADS > 1 and L > FIRST_CHUNK and ceil16(m) * k * n * MAD_CHUNK >= OVERLAP_MACS
+    threaded = L > FIRST_CHUNK and ceil16(m) * k * n * MAD_CHUNK >= OVERLAP_MACS and threads.helper_available()
     chunks = _chunks(L, threaded)
     # a decode batch's m < 16 valid rows are the first rows of whole Left fractals
     sides = (_Side(s, left, ceil16(m), k, ft, "left", threaded), _Side(s, right, k, n, ft, "right", threaded))
@@ -106,7 +106,7 @@ def _mad_lanes(s: LaneState, left: LaneWindow, right: LaneWindow, m: int, k: int
             l0, l1 = chunks[i]
             if m % 16:
                 a = a[..., :m, :]
-            out = data[l0:l1] if direct else s.scratch((l1 - l0, m, n), ft, "products" + "'" * (i % sets))
+            out = data[l0:l1] if direct else s.scratch((l1 - l0, m, n), ft, _in_set("products", i % sets))
             if a.ndim == b.ndim == 2:  # every lane of the chunk multiplies the same pair of images
                 np.matmul(a, b.T, out=out[0])
                 out[1:] = out[0]
@@ -130,6 +130,11 @@ def _add_products(s: LaneState, acc: np.ndarray, products: np.ndarray, accumulat
         np.copyto(acc, products)
 
 
+def _in_set(tag: str, buffers: int) -> str:
+    """The scratch tag of buffer `tag` in buffer set `buffers` (0 or 1: two chunks in flight)."""
+    return tag + "'" * buffers
+
+
 def _chunks(L: int, threaded: bool) -> list[tuple[int, int]]:
     """The lane ranges a mad runs at once: `MAD_CHUNK` lanes. When a helper thread converts the
     next chunk, the first is cut at `FIRST_CHUNK`: the caller converts that part alone, before
@@ -148,7 +153,7 @@ class _Side:
                  threaded: bool) -> None:
         self.win, self.r, self.c, self.ft = win, r, c, ft
         self.alloc = lambda sh, dt: s.scratch(sh, dt, tag)
-        self.allocs = (self.alloc, lambda sh, dt: s.scratch(sh, dt, tag + "'"))  # two buffer sets
+        self.allocs = (self.alloc, lambda sh, dt: s.scratch(sh, dt, _in_set(tag, 1)))  # two buffer sets
         self.rows = win.src.row.tolist()
         n = win.src.n_images
         # Few images: all converted at once on this thread (None when not aligned). With a helper

@@ -124,6 +124,7 @@ def test_ahead_computes_the_next_item_on_a_helper_while_the_caller_works(monkeyp
 
 def test_ahead_on_one_thread_computes_everything_on_the_caller(monkeypatch):
     monkeypatch.setattr(threads, "THREADS", 1)
+    assert not threads.helper_available()
     log: list = []
     with _traced(3, log) as items:
         assert list(items) == [0, 10, 20]
@@ -178,6 +179,7 @@ def test_work_handed_on_by_a_helper_runs_on_that_helper(monkeypatch):
     expected = runtime.pack_nz(a)
 
     def on_helper():
+        assert not threads.helper_available()
         me = threading.get_ident()
         seen = set()
         with threads.Ahead(lambda i: seen.add(threading.get_ident()) or i, 3) as items:
@@ -185,6 +187,7 @@ def test_work_handed_on_by_a_helper_runs_on_that_helper(monkeypatch):
         threads.run([lambda: seen.add(threading.get_ident())] * 3)
         return me, seen, runtime.pack_nz(a)
 
+    assert threads.helper_available()
     me, seen, packed = threads._pool(1).submit(on_helper).result(timeout=60)
     assert me != threading.get_ident() and seen == {me}
     np.testing.assert_array_equal(packed, expected)
