@@ -8,9 +8,9 @@ pure axis swap of ``[B, R, C/c0, c0] -> [B, C/c0, R, c0]``, so packing is one st
 Speed: the swap moves whole 32-byte C0 lines, as a 32-byte void dtype, in one of two ways.  The
 Python loop runs once per MiB at most, never per row or per fractal.
 - Gathered: ``np.take`` through a cached permutation (one call over all planes on one thread)
-  writes the output in order and reads the lines scattered.  Used while the scattered reads hit the cache: planes of
-  up to ``_PACK_GATHER_LINES`` lines (1 MiB) when packing, ``_UNPACK_GATHER_LINES`` (8 MiB) when
-  unpacking.
+  writes the output in order and reads the lines scattered.  Used while the scattered reads hit
+  the cache: planes of up to ``_PACK_GATHER_LINES`` lines (1 MiB) when packing,
+  ``_UNPACK_GATHER_LINES`` (8 MiB) when unpacking.
 - Tiled: 1 MiB of lines per copy, ``_PACK_TILE`` (256 rows x 128 lines) when packing,
   ``_UNPACK_TILE`` (512 x 64) when unpacking.  Inside a tile the logical side moves in runs of
   its lines (4 or 2 KiB), the NZ side in runs of its rows (8 or 16 KiB), so both sides stream.
@@ -61,8 +61,6 @@ _UNPACK_TILE = (512, 64)
 _PACK_GATHER_LINES = 1 << 15
 _UNPACK_GATHER_LINES = 1 << 18
 _LINE = np.dtype(f"V{C0_BYTES}")
-
-
 #: Below this a hand-off to the pool (~50-100 us here) costs about what the second thread saves.
 _PARALLEL_BYTES = 4 << 20
 
