@@ -5,15 +5,15 @@ is the cost of the NZ permutation itself: pack against np.copyto of the logical 
 against np.copyto of the NZ-ordered one. Reported as a bandwidth ratio, np.copyto time / pack
 time (target >= 0.5), of the median of harness.PROCESSES fresh processes.
 For scale, pack_nz is also set against the same permutation written the obvious numpy way (a
-typed copy of a swapped-axes view). pack_nz moves 32-byte lines: a plane of up to 1 MiB in one
-np.take gather (up to 8 MiB when unpacking), a larger one tile by tile (1 MiB of lines per
-copy), so that neither side walks a column of lines at a stride that is a multiple of 4 KiB
-(such a stride maps every line to the same few cache sets); a call of 4 MiB or more is shared
-by runtime.threads.THREADS threads. On one thread, numpy gathers 32-byte lines in order at
-~1.9 ns each, like np.copyto, but ~4 ns (unpack) and ~6 ns (pack) each in NZ order from an
-8 MiB plane held in L3, which bounds the in-cache ratios; a compiled, cache-blocked loop (numba,
-4 x uint64 per line, blocks of 8x128 to 2048x128 lines) reached 0.30-0.56x on bf16[2048, 2048],
-where one thread of pack_nz reaches 0.31-0.46x.
+typed copy of a swapped-axes view). pack_nz moves 32-byte lines with the compiled swap
+(runtime/_lines.c: bands of 8 source rows, every cache line fetched once) where the install
+built it, else with numpy's copies: a plane of up to 1 MiB in one np.take gather (up to 8 MiB
+when unpacking), a larger one tile by tile (1 MiB of lines per copy); both are timed, numpy's
+copies in the rows "same, numpy's copies". A call of 4 MiB or more is shared by
+runtime.threads.THREADS threads. On one thread numpy moves a 32-byte line of an 8 MiB plane held
+in L3 in ~4 ns (unpack) to ~6 ns (pack) in NZ order, against ~1.9 ns in order: its per-element
+dispatch, not the memory, bounds it, as the compiled loop's ~0.75x of np.copyto on that plane
+shows.
 Not a timed test: nothing is asserted.
 
     python benchmarks/bench_pack_nz.py
@@ -27,7 +27,7 @@ from harness import in_fresh_processes, interleaved, median_run, row  # first: p
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 
-from runtime import pack_nz, threads, unpack_nz  # noqa: E402
+from runtime import nz, pack_nz, threads, unpack_nz  # noqa: E402
 
 CASES = [
     ((8, 2048, 2048), np.int8),
@@ -59,8 +59,9 @@ def measure(case: int) -> dict[str, float]:
     (both into the same buffer), numpy's axis swap with pack.  Pairs, not one round of all: an
     8 MiB array read by the operation just before stays in the L3 cache, one read three
     operations earlier may not, and that alone moved the bf16[2048, 2048] unpack ratio from
-    ~0.7x to ~0.4x.  Pack and unpack are timed with runtime.threads.THREADS threads and with one
-    (keys suffixed "1"); the swap, a one-thread numpy copy, against pack on one thread."""
+    ~0.7x to ~0.4x.  Pack and unpack are timed with runtime.threads.THREADS threads, with one
+    (keys suffixed "1"), and with the THREADS threads but numpy's copies instead of the compiled
+    swap (suffix "np"); the axis swap, a one-thread numpy copy, against pack on one thread."""
     shape, dtype = CASES[case]
     a = np.random.default_rng(0).integers(-100, 100, size=shape).astype(dtype)
     buf = np.empty_like(a)
@@ -68,9 +69,10 @@ def measure(case: int) -> dict[str, float]:
     assert np.array_equal(unpack_nz(packed).view(np.uint8), a.view(np.uint8))
     pack = lambda: pack_nz(a, out=buf)  # noqa: E731
     ops = (("pack", pack, "copy", a), ("unpack", lambda: unpack_nz(packed, out=buf), "unpack_copy", packed))
-    t: dict[str, float] = {"threads": threads.THREADS}
-    for suffix, count in (("", threads.THREADS), ("1", 1)):
-        threads.THREADS = count  # left at 1 for the swap below
+    native, count = nz._native, threads.THREADS
+    t: dict[str, float] = {"threads": count, "compiled": native is not None}
+    for suffix, n, compiled in (("np", count, None), ("", count, native), ("1", 1, native)):
+        threads.THREADS, nz._native = n, compiled  # left at one thread, compiled, for the swap below
         for name, op, reference, src in ops:
             pair = interleaved({name: op, reference: lambda src=src: np.copyto(buf, src)}, repeat=9)
             t |= {k + suffix: v for k, v in pair.items()}
@@ -84,13 +86,14 @@ def run() -> list[dict[str, str]]:
         runs = in_fresh_processes("bench_pack_nz", f"measure({case})")
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
         name = f"{np.dtype(dtype).name}{list(shape)}"
+        how = "" if runs[0]["compiled"] else " (numpy: runtime._lines not built)"
         for op, copy in (("pack", "copy"), ("unpack", "unpack_copy")):
-            t = median_run(runs, lambda t, op=op, copy=copy: t[copy] / t[op])
-            t1 = median_run(runs, lambda t, op=op, copy=copy: t[copy + "1"] / t[op + "1"])
-            rows.append(row(f"{op}_nz(out=) {name}, {t['threads']:.0f} threads", _cell(t[op], nbytes),
-                            _cell(t[copy], nbytes), f"{t[copy] / t[op]:.2f}x bw", ">= 0.5x bw"))
-            rows.append(row("  same, one thread", _cell(t1[op + "1"], nbytes), _cell(t1[copy + "1"], nbytes),
-                            f"{t1[copy + '1'] / t1[op + '1']:.2f}x bw", "-"))
+            for suffix, label in (("", f"{op}_nz(out=) {name}, {runs[0]['threads']:.0f} threads{how}"),
+                                  ("1", "  same, one thread"), ("np", "  same, numpy's copies (no compiled swap)")):
+                t = median_run(runs, lambda t, s=suffix, op=op, copy=copy: t[copy + s] / t[op + s])
+                ratio = t[copy + suffix] / t[op + suffix]
+                rows.append(row(label, _cell(t[op + suffix], nbytes), _cell(t[copy + suffix], nbytes),
+                                f"{ratio:.2f}x bw", ">= 0.5x bw" if suffix == "" else "-"))
         t = median_run(runs, lambda t: t["swap"] / t["swap_pack"])
         rows.append(row(f"  pack_nz (one thread) vs numpy's own axis swap of {name}", _cell(t["swap_pack"], nbytes),
                         _cell(t["swap"], nbytes), f"{t['swap'] / t['swap_pack']:.2f}x bw", "-"))

@@ -5,35 +5,42 @@ lives at flat element offset ``b*C*R + (c//c0)*R*c0 + r*c0 + c%c0`` (NZ-8): colu
 ``c0`` elements (one 32-byte C0 line per row) outermost, all rows of a block inside.  That is a
 pure axis swap of ``[B, R, C/c0, c0] -> [B, C/c0, R, c0]``, so packing is one strided copy.
 
-Speed: the swap moves whole 32-byte C0 lines, as a 32-byte void dtype, in one of two ways.  The
-Python loop runs once per MiB at most, never per row or per fractal.
-- Gathered: ``np.take`` through a cached permutation (one call over all planes on one thread)
-  writes the output in order and reads the lines scattered.  Used while the scattered reads hit
-  the cache: planes of up to ``_PACK_GATHER_LINES`` lines (1 MiB) when packing,
-  ``_UNPACK_GATHER_LINES`` (8 MiB) when unpacking.
-- Tiled: 1 MiB of lines per copy, ``_PACK_TILE`` (256 rows x 128 lines) when packing,
-  ``_UNPACK_TILE`` (512 x 64) when unpacking.  Inside a tile the logical side moves in runs of
-  its lines (4 or 2 KiB), the NZ side in runs of its rows (8 or 16 KiB), so both sides stream.
-  numpy's copy runs along the output's runs, reading one line from each of the other side's:
-  256 logical rows when packing, 64 NZ column blocks when unpacking.  A gather over a plane
-  larger than the cache walks a column of lines through every row instead, at a stride that is
-  often a multiple of 4 KiB (every line in the same few cache sets).
+Speed: the swap moves whole 32-byte C0 lines (``_swap_lines``), in one of two ways.
+- Compiled (``runtime._lines``, built from runtime/_lines.c by setup.py where a C compiler is
+  found): bands of 8 source rows, each band's lines written out as 256-byte runs, every cache
+  line fetched once.  About the bandwidth of ``np.copyto`` on two threads (0.57-1.12x in the
+  README's table), 0.5-0.75x on one.
+- numpy (the fallback; the same bytes): numpy can move these lines only one per element of a
+  strided copy or a gather, and its per-element dispatch, not the memory, bounds it: ~0.45x of
+  ``np.copyto`` for an 8 MiB plane held in cache, where the same loop compiled reaches ~0.75x.
+  The Python loop runs once per MiB at most, never per row or per fractal.
+  - Gathered: ``np.take`` through a cached permutation (one call over all planes on one
+    thread) writes the output in order and reads the lines scattered.  Used while the scattered
+    reads hit the cache: planes of up to ``_PACK_GATHER_LINES`` lines (1 MiB) when packing,
+    ``_UNPACK_GATHER_LINES`` (8 MiB) when unpacking.
+  - Tiled: 1 MiB of lines per copy, ``_PACK_TILE`` (256 rows x 128 lines) when packing,
+    ``_UNPACK_TILE`` (512 x 64) when unpacking.  Inside a tile the logical side moves in runs
+    of its lines (4 or 2 KiB), the NZ side in runs of its rows (8 or 16 KiB), so both sides
+    stream.  numpy's copy runs along the output's runs, reading one line from each of the
+    other side's: 256 logical rows when packing, 64 NZ column blocks when unpacking.  A gather
+    over a plane larger than the cache walks a column of lines through every row instead, at a
+    stride that is often a multiple of 4 KiB (every line in the same few cache sets).
 
 Threads: a call moving at least ``_PARALLEL_BYTES`` is cut into ``runtime.threads.THREADS``
-parts that write disjoint lines of the output (whole planes, ranges of a gathered plane's output
-lines, or runs of tiles) and run at once (`runtime.threads.run`); numpy releases the GIL while it
-copies, and one core alone moves scattered lines at well under the memory's bandwidth.
+parts that write disjoint lines of the output (whole planes; ranges of bands, or of a gathered
+plane's output lines, of every plane; runs of tiles) and run at once (`runtime.threads.run`);
+the compiled swap and numpy release the GIL while they copy, and one core alone moves
+scattered lines at well under the memory's bandwidth.
 
-Measured against ``np.copyto`` of the same bytes (benchmarks/bench_pack_nz.py; medians of five
-fresh processes, which differ by up to 0.1x among themselves):
+Measured, numpy's copies, against ``np.copyto`` of the same bytes (benchmarks/bench_pack_nz.py;
+medians of five fresh processes, which differ by up to 0.1x among themselves):
 - larger planes, tiled vs gathered: int8[4096, 4096] 0.46 / 0.42x vs 0.28 / 0.30x (pack /
   unpack), float32[4096, 4096] 0.47 / 0.44x vs 0.31 / 0.32x, bf16[4096, 2048] 0.58 / 0.41x vs
   0.30 / 0.32x;
 - packing a bf16[2048, 2048] plane (8 MiB), tiled vs gathered: 0.42-0.48x vs 0.35x;
 - unpacking planes that stay in cache, gathered vs tiled: int8[8, 2048, 2048] 0.75x vs 0.56x,
   bf16[2048, 2048] 0.48x vs 0.37-0.44x.
-(Those are one-thread figures; the README's table has both, e.g. float32[4096, 4096] at
-0.61 / 0.66x on two threads and 0.56 / 0.48x on one.)
+(Those are one-thread figures; the README's table has the numpy copies' two-thread figures.)
 """
 
 from __future__ import annotations
@@ -61,6 +68,10 @@ _UNPACK_TILE = (512, 64)
 _PACK_GATHER_LINES = 1 << 15
 _UNPACK_GATHER_LINES = 1 << 18
 _LINE = np.dtype(f"V{C0_BYTES}")
+try:  # the compiled line swap (runtime/_lines.c); None where it was not built: numpy copies
+    from . import _lines as _native
+except ImportError:  # pragma: no cover - depends on the install
+    _native = None
 #: Below this a hand-off to the pool (~50-100 us here) costs about what the second thread saves.
 _PARALLEL_BYTES = 4 << 20
 
@@ -128,7 +139,27 @@ def _swap_lines(logical: np.ndarray, nz: np.ndarray, to_nz: bool) -> None:
     """Copy between ``logical[b, r, j]`` and ``nz[b, j, r]`` (32-byte void lines, both
     C-contiguous): into ``nz`` when packing, into ``logical`` when unpacking."""
     n = threads.THREADS if logical.nbytes >= _PARALLEL_BYTES else 1
-    threads.run(_parts(logical, nz, to_nz, n))
+    if _native is not None:
+        src, dst = (logical, nz) if to_nz else (nz, logical)
+        threads.run(_native_parts(src, dst, n))
+    else:
+        threads.run(_parts(logical, nz, to_nz, n))
+
+
+def _native_parts(src: np.ndarray, dst: np.ndarray, n: int) -> list[Callable[[], None]]:
+    """``dst[b, j, i] = src[b, i, j]`` by the compiled loop, as at most `n` parts that write
+    disjoint lines: ranges of planes, or with fewer planes than parts, ranges of source rows
+    (whole bands of the loop's ``BAND`` rows) of every plane."""
+    B, n_i, n_j = src.shape
+    assert _native is not None
+    swap = _native.swap
+    if B >= n:
+        return [functools.partial(swap, src[b0:b1], dst[b0:b1], b1 - b0, n_i, n_j, 0, n_i)
+                for b0, b1 in _split(B, n)]
+    band = _native.BAND
+    bands = -(-n_i // band)
+    return [functools.partial(swap, src, dst, B, n_i, n_j, lo * band, min(hi * band, n_i))
+            for lo, hi in _split(bands, n)]
 
 
 def _parts(logical: np.ndarray, nz: np.ndarray, to_nz: bool, n: int) -> list[Callable[[], None]]:

@@ -61,7 +61,7 @@ def test_64_bit_dtypes_have_no_c0(dtype):  # HW §1.1
 
 @pytest.mark.parametrize("dtype", WHOLE_BYTE)
 @pytest.mark.parametrize("lead", [(), (3,), (2, 3)])
-def test_pack_unpack_round_trip(dtype, lead):  # NZ-8, ranks 2-4
+def test_pack_unpack_round_trip(dtype, lead, swap_path):  # NZ-8, ranks 2-4
     c0 = runtime.c0_of(dtype)
     a = _random((*lead, 48, 2 * c0), dtype)
     p = runtime.pack_nz(a)
@@ -71,7 +71,7 @@ def test_pack_unpack_round_trip(dtype, lead):  # NZ-8, ranks 2-4
 
 @pytest.mark.parametrize("dtype", [np.int8, ml_dtypes.bfloat16, np.float32])
 @pytest.mark.parametrize("shape", [(32, 64), (3, 48, 64), (2, 2, 16, 128)])
-def test_pack_puts_element_at_nz8_offset(dtype, shape):  # NZ-8
+def test_pack_puts_element_at_nz8_offset(dtype, shape, swap_path):  # NZ-8
     a = _random(shape, dtype, seed=1)
     c0 = runtime.c0_of(dtype)
     R, C = shape[-2:]
@@ -107,7 +107,7 @@ def test_tile_shape(rows, lines, to_nz, tile):  # NZ-8: a large plane is copied 
         ((3, 64, 128), 1, 0),  # planes of 256 lines: one gather over all three
     ],
 )
-def test_pack_runs_tile_by_tile_or_gathers_small_planes(shape, n_takes, n_copies, monkeypatch):  # NZ-8
+def test_pack_runs_tile_by_tile_or_gathers_small_planes(shape, n_takes, n_copies, monkeypatch, numpy_swap):  # NZ-8
     # Tiles of 64 rows x 4 lines; planes of up to 256 lines are gathered.
     monkeypatch.setattr(runtime.nz, "_PACK_TILE", (64, 4))
     monkeypatch.setattr(runtime.nz, "_UNPACK_TILE", (64, 4))
@@ -127,7 +127,7 @@ def test_pack_runs_tile_by_tile_or_gathers_small_planes(shape, n_takes, n_copies
     assert (calls.count("take"), calls.count("copyto")) == (2 * n_takes, 2 * n_copies)
 
 
-def test_bf16_plane_is_packed_in_tiles_and_unpacked_by_one_gather(monkeypatch):  # NZ-8
+def test_bf16_plane_is_packed_in_tiles_and_unpacked_by_one_gather(monkeypatch, numpy_swap):  # NZ-8
     # An 8 MiB plane (2048 x 128 lines): 8 tiles of 256 rows x 128 lines when packing; one
     # gather when unpacking, which writes whole rows in order while its reads hit the cache.
     # (On one thread; test_rt_nz_threads.py splits the same work over several.)
@@ -145,6 +145,27 @@ def test_bf16_plane_is_packed_in_tiles_and_unpacked_by_one_gather(monkeypatch): 
     unpacked = runtime.unpack_nz(packed)
     assert calls == ["take"]
     np.testing.assert_array_equal(unpacked.view(np.uint8), a.view(np.uint8))
+
+
+def test_a_plane_moves_in_one_compiled_call_per_direction(monkeypatch):  # NZ-8
+    # The compiled swap moves the whole 8 MiB bf16 plane in one call each way (on one thread),
+    # and numpy copies nothing.
+    if runtime.nz._native is None:
+        pytest.skip("runtime._lines was not built (no C compiler at install)")
+    monkeypatch.setattr(runtime.threads, "THREADS", 1)
+    calls = []
+    swap, copyto, take = runtime.nz._native.swap, np.copyto, np.take
+    monkeypatch.setattr(runtime.nz._native, "swap", lambda *a: calls.append(("swap", *a[2:])) or swap(*a))
+    monkeypatch.setattr(np, "copyto", lambda *a, **k: calls.append("copyto") or copyto(*a, **k))
+    monkeypatch.setattr(np, "take", lambda *a, **k: calls.append("take") or take(*a, **k))
+    a = _random_bytes((2048, 2048), ml_dtypes.bfloat16, seed=5)
+    packed = runtime.pack_nz(a)
+    assert calls == [("swap", 1, 2048, 128, 0, 2048)]  # planes, rows, lines, row range
+    expected = a.view(np.uint8).reshape(2048, 128, 32).swapaxes(0, 1).reshape(-1)
+    np.testing.assert_array_equal(packed.view(np.uint8).reshape(-1), expected)
+    calls.clear()
+    np.testing.assert_array_equal(runtime.unpack_nz(packed).view(np.uint8), a.view(np.uint8))
+    assert calls == [("swap", 1, 128, 2048, 0, 128)]
 
 
 def test_pack_accepts_non_contiguous_input():
@@ -194,7 +215,7 @@ def test_refusal_message_says_how_to_fix():
         runtime.pack_nz(np.zeros((24, 32), np.int8))
 
 
-def test_pack_into_preallocated_out():
+def test_pack_into_preallocated_out(swap_path):
     a = _random((2, 32, 64), np.int8, seed=4)
     buf = np.empty_like(a)
     assert runtime.pack_nz(a, out=buf) is buf
@@ -218,13 +239,17 @@ def test_pack_into_preallocated_out():
     tile_lines=st.integers(1, 8),
     gather_lines=st.integers(0, 700),
     threads=st.integers(1, 5),
+    compiled=st.booleans(),
 )
 def test_pack_matches_nz8_for_any_tile(dtype, batch, fractal_rows, lines, tile_rows, tile_lines, gather_lines,
-                                       threads):  # NZ-8
+                                       threads, compiled):  # NZ-8
     # Whatever the tile (ragged row and line tiles, one line per tile), whichever way each
-    # direction moves a plane (gathered whole or tiled) and however many threads share the work
-    # (every size parallel here), packing is the NZ-8 axis swap of every byte and unpacking
-    # inverts it.
+    # direction moves a plane (compiled in bands of source rows, or with numpy: gathered whole
+    # or tiled) and however many threads share the work (every size parallel here: ranges of
+    # planes, or of bands, ragged last band included), packing is the NZ-8 axis swap of every
+    # byte and unpacking inverts it.
+    if compiled and runtime.nz._native is None:
+        compiled = False  # not built here: numpy's copies are what runs
     c0 = runtime.c0_of(dtype)
     shape = (batch, 16 * fractal_rows, lines * c0)
     a = _random_bytes(shape, dtype, seed=tile_rows * 10 + tile_lines)
@@ -236,6 +261,7 @@ def test_pack_matches_nz8_for_any_tile(dtype, batch, fractal_rows, lines, tile_r
         mock.patch.object(runtime.nz, "_UNPACK_GATHER_LINES", 700 - gather_lines),
         mock.patch.object(runtime.threads, "THREADS", threads),
         mock.patch.object(runtime.nz, "_PARALLEL_BYTES", 0),
+        mock.patch.object(runtime.nz, "_native", runtime.nz._native if compiled else None),
     ):
         packed = runtime.pack_nz(a)
         np.testing.assert_array_equal(packed.view(np.uint8).reshape(-1), expected)

@@ -30,7 +30,8 @@ from runtime import nz, threads
     ],
 )
 @pytest.mark.parametrize("to_nz", [True, False])
-def test_parts_write_disjoint_lines_that_cover_the_output(shape, gather, n, n_parts, to_nz, monkeypatch):  # NZ-8
+def test_parts_write_disjoint_lines_that_cover_the_output(shape, gather, n, n_parts, to_nz, monkeypatch,
+                                                          numpy_swap):  # NZ-8
     monkeypatch.setattr(nz, "_PACK_GATHER_LINES", 1 << 20 if gather else 0)
     monkeypatch.setattr(nz, "_UNPACK_GATHER_LINES", 1 << 20 if gather else 0)
     monkeypatch.setattr(nz, "_PACK_TILE", (16, 4))
@@ -63,6 +64,47 @@ def test_parts_write_disjoint_lines_that_cover_the_output(shape, gather, n, n_pa
     assert total.max() == 1 and total.min() == 1  # disjoint, and together every byte
 
 
+@pytest.mark.parametrize(
+    "shape,n,pack_calls,unpack_calls",
+    [  # (planes, first row, end row) of each part's swap: a pack swaps R rows of J lines, an unpack
+        # J rows (the NZ column blocks) of R lines
+        ((4, 32, 256), 3, [(1, 0, 32), (1, 0, 32), (2, 0, 32)], [(1, 0, 8), (1, 0, 8), (2, 0, 8)]),  # planes
+        ((1, 48, 256), 2, [(1, 0, 24), (1, 24, 48)], [(1, 0, 8)]),  # one plane: bands of 8 rows, or one band
+        ((1, 32, 1024), 2, [(1, 0, 16), (1, 16, 32)], [(1, 0, 16), (1, 16, 32)]),
+        ((2, 48, 256), 3, [(2, 0, 16), (2, 16, 32), (2, 32, 48)], [(2, 0, 8)]),  # fewer planes than threads
+        ((1, 16, 32 * 11), 2, [(1, 0, 8), (1, 8, 16)], [(1, 0, 8), (1, 8, 11)]),  # a ragged last band
+        ((1, 16, 256), 4, [(1, 0, 8), (1, 8, 16)], [(1, 0, 8)]),  # a part per band at most
+        ((3, 32, 256), 1, [(3, 0, 32)], [(3, 0, 8)]),  # one thread: one call
+    ],
+)
+@pytest.mark.parametrize("to_nz", [True, False])
+def test_compiled_parts_write_disjoint_lines_that_cover_the_output(shape, n, pack_calls, unpack_calls,
+                                                                   to_nz):  # NZ-8
+    if nz._native is None:
+        pytest.skip("runtime._lines was not built (no C compiler at install)")
+    calls = pack_calls if to_nz else unpack_calls
+    B, R, C = shape
+    J = C // 32
+    logical = _random_bytes(shape, np.int8, seed=3)
+    packed = logical.reshape(B, R, J, 32).swapaxes(1, 2).reshape(shape).copy()
+    src, expected = (logical, packed) if to_nz else (packed, logical)
+    src_lines = nz._as_lines(src, *((R, J) if to_nz else (J, R)))
+    total = np.zeros(shape, np.int64)
+    out = np.empty(shape, np.int8)
+    parts = nz._native_parts(src_lines, nz._as_lines(out, *((J, R) if to_nz else (R, J))), n)
+    assert [(p.args[2], p.args[5], p.args[6]) for p in parts] == calls
+    for part in parts:
+        for fill in (0x55, 0xAA):  # a byte the part writes differs from one of the two fills
+            out.view(np.uint8)[...] = fill
+            part()
+            written = out.view(np.uint8) != fill
+            np.testing.assert_array_equal(out[written], expected[written])
+            if fill == 0x55:
+                mask = written
+        total += mask | written
+    assert total.min() == 1 and total.max() == 1  # disjoint, and together every byte
+
+
 @settings(max_examples=200, deadline=None)
 @given(size=st.integers(0, 10_000), n=st.integers(1, 9))
 def test_split_is_a_partition_into_near_equal_parts(size, n):
@@ -75,7 +117,7 @@ def test_split_is_a_partition_into_near_equal_parts(size, n):
 
 
 def _threads_used(monkeypatch) -> set[int]:
-    """Record the thread of every np.copyto / np.take that runtime.nz makes."""
+    """Record the thread of every np.copyto / np.take / compiled swap that runtime.nz makes."""
     used: set[int] = set()
     copyto, take = np.copyto, np.take
 
@@ -84,11 +126,13 @@ def _threads_used(monkeypatch) -> set[int]:
 
     monkeypatch.setattr(np, "copyto", record(copyto))
     monkeypatch.setattr(np, "take", record(take))
+    if nz._native is not None:
+        monkeypatch.setattr(nz._native, "swap", record(nz._native.swap))
     return used
 
 
 @pytest.mark.parametrize("shape,dtype", [((2048, 2048), ml_dtypes.bfloat16), ((4, 256, 4096), np.int8)])
-def test_a_large_array_is_moved_on_every_thread(shape, dtype, monkeypatch):  # NZ-8
+def test_a_large_array_is_moved_on_every_thread(shape, dtype, monkeypatch, swap_path):  # NZ-8
     # 8 MiB and 4 MiB: at least _PARALLEL_BYTES, so the work is split over runtime.threads.THREADS threads,
     # and the bytes are the same as on one thread.
     assert np.prod(shape) * np.dtype(dtype).itemsize >= nz._PARALLEL_BYTES
@@ -104,7 +148,7 @@ def test_a_large_array_is_moved_on_every_thread(shape, dtype, monkeypatch):  # N
     assert len(used) == 2
 
 
-def test_a_small_array_or_one_thread_stays_on_the_calling_thread(monkeypatch):
+def test_a_small_array_or_one_thread_stays_on_the_calling_thread(monkeypatch, swap_path):
     used = _threads_used(monkeypatch)
     monkeypatch.setattr(threads, "THREADS", 4)
     small = _random_bytes((1024, 1024), np.int8, seed=8)  # 1 MiB: the hand-off would cost more
@@ -116,7 +160,7 @@ def test_a_small_array_or_one_thread_stays_on_the_calling_thread(monkeypatch):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_forked_child_packs_with_its_own_pool(monkeypatch):
+def test_a_forked_child_packs_with_its_own_pool(monkeypatch, swap_path):
     # The parent's pool has threads; a forked child's copy of it has none, and submitting to it
     # would wait forever. The child makes its own pool.
     monkeypatch.setattr(threads, "THREADS", 2)

@@ -54,6 +54,8 @@ def test_threads_from_the_environment(value, count, monkeypatch):
 def test_threads_1_in_a_fresh_process_keeps_every_copy_on_the_calling_thread():
     code = ("import threading, numpy as np, runtime; from runtime import threads; used = set(); c = np.copyto; "
             "np.copyto = lambda *a, **k: used.add(threading.get_ident()) or c(*a, **k); "
+            "s = runtime.nz._native and runtime.nz._native.swap; "
+            "s and setattr(runtime.nz._native, 'swap', lambda *a: used.add(threading.get_ident()) or s(*a)); "
             "runtime.pack_nz(np.zeros((2048, 4096), np.int8)); "
             "print(threads.THREADS, used == {threading.get_ident()}, threads._pools)")
     env = dict(os.environ, NZJIT_THREADS="1")
