@@ -8,8 +8,8 @@ pure axis swap of ``[B, R, C/c0, c0] -> [B, C/c0, R, c0]``, so packing is one st
 Speed: the swap moves whole 32-byte C0 lines (``_swap_lines``), in one of two ways.
 - Compiled (``runtime._lines``, built from runtime/_lines.c by setup.py where a C compiler is
   found): bands of 8 source rows, each band's lines written out as 256-byte runs, every cache
-  line fetched once.  About the bandwidth of ``np.copyto`` on two threads (0.57-1.12x in the
-  README's table), 0.5-0.75x on one.
+  line fetched once.  About the bandwidth of ``np.copyto`` on two threads (0.60-1.23x in the
+  README's table), 0.50-0.76x on one.
 - numpy (the fallback; the same bytes): numpy can move these lines only one per element of a
   strided copy or a gather, and its per-element dispatch, not the memory, bounds it: ~0.45x of
   ``np.copyto`` for an 8 MiB plane held in cache, where the same loop compiled reaches ~0.75x.
