@@ -98,14 +98,19 @@ def _setup(dtype, out_np, x: np.ndarray, w: np.ndarray, ref_fn, exact: bool, nam
 
 def _case(name: str, dtype, out_np, x: np.ndarray, w: np.ndarray, ref_fn, repeat: int,
           exact: bool, target: str, resident: dict[str, float] | None = None,
-          floor: bool = False) -> list[dict[str, str]]:
+          one_thread: dict[str, float] | None = None, floor: bool = False) -> list[dict[str, str]]:
     """The rows of one dtype.  `resident`: times of the resident call measured elsewhere (the
-    median of fresh processes); measured here when None."""
+    median of fresh processes); measured here when None.  `one_thread`: the same on one thread
+    ("ours1"), measured elsewhere, reported in the row after it."""
     kern, call, wp = _setup(dtype, out_np, x, w, ref_fn, exact, name)
     t = resident or interleaved({"ours": call, "ref": ref_fn}, repeat=repeat)
     how = f", median of {PROCESSES} processes" if resident else ""
     rows = [row(f"grouped matmul {name} E{E} T{T} N{N} K{K} (resident{how})", fmt_time(t["ours"]),
                 fmt_time(t["ref"]), f"{t['ours'] / t['ref']:.2f}x", target)]
+    if one_thread:
+        rows.append(row("  same, one thread (no helper converting the next operands)",
+                        fmt_time(one_thread["ours1"]), fmt_time(one_thread["ref"]),
+                        f"{one_thread['ours1'] / one_thread['ref']:.2f}x", "-"))
     if floor:
         m, k, n = _l0_depth(kern, x, w)
         tf = interleaved({"floor": _tile_products(m, k, n), "ref": ref_fn}, repeat=repeat)
@@ -155,11 +160,9 @@ def run() -> list[dict[str, str]]:
     runs = in_fresh_processes("bench_grouped_matmul", "measure_bf16()")
     resident = median_run(runs, lambda t: t["ours"] / t["ref"])
     xb, wb, ref_bf16 = _bf16()
-    rows = _case("bf16->fp32", pl.BF16, np.float32, xb, wb, ref_bf16, 9, False, "<= 1.3x",
-                 resident=resident, floor=True)
     one = median_run(runs, lambda t: t["ours1"] / t["ref"])
-    rows.insert(1, row("  same, one thread (no helper converting the next operands)", fmt_time(one["ours1"]),
-                       fmt_time(one["ref"]), f"{one['ours1'] / one['ref']:.2f}x", "-"))
+    rows = _case("bf16->fp32", pl.BF16, np.float32, xb, wb, ref_bf16, 9, False, "<= 1.3x",
+                 resident=resident, one_thread=one, floor=True)
     rng = np.random.default_rng(1)
     xi = rng.integers(-128, 128, (E, T, K), dtype=np.int8)
     wi = rng.integers(-128, 128, (E, N, K), dtype=np.int8)
