@@ -1,8 +1,8 @@
 """The `nzjit` command line: run a kernel file's demo, print its IR or PTO, explain an NZ layout.
 
     nzjit run FILE [ARGS...]                      the file's `__main__` block, else its main()
-    nzjit ir FILE [--kernel NAME] [--after PASS | --all]
-    nzjit pto FILE [--kernel NAME]
+    nzjit ir FILE [--kernel NAME|EXPR] [--after PASS | --all]
+    nzjit pto FILE [--kernel NAME|EXPR]
     nzjit explain-layout SHAPE DTYPE [--at R,C] [--svg OUT.svg]
 
 Exit status: 0 success; 1 a CompileError (rendered by nzjit.diagnostics, no traceback), a
@@ -16,6 +16,7 @@ import argparse
 import ast
 import contextlib
 import difflib
+import inspect
 import os
 import runpy
 import sys
@@ -26,7 +27,7 @@ from . import diagnostics
 from .errors import CompileError, InternalError
 from .language.kernel import Kernel
 
-__all__ = ["main", "build_parser", "load_namespace", "find_kernels", "ir_text", "ir_sequence"]
+__all__ = ["main", "build_parser", "load_namespace", "find_kernels", "ir_text", "ir_sequence", "kernel_from_expression"]
 
 EXIT_COMPILE_ERROR = 1
 EXIT_USAGE = 2
@@ -105,11 +106,31 @@ def find_kernels(namespace: dict[str, Any], name: str | None = None) -> list[tup
     return hits[:1]
 
 
+def kernel_from_expression(namespace: dict[str, Any], expr: str) -> tuple[str, Kernel]:
+    """The kernel an expression over FILE's names gives, e.g. a factory call ``make(pl.INT8)``.
+    FILE has run already, so evaluating one of its own calls trusts nothing new."""
+    try:
+        value = eval(compile(expr, "<--kernel>", "eval"), namespace)  # noqa: S307 - see above
+    except SyntaxError as e:
+        raise UsageError(f"--kernel {expr!r} is neither a name nor a Python expression: {e.msg}") from None
+    except Exception as e:  # the file's own factory failed: say so, as a usage error
+        raise UsageError(f"--kernel {expr!r} failed: {type(e).__name__}: {e}") from None
+    if not isinstance(value, Kernel):
+        raise UsageError(f"--kernel {expr!r} gave a {type(value).__name__}, not a @pl.kernel")
+    return expr, value
+
+
 def _kernels_of(path: str, name: str | None) -> list[tuple[str, Kernel]]:
-    kernels = find_kernels(load_namespace(path), name)
+    namespace = load_namespace(path)
+    if name is not None and not name.isidentifier():
+        return [kernel_from_expression(namespace, name)]
+    kernels = find_kernels(namespace, name)
     if not kernels:
-        raise UsageError(f"{path} defines no @pl.kernel at module level (kernels made inside functions, "
-                         "e.g. by a factory, are not found: bind one to a module-level name)")
+        functions = [k for k, v in namespace.items()
+                     if inspect.isfunction(v) and v.__module__ == INSPECT_RUN_NAME and not k.startswith("_")]
+        raise UsageError(f"{path} defines no @pl.kernel at module level; a kernel made by a factory is "
+                         f"shown with --kernel and the factory call, e.g. --kernel 'make(pl.INT8)' (functions "
+                         f"in this file: {', '.join(functions) or 'none'})")
     return kernels
 
 
@@ -229,6 +250,10 @@ def cmd_explain_layout(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------- parser
+_KERNEL_HELP = ("the kernel to show: a name bound in FILE, or an expression over FILE's names such as a "
+                "factory call, e.g. 'make(pl.INT8)' (default: every module-level kernel in FILE)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of the `nzjit` command."""
     p = argparse.ArgumentParser(
@@ -247,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Import FILE (its demo does not run), lower its @pl.kernel objects "
                                    "from their annotations and print the graph after a pass.")
     i.add_argument("file", metavar="FILE")
-    i.add_argument("--kernel", metavar="NAME", help="the kernel to show (default: every kernel in FILE)")
+    i.add_argument("--kernel", metavar="NAME", help=_KERNEL_HELP)
     g = i.add_mutually_exclusive_group()
     g.add_argument("--after", metavar="PASS",
                    help="show the graph after this pass ('trace' = before any pass; default: the last)")
@@ -258,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("pto", help="print a kernel's emitted PTO text",
                        description="Import FILE, lower its @pl.kernel objects and print their PTO text.")
     t.add_argument("file", metavar="FILE")
-    t.add_argument("--kernel", metavar="NAME", help="the kernel to show (default: every kernel in FILE)")
+    t.add_argument("--kernel", metavar="NAME", help=_KERNEL_HELP)
     t.set_defaults(func=cmd_pto)
 
     e = sub.add_parser("explain-layout", help="explain the NZ layout of a shape and dtype",

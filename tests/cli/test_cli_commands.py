@@ -167,7 +167,52 @@ def test_ir_kernel_selection(cli, write):
 
 def test_ir_file_without_kernels(cli, write):
     r = cli("ir", write("empty.py", "import numpy\n"))
-    assert r.code == 2 and "defines no @pl.kernel" in r.err
+    assert r.code == 2 and "defines no @pl.kernel" in r.err and "(functions in this file: none)" in r.err
+
+
+FACTORY = '''\
+from nzjit import pl
+
+def make(dtype, n=64):  # a kernel per dtype and size: none at module level
+    @pl.kernel
+    def scaled(x: pl.Tensor[[n, 64], dtype], w: pl.Tensor[[64, 64], dtype, pl.NZ],
+               out: pl.Out[pl.Tensor[[n, 64], pl.INT32 if dtype is pl.INT8 else pl.FP32]]):
+        out[:, :] = pl.matmul(x[:, :], w[:, :], b_trans=True)
+    return scaled
+
+def _helper():
+    return 1
+'''
+
+
+def test_a_factory_kernel_is_shown_by_its_call(cli, write):
+    path = write("factory.py", FACTORY)
+    none = cli("ir", path)
+    assert none.code == 2 and "--kernel 'make(pl.INT8)'" in none.err
+    assert "(functions in this file: make)" in none.err  # _helper is private
+    r = cli("ir", path, "--kernel", "make(pl.INT8, n=32)", "--after", "trace")
+    assert r.code == 0, r.err
+    assert "x:i8[32,64] w:i8[64,64]{NZ} out:i32[32,64]" in r.out
+    assert "# kernel" not in r.out
+    t = cli("pto", path, "--kernel", "make(pl.FP16)")
+    assert t.code == 0, t.err
+    assert "func.func @scaled(%arg0: !pto.ptr<f16>" in t.out
+    nzjit.check_ptoas(t.out)
+
+
+@pytest.mark.parametrize(
+    "expr,message",
+    [
+        ("make(", "--kernel 'make(' is neither a name nor a Python expression: '(' was never closed"),
+        ("make(pl.INT8, n=48", "is neither a name nor a Python expression"),
+        ("_helper()", "--kernel '_helper()' gave a int, not a @pl.kernel"),
+        ("make(3)", "--kernel 'make(3)' failed: TypeError:"),
+        ("nope(1)", "--kernel 'nope(1)' failed: NameError: name 'nope' is not defined"),
+    ],
+)
+def test_a_kernel_expression_that_gives_no_kernel_is_a_usage_error(cli, write, expr, message):
+    r = cli("ir", write("factory.py", FACTORY), "--kernel", expr)
+    assert r.code == 2 and message in r.err and "Traceback" not in r.err
 
 
 def test_ir_import_error_in_user_file_has_a_filtered_traceback(cli, write):
