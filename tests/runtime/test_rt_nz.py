@@ -99,6 +99,15 @@ def test_tile_shape(rows, lines, to_nz, tile):  # NZ-8: a large plane is copied 
     assert tile[0] * tile[1] == preferred[0] * preferred[1]
 
 
+def _record_copies(monkeypatch) -> list:
+    """The list that records every np.copyto ("copyto") and np.take ("take") from now on."""
+    calls: list = []
+    copyto, take = np.copyto, np.take
+    monkeypatch.setattr(np, "copyto", lambda *a, **k: calls.append("copyto") or copyto(*a, **k))
+    monkeypatch.setattr(np, "take", lambda *a, **k: calls.append("take") or take(*a, **k))
+    return calls
+
+
 @pytest.mark.parametrize(
     "shape,n_takes,n_copies",
     [
@@ -113,10 +122,7 @@ def test_pack_runs_tile_by_tile_or_gathers_small_planes(shape, n_takes, n_copies
     monkeypatch.setattr(runtime.nz, "_UNPACK_TILE", (64, 4))
     monkeypatch.setattr(runtime.nz, "_PACK_GATHER_LINES", 256)
     monkeypatch.setattr(runtime.nz, "_UNPACK_GATHER_LINES", 256)
-    calls = []
-    copyto, take = np.copyto, np.take
-    monkeypatch.setattr(np, "copyto", lambda *a, **k: calls.append("copyto") or copyto(*a, **k))
-    monkeypatch.setattr(np, "take", lambda *a, **k: calls.append("take") or take(*a, **k))
+    calls = _record_copies(monkeypatch)
     a = _random_bytes(shape, np.int8, seed=2)
     R, C = shape[-2:]
     expected = a.reshape(-1, R, C // 32, 32).swapaxes(1, 2).reshape(shape)
@@ -132,10 +138,7 @@ def test_bf16_plane_is_packed_in_tiles_and_unpacked_by_one_gather(monkeypatch, n
     # gather when unpacking, which writes whole rows in order while its reads hit the cache.
     # (On one thread; test_rt_nz_threads.py splits the same work over several.)
     monkeypatch.setattr(runtime.threads, "THREADS", 1)
-    calls = []
-    copyto, take = np.copyto, np.take
-    monkeypatch.setattr(np, "copyto", lambda *a, **k: calls.append("copyto") or copyto(*a, **k))
-    monkeypatch.setattr(np, "take", lambda *a, **k: calls.append("take") or take(*a, **k))
+    calls = _record_copies(monkeypatch)
     a = _random_bytes((2048, 2048), ml_dtypes.bfloat16, seed=5)
     packed = runtime.pack_nz(a)
     assert calls == ["copyto"] * 8
@@ -153,11 +156,9 @@ def test_a_plane_moves_in_one_compiled_call_per_direction(monkeypatch):  # NZ-8
     if runtime.nz._native is None:
         pytest.skip("runtime._lines was not built (no C compiler at install)")
     monkeypatch.setattr(runtime.threads, "THREADS", 1)
-    calls = []
-    swap, copyto, take = runtime.nz._native.swap, np.copyto, np.take
+    calls = _record_copies(monkeypatch)
+    swap = runtime.nz._native.swap
     monkeypatch.setattr(runtime.nz._native, "swap", lambda *a: calls.append(("swap", *a[2:])) or swap(*a))
-    monkeypatch.setattr(np, "copyto", lambda *a, **k: calls.append("copyto") or copyto(*a, **k))
-    monkeypatch.setattr(np, "take", lambda *a, **k: calls.append("take") or take(*a, **k))
     a = _random_bytes((2048, 2048), ml_dtypes.bfloat16, seed=5)
     packed = runtime.pack_nz(a)
     assert calls == [("swap", 1, 2048, 128, 0, 2048)]  # planes, rows, lines, row range

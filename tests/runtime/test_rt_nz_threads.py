@@ -40,27 +40,30 @@ def test_parts_write_disjoint_lines_that_cover_the_output(shape, gather, n, n_pa
     J = C // 32
     logical = _random_bytes(shape, np.int8, seed=1)
     packed = logical.reshape(B, R, J, 32).swapaxes(1, 2).reshape(shape).copy()
-    src, expected = (logical, packed) if to_nz else (packed, logical)
-    # the parts of one call, each run alone into an output prefilled twice with different bytes:
-    # a byte it writes differs from one of the two fills (and equals the expected byte)
-    written = []
-    for fill in (0x55, 0xAA):
-        out = np.full(shape, fill, np.uint8).view(np.int8)
-        lg, z = (logical, out) if to_nz else (out, packed)
-        parts = nz._parts(nz._as_lines(lg, R, J), nz._as_lines(z, J, R), to_nz, n)
-        assert len(parts) == n_parts
+    expected = packed if to_nz else logical
+    out = np.empty(shape, np.int8)
+    lg, z = (logical, out) if to_nz else (out, packed)
+    parts = nz._parts(nz._as_lines(lg, R, J), nz._as_lines(z, J, R), to_nz, n)
+    assert len(parts) == n_parts
+    _check_parts_cover(parts, out, expected)
+
+
+def _check_parts_cover(parts, out: np.ndarray, expected: np.ndarray) -> None:
+    """The parts of one call, each run alone into `out` prefilled twice with different bytes: a
+    byte it writes differs from one of the two fills and equals the expected byte. Each part
+    writes whole 32-byte lines; together they write every byte once."""
+    total = np.zeros(out.shape, np.int64)
+    for part in parts:
         masks = []
-        for part in parts:
+        for fill in (0x55, 0xAA):
             out.view(np.uint8)[...] = fill
             part()
             masks.append(out.view(np.uint8) != fill)
             np.testing.assert_array_equal(out[masks[-1]], expected[masks[-1]])
-        written.append(masks)
-    masks = [a | b for a, b in zip(*written)]
-    lines = [m.reshape(-1, 32) for m in masks]
-    for m in lines:  # a part writes whole 32-byte lines
-        assert np.all(m.all(axis=1) | ~m.any(axis=1))
-    total = np.sum(masks, axis=0)
+        written = masks[0] | masks[1]
+        lines = written.reshape(-1, 32)
+        assert np.all(lines.all(axis=1) | ~lines.any(axis=1))  # whole lines
+        total += written
     assert total.max() == 1 and total.min() == 1  # disjoint, and together every byte
 
 
@@ -89,20 +92,10 @@ def test_compiled_parts_write_disjoint_lines_that_cover_the_output(shape, n, pac
     packed = logical.reshape(B, R, J, 32).swapaxes(1, 2).reshape(shape).copy()
     src, expected = (logical, packed) if to_nz else (packed, logical)
     src_lines = nz._as_lines(src, *((R, J) if to_nz else (J, R)))
-    total = np.zeros(shape, np.int64)
     out = np.empty(shape, np.int8)
     parts = nz._native_parts(src_lines, nz._as_lines(out, *((J, R) if to_nz else (R, J))), n)
     assert [(p.args[2], p.args[5], p.args[6]) for p in parts] == calls
-    for part in parts:
-        for fill in (0x55, 0xAA):  # a byte the part writes differs from one of the two fills
-            out.view(np.uint8)[...] = fill
-            part()
-            written = out.view(np.uint8) != fill
-            np.testing.assert_array_equal(out[written], expected[written])
-            if fill == 0x55:
-                mask = written
-        total += mask | written
-    assert total.min() == 1 and total.max() == 1  # disjoint, and together every byte
+    _check_parts_cover(parts, out, expected)
 
 
 @settings(max_examples=200, deadline=None)
