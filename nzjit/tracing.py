@@ -28,11 +28,12 @@ import numpy as np
 from runtime.memory import CAPACITIES, HW_NAMES
 
 from .core import dtypes as dt
-from .core.dce import prune
 from .core.ir import Atom, Eqn, Graph, Literal, Var
-from .core.primitives import Primitive, for_p
+from .core.primitives import Primitive
 from .core.types import Mem, ScalarType, TensorType, TileType, Type
 from .errors import CompileError, Source, source_of, user_frame, user_source
+from .passes.dce import prune
+from .prims import for_p
 
 _MISSING = object()
 

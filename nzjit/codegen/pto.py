@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import primitives as P
+from .. import prims as P
 from ..core.dtypes import BOOL, INDEX, DType
 from ..core.ir import Atom, Eqn, Graph, Literal, Var
 from ..core.types import DynDim, Layout, ScalarType, TensorType, TileType, Type

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import prims as P
 from ..core import dtypes as dt
-from ..core import primitives as P
 from ..core.ir import Literal, Var
 from ..core.types import Layout, Mem, ScalarType, TensorType, TileType
 from ..errors import CompileError, user_source

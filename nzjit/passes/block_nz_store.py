@@ -16,11 +16,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..core import primitives as P
+from .. import prims as P
 from ..core.dtypes import FP32, INDEX
 from ..core.ir import Atom, Eqn, Literal, Var
 from ..core.types import DynDim, Mem, ScalarType, TensorType, TileType
 from ..errors import CompileError, Source
+from .nz_blocked import blocked_shape
 
 ACC_C0 = 8  # FP32 c0 (NZ-4): the GM column-block width of an FP32 NZ target
 FRACTAL_ROWS = 16
@@ -79,8 +80,6 @@ def rewrite_nz_store(blk: Any, e: Eqn) -> None:
     `nz_partition = (1, n/8, M/16, 16, 8)`; the tile keeps its type, the attrs are kept, the result
     is an alias of the blocked target.
     """
-    from .block_nz import blocked_shape
-
     src = e.source
     tile_v, dst_v = e.inputs[0], e.inputs[-1]
     logical = dst_v.type
