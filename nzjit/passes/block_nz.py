@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import math
 
+from runtime.dtypes import FRACTAL_ROWS
+
 from .. import prims as P
 from ..core.dtypes import INDEX, c0_of
 from ..core.ir import Atom, Eqn, Graph, Literal, Var
 from ..core.types import Layout, Mem, ScalarType, TensorType, Type
 from ..errors import CompileError, Source
 from . import block_nz_store
-from .nz_blocked import FRACTAL_ROWS, blocked_shape
+from .nz_blocked import blocked_shape
 from .nz_gap_guard import check_nz_gm_gap_fits_burst_stride
 from .proofs import PROVABLE_FORMS, Prover
 from .rewrite import Rewriter

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import math
 
+from runtime.dtypes import FRACTAL_ROWS
+
 from ..core.dtypes import c0_of
 from ..core.types import Dim, DynDim, TensorType
 from ..errors import CompileError, Source
-
-FRACTAL_ROWS = 16
 
 
 def blocked_shape(t: TensorType, what: str, source: Source | None) -> tuple[Dim, ...]:
