@@ -202,8 +202,9 @@ def _is_private(name: str) -> bool:
 
 def runtime_private_attributes(root: Path) -> set[str]:
     """The private attribute names runtime's classes own: `self._x = ...` / `cls._x = ...`
-    assignments, `_x` entries of `__slots__`, and `_x` methods and class attributes in class
-    bodies."""
+    assignments, `setattr(obj, "_x", ...)` / `object.__setattr__(obj, "_x", ...)` (frozen
+    dataclasses), `_x` entries of `__slots__`, and `_x` methods and class attributes (annotated
+    fields included) in class bodies."""
     names: set[str] = set()
     for path in module_files(root, ("runtime",)).values():
         for node in ast.walk(_parse(path)):
@@ -220,6 +221,11 @@ def runtime_private_attributes(root: Path) -> set[str]:
                                          and _is_private(c.value))
                         elif isinstance(t, ast.Name) and _is_private(t.id):
                             names.add(t.id)
+            elif (isinstance(node, ast.Call) and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+                  and isinstance(node.args[1].value, str) and _is_private(node.args[1].value)
+                  and ((isinstance(node.func, ast.Name) and node.func.id == "setattr")
+                       or (isinstance(node.func, ast.Attribute) and node.func.attr == "__setattr__"))):
+                names.add(node.args[1].value)
             elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
                   and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
                   and _is_private(node.attr)):
@@ -401,14 +407,17 @@ def test_checker_finds_every_kind_of_private_runtime_use(tmp_path: Path) -> None
     root = _tree(tmp_path, {
         "runtime/tile.py": ("class TileBuf:\n    __slots__ = ('_data', 'shape')\n"
                             "    def __init__(self):\n        self._g = 1\n"
-                            "    def _from_geometry(self):\n        pass\n"),
+                            "    def _from_geometry(self):\n        pass\n"
+                            "class Frozen:\n    _cache: int\n    def __post_init__(self):\n"
+                            "        object.__setattr__(self, '_frozen', 1)\n"),
         "nzjit/use.py": ("import runtime\nfrom runtime._strided import f\nfrom runtime import _lines, tile\n"
                          "from runtime.tile import TileBuf, _geometry\n\n"
                          "def run(t, x):\n    runtime._strided.f()\n    tile._geometry(1)\n"
                          "    TileBuf._from_geometry()\n    a = t._data\n    t._g = 2\n"
-                         "    getattr(x, '_data')\n    return runtime.tile.public\n"),
+                         "    getattr(x, '_data')\n    x._frozen, x._cache\n    return runtime.tile.public\n"),
         "nzjit/own.py": "class C:\n    def __init__(self):\n        self._data = 1\n        self.__dict__\n",
     })
-    assert runtime_private_attributes(root) >= {"_data", "_g", "_from_geometry"}
+    assert runtime_private_attributes(root) == {"_data", "_g", "_from_geometry", "_cache", "_frozen"}
     got = [(u.path, u.line) for u in private_runtime_uses(root)]
-    assert got == [("nzjit/use.py", n) for n in (2, 3, 4, 7, 8, 9, 10, 11, 12)]
+    assert got == [("nzjit/use.py", n) for n in (2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 13)]
+    # nzjit/own.py's `self._data` is its own attribute; `__dict__` is Python's: neither is a use
