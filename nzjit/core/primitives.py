@@ -47,10 +47,15 @@ def all_primitives() -> dict[str, Primitive]:
     return dict(_ALL)
 
 
+# -------------------------------------------------------------------------------- type-rule helpers
+#
+# What the family modules of nzjit.prims write their rules with; the factories (`_binary_scalar`,
+# `_compare`, `_elementwise`) define and register one primitive per call.
 def _fail(msg: str, **kw: Any) -> CompileError:
     return CompileError(msg, **kw)
 
 
+# ------------------------------------------------------------------------------------------ scalars
 def _scalar_dtype(*ts: Type) -> dt.DType:
     for t in ts:
         if not isinstance(t, ScalarType):
@@ -79,6 +84,7 @@ def _compare(name: str) -> Primitive:
     return rule
 
 
+# -------------------------------------------------------------------------------- tensors and tiles
 def _tensor(t: Type, what: str) -> TensorType:
     if not isinstance(t, TensorType):
         raise _fail(f"{what} needs a tensor operand, got {t}")
@@ -103,6 +109,7 @@ def _static_bits(shape: Sequence[Any], dtype: dt.DType) -> int | None:
     return _prod(shape) * dtype.bits
 
 
+# ------------------------------------------------------------------------------------------ matmuls
 def _matmul_shape(a: tuple[Any, ...], b: tuple[Any, ...], b_trans: bool, what: str) -> tuple[Any, Any]:
     if len(a) != 2 or len(b) != 2:
         raise _fail(f"{what} needs 2-D operands, got {list(a)} and {list(b)}")
@@ -143,6 +150,7 @@ def _mm_operands(a: Type, b: Type, what: str) -> tuple[TileType, TileType]:
     return ta, tb
 
 
+# ----------------------------------------------------------------------------- elementwise tile ops
 def _elementwise(name: str, nargs: int) -> Primitive:
     @primitive(f"tile.{name}", tuple(f"x{i}" for i in range(nargs)))
     def rule(*ts: Type, **_: Any) -> list[Type]:
