@@ -8,7 +8,8 @@ Triton's error format (spec/style.md), with a gutter like rustc's:
     help: align the window to a multiple of 16
 
 Columns in the header are 1-based (as gcc, rustc and editors count them); `Source.col` /
-`Source.end_col` are the 0-based UTF-8 byte offsets of the bytecode position, converted here.
+`Source.end_col` are the 0-based UTF-8 byte offsets of the bytecode position, converted by
+`Source.caret` (which `CompileError.render` uses too: one caret renderer).
 
 Tracebacks hide the toolchain's own frames (the `nzjit` and `runtime` packages, runpy and the
 import machinery) by default: a kernel author needs their own lines, not the pass internals.
@@ -24,12 +25,11 @@ import sys
 import threading
 import traceback
 import types
-import unicodedata
 from typing import Any
 
 import runtime
 
-from .errors import CompileError, InternalError, Source
+from .errors import CompileError, InternalError
 
 __all__ = ["render", "format_compile_error", "format_exception", "format_internal_error", "filter_traceback",
            "is_internal_frame", "show_internal_frames", "install", "uninstall", "excepthook"]
@@ -75,27 +75,6 @@ def _count(tb: types.TracebackType | None) -> int:
     return n
 
 
-def _display_width(text: str) -> int:
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-
-
-def _char_col(line: str, byte_col: int) -> int:
-    """Bytecode columns count UTF-8 bytes; the caret needs characters."""
-    return len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
-
-
-def _caret(line: str, src: Source) -> tuple[int, str]:
-    """(1-based character column, the caret line under `line`)."""
-    start = min(_char_col(line, src.col), len(line))
-    if src.col == 0 and src.end_col is None:  # no column known: underline the statement, not its indent
-        start = len(line) - len(line.lstrip())
-    stripped_end = len(line.rstrip())
-    end = _char_col(line, src.end_col) if src.end_col is not None else stripped_end
-    end = max(start + 1, min(end, max(stripped_end, start + 1)))
-    pad = "".join(ch if ch == "\t" else " " * _display_width(ch) for ch in line[:start])
-    return start + 1, pad + "^" * max(1, _display_width(line[start:end]))
-
-
 def _strip_rule(message: str, rule: str | None) -> str:
     for prefix in (f"{rule}: ", f"[{rule}] ") if rule else ():
         if message.startswith(prefix):
@@ -119,7 +98,7 @@ def format_compile_error(err: CompileError, show_internal: bool | None = None) -
     if src is not None:
         line = src.text
         if line:
-            col, caret = _caret(line, src)
+            col, caret = src.caret()
             gutter = str(src.line)
             body.append(f"{' ' * 4}{gutter} | {line}")
             body.append(f"{' ' * (4 + len(gutter))} | {caret}")

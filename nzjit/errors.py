@@ -6,6 +6,7 @@ import functools
 import linecache
 import os
 import sys
+import unicodedata
 from dataclasses import dataclass
 from types import CodeType, FrameType
 
@@ -24,8 +25,30 @@ class Source:
         """The source line itself (trailing newline stripped; empty when the file cannot be read)."""
         return linecache.getline(self.file, self.line).rstrip("\n")
 
+    def caret(self) -> tuple[int, str]:
+        """(1-based character column, the caret line under `text`): bytecode columns count UTF-8
+        bytes and a wide character takes two cells, so both are converted; with no column known
+        the statement is underlined, not its indent."""
+        line = self.text
+        start = min(_char_col(line, self.col), len(line))
+        if self.col == 0 and self.end_col is None:
+            start = len(line) - len(line.lstrip())
+        stripped_end = len(line.rstrip())
+        end = _char_col(line, self.end_col) if self.end_col is not None else stripped_end
+        end = max(start + 1, min(end, max(stripped_end, start + 1)))
+        pad = "".join(ch if ch == "\t" else " " * _display_width(ch) for ch in line[:start])
+        return start + 1, pad + "^" * max(1, _display_width(line[start:end]))
+
     def __str__(self) -> str:
         return f"{self.file}:{self.line}"
+
+
+def _display_width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _char_col(line: str, byte_col: int) -> int:
+    return len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
 
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -100,8 +123,7 @@ class CompileError(ValueError):
         if caret and self.source is not None:
             line = self.source.text
             if line:
-                width = max(1, (self.source.end_col or len(line)) - self.source.col)
-                text += f"\n    {line}\n    {' ' * self.source.col}{'^' * width}"
+                text += f"\n    {line}\n    {self.source.caret()[1]}"
             if self.help:
                 text += f"\n  help: {self.help}"
         return text

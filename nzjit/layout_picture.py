@@ -24,13 +24,13 @@ from xml.sax.saxutils import escape
 import numpy as np
 
 import runtime
+from runtime.dtypes import FRACTAL_ROWS
 
 from .core.dtypes import ALL_DTYPES, DType
 
 __all__ = ["NzLayout", "Location", "TooManyFractals", "parse_shape", "parse_dtype", "parse_index",
            "describe", "describe_location", "ascii_picture", "svg_picture", "MAX_SVG_FRACTALS"]
 
-FRACTAL_ROWS = 16
 #: The SVG draws one rect per fractal; beyond this the picture is unreadable and huge.
 MAX_SVG_FRACTALS = 4096
 

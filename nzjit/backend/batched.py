@@ -55,7 +55,7 @@ import numpy as np
 import runtime
 from runtime import TileBuf
 
-from ..core import primitives as P
+from .. import prims as P
 from ..core.ir import Eqn, Graph, Var
 from . import lane_gm
 from .lane_state import Fallback, LaneDependent, LaneState, Step, uniform

@@ -21,7 +21,7 @@ import numpy as np
 from runtime import GlobalMemory, OnChip, TileBuf
 from runtime.cube import TileWindow
 
-from ..core import primitives as P
+from .. import prims as P
 from ..core.ir import Eqn, Graph, Literal, Var
 from ..errors import InternalError
 from .impl import impl_rules

@@ -21,7 +21,7 @@ import runtime
 from runtime import TileBuf
 from runtime.cube import textract_window
 
-from ..core import primitives as P
+from .. import prims as P
 from ..core.types import ScalarType, TileType
 from .fast_core import (
     Run,

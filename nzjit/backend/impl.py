@@ -15,9 +15,9 @@ import numpy as np
 
 import runtime
 from runtime import TileBuf
+from runtime.dma import ceil16
 
-from ..core import primitives as P
-from ..core.geometry import ceil16
+from .. import prims as P
 from ..core.ir import Eqn
 from ..core.types import DynDim, Mem, ScalarType, TensorType, TileType
 from .values import HostValue, TensorVal, TransposedTile

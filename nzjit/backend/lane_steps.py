@@ -13,8 +13,8 @@ import numpy as np
 import runtime
 from runtime import GmView, TileBuf
 
+from .. import prims as P
 from ..core import dtypes as D
-from ..core import primitives as P
 from ..core.ir import Eqn
 from ..core.types import ScalarType, TensorType, TileType
 from . import lane_gm

@@ -1,4 +1,5 @@
-"""The kernel language's operations: each stages one primitive through `tracing.bind`."""
+"""The kernel language's operations: each stages one primitive through `tracing.bind`; they also give
+the Python operators of a traced value their meaning (`Tracer.operators`)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import prims as P
 from ..core import dtypes as dt
-from ..core import primitives as P
 from ..core.ir import Literal, Var
 from ..core.types import Layout, Mem, ScalarType, TensorType, TileType
 from ..errors import CompileError, user_source
-from ..tracing import Tracer, bind, current_state, lift
+from ..tracing import Operators, Tracer, bind, current_state, lift
 
 Index = int | Tracer
 
@@ -350,6 +351,12 @@ def elementwise(name: str, *xs: Any) -> Tracer:
         if not _is_tile(x):
             raise CompileError(f"pl.{name} takes Vec tiles, got {x!r}", user_source())
     return bind(P.ELEMENTWISE[name], [[x] for x in xs])[0]
+
+
+#: What the Python operators of a traced value stage: `a + b` is pl.add on tiles and scalar
+#: arithmetic on scalars, `t[i]` a tensor.slice, `t[i] = v` a tensor.assign (nzjit.tracing.tracer).
+Tracer.operators = Operators(scalar_binary=scalar_binary, elementwise=elementwise, getitem=getitem,
+                             setitem=setitem)
 
 
 def add(a: Tracer, b: Tracer) -> Tracer:

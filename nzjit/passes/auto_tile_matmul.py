@@ -20,14 +20,16 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from runtime.dma import ceil16
+from runtime.dtypes import FRACTAL_ROWS
 from runtime.memory import CAPACITIES
 
-from ..core import primitives as P
-from ..core.dtypes import INDEX, c0_of
-from ..core.geometry import ceil16, check_mat_fractals
+from .. import prims as P
+from ..core.dtypes import INDEX, DType, c0_of
 from ..core.ir import Atom, Eqn, Graph, Literal, Var
 from ..core.types import Mem, ScalarType, TensorType, TileType
 from ..errors import CompileError, Source
+from .block_nz_store import check_nz_store_emission, split_nz_store
 from .rewrite import Rewriter
 
 MAX_CUBE_EXTENT = 4095
@@ -249,15 +251,11 @@ class _AutoTile(Rewriter):
 
     def nz_store(self, e: Eqn) -> None:
         """An NZ store whose accumulator was not split: still checked at emission (NZ-22)."""
-        from .block_nz_store import check_nz_store_emission
-
         _, g1, g2, g3, g4 = e.params["nz_partition"]
         check_nz_store_emission(g2 * g3, g1 * g4, self.cap["Acc"], e.source)
         self.copy(e)
 
     def split_store(self, mm: Eqn, st: Eqn) -> None:
-        from .block_nz_store import split_nz_store
-
         dst = st.inputs[-1]
         dt_ = dst.type
         if isinstance(dt_, TensorType) and st.params.get("nz_partition") is not None:
@@ -284,3 +282,30 @@ class _AutoTile(Rewriter):
 def auto_tile_matmul_l0(g: Graph, target: str = "A2A3") -> Graph:
     """Tile Mat-resident matmuls into L0A/L0B/L0C-sized cube instructions."""
     return _AutoTile(target).run(g)
+
+
+def check_mat_fractals(what: str, shape: tuple[Any, ...], dtype: DType, source: Any, *,
+                       partial_rows: bool = False) -> None:
+    """An ND -> NZ Mat tile is whole 16 x c0 fractals (hardware-model.md §1.3, §3). Its columns must
+    be whole C0 lines: the load zero-fills a partial line, which no tile shape describes. With
+    `partial_rows` (a Left operand: a decode batch of M < 16 tokens) rows need not be whole
+    fractals: the tile is padded to ceil16(rows) rows of which the load writes the first `rows`
+    (`mat_tile_type`); otherwise they must be."""
+    if dtype.is_sub_byte or len(shape) < 2 or not all(isinstance(d, int) for d in shape[-2:]):
+        return
+    rows, cols, c0 = shape[-2], shape[-1], c0_of(dtype)
+    if cols % c0 or (rows % FRACTAL_ROWS and not partial_rows):
+        raise CompileError(f"{what}: the Mat tile of an ND window {list(shape)} {dtype.name} is not whole "
+                           f"16 x {c0} fractals: {_needs(partial_rows)} a multiple of c0 = {c0}", source,
+                           help=_help(partial_rows, c0))
+
+
+def _needs(partial_rows: bool) -> str:
+    return "columns must be" if partial_rows else "rows must be a multiple of 16 and columns"
+
+
+def _help(partial_rows: bool, c0: int) -> str:
+    if partial_rows:
+        return f"pad the operand's K axis in GM to a multiple of {c0} (zeros) and slice the window to it"
+    return ("only the Left operand (x in x @ w) may have fewer rows than whole fractals (a decode batch); "
+            "pad this operand in GM to whole fractals and slice the result")

@@ -10,72 +10,22 @@ addressed exactly is refused with the kernel line. The pass marks the graph
 
 from __future__ import annotations
 
-from ..core import primitives as P
+import math
+
+from runtime.dtypes import FRACTAL_ROWS
+
+from .. import prims as P
 from ..core.dtypes import INDEX, c0_of
 from ..core.ir import Atom, Eqn, Graph, Literal, Var
-from ..core.types import Dim, DynDim, Layout, Mem, ScalarType, TensorType, Type
+from ..core.types import Layout, Mem, ScalarType, TensorType, Type
 from ..errors import CompileError, Source
 from . import block_nz_store
+from .nz_blocked import blocked_shape
 from .nz_gap_guard import check_nz_gm_gap_fits_burst_stride
 from .proofs import PROVABLE_FORMS, Prover
 from .rewrite import Rewriter
 
 MARK = "nz_tensor_views_blocked"
-FRACTAL_ROWS = 16
-
-
-def blocked_shape(t: TensorType, what: str, source: Source | None) -> tuple[Dim, ...]:
-    """Logical NZ `[..., R, C]` -> `[B, C/c0, R/16, 16, c0]`, refusing what has no blocked form."""
-    d = t.dtype
-    if d.is_sub_byte:
-        raise CompileError(f"{what}: {d.name} is a sub-byte dtype; NZ needs whole-byte elements "
-                           "(INT4, UINT4, FP4 and BOOL are not supported for NZ)", source, rule="NZ-33",
-                           help="use an 8-bit or wider dtype for NZ tensors")
-    if d.bits > 32:
-        raise CompileError(f"{what}: 64-bit dtype {d.name} has no NZ layout (hardware-model.md §1.1)",
-                           source, rule="NZ-4", help="use ND for 64-bit data")
-    if t.rank < 2:
-        raise CompileError(f"{what}: an NZ tensor needs rank >= 2 (the last two axes are the fractal "
-                           f"plane), got shape {list(t.shape)}", source, rule="NZ-6",
-                           help="declare the tensor as [..., R, C], or keep it pl.ND")
-    if t.strides is not None or (t.valid_shape is not None and tuple(t.valid_shape) != tuple(t.shape)):
-        raise CompileError(f"{what}: an NZ tensor cannot carry explicit strides or a partial valid_shape",
-                           source, rule="NZ-14", help="NZ strides follow from the blocked shape (NZ-7); give "
-                           "valid_shape to the pl.load instead")
-    c0 = c0_of(d)
-    r, c = t.shape[-2], t.shape[-1]
-    for axis, dim in (("rows", r), ("columns", c)):
-        if isinstance(dim, DynDim):
-            raise CompileError(f"{what}: the NZ {axis} axis {dim} is dynamic; divisibility cannot be "
-                               "proven", source, rule="NZ-11", help="declare the last two axes static")
-    assert isinstance(r, int) and isinstance(c, int)
-    if r % FRACTAL_ROWS:
-        raise CompileError(f"{what}: NZ rows {r} must be a multiple of 16 (a partial fractal has no "
-                           "representation)", source, rule="NZ-5", help="pad the rows to a multiple of 16")
-    if c % c0:
-        raise CompileError(f"{what}: NZ columns {c} must be a multiple of c0 = {c0} for {d.name} (a "
-                           "partial C0 line has no representation)", source, rule="NZ-4",
-                           help=f"pad the columns to a multiple of {c0}")
-    lead = t.shape[:-2]
-    if len(lead) > 1 and any(isinstance(x, DynDim) for x in lead):
-        raise CompileError(f"{what}: leading axis of {list(t.shape)} is dynamic; folding rank > 3 into "
-                           "the batch slot multiplies static extents", source, rule="NZ-28",
-                           help="make the leading axes static, or use a rank-3 [B, R, C] tensor")
-    batch: Dim = 1
-    if len(lead) == 1:
-        batch = lead[0]
-    elif lead:
-        batch = _prod([x for x in lead if isinstance(x, int)])
-    return (batch, c // c0, r // FRACTAL_ROWS, FRACTAL_ROWS, c0)
-
-
-def _prod(xs: list[int]) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
-
-
 def _hint(x: Atom, suffix: str) -> str | None:
     """`n0_rblk` for the blocked coordinate of a named offset; unnamed values stay unnamed."""
     return f"{x.hint}{suffix}" if isinstance(x, Var) and x.hint else None
@@ -167,7 +117,7 @@ class BlockNz(Rewriter):
         unit-stride term is used as it is; a sum is formed in INDEX, so offsets of different
         integer dtypes (an INT32 scalar and a loop variable) fold exactly and type-check."""
         lead = logical.shape[:-2]
-        terms = [(o, _prod([x for x in lead[i + 1 :] if isinstance(x, int)]))
+        terms = [(o, math.prod([x for x in lead[i + 1 :] if isinstance(x, int)]))
                  for i, o in enumerate(offs[: len(lead)]) if not (isinstance(o, Literal) and o.value == 0)]
         if not terms:
             return Literal(0, ScalarType(INDEX))
@@ -374,7 +324,7 @@ class BlockNz(Rewriter):
         self.src = e.source
         out_t = self.map_type(out_logical)
         assert isinstance(out_t, TensorType)
-        n_batch = _prod([x for x in ext if isinstance(x, int)])
+        n_batch = math.prod([x for x in ext if isinstance(x, int)])
         sizes = (n_batch, *out_t.shape[1:])
         zero = Literal(0, _idx(batch))
         (o,) = self.emit(P.tensor_slice_p, [[self.atom(src_v)], [batch, zero, zero, zero, zero], []],
@@ -390,7 +340,7 @@ class BlockNz(Rewriter):
         logical = src_v.type
         assert isinstance(logical, TensorType)
         target = tuple(e.params["shape"])
-        n = _prod([x for x in logical.shape if isinstance(x, int)])
+        n = math.prod([x for x in logical.shape if isinstance(x, int)])
         if not (len(target) == 1 and logical.is_static and target[0] == n):
             raise CompileError(f"'tensor.reshape' of NZ tensor '{self.name_of(src_v)}' to {list(target)} "
                                "reinterprets coordinates the blocked form cannot carry; only a "

@@ -16,14 +16,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..core import primitives as P
+from runtime.dtypes import FRACTAL_ROWS
+
+from .. import prims as P
 from ..core.dtypes import FP32, INDEX
 from ..core.ir import Atom, Eqn, Literal, Var
 from ..core.types import DynDim, Mem, ScalarType, TensorType, TileType
 from ..errors import CompileError, Source
+from .nz_blocked import blocked_shape
 
 ACC_C0 = 8  # FP32 c0 (NZ-4): the GM column-block width of an FP32 NZ target
-FRACTAL_ROWS = 16
 ACC_COL_ALIGN = 16  # pto-isa static-asserts Acc NZ store Cols % 16 == 0 (NZ-23: no 8-column exception)
 MAX_STORE_ROWS = 65535  # mSize, 16-bit field
 MAX_STORE_COLS = 4095  # nSize, 12-bit field
@@ -79,8 +81,6 @@ def rewrite_nz_store(blk: Any, e: Eqn) -> None:
     `nz_partition = (1, n/8, M/16, 16, 8)`; the tile keeps its type, the attrs are kept, the result
     is an alias of the blocked target.
     """
-    from .block_nz import blocked_shape
-
     src = e.source
     tile_v, dst_v = e.inputs[0], e.inputs[-1]
     logical = dst_v.type

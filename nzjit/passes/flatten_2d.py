@@ -8,7 +8,7 @@ BlockNzTensorViews (NZ-10).
 
 from __future__ import annotations
 
-from ..core import primitives as P
+from .. import prims as P
 from ..core.ir import Eqn, Graph
 from ..core.types import Layout, Mem, TensorType, TileType, Type
 from ..errors import CompileError

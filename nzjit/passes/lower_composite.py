@@ -7,7 +7,7 @@ L0B (Right, Zn) byte order (hardware-model.md §6), so the view costs nothing on
 
 from __future__ import annotations
 
-from ..core import primitives as P
+from .. import prims as P
 from ..core.ir import Eqn, Graph
 from ..core.types import TileType
 from .rewrite import Rewriter

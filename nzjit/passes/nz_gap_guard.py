@@ -16,10 +16,11 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
+from runtime.dtypes import FRACTAL_ROWS
+
 from ..errors import CompileError, Source
 
 MAX_GM_GAP_BLOCKS = 65535  # the 16-bit gmGap field
-FRACTAL_ROWS = 16
 
 _state = threading.local()
 

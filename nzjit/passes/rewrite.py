@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.dce import prune
 from ..core.ir import Atom, Eqn, Graph, Literal, Var
-from ..core.primitives import Primitive, add_p
+from ..core.primitives import Primitive
 from ..core.types import ScalarType, Type
 from ..errors import Source
+from ..prims import add_p
+from .dce import prune
 
 
 class Rewriter:
@@ -144,5 +145,5 @@ class Rewriter:
 
 
 def dce(g: Graph) -> Graph:
-    """Drop what nobody reads (core/dce.py), bodies included."""
+    """Drop what nobody reads (dce.py), bodies included."""
     return Graph(g.params, prune(g.eqns, g.outputs), g.outputs, g.attrs, g.name)

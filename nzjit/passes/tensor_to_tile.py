@@ -10,7 +10,7 @@ Slices that are not folded (e.g. `w[layer]` handed to an explicit pl.load) stay 
 
 from __future__ import annotations
 
-from ..core import primitives as P
+from .. import prims as P
 from ..core.dtypes import INDEX
 from ..core.ir import Atom, Eqn, Graph, Literal, Var
 from ..core.types import Mem, ScalarType, TensorType, TileType

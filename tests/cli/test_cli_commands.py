@@ -235,7 +235,7 @@ def test_pto_without_codegen_reports_cleanly(cli, nzmm_file):
     assert "PTO codegen is not available" in r.err and "Traceback" not in r.err
 
 
-@pytest.mark.skipif(not _have_codegen(), reason="nzjit/codegen/pto.py has not landed yet")
+@pytest.mark.skipif(not _have_codegen(), reason="nzjit/codegen/pto has not landed yet")
 def test_pto_prints_the_emitted_text(cli, nzmm_file):
     r = cli("pto", nzmm_file)
     assert r.code == 0, r.err

@@ -152,7 +152,7 @@ def test_full_traceback_on_request(cli, write, monkeypatch):
     r = cli("ir", path)
     assert r.code == 1
     assert r.err.startswith("Traceback (most recent call last):")
-    assert os.sep + os.path.join("nzjit", "tracing.py") in r.err  # internal frames shown
+    assert os.sep + os.path.join("nzjit", "tracing", "tracer.py") in r.err  # internal frames shown
     tail = r.err[r.err.index(f"{path}:"):]
     assert parse(tail.split("\n\n")[-1] if "\n\n" in tail else tail)["span"] == "n0 > 0"
 
@@ -288,8 +288,8 @@ def test_format_exception_filtered_and_full(write):
     err = _compile_error_through_nzjit(write)
     short = diagnostics.format_exception(err, show_internal=False)
     full = diagnostics.format_exception(err, show_internal=True)
-    assert os.path.join("nzjit", "tracing.py") not in short and "hidden" in short
-    assert os.path.join("nzjit", "tracing.py") in full and "hidden" not in full
+    assert os.path.join("nzjit", "tracing", "tracer.py") not in short and "hidden" in short
+    assert os.path.join("nzjit", "tracing", "tracer.py") in full and "hidden" not in full
 
 
 def test_env_var_selects_full(monkeypatch):

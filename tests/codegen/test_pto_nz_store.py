@@ -8,10 +8,10 @@ import pytest
 from pto_helpers import partition_read_by, statements
 
 from nzjit import CompileError
+from nzjit import prims as P
 from nzjit.codegen import check_ptoas
 from nzjit.codegen.pto import emit_pto
 from nzjit.codegen.ptoas_check import global_tensors
-from nzjit.core import primitives as P
 from nzjit.core.dtypes import FP32, INDEX
 from nzjit.core.ir import Graph, Literal, Var
 from nzjit.core.types import Layout, ScalarType, TensorType

@@ -9,9 +9,9 @@ import pytest
 
 from nzjit.core import dtypes as dt
 from nzjit.core.ir import Eqn, Literal, Var
-from nzjit.core.primitives import add_p
 from nzjit.core.types import ScalarType
 from nzjit.errors import Source, source_of
+from nzjit.prims import add_p
 
 
 def _eqn() -> Eqn:

@@ -7,8 +7,8 @@ import textwrap
 from nzjit import pl
 from nzjit.core import dtypes as D
 from nzjit.core.ir import Eqn, Graph, Literal, Var
-from nzjit.core.primitives import add_p, mul_p
 from nzjit.core.types import ScalarType
+from nzjit.prims import add_p, mul_p
 
 
 @pl.kernel

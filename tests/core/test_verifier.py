@@ -9,11 +9,11 @@ import nzjit
 from nzjit import pl
 from nzjit.core import dtypes as D
 from nzjit.core.ir import Eqn, Graph, Literal, Var
-from nzjit.core.primitives import add_p, for_p, tile_load_p
 from nzjit.core.types import Layout, Mem, ScalarType, TensorType, TileType
 from nzjit.core.verifier import verify
 from nzjit.passes import pipeline
 from nzjit.passes.pipeline import Lowered
+from nzjit.prims import add_p, for_p, tile_load_p
 
 IDX = ScalarType(D.INDEX)
 

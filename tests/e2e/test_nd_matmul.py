@@ -16,7 +16,7 @@ import pytest
 
 import nzjit
 from nzjit import pl
-from nzjit.core import primitives as P
+from nzjit import prims as P
 from nzjit.core.types import Mem, TileType
 
 M, K, N = 64, 512, 256

@@ -9,9 +9,9 @@ import pytest
 
 import runtime
 from nzjit import pl
+from nzjit import prims as P
 from nzjit.backend.impl import impl_rules
 from nzjit.core import dtypes as D
-from nzjit.core import primitives as P
 from nzjit.core.ir import Eqn, Literal, Var
 from nzjit.core.types import ScalarType
 

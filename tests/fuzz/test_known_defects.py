@@ -22,7 +22,7 @@ FIXED = {
     "nd_partial_mat_tile.py": "an ND matmul operand window that is not whole 16 x c0 fractals crashed at run "
                               "time; a Left operand of M < 16 rows now runs on a padded 16-row Mat tile "
                               "(passes/auto_tile_matmul.py), other partial windows are refused when compiled "
-                              "(core/geometry.check_mat_fractals)",
+                              "(passes/auto_tile_matmul.check_mat_fractals)",
     "oob_runtime_index.py": "a runtime leading index w[layer] past the last layer read the next allocation; "
                             "every partition is now bounds-checked when it is made (impl.check_window)",
     "rank1_store.py": "pl.store into a rank-1 tensor crashed in backend/impl.py _store (partition (1, L))",

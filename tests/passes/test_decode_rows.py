@@ -9,8 +9,8 @@ with valid_shape (M, N), which the store writes. Numbers: tests/e2e/test_decode_
 import pytest
 
 from nzjit import pl
+from nzjit import prims as P
 from nzjit.core import dtypes as D
-from nzjit.core import primitives as P
 from nzjit.core.types import Mem, TileType
 from nzjit.passes.auto_tile_matmul import decode_rows, left_only_values
 

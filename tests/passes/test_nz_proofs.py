@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 import nzjit
 from nzjit import pl
+from nzjit import prims as P
 from nzjit.core import dtypes as D
-from nzjit.core import primitives as P
 from nzjit.core.ir import Eqn, Graph, Literal, Var
 from nzjit.core.types import ScalarType
 from nzjit.passes import proofs

@@ -13,8 +13,8 @@ import pytest
 
 import nzjit
 from nzjit import pl
+from nzjit import prims as P
 from nzjit.core import dtypes as D
-from nzjit.core import primitives as P
 from nzjit.core.ir import Eqn, Graph, Literal, Var
 from nzjit.core.types import Layout, Mem, ScalarType, TensorType, TileType
 from nzjit.errors import Source

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from nzjit import pl
-from nzjit.core import primitives as P
+from nzjit import prims as P
 
 R = 64
 ROWS = np.repeat(np.arange(R, dtype=np.int32)[:, None], 16, axis=1)

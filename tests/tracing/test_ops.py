@@ -7,8 +7,8 @@ import pytest
 
 import nzjit
 from nzjit import pl
+from nzjit import prims as P
 from nzjit.core import dtypes as D
-from nzjit.core import primitives as P
 from nzjit.core.types import Layout, Mem, TensorType, TileType
 
 

@@ -7,7 +7,7 @@ zero-fills the tail columns and leaves rows past the valid ones unwritten). Same
 of 16 columns (c0 = 32) and M = 1. The compiler should pad the tile (valid_shape = the window) or
 refuse with a CompileError; it raised runtime.DeviceError. It was first refused when compiled; now a
 Left operand of M < 16 rows gets a 16-row Mat tile with valid_shape (M, K) and runs device-exact
-(passes/auto_tile_matmul.py); INT8 windows of 16 columns stay refused (core/geometry.py).
+(passes/auto_tile_matmul.py); INT8 windows of 16 columns stay refused (passes/auto_tile_matmul.check_mat_fractals).
 
     python tests/fuzz/repros/nd_partial_mat_tile.py      # DeviceError until fixed
 """

@@ -1,14 +1,5 @@
-"""Tracing: tracer objects stage a Python kernel into a Graph, once (never parsing its source).
-
-A `Tracer` is a mutable handle on a Var of a trace frame. Every staged loop opens a child frame;
-values of enclosing frames used in a body are captured as explicit body inputs (closure
-conversion), so a loop-carried value is only a change of one operand list. Which names a loop
-rebinds is read, read-only, from the kernel frame's locals when the loop opens and closes; the
-`for` statement's bytecode (read, never rewritten) names the body line of a refusal and tells
-whether a carry that starts as a Python number was read, in which case the body is traced a second
-time with the name standing for the carry (see "loops" below). After tracing, carries and captures
-a loop neither reads nor returns to a reader are dropped (`prune`).
-"""
+"""Staged loops: the iterator behind pl.range / pl.pipeline / pl.spmd, traced once (twice when a
+carry that starts as a Python number is read), and the loop equation with its carries."""
 
 from __future__ import annotations
 
@@ -17,323 +8,24 @@ import functools
 import numbers
 import re
 import sys
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import Any
 
 import numpy as np
 
-from runtime.memory import CAPACITIES, HW_NAMES
-
-from .core import dtypes as dt
-from .core.dce import prune
-from .core.ir import Atom, Eqn, Graph, Literal, Var
-from .core.primitives import Primitive, for_p
-from .core.types import Mem, ScalarType, TensorType, TileType, Type
-from .errors import CompileError, Source, source_of, user_frame, user_source
+from ..core import dtypes as dt
+from ..core.ir import Atom, Graph, Literal, Var
+from ..core.types import ScalarType
+from ..errors import CompileError, Source
+from ..prims import for_p
+from .bind import bind, defining_eqn, lift, to_atom
+from .frames import TraceFrame, TraceState, current_state
+from .tracer import Tracer
 
 _MISSING = object()
 
-
-class TraceFrame:
-    """The equations of one graph under construction (the kernel, or one loop body)."""
-
-    def __init__(self, parent: TraceFrame | None, source: Source | None = None) -> None:
-        self.parent = parent
-        self.eqns: list[Eqn] = []
-        self.params: list[Var] = []
-        self.captured: dict[Var, Var] = {}  # var of the parent frame -> body input
-        self.defs: dict[Var, Eqn] = {}
-        self.closed = False
-        self.source = source
-        self.kind: str | None = None
-
-    def is_ancestor_of(self, other: TraceFrame) -> bool:
-        """True when `other` is this frame or nested inside it (a value of this frame is visible there)."""
-        f: TraceFrame | None = other
-        while f is not None:
-            if f is self:
-                return True
-            f = f.parent
-        return False
-
-
-class TraceState:
-    """The trace of one kernel on this thread: the open frames (innermost last), a pending refusal and the
-    user frames that bound ops."""
-
-    def __init__(self, target: str = "A2A3") -> None:
-        self.target = target  # on-chip capacities are checked at bind time
-        self.frames: list[TraceFrame] = []
-        self.pending: CompileError | None = None  # a break/return seen inside a staged loop
-        self.user_frames: dict[int, FrameType] = {}  # kernel (and helper) frames that bound ops
-
-    @property
-    def top(self) -> TraceFrame:
-        """The innermost open frame: where new equations are staged."""
-        return self.frames[-1]
-
-
-_local = threading.local()
-
-
-def current_state() -> TraceState:
-    """The trace in progress on this thread; CompileError outside a `@pl.kernel` trace."""
-    st = getattr(_local, "state", None)
-    if st is None:
-        raise CompileError("this operation is only available while tracing a @pl.kernel", user_source())
-    return st
-
-
-def in_trace() -> bool:
-    """True while a `@pl.kernel` is being traced on this thread."""
-    return getattr(_local, "state", None) is not None
-
-
-class Tracer:
-    """A traced value. Operators stage primitives; Python control flow on it is refused."""
-
-    __slots__ = ("var", "frame", "__weakref__")
-
-    def __init__(self, var: Var, frame: TraceFrame) -> None:
-        self.var = var
-        self.frame = frame
-
-    # -- introspection
-    @property
-    def type(self) -> Type:
-        """The IR type of the traced value."""
-        return self.var.type
-
-    @property
-    def shape(self) -> tuple[Any, ...]:
-        """The tensor or tile shape; `()` for a scalar."""
-        t = self.var.type
-        if isinstance(t, TensorType | TileType):
-            return tuple(t.shape)
-        return ()
-
-    @property
-    def dtype(self) -> dt.DType:
-        """The element dtype."""
-        return self.var.type.dtype  # type: ignore[union-attr]
-
-    def __repr__(self) -> str:
-        return f"Tracer<{self.var.hint or '_'}:{self.var.type}>"
-
-    # -- refusals: Python needs a concrete value here
-    def __bool__(self) -> bool:
-        raise CompileError("a Python `if`/`while`/`and`/`or` on a traced value cannot be staged: the "
-                           "kernel is traced once, so the branch would be fixed at trace time",
-                           user_source(), help="compute both sides, or use pl.min / pl.max")
-
-    def __index__(self) -> int:
-        raise CompileError("a traced value is used where Python needs a concrete int (e.g. a plain "
-                           "`range` bound or list index)", user_source(),
-                           help="use pl.range(...) for a loop over traced bounds")
-
-    __int__ = __index__
-
-    def __iter__(self) -> Iterator[Any]:
-        raise CompileError("a traced value cannot be iterated in Python", user_source(),
-                           help="loop with pl.range / pl.pipeline / pl.spmd")
-
-    # -- scalar arithmetic
-    def _bin(self, name: str, other: Any, reverse: bool = False) -> Tracer:
-        from .language import ops
-
-        return ops.scalar_binary(name, other, self) if reverse else ops.scalar_binary(name, self, other)
-
-    def __add__(self, o: Any) -> Any:
-        return self._tile_or_scalar("add", o)
-
-    def __radd__(self, o: Any) -> Any:
-        return self._bin("add", o, True)
-
-    def __sub__(self, o: Any) -> Any:
-        return self._tile_or_scalar("sub", o)
-
-    def __rsub__(self, o: Any) -> Any:
-        return self._bin("sub", o, True)
-
-    def __mul__(self, o: Any) -> Any:
-        return self._tile_or_scalar("mul", o)
-
-    def __rmul__(self, o: Any) -> Any:
-        return self._bin("mul", o, True)
-
-    def __floordiv__(self, o: Any) -> Any:
-        return self._bin("floordiv", o)
-
-    def __rfloordiv__(self, o: Any) -> Any:
-        return self._bin("floordiv", o, True)
-
-    def __mod__(self, o: Any) -> Any:
-        return self._bin("mod", o)
-
-    def __rmod__(self, o: Any) -> Any:
-        return self._bin("mod", o, True)
-
-    def __neg__(self) -> Any:
-        return self._bin("sub", 0, True)
-
-    def __lt__(self, o: Any) -> Any:
-        return self._bin("lt", o)
-
-    def __le__(self, o: Any) -> Any:
-        return self._bin("le", o)
-
-    def __gt__(self, o: Any) -> Any:
-        return self._bin("gt", o)
-
-    def __ge__(self, o: Any) -> Any:
-        return self._bin("ge", o)
-
-    def __eq__(self, o: Any) -> Any:  # type: ignore[override]
-        return self._bin("eq", o)
-
-    def __ne__(self, o: Any) -> Any:  # type: ignore[override]
-        return self._bin("ne", o)
-
-    __hash__ = object.__hash__
-
-    def _unsupported(self, *_: Any) -> Any:
-        raise CompileError("this operator is not part of the kernel language's scalar arithmetic "
-                           "(`+ - * // %`, comparisons, pl.min / pl.max)", user_source(),
-                           help="use // for (floor) division")
-
-    __truediv__ = __rtruediv__ = __pow__ = __rpow__ = __lshift__ = __rshift__ = _unsupported
-    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __invert__ = _unsupported
-
-    def __pos__(self) -> Tracer:
-        return self
-
-    def _tile_or_scalar(self, name: str, o: Any) -> Any:
-        from .language import ops
-
-        if isinstance(self.var.type, TileType):
-            return ops.elementwise(name, self, o)
-        return self._bin(name, o)
-
-    # -- tensor indexing
-    def __getitem__(self, key: Any) -> Tracer:
-        from .language import ops
-
-        return ops.getitem(self, key)
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        from .language import ops
-
-        ops.setitem(self, key, value)
-
-
-# ------------------------------------------------------------------------------------ binding
-def lift(t: Tracer, frame: TraceFrame) -> Var:
-    """The Var standing for tracer `t` inside `frame`, capturing it through enclosing loop bodies."""
-    if t.frame is frame:
-        return t.var
-    if t.frame.closed or not t.frame.is_ancestor_of(frame):
-        made = defining_eqn(t)
-        where = f" (defined at {made.source}," if made is not None and made.source else " ("
-        where += f" inside the loop at {t.frame.source})" if t.frame.source else " inside a loop)"
-        raise CompileError(f"value '{t.var.hint or t.var.type}'{where} is used outside the loop that "
-                           "defined it", user_source(),
-                           help="assign it to a name before the loop so that the loop carries it")
-    assert frame.parent is not None
-    outer = lift(t, frame.parent)
-    inner = frame.captured.get(outer)
-    if inner is None:
-        inner = Var(outer.type, outer.hint)
-        frame.captured[outer] = inner
-    return inner
-
-
-@functools.lru_cache(maxsize=4096)
-def _int_literal(value: int, dtype: dt.DType) -> Literal:
-    return Literal(dtype.wrap(value), ScalarType(dtype))
-
-
-def literal(value: Any, dtype: dt.DType = dt.INDEX) -> Literal:
-    """A Python constant as an IR literal: ints wrap to `dtype`, bools are BOOL, reals a float dtype; anything
-    else is refused."""
-    if type(value) is int:  # the common case, without the ABC checks below
-        return _int_literal(value, dtype)
-    if isinstance(value, bool | np.bool_):
-        return Literal(bool(value), ScalarType(dt.BOOL))
-    if isinstance(value, numbers.Integral):
-        return Literal(dtype.wrap(int(value)), ScalarType(dtype))
-    if isinstance(value, numbers.Real):
-        return Literal(float(value), ScalarType(dtype if dtype.is_float else dt.FP32))
-    raise CompileError(f"cannot use {type(value).__name__} {value!r} as a kernel value", user_source())
-
-
-def to_atom(x: Any, frame: TraceFrame, dtype: dt.DType = dt.INDEX) -> Atom:
-    """`x` as an operand of `frame`: a tracer's Var (captured into nested loop frames), or a literal."""
-    if type(x) is Tracer:
-        return x.var if x.frame is frame else lift(x, frame)
-    if type(x) is int:
-        return _int_literal(x, dtype)
-    if isinstance(x, Tracer):
-        return lift(x, frame)
-    if isinstance(x, Var | Literal):
-        return x
-    return literal(x, dtype)
-
-
-def bind(prim: Primitive, groups: Sequence[Sequence[Any]], params: dict[str, Any] | None = None,
-         source: Source | None = None, dtype: dt.DType = dt.INDEX) -> list[Tracer]:
-    """Stage one equation in the current frame; the type rule runs now, so errors name this line."""
-    st = current_state()
-    if st.pending is not None:
-        raise st.pending
-    frame = st.top
-    src = source
-    if src is None:
-        uf = user_frame()
-        src = None if uf is None else source_of(uf)
-        if uf is not None and id(uf) not in st.user_frames:
-            st.user_frames[id(uf)] = uf  # its locals name the values at the end of tracing
-    inputs = tuple([to_atom(x, frame, dtype) for grp in groups for x in grp])
-    params = {**params, "arity": tuple(map(len, groups))} if params else {"arity": tuple(map(len, groups))}
-    try:
-        out_types = prim.type_rule(*[a.type for a in inputs], **params)
-    except CompileError as e:
-        if e.source is None:
-            raise CompileError(e.raw_message, src, rule=e.rule, help=e.help) from None
-        raise
-    for t in out_types:
-        if type(t) is TileType and t.memory is Mem.Vec:
-            _check_capacity(t, st.target, src)
-    outs = tuple([Var(t) for t in out_types])
-    eqn = Eqn(prim, inputs, outs, params, src)
-    frame.eqns.append(eqn)
-    for v in outs:
-        frame.defs[v] = eqn
-    return [Tracer(v, frame) for v in outs]
-
-
-def _check_capacity(t: Type, target: str, src: Source | None) -> None:
-    """A Vec tile larger than the vector buffer (UB) can never be placed. (An Acc tile may still be
-    split into L0C-sized blocks by AutoTileMatmulL0, which checks it; a Mat tile over L1 is refused
-    by the device when it is allocated.)"""
-    if not isinstance(t, TileType) or t.memory is not Mem.Vec:
-        return
-    cap = CAPACITIES[target][t.memory.value]
-    if t.nbytes > cap:
-        hw = HW_NAMES[t.memory.value]
-        raise CompileError(f"tile {t} needs {t.nbytes} bytes ({t.nbytes / 1024:g} KiB) but the {t.memory.value} "
-                           f"buffer ({hw}) holds {cap // 1024} KiB on {target}", src,
-                           help="load a smaller window and loop over the rest")
-
-
-def defining_eqn(t: Tracer) -> Eqn | None:
-    """The equation that made `t` in its frame; None for a parameter or captured value."""
-    return t.frame.defs.get(t.var)
-
-
-# -------------------------------------------------------------------------------------- loops
 #
 # A staged loop is a generator: Python runs the body once per item it yields. It yields one
 # induction variable, and when Python asks for the next item the body's frame is closed and the
@@ -432,7 +124,8 @@ class _Loop:
 Carry = tuple[str, Any, Tracer]  # (name, value before the loop, value after one trip)
 
 
-def _name_hints(local_vars: dict[str, Any]) -> None:
+def name_hints(local_vars: dict[str, Any]) -> None:
+    """Name each unnamed traced value after the local variable that holds it (the printer's names)."""
     for name, val in local_vars.items():
         if isinstance(val, Tracer) and val.var.hint is None and not name.startswith("_"):
             val.var.hint = name
@@ -455,7 +148,7 @@ def staged_loop(kind: str, start: Any, stop: Any, step: Any, stage: int | None,
         raise st.pending
     kframe: FrameType = sys._getframe(1)  # the frame running the `for` statement
     loop = _Loop(kind, [], stage, source, kframe, _body_code(kframe), dict(kframe.f_locals))
-    _name_hints(loop.before)
+    name_hints(loop.before)
     for x in (start, stop, step):
         b = to_atom(x, st.top)
         if not (isinstance(b.type, ScalarType) and b.type.dtype.is_int):
@@ -509,7 +202,7 @@ def _is_number(x: Any) -> bool:
 
 def _carries(body: TraceFrame, iv_tracer: Tracer, loop: _Loop, after: dict[str, Any]) -> list[Carry]:
     """The names one trip rebound to traced values: the loop's carries. Refuses what cannot be staged."""
-    _name_hints(after)
+    name_hints(after)
     carries: list[Carry] = []
     seen: set[int] = set()
     for name, new in after.items():
@@ -626,29 +319,3 @@ def _close_loop(st: TraceState, body: TraceFrame, carries: list[Carry], loop: _L
         if new.frame is body:
             new.var, new.frame = r.var, r.frame  # the name now holds the loop's result
         # else the name holds a value from before the loop, which is the result (trips >= 1)
-
-
-# ------------------------------------------------------------------------------------ tracing
-def trace(fn: Any, param_types: Sequence[Type], param_names: Sequence[str], name: str,
-          target: str = "A2A3") -> Graph:
-    """Run `fn` once on tracers and return the staged Graph (dead carries and values dropped)."""
-    if in_trace():
-        raise CompileError("a kernel cannot be traced inside another kernel's trace", user_source())
-    st = TraceState(target)
-    root = TraceFrame(None)
-    root.params = [Var(t, n) for t, n in zip(param_types, param_names)]
-    st.frames.append(root)
-    _local.state = st
-    try:
-        fn(*(Tracer(v, root) for v in root.params))
-        if st.pending is not None:
-            raise st.pending
-        if len(st.frames) != 1:
-            raise CompileError("a staged loop was left open", st.top.source)
-        code = getattr(fn, "__code__", None)  # the kernel's own names first, then its helpers'
-        for f in sorted(st.user_frames.values(), key=lambda f: f.f_code is not code):
-            _name_hints(f.f_locals)
-    finally:
-        _local.state = None
-        st.user_frames.clear()
-    return Graph(root.params, prune(root.eqns, []), [], name=name)

@@ -1,12 +1,12 @@
 """Dead-code elimination over the IR: pure equations nobody reads, and loop carries and captures
-that a loop neither reads nor hands to a reader. Used by tracing and after every pass."""
+that a loop neither reads nor hands to a reader. Used by tracing and after every pass (`Rewriter.run`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .ir import Atom, Eqn, Graph, Var
-from .primitives import PURE, for_p
+from ..core.ir import Atom, Eqn, Graph, Var
+from ..prims import PURE, for_p
 
 
 def prune(eqns: Sequence[Eqn], live_out: Sequence[Atom]) -> list[Eqn]:

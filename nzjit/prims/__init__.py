@@ -1,0 +1,99 @@
+"""Every primitive of the IR and its type rule, one module per family:
+
+- `scalar`: index arithmetic, comparisons, `convert`, the SPMD block index and count;
+- `control`: the staged loop `for`;
+- `memory`: tensor windows and views, assignment, `tile.load` / `tile.store` / `tile.move`, tile views;
+- `cube`: the matmuls (tensor and tile level), `tile.extract`, `tile.mad`, `tile.mad_acc`;
+- `elementwise`: `tile.cast` and the elementwise Vec tile operations.
+
+`from nzjit import prims as P` gives every `*_p`, the family tables (`SCALAR_BINARY`, `COMPARE`,
+`ELEMENTWISE`, `PURE`) and the definition API of `nzjit.core.primitives` (`Primitive`,
+`primitive`, `all_primitives` and the type-rule helpers), so a rule table can be keyed by `P.x_p`
+and a new family can be written against one name.
+"""
+
+from __future__ import annotations
+
+from ..core.primitives import (
+    _MATMUL_OUT,
+    Primitive,
+    _binary_scalar,
+    _check_index_operands,
+    _compare,
+    _elementwise,
+    _fail,
+    _matmul_out_dtype,
+    _matmul_shape,
+    _mm_operands,
+    _prod,
+    _scalar_dtype,
+    _squeeze2,
+    _static_bits,
+    _tensor,
+    _tile,
+    all_primitives,
+    primitive,
+)
+from .control import for_p
+from .cube import (
+    tensor_matmul_acc_p,
+    tensor_matmul_p,
+    tile_extract_p,
+    tile_mad_acc_p,
+    tile_mad_p,
+    tile_matmul_acc_p,
+    tile_matmul_p,
+)
+from .elementwise import ELEMENTWISE, tile_cast_p
+from .memory import (
+    tensor_assign_p,
+    tensor_reinterpret_view_p,
+    tensor_reshape_p,
+    tensor_slice_p,
+    tensor_view_p,
+    tile_load_p,
+    tile_move_p,
+    tile_store_p,
+    tile_transpose_view_p,
+)
+from .scalar import (
+    COMPARE,
+    SCALAR_BINARY,
+    add_p,
+    convert_p,
+    eq_p,
+    floordiv_p,
+    ge_p,
+    get_block_idx_p,
+    get_block_num_p,
+    gt_p,
+    le_p,
+    lt_p,
+    max_p,
+    min_p,
+    mod_p,
+    mul_p,
+    ne_p,
+    sub_p,
+)
+
+#: Primitives without effects: an equation of one whose results nobody reads can be dropped.
+PURE: frozenset[Primitive] = frozenset({
+    *SCALAR_BINARY.values(), *COMPARE.values(), convert_p, get_block_idx_p, get_block_num_p,
+    tensor_slice_p, tensor_reshape_p, tensor_view_p, tensor_reinterpret_view_p, tile_transpose_view_p,
+})
+
+__all__ = [
+    "Primitive", "primitive", "all_primitives", "PURE", "SCALAR_BINARY", "COMPARE", "ELEMENTWISE",
+    "_MATMUL_OUT", "_binary_scalar", "_check_index_operands", "_compare", "_elementwise", "_fail",
+    "_matmul_out_dtype", "_matmul_shape", "_mm_operands", "_prod", "_scalar_dtype", "_squeeze2",
+    "_static_bits", "_tensor", "_tile",
+    "for_p",
+    "tensor_matmul_p", "tensor_matmul_acc_p", "tile_matmul_p", "tile_matmul_acc_p", "tile_extract_p",
+    "tile_mad_p", "tile_mad_acc_p",
+    "tile_cast_p",
+    "tensor_slice_p", "tensor_reshape_p", "tensor_view_p", "tensor_reinterpret_view_p", "tensor_assign_p",
+    "tile_load_p", "tile_store_p", "tile_move_p", "tile_transpose_view_p",
+    "add_p", "sub_p", "mul_p", "floordiv_p", "mod_p", "min_p", "max_p",
+    "lt_p", "le_p", "gt_p", "ge_p", "eq_p", "ne_p", "convert_p", "get_block_idx_p", "get_block_num_p",
+]

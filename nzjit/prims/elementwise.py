@@ -1,0 +1,20 @@
+"""Elementwise primitives on Vec tiles: `pl.cast` and `pl.add / sub / mul / maximum / exp`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core import dtypes as dt
+from ..core.primitives import _elementwise, _tile, primitive
+from ..core.types import Type
+
+
+@primitive("tile.cast", ("src",))
+def tile_cast_p(src: Type, *, dtype: dt.DType, **_: Any) -> list[Type]:
+    """`pl.cast` of a tile to `dtype` (same shape and memory)."""
+    s = _tile(src, "pl.cast")
+    return [s.with_(dtype=dtype)]
+
+
+ELEMENTWISE = {n: _elementwise(n, k) for n, k in
+               (("add", 2), ("sub", 2), ("mul", 2), ("maximum", 2), ("exp", 1))}

@@ -1,0 +1,132 @@
+"""Memory primitives: tensor windows and views (GM, before and after tiling), assignment, and the
+tile moves between GM and on-chip buffers (`pl.load`, `pl.store`, `pl.move`) and views of a tile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core import dtypes as dt
+from ..core.primitives import (
+    _check_index_operands,
+    _fail,
+    _prod,
+    _squeeze2,
+    _static_bits,
+    _tensor,
+    _tile,
+    primitive,
+)
+from ..core.types import Layout, Mem, TensorType, TileType, Type
+
+
+@primitive("tensor.slice", ("src", "offsets", "valid"))
+def tensor_slice_p(src: Type, *rest: Type, shape: tuple[int, ...], drop: tuple[int, ...] = (),
+                   arity: tuple[int, ...], **_: Any) -> list[Type]:
+    """A window of a tensor at `offsets` of static `shape`; the axes in `drop` are indexed away; a `valid`
+    group makes the valid shape dynamic."""
+    s = _tensor(src, "tensor.slice")
+    _check_index_operands(rest, "tensor.slice")
+    if len(shape) != s.rank or arity[1] != s.rank:
+        raise _fail(f"tensor.slice of a rank-{s.rank} tensor needs {s.rank} offsets and sizes")
+    kept = tuple(d for i, d in enumerate(shape) if i not in drop)
+    valid = None
+    if arity[2]:
+        valid = tuple(None for i in range(len(shape)) if i not in drop)  # dynamic until proven
+    return [TensorType(kept, s.dtype, s.layout, None, valid)]  # type: ignore[arg-type]
+
+
+@primitive("tensor.reshape", ("src",))
+def tensor_reshape_p(src: Type, *, shape: tuple[int, ...], **_: Any) -> list[Type]:
+    """Reshape keeping the element count; a flattening to 1-D is ND whatever the layout: the tensor's bytes in
+    memory order (NZ-31)."""
+    s = _tensor(src, "tensor.reshape")
+    if s.is_static and all(isinstance(d, int) for d in shape):
+        n_src = _prod(s.shape)  # type: ignore[arg-type]
+        if n_src != _prod(shape):
+            raise _fail(f"tensor.reshape from {list(s.shape)} to {list(shape)} changes the element count")
+    # NZ-31: the whole tensor flattened to [N] is its bytes in memory order, whatever the layout: ND
+    layout = Layout.ND if len(shape) == 1 else s.layout
+    return [TensorType(tuple(shape), s.dtype, layout)]
+
+
+@primitive("tensor.view", ("src",))
+def tensor_view_p(src: Type, *, shape: tuple[int, ...], **_: Any) -> list[Type]:
+    """The same bytes seen with another `shape` (same dtype, layout and bit count)."""
+    s = _tensor(src, "tensor.view")
+    a, b = _static_bits(s.shape, s.dtype), _static_bits(shape, s.dtype)
+    if a is not None and b is not None and a != b:
+        raise _fail(f"tensor.view from {list(s.shape)} to {list(shape)} changes the element count")
+    return [TensorType(tuple(shape), s.dtype, s.layout)]
+
+
+@primitive("tensor.reinterpret_view", ("src",))
+def tensor_reinterpret_view_p(src: Type, *, dtype: dt.DType, shape: tuple[int, ...], **_: Any) -> list[Type]:
+    """The same bytes seen as another `dtype` and `shape`; the byte count must not change."""
+    s = _tensor(src, "tensor.reinterpret_view")
+    a, b = _static_bits(s.shape, s.dtype), _static_bits(shape, dtype)
+    if a is not None and b is not None and a != b:
+        raise _fail(f"tensor.reinterpret_view of {s} as {dtype.short}[{','.join(map(str, shape))}] changes "
+                    f"the byte count ({a // 8} -> {b // 8} bytes)")
+    return [TensorType(tuple(shape), dtype, s.layout)]
+
+
+@primitive("tensor.assign", ("dst", "value", "offsets"))
+def tensor_assign_p(dst: Type, value: Type, *offs: Type, **_: Any) -> list[Type]:
+    """Assignment of a tensor or tile value into `dst` at `offsets`; the result is the updated `dst`."""
+    d = _tensor(dst, "assignment")
+    _check_index_operands(offs, "assignment")
+    if len(offs) != d.rank:
+        raise _fail(f"assignment into a rank-{d.rank} tensor needs {d.rank} offsets")
+    if not isinstance(value, TensorType | TileType):
+        raise _fail(f"can only assign a tensor or tile value, got {value}")
+    return [d]
+
+
+@primitive("tile.load", ("src", "offsets", "valid"))
+def tile_load_p(src: Type, *rest: Type, shape: tuple[int, ...], memory: Mem, arity: tuple[int, ...],
+                valid_static: tuple[int | None, ...] | None = None, out_type: TileType | None = None,
+                **_: Any) -> list[Type]:
+    """`pl.load`: a window of static `shape` of a GM tensor into a tile of `memory`; a blocked load keeps its
+    explicit `out_type` (NZ-13)."""
+    if out_type is not None:  # NZ-13: a blocked load keeps its explicit logical tile type
+        return [out_type]
+    s = _tensor(src, "pl.load")
+    _check_index_operands(rest, "pl.load")
+    if arity[1] != s.rank or len(shape) != s.rank:
+        raise _fail(f"pl.load from a rank-{s.rank} tensor needs {s.rank} offsets and {s.rank} shapes, "
+                    f"got {arity[1]} and {len(shape)}")
+    for i, d in enumerate(shape):
+        if not isinstance(d, int) or d <= 0:
+            raise _fail(f"pl.load shapes must be positive static ints, got {list(shape)}")
+        sd = s.shape[i]
+        if isinstance(sd, int) and d > sd:
+            raise _fail(f"pl.load window {list(shape)} exceeds the tensor shape {list(s.shape)} on axis {i}")
+    return [TileType(tuple(shape), s.dtype, memory, valid_static)]
+
+
+@primitive("tile.store", ("tile", "offsets", "dst"))
+def tile_store_p(tile: Type, *rest: Type, arity: tuple[int, ...], **_: Any) -> list[Type]:
+    """`pl.store` of a tile into the tensor `dst` at `offsets`; the result is the updated tensor."""
+    _tile(tile, "pl.store")
+    d = _tensor(rest[-1], "pl.store")
+    _check_index_operands(rest[:-1], "pl.store")
+    return [d]
+
+
+@primitive("tile.transpose_view", ("src",))
+def tile_transpose_view_p(src: Type, **_: Any) -> list[Type]:
+    """`pl.tile.transpose_view`: a 2-D tile's bytes read as its transpose (no copy); the valid shape is
+    swapped too."""
+    s = _tile(src, "pl.tile.transpose_view")
+    shape = _squeeze2(s.shape)
+    if len(shape) != 2:
+        raise _fail(f"pl.tile.transpose_view needs a 2-D tile, got {s}")
+    vs = None if s.valid_shape is None else tuple(reversed(s.valid_shape[-2:]))
+    return [TileType((shape[1], shape[0]), s.dtype, s.memory, vs)]
+
+
+@primitive("tile.move", ("src",))
+def tile_move_p(src: Type, *, memory: Mem, **_: Any) -> list[Type]:
+    """`pl.move` of a tile to another on-chip `memory` (same shape and dtype)."""
+    s = _tile(src, "pl.move")
+    return [s.with_(memory=memory)]
