@@ -27,6 +27,7 @@ from ..core.types import DynDim, ScalarType
 from ..errors import Source
 from .direct_call import MISS, direct_key, remember
 from .launch import default_worker, execute
+from .options import Options, current
 
 
 # ------------------------------------------------------------------------------ argument references
@@ -306,12 +307,12 @@ class _Rank:
                     view = self.worker.gm.view(a.tensor.address, (a.tensor.nbytes,), (1,))
                     self.snapshots.append((view, view.copy()))
 
-    def run(self, name_calls: bool) -> None:
+    def run(self, name_calls: bool, options: Options) -> None:
         self._snapshot_outputs()
         for ln in self.launches:
             placed = [self._place(p, a) for p, a in zip(ln.call.kernel.params, ln.call.args)]
             try:
-                execute(ln.graph, ln.call.kernel, placed, self.worker, ln.dims)
+                execute(ln.graph, ln.call.kernel, placed, self.worker, ln.dims, options)
             except Exception as e:
                 if not name_calls:
                     raise
@@ -457,12 +458,14 @@ def _pendings(calls: Sequence[KernelCall]) -> list[PendingRef]:
 
 
 def run_program(calls: Sequence[KernelCall], cluster: Any = None, residents: Sequence[Any] = (),
-                rank_prefix: bool = True) -> None:
+                rank_prefix: bool = True, options: Options | None = None) -> None:
     """Validate all `calls`, run each rank's calls on its worker (ranks in parallel), then copy
     host outputs back; on any failure no output changes. `residents` are the entry's resident
-    arguments (they pick the cluster); `rank_prefix` prefixes errors with "rank r: "."""
+    arguments (they pick the cluster); `rank_prefix` prefixes errors with "rank r: "; `options`
+    (default: the context's, `options.current()`) go to every rank's thread."""
     if not calls:
         return
+    opts = current() if options is None else options
     plan: dict[int, _Rank] = {}
     try:
         ranks = _rank_workers(calls, cluster, residents)
@@ -471,10 +474,10 @@ def run_program(calls: Sequence[KernelCall], cluster: Any = None, residents: Seq
         plan = _plan(calls, ranks, rank_prefix)
         try:
             if rank_prefix:
-                runtime.dispatch.run_ranks({r: (lambda rk=rk: rk.run(True)) for r, rk in plan.items()})
+                runtime.dispatch.run_ranks({r: (lambda rk=rk: rk.run(True, opts)) for r, rk in plan.items()})
             else:
                 for rk in plan.values():
-                    rk.run(False)
+                    rk.run(False, opts)
         except BaseException:
             for rk in plan.values():
                 rk.restore()
@@ -499,7 +502,8 @@ def _active_program() -> Any:
     return getattr(recording, "program", None)
 
 
-def _call(kernel: Any, args: Sequence[Any], device: int | None, low: Any, graph: Graph | None) -> Any:
+def _call(kernel: Any, args: Sequence[Any], device: int | None, low: Any, graph: Graph | None,
+          options: Options) -> Any:
     """A direct call: a one-call program with the kernel's own parameters as the entry."""
     full, _ = split_args(kernel, args)
     dims = check_entry(kernel, full, allow_stacked=False)  # before compiling: a refused call costs nothing
@@ -513,9 +517,9 @@ def _call(kernel: Any, args: Sequence[Any], device: int | None, low: Any, graph:
     rank = default_device(refs) if device is None else device
     residents = [r for r in refs if isinstance(r, DeviceRef)]
     run_program([KernelCall(kernel, refs, int(rank), graph=graph, low=low, dims=dims)], residents=residents,
-                rank_prefix=False)
+                rank_prefix=False, options=options)
     if low is None:
-        remember(kernel, args, device, full, dims)
+        remember(kernel, args, device, full, dims, options)
     return results(kernel, full)
 
 
@@ -524,7 +528,7 @@ def call_lowered(low: Any, graph: Graph, args: Sequence[Any], device: int | None
     prog = _active_program()
     if prog is not None:
         return prog.record(low.kernel, args, device, low=low, graph=graph)
-    return _call(low.kernel, args, device, low, graph)
+    return _call(low.kernel, args, device, low, graph, current())
 
 
 def call_kernel(kernel: Any, args: Sequence[Any], device: int | None = None) -> Any:
@@ -532,10 +536,11 @@ def call_kernel(kernel: Any, args: Sequence[Any], device: int | None = None) -> 
     prog = _active_program()
     if prog is not None:
         return prog.record(kernel, args, device)
-    key = direct_key(args, device)
+    options = current()
+    key = direct_key(args, device, options)
     plan = kernel._direct_plans.get(key) if key is not None else None
     if plan is not None:
         out = plan.call(args)
         if out is not MISS:
             return out
-    return _call(kernel, args, device, None, None)
+    return _call(kernel, args, device, None, None, options)

@@ -22,6 +22,7 @@ from ..core.ir import Graph
 from ..core.types import ScalarType
 from .executor import Ctx, run_graph
 from .launch import default_worker, launch_onchip, recycle_onchip, tensor_layout
+from .options import Options
 from .values import TensorVal
 
 _SCALAR, _RESIDENT, _HOST, _OMITTED = range(4)
@@ -30,12 +31,13 @@ _MAX_PLANS = 64  # per kernel: dynamic dims give one signature per extent; beyon
 _MAX_VALS = 256  # per plan: TensorVals of resident arguments by address
 
 
-def direct_key(args: Sequence[Any], device: Any) -> tuple[Any, ...] | None:
+def direct_key(args: Sequence[Any], device: Any, options: Options) -> tuple[Any, ...] | None:
     """The signature of a direct call: each argument's kind, shape and dtype (a scalar's type only:
-    its value is checked per call), and `device`. None for arguments only the general path takes."""
+    its value is checked per call), `device` and the options. None for arguments only the general
+    path takes."""
     if device is not None and type(device) is not int:
         return None
-    key: list[Any] = [device]
+    key: list[Any] = [device, options]
     for a in args:
         t = type(a)
         if t is DeviceTensor or t is np.ndarray:
@@ -70,8 +72,8 @@ class DirectPlan:
     and TensorVal layout. Built from a call that succeeded through the general path."""
 
     def __init__(self, kernel: Any, args: Sequence[Any], full: Sequence[Any], dims: dict[str, int],
-                 graph: Graph, device: int | None) -> None:
-        self.kernel, self.graph, self.dims = kernel, graph, dims
+                 graph: Graph, device: int | None, options: Options) -> None:
+        self.kernel, self.graph, self.dims, self.options = kernel, graph, dims, options
         self.target = kernel.target.value
         self.device = device
         blocked = bool(graph.attrs.get("nz_tensor_views_blocked"))
@@ -134,7 +136,7 @@ class DirectPlan:
             try:
                 vals, host_outputs, outs = self._place(args, gm, temps)
                 onchip = launch_onchip(w.target)
-                run_graph(Ctx(gm, onchip, self.dims), self.graph, vals)
+                run_graph(Ctx(gm, onchip, self.dims, self.options), self.graph, vals)
                 recycle_onchip(onchip)
             except BaseException:
                 for view, saved in snapshots:
@@ -209,11 +211,12 @@ class DirectPlan:
         return v
 
 
-def remember(kernel: Any, args: Sequence[Any], device: Any, full: list[Any], dims: dict[str, int]) -> None:
+def remember(kernel: Any, args: Sequence[Any], device: Any, full: list[Any], dims: dict[str, int],
+             options: Options) -> None:
     """Keep the DirectPlan of a call that just succeeded, for the next call with its signature."""
     plans = kernel._direct_plans
-    key = direct_key(args, device)
+    key = direct_key(args, device, options)
     if key is None or key in plans or len(plans) >= _MAX_PLANS:
         return
     graph = kernel.lower(*full).final  # the compile cache entry this call ran (same arguments)
-    plans[key] = DirectPlan(kernel, args, full, dims, graph, device)
+    plans[key] = DirectPlan(kernel, args, full, dims, graph, device, options)

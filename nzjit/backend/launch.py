@@ -14,6 +14,7 @@ from runtime import DeviceTensor, Worker
 from ..core.ir import Graph
 from ..core.types import DynDim, Layout, TensorType
 from .executor import Ctx, run_graph
+from .options import DEFAULT, Options
 from .values import NzWindow, TensorVal
 
 _workers: dict[tuple[str, int], Worker] = {}
@@ -80,8 +81,9 @@ def recycle_onchip(onchip: runtime.OnChip) -> None:
         idle.append(onchip)
 
 
-def execute(graph: Graph, kernel: Any, full: list[Any], worker: Worker, dims: dict[str, int]) -> list[Any]:
-    """Run `graph` with device-resident arguments (DeviceTensors and ints)."""
+def execute(graph: Graph, kernel: Any, full: list[Any], worker: Worker, dims: dict[str, int],
+            options: Options = DEFAULT) -> list[Any]:
+    """Run `graph` with device-resident arguments (DeviceTensors and ints) under `options`."""
     blocked = bool(graph.attrs.get("nz_tensor_views_blocked"))
     vals: list[Any] = []
     for v, a in zip(graph.params, full):
@@ -90,6 +92,6 @@ def execute(graph: Graph, kernel: Any, full: list[Any], worker: Worker, dims: di
         else:
             vals.append(v.type.dtype.wrap(int(a)))  # type: ignore[union-attr]
     onchip = launch_onchip(worker.target)  # on-chip buffers are per launch
-    out = run_graph(Ctx(worker.gm, onchip, dims), graph, vals)
+    out = run_graph(Ctx(worker.gm, onchip, dims, options), graph, vals)
     recycle_onchip(onchip)
     return out

@@ -16,30 +16,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import runtime
-from nzjit.backend import executor
+from nzjit.backend.options import Options, using
 from nzjit.errors import CompileError
 from nzjit.fuzz.gen import generate
 
-#: (FAST, BATCH_SPMD): everything on, per-trip plans only, the generic interpreter only.
+#: (Options.fast, Options.batch): everything on, per-trip plans only, the generic interpreter only.
 PATHS = [(True, True), (True, False), (False, False)]
 _names = itertools.count()
 
 
 def _outcome(path: str, fast: bool, batch: bool) -> tuple[object, tuple[str, ...]]:
     """(output bytes by name, or the refusal's type and text; warning texts) of one run."""
-    old = executor.FAST, executor.BATCH_SPMD
-    executor.FAST, executor.BATCH_SPMD = fast, batch
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", runtime.HardwareDefectWarning)
-            mod = runpy.run_path(path, run_name=f"nzjit_paths_{next(_names)}")
-            try:
-                got, _, _ = mod["execute"]()
-                result: object = {n: np.ascontiguousarray(a).tobytes() for n, a in got.items()}
-            except (CompileError, runtime.DeviceError, runtime.DispatchError) as e:
-                result = (type(e).__name__, str(e))
-    finally:
-        executor.FAST, executor.BATCH_SPMD = old
+    with using(Options(fast=fast, batch=batch)), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", runtime.HardwareDefectWarning)
+        mod = runpy.run_path(path, run_name=f"nzjit_paths_{next(_names)}")
+        try:
+            got, _, _ = mod["execute"]()
+            result: object = {n: np.ascontiguousarray(a).tobytes() for n, a in got.items()}
+        except (CompileError, runtime.DeviceError, runtime.DispatchError) as e:
+            result = (type(e).__name__, str(e))
     texts = tuple(str(w.message) for w in caught if issubclass(w.category, runtime.HardwareDefectWarning))
     return result, texts
 
