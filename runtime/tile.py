@@ -180,8 +180,9 @@ def _geometry(space: str, dtype: np.dtype | type, rows: int, cols: int, layout: 
 
 
 #: The validated static geometry of a tile (space, dtype, rows, cols, layout and everything they
-#: determine: ``nbytes``, ``phys`` - the physical element axes -, ``blk``, ``inv``); one shared
-#: object per distinct geometry, so ``a.geometry is b.geometry`` compares tiles in one test.
+#: determine: ``nbytes``, ``phys`` - the physical element axes -, ``blk``, ``inv``); cached, so
+#: tiles made from the same (space, np.dtype, rows, cols, layout) share one object and
+#: ``a.geometry is b.geometry`` compares them in one test.
 TileGeometry = _Geometry
 
 

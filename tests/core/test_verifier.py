@@ -12,8 +12,8 @@ from nzjit.core.ir import Eqn, Graph, Literal, Var
 from nzjit.core.primitives import add_p, for_p, tile_load_p
 from nzjit.core.types import Layout, Mem, ScalarType, TensorType, TileType
 from nzjit.core.verifier import verify
+from nzjit.driver import Lowered
 from nzjit.passes import pipeline
-from nzjit.passes.pipeline import Lowered
 
 IDX = ScalarType(D.INDEX)
 
