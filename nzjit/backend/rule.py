@@ -18,10 +18,10 @@ Registering::
 
     from ..rule import rule
 
-    @rule(P.tile_neg_p)                       # impl only: all a new primitive needs
-    def _neg(ctx, e, ins): ...
+    @rule(P.tile_move_p)                              # impl only: all a new primitive needs
+    def _move(ctx, e, ins): ...                       # -> the list of its results
 
-    @rule(P.tile_exp_p, specialize=_fast_exp, batch=_lanes_exp)   # with the optional forms
+    @rule(P.tile_load_p, specialize=_specialize_load, batch=_batch_load)   # with the optional forms
 
 or ``register(prim, Rule(impl=..., specialize=..., batch=...))``. `impl_rules` is the table
 seen as ``primitive -> impl``: ``impl_rules[p] = fn`` registers an impl-only rule (a replaced

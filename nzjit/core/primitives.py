@@ -384,7 +384,7 @@ def tile_move_p(src: Type, *, memory: Mem, **_: Any) -> list[Type]:
     return [s.with_(memory=memory)]
 
 
-def _elementwise(name: str, nargs: int) -> Primitive:
+def _elementwise(name: str, nargs: int, dtypes: tuple[dt.DType, ...] | None = None) -> Primitive:
     @primitive(f"tile.{name}", tuple(f"x{i}" for i in range(nargs)))
     def rule(*ts: Type, **_: Any) -> list[Type]:
         tiles = [_tile(t, f"pl.{name}") for t in ts]
@@ -392,6 +392,10 @@ def _elementwise(name: str, nargs: int) -> Primitive:
         for t in tiles:
             if t.memory is not Mem.Vec:
                 raise _fail(f"pl.{name} works on Vec tiles, got {t}; load with target_memory=pl.Mem.Vec")
+            if dtypes is not None and t.dtype not in dtypes:  # the instruction's dtypes on the device
+                names = " / ".join(d.name for d in dtypes)
+                raise _fail(f"pl.{name} works on {names} tiles (T{name.upper()} on the device), got {t}",
+                            help=f"pl.cast the tile to {dtypes[0].name} first")
             if t.shape != t0.shape or t.dtype is not t0.dtype:
                 raise _fail(f"pl.{name} operands differ: {t0} and {t}")
         return [t0]
@@ -400,7 +404,8 @@ def _elementwise(name: str, nargs: int) -> Primitive:
 
 
 ELEMENTWISE = {n: _elementwise(n, k) for n, k in
-               (("add", 2), ("sub", 2), ("mul", 2), ("maximum", 2), ("exp", 1))}
+               (("add", 2), ("sub", 2), ("mul", 2), ("maximum", 2), ("exp", 1), ("neg", 1))}
+ELEMENTWISE["abs"] = _elementwise("abs", 1, (dt.FP32, dt.FP16))  # TABS: float / half only (pto-isa)
 
 
 #: Primitives without effects: an equation of one whose results nobody reads can be dropped.

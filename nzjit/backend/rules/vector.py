@@ -28,7 +28,7 @@ from ..steps import alloc, finish_or_generic, release1, result_geometry, tile_fr
 #: The numpy function of each elementwise primitive (by primitive name).
 ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
     "tile.add": np.add, "tile.sub": np.subtract, "tile.mul": np.multiply, "tile.maximum": np.maximum,
-    "tile.exp": np.exp,
+    "tile.exp": np.exp, "tile.neg": np.negative, "tile.abs": np.absolute,
 }
 
 
