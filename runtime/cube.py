@@ -353,7 +353,7 @@ class TileWindow:
     destination), and the mad reads nothing else of it, so it is kept as (source, offset,
     transpose) and the mad reads the source window directly. It is charged to its on-chip space
     like a tile (``OnChip.free_tile`` releases it). The backend creates one only when the
-    destination dies at that mad and the source outlives it (nzjit/backend/executor.py).
+    destination dies at that mad and the source outlives it (nzjit/backend/plan.py).
     """
 
     __slots__ = (

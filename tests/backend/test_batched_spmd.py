@@ -358,7 +358,7 @@ def test_lazy_nz_weight_images_are_the_loaded_bytes(monkeypatch, E, N, NT):
     w = rng.standard_normal((E, N, K)).astype(ml_dtypes.bfloat16)
     _compare(grouped(pl.BF16, pl.FP32, E, T, N, K, NT, KT), x, runtime.pack_nz(w), np.zeros((E, T, N), np.float32))
     assert seen and all(space == "Mat" and layout == "NZ" for space, layout, _ in seen)
-    # one chunk per expert in the first lane group (LANE_GROUP lanes)
+    # one chunk per expert in the first lane group (Options.lane_group lanes)
     assert max(n for _, _, n in seen) == min(E, Options().lane_group // (N // NT))
 
 

@@ -1,6 +1,6 @@
 """The backend's three ways to run a kernel agree on random fuzz programs: lane-batched SPMD
-bodies (batched.py), compiled per-trip plans (fast.py) and the generic per-primitive interpreter
-(impl.py). Same output bytes - including the bytes no reference checks (tile contents outside a
+bodies (a rule's `batch` forms, batched.py), compiled per-trip plans (its `specialize` forms) and
+the generic per-primitive interpreter (its reference `impl`; backend/rules/). Same output bytes - including the bytes no reference checks (tile contents outside a
 valid_shape, left as the hardware leaves them) - the same hardware-defect warnings and the same
 refusal text."""
 
@@ -44,7 +44,7 @@ def _assert_paths_agree(tmp_path, p) -> None:
     path.write_text(p.source)
     first, *others = (_outcome(str(path), fast, batch) for fast, batch in PATHS)
     for (fast, batch), other in zip(PATHS[1:], others):
-        assert other == first, f"FAST={fast} BATCH_SPMD={batch} differs from both on, program {p.name}:\n{p.source}"
+        assert other == first, f"Options(fast={fast}, batch={batch}) differs from both on, program {p.name}:\n{p.source}"
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
