@@ -29,6 +29,7 @@ from .language.annotations import InOut, Out, Scalar, Tensor, dynamic
 from .language.kernel import kernel, orchestration
 from .language.loops import pipeline, range, spmd
 from .language.ops import (
+    abs,
     add,
     cast,
     exp,
@@ -41,6 +42,7 @@ from .language.ops import (
     maximum,
     min,
     mul,
+    neg,
     reshape,
     slice,
     store,
@@ -62,6 +64,6 @@ __all__ = [
     "BF16", "BOOL", "FP4", "FP8E4M3", "FP8E5M2", "FP16", "FP32", "INDEX", "INT4", "INT8", "INT16",
     "INT32", "INT64", "UINT4", "UINT8", "UINT16", "UINT32", "ND", "NZ", "A2A3", "A5", "Mem", "Tensor",
     "Out", "InOut", "Scalar", "dynamic", "kernel", "orchestration", "range", "pipeline", "spmd", "load",
-    "store", "matmul", "matmul_acc", "cast", "add", "sub", "mul", "maximum", "exp", "min", "max",
+    "store", "matmul", "matmul_acc", "cast", "add", "sub", "mul", "maximum", "exp", "neg", "abs", "min", "max",
     "get_block_idx", "get_block_num", "slice", "reshape", "tile", "tensor",
 ]

@@ -14,6 +14,7 @@ int8 x int8 is exact (int32, wrapping); fp16 / bf16 / fp32 inputs are multiplied
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -24,7 +25,7 @@ from .dtypes import FRACTAL_ROWS, c0_of
 from .errors import DeviceError
 from .tile import TileBuf
 
-__all__ = ["tmov", "tmatmul", "textract_window", "TileWindow", "MATMUL_DTYPES"]
+__all__ = ["tmov", "tmatmul", "textract_window", "TileWindow", "MATMUL_DTYPES", "F32_EXACT_K", "mov_checks"]
 
 _F16, _BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 _F32, _I8, _I32 = np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.int32)
@@ -33,6 +34,8 @@ MATMUL_DTYPES = frozenset({(_I32, _I8, _I8), (_F32, _F16, _F16), (_F32, _F32, _F
 #: Every partial sum of k int8 products is an integer of magnitude <= k * 128 * 128; a float
 #: format holds all such integers exactly (whatever the BLAS summation order) below 2**mantissa.
 _F32_EXACT_K = 2**24 // (128 * 128)
+#: The deepest K whose int8 products summed in float32 stay exact integers (|a*b| <= 128*128).
+F32_EXACT_K = _F32_EXACT_K
 _F64_EXACT_K = 2**53 // (128 * 128)
 
 _MOVES = {("Mat", "Left"), ("Mat", "Right"), ("Acc", "Vec"), ("Vec", "Vec"), ("Vec", "Mat")}
@@ -93,6 +96,14 @@ def _mov_checks(dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpos
             lambda: f"TMOV {src.dtype.name} -> {dst.dtype.name} changes the dtype",
         )
         static_check(not relu, lambda: "relu exists on the fixpipe (Acc -> Vec) path only")
+
+
+def mov_checks(dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpose: bool = False,
+               relu: bool = False) -> None:
+    """Every check TMOV / TEXTRACT of `src` at (row_off, col_off) into `dst` makes before it moves
+    a byte (spaces, fractal-grid offsets, dtypes, shapes; DeviceError with the instruction's
+    message); the tiles' bytes are not read, so shape-only probes may stand in for them."""
+    _mov_checks(dst, src, row_off, col_off, transpose, relu)
 
 
 def _tmov_window(dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpose: bool, relu: bool) -> None:
@@ -342,7 +353,7 @@ class TileWindow:
     destination), and the mad reads nothing else of it, so it is kept as (source, offset,
     transpose) and the mad reads the source window directly. It is charged to its on-chip space
     like a tile (``OnChip.free_tile`` releases it). The backend creates one only when the
-    destination dies at that mad and the source outlives it (nzjit/backend/executor.py).
+    destination dies at that mad and the source outlives it (nzjit/backend/plan.py).
     """
 
     __slots__ = (
@@ -364,6 +375,16 @@ class TileWindow:
         "_g",
         "_blk",
     )
+
+    @property
+    def owner(self) -> object | None:
+        """The OnChip accounting this window is charged to."""
+        return self._owner
+
+    @property
+    def geometry(self) -> Any:
+        """The static geometry of the moved tile (`runtime.tile.TileGeometry`)."""
+        return self._g
 
     def _live(self) -> None:
         if self.freed:

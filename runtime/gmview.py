@@ -115,6 +115,14 @@ class GmView:
         d["addr"], d["dtype"], d["shape"], d["strides"], d["layout"] = addr, dtype, shape, strides, layout
         return v
 
+    @classmethod
+    def trusted(
+        cls, addr: int, dtype: np.dtype, shape: tuple[int, ...], strides: tuple[int, ...], layout: str
+    ) -> GmView:
+        """A view from fields the caller has already validated (int address, np.dtype, rank 1..5
+        shape and element strides, a known layout): built without the constructor's checks."""
+        return cls._make(addr, dtype, shape, strides, layout)
+
     def _trusted(self, addr: int, shape: tuple[int, ...]) -> GmView:
         """Same dtype / strides / layout, new addr and shape, skipping re-validation (hot path)."""
         v = object.__new__(GmView)

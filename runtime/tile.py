@@ -30,7 +30,7 @@ from ._strided import byte_span, strided_bytes
 from .dtypes import C0_BYTES, FRACTAL_ROWS, c0_of
 from .errors import DeviceError
 
-__all__ = ["TileBuf", "SPACES", "LAYOUTS", "DEFAULT_LAYOUT"]
+__all__ = ["TileBuf", "TileGeometry", "tile_geometry", "SPACES", "LAYOUTS", "DEFAULT_LAYOUT"]
 
 SPACES = ("Vec", "Mat", "Left", "Right", "Acc", "Bias")
 LAYOUTS = ("ND", "NZ", "ZZ", "ZN", "ACC")
@@ -179,6 +179,20 @@ def _geometry(space: str, dtype: np.dtype | type, rows: int, cols: int, layout: 
     return g
 
 
+#: The validated static geometry of a tile (space, dtype, rows, cols, layout and everything they
+#: determine: ``nbytes``, ``phys`` - the physical element axes -, ``blk``, ``inv``); cached, so
+#: tiles made from the same (space, np.dtype, rows, cols, layout) share one object and
+#: ``a.geometry is b.geometry`` compares them in one test.
+TileGeometry = _Geometry
+
+
+def tile_geometry(space: str, dtype: np.dtype | type, rows: int, cols: int, layout: str | None = None) -> TileGeometry:
+    """The cached, validated geometry of a ``rows x cols`` tile of `dtype` in `space` (`layout`
+    None: the space's default). Raises DeviceError, as the TileBuf constructor would, for a
+    geometry the hardware cannot hold."""
+    return _geometry(space, dtype, rows, cols, layout)
+
+
 class TileBuf:
     """One on-chip tile: ``rows x cols`` static shape, a valid region, a layout, raw bytes.
 
@@ -239,6 +253,55 @@ class TileBuf:
         t = cls.__new__(cls)
         t._init(g, valid_row, valid_col, data)
         return t
+
+    @classmethod
+    def from_geometry(
+        cls, g: TileGeometry, valid_row: int | None, valid_col: int | None, data: np.ndarray, *,
+        logical: bool = False,
+    ) -> TileBuf:
+        """A tile of geometry `g` over the existing uint8 buffer `data` (``g.nbytes`` bytes, not
+        copied, owned by no OnChip). `logical`: `data` holds the tile's logical matrix row-major
+        (the form whole-tile mads leave in an Acc tile), laid out as the image on first byte access."""
+        t = cls.__new__(cls)
+        t._init(g, valid_row, valid_col, data)
+        t._logical = logical
+        return t
+
+    @property
+    def geometry(self) -> TileGeometry:
+        """The tile's static geometry (shared: equal geometries are the same object)."""
+        return self._g
+
+    @property
+    def owner(self) -> object | None:
+        """The OnChip accounting this tile was allocated from (None for a free-standing tile)."""
+        return self._owner
+
+    @property
+    def image(self) -> np.ndarray:
+        """The buffer behind the tile as it is now, without laying out a logical Acc matrix
+        (see `holds_logical`); `data` is the byte image."""
+        return self._data
+
+    @property
+    def holds_logical(self) -> bool:
+        """True while the buffer holds the logical matrix of whole-tile mads, not the image."""
+        return self._logical
+
+    def image_of(self, g: TileGeometry) -> np.ndarray | None:
+        """The byte image when this tile is live, of geometry `g` and holds bytes (not a logical
+        matrix), else None: one call for the test a fast path makes before using the bytes."""
+        if self._g is g and not self.freed and not self._logical:
+            return self._data
+        return None
+
+    def check_live(self) -> None:
+        """DeviceError if the tile was freed (use after free)."""
+        self._live()
+
+    def check_window(self, r0: int, c0: int, nrows: int, ncols: int) -> None:
+        """DeviceError unless the logical window at (r0, c0) of nrows x ncols lies in the tile."""
+        self._check_window(r0, c0, nrows, ncols)
 
     # ------------------------------------------------------------------ byte image access
     @property

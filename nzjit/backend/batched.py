@@ -27,7 +27,7 @@ A load that is one plain burst copy filling its tile is not copied: the tile kee
 views of the GM bytes (GM is unchanged while the batch runs) and a mad converts its operands
 straight from GM; anything else that needs the bytes materialises them first (the load's copy).
 
-Lanes run in groups: the first of `LANE_GROUP` lanes, the next as many as keep the memory a group
+Lanes run in groups: the first of `Options.lane_group` lanes, the next as many as keep the memory a group
 allocates (materialised tile images, accumulators; a lazy tile's GM views take none) within
 `GROUP_BYTES`. Few groups keep the interpretation cheap. A mad is one stacked np.matmul over the
 lanes, which calls the same BLAS routine per lane, on the same operand layouts, as the per-lane
@@ -38,16 +38,16 @@ helper thread converts the next chunk's operands while BLAS multiplies this one.
 wider BLAS call over lanes that share their Left operand would be faster, but OpenBLAS does not
 give bit-identical sums for a wider N, so it is not used.
 
-This file builds and runs the lane plans (loops included). The batched form of each primitive is
-in lane_steps.py (its table `STEP_RULES`; the Cube's TEXTRACT + mad in lane_cube.py), the state
-of an attempt and the fallback signals in lane_state.py, the values in lane_values.py, and the
-GM side (burst replays, in-place GM views, the overlap test) in lane_gm.py.
+This file runs the lane steps of a plan (plan.py builds them from each rule's `batch` form, in
+the same pass as the per-trip steps; `rules/` holds those forms), applies the deferred stores and
+decides the lane groups; the state of an attempt and the fallback signals are in lane_state.py,
+the values in lane_values.py, the GM side (burst replays, in-place GM views, the overlap test) in
+lane_gm.py, the stacked mad in lane_cube.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -55,59 +55,15 @@ import numpy as np
 import runtime
 from runtime import TileBuf
 
-from .. import prims as P
-from ..core.ir import Eqn, Graph, Var
 from . import lane_gm
-from .lane_state import Fallback, LaneDependent, LaneState, Step, uniform
-from .lane_steps import make_step
-from .lane_values import LANE_VALUES, LaneAcc
+from .lane_state import Fallback, LaneDependent, LaneState, Step
+from .lane_values import LANE_VALUES
 
 
-# ------------------------------------------------------------------------------------- plans
-@dataclass
-class LanePlan:
-    """A graph compiled for lane-batched execution: slot template, parameter / output slots and the step
-    closures."""
-
-    template: list[Any]
-    param_slots: tuple[int, ...]
-    out_slots: tuple[int, ...]
-    runs: tuple[Step, ...]
-
-
-def _for_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], consumed: frozenset[int]) -> Step | None:
-    """A `pl.range` / `pl.pipeline` loop inside the body: its trips run in order, each for all lanes
-    (its own lane plan); carries that survive the loop are copied first."""
-    if e.params["kind"] == "spmd":
-        return None
-    nb, nc, nk = e.params["arity"]
-    body = lane_plan(e.params["body"], nk)
-    if body is None:
-        return None
-
-    def run(s: LaneState, env: list[Any]) -> None:
-        vals = [env[i] for i in ins]
-        start, stop, step = (uniform(x) for x in vals[:3])
-        captured = vals[nb : nb + nc]
-        carries = []
-        for i, c in enumerate(vals[nb + nc :]):
-            if (nb + nc + i) not in consumed and type(c) in LANE_VALUES:
-                if type(c) is not LaneAcc:
-                    raise Fallback("carry copy")
-                s.reserve(c.g)
-                c = LaneAcc(c.g, s.copy(c.data), c.valid_row)
-            carries.append(c)
-        for i in range(start, stop, step):
-            carries = run_lane_plan(s, body, [i, *captured, *carries])
-        for slot, v in zip(outs, carries):
-            env[slot] = v
-
-    return run
-
-
-def _with_frees(step: Step, free: tuple[int, ...], outs: tuple[int, ...], dead: tuple[int, ...] = ()) -> Step:
-    """Run `step`, then release the lane values dying there (not one it returned: in place) and
-    its results nobody reads (`dead`)."""
+# ---------------------------------------------------------------------------------- steps
+def with_frees(step: Step, free: tuple[int, ...], outs: tuple[int, ...], dead: tuple[int, ...] = ()) -> Step:
+    """Run the lane step `step`, then release the lane values dying there (not one it returned:
+    in place) and its results nobody reads (`dead`)."""
     if not free and not dead:
         return step
 
@@ -128,78 +84,34 @@ def _with_frees(step: Step, free: tuple[int, ...], outs: tuple[int, ...], dead: 
     return run
 
 
-_LANE_PLANS: dict[int, tuple[Graph, LanePlan | None]] = {}
-
-
-def lane_plan(g: Graph, n_owned: int = 0) -> LanePlan | None:
-    """The batched plan of `g`, or None when some equation has no lane-batched form."""
-    key = id(g) * 8 + n_owned
-    hit = _LANE_PLANS.get(key)
-    if hit is not None and hit[0] is g:
-        return hit[1]
-    plan = _build(g, n_owned)
-    if len(_LANE_PLANS) > 4096:  # bounded: the cache keeps graphs alive
-        _LANE_PLANS.clear()
-        _FAILS.clear()
-    _LANE_PLANS[key] = (g, plan)
-    return plan
-
-
-def _build(g: Graph, n_owned: int) -> LanePlan | None:
-    from .executor import _dying_inputs_and_dead_results, _liveness, _window_extracts, slot_allocator
-    from .fast import _DEFAULT_IMPLS
-    from .impl import impl_rules
-
-    for e in g.eqns:  # only the default impls have a batched form
-        if e.primitive is not P.for_p and impl_rules.get(e.primitive) is not _DEFAULT_IMPLS.get(e.primitive):
-            return None
-    free, _ = _liveness(g, n_owned)
-    windows = _window_extracts(g, free)
-    slot, template, slot_of = slot_allocator()
-
-    param_slots = tuple(slot(p) for p in g.params)
-    runs = []
-    for i, e in enumerate(g.eqns):
-        dying = set(free.get(i, ()))
-        consumed = frozenset(j for j, a in enumerate(e.inputs) if isinstance(a, Var) and a in dying
-                             and sum(1 for b in e.inputs if b is a) == 1)
-        ins = tuple(slot(a) for a in e.inputs)
-        outs = tuple(slot(v) for v in e.outputs)
-        if e.primitive is P.for_p:
-            step = _for_step(e, ins, outs, consumed)
-        else:
-            step = make_step(e, ins, outs, consumed, i in windows)
-        if step is None:
-            return None
-        dying, dead = _dying_inputs_and_dead_results(e, free.get(i, ()))
-        runs.append(_with_frees(step, tuple(slot_of[v] for v in dying), outs, tuple(slot_of[v] for v in dead)))
-    return LanePlan(template, param_slots, tuple(slot(a) for a in g.outputs), tuple(runs))
-
-
-def run_lane_plan(s: LaneState, plan: LanePlan, args: list[Any]) -> list[Any]:
-    """Run `plan` for all lanes at once on `args` (the same slot machine as a per-trip plan, with
-    the lanes' state in place of the context); returns the values of its output slots."""
-    from .executor import run_plan
-
-    return run_plan(s, plan, args)  # type: ignore[arg-type]
+def run_lane_plan(s: LaneState, plan: Any, args: list[Any]) -> list[Any]:
+    """Run the lane steps of `plan` (a `plan.Plan` whose `lanes` are set) for all lanes at once on
+    `args`: the same slot machine as a per-trip run, with the lanes' state in place of the
+    context; returns the values of its output slots."""
+    env = plan.template.copy()
+    for slot, a in zip(plan.param_slots, args):
+        env[slot] = a
+    for run in plan.lanes:
+        run(s, env)
+    return [env[slot] for slot in plan.out_slots]
 
 
 # ---------------------------------------------------------------------------------- running
-def try_run_spmd(ctx: Any, body: Graph, lanes: range, n: int, captured: list[Any], spmd: bool = True) -> bool:
-    """Run all `lanes` of an SPMD body (or the independent trips of a carry-free loop,
+def try_run_spmd(ctx: Any, plan: Any, lanes: range, n: int, captured: list[Any], spmd: bool = True) -> bool:
+    """Run all `lanes` of an SPMD body's `plan` (or the independent trips of a carry-free loop,
     `spmd=False`: the body's index takes the trip values, the block index stays) batched;
-    False (nothing written to GM, on-chip accounting restored) when that cannot be exact."""
-    plan = lane_plan(body, 0)
-    if plan is None or _FAILS.get(id(body), 0) >= MAX_FAILS:
+    False (nothing written to GM, on-chip accounting restored) when that cannot be exact - the
+    plan has no lane steps, or they fell back `MAX_FAILS` times in a row."""
+    if plan.lanes is None or plan.lane_fails >= MAX_FAILS:
         return False
     s = LaneState(ctx, n, spmd)
     try:
-        return _run_lanes(s, plan, body, np.asarray(lanes, dtype=np.int64), captured)
+        return _run_lanes(s, plan, np.asarray(lanes, dtype=np.int64), captured)
     finally:
         s.recycle()  # the attempt is over (stores applied or abandoned): its buffers serve the next
 
 
-def _run_lanes(s: LaneState, plan: LanePlan, body: Graph, all_lanes: np.ndarray, captured: list[Any]) -> bool:
+def _run_lanes(s: LaneState, plan: Any, all_lanes: np.ndarray, captured: list[Any]) -> bool:
     """`try_run_spmd` on the attempt's state `s`: the lane groups, then every lane's stores."""
     ctx = s.ctx
     onchip = ctx.onchip
@@ -208,7 +120,8 @@ def _run_lanes(s: LaneState, plan: LanePlan, body: Graph, all_lanes: np.ndarray,
     try:
         with np.errstate(over="ignore", invalid="ignore"):
             # lanes in groups: each group's tiles stay cache-sized; stores wait for every group
-            base, size, splits = 0, LANE_GROUP, 0
+            first = ctx.options.lane_group
+            base, size, splits = 0, first, 0
             while base < len(all_lanes):
                 s.lanes = all_lanes[base : base + size]
                 s.L, s.base, s.stores, s.alloc_bytes = len(s.lanes), base, [], 0
@@ -229,17 +142,17 @@ def _run_lanes(s: LaneState, plan: LanePlan, body: Graph, all_lanes: np.ndarray,
                 groups.append(s.stores)
                 base += s.L
                 per_lane = max(1, s.alloc_bytes // s.L)
-                size = int(min(MAX_GROUP, max(LANE_GROUP, GROUP_BYTES // per_lane)))
+                size = int(min(MAX_GROUP, max(first, GROUP_BYTES // per_lane)))
         if lane_gm.overlap(s.loaded, s.stored):
             raise Fallback("a lane loads bytes that the body stores")
     except Exception as e:  # anything unexpected too: the per-lane run is the reference
-        if STRICT and not isinstance(e, (Fallback, runtime.DeviceError, OverflowError)):
+        if ctx.options.strict and not isinstance(e, (Fallback, runtime.DeviceError, OverflowError)):
             raise
         onchip.live.update(live)
         onchip.peak.update(peak)
-        _FAILS[id(body)] = _FAILS.get(id(body), 0) + 1  # a body that keeps failing is not retried
+        plan.lane_fails += 1  # a body that keeps failing is not retried
         return False
-    _FAILS.pop(id(body), None)
+    plan.lane_fails = 0
     # every lane's stores, in per-lane program order (loads never see them: checked above)
     gm = ctx.gm
     for stores in groups:
@@ -262,17 +175,12 @@ def _run_lanes(s: LaneState, plan: LanePlan, body: Graph, all_lanes: np.ndarray,
     return True
 
 
-#: After this many fallbacks in a row a body is no longer tried batched (its plan keeps the
-#: graph alive, so the id is stable).
+#: After this many fallbacks in a row a body's plan is no longer tried batched.
 MAX_FAILS = 3
-_FAILS: dict[int, int] = {}
-#: Re-raise unexpected errors of a batched attempt instead of falling back (tests set it).
-STRICT = False
 #: Lane groups split in halves at most this many times per run when their lanes disagree on a
 #: value that must be uniform (beyond that the lanes run one by one).
 MAX_SPLITS = 16
-#: Lanes per batched pass: LANE_GROUP first, then at least LANE_GROUP and as many as the
+#: Lanes per batched pass: `Options.lane_group` first, then at least that many and as many as the
 #: previous group's allocations per lane allow within GROUP_BYTES (at most MAX_GROUP).
-LANE_GROUP = 16
 MAX_GROUP = 4096
 GROUP_BYTES = 8 << 20

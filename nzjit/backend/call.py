@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,8 +24,9 @@ from runtime import DeviceTensor, DispatchError, StackedDeviceTensor, Worker
 from ..core.ir import Graph
 from ..core.types import DynDim, ScalarType
 from ..errors import Source
-from .direct_call import MISS, direct_key, remember
+from .convention import LaunchPlan, download, free_temps, restore
 from .launch import default_worker, execute
+from .options import Options, current
 
 
 # ------------------------------------------------------------------------------ argument references
@@ -164,16 +164,9 @@ def split_args(entry: Any, args: Sequence[Any]) -> tuple[list[Any], bool]:
                         f"the Out parameters omitted; got {len(args)}")
 
 
-_SPECS: dict[int, tuple[Any, runtime.dispatch.ParamSpec]] = {}
-
-
 def param_spec(p: Any) -> runtime.dispatch.ParamSpec:
-    """`p.spec()`, built once per parameter (a ParamSpec is immutable; building one is ~5 us,
-    and a call needs one per tensor parameter twice)."""
-    hit = _SPECS.get(id(p))
-    if hit is None or hit[0] is not p:
-        hit = _SPECS[id(p)] = (p, p.spec())
-    return hit[1]
+    """`p.spec()`: the runtime's ParamSpec of parameter `p` (built once, kept by the parameter)."""
+    return p.spec()
 
 
 def check_scalar(name: str, a: Any, dtype: Any) -> None:
@@ -264,8 +257,7 @@ def _reraise_in(call: KernelCall, e: Exception) -> None:
 @dataclass(eq=False)
 class _Launch:
     call: KernelCall
-    graph: Graph
-    dims: dict[str, int]
+    plan: LaunchPlan
 
 
 @dataclass(eq=False)
@@ -275,61 +267,55 @@ class _Rank:
     rank: int
     worker: Worker
     launches: list[_Launch] = field(default_factory=list)
-    placed: dict[tuple[int, int | None], DeviceTensor] = field(default_factory=dict)
-    host_outputs: list[tuple[HostRef, DeviceTensor]] = field(default_factory=list)
+    placed: dict[Any, int] = field(default_factory=dict)  # host array (root, plane) -> GM address
+    host_outputs: list[tuple[HostRef, int, Any]] = field(default_factory=list)  # (ref, address, slot)
     snapshots: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)  # (GM bytes, saved copy)
-    temps: list[DeviceTensor] = field(default_factory=list)
-
-    def _place(self, p: Any, a: Any) -> Any:
-        if isinstance(a, HostRef):
-            t = self.placed.get(a.key)
-            if t is None:
-                init = None if a.fresh else a.array
-                t = self.placed[a.key] = self.worker.alloc_tensor(a.shape, a.dtype, init=init)
-                self.temps.append(t)
-            if p.is_output and all(t is not u for _, u in self.host_outputs):
-                self.host_outputs.append((a, t))
-            return t
-        if isinstance(a, DeviceRef):
-            return a.tensor
-        if isinstance(a, PendingRef):
-            return a.tensor
-        return a
-
-    def _snapshot_outputs(self) -> None:
-        """Resident outputs are restored from these if any rank fails (outputs untouched)."""
-        seen: list[DeviceTensor] = []
-        for ln in self.launches:
-            for p, a in zip(ln.call.kernel.params, ln.call.args):
-                if p.is_output and isinstance(a, DeviceRef) and all(a.tensor is not s for s in seen):
-                    seen.append(a.tensor)  # the simulator's own copy of the bytes: no GM allocation
-                    view = self.worker.gm.view(a.tensor.address, (a.tensor.nbytes,), (1,))
-                    self.snapshots.append((view, view.copy()))
+    temps: list[int] = field(default_factory=list)
 
     def run(self, name_calls: bool) -> None:
-        self._snapshot_outputs()
+        """The calling convention (convention.py) for each launch in order; host outputs wait for
+        `gather` (every rank must succeed first)."""
+        gm = self.worker.gm
+        seen: list[Any] = []
         for ln in self.launches:
-            placed = [self._place(p, a) for p, a in zip(ln.call.kernel.params, ln.call.args)]
+            self.snapshots += ln.plan.snapshot(gm, _values(ln.call), seen)
+        for ln in self.launches:
+            values = _values(ln.call)
+            keys = [a.key if isinstance(a, HostRef) else None for a in ln.call.args]
             try:
-                execute(ln.graph, ln.call.kernel, placed, self.worker, ln.dims)
+                vals, host_outputs, _ = ln.plan.place(values, gm, self.placed, self.temps, keys)
+                for _, _, addr, slot in host_outputs:
+                    ref = ln.call.args[slot.pos]
+                    if all(addr != a for _, a, _ in self.host_outputs):
+                        self.host_outputs.append((ref, addr, slot))
+                execute(ln.plan, self.worker, vals)
             except Exception as e:
                 if not name_calls:
                     raise
                 _reraise_in(ln.call, e)
 
     def restore(self) -> None:
-        for view, saved in self.snapshots:
-            view[...] = saved
+        restore(self.snapshots)
 
     def gather(self) -> None:
-        for ref, t in self.host_outputs:
-            ref.array[...] = self.worker.copy_from(t)
+        gm = self.worker.gm
+        download(gm, [(0, ref.array, addr, slot) for ref, addr, slot in self.host_outputs], [None])
 
     def free(self) -> None:
-        for t in self.temps:
-            if not t.freed:
-                self.worker.free_tensor(t)
-        self.temps.clear()
+        free_temps(self.worker.gm, self.temps)
+
+
+def _values(call: KernelCall) -> list[Any]:
+    """A recorded call's argument values in parameter order (host arrays, DeviceTensors, ints)."""
+    out = []
+    for a in call.args:
+        if isinstance(a, HostRef):
+            out.append(a.array)
+        elif isinstance(a, DeviceRef | PendingRef):
+            out.append(a.tensor)
+        else:
+            out.append(a)
+    return out
 
 
 def _resident_tensors(residents: Iterable[Any]) -> Iterable[tuple[str, DeviceTensor]]:
@@ -427,7 +413,8 @@ def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[tuple[in
 
 
 
-def _plan(calls: Sequence[KernelCall], ranks: dict[int, Worker], rank_prefix: bool) -> dict[int, _Rank]:
+def _plan(calls: Sequence[KernelCall], ranks: dict[int, Worker], rank_prefix: bool, options: Options
+          ) -> dict[int, _Rank]:
     """Validate every call and compile every kernel; nothing runs yet."""
     plan: dict[int, _Rank] = {}
     writes: dict[int, list[tuple[int | None, int, str]]] = {}
@@ -445,7 +432,8 @@ def _plan(calls: Sequence[KernelCall], ranks: dict[int, Worker], rank_prefix: bo
         low = call.low if call.low is not None else call.kernel.lower(*keyed)
         graph = call.graph if call.graph is not None else low.final
         rk = plan.setdefault(call.device, _Rank(call.device, worker))
-        rk.launches.append(_Launch(call, graph, dims))
+        fresh = [isinstance(a, HostRef) and a.fresh for a in call.args]
+        rk.launches.append(_Launch(call, LaunchPlan(call.kernel, graph, dims, options, _values(call), fresh)))
     return plan
 
 
@@ -457,18 +445,20 @@ def _pendings(calls: Sequence[KernelCall]) -> list[PendingRef]:
 
 
 def run_program(calls: Sequence[KernelCall], cluster: Any = None, residents: Sequence[Any] = (),
-                rank_prefix: bool = True) -> None:
+                rank_prefix: bool = True, options: Options | None = None) -> None:
     """Validate all `calls`, run each rank's calls on its worker (ranks in parallel), then copy
     host outputs back; on any failure no output changes. `residents` are the entry's resident
-    arguments (they pick the cluster); `rank_prefix` prefixes errors with "rank r: "."""
+    arguments (they pick the cluster); `rank_prefix` prefixes errors with "rank r: "; `options`
+    (default: the context's, `options.current()`) go to every rank's thread."""
     if not calls:
         return
+    opts = current() if options is None else options
     plan: dict[int, _Rank] = {}
     try:
         ranks = _rank_workers(calls, cluster, residents)
         if len({id(w) for w in ranks.values()}) != len(ranks):
             raise DispatchError("two ranks map to the same worker")
-        plan = _plan(calls, ranks, rank_prefix)
+        plan = _plan(calls, ranks, rank_prefix, opts)
         try:
             if rank_prefix:
                 runtime.dispatch.run_ranks({r: (lambda rk=rk: rk.run(True)) for r, rk in plan.items()})
@@ -487,55 +477,3 @@ def run_program(calls: Sequence[KernelCall], cluster: Any = None, residents: Seq
         for p in _pendings(calls):
             if p.tensor is not None and not p.tensor.freed:
                 p.tensor.worker.free_tensor(p.tensor)
-
-
-# ------------------------------------------------------------------------------- entry points
-# the orchestration body recording on this thread (language/orchestration.py sets `.program`);
-# kept here so that a direct call looks it up without importing the orchestration module
-recording = threading.local()
-
-
-def _active_program() -> Any:
-    return getattr(recording, "program", None)
-
-
-def _call(kernel: Any, args: Sequence[Any], device: int | None, low: Any, graph: Graph | None) -> Any:
-    """A direct call: a one-call program with the kernel's own parameters as the entry."""
-    full, _ = split_args(kernel, args)
-    dims = check_entry(kernel, full, allow_stacked=False)  # before compiling: a refused call costs nothing
-    refs = []
-    for i, (p, a) in enumerate(zip(kernel.params, full)):
-        if a is None:
-            full[i] = np.zeros(out_shape(p, dims), p.type.dtype.np_dtype)
-            refs.append(HostRef(full[i], None, p.name, fresh=True))
-        else:
-            refs.append(as_ref(a, p.name))
-    rank = default_device(refs) if device is None else device
-    residents = [r for r in refs if isinstance(r, DeviceRef)]
-    run_program([KernelCall(kernel, refs, int(rank), graph=graph, low=low, dims=dims)], residents=residents,
-                rank_prefix=False)
-    if low is None:
-        remember(kernel, args, device, full, dims)
-    return results(kernel, full)
-
-
-def call_lowered(low: Any, graph: Graph, args: Sequence[Any], device: int | None = None) -> Any:
-    """`Lowered.run(*args, after=)`: run one compiled stage (recorded inside an orchestration)."""
-    prog = _active_program()
-    if prog is not None:
-        return prog.record(low.kernel, args, device, low=low, graph=graph)
-    return _call(low.kernel, args, device, low, graph)
-
-
-def call_kernel(kernel: Any, args: Sequence[Any], device: int | None = None) -> Any:
-    """`kernel(*args, device=)`: a one-kernel orchestration, or a recorded call inside one."""
-    prog = _active_program()
-    if prog is not None:
-        return prog.record(kernel, args, device)
-    key = direct_key(args, device)
-    plan = kernel._direct_plans.get(key) if key is not None else None
-    if plan is not None:
-        out = plan.call(args)
-        if out is not MISS:
-            return out
-    return _call(kernel, args, device, None, None)

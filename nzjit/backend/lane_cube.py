@@ -1,77 +1,22 @@
-"""Lane-batched Cube steps (see batched.py): a TEXTRACT fused into its mad (`LaneWindow`), and the
-mad itself as one stacked np.matmul over the lanes, operands converted once per distinct image."""
+"""The lane-batched mad (rules/cube.py): one stacked np.matmul over the lanes, `MAD_CHUNK` lanes at
+a time, operands converted once per distinct image (on a helper thread for the next chunk)."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import numpy as np
 
-import runtime
-from runtime import TileBuf, threads
-from runtime.cube import _F32_EXACT_K, MATMUL_DTYPES, _mov_checks
+from runtime import threads
+from runtime.cube import F32_EXACT_K
 from runtime.dma import ceil16
 from runtime.threads import Ahead
 
-from ..core.ir import Eqn
-from ..core.types import TileType
-from .fast_core import result_geometry
-from .impl import static_valid
-from .lane_state import Fallback, LaneState, Step, uniform
-from .lane_values import LaneAcc, LaneTile, LaneWindow
-from .values import TransposedTile
+from .lane_state import LaneState
+from .lane_values import LaneWindow
 
 
-def _valid_rows(t: Any) -> int | None:
-    """The valid rows of a 2-D tile type whose columns are all valid (a decode batch's Left and Acc
-    tiles have M < 16 rows valid, statically), else None."""
-    if not isinstance(t, TileType) or len(t.shape) != 2:
-        return None
-    if t.fully_valid:
-        return int(t.shape[0])
-    vr, vc = static_valid(t)
-    return vr if vr is not None and vc == t.shape[1] else None
-
-
-def extract_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...]) -> Step | None:
-    """TEXTRACT of a Left / Right tile that only the next mad reads: checked as the instruction does,
-    charged on chip, kept as a `LaneWindow` of its source (no bytes move)."""
-    t = e.outputs[0].type
-    vr = _valid_rows(t)
-    geom = result_geometry(t)
-    if geom is None or vr is None:
-        return None
-    s_src, s_r, s_c = ins
-    (o,) = outs
-    checked: set[tuple[Any, ...]] = set()  # source geometries and windows that passed the checks
-
-    def run(s: LaneState, env: list[Any]) -> None:
-        src, r0, c0 = env[s_src], uniform(env[s_r]), uniform(env[s_c])
-        transpose = False
-        while type(src) is TransposedTile:
-            src, transpose, r0, c0 = src.tile, not transpose, c0, r0
-        if type(src) is not LaneTile or src.freed:
-            raise Fallback("extract source")
-        key = (src.g, src.valid_row, src.valid_col, r0, c0, transpose)
-        if key not in checked:  # the instruction's checks depend on these only: once per geometry
-            probe_src = TileBuf._from_geometry(src.g, src.valid_row, src.valid_col, None)  # type: ignore[arg-type]
-            probe = TileBuf._from_geometry(geom, vr, geom.cols, None)  # type: ignore[arg-type]
-            try:
-                _mov_checks(probe, probe_src, r0, c0, transpose, False)
-                nrows, ncols = (geom.cols, geom.rows) if transpose else (geom.rows, geom.cols)
-                probe_src._check_window(r0, c0, nrows, ncols)
-            except runtime.DeviceError:
-                raise Fallback("refused extract") from None
-            if len(checked) < 1024:
-                checked.add(key)
-        s.reserve(geom)
-        env[o] = LaneWindow(geom, src, r0, c0, transpose, vr)
-
-    return run
-
-
-def _mad_lanes(s: LaneState, left: LaneWindow, right: LaneWindow, m: int, k: int, n: int,
+def mad_lanes(s: LaneState, left: LaneWindow, right: LaneWindow, m: int, k: int, n: int,
                data: np.ndarray, accumulate: bool, is_int: bool) -> None:
     """Every lane's ``data[lane] (+)= A @ B``: `runtime.cube.tmatmul` of each lane, `MAD_CHUNK`
     lanes at a time. Each lane's product is its own BLAS call on the same operand layouts as the
@@ -87,9 +32,10 @@ def _mad_lanes(s: LaneState, left: LaneWindow, right: LaneWindow, m: int, k: int
     BLAS multiplies this chunk - as the device's MTE moves the next tiles while its Cube
     computes. The two chunks in flight use two sets of buffers; every byte is the same as on one
     thread."""
-    ft = np.float64 if is_int and k > _F32_EXACT_K else np.float32
+    ft = np.float64 if is_int and k > F32_EXACT_K else np.float32
     L = s.L
-    threaded = L > FIRST_CHUNK and ceil16(m) * k * n * MAD_CHUNK >= OVERLAP_MACS and threads.helper_available()
+    threaded = (L > FIRST_CHUNK and ceil16(m) * k * n * MAD_CHUNK >= OVERLAP_MACS and threads.helper_available()
+                and s.ctx.options.threads != 1)
     chunks = _chunks(L, threaded)
     # a decode batch's m < 16 valid rows are the first rows of whole Left fractals
     sides = (_Side(s, left, ceil16(m), k, ft, "left", threaded), _Side(s, right, k, n, ft, "right", threaded))
@@ -196,50 +142,3 @@ FIRST_CHUNK = 4
 #: per chunk (~0.5 ms of BLAS here, several thread hand-offs of ~50-100 us): below, the hand-off
 #: costs what the overlap saves.
 OVERLAP_MACS = 1 << 24
-
-
-def mad_step(e: Eqn, ins: tuple[int, ...], outs: tuple[int, ...], accumulate: bool,
-              in_place: bool) -> Step | None:
-    """TMATMUL (`accumulate` False) / TMATMUL_ACC of whole tiles for every lane: one stacked product,
-    added into the accumulator in place when its old sums die here (`in_place`) and no deferred
-    store still reads them."""
-    t = e.outputs[0].type
-    acc_rows = _valid_rows(t)  # a decode batch's accumulator has M < 16 valid rows
-    geom = result_geometry(t)
-    if geom is None or acc_rows is None:
-        return None
-    (o,) = outs
-
-    def run(s: LaneState, env: list[Any]) -> None:
-        if accumulate:
-            acc, left, right = (env[i] for i in ins)
-            if type(acc) is not LaneAcc or acc.freed:
-                raise Fallback("accumulator")
-        else:
-            left, right = (env[i] for i in ins)
-        if type(left) is not LaneWindow or type(right) is not LaneWindow or left.freed or right.freed:
-            raise Fallback("mad operands")
-        if left.g.space != "Left" or right.g.space != "Right" or left.g.layout != "ZZ" or right.g.layout != "ZN":
-            raise Fallback("mad operand spaces")
-        if (geom.dtype, left.g.dtype, right.g.dtype) not in MATMUL_DTYPES or geom.layout != "ACC":
-            raise Fallback("mad dtypes")
-        # m = Left.validRow, as TMATMUL takes it (m == 1 computes a whole fractal); the rows of
-        # the accumulator past m keep no defined value, and a store writes its valid rows only
-        m, k, n = left.valid_row, left.g.cols, right.g.cols
-        if m == 1:
-            m = 16
-        if max(m, k, n) > 4095 or k > right.g.rows or n % 16 or ceil16(m) != geom.rows or n != geom.cols \
-                or acc_rows > m or (accumulate and acc.valid_row != acc_rows):
-            raise Fallback("not a whole-tile mad")
-        is_int = geom.dtype == np.int32
-        if not accumulate:
-            s.reserve(geom)
-            acc = LaneAcc(geom, s.empty((s.L, geom.rows, n), geom.dtype), acc_rows)
-        elif not in_place or id(acc.data) in s.pinned:  # a deferred store still reads the old sums
-            s.reserve(geom)
-            acc = LaneAcc(geom, s.copy(acc.data), acc_rows)
-        data = acc.data if m == geom.rows else acc.data[:, :m]
-        _mad_lanes(s, left, right, m, k, n, data, accumulate, is_int)
-        env[o] = acc
-
-    return run

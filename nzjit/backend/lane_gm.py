@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from runtime._strided import byte_span, overlaps_itself
 from runtime.convert import fixpipe_convert
 from runtime.errors import DeviceError
+from runtime.spans import byte_span, overlaps_itself
 
 
 def lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: bool) -> bool:

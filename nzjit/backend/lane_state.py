@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from runtime import GmView, TileBuf
-from runtime._strided import byte_span
+from runtime.spans import byte_span
 
 from .lane_values import LaneTile
 
@@ -98,8 +98,9 @@ class LaneState:
         if not v.freed:
             v.freed = True
             self.ctx.onchip.release(v.g.space, v.g.nbytes)
-            if type(v) is LaneTile and v._data is not None and id(v._data) not in self.pinned:
-                a = self.owned.pop(id(v._data), None)
+            held = v.held if type(v) is LaneTile else None
+            if held is not None and id(held) not in self.pinned:
+                a = self.owned.pop(id(held), None)
                 if a is not None:
                     self.spares.give(a)
 

@@ -37,26 +37,31 @@ class LaneTile:
     falls back).  A mad reads its operands straight from there; `data` materialises the images (the
     load's copy) on first use."""
 
-    __slots__ = ("g", "valid_row", "valid_col", "_data", "row", "freed", "gm_images", "_fill")
+    __slots__ = ("g", "valid_row", "valid_col", "_held", "row", "freed", "gm_images", "_fill")
 
     def __init__(self, g: Any, vr: int, vc: int, data: np.ndarray | None, row: np.ndarray,
                  gm_images: list[tuple[int, np.ndarray]] | None = None, fill: Callable[[], np.ndarray] | None = None) -> None:
-        self.g, self.valid_row, self.valid_col, self._data, self.row, self.freed = g, vr, vc, data, row, False
+        self.g, self.valid_row, self.valid_col, self._held, self.row, self.freed = g, vr, vc, data, row, False
         self.gm_images, self._fill = gm_images, fill
 
     @property
     def data(self) -> np.ndarray:
         """The (U, nbytes) uint8 images (materialised from GM on first use by a lazy tile)."""
-        d = self._data
+        d = self._held
         if d is None:
-            d = self._data = self._fill()  # type: ignore[misc]
+            d = self._held = self._fill()  # type: ignore[misc]
             self._fill = None
         return d
 
     @property
+    def held(self) -> np.ndarray | None:
+        """The materialised images, or None while the tile is still lazy (nothing copied)."""
+        return self._held
+
+    @property
     def n_images(self) -> int:
         """How many distinct images the lanes share (materialising nothing)."""
-        return len(self._data) if self._data is not None else self._n_lazy()
+        return len(self._held) if self._held is not None else self._n_lazy()
 
     def _n_lazy(self) -> int:
         u0, v = self.gm_images[-1]  # type: ignore[index]
@@ -64,12 +69,12 @@ class LaneTile:
 
     def image(self, u: int) -> TileBuf:
         """Image `u` as a `TileBuf` of this tile's geometry (a view, no copy)."""
-        return TileBuf._from_geometry(self.g, self.valid_row, self.valid_col, self.data[u])
+        return TileBuf.from_geometry(self.g, self.valid_row, self.valid_col, self.data[u])
 
     def element_chunks(self) -> list[tuple[int, np.ndarray]]:
         """The images as elements in physical order, ``(u0, (n, *g.phys))`` chunks: GM itself for a
         lazy tile, else one chunk of `data`."""
-        if self._data is None and self.gm_images is not None:
+        if self._held is None and self.gm_images is not None:
             return self.gm_images
         d = self.data
         return [(0, d.view(self.g.dtype).reshape(len(d), *self.g.phys))]
@@ -173,9 +178,9 @@ class LaneAcc:
     def lane_tile(self, lane: int) -> TileBuf:
         """Lane `lane`'s accumulator as a `TileBuf` that holds its logical matrix (laid out as the ACC image
         on first byte access)."""
-        t = TileBuf._from_geometry(self.g, self.valid_row, self.g.cols, self.data[lane].reshape(-1).view(np.uint8))
-        t._logical = True  # the buffer holds the logical matrix (runtime.cube.tmatmul's form)
-        return t
+        # the buffer holds the logical matrix (runtime.cube.tmatmul's form)
+        return TileBuf.from_geometry(self.g, self.valid_row, self.g.cols,
+                                     self.data[lane].reshape(-1).view(np.uint8), logical=True)
 
 
 LANE_VALUES = (LaneTile, LaneWindow, LaneAcc)

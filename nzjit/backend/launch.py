@@ -11,7 +11,6 @@ import numpy as np
 import runtime
 from runtime import DeviceTensor, Worker
 
-from ..core.ir import Graph
 from ..core.types import DynDim, Layout, TensorType
 from .executor import Ctx, run_graph
 from .values import NzWindow, TensorVal
@@ -80,16 +79,10 @@ def recycle_onchip(onchip: runtime.OnChip) -> None:
         idle.append(onchip)
 
 
-def execute(graph: Graph, kernel: Any, full: list[Any], worker: Worker, dims: dict[str, int]) -> list[Any]:
-    """Run `graph` with device-resident arguments (DeviceTensors and ints)."""
-    blocked = bool(graph.attrs.get("nz_tensor_views_blocked"))
-    vals: list[Any] = []
-    for v, a in zip(graph.params, full):
-        if isinstance(v.type, TensorType):
-            vals.append(tensor_value(v.type, a, dims, blocked))
-        else:
-            vals.append(v.type.dtype.wrap(int(a)))  # type: ignore[union-attr]
-    onchip = launch_onchip(worker.target)  # on-chip buffers are per launch
-    out = run_graph(Ctx(worker.gm, onchip, dims), graph, vals)
+def execute(plan: Any, worker: Worker, vals: list[Any]) -> list[Any]:
+    """Launch `plan` (a convention.LaunchPlan: graph, dims, options) on `worker` with the placed
+    argument values `vals`; on-chip buffers are per launch."""
+    onchip = launch_onchip(worker.target)
+    out = run_graph(Ctx(worker.gm, onchip, plan.dims, plan.options), plan.graph, vals)
     recycle_onchip(onchip)
     return out

@@ -151,7 +151,7 @@ def _mm_operands(a: Type, b: Type, what: str) -> tuple[TileType, TileType]:
 
 
 # ----------------------------------------------------------------------------- elementwise tile ops
-def _elementwise(name: str, nargs: int) -> Primitive:
+def _elementwise(name: str, nargs: int, dtypes: tuple[dt.DType, ...] | None = None) -> Primitive:
     @primitive(f"tile.{name}", tuple(f"x{i}" for i in range(nargs)))
     def rule(*ts: Type, **_: Any) -> list[Type]:
         tiles = [_tile(t, f"pl.{name}") for t in ts]
@@ -159,6 +159,10 @@ def _elementwise(name: str, nargs: int) -> Primitive:
         for t in tiles:
             if t.memory is not Mem.Vec:
                 raise _fail(f"pl.{name} works on Vec tiles, got {t}; load with target_memory=pl.Mem.Vec")
+            if dtypes is not None and t.dtype not in dtypes:  # the instruction's dtypes on the device
+                names = " / ".join(d.name for d in dtypes)
+                raise _fail(f"pl.{name} works on {names} tiles (T{name.upper()} on the device), got {t}",
+                            help=f"pl.cast the tile to {dtypes[0].name} first")
             if t.shape != t0.shape or t.dtype is not t0.dtype:
                 raise _fail(f"pl.{name} operands differ: {t0} and {t}")
         return [t0]

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .expr import Expr, add, floordiv, lit, mod, mul, named, pmax, pmin, pyvar, sub, var
+from .gen_unary import unary_ops, unary_step
 from .harness import HARNESS
 
 # name -> (numpy dtype text, bits, data low, data high (exclusive))
@@ -191,7 +192,7 @@ def mat_window(g: G, rows: int, cols: int, dt: str, left: bool) -> None:
         g.tag("decode_rows")
     if cols % c0_of(dt) or (rows % 16 and not left):
         g.tag("nd_mat_partial")
-        g.refuse.add("X9")  # refused by AutoTileMatmulL0 (core/geometry.check_mat_fractals)
+        g.refuse.add("X9")  # refused by AutoTileMatmulL0 (passes/auto_tile_matmul.check_mat_fractals)
 
 
 def check_nz_param(g: G, shape: Sequence[object], dt: str) -> None:
@@ -917,7 +918,8 @@ def fam_vec_ew(g: G) -> None:
     rnd = f".astype({npt}).astype(np.float64)" if dt == "FP32" else ""
     for step in range(int(g.choice([1, 2, 3]))):  # type: ignore[call-overload]
         exps = ["exp"] if dt == "FP32" and step == 0 else []  # of loaded data only: e**5 keeps all finite
-        op = str(g.choice([*(o for o in _EW if o != "mul" or muls), *(["cast"] if mids else []), *exps]))
+        unary = unary_ops(dt)  # gen_unary.py: pl.neg / pl.abs
+        op = str(g.choice([*(o for o in _EW if o != "mul" or muls), *(["cast"] if mids else []), *exps, *unary]))
         muls -= op == "mul"
         x, y = str(g.choice(names)), str(g.choice(names))
         if op == "cast":
@@ -926,6 +928,9 @@ def fam_vec_ew(g: G) -> None:
             g.tag("ew:cast")
             g.emit(ind, f"t{step} = pl.cast(pl.cast({x}, pl.{mid}), pl.{dt})",
                    f"t{step} = {x}.astype({DTYPES[mid][0]}).astype(np.float64)")
+        elif op in unary:
+            g.tag(f"ew:{op}")
+            g.emit(ind, *unary_step(op, f"t{step}", x))
         elif op == "exp":  # the simulator's exp is numpy's on the tile dtype
             g.tag("ew:exp")
             g.emit(ind, f"t{step} = pl.exp({x})", f"t{step} = np.exp({x}.astype({npt})).astype(np.float64)")

@@ -382,3 +382,13 @@ def maximum(a: Tracer, b: Tracer) -> Tracer:
 def exp(a: Tracer) -> Tracer:
     """`pl.exp`: elementwise exponential of a Vec tile."""
     return elementwise("exp", a)
+
+
+def neg(a: Tracer) -> Tracer:
+    """`pl.neg`: elementwise negation of a Vec tile (integers wrap, as two's complement does)."""
+    return elementwise("neg", a)
+
+
+def abs(a: Tracer) -> Tracer:  # noqa: A001 - the kernel language's pl.abs
+    """`pl.abs`: elementwise absolute value of an FP32 / FP16 Vec tile."""
+    return elementwise("abs", a)

@@ -222,7 +222,7 @@ class _AutoTile(Rewriter):
         if not pad or not rows % 16:
             self.copy(e)
             return
-        padded = TileType((ceil16(rows), t.shape[1]), t.dtype, t.memory, t.shape)
+        padded = padded_mat_tile(t)
         out = self.fresh(e.outputs[0], padded)
         self.out.append(Eqn(e.primitive, tuple(self.atoms(e.inputs)), (out,), dict(e.params, out_type=padded),
                             e.source))
@@ -277,6 +277,15 @@ class _AutoTile(Rewriter):
                 (alias,) = self.emit(P.tile_store_p, [[blk], o, [self.atom(dst)]], dict(st.params),
                                      [self.fresh(st.outputs[0]) if (mi, ni) == (0, 0) else Var(dst.type)],
                                      st.source)
+
+
+def padded_mat_tile(t: TileType) -> TileType:
+    """The Mat tile an ND -> NZ load of an M x K window writes when M is not a multiple of 16 (a
+    decode batch): ceil16(M) rows of whole fractals, valid_shape (M, K) (hardware-model.md §3).
+    The pass gives a Left-only window this type; the backend runs the earlier stages' M x K
+    tile on it too, so `low.run(after=...)` of every stage computes the same rows."""
+    rows, cols = t.shape
+    return TileType((ceil16(rows), cols), t.dtype, t.memory, (rows, cols))
 
 
 def auto_tile_matmul_l0(g: Graph, target: str = "A2A3") -> Graph:

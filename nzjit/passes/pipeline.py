@@ -1,13 +1,12 @@
-"""The pass pipeline (nz-layout.md §3) and `Lowered`, the result of `kernel.lower(...)`."""
+"""The pass pipeline (nz-layout.md §3): the order of the passes, each a pure Graph -> Graph
+function. `Lowered` (nzjit/driver/lowered.py) runs them on a traced kernel."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
 
 from ..core.ir import Graph
-from ..core.verifier import verify
 from .auto_tile_matmul import auto_tile_matmul_l0
 from .block_nz import block_nz_tensor_views
 from .flatten_2d import flatten_tile_nd_to_2d
@@ -38,54 +37,3 @@ def pipeline(target: str) -> list[tuple[str, Pass]]:
 
 
 VERIFY = os.environ.get("NZJIT_VERIFY", "") not in ("", "0")
-
-
-class Lowered:
-    """A traced kernel after every pass: `passes`, `ir(after=)`, `pto()`, `run(*args, after=)`."""
-
-    def __init__(self, kernel: Any, traced: Graph, extra: list[tuple[str, Pass]] | None = None) -> None:
-        self.kernel = kernel
-        self.target = kernel.target.value
-        self.graphs: dict[str, Graph] = {"trace": traced}
-        passes = pipeline(self.target)
-        if extra:  # test-only injection (e.g. a pass that corrupts a coordinate)
-            passes = passes + extra
-        g = traced
-        if VERIFY:
-            verify(g, "trace")
-        for name, fn in passes:
-            g = fn(g)
-            if VERIFY:
-                verify(g, name)
-            self.graphs[name] = g
-        self.passes = [name for name, _ in passes]
-        self.final = g
-        self._pto: str | None = None
-        self._plans: dict[str, Any] = {}
-
-    def ir(self, after: str = "MaterializeTensorStrides") -> Graph:
-        """The graph after pass `after` ("trace" = before any pass)."""
-        try:
-            return self.graphs[after]
-        except KeyError:
-            raise ValueError(f"unknown pass {after!r}; passes are {['trace', *self.passes]}") from None
-
-    def pto(self) -> str:
-        """The emitted PTO text (codegen/pto.py)."""
-        if self._pto is None:
-            from ..codegen.pto import emit_pto
-
-            self._pto = emit_pto(self.final, self.kernel)
-        return self._pto
-
-    def run(self, *args: Any, after: str | None = None, device: int | None = None) -> Any:
-        """Execute the final graph, or the graph after pass `after` (per-pass bisection).
-
-        The backend has an implementation for every primitive of every stage, so the graph after
-        "trace" runs as a reference interpreter and each later graph shows what its pass changed.
-        """
-        from ..backend.call import call_lowered
-
-        g = self.final if after is None else self.ir(after)
-        return call_lowered(self, g, args, device=device)
-

@@ -1,4 +1,4 @@
-"""Elementwise primitives on Vec tiles: `pl.cast` and `pl.add / sub / mul / maximum / exp`."""
+"""Elementwise primitives on Vec tiles: `pl.cast` and `pl.add / sub / mul / maximum / exp / neg / abs`."""
 
 from __future__ import annotations
 
@@ -17,4 +17,5 @@ def tile_cast_p(src: Type, *, dtype: dt.DType, **_: Any) -> list[Type]:
 
 
 ELEMENTWISE = {n: _elementwise(n, k) for n, k in
-               (("add", 2), ("sub", 2), ("mul", 2), ("maximum", 2), ("exp", 1))}
+               (("add", 2), ("sub", 2), ("mul", 2), ("maximum", 2), ("exp", 1), ("neg", 1))}
+ELEMENTWISE["abs"] = _elementwise("abs", 1, (dt.FP32, dt.FP16))  # TABS: float / half only (pto-isa)

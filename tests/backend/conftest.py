@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from nzjit.backend import batched
+from nzjit.backend.options import current, using
 
 
 @pytest.fixture(autouse=True)
-def _strict_batching(monkeypatch):
-    monkeypatch.setattr(batched, "STRICT", True)
+def _strict_batching():
+    with using(current().with_(strict=True)):
+        yield

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 import runtime
 from nzjit import pl
-from nzjit.backend import batched, executor, lane_gm
+from nzjit.backend import batched, lane_gm
+from nzjit.backend.options import Options, current, using
 
 
 def _record(monkeypatch, owner, name: str, when=lambda kwargs: True) -> list:
@@ -40,9 +41,7 @@ def spy(monkeypatch):
 
 
 def _run(kernel, args, batch: bool):
-    old = executor.BATCH_SPMD
-    executor.BATCH_SPMD = batch
-    try:
+    with using(current().with_(batch=batch)):
         w = runtime.Worker(0)
         devs = [w.alloc_tensor(a.shape, a.dtype, init=a) for a in args]
         err = None
@@ -51,8 +50,6 @@ def _run(kernel, args, batch: bool):
         except (runtime.DeviceError, runtime.DispatchError) as e:  # a device fault or a refused window
             err = str(e)
         return [w.copy_from(d).tobytes() for d in devs], err
-    finally:
-        executor.BATCH_SPMD = old
 
 
 def _compare(kernel, *args):
@@ -296,15 +293,12 @@ def test_a_refusing_lane_falls_back_and_earlier_lanes_stored(spy):
 
 
 def test_batching_can_be_switched_off(spy):
-    executor.BATCH_SPMD = False
-    try:
+    with using(current().with_(batch=False)):
         E, T, N, K, NT, KT = 1, 16, 64, 64, 32, 32
         k = grouped(pl.FP16, pl.FP32, E, T, N, K, NT, KT)
         k(np.ones((E, T, K), np.float16), runtime.pack_nz(np.ones((E, N, K), np.float16)),
           np.zeros((E, T, N), np.float32))
         assert spy == []
-    finally:
-        executor.BATCH_SPMD = True
 
 
 def test_in_place_update_loop_falls_back_and_stops_trying(monkeypatch):
@@ -364,8 +358,8 @@ def test_lazy_nz_weight_images_are_the_loaded_bytes(monkeypatch, E, N, NT):
     w = rng.standard_normal((E, N, K)).astype(ml_dtypes.bfloat16)
     _compare(grouped(pl.BF16, pl.FP32, E, T, N, K, NT, KT), x, runtime.pack_nz(w), np.zeros((E, T, N), np.float32))
     assert seen and all(space == "Mat" and layout == "NZ" for space, layout, _ in seen)
-    # one chunk per expert in the first lane group (LANE_GROUP lanes)
-    assert max(n for _, _, n in seen) == min(E, batched.LANE_GROUP // (N // NT))
+    # one chunk per expert in the first lane group (Options.lane_group lanes)
+    assert max(n for _, _, n in seen) == min(E, Options().lane_group // (N // NT))
 
 
 def test_lazy_vec_images_materialise_for_elementwise_and_stores(monkeypatch):
@@ -819,16 +813,15 @@ def test_any_lane_order_and_chunk_size_gives_the_per_lane_bytes(E, tiles, a, chu
             out[e, :, n0:n0 + NT] = acc
 
     x, w = gmm_operands(np.random.default_rng(L * a), np_dtype, E, T, N, K)
-    saved = (lane_cube.MAD_CHUNK, lane_cube.OVERLAP_MACS, runtime.threads.THREADS, batched.LANE_GROUP,
-             batched.STRICT, batched.try_run_spmd)
+    saved = (lane_cube.MAD_CHUNK, lane_cube.OVERLAP_MACS, runtime.threads.THREADS, batched.try_run_spmd)
     ran: list[bool] = []
-    lane_cube.MAD_CHUNK, batched.LANE_GROUP, batched.STRICT = chunk, 64, True  # one group: chunks matter
+    lane_cube.MAD_CHUNK = chunk
     lane_cube.OVERLAP_MACS, runtime.threads.THREADS = 0, threads  # every mad overlapped when threads > 1
-    batched.try_run_spmd = lambda *args, **kw: ran.append(saved[5](*args, **kw)) or ran[-1]
+    batched.try_run_spmd = lambda *args, **kw: ran.append(saved[3](*args, **kw)) or ran[-1]
     try:
-        got = _compare(perm, x, runtime.pack_nz(w), np.zeros((E, T, N), np_out))
+        with using(current().with_(lane_group=64, strict=True)):  # one group: chunks matter
+            got = _compare(perm, x, runtime.pack_nz(w), np.zeros((E, T, N), np_out))
     finally:
-        (lane_cube.MAD_CHUNK, lane_cube.OVERLAP_MACS, runtime.threads.THREADS, batched.LANE_GROUP,
-         batched.STRICT, batched.try_run_spmd) = saved
+        lane_cube.MAD_CHUNK, lane_cube.OVERLAP_MACS, runtime.threads.THREADS, batched.try_run_spmd = saved
     assert ran == [True]  # the batched run (the reference run does not try)
     check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)

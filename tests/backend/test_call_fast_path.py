@@ -1,4 +1,4 @@
-"""The cached direct call (backend/call.py `DirectPlan`): a call with the signature of an earlier
+"""The cached direct call (backend/direct_call.py `CallPlan`, a cached LaunchPlan of backend/convention.py): a call with the signature of an earlier
 successful one skips the checks that signature already passed, but every per-call fact is still
 checked, and a refused call gets exactly the message (and the untouched outputs) it gets cold."""
 

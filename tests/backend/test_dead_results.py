@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from nzjit import pl
-from nzjit.backend import batched, executor
+from nzjit.backend import batched
+from nzjit.backend.options import current, using
 
 R, C, TRIPS = 16, 64, 200  # 2 KiB fp16 tiles: two kept per trip exceed the 192 KiB UB by trip 48
 
@@ -39,10 +40,9 @@ def unread_per_lane_trip(a: pl.Tensor[[L * R, C], pl.FP16], out: pl.Out[pl.Tenso
 @pytest.mark.parametrize("fast,batch", [(True, True), (True, False), (False, False)])
 @pytest.mark.parametrize("kernel,rows", [(unread_per_trip, R), (unread_per_lane_trip, L * R)])
 def test_results_nobody_reads_are_freed(monkeypatch, fast, batch, kernel, rows):
-    monkeypatch.setattr(executor, "FAST", fast)
-    monkeypatch.setattr(executor, "BATCH_SPMD", batch)
     a = (np.arange(rows * C) % 7).astype(np.float16).reshape(rows, C)
-    np.testing.assert_array_equal(kernel(a), a * a)
+    with using(current().with_(fast=fast, batch=batch)):
+        np.testing.assert_array_equal(kernel(a), a * a)
 
 
 def test_lanes_with_unread_results_stay_batched(monkeypatch):

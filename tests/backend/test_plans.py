@@ -14,35 +14,29 @@ from gmm_kernels import check_gmm, gmm_operands, grouped
 
 import runtime
 from nzjit import pl
-from nzjit.backend import executor
-from nzjit.backend.executor import Ctx, clear_plans, run_graph
+from nzjit.backend.executor import Ctx, run_graph
 from nzjit.backend.launch import tensor_value
+from nzjit.backend.options import current, using
 
 
 @contextmanager
 def _resident(args, fast: bool, batch: bool):
-    """The executor switched to `fast` / `batch` (plans cleared around it), and fresh resident
-    copies of `args` on a new worker: yields (worker, device tensors)."""
-    old, old_batch = executor.FAST, executor.BATCH_SPMD
-    executor.FAST, executor.BATCH_SPMD = fast, batch
-    clear_plans()
-    try:
+    """The executor's options switched to `fast` / `batch`, and fresh resident copies of `args` on
+    a new worker: yields (worker, device tensors, the options)."""
+    with using(current().with_(fast=fast, batch=batch)) as options:
         w = runtime.Worker(0)
-        yield w, [w.alloc_tensor(a.shape, a.dtype, init=a) for a in args]
-    finally:
-        executor.FAST, executor.BATCH_SPMD = old, old_batch
-        clear_plans()
+        yield w, [w.alloc_tensor(a.shape, a.dtype, init=a) for a in args], options
 
 
 def _run(kernel, args, fast: bool, batch: bool = True):
     """Run `kernel` on fresh resident copies of `args`; return (output bytes, on-chip peaks)."""
-    with _resident(args, fast, batch) as (w, devs):
+    with _resident(args, fast, batch) as (w, devs, options):
         low = kernel.lower(*devs)
         graph = low.final
         blocked = bool(graph.attrs.get("nz_tensor_views_blocked"))
         vals = [tensor_value(p.type, d, {}, blocked) for p, d in zip(kernel.params, devs)]
         onchip = runtime.OnChip(w.target)
-        run_graph(Ctx(w.gm, onchip, {}), graph, vals)
+        run_graph(Ctx(w.gm, onchip, {}, options), graph, vals)
         return [w.copy_from(d).tobytes() for d in devs], dict(onchip.peak), dict(onchip.live)
 
 
@@ -135,7 +129,7 @@ def test_vec_loop_plans_equal_generic():
 def _outcome(kernel, args, fast: bool, scalars=()):
     """Run `kernel` trip by trip on fresh resident copies of `args` (and the ints `scalars`), on an
     on-chip accounting of its own: (output bytes, the refusal or fault text, on-chip peaks)."""
-    with _resident(args, fast, False) as (w, devs):
+    with _resident(args, fast, False) as (w, devs, options):
         graph = kernel.lower(*devs, *scalars).final
         blocked = bool(graph.attrs.get("nz_tensor_views_blocked"))
         vals = [tensor_value(p.type, a, {}, blocked) if isinstance(a, runtime.DeviceTensor)
@@ -143,7 +137,7 @@ def _outcome(kernel, args, fast: bool, scalars=()):
         onchip = runtime.OnChip(w.target)
         err = None
         try:
-            run_graph(Ctx(w.gm, onchip, {}), graph, vals)
+            run_graph(Ctx(w.gm, onchip, {}, options), graph, vals)
         except (runtime.DeviceError, runtime.DispatchError) as e:
             err = f"{type(e).__name__}: {e}"
         return [w.copy_from(d).tobytes() for d in devs], err, dict(onchip.peak)
@@ -197,11 +191,10 @@ def _fresh_calls(fast: bool, resident: bool, offsets, counted=None):
     """One call per offset, each with fresh tensors of one layout (new host arrays, or new resident
     tensors): per call (output bytes, the warnings, the refusal text). `counted`, a dict, receives
     the number of window checks each call ran (the general path of a load / store step runs one)."""
-    from nzjit.backend import fast_memory as fast_mod
+    from nzjit.backend.rules import memory as fast_mod
 
-    old = executor.FAST
-    executor.FAST = fast
-    clear_plans()
+    scope = using(current().with_(fast=fast))
+    scope.__enter__()
     checks = [0]
     check_window = fast_mod.check_window
 
@@ -234,8 +227,7 @@ def _fresh_calls(fast: bool, resident: bool, offsets, counted=None):
         return out
     finally:
         fast_mod.check_window = check_window
-        executor.FAST = old
-        clear_plans()
+        scope.__exit__(None, None, None)
 
 
 @pytest.mark.parametrize("resident", [False, True])

@@ -11,8 +11,8 @@ from nzjit.core import dtypes as D
 from nzjit.core.ir import Eqn, Graph, Literal, Var
 from nzjit.core.types import Layout, Mem, ScalarType, TensorType, TileType
 from nzjit.core.verifier import verify
+from nzjit.driver import Lowered
 from nzjit.passes import pipeline
-from nzjit.passes.pipeline import Lowered
 from nzjit.prims import add_p, for_p, tile_load_p
 
 IDX = ScalarType(D.INDEX)

@@ -15,7 +15,7 @@ import pytest
 import runtime
 from nzjit import pl
 from nzjit.core.ir import Graph, Literal
-from nzjit.passes.pipeline import Lowered
+from nzjit.driver import Lowered
 
 RNG = np.random.default_rng(20261129)
 DTYPES = {  # pl dtype -> (numpy dtype, accumulator pl dtype)

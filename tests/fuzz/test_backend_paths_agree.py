@@ -1,6 +1,6 @@
 """The backend's three ways to run a kernel agree on random fuzz programs: lane-batched SPMD
-bodies (batched.py), compiled per-trip plans (fast.py) and the generic per-primitive interpreter
-(impl.py). Same output bytes - including the bytes no reference checks (tile contents outside a
+bodies (a rule's `batch` forms, batched.py), compiled per-trip plans (its `specialize` forms) and
+the generic per-primitive interpreter (its reference `impl`; backend/rules/). Same output bytes - including the bytes no reference checks (tile contents outside a
 valid_shape, left as the hardware leaves them) - the same hardware-defect warnings and the same
 refusal text."""
 
@@ -16,30 +16,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import runtime
-from nzjit.backend import executor
+from nzjit.backend.options import Options, using
 from nzjit.errors import CompileError
 from nzjit.fuzz.gen import generate
 
-#: (FAST, BATCH_SPMD): everything on, per-trip plans only, the generic interpreter only.
+#: (Options.fast, Options.batch): everything on, per-trip plans only, the generic interpreter only.
 PATHS = [(True, True), (True, False), (False, False)]
 _names = itertools.count()
 
 
 def _outcome(path: str, fast: bool, batch: bool) -> tuple[object, tuple[str, ...]]:
     """(output bytes by name, or the refusal's type and text; warning texts) of one run."""
-    old = executor.FAST, executor.BATCH_SPMD
-    executor.FAST, executor.BATCH_SPMD = fast, batch
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", runtime.HardwareDefectWarning)
-            mod = runpy.run_path(path, run_name=f"nzjit_paths_{next(_names)}")
-            try:
-                got, _, _ = mod["execute"]()
-                result: object = {n: np.ascontiguousarray(a).tobytes() for n, a in got.items()}
-            except (CompileError, runtime.DeviceError, runtime.DispatchError) as e:
-                result = (type(e).__name__, str(e))
-    finally:
-        executor.FAST, executor.BATCH_SPMD = old
+    with using(Options(fast=fast, batch=batch)), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", runtime.HardwareDefectWarning)
+        mod = runpy.run_path(path, run_name=f"nzjit_paths_{next(_names)}")
+        try:
+            got, _, _ = mod["execute"]()
+            result: object = {n: np.ascontiguousarray(a).tobytes() for n, a in got.items()}
+        except (CompileError, runtime.DeviceError, runtime.DispatchError) as e:
+            result = (type(e).__name__, str(e))
     texts = tuple(str(w.message) for w in caught if issubclass(w.category, runtime.HardwareDefectWarning))
     return result, texts
 
@@ -49,7 +44,7 @@ def _assert_paths_agree(tmp_path, p) -> None:
     path.write_text(p.source)
     first, *others = (_outcome(str(path), fast, batch) for fast, batch in PATHS)
     for (fast, batch), other in zip(PATHS[1:], others):
-        assert other == first, f"FAST={fast} BATCH_SPMD={batch} differs from both on, program {p.name}:\n{p.source}"
+        assert other == first, f"Options(fast={fast}, batch={batch}) differs from both on, program {p.name}:\n{p.source}"
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,

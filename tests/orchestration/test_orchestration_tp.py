@@ -58,10 +58,10 @@ def test_ranks_run_in_parallel_each_on_its_own_worker(tp_data, monkeypatch):
     barrier = threading.Barrier(RANKS, timeout=30)
     real = call_mod.execute
 
-    def spy(graph, kernel, full, worker, dims):
+    def spy(plan, worker, vals):
         seen[worker.device_id] = (threading.get_ident(), worker)
         barrier.wait()  # all four ranks must be running at once
-        return real(graph, kernel, full, worker, dims)
+        return real(plan, worker, vals)
 
     monkeypatch.setattr(call_mod, "execute", spy)
     out = tp(x, pack(w), cluster=cluster)

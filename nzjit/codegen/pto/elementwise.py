@@ -14,7 +14,8 @@ def _cast(em: Emitter, e: Eqn) -> None:
 
 
 _ELEMENTWISE = {"tile.add": "pto.tadd", "tile.sub": "pto.tsub", "tile.mul": "pto.tmul",
-                "tile.maximum": "pto.tmax", "tile.exp": "pto.texp"}
+                "tile.maximum": "pto.tmax", "tile.exp": "pto.texp", "tile.neg": "pto.tneg",
+                "tile.abs": "pto.tabs"}
 
 
 def _elementwise(em: Emitter, e: Eqn) -> None:

@@ -111,7 +111,7 @@ def _spmd(em: Emitter, e: Eqn) -> None:
 
 
 def _lane_count(em: Emitter, e: Eqn) -> str:
-    """stop - start, what get_block_num reports inside the lanes (backend/executor.py)."""
+    """stop - start, what get_block_num reports inside the lanes (backend/loops.py)."""
     start, stop = (em.value(x) for x in e.inputs[:2])
     out = em.names.fresh("lanes")
     em.line(f"{out} = arith.subi {stop}, {start} : {e.inputs[0].type.dtype.short}")  # type: ignore[union-attr]

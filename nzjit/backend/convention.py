@@ -1,0 +1,165 @@
+"""The calling convention of one kernel launch on one worker, written once.
+
+A `LaunchPlan` is what the checks of a call fixed: the graph and dims, each parameter's kind
+(scalar, resident DeviceTensor, host array, omitted Out) and its TensorVal layout. Running it
+is always the same sequence, for a recorded program (`call.run_program`, rank by rank) and for a
+cached direct call (`direct_call.CallPlan`) alike:
+
+1. `snapshot` the resident outputs' GM bytes (restored if anything fails: outputs untouched);
+2. `place` the arguments: scalars wrapped to their declared width, resident tensors where they
+   live, host arrays uploaded once per worker and program (an omitted Out allocated as zeros);
+3. `launch` the graph (launch.py: a fresh on-chip accounting, the plan under the options);
+4. `download` the host outputs (a program does it only once every rank succeeded), then free the
+   uploads (`temps`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from runtime import DeviceTensor, GlobalMemory
+
+from ..core.ir import Graph
+from ..core.types import ScalarType
+from .launch import tensor_layout
+from .options import Options
+from .values import TensorVal
+
+SCALAR, RESIDENT, HOST, OMITTED = range(4)
+_MAX_VALS = 256  # per plan: TensorVals of resident arguments by address
+
+
+class ArgSlot:
+    """One parameter of a launch: its position among the values given, its kind and layout."""
+
+    __slots__ = ("pos", "kind", "is_output", "shape", "dtype", "layout", "nbytes", "wrap", "check", "upload")
+
+    def __init__(self, pos: int, kind: int, param: Any, shape: Any, layout: Any, gparam: Any,
+                 upload: bool = True) -> None:
+        self.pos = pos  # index into the values of a call (-1: an omitted Out)
+        self.kind = kind
+        self.is_output = param.is_output
+        self.shape, self.dtype = shape, param.type.dtype.np_dtype
+        self.layout = layout  # tensors: TensorVal(address, *layout)
+        self.nbytes = 0 if layout is None else math.prod(shape) * layout[0].itemsize
+        self.wrap = gparam.type.dtype.wrap if kind == SCALAR else None  # the graph's declared width
+        self.check = param.type.dtype.wrap if kind == SCALAR else None  # as `check_scalar` refuses
+        self.upload = upload  # a host array's bytes are uploaded (not a fresh output's)
+
+
+class LaunchPlan:
+    """One launch's checked calling convention (module docstring). `values` are the call's
+    argument values in parameter order: an int, a DeviceTensor or a host array. A parameter in
+    `omitted` is an Out the call leaves out (its value only gives the shape; a cached call
+    allocates it on the device and returns the download); one in `fresh` is a host array that
+    needs no upload. `compact`: the values a run is given skip the omitted parameters (the
+    arguments of a direct call), else they are in parameter order."""
+
+    def __init__(self, kernel: Any, graph: Graph, dims: dict[str, int], options: Options,
+                 values: Sequence[Any], fresh: Sequence[bool] = (), omitted: Sequence[bool] = (),
+                 compact: bool = False) -> None:
+        self.kernel, self.graph, self.dims, self.options = kernel, graph, dims, options
+        blocked = bool(graph.attrs.get("nz_tensor_views_blocked"))
+        self.slots: list[ArgSlot] = []
+        pos = 0
+        for i, (p, v, a) in enumerate(zip(kernel.params, graph.params, values)):
+            if omitted and omitted[i]:
+                kind, at = OMITTED, -1
+            else:
+                kind = (SCALAR if isinstance(p.type, ScalarType) else
+                        RESIDENT if isinstance(a, DeviceTensor) else HOST)
+                at = pos if compact else i
+                pos += 1
+            shape = None if kind == SCALAR else tuple(a.shape)
+            layout = None if shape is None else tensor_layout(p.type, shape, dims, blocked)
+            self.slots.append(ArgSlot(at, kind, p, shape, layout, v, not (fresh and fresh[i])))
+        self.resident_outputs = [s for s in self.slots if s.kind == RESIDENT and s.is_output and s.nbytes]
+        self._vals: dict[tuple[int, int], TensorVal] = {}
+
+    # ------------------------------------------------------------------------------ steps
+    def snapshot(self, gm: GlobalMemory, args: Sequence[Any], seen: list[Any]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Host copies of the resident outputs' GM bytes not in `seen` (appended to it)."""
+        snaps = []
+        for s in self.resident_outputs:
+            t = args[s.pos]
+            if all(t is not u for u in seen):
+                seen.append(t)  # the simulator's own copy of the bytes: no GM allocation
+                view = gm.view_span(t.address, (s.nbytes,), (1,), 0, s.nbytes)
+                snaps.append((view, view.copy()))
+        return snaps
+
+    def place(self, args: Sequence[Any], gm: GlobalMemory, placed: dict[Any, int], temps: list[int],
+              keys: Sequence[Any] | None = None
+              ) -> tuple[list[Any], list[tuple[int, np.ndarray | None, int, ArgSlot]], list[Any]]:
+        """The graph's argument values, the host outputs to download (index in the results, host
+        array or None for an omitted Out, GM address, slot) and the results. A host array is
+        uploaded once per `placed` (keyed by `keys[pos]`, else by the array itself); omitted Outs
+        are allocated (zeros). New addresses land in `temps`."""
+        vals: list[Any] = []
+        host_outputs: list[tuple[int, np.ndarray | None, int, ArgSlot]] = []
+        outs: list[Any] = []
+        for s in self.slots:
+            if s.kind == SCALAR:
+                vals.append(s.wrap(args[s.pos]))  # type: ignore[misc]
+                continue
+            if s.kind == RESIDENT:
+                t = args[s.pos]
+                vals.append(self._resident_val(s, t.address))
+                if s.is_output:
+                    outs.append(t)
+                continue
+            arr: np.ndarray | None = None
+            if s.kind == HOST:
+                arr = args[s.pos]
+                key = keys[s.pos] if keys is not None else id(arr)
+                addr = placed.get(key)
+                if addr is None:
+                    addr = placed[key] = gm.upload(arr) if s.upload else gm.alloc(s.nbytes)
+                    temps.append(addr)
+            else:  # an omitted Out
+                addr = gm.alloc(s.nbytes)
+                temps.append(addr)
+            if s.is_output:
+                if all(addr != u for _, _, u, _ in host_outputs):
+                    host_outputs.append((len(outs), arr, addr, s))
+                outs.append(arr)
+            vals.append(TensorVal(addr, *s.layout))
+        return vals, host_outputs, outs
+
+    def _resident_val(self, s: ArgSlot, address: int) -> TensorVal:
+        """A resident argument's TensorVal, kept by address (callers reuse their tensors)."""
+        v = self._vals.get((s.pos, address))
+        if v is None:
+            if len(self._vals) >= _MAX_VALS:
+                self._vals.clear()
+            v = self._vals[(s.pos, address)] = TensorVal(address, *s.layout)
+        return v
+
+
+def restore(snapshots: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
+    """Put the snapshotted GM bytes back (a failed call leaves its outputs untouched)."""
+    for view, saved in snapshots:
+        view[...] = saved
+
+
+def download(gm: GlobalMemory, host_outputs: Sequence[tuple[int, np.ndarray | None, int, ArgSlot]],
+             outs: list[Any]) -> None:
+    """Copy the host outputs back: into the caller's array, or as the new array of an omitted Out."""
+    for i, arr, addr, s in host_outputs:
+        if arr is None:  # an omitted Out: the download is the new array
+            outs[i] = gm.read(addr, s.nbytes).view(s.dtype).reshape(s.shape)
+        elif arr.flags.c_contiguous:  # straight into the caller's array, no intermediate copy
+            gm.read_into(addr, arr)
+        else:
+            arr[...] = gm.read(addr, s.nbytes).view(s.dtype).reshape(s.shape)
+
+
+def free_temps(gm: GlobalMemory, temps: list[int]) -> None:
+    """Free a call's own uploads and allocations."""
+    for addr in temps:
+        gm.free(addr)
+    temps.clear()

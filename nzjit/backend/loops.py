@@ -1,0 +1,74 @@
+"""Running a `for` equation: SPMD lanes with their block index, range / pipeline trips threading
+their carries, and both batched (all lanes or trips at once, batched.py) when the body's plan has
+lane steps and the options allow it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from runtime import TileBuf
+
+from ..core.ir import Eqn
+from . import batched
+
+
+def _copy_tile(ctx: Any, t: Any) -> Any:
+    if not isinstance(t, TileBuf):
+        return t
+    c = ctx.onchip.alloc_tile(t.space, t.rows, t.cols, t.dtype, layout=t.layout, valid_row=t.valid_row,
+                              valid_col=t.valid_col)
+    c.data[:] = t.data
+    return c
+
+
+def run_loop(ctx: Any, e: Eqn, ins: list[Any], consumed: frozenset[int], body_plan: Callable[[int], Any]
+             ) -> list[Any]:
+    """Run the loop `e` on its input values `ins` (`consumed`: the input positions that die here);
+    `body_plan(n_owned)` is the body's plan. Returns the final carries."""
+    nb, nc, nk = e.params["arity"]
+    start, stop, step = (int(x) for x in ins[:3])
+    captured = ins[nb : nb + nc]
+    # a carry's initial value is updated in place by the body: copy it if it is read afterwards
+    carries = [c if (nb + nc + i) in consumed else _copy_tile(ctx, c) for i, c in enumerate(ins[nb + nc :])]
+    options = ctx.options
+    batch = options.fast and options.batch
+    if e.params["kind"] == "spmd":
+        saved = (ctx.block_idx, ctx.block_num)
+        n = max(0, stop - start)
+        try:
+            plan = body_plan(0)
+            if batch and n > 1 and batched.try_run_spmd(ctx, plan, range(start, stop, step), n, captured):
+                return []
+            for lane in range(start, stop, step):
+                ctx.block_idx, ctx.block_num = lane, n
+                plan.run(ctx, [lane, *captured])
+        finally:
+            ctx.block_idx, ctx.block_num = saved
+        return []
+    trips = range(start, stop, step)
+    plan = body_plan(nk)
+    if batch and nk == 0 and len(trips) > 1:  # independent trips: batched when exact
+        if batched.try_run_spmd(ctx, plan, trips, len(trips), captured, spmd=False):
+            return carries
+    if nk == 0:
+        _run_trips(ctx, plan, trips, captured)
+        return carries
+    for i in trips:
+        carries = plan.run(ctx, [i, *captured, *carries])
+    return carries
+
+
+def _run_trips(ctx: Any, plan: Any, trips: range, captured: list[Any]) -> None:
+    """`plan.run` of each trip of a carry-free loop: the captured values are placed once, each
+    trip copies that environment and sets its induction variable."""
+    env0 = plan.template.copy()
+    iv, *cap_slots = plan.param_slots
+    for s, a in zip(cap_slots, captured):
+        env0[s] = a
+    runs = plan.runs
+    for i in trips:
+        env = env0.copy()
+        env[iv] = i
+        for run in runs:
+            run(ctx, env)

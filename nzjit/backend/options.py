@@ -1,0 +1,65 @@
+"""`Options`: how the backend runs a graph, as one frozen value.
+
+Every switch of the executor is a field here, passed explicitly from the entry of a call down to
+the plan compiler, and part of the plan cache key (`plan.plan_of(graph, n_owned, options)`), so
+two option sets never share a plan and nothing needs clearing when they change. A call entry
+(a kernel call, `Lowered.run`, an orchestration) takes the options of its context: `DEFAULT`,
+or the ones a `with using(Options(...)):` block installs for the code inside it (this thread and
+context only; the call captures them once and hands them on, also to the ranks' threads).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Options:
+    """The executor's switches (all on by default; tests turn them off to compare paths)."""
+
+    #: Specialised step closures (a rule's `specialize`) and TEXTRACTs fused into their mad; False:
+    #: every equation through its rule's reference `impl` (tests compare the two byte for byte).
+    fast: bool = True
+    #: Run the lanes of an SPMD body, and the trips of a carry-free loop, all at once (a rule's
+    #: `batch`) when that is exact; else one by one. Needs `fast`.
+    batch: bool = True
+    #: Re-raise an unexpected error of a lane-batched attempt instead of falling back to the lanes
+    #: one by one (tests: a bug in the batched path must fail, not hide behind the fallback).
+    strict: bool = False
+    #: Lanes of the first batched group (later groups grow within `batched.GROUP_BYTES`).
+    lane_group: int = 16
+    #: Threads a batched mad may use: None = `runtime.threads.THREADS` (``NZJIT_THREADS``); 1 =
+    #: the calling thread only.
+    threads: int | None = None
+
+    def with_(self, **changes: object) -> Options:
+        """A copy with `changes` applied (`dataclasses.replace`)."""
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+DEFAULT = Options()
+
+_CURRENT: contextvars.ContextVar[Options] = contextvars.ContextVar("nzjit_backend_options", default=DEFAULT)
+
+
+def current() -> Options:
+    """The options a call entered now runs with (`DEFAULT` outside a `using` block)."""
+    return _CURRENT.get()
+
+
+@contextmanager
+def using(options: Options) -> Iterator[Options]:
+    """Calls entered inside the block run with `options`; the previous ones are restored after."""
+    if not isinstance(options, Options):
+        raise TypeError(f"using() expects backend Options, got {type(options).__name__}")
+    token = _CURRENT.set(options)
+    try:
+        yield options
+    finally:
+        _CURRENT.reset(token)
+
+
+__all__ = ["Options", "DEFAULT", "current", "using"]

@@ -1,0 +1,8 @@
+"""Every primitive's rule, one module per family; importing this package registers them all
+(`plan.py` does). See `nzjit/backend/rule.py` for the registration API."""
+
+from __future__ import annotations
+
+from . import control, cube, memory, scalar, tensor, vector
+
+__all__ = ["control", "cube", "memory", "scalar", "tensor", "vector"]

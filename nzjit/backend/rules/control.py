@@ -1,0 +1,128 @@
+"""Rules of the control family: `for` loops (range / pipeline / spmd, run by loops.py) and the
+SPMD lane queries `get_block_idx` / `get_block_num`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ... import prims as P
+from ...core.ir import Eqn
+from .. import batched
+from ..lane_state import Fallback, LaneState, uniform
+from ..lane_values import LANE_VALUES, LaneAcc
+from ..loops import run_loop
+from ..rule import Run, Step, rule
+from ..steps import release
+
+
+# ------------------------------------------------------------------------------------ loops
+def _for(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    st = ctx.step
+    body = e.params["body"]
+    return run_loop(ctx, e, ins, st.consumed, lambda n_owned: ctx.plan_of(body, n_owned))
+
+
+def _specialize_for(st: Step) -> Run | None:
+    """The loop with its body's plan bound once (the generic impl looks it up per run)."""
+    e = st.eqn
+    body = e.params["body"]
+    nk = e.params["arity"][2]
+    assert st.plan_of is not None
+    plan = st.plan_of(body, 0 if e.params["kind"] == "spmd" else nk)
+    ins, outs, free, consumed = st.ins, st.outs, st.free, st.consumed
+
+    def body_plan(n_owned: int) -> Any:
+        return plan
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        ctx.step = st
+        res = run_loop(ctx, e, [env[i] for i in ins], consumed, body_plan)
+        for s, v in zip(outs, res):
+            env[s] = v
+        if free:
+            release(ctx, env, free, res)
+
+    return run
+
+
+def _batch_for(st: Step) -> Any:
+    """A `pl.range` / `pl.pipeline` loop inside a batched body: its trips run in order, each for
+    all lanes (the body's lane steps); carries that survive the loop are copied first."""
+    e = st.eqn
+    if e.params["kind"] == "spmd":
+        return None
+    nb, nc, nk = e.params["arity"]
+    assert st.plan_of is not None
+    body = st.plan_of(e.params["body"], nk)
+    if body.lanes is None:
+        return None
+    ins, outs, consumed = st.ins, st.outs, st.consumed
+
+    def run(s: LaneState, env: list[Any]) -> None:
+        vals = [env[i] for i in ins]
+        start, stop, step = (uniform(x) for x in vals[:3])
+        captured = vals[nb : nb + nc]
+        carries = []
+        for i, c in enumerate(vals[nb + nc :]):
+            if (nb + nc + i) not in consumed and type(c) in LANE_VALUES:
+                if type(c) is not LaneAcc:
+                    raise Fallback("carry copy")
+                s.reserve(c.g)
+                c = LaneAcc(c.g, s.copy(c.data), c.valid_row)
+            carries.append(c)
+        for i in range(start, stop, step):
+            carries = batched.run_lane_plan(s, body, [i, *captured, *carries])
+        for slot, v in zip(outs, carries):
+            env[slot] = v
+
+    return run
+
+
+rule(P.for_p, specialize=_specialize_for, batch=_batch_for)(_for)
+
+
+# ------------------------------------------------------------------------------ lane queries
+def _specialize_block_idx(st: Step) -> Run | None:
+    (o,) = st.outs
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        env[o] = ctx.block_idx
+
+    return run
+
+
+def _batch_block_idx(st: Step) -> Any:
+    (o,) = st.outs
+
+    def run(s: LaneState, env: list[Any]) -> None:
+        env[o] = s.lanes if s.spmd else s.ctx.block_idx
+
+    return run
+
+
+@rule(P.get_block_idx_p, specialize=_specialize_block_idx, batch=_batch_block_idx)
+def _block_idx(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    return [ctx.block_idx]
+
+
+def _specialize_block_num(st: Step) -> Run | None:
+    (o,) = st.outs
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        env[o] = ctx.block_num
+
+    return run
+
+
+def _batch_block_num(st: Step) -> Any:
+    (o,) = st.outs
+
+    def run(s: LaneState, env: list[Any]) -> None:
+        env[o] = s.n if s.spmd else s.ctx.block_num
+
+    return run
+
+
+@rule(P.get_block_num_p, specialize=_specialize_block_num, batch=_batch_block_num)
+def _block_num(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    return [ctx.block_num]

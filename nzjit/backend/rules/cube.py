@@ -1,0 +1,284 @@
+"""Rules of the cube family: TEXTRACT (`tile.extract`, fused into its mad as a window when the mad
+is its only reader), TMATMUL / TMATMUL_ACC (`tile.mad`, `tile.mad_acc`), the transposed view,
+and the un-tiled reference matmuls of the stages before AutoTileMatmulL0.
+
+Batched, a fused TEXTRACT is a `LaneWindow` of its source and a mad is one stacked matmul over
+the lanes (lane_cube.py), the same BLAS call per lane as the per-lane path, so the same bits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import runtime
+from runtime import TileBuf
+from runtime.cube import MATMUL_DTYPES, mov_checks, textract_window
+from runtime.dma import ceil16
+
+from ... import prims as P
+from ...core.ir import Eqn
+from ...core.types import TileType
+from ..lane_cube import mad_lanes
+from ..lane_state import Fallback, LaneState, uniform
+from ..lane_values import LaneAcc, LaneTile, LaneWindow
+from ..rule import Run, Step, rule
+from ..steps import alloc, finish, geometry_of, result_geometry, static_valid, tile_dims
+from ..values import TransposedTile
+from .tensor import reference_matmul, squeeze2
+
+_tmov, _tmatmul = runtime.isa.tmov, runtime.isa.tmatmul
+
+
+def _valid_rows(t: Any) -> int | None:
+    """The valid rows of a 2-D tile type whose columns are all valid (a decode batch's Left and Acc
+    tiles have M < 16 rows valid, statically), else None."""
+    if not isinstance(t, TileType) or len(t.shape) != 2:
+        return None
+    if t.fully_valid:
+        return int(t.shape[0])
+    vr, vc = static_valid(t)
+    return vr if vr is not None and vc == t.shape[1] else None
+
+
+# ----------------------------------------------------------------------- reference matmuls
+def _tile_matmul_ref(ctx: Any, e: Eqn, acc: np.ndarray | None, a: Any, b: Any) -> TileBuf:
+    out_t = e.outputs[0].type
+    assert isinstance(out_t, TileType)
+    prod = reference_matmul(squeeze2(a.logical()), squeeze2(b.logical()), e.params.get("b_trans", False),
+                            out_t.dtype.np_dtype)
+    prod = prod[: out_t.shape[-2]]  # a decode batch's Left tile has ceil16(M) rows, the result M
+    if acc is not None:
+        prod = (acc + prod).astype(prod.dtype)
+    t = alloc(ctx, out_t, virtual=True)
+    t.set_logical(prod)
+    return t
+
+
+@rule(P.tile_matmul_p)
+def _tile_matmul(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    return [_tile_matmul_ref(ctx, e, None, *ins)]
+
+
+@rule(P.tile_matmul_acc_p)
+def _tile_matmul_acc(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    return [_tile_matmul_ref(ctx, e, ins[0].logical(), ins[1], ins[2])]
+
+
+# ---------------------------------------------------------------------------------- extract
+def _extract(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    src, r0, c0 = ins
+    t = e.outputs[0].type
+    assert isinstance(t, TileType)
+    dst = alloc(ctx, t)
+    transpose = False
+    while isinstance(src, TransposedTile):  # window (r0, c0) of src^T is window (c0, r0) of src
+        src, transpose, r0, c0 = src.tile, not transpose, c0, r0
+    if transpose:
+        runtime.isa.tmov(dst, src, r0, c0, transpose=True)
+    else:
+        runtime.isa.tmov(dst, src, r0, c0)
+    return [dst]
+
+
+def _specialize_extract(st: Step) -> Run | None:
+    e = st.eqn
+    t = e.outputs[0].type
+    if not isinstance(t, TileType):
+        return None
+    space, rows, cols, dt = tile_dims(t)
+    vr, vc = static_valid(t)  # a decode batch's Left tile: its M valid rows (TMATMUL m, §6)
+    s_src, s_r, s_c = st.ins
+
+    geom = geometry_of(space, rows, cols, dt)
+    if st.window and geom is not None:  # only the next mad reads it: a window of the source, no bytes moved
+
+        def window(ctx: Any, env: list[Any]) -> Any:
+            src, r0, c0 = env[s_src], env[s_r], env[s_c]
+            transpose = False
+            while type(src) is TransposedTile:
+                src, transpose, r0, c0 = src.tile, not transpose, c0, r0
+            if type(src) is not TileBuf:
+                raise runtime.DeviceError(f"{e.source}: TEXTRACT source is a {type(src).__name__}")
+            win = textract_window(ctx.onchip, geom, src, r0, c0, transpose)
+            if vr is not None:
+                win.valid_row, win.valid_col = vr, vc
+            return win
+
+        return finish(st, window)
+
+    def body(ctx: Any, env: list[Any]) -> Any:
+        src, r0, c0 = env[s_src], env[s_r], env[s_c]
+        dst = ctx.onchip.alloc_tile(space, rows, cols, dt, valid_row=vr, valid_col=vc)
+        transpose = False
+        while type(src) is TransposedTile:  # window (r0, c0) of src^T is window (c0, r0) of src
+            src, transpose, r0, c0 = src.tile, not transpose, c0, r0
+        _tmov(dst, src, r0, c0, transpose=transpose)
+        return dst
+
+    return finish(st, body)
+
+
+def _batch_extract(st: Step) -> Any:
+    """TEXTRACT of a Left / Right tile that only the next mad reads: checked as the instruction does,
+    charged on chip, kept as a `LaneWindow` of its source (no bytes move). Only a fused TEXTRACT
+    has a batched form."""
+    if not st.window:
+        return None
+    t = st.eqn.outputs[0].type
+    vr = _valid_rows(t)
+    geom = result_geometry(t)
+    if geom is None or vr is None:
+        return None
+    s_src, s_r, s_c = st.ins
+    (o,) = st.outs
+    checked: set[tuple[Any, ...]] = set()  # source geometries and windows that passed the checks
+
+    def run(s: LaneState, env: list[Any]) -> None:
+        src, r0, c0 = env[s_src], uniform(env[s_r]), uniform(env[s_c])
+        transpose = False
+        while type(src) is TransposedTile:
+            src, transpose, r0, c0 = src.tile, not transpose, c0, r0
+        if type(src) is not LaneTile or src.freed:
+            raise Fallback("extract source")
+        key = (src.g, src.valid_row, src.valid_col, r0, c0, transpose)
+        if key not in checked:  # the instruction's checks depend on these only: once per geometry
+            probe_src = TileBuf.from_geometry(src.g, src.valid_row, src.valid_col, None)  # type: ignore[arg-type]
+            probe = TileBuf.from_geometry(geom, vr, geom.cols, None)  # type: ignore[arg-type]
+            try:
+                mov_checks(probe, probe_src, r0, c0, transpose, False)
+                nrows, ncols = (geom.cols, geom.rows) if transpose else (geom.rows, geom.cols)
+                probe_src.check_window(r0, c0, nrows, ncols)
+            except runtime.DeviceError:
+                raise Fallback("refused extract") from None
+            if len(checked) < 1024:
+                checked.add(key)
+        s.reserve(geom)
+        env[o] = LaneWindow(geom, src, r0, c0, transpose, vr)
+
+    return run
+
+
+rule(P.tile_extract_p, specialize=_specialize_extract, batch=_batch_extract)(_extract)
+
+
+# -------------------------------------------------------------------------------------- mad
+def _mad(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    left, right = ins
+    t = e.outputs[0].type
+    assert isinstance(t, TileType)
+    acc = alloc(ctx, t)
+    runtime.isa.tmatmul(acc, left, right, accumulate=False)
+    return [acc]
+
+
+def _mad_acc(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    acc, left, right = ins
+    if not ctx.consumes(e, 0):  # the accumulator is still read later: TMATMUL_ACC on a copy
+        t = e.outputs[0].type
+        assert isinstance(t, TileType)
+        copy = alloc(ctx, t)
+        copy.data[:] = acc.data
+        acc = copy
+    runtime.isa.tmatmul(acc, left, right, accumulate=True)
+    return [acc]
+
+
+def _specialize_mad(st: Step) -> Run | None:
+    t = st.eqn.outputs[0].type
+    if not isinstance(t, TileType):
+        return None
+    space, rows, cols, dt = tile_dims(t)
+    vr, vc = static_valid(t)  # a decode batch's Acc tile: the store writes its M valid rows
+    if st.eqn.primitive is P.tile_mad_p:
+        s_l, s_r = st.ins
+
+        def body(ctx: Any, env: list[Any]) -> Any:
+            acc = ctx.onchip.alloc_tile(space, rows, cols, dt, valid_row=vr, valid_col=vc)
+            _tmatmul(acc, env[s_l], env[s_r], accumulate=False)
+            return acc
+
+        return finish(st, body)
+    s_acc, s_l, s_r = st.ins
+    in_place = 0 in st.consumed
+
+    def body_acc(ctx: Any, env: list[Any]) -> Any:
+        acc = env[s_acc]
+        if not in_place:  # the accumulator is still read later: TMATMUL_ACC on a copy
+            copy = ctx.onchip.alloc_tile(space, rows, cols, dt, valid_row=vr, valid_col=vc)
+            copy.data[:] = acc.data
+            acc = copy
+        _tmatmul(acc, env[s_l], env[s_r], accumulate=True)
+        return acc
+
+    return finish(st, body_acc)
+
+
+def _batch_mad(st: Step) -> Any:
+    """TMATMUL / TMATMUL_ACC of whole tiles for every lane: one stacked product, added into the
+    accumulator in place when its old sums die here and no deferred store still reads them."""
+    e = st.eqn
+    accumulate = e.primitive is P.tile_mad_acc_p
+    in_place = accumulate and 0 in st.consumed
+    t = e.outputs[0].type
+    acc_rows = _valid_rows(t)  # a decode batch's accumulator has M < 16 valid rows
+    geom = result_geometry(t)
+    if geom is None or acc_rows is None:
+        return None
+    ins = st.ins
+    (o,) = st.outs
+
+    def run(s: LaneState, env: list[Any]) -> None:
+        if accumulate:
+            acc, left, right = (env[i] for i in ins)
+            if type(acc) is not LaneAcc or acc.freed:
+                raise Fallback("accumulator")
+        else:
+            left, right = (env[i] for i in ins)
+        if type(left) is not LaneWindow or type(right) is not LaneWindow or left.freed or right.freed:
+            raise Fallback("mad operands")
+        if left.g.space != "Left" or right.g.space != "Right" or left.g.layout != "ZZ" or right.g.layout != "ZN":
+            raise Fallback("mad operand spaces")
+        if (geom.dtype, left.g.dtype, right.g.dtype) not in MATMUL_DTYPES or geom.layout != "ACC":
+            raise Fallback("mad dtypes")
+        # m = Left.validRow, as TMATMUL takes it (m == 1 computes a whole fractal); the rows of
+        # the accumulator past m keep no defined value, and a store writes its valid rows only
+        m, k, n = left.valid_row, left.g.cols, right.g.cols
+        if m == 1:
+            m = 16
+        if max(m, k, n) > 4095 or k > right.g.rows or n % 16 or ceil16(m) != geom.rows or n != geom.cols \
+                or acc_rows > m or (accumulate and acc.valid_row != acc_rows):
+            raise Fallback("not a whole-tile mad")
+        is_int = geom.dtype == np.int32
+        if not accumulate:
+            s.reserve(geom)
+            acc = LaneAcc(geom, s.empty((s.L, geom.rows, n), geom.dtype), acc_rows)
+        elif not in_place or id(acc.data) in s.pinned:  # a deferred store still reads the old sums
+            s.reserve(geom)
+            acc = LaneAcc(geom, s.copy(acc.data), acc_rows)
+        data = acc.data if m == geom.rows else acc.data[:, :m]
+        mad_lanes(s, left, right, m, k, n, data, accumulate, is_int)
+        env[o] = acc
+
+    return run
+
+
+rule(P.tile_mad_p, specialize=_specialize_mad, batch=_batch_mad)(_mad)
+rule(P.tile_mad_acc_p, specialize=_specialize_mad, batch=_batch_mad)(_mad_acc)
+
+
+# --------------------------------------------------------------------------- transpose view
+def _specialize_transpose_view(st: Step) -> Run | None:
+    (a,) = st.ins
+    (o,) = st.outs
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        env[o] = TransposedTile(env[a])
+
+    return run
+
+
+@rule(P.tile_transpose_view_p, specialize=_specialize_transpose_view, batch=_specialize_transpose_view)
+def _transpose_view(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    return [TransposedTile(ins[0])]
