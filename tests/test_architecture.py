@@ -346,6 +346,33 @@ def test_device_does_not_import_compiler() -> None:
     assert not bad, f"runtime imports nzjit (the device must not depend on the compiler): {bad}"
 
 
+#: What each layer of nzjit may import (besides itself, `runtime` and the standard library): the
+#: passes are pure Graph -> Graph functions over the IR and the primitive definitions; the IR
+#: imports nothing above it.
+LAYER_IMPORTS = {
+    "nzjit.core": ("nzjit.core", "nzjit.errors"),
+    "nzjit.prims": ("nzjit.core", "nzjit.prims", "nzjit.errors"),
+    "nzjit.passes": ("nzjit.core", "nzjit.prims", "nzjit.passes", "nzjit.errors"),
+}
+
+
+def layer_violations(root: Path) -> list[Import]:
+    """Imports of a layer of `LAYER_IMPORTS` that reach above what the layer may use."""
+    bad = []
+    for e in import_edges(root):
+        for layer, allowed in LAYER_IMPORTS.items():
+            if (e.source == layer or e.source.startswith(layer + ".")) and e.target.startswith("nzjit") \
+                    and not any(e.target == a or e.target.startswith(a + ".") for a in allowed):
+                bad.append(e)
+    return bad
+
+
+def test_layers_import_only_what_is_below_them() -> None:
+    bad = layer_violations(ROOT)
+    assert not bad, "a layer imports above itself (passes see only core and prims):\n" + \
+        "\n".join(f"{e.source} -> {e.target} (line {e.line})" for e in bad)
+
+
 # ----------------------------------------------------------------- the checkers on planted trees
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
@@ -421,3 +448,9 @@ def test_checker_finds_every_kind_of_private_runtime_use(tmp_path: Path) -> None
     got = [(u.path, u.line) for u in private_runtime_uses(root)]
     assert got == [("nzjit/use.py", n) for n in (2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 13)]
     # nzjit/own.py's `self._data` is its own attribute; `__dict__` is Python's: neither is a use
+
+
+def test_checker_finds_a_pass_importing_the_backend(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"nzjit/passes/p.py": "from ..backend import run\n", "nzjit/backend/__init__.py": "",
+                            "nzjit/passes/__init__.py": "", "nzjit/core/__init__.py": ""})
+    assert [(e.source, e.target) for e in layer_violations(root)] == [("nzjit.passes.p", "nzjit.backend")]
