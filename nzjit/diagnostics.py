@@ -18,89 +18,28 @@ Importing this module changes nothing; `install()` opts in to the excepthooks.
 
 from __future__ import annotations
 
-import os
-import runpy
 import sys
 import threading
 import traceback
 import types
-import unicodedata
 from typing import Any
 
-import runtime
-
-from .errors import CompileError, InternalError, Source
+from .errors import (
+    TRACEBACK_ENV,
+    CompileError,
+    InternalError,
+    _length,
+    filter_traceback,
+    is_internal_frame,
+    show_internal_frames,
+    source_excerpt,
+    strip_rule,
+)
 
 __all__ = ["render", "format_compile_error", "format_exception", "format_internal_error", "filter_traceback",
            "is_internal_frame", "show_internal_frames", "install", "uninstall", "excepthook"]
 
-ENV_VAR = "NZJIT_TRACEBACK"
-
-_INTERNAL_DIRS = tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in (__file__, runtime.__file__))
-_LAUNCHER_FILES = tuple(os.path.abspath(f) for f in (runpy.__file__,) if f)
-
-
-def show_internal_frames(show_internal: bool | None = None) -> bool:
-    """`show_internal` if given, else whether the environment asks for `NZJIT_TRACEBACK=full`."""
-    if show_internal is not None:
-        return show_internal
-    return os.environ.get(ENV_VAR, "").strip().lower() == "full"
-
-
-def is_internal_frame(filename: str) -> bool:
-    """True for frames of the toolchain: nzjit, runtime, runpy, `<frozen importlib...>`."""
-    if filename.startswith("<frozen"):
-        return True
-    path = os.path.abspath(filename)
-    return path.startswith(_INTERNAL_DIRS) or path in _LAUNCHER_FILES
-
-
-def filter_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
-    """A new traceback chain without the internal frames (None if every frame was internal)."""
-    kept = []
-    while tb is not None:
-        if not is_internal_frame(tb.tb_frame.f_code.co_filename):
-            kept.append(tb)
-        tb = tb.tb_next
-    out: types.TracebackType | None = None
-    for t in reversed(kept):
-        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
-    return out
-
-
-def _count(tb: types.TracebackType | None) -> int:
-    n = 0
-    while tb is not None:
-        n, tb = n + 1, tb.tb_next
-    return n
-
-
-def _display_width(text: str) -> int:
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-
-
-def _char_col(line: str, byte_col: int) -> int:
-    """Bytecode columns count UTF-8 bytes; the caret needs characters."""
-    return len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
-
-
-def _caret(line: str, src: Source) -> tuple[int, str]:
-    """(1-based character column, the caret line under `line`)."""
-    start = min(_char_col(line, src.col), len(line))
-    if src.col == 0 and src.end_col is None:  # no column known: underline the statement, not its indent
-        start = len(line) - len(line.lstrip())
-    stripped_end = len(line.rstrip())
-    end = _char_col(line, src.end_col) if src.end_col is not None else stripped_end
-    end = max(start + 1, min(end, max(stripped_end, start + 1)))
-    pad = "".join(ch if ch == "\t" else " " * _display_width(ch) for ch in line[:start])
-    return start + 1, pad + "^" * max(1, _display_width(line[start:end]))
-
-
-def _strip_rule(message: str, rule: str | None) -> str:
-    for prefix in (f"{rule}: ", f"[{rule}] ") if rule else ():
-        if message.startswith(prefix):
-            return message[len(prefix):]
-    return message
+ENV_VAR = TRACEBACK_ENV
 
 
 def format_compile_error(err: CompileError, show_internal: bool | None = None) -> str:
@@ -110,23 +49,12 @@ def format_compile_error(err: CompileError, show_internal: bool | None = None) -
     offending expression, then `help: ...`. With internal frames shown (`show_internal=True` or
     `NZJIT_TRACEBACK=full`) the full Python traceback comes first.
     """
-    src = err.source
-    rule = err.rule
-    message = _strip_rule(getattr(err, "raw_message", str(err)), rule)
+    src, rule = err.source, err.rule
+    message = strip_rule(getattr(err, "raw_message", str(err)), rule)
     kind = f"error[{rule}]" if rule else "error"
-    body: list[str] = []
-    where = ""
-    if src is not None:
-        line = src.text
-        if line:
-            col, caret = _caret(line, src)
-            gutter = str(src.line)
-            body.append(f"{' ' * 4}{gutter} | {line}")
-            body.append(f"{' ' * (4 + len(gutter))} | {caret}")
-            where = f"{src.file}:{src.line}:{col}: "
-        else:
-            where = f"{src.file}:{src.line}: "
-    out = [f"{where}{kind}: {message}", *body]
+    col, excerpt = source_excerpt(src)
+    where = "" if src is None else f"{src.file}:{src.line}:{col}: " if col else f"{src.file}:{src.line}: "
+    out = [f"{where}{kind}: {message}", *excerpt]
     if err.help:
         out.append(f"help: {err.help}")
     text = "\n".join(out)
@@ -141,8 +69,17 @@ def format_exception(exc: BaseException, show_internal: bool | None = None) -> s
     if show_internal_frames(show_internal):
         return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip("\n")
     kept = filter_traceback(tb)
-    hidden = _count(tb) - _count(kept)
-    text = "".join(traceback.format_exception(type(exc), exc, kept)).rstrip("\n")
+    # frames an API boundary hid already count too (its note, if any, is replaced by this line)
+    hidden = getattr(exc, "_nzjit_hidden", 0) + _length(tb) - _length(kept)
+    notes = getattr(exc, "__notes__", None)
+    saved = list(notes) if notes is not None else None
+    if notes is not None:
+        notes[:] = [n for n in notes if not n.endswith(f"set {ENV_VAR}=full to show them)")]
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, kept)).rstrip("\n")
+    finally:
+        if saved is not None and notes is not None:
+            notes[:] = saved
     if hidden:
         text += (f"\n({hidden} nzjit-internal frame{'s' if hidden != 1 else ''} hidden; "
                  f"set {ENV_VAR}=full to show them)")

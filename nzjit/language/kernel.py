@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import inspect
@@ -16,7 +17,7 @@ import runtime
 
 from ..core.dtypes import from_numpy
 from ..core.types import DynDim, Layout, ScalarType, Target, TensorType, Type
-from ..errors import CompileError, Source
+from ..errors import CompileError, Source, api_boundary
 from ..tracing import trace
 from .annotations import ScalarAnnotation, TensorAnnotation
 
@@ -78,6 +79,7 @@ def _collector_paused() -> Iterator[None]:
 class Kernel:
     """A traced InCore kernel. Calling it checks the arguments, compiles once per signature, runs."""
 
+    @api_boundary
     def __init__(self, fn: Callable[..., Any], target: Target = Target.A2A3) -> None:
         self.fn = fn
         self.target = target
@@ -141,6 +143,7 @@ class Kernel:
             self._fast_cache.clear()
             self._direct_plans.clear()
 
+    @api_boundary
     def lower(self, *args: Any) -> Any:
         """Trace and run every pass; args (or nzjit.spec placeholders) only select the cache entry."""
         from ..passes.pipeline import Lowered
@@ -165,6 +168,7 @@ class Kernel:
                 self._fast_cache[fast] = low
         return low
 
+    @api_boundary
     def __call__(self, *args: Any, device: int | None = None) -> Any:
         return _backend_call().call_kernel(self, args, device=device)
 
@@ -206,13 +210,15 @@ def _dtype_name(d: Any) -> str:
     return name
 
 
+@api_boundary
 def kernel(fn: Callable[..., Any] | None = None, *, target: Target = Target.A2A3) -> Any:
     """@pl.kernel or @pl.kernel(target=pl.A2A3): an InCore device kernel, traced on first use."""
     if fn is None:
-        return lambda f: Kernel(f, target)
+        return functools.partial(Kernel, target=target)  # a C callable: no nzjit frame in a traceback
     return Kernel(fn, target)
 
 
+@api_boundary
 def orchestration(fn: Callable[..., Any]) -> Any:
     """@pl.orchestration: a host-side entry whose body calls kernels (see language/orchestration.py)."""
     from .orchestration import Orchestration
