@@ -1,8 +1,9 @@
 """The `nzjit` command line: run a kernel file's demo, print its IR or PTO, explain an NZ layout.
 
     nzjit run FILE [ARGS...]                      the file's `__main__` block, else its main()
-    nzjit ir FILE [--kernel NAME|EXPR] [--after PASS | --all]
+    nzjit ir FILE [--kernel NAME|EXPR] [--after PASS | --all]     (NAME may be an orchestration)
     nzjit pto FILE [--kernel NAME|EXPR]
+    nzjit --version
     nzjit explain-layout SHAPE DTYPE [--at R,C] [--svg OUT.svg]
 
 Exit status: 0 success; 1 a CompileError (rendered by nzjit.diagnostics, no traceback), a
@@ -23,9 +24,10 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import diagnostics
+from . import __version__, diagnostics
 from .errors import CompileError, InternalError
 from .language.kernel import Kernel
+from .language.orchestration import Orchestration
 
 __all__ = ["main", "build_parser", "load_namespace", "find_kernels", "ir_text", "ir_sequence", "kernel_from_expression"]
 
@@ -102,7 +104,9 @@ def find_kernels(namespace: dict[str, Any], name: str | None = None) -> list[tup
     hits = [(k, v) for k, v in found if name in (*names[id(v)], v.__name__)]
     if not hits:
         have = ", ".join(k for k, _ in found) or "none"
-        raise UsageError(f"no kernel named {name!r}; kernels in this file: {have}")
+        orchs = ", ".join(k for k, v in namespace.items() if isinstance(v, Orchestration))
+        raise UsageError(f"no kernel named {name!r}; kernels in this file: {have}"
+                         + (f"; orchestrations: {orchs}" if orchs else ""))
     return hits[:1]
 
 
@@ -122,6 +126,11 @@ def kernel_from_expression(namespace: dict[str, Any], expr: str) -> tuple[str, K
 
 def _kernels_of(path: str, name: str | None) -> list[tuple[str, Kernel]]:
     namespace = load_namespace(path)
+    orch = namespace.get(name) if name is not None else None
+    if isinstance(orch, Orchestration):  # its program, then the kernels it calls
+        text, kernels = program_text(orch)
+        print(text + "\n")
+        return kernels
     if name is not None and not name.isidentifier():
         return [kernel_from_expression(namespace, name)]
     kernels = find_kernels(namespace, name)
@@ -132,6 +141,50 @@ def _kernels_of(path: str, name: str | None) -> list[tuple[str, Kernel]]:
                          f"shown with --kernel and the factory call, e.g. --kernel 'make(pl.INT8)' (functions "
                          f"in this file: {', '.join(functions) or 'none'})")
     return kernels
+
+
+# ------------------------------------------------------------------------------- orchestrations
+def placeholder_arguments(orch: Orchestration) -> list[Any]:
+    """Zero arrays of the annotated shapes (NZ ones packed): enough to record the program, whose
+    calls depend on shapes only. A dynamic dimension has no shape to take: a usage error."""
+    import numpy as np
+
+    import runtime
+
+    from .core.types import DynDim, Layout, TensorType
+
+    args: list[Any] = []
+    for p in orch.params:
+        t = p.type
+        if not isinstance(t, TensorType):
+            raise UsageError(f"orchestration {orch.__name__} takes the scalar '{p.name}': its program depends "
+                             "on the value; call .record(...) with it in Python")
+        dyn = [d.name for d in t.shape if isinstance(d, DynDim)]
+        if dyn:
+            raise UsageError(f"orchestration {orch.__name__}: parameter '{p.name}' has the dynamic dimension "
+                             f"{dyn[0]}; its program depends on the extent: call .record(...) in Python")
+        a = np.zeros(tuple(int(d) for d in t.shape), t.dtype.np_dtype)  # type: ignore[arg-type]
+        args.append(runtime.pack_nz(a) if t.layout is Layout.NZ else a)
+    return args
+
+
+def program_text(orch: Orchestration) -> tuple[str, list[tuple[str, Kernel]]]:
+    """The calls an orchestration records, rank by rank, and its kernels (each once, in call order)."""
+    prog = orch.record(*placeholder_arguments(orch))
+    ranks = sorted({c.device for c in prog.calls})
+    out = [f"# orchestration {orch.__name__}: {len(prog.calls)} kernel call{'s' if len(prog.calls) != 1 else ''}"
+           f" on {len(ranks)} rank{'s' if len(ranks) != 1 else ''}"]
+    kernels: dict[int, tuple[str, Kernel]] = {}
+    for r in ranks:
+        out.append(f"rank {r}:")
+        for c in (c for c in prog.calls if c.device == r):
+            kernels.setdefault(id(c.kernel), (c.kernel.__name__, c.kernel))
+            names = [a.name if hasattr(a, "name") else repr(a) for a in c.args]
+            ins = [n for p, n in zip(c.kernel.params, names) if not p.is_pure_output]
+            outs = [n for p, n in zip(c.kernel.params, names) if p.is_output]
+            where = f"  # {os.path.basename(c.source.file)}:{c.source.line}" if c.source is not None else ""
+            out.append(f"  {c.kernel.__name__}({', '.join(ins)}) -> {', '.join(outs) or 'nothing'}{where}")
+    return "\n".join(out), list(kernels.values())
 
 
 # ---------------------------------------------------------------------------------------- ir
@@ -251,7 +304,8 @@ def cmd_explain_layout(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------- parser
 _KERNEL_HELP = ("the kernel to show: a name bound in FILE, or an expression over FILE's names such as a "
-                "factory call, e.g. 'make(pl.INT8)' (default: every module-level kernel in FILE)")
+                "factory call, e.g. 'make(pl.INT8)'; an orchestration's name shows its program (the calls per "
+                "rank), then each kernel it calls (default: every module-level kernel in FILE)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -259,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nzjit", description="nzjit: trace, lower and inspect Ascend PTO kernels written in Python.",
         epilog=f"Set {diagnostics.ENV_VAR}=full to see nzjit-internal frames in tracebacks.")
+    p.add_argument("--version", action="version", version=f"nzjit {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     r = sub.add_parser("run", help="run a kernel file's demo",
