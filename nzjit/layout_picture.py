@@ -318,6 +318,15 @@ def ascii_picture(layout: NzLayout, at: Sequence[int] | None = None, max_cols: i
 _PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f"]
 
 
+LINE_PITCH = 18  #: px between header baselines
+MONOSPACE_ADVANCE = 0.6  #: a monospace glyph's advance in ems (DejaVu Sans Mono, Courier: 0.6)
+
+
+def text_width(text: str, font_size: float) -> float:
+    """The width in px of `text` in a monospace font of `font_size` px."""
+    return len(text) * MONOSPACE_ADVANCE * font_size
+
+
 def svg_picture(layout: NzLayout, at: Sequence[int] | None = None,
                 max_fractals: int = MAX_SVG_FRACTALS) -> str:
     """An SVG with exactly one `<rect class="fractal">` per fractal and no other rect.
@@ -337,11 +346,17 @@ def svg_picture(layout: NzLayout, at: Sequence[int] | None = None,
             f"{max_fractals} (one rect each). Draw a smaller shape with the same c0, e.g. "
             f"{min(L.rows, 256)}x{min(L.cols, 16 * L.c0)}, or use the text picture")
     loc = L.locate(at) if at is not None else None
-    cw, ch, mx, top, gap = 64, 32, 90, 60, 40
-    panel_h = L.row_fractals * ch + gap + 20
-    width = mx + L.col_blocks * cw + 20
-    height = top + L.batch * panel_h
+    cw, ch, mx, gap = 64, 32, 90, 40
     c0 = L.c0
+    # the header in short lines, and a picture at least as wide as its longest line: a small shape
+    # (64x64: two column blocks, 238 px of grid) would otherwise cut its title off
+    header = [(13, f"NZ {L.dtype.name.lower()}{_fmt(L.shape)} -> {_fmt(L.blocked_shape)}"),
+              (11, f"= [B, C/c0, R/16, 16, c0]; cell = 16 x {c0} fractal ({L.fractal_bytes} B)"),
+              (11, "number = memory order: down each column block, then on to the next")]
+    top = 12 + LINE_PITCH * len(header) + 12
+    panel_h = L.row_fractals * ch + gap + 20
+    width = max(mx + L.col_blocks * cw + 20, math.ceil(16 + max(text_width(t, size) for size, t in header)))
+    height = top + L.batch * panel_h
     parts = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -351,12 +366,10 @@ def svg_picture(layout: NzLayout, at: Sequence[int] | None = None,
         '</marker></defs>',
         f'<title>NZ layout of {L.dtype.name.lower()}{_fmt(L.shape)}: blocked {_fmt(L.blocked_shape)}, '
         f'c0 = {c0}</title>',
-        f'<text x="8" y="18" font-size="13">NZ {L.dtype.name.lower()}{_fmt(L.shape)} -&gt; '
-        f'{_fmt(L.blocked_shape)} = [B, C/c0, R/16, 16, c0]; cell = 16 x {c0} fractal '
-        f'({L.fractal_bytes} B), number = memory order</text>',
-        '<text x="8" y="36">column blocks outside, row fractals inside: down each column block, '
-        'then on to the next</text>',
     ]
+    for k, (size, text) in enumerate(header):
+        parts.append(f'<text class="header" x="8" y="{12 + LINE_PITCH * (k + 1) - 4}" font-size="{size}">'
+                     f'{escape(text)}</text>')
     for b in range(L.batch):
         y0 = top + b * panel_h + 20
         parts.append(f'<g class="batch" data-batch="{b}">')
