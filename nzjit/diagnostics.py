@@ -54,7 +54,7 @@ def format_compile_error(err: CompileError, show_internal: bool | None = None) -
     kind = f"error[{rule}]" if rule else "error"
     col, excerpt = source_excerpt(src)
     where = "" if src is None else f"{src.file}:{src.line}:{col}: " if col else f"{src.file}:{src.line}: "
-    out = [f"{where}{kind}: {message}", *excerpt]
+    out = [f"{where}{kind}: {message}", *excerpt, *err.related_lines()]
     if err.help:
         out.append(f"help: {err.help}")
     text = "\n".join(out)

@@ -187,6 +187,8 @@ class CompileError(ValueError):
         self.source = source
         self.rule = rule
         self.help = help
+        #: a second place the message is about, with its label (a refused parameter's annotation)
+        self.related: tuple[Source, str] | None = None
         super().__init__(message)
 
     def __str__(self) -> str:
@@ -207,9 +209,21 @@ class CompileError(ValueError):
         col, excerpt = source_excerpt(self.source)
         if excerpt and self.source is not None:
             text += f"\n  --> {self.source.file}:{self.source.line}:{col}\n" + "\n".join(excerpt)
+        text += "".join(f"\n{line}" for line in self.related_lines())
         if self.help:
             text += f"\nhelp: {self.help}"
         return text
+
+
+    def related_lines(self) -> list[str]:
+        """`  --> file:line:col (label)` and the excerpt of the related place, if any."""
+        if self.related is None:
+            return []
+        src, label = self.related
+        col, excerpt = source_excerpt(src)
+        if not excerpt:
+            return []
+        return [f"  --> {src.file}:{src.line}:{col} ({label})", *excerpt]
 
 
 class InternalError(RuntimeError):
@@ -360,12 +374,19 @@ _PARAM_NAMED = re.compile(r"parameter '([A-Za-z_][A-Za-z0-9_]*)'")
 
 
 def _place_at_parameter(err: CompileError, fn: Any) -> None:
+    """A refusal naming a parameter of `fn` points at its annotation: as the place of the error when
+    it has no kernel line (or only the `def` line), else as a second place after the kernel line."""
     code = getattr(fn, "__code__", None)
     if code is None:
         return
-    src = err.source
-    if src is not None and not (src.file == code.co_filename and src.line == code.co_firstlineno):
-        return
     m = _PARAM_NAMED.search(err.raw_message)
-    if m is not None and m.group(1) in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]:
-        err.source = param_source(fn, m.group(1)) or src
+    if m is None or m.group(1) not in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]:
+        return
+    at = param_source(fn, m.group(1))
+    if at is None:
+        return
+    src = err.source
+    if src is None or (src.file == code.co_filename and src.line == code.co_firstlineno):
+        err.source = at
+    elif err.related is None and (src.file, src.line) != (at.file, at.line):
+        err.related = (at, f"parameter '{m.group(1)}' declared here")
