@@ -161,7 +161,8 @@ def _message(node: ast.expr) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.JoinedStr):
-        return "".join(v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"  # type: ignore[attr-defined]
+        return "".join(str(v.value) if isinstance(v, ast.Constant)
+                       else "{" + ast.unparse(v.value) + "}" if isinstance(v, ast.FormattedValue) else ""
                        for v in node.values)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         a, b = _message(node.left), _message(node.right)

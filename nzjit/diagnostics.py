@@ -111,7 +111,9 @@ def excepthook(exc_type: type[BaseException], exc: BaseException, tb: types.Trac
 
 def _thread_hook(args: Any) -> None:
     if args.exc_value is None:
-        return _previous_thread_hook(args) if _previous_thread_hook else None
+        if _previous_thread_hook:
+            _previous_thread_hook(args)
+        return
     name = args.thread.name if args.thread is not None else "?"
     print(f"Exception in thread {name}:", file=sys.stderr)
     excepthook(args.exc_type, args.exc_value, args.exc_traceback)

@@ -129,7 +129,7 @@ def param_source(fn: Callable[..., Any], name: str) -> Source | None:
             a = node.args
             for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
                 if arg.arg == name:
-                    at: ast.AST = arg.annotation or arg
+                    at: ast.expr | ast.arg = arg.annotation or arg
                     same_line = at.end_lineno == at.lineno
                     return Source(code.co_filename, at.lineno + shift, at.col_offset,
                                   at.end_col_offset if same_line else None)
@@ -313,7 +313,8 @@ def _is_refusal(exc: BaseException) -> bool:
     if isinstance(exc, CompileError):
         return True
     mod = sys.modules.get("runtime")
-    return mod is not None and isinstance(exc, getattr(mod, "DispatchError", ()) | getattr(mod, "DeviceError", ()))
+    kinds = tuple(k for k in (getattr(mod, "DispatchError", None), getattr(mod, "DeviceError", None)) if k is not None)
+    return bool(kinds) and isinstance(exc, kinds)
 
 
 def _hidden_note(n: int) -> str:
@@ -335,10 +336,9 @@ class user_frames_only:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
         if isinstance(exc, Exception) and not isinstance(exc, InternalError) and not show_internal_frames():
-            hide_internal_frames(exc)
-        return False
+            hide_internal_frames(exc)  # in place; returning None lets the exception go on
 
 
 F = TypeVar("F", bound=Callable[..., Any])
