@@ -57,7 +57,9 @@ def machine() -> list[str]:
         blas = f"{b.get('name', '?')} {b.get('version', '')} ({b.get('openblas configuration', '').strip()})"
     except Exception:  # pragma: no cover - older numpy
         pass
-    threads = {k: os.environ.get(k, "-") for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    threads = {
+        k: os.environ.get(k, "-") for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    }
     try:
         load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:  # pragma: no cover
@@ -82,7 +84,9 @@ def table(sections: list[tuple[str, list[dict[str, str]]]]) -> list[str]:
     for title, rows in sections:
         out.append(f"| **{title}** | | | | |")
         for r in rows:
-            out.append(f"| {r['benchmark'].strip()} | {r['nzjit']} | {r['reference']} | {r['ratio']} | {r['target']} |")
+            out.append(
+                f"| {r['benchmark'].strip()} | {r['nzjit']} | {r['reference']} | {r['ratio']} | {r['target']} |"
+            )
     return out
 
 
@@ -112,8 +116,10 @@ def main(write: bool = True) -> str:
                 rows[title] = run_target(module)
                 bar.advance()
     sections = [(title, rows[title]) for title, _ in TARGETS]
-    note = ("Ratios are measured side by side in one run (interleaved best-of-N); absolute times move with "
-            "the machine's load. The numbers before issue 11 are in BASELINE.md.")
+    note = (
+        "Ratios are measured side by side in one run (interleaved best-of-N); absolute times move with "
+        "the machine's load. The numbers before issue 11 are in BASELINE.md."
+    )
     text = "\n".join(["# nzjit benchmarks (issue 11)", "", *head, "", note, "", *table(sections), ""])
     print()
     print(text)
@@ -121,9 +127,14 @@ def main(write: bool = True) -> str:
         Path(__file__).with_name("RESULTS.md").write_text(text)
         uname = platform.uname()
         cpu = next((h.split(", ", 1)[1].rstrip(")") for h in head if h.startswith("- platform:")), "?")
-        PERFORMANCE.write_text(performance_page(
-            PERFORMANCE.read_text(), table(sections), f"Machine: {platform.platform()} ({uname.machine}, {cpu})",
-            f"Date: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}"))
+        PERFORMANCE.write_text(
+            performance_page(
+                PERFORMANCE.read_text(),
+                table(sections),
+                f"Machine: {platform.platform()} ({uname.machine}, {cpu})",
+                f"Date: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}",
+            )
+        )
     return text
 
 

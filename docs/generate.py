@@ -1,7 +1,7 @@
 """Regenerate every generated page of docs/ (after a merge, or after adding an op or a rule):
 
-    python docs/generate.py            # rule-map.md, ops.md, errors.md
-    python docs/generate.py --check    # exit 1 if any is stale (what the tests check)
+python docs/generate.py            # rule-map.md, ops.md, errors.md
+python docs/generate.py --check    # exit 1 if any is stale (what the tests check)
 """
 
 from __future__ import annotations

@@ -11,7 +11,17 @@ from .language.kernel import Kernel, Spec, spec
 #: setuptools takes the literal without importing the package).
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "pl", "CompileError", "InternalError", "Source", "Kernel", "Spec", "spec", "check_ptoas"]
+__all__ = [
+    "__version__",
+    "pl",
+    "CompileError",
+    "InternalError",
+    "Source",
+    "Kernel",
+    "Spec",
+    "spec",
+    "check_ptoas",
+]
 
 
 def check_ptoas(text: str, version: str = "0.61") -> None:

@@ -36,8 +36,18 @@ from .errors import (
     strip_rule,
 )
 
-__all__ = ["render", "format_compile_error", "format_exception", "format_internal_error", "filter_traceback",
-           "is_internal_frame", "show_internal_frames", "install", "uninstall", "excepthook"]
+__all__ = [
+    "render",
+    "format_compile_error",
+    "format_exception",
+    "format_internal_error",
+    "filter_traceback",
+    "is_internal_frame",
+    "show_internal_frames",
+    "install",
+    "uninstall",
+    "excepthook",
+]
 
 ENV_VAR = TRACEBACK_ENV
 
@@ -81,16 +91,20 @@ def format_exception(exc: BaseException, show_internal: bool | None = None) -> s
         if saved is not None and notes is not None:
             notes[:] = saved
     if hidden:
-        text += (f"\n({hidden} nzjit-internal frame{'s' if hidden != 1 else ''} hidden; "
-                 f"set {ENV_VAR}=full to show them)")
+        text += (
+            f"\n({hidden} nzjit-internal frame{'s' if hidden != 1 else ''} hidden; "
+            f"set {ENV_VAR}=full to show them)"
+        )
     return text
 
 
 def format_internal_error(exc: BaseException) -> str:
     """`internal compiler error`, the full traceback (internal frames are the point), a bug note."""
     full = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip("\n")
-    return (f"nzjit: internal compiler error: {exc}\n{full}\n"
-            "This is a bug in nzjit, not in your kernel: please report it with the traceback above.")
+    return (
+        f"nzjit: internal compiler error: {exc}\n{full}\n"
+        "This is a bug in nzjit, not in your kernel: please report it with the traceback above."
+    )
 
 
 def render(exc: BaseException, show_internal: bool | None = None) -> str:

@@ -131,8 +131,12 @@ def param_source(fn: Callable[..., Any], name: str) -> Source | None:
                 if arg.arg == name:
                     at: ast.expr | ast.arg = arg.annotation or arg
                     same_line = at.end_lineno == at.lineno
-                    return Source(code.co_filename, at.lineno + shift, at.col_offset,
-                                  at.end_col_offset if same_line else None)
+                    return Source(
+                        code.co_filename,
+                        at.lineno + shift,
+                        at.col_offset,
+                        at.end_col_offset if same_line else None,
+                    )
     return None
 
 
@@ -174,15 +178,16 @@ def strip_rule(message: str, rule: str | None) -> str:
     """`message` without a leading `NZ-n: ` / `[NZ-n] ` that repeats the rule."""
     for prefix in (f"{rule}: ", f"[{rule}] ") if rule else ():
         if message.startswith(prefix):
-            return message[len(prefix):]
+            return message[len(prefix) :]
     return message
 
 
 class CompileError(ValueError):
     """A user-facing refusal: names the kernel line, the rule and the fix."""
 
-    def __init__(self, message: str, source: Source | None = None, *, rule: str | None = None,
-                 help: str | None = None) -> None:
+    def __init__(
+        self, message: str, source: Source | None = None, *, rule: str | None = None, help: str | None = None
+    ) -> None:
         self.raw_message = message
         self.source = source
         self.rule = rule
@@ -213,7 +218,6 @@ class CompileError(ValueError):
         if self.help:
             text += f"\nhelp: {self.help}"
         return text
-
 
     def related_lines(self) -> list[str]:
         """`  --> file:line:col (label)` and the excerpt of the related place, if any."""
@@ -313,7 +317,9 @@ def _is_refusal(exc: BaseException) -> bool:
     if isinstance(exc, CompileError):
         return True
     mod = sys.modules.get("runtime")
-    kinds = tuple(k for k in (getattr(mod, "DispatchError", None), getattr(mod, "DeviceError", None)) if k is not None)
+    kinds = tuple(
+        k for k in (getattr(mod, "DispatchError", None), getattr(mod, "DeviceError", None)) if k is not None
+    )
     return bool(kinds) and isinstance(exc, kinds)
 
 

@@ -34,6 +34,7 @@ class NzjitPlugin(Plugin):
     """Kernel annotations are types: see the module docstring."""
 
     def get_type_analyze_hook(self, fullname: str) -> Callable[[AnalyzeTypeContext], Type] | None:
+        """The hook for nzjit's annotation factories (they become traced values), else None."""
         return _traced_value if fullname in ANNOTATIONS else None
 
 

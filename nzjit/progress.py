@@ -52,8 +52,14 @@ def format_seconds(s: float) -> str:
 class Progress:
     """Done / total, the rate and the time left, redrawn in place on a terminal (see the module)."""
 
-    def __init__(self, total: int, what: str = "items", stream: TextIO | None = None,
-                 enabled: bool | None = None, interval: float = 0.2) -> None:
+    def __init__(
+        self,
+        total: int,
+        what: str = "items",
+        stream: TextIO | None = None,
+        enabled: bool | None = None,
+        interval: float = 0.2,
+    ) -> None:
         self.total = max(0, int(total))
         self.what = what
         self.stream = stream if stream is not None else sys.stderr
@@ -142,8 +148,9 @@ class Progress:
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
 
@@ -164,6 +171,7 @@ class CountLines:
         self._pending = ""
 
     def write(self, text: str) -> int:
+        """Take printed text: complete count lines update the bar, other lines are printed."""
         self._pending += text
         *lines, self._pending = self._pending.split("\n")
         for line in lines:
@@ -175,6 +183,7 @@ class CountLines:
         return len(text)
 
     def flush(self) -> None:
+        """Nothing to flush: a partial line waits for its newline."""
         pass
 
 

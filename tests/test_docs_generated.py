@@ -47,7 +47,8 @@ def test_op_reference_probe_finds_what_the_type_rules_accept():
     assert dict(add["operands"]) == {"x0": {"tile@Vec"}, "x1": {"tile@Vec"}}
     assert op_reference.probe(P.for_p) is None  # a loop: its body decides
     assert "pl.matmul_acc: accumulator {tc} does not match the product {want}" in op_reference.refusals(
-        P.tile_matmul_acc_p)
+        P.tile_matmul_acc_p
+    )
 
 
 def test_error_catalogue_covers_every_rule_nzjit_refuses_by():
@@ -56,6 +57,8 @@ def test_error_catalogue_covers_every_rule_nzjit_refuses_by():
     assert not missing, f"rules raised in nzjit/ without a catalogue entry: {sorted(missing)}"
 
 
-@pytest.mark.parametrize("entry", error_catalogue.ENTRIES, ids=lambda e: f"{e.rule or 'tracing'}-{e.title[:30]}")
+@pytest.mark.parametrize(
+    "entry", error_catalogue.ENTRIES, ids=lambda e: f"{e.rule or 'tracing'}-{e.title[:30]}"
+)
 def test_error_catalogue_fix_compiles(entry):
     assert error_catalogue.fixed_compiles(entry), f"the fix of {entry.title!r} does not compile"

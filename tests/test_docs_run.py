@@ -63,7 +63,7 @@ def console_blocks(page: Path) -> list[tuple[str, str]]:
         starts = [i for i, t in enumerate(lines) if t.startswith("$ ")]
         for j, i in enumerate(starts):
             end = starts[j + 1] if j + 1 < len(starts) else len(lines)
-            out.append((lines[i][2:], "\n".join(lines[i + 1:end])))
+            out.append((lines[i][2:], "\n".join(lines[i + 1 : end])))
     return out
 
 
@@ -101,7 +101,9 @@ def test_layout_guide_svg_is_what_explain_layout_writes(tmp_path):
         assert main(["explain-layout", "64x64", "int8", "--svg", str(out)]) == 0
     committed = ROOT / "docs" / "img" / "nz-64x64-int8.svg"
     assert "img/nz-64x64-int8.svg" in (ROOT / "docs" / "nz-layout-guide.md").read_text()
-    assert committed.read_text() == out.read_text(), "rewrite docs/img/nz-64x64-int8.svg with explain-layout --svg"
+    assert committed.read_text() == out.read_text(), (
+        "rewrite docs/img/nz-64x64-int8.svg with explain-layout --svg"
+    )
 
 
 def test_readme_refusal_is_what_plain_python_prints(tmp_path):
@@ -113,8 +115,9 @@ def test_readme_refusal_is_what_plain_python_prints(tmp_path):
     (tmp_path / "my_kernel.py").write_text(code.replace(change.group(1), change.group(2), 1))
     env = {k: v for k, v in os.environ.items() if k != "NZJIT_TRACEBACK"}
     env["PYTHONPATH"] = str(ROOT)
-    r = subprocess.run([sys.executable, "my_kernel.py"], cwd=tmp_path, capture_output=True, text=True,
-                       env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "my_kernel.py"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120
+    )
     assert r.returncode == 1
     assert r.stderr.replace(str(tmp_path) + os.sep, "") == shown
 
@@ -122,18 +125,42 @@ def test_readme_refusal_is_what_plain_python_prints(tmp_path):
 def test_readme_is_an_introduction():
     text = (ROOT / "README.md").read_text()
     assert len(text.encode()) <= 15 * 1024
-    for section in ("## Requirements", "## Install", "## Fresh machine: the two commands", "## A first kernel",
-                    "## What is supported", "## What is refused", "## Documentation"):
+    for section in (
+        "## Requirements",
+        "## Install",
+        "## Fresh machine: the two commands",
+        "## A first kernel",
+        "## What is supported",
+        "## What is refused",
+        "## Documentation",
+    ):
         assert section in text, section
     fresh = text.split("## Fresh machine: the two commands", 1)[1].split("\n## ", 1)[0]
-    assert blocks_of(fresh, "bash") == ["python3 -m pip install -e . && python3 examples/nz_matmul.py",
-                                        "python3 -m pip install -e '.[test]' && python3 -m pytest -q"]
+    assert blocks_of(fresh, "bash") == [
+        "python3 -m pip install -e . && python3 examples/nz_matmul.py",
+        "python3 -m pip install -e '.[test]' && python3 -m pytest -q",
+    ]
     ci = (ROOT / ".ci" / "run").read_text()
     assert "python -m pip install --quiet -e '.[test]'" in ci and "\npython -m pytest -q\n" in ci
 
 
 def blocks_of(text: str, lang: str) -> list[str]:
     return [body.strip() for kind, body in FENCE.findall(text) if kind == lang]
+
+
+#: pages other helpers write (contributors' notes), which may cite the design contract
+CONTRIBUTOR_PAGES = {"architecture.md", "safety.md", "verification.md"}
+
+
+def test_user_pages_cite_nothing_outside_the_repository():
+    """The design contract (nz-layout.md, hardware-model.md, ...) is not shipped: a user page
+    must not send the reader to its sections."""
+    for page in PAGES:
+        if page.name in CONTRIBUTOR_PAGES:
+            continue
+        text = page.read_text()
+        hit = re.search(r"\b(hardware-model|nz-layout|api|design|style)\.md\b|§", text)
+        assert hit is None, f"{page.name} cites {hit.group(0)!r}"
 
 
 def test_doc_links_resolve():

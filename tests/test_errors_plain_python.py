@@ -18,7 +18,7 @@ from nzjit.errors import Source, caret_under, param_source
 
 ROOT = Path(__file__).resolve().parents[1]
 
-MISALIGNED = '''\
+MISALIGNED = """\
 import numpy as np
 import runtime
 from nzjit import pl
@@ -38,9 +38,9 @@ def main():
 
 
 main()
-'''
+"""
 
-UNUSED_SUB_BYTE = '''\
+UNUSED_SUB_BYTE = """\
 from nzjit import pl
 
 
@@ -53,9 +53,9 @@ def k(x: pl.Tensor[[64, 512], pl.INT8],
 
 
 k.lower()
-'''
+"""
 
-MISSING_ANNOTATION = '''\
+MISSING_ANNOTATION = """\
 from nzjit import pl
 
 
@@ -64,7 +64,7 @@ def k(x: pl.Tensor[[64, 64], pl.INT8],
       w,
       out: pl.Out[pl.Tensor[[64, 64], pl.INT8]]):
     pass
-'''
+"""
 
 
 def _run(tmp_path: Path, text: str, **env: str) -> tuple[str, str]:
@@ -88,20 +88,24 @@ def test_refused_kernel_in_plain_python_is_short_and_complete(tmp_path):  # NZ-1
     assert lines[0] == "Traceback (most recent call last):"
     assert os.sep + "nzjit" + os.sep not in err and os.sep + "runtime" + os.sep not in err, err
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', err)
-    assert frames == [(path, str(len(MISALIGNED.splitlines())), "<module>"),
-                      (path, str(_line_of(MISALIGNED, "k(x, runtime")), "main")], err
+    assert frames == [
+        (path, str(len(MISALIGNED.splitlines())), "<module>"),
+        (path, str(_line_of(MISALIGNED, "k(x, runtime")), "main"),
+    ], err
     line = _line_of(MISALIGNED, "w[8:136")
     text = MISALIGNED.splitlines()[line - 1]
     col = text.index("w[8:136") + 1
     head = next(i for i, t in enumerate(lines) if t.startswith("nzjit.errors.CompileError: "))
-    assert lines[head] == (f"nzjit.errors.CompileError: {path}:{line}: [NZ-12] load of NZ tensor 'w': the row "
-                           "offset 8 must be a non-negative multiple of 16 (fractal rows)")
+    assert lines[head] == (
+        f"nzjit.errors.CompileError: {path}:{line}: [NZ-12] load of NZ tensor 'w': the row "
+        "offset 8 must be a non-negative multiple of 16 (fractal rows)"
+    )
     assert lines[head + 1] == f"  --> {path}:{line}:{col}"
     assert lines[head + 2] == f"    {line} | {text}"
     caret = lines[head + 3]
     assert caret.startswith(f"    {' ' * len(str(line))} | ")
-    span = caret[len(f"    {' ' * len(str(line))} | "):]
-    assert text[span.index("^"):span.index("^") + span.count("^")] == "w[8:136, 0:512]"
+    span = caret[len(f"    {' ' * len(str(line))} | ") :]
+    assert text[span.index("^") : span.index("^") + span.count("^")] == "w[8:136, 0:512]"
     assert lines[head + 4] == "help: align the window to a multiple of 16"
 
 
@@ -137,8 +141,11 @@ def test_missing_annotation_points_at_the_parameter(tmp_path):
 
 def test_refusal_caught_in_python_keeps_its_type_fields_and_user_frames():
     @pl.kernel
-    def k(x: pl.Tensor[[64, 512], pl.INT8], w: pl.Tensor[[256, 512], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[64, 128], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[64, 512], pl.INT8],
+        w: pl.Tensor[[256, 512], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[64, 128], pl.INT32]],
+    ):
         out[:, 0:128] = pl.matmul(x[:, 0:512], w[8:136, 0:512], b_trans=True)  # the load
 
     with pytest.raises(nzjit.CompileError) as info:
@@ -157,14 +164,14 @@ def test_refusal_caught_in_python_keeps_its_type_fields_and_user_frames():
 def test_param_source_of_an_indented_def():
     def make():
         @pl.kernel
-        def k(x: pl.Tensor[[16, 32], pl.INT8],
-              out: pl.Out[pl.Tensor[[16, 32], pl.INT8]]):
+        def k(x: pl.Tensor[[16, 32], pl.INT8], out: pl.Out[pl.Tensor[[16, 32], pl.INT8]]):
             pass
+
         return k
 
     src = param_source(make().fn, "out")
     assert src is not None and src.file == __file__
-    assert src.text[src.col:src.end_col] == "pl.Out[pl.Tensor[[16, 32], pl.INT8]]"
+    assert src.text[src.col : src.end_col] == "pl.Out[pl.Tensor[[16, 32], pl.INT8]]"
 
 
 def test_caret_under_tabs_and_wide_characters():

@@ -21,7 +21,10 @@ from nzjit.progress import CountLines, Progress, format_seconds
 ROOT = Path(__file__).resolve().parents[1]
 FUZZ = [sys.executable, "-m", "nzjit.fuzz", "--n", "60", "--seed", "5", "--jobs", "1", "--out", "fuzz-out"]
 # run_all.main with each benchmark replaced by a quick fake (the real ones take minutes)
-RUN_ALL = [sys.executable, "-c", textwrap.dedent("""\
+RUN_ALL = [
+    sys.executable,
+    "-c",
+    textwrap.dedent("""\
     import sys, time
     sys.path.insert(0, "benchmarks")
     import run_all
@@ -31,7 +34,8 @@ RUN_ALL = [sys.executable, "-c", textwrap.dedent("""\
         return [dict(benchmark=module, nzjit="1 ms", reference="2 ms", ratio="0.50x", target="-")]
     run_all.run_target = fake
     run_all.main(write=False)
-""")]
+"""),
+]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -112,8 +116,10 @@ def test_progress_text_and_forcing(monkeypatch):
     bar.update(260)  # the same tenth: no new line
     Clock.t += 30
     bar.update(1000)
-    assert buf.getvalue().splitlines() == ["   250/1000 programs  25.0/s  30s left",
-                                           "  1000/1000 programs  25.0/s  done in 40s"]
+    assert buf.getvalue().splitlines() == [
+        "   250/1000 programs  25.0/s  30s left",
+        "  1000/1000 programs  25.0/s  done in 40s",
+    ]
     monkeypatch.setenv("NZJIT_PROGRESS", "0")
     assert Progress(10, stream=io.StringIO()).enabled is False
     monkeypatch.setenv("NZJIT_PROGRESS", "1")

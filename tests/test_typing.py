@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SAMPLE = '''\
+SAMPLE = """\
 import numpy as np
 import runtime
 from nzjit import pl
@@ -41,9 +41,9 @@ def batched(x: pl.Tensor[[B, 16, 32], pl.FP16], s: pl.Scalar[pl.INT32],
 
 
 out = nz_matmul(np.zeros((64, 2048), np.int8), runtime.pack_nz(np.zeros((1024, 2048), np.int8)))
-'''
+"""
 
-MISTAKE = '''\
+MISTAKE = """\
 from nzjit import pl
 
 
@@ -51,11 +51,21 @@ from nzjit import pl
 def k(x: pl.Tensor[[16, 32], pl.FP32]) -> None:
     reveal_type(x)
     x.no_such_method()
-'''
+"""
 
-OWN = ["nzjit/errors.py", "nzjit/diagnostics.py", "nzjit/cli.py", "nzjit/layout_picture.py", "nzjit/__init__.py",
-       "nzjit/mypy_plugin.py", "nzjit/progress.py", "docs/rule_map.py", "docs/op_reference.py",
-       "docs/error_catalogue.py", "benchmarks/run_all.py"]
+OWN = [
+    "nzjit/errors.py",
+    "nzjit/diagnostics.py",
+    "nzjit/cli.py",
+    "nzjit/layout_picture.py",
+    "nzjit/__init__.py",
+    "nzjit/mypy_plugin.py",
+    "nzjit/progress.py",
+    "docs/rule_map.py",
+    "docs/op_reference.py",
+    "docs/error_catalogue.py",
+    "benchmarks/run_all.py",
+]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed")
@@ -64,9 +74,23 @@ def test_mypy_accepts_kernel_annotations_with_the_plugin(tmp_path):
     (tmp_path / "mistake.py").write_text(MISTAKE)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MYPYPATH": str(ROOT)}
     files = [str(tmp_path / "sample_kernel.py"), str(tmp_path / "mistake.py"), *OWN]
-    r = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--follow-imports=silent",
-                        "--config-file", str(ROOT / "pyproject.toml"), *files],
-                       cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--no-incremental",
+            "--follow-imports=silent",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            *files,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     lines = [t for t in r.stdout.splitlines() if ": error:" in t or ": note:" in t]
     mistake = [t for t in lines if "mistake.py" in t]
     assert [t.split(": ", 1)[1] for t in mistake] == [

@@ -36,9 +36,13 @@ def test_ir_of_an_orchestration_prints_its_program_per_rank(cli):
     assert lines[0] == "# orchestration moe_experts: 12 kernel calls on 4 ranks"
     for rank in range(4):
         i = lines.index(f"rank {rank}:")
-        assert lines[i + 1].startswith(f"  gate_up(xe[{rank}], wg[{rank}], wu[{rank}]) -> "
-                                       f"gate_up.g@rank{rank}, gate_up.u@rank{rank}  # tp_moe.py:")
-        assert lines[i + 2].startswith(f"  act(gate_up.g@rank{rank}, gate_up.u@rank{rank}) -> act.h@rank{rank}")
+        assert lines[i + 1].startswith(
+            f"  gate_up(xe[{rank}], wg[{rank}], wu[{rank}]) -> "
+            f"gate_up.g@rank{rank}, gate_up.u@rank{rank}  # tp_moe.py:"
+        )
+        assert lines[i + 2].startswith(
+            f"  act(gate_up.g@rank{rank}, gate_up.u@rank{rank}) -> act.h@rank{rank}"
+        )
         assert lines[i + 3].startswith(f"  down(act.h@rank{rank}, wd[{rank}]) -> ye[{rank}]")
     # then the final graph of each kernel it calls, once each, in call order
     heads = [t for t in lines if t.startswith("# kernel ")]
