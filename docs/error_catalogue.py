@@ -29,7 +29,9 @@ class Entry:
 
     rule: str
     title: str
-    failing: str  # a module defining the kernel `k` (after PRELUDE); the catalogue calls k.lower()
+    failing: (
+        str  # a module defining the kernel `k` (after PRELUDE); the catalogue calls main(), else k.lower()
+    )
     fix: str
     fixed: str
 
@@ -69,6 +71,17 @@ def _store(
         "    acc = pl.matmul(at, bt, b_trans=True)\n"
         f"    pl.store(acc, {offs}, out{attrs})\n"
     )
+
+
+_DYN = (
+    'import numpy as np\nimport runtime\n\nB = pl.dynamic("B")\n\n\n@pl.kernel\n'
+    "def k(x: pl.Tensor[[B, 16, 64], pl.INT8], w: pl.Tensor[[B, 32, 64], pl.INT8, pl.NZ],\n"
+    "      nb: pl.Scalar[pl.INT32], out: pl.Out[pl.Tensor[[B, 16, 32], pl.INT32]]):\n"
+    "    for e in pl.range(nb):\n"
+    "        out[e, :, :] = pl.matmul(x[e, :, :], w[e, :, :], b_trans=True)\n\n\n"
+    "def main():\n"
+    "    x = np.zeros((2, 16, 64), np.int8)\n"
+)
 
 
 ENTRIES: tuple[Entry, ...] = (
@@ -230,6 +243,14 @@ ENTRIES: tuple[Entry, ...] = (
         "    pl.store(pl.matmul(at, bt), [0, 0], out)\n",
     ),
     Entry(
+        "NZ-29",
+        "a dynamic-batch NZ argument keeps its batch axis",
+        _DYN + "    w = runtime.pack_nz(np.zeros((32, 64), np.int8))  # one plane, no batch axis\n"
+        "    k(x, w, 2)\n",
+        "pass the stacked [B, R, C] weight, packed plane by plane (a single plane is [1, R, C])",
+        _DYN + "    w = runtime.pack_nz(np.zeros((2, 32, 64), np.int8))\n    k(x, w, 2)\n",
+    ),
+    Entry(
         "",
         "a Python `if` on a traced value",
         "@pl.kernel\ndef k(x: pl.Tensor[[16, 32], pl.FP32], out: pl.Out[pl.Tensor[[16, 32], pl.FP32]]):\n"
@@ -252,20 +273,34 @@ ENTRIES: tuple[Entry, ...] = (
 )
 
 
+def full_source(body: str) -> str:
+    """The module of an entry: its own leading imports, `from nzjit import pl`, then the rest."""
+    lines = body.splitlines(keepends=True)
+    n = 0
+    while n < len(lines) and lines[n].startswith("import "):
+        n += 1
+    rest = "".join(lines[n:]).lstrip("\n")
+    if not n:
+        return PRELUDE + rest
+    return "".join(lines[:n]) + "from nzjit import pl\n\n" + rest
+
+
 def _refusal(source: str, workdir: str) -> BaseException | None:
-    """Run the module, lower `k`; the CompileError (or None when it compiles)."""
+    """Run the module, then its `main()` (a call with arguments) or else `k.lower()`; the refusal
+    (CompileError, or runtime.DispatchError for an argument), or None when nothing is refused."""
     import nzjit
+    import runtime
 
     path = os.path.join(workdir, "kernel.py")
     with open(path, "w") as f:
-        f.write(PRELUDE + source)
+        f.write(full_source(source))
     import linecache
 
     linecache.checkcache(path)
     try:
         ns = runpy.run_path(path, run_name="nzjit_catalogue")
-        ns["k"].lower()
-    except nzjit.CompileError as e:
+        ns["main"]() if "main" in ns else ns["k"].lower()
+    except (nzjit.CompileError, runtime.DispatchError) as e:
         return e
     return None
 
@@ -278,7 +313,11 @@ def message(entry: Entry) -> tuple[str, str | None]:
         if err is None:
             raise AssertionError(f"catalogue entry {entry.title!r}: the failing kernel compiles")
         text = str(err).replace(d + os.sep, "")
-        return text, getattr(err, "rule", None)
+        rule = getattr(err, "rule", None)
+        if rule is None and not isinstance(err, ValueError):  # an argument refusal names its rule in the text
+            m = re.search(r"\bNZ-\d+\b", text)
+            rule = m.group(0) if m else None
+        return f"{type(err).__module__.split('.')[0]}.{type(err).__name__}: {text}", rule
 
 
 def fixed_compiles(entry: Entry) -> bool:
@@ -301,7 +340,7 @@ def render() -> str:
         "# Error catalogue",
         "",
         "Every refusal names the kernel line, the rule and the fix. Each entry below is a kernel that "
-        "breaks one rule, the message nzjit gives for it (`str(err)`, as `python kernel.py` prints it; "
+        "breaks one rule, the exception nzjit raises for it (as `python kernel.py` prints it; "
         "`nzjit ir kernel.py` prints the same body under a `kernel.py:LINE:COL: error[RULE]:` header), and "
         "the fixed kernel. The messages are produced by running the kernels; a test keeps this page in "
         "step with the compiler. The rules themselves are summarised in [the NZ layout guide](nz-layout-guide.md).",
@@ -327,7 +366,7 @@ def render() -> str:
             f"## {e.rule + ': ' if e.rule else ''}{e.title}",
             "",
             "```python",
-            (PRELUDE + e.failing).rstrip(),
+            full_source(e.failing).rstrip(),
             "```",
             "",
             "```text",
@@ -337,7 +376,7 @@ def render() -> str:
             f"**Fix:** {e.fix}.",
             "",
             "```python",
-            (PRELUDE + e.fixed).rstrip(),
+            full_source(e.fixed).rstrip(),
             "```",
         ]
     return "\n".join(out) + "\n"
