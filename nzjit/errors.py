@@ -196,6 +196,13 @@ class CompileError(ValueError):
         self.related: tuple[Source, str] | None = None
         super().__init__(message)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled whole (another process, a Ray worker): the place, the rule and the fix survive
+        return (
+            _rebuild_compile_error,
+            (type(self), self.raw_message, self.source, self.rule, self.help, self.related),
+        )
+
     def __str__(self) -> str:
         return self.render()
 
@@ -228,6 +235,19 @@ class CompileError(ValueError):
         if not excerpt:
             return []
         return [f"  --> {src.file}:{src.line}:{col} ({label})", *excerpt]
+
+
+def _rebuild_compile_error(
+    cls: type[CompileError],
+    message: str,
+    source: Source | None,
+    rule: str | None,
+    help: str | None,
+    related: tuple[Source, str] | None,
+) -> CompileError:
+    err = cls(message, source, rule=rule, help=help)
+    err.related = related
+    return err
 
 
 class InternalError(RuntimeError):

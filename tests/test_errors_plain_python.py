@@ -180,3 +180,13 @@ def test_caret_under_tabs_and_wide_characters():
     col, caret = caret_under(line, Source("x.py", 1, byte, byte + 4))
     assert col == line.index("f(1)") + 1
     assert caret == "\t" + " " * len("z = '") + " " * 4 + " " * len("' + ") + "^^^^"
+
+
+def test_compile_error_survives_pickling():  # a refusal raised in a worker process keeps its place
+    import pickle
+
+    err = nzjit.CompileError("bad window", Source(__file__, 3, 4, 9), rule="NZ-12", help="align it")
+    err.related = (Source(__file__, 1), "parameter 'w' declared here")
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is nzjit.CompileError and str(back) == str(err)
+    assert (back.source, back.rule, back.help, back.related) == (err.source, err.rule, err.help, err.related)
