@@ -143,12 +143,17 @@ def _summary(kinds: set[str]) -> str:
 
 
 # ------------------------------------------------------------------------------ refusals, spellings
-def _called_functions(fn: Callable[..., Any], module: Any, seen: set[str]) -> Iterator[Callable[..., Any]]:
-    """`fn` and the module-level functions of `module` it calls, transitively."""
-    if fn.__name__ in seen:
+def _called_functions(
+    fn: Callable[..., Any], module: Any, seen: set[Any], bindings: dict[str, str] | None = None
+) -> Iterator[tuple[Callable[..., Any], dict[str, str]]]:
+    """`fn` and the module-level functions of `module` it calls, transitively, each with the string
+    constants its parameters are called with (`_tile(t, "pl.matmul")` binds `what`)."""
+    bindings = bindings or {}
+    key = (fn.__name__, tuple(sorted(bindings.items())))
+    if key in seen:
         return
-    seen.add(fn.__name__)
-    yield fn
+    seen.add(key)
+    yield fn, bindings
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError):
@@ -157,11 +162,29 @@ def _called_functions(fn: Callable[..., Any], module: Any, seen: set[str]) -> It
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             callee = getattr(module, node.func.id, None)
             if inspect.isfunction(callee) and callee.__module__ == module.__name__:
-                yield from _called_functions(callee, module, seen)
+                yield from _called_functions(callee, module, seen, _bind(callee, node, bindings))
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.attr == "type_rule":
             other = getattr(module, node.value.id, None)
             if other is not None and hasattr(other, "type_rule"):
                 yield from _called_functions(other.type_rule, module, seen)
+
+
+def _bind(callee: Callable[..., Any], call: ast.Call, outer: dict[str, str]) -> dict[str, str]:
+    """The callee's parameters that this call passes a known string (a literal, or an outer binding)."""
+
+    def value(a: ast.expr) -> str | None:
+        if isinstance(a, ast.Constant) and isinstance(a.value, str):
+            return a.value
+        return outer.get(a.id) if isinstance(a, ast.Name) else None
+
+    names = list(inspect.signature(callee).parameters)
+    out = {
+        n: v
+        for n, a in zip(names, call.args)
+        if not isinstance(a, ast.Starred) and (v := value(a)) is not None
+    }
+    out.update({k.arg: v for k in call.keywords if k.arg is not None and (v := value(k.value)) is not None})
+    return out
 
 
 def _message(node: ast.expr) -> str | None:
@@ -187,7 +210,7 @@ def refusals(prim: Any) -> list[str]:
     """The messages the type rule (and the helpers it calls) can refuse with, fields as `{...}`."""
     _, _, P, _ = _modules()
     out: list[str] = []
-    for fn in _called_functions(prim.type_rule, P, set()):
+    for fn, bound in _called_functions(prim.type_rule, P, set()):
         try:
             tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
         except (OSError, TypeError, SyntaxError):
@@ -200,6 +223,8 @@ def refusals(prim: Any) -> list[str]:
                 and node.args
             ):
                 msg = _message(node.args[0])
+                for name, text in bound.items():
+                    msg = msg.replace("{" + name + "}", text) if msg else msg
                 if msg and msg not in out:
                     out.append(msg)
     return out
