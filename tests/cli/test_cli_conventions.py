@@ -61,3 +61,28 @@ def test_unknown_name_lists_the_orchestrations(cli):
     r = cli("ir", TP_MOE, "--kernel", "nope")
     assert r.code == 2
     assert "kernels in this file: gate_up, act, down; orchestrations: moe_experts" in r.err
+
+
+def test_orchestration_with_a_dynamic_dimension_is_a_usage_error(cli, write):
+    path = write(
+        "dyn.py",
+        """
+        from nzjit import pl
+
+        B = pl.dynamic("B")
+
+
+        @pl.kernel
+        def k(x: pl.Tensor[[B, 16, 32], pl.FP32], out: pl.Out[pl.Tensor[[B, 16, 32], pl.FP32]]):
+            pass
+
+
+        @pl.orchestration
+        def o(x: pl.Tensor[[2, B, 16, 32], pl.FP32], out: pl.Out[pl.Tensor[[2, B, 16, 32], pl.FP32]]):
+            for r in range(2):
+                k(x[r], out[r], device=r)
+        """,
+    )
+    r = cli("ir", path, "--kernel", "o")
+    assert r.code == 2 and r.out == ""
+    assert "parameter 'x' has the dynamic dimension B" in r.err and ".record(...)" in r.err
