@@ -1,7 +1,11 @@
-"""Run every benchmark of issue 11 and print one markdown table; also write it, with the
-machine description, to benchmarks/RESULTS.md.
+"""Run every benchmark of issue 11 and print one markdown table; also write it into
+docs/performance.md (the "Latest recorded run" block) and, with the machine description, to
+benchmarks/RESULTS.md.
 
     python benchmarks/run_all.py [--no-write]
+
+On a terminal a progress line (benchmarks done, rate, time left) is kept under the output on
+stderr; piped or redirected, only the results are printed (nzjit/progress.py).
 
 Ratios are measured side by side in one run (interleaved best-of-N), so a busy machine slows
 both sides; absolute times are only indicative. Each target runs in a fresh Python process, as
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import harness  # first: pins BLAS threads before numpy loads
 
+import contextlib  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
@@ -21,6 +26,13 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # nzjit.progress from this checkout
+from nzjit.progress import CountLines, Progress  # noqa: E402
+
+PERFORMANCE = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
+BEGIN = "<!-- benchmarks/run_all.py: begin (generated; do not edit by hand) -->"
+END = "<!-- benchmarks/run_all.py: end -->"
 
 TARGETS = [
     ("(a) execution: grouped NZ matmul vs numpy", "bench_grouped_matmul"),
@@ -45,7 +57,9 @@ def machine() -> list[str]:
         blas = f"{b.get('name', '?')} {b.get('version', '')} ({b.get('openblas configuration', '').strip()})"
     except Exception:  # pragma: no cover - older numpy
         pass
-    threads = {k: os.environ.get(k, "-") for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    threads = {
+        k: os.environ.get(k, "-") for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    }
     try:
         load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:  # pragma: no cover
@@ -70,27 +84,57 @@ def table(sections: list[tuple[str, list[dict[str, str]]]]) -> list[str]:
     for title, rows in sections:
         out.append(f"| **{title}** | | | | |")
         for r in rows:
-            out.append(f"| {r['benchmark'].strip()} | {r['nzjit']} | {r['reference']} | {r['ratio']} | {r['target']} |")
+            out.append(
+                f"| {r['benchmark'].strip()} | {r['nzjit']} | {r['reference']} | {r['ratio']} | {r['target']} |"
+            )
     return out
+
+
+def performance_page(text: str, table_lines: list[str], machine_line: str, date_line: str) -> str:
+    """docs/performance.md `text` with its generated block replaced by this run's table."""
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{PERFORMANCE} lost its {BEGIN!r} / {END!r} markers")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    block = "\n".join([*table_lines, "", machine_line, date_line])
+    return f"{head}{BEGIN}\n{block}\n{END}{tail}"
 
 
 def main(write: bool = True) -> str:
     head = machine()
     rows = {}
+    order = sorted(TARGETS, key=lambda t: t[1] not in ABSOLUTE)
     # the targets measured against a fixed budget (b, d) run first: a minute of BLAS at full load
     # (a) leaves this machine's clock lower for a while (compile measured 69 ms right after it,
     # 38-43 ms alone); the ratio targets time both sides under the same clock anyway
-    for title, module in sorted(TARGETS, key=lambda t: t[1] not in ABSOLUTE):
-        print(f"== {title}", flush=True)
-        rows[title] = run_target(module)
+    with Progress(len(order), "benchmarks") as bar:
+        out = CountLines(bar) if bar.enabled else None  # echoed lines go above the progress line
+        with contextlib.redirect_stdout(out) if out is not None else contextlib.nullcontext():
+            for title, module in order:
+                bar.update(bar.done, label=f"running {title[:3]}")
+                print(f"== {title}", flush=True)
+                rows[title] = run_target(module)
+                bar.advance()
     sections = [(title, rows[title]) for title, _ in TARGETS]
-    note = ("Ratios are measured side by side in one run (interleaved best-of-N); absolute times move with "
-            "the machine's load. The numbers before issue 11 are in BASELINE.md.")
+    note = (
+        "Ratios are measured side by side in one run (interleaved best-of-N); absolute times move with "
+        "the machine's load. The numbers before issue 11 are in BASELINE.md."
+    )
     text = "\n".join(["# nzjit benchmarks (issue 11)", "", *head, "", note, "", *table(sections), ""])
     print()
     print(text)
     if write:
         Path(__file__).with_name("RESULTS.md").write_text(text)
+        uname = platform.uname()
+        cpu = next((h.split(", ", 1)[1].rstrip(")") for h in head if h.startswith("- platform:")), "?")
+        PERFORMANCE.write_text(
+            performance_page(
+                PERFORMANCE.read_text(),
+                table(sections),
+                f"Machine: {platform.platform()} ({uname.machine}, {cpu})",
+                f"Date: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}",
+            )
+        )
     return text
 
 

@@ -7,7 +7,21 @@ from . import pl
 from .errors import CompileError, InternalError, Source
 from .language.kernel import Kernel, Spec, spec
 
-__all__ = ["pl", "CompileError", "InternalError", "Source", "Kernel", "Spec", "spec", "check_ptoas"]
+#: The package version, its one source of truth: pyproject.toml reads it (`dynamic = ["version"]`,
+#: setuptools takes the literal without importing the package).
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "pl",
+    "CompileError",
+    "InternalError",
+    "Source",
+    "Kernel",
+    "Spec",
+    "spec",
+    "check_ptoas",
+]
 
 
 def check_ptoas(text: str, version: str = "0.61") -> None:

@@ -1,8 +1,9 @@
 """The `nzjit` command line: run a kernel file's demo, print its IR or PTO, explain an NZ layout.
 
     nzjit run FILE [ARGS...]                      the file's `__main__` block, else its main()
-    nzjit ir FILE [--kernel NAME|EXPR] [--after PASS | --all]
+    nzjit ir FILE [--kernel NAME|EXPR] [--after PASS | --all]     (NAME may be an orchestration)
     nzjit pto FILE [--kernel NAME|EXPR]
+    nzjit --version
     nzjit explain-layout SHAPE DTYPE [--at R,C] [--svg OUT.svg]
 
 Exit status: 0 success; 1 a CompileError (rendered by nzjit.diagnostics, no traceback), a
@@ -23,11 +24,20 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import diagnostics
+from . import __version__, diagnostics
 from .errors import CompileError, InternalError
 from .language.kernel import Kernel
+from .language.orchestration import Orchestration
 
-__all__ = ["main", "build_parser", "load_namespace", "find_kernels", "ir_text", "ir_sequence", "kernel_from_expression"]
+__all__ = [
+    "main",
+    "build_parser",
+    "load_namespace",
+    "find_kernels",
+    "ir_text",
+    "ir_sequence",
+    "kernel_from_expression",
+]
 
 EXIT_COMPILE_ERROR = 1
 EXIT_USAGE = 2
@@ -102,7 +112,11 @@ def find_kernels(namespace: dict[str, Any], name: str | None = None) -> list[tup
     hits = [(k, v) for k, v in found if name in (*names[id(v)], v.__name__)]
     if not hits:
         have = ", ".join(k for k, _ in found) or "none"
-        raise UsageError(f"no kernel named {name!r}; kernels in this file: {have}")
+        orchs = ", ".join(k for k, v in namespace.items() if isinstance(v, Orchestration))
+        raise UsageError(
+            f"no kernel named {name!r}; kernels in this file: {have}"
+            + (f"; orchestrations: {orchs}" if orchs else "")
+        )
     return hits[:1]
 
 
@@ -122,16 +136,76 @@ def kernel_from_expression(namespace: dict[str, Any], expr: str) -> tuple[str, K
 
 def _kernels_of(path: str, name: str | None) -> list[tuple[str, Kernel]]:
     namespace = load_namespace(path)
+    orch = namespace.get(name) if name is not None else None
+    if isinstance(orch, Orchestration):  # its program, then the kernels it calls
+        text, kernels = program_text(orch)
+        print(text + "\n")
+        return kernels
     if name is not None and not name.isidentifier():
         return [kernel_from_expression(namespace, name)]
     kernels = find_kernels(namespace, name)
     if not kernels:
-        functions = [k for k, v in namespace.items()
-                     if inspect.isfunction(v) and v.__module__ == INSPECT_RUN_NAME and not k.startswith("_")]
-        raise UsageError(f"{path} defines no @pl.kernel at module level; a kernel made by a factory is "
-                         f"shown with --kernel and the factory call, e.g. --kernel 'make(pl.INT8)' (functions "
-                         f"in this file: {', '.join(functions) or 'none'})")
+        functions = [
+            k
+            for k, v in namespace.items()
+            if inspect.isfunction(v) and v.__module__ == INSPECT_RUN_NAME and not k.startswith("_")
+        ]
+        raise UsageError(
+            f"{path} defines no @pl.kernel at module level; a kernel made by a factory is "
+            f"shown with --kernel and the factory call, e.g. --kernel 'make(pl.INT8)' (functions "
+            f"in this file: {', '.join(functions) or 'none'})"
+        )
     return kernels
+
+
+# ------------------------------------------------------------------------------- orchestrations
+def placeholder_arguments(orch: Orchestration) -> list[Any]:
+    """Zero arrays of the annotated shapes (NZ ones packed): enough to record the program, whose
+    calls depend on shapes only. A dynamic dimension has no shape to take: a usage error."""
+    import numpy as np
+
+    import runtime
+
+    from .core.types import DynDim, Layout, TensorType
+
+    args: list[Any] = []
+    for p in orch.params:
+        t = p.type
+        if not isinstance(t, TensorType):
+            raise UsageError(
+                f"orchestration {orch.__name__} takes the scalar '{p.name}': its program depends "
+                "on the value; call .record(...) with it in Python"
+            )
+        dyn = [d.name for d in t.shape if isinstance(d, DynDim)]
+        if dyn:
+            raise UsageError(
+                f"orchestration {orch.__name__}: parameter '{p.name}' has the dynamic dimension "
+                f"{dyn[0]}; its program depends on the extent: call .record(...) in Python"
+            )
+        a = np.zeros(tuple(int(d) for d in t.shape), t.dtype.np_dtype)  # type: ignore[arg-type]
+        args.append(runtime.pack_nz(a) if t.layout is Layout.NZ else a)
+    return args
+
+
+def program_text(orch: Orchestration) -> tuple[str, list[tuple[str, Kernel]]]:
+    """The calls an orchestration records, rank by rank, and its kernels (each once, in call order)."""
+    prog = orch.record(*placeholder_arguments(orch))
+    ranks = sorted({c.device for c in prog.calls})
+    out = [
+        f"# orchestration {orch.__name__}: {len(prog.calls)} kernel call{'s' if len(prog.calls) != 1 else ''}"
+        f" on {len(ranks)} rank{'s' if len(ranks) != 1 else ''}"
+    ]
+    kernels: dict[int, tuple[str, Kernel]] = {}
+    for r in ranks:
+        out.append(f"rank {r}:")
+        for c in (c for c in prog.calls if c.device == r):
+            kernels.setdefault(id(c.kernel), (c.kernel.__name__, c.kernel))
+            names = [a.name if hasattr(a, "name") else repr(a) for a in c.args]
+            ins = [n for p, n in zip(c.kernel.params, names) if not p.is_pure_output]
+            outs = [n for p, n in zip(c.kernel.params, names) if p.is_output]
+            where = f"  # {os.path.basename(c.source.file)}:{c.source.line}" if c.source is not None else ""
+            out.append(f"  {c.kernel.__name__}({', '.join(ins)}) -> {', '.join(outs) or 'nothing'}{where}")
+    return "\n".join(out), list(kernels.values())
 
 
 # ---------------------------------------------------------------------------------------- ir
@@ -163,8 +237,9 @@ def ir_sequence(low: Any) -> str:
         if prev == cur:
             out.append(f"=== {stages[i]}: unchanged ===")
             continue
-        diff = difflib.unified_diff(prev.splitlines(), cur.splitlines(), fromfile=stages[i - 1],
-                                    tofile=stages[i], lineterm="")
+        diff = difflib.unified_diff(
+            prev.splitlines(), cur.splitlines(), fromfile=stages[i - 1], tofile=stages[i], lineterm=""
+        )
         out.append(f"=== {stages[i]}: changed ===")
         out.extend(diff)
     return "\n".join(out)
@@ -196,8 +271,10 @@ def cmd_pto(args: argparse.Namespace) -> int:
             return str(low.pto()).rstrip("\n")
         except ModuleNotFoundError as e:
             if e.name and e.name.startswith(__package__ + ".codegen"):
-                raise CommandError(f"PTO codegen is not available in this build ({e.name} is missing); "
-                                   "`nzjit ir` shows the lowered graph") from None
+                raise CommandError(
+                    f"PTO codegen is not available in this build ({e.name} is missing); "
+                    "`nzjit ir` shows the lowered graph"
+                ) from None
             raise
 
     _print_per_kernel(kernels, pto)
@@ -216,8 +293,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         ns = runpy.run_path(args.file, run_name=INSPECT_RUN_NAME)
         entry = ns.get("main")
         if not callable(entry):
-            raise UsageError(f"{args.file} has no demo: add an `if __name__ == \"__main__\":` block or a "
-                             "main() function")
+            raise UsageError(
+                f'{args.file} has no demo: add an `if __name__ == "__main__":` block or a main() function'
+            )
         result = entry()
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
 
@@ -250,47 +328,71 @@ def cmd_explain_layout(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------- parser
-_KERNEL_HELP = ("the kernel to show: a name bound in FILE, or an expression over FILE's names such as a "
-                "factory call, e.g. 'make(pl.INT8)' (default: every module-level kernel in FILE)")
+_KERNEL_HELP = (
+    "the kernel to show: a name bound in FILE, or an expression over FILE's names such as a "
+    "factory call, e.g. 'make(pl.INT8)'; an orchestration's name shows its program (the calls per "
+    "rank), then each kernel it calls (default: every module-level kernel in FILE)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of the `nzjit` command."""
     p = argparse.ArgumentParser(
-        prog="nzjit", description="nzjit: trace, lower and inspect Ascend PTO kernels written in Python.",
-        epilog=f"Set {diagnostics.ENV_VAR}=full to see nzjit-internal frames in tracebacks.")
+        prog="nzjit",
+        description="nzjit: trace, lower and inspect Ascend PTO kernels written in Python.",
+        epilog=f"Set {diagnostics.ENV_VAR}=full to see nzjit-internal frames in tracebacks.",
+    )
+    p.add_argument("--version", action="version", version=f"nzjit {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    r = sub.add_parser("run", help="run a kernel file's demo",
-                       description="Run FILE's `if __name__ == \"__main__\":` block (as `python FILE` "
-                                   "would), or its main() function if it has no such block.")
+    r = sub.add_parser(
+        "run",
+        help="run a kernel file's demo",
+        description='Run FILE\'s `if __name__ == "__main__":` block (as `python FILE` '
+        "would), or its main() function if it has no such block.",
+    )
     r.add_argument("file", metavar="FILE")
     r.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="sys.argv[1:] for the demo")
     r.set_defaults(func=cmd_run)
 
-    i = sub.add_parser("ir", help="print a kernel's IR after a pass",
-                       description="Import FILE (its demo does not run), lower its @pl.kernel objects "
-                                   "from their annotations and print the graph after a pass.")
+    i = sub.add_parser(
+        "ir",
+        help="print a kernel's IR after a pass",
+        description="Import FILE (its demo does not run), lower its @pl.kernel objects "
+        "from their annotations and print the graph after a pass.",
+    )
     i.add_argument("file", metavar="FILE")
     i.add_argument("--kernel", metavar="NAME", help=_KERNEL_HELP)
     g = i.add_mutually_exclusive_group()
-    g.add_argument("--after", metavar="PASS",
-                   help="show the graph after this pass ('trace' = before any pass; default: the last)")
-    g.add_argument("--all", action="store_true",
-                   help="show the traced graph, then what every pass changed (unified diffs)")
+    g.add_argument(
+        "--after",
+        metavar="PASS",
+        help="show the graph after this pass ('trace' = before any pass; default: the last)",
+    )
+    g.add_argument(
+        "--all",
+        action="store_true",
+        help="show the traced graph, then what every pass changed (unified diffs)",
+    )
     i.set_defaults(func=cmd_ir)
 
-    t = sub.add_parser("pto", help="print a kernel's emitted PTO text",
-                       description="Import FILE, lower its @pl.kernel objects and print their PTO text.")
+    t = sub.add_parser(
+        "pto",
+        help="print a kernel's emitted PTO text",
+        description="Import FILE, lower its @pl.kernel objects and print their PTO text.",
+    )
     t.add_argument("file", metavar="FILE")
     t.add_argument("--kernel", metavar="NAME", help=_KERNEL_HELP)
     t.set_defaults(func=cmd_pto)
 
-    e = sub.add_parser("explain-layout", help="explain the NZ layout of a shape and dtype",
-                       description="Print the NZ blocked shape [B, C/c0, R/16, 16, c0], its strides, "
-                                   "c0, where an element lands (NZ-8) and a picture of the fractal order.",
-                       epilog="examples: nzjit explain-layout 256x512 int8 --at 40,70; "
-                              "nzjit explain-layout 4,64,64 fp16 --svg nz.svg")
+    e = sub.add_parser(
+        "explain-layout",
+        help="explain the NZ layout of a shape and dtype",
+        description="Print the NZ blocked shape [B, C/c0, R/16, 16, c0], its strides, "
+        "c0, where an element lands (NZ-8) and a picture of the fractal order.",
+        epilog="examples: nzjit explain-layout 256x512 int8 --at 40,70; "
+        "nzjit explain-layout 4,64,64 fp16 --svg nz.svg",
+    )
     e.add_argument("shape", metavar="SHAPE", help="logical shape: 256x512 or 4,256,512")
     e.add_argument("dtype", metavar="DTYPE", help="int8, fp16, bf16, fp32, ... (any case)")
     e.add_argument("--at", metavar="R,C", help="a logical element (R,C, or every coordinate: B,R,C)")

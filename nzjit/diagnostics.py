@@ -8,8 +8,7 @@ Triton's error format (spec/style.md), with a gutter like rustc's:
     help: align the window to a multiple of 16
 
 Columns in the header are 1-based (as gcc, rustc and editors count them); `Source.col` /
-`Source.end_col` are the 0-based UTF-8 byte offsets of the bytecode position, converted by
-`Source.caret` (which `CompileError.render` uses too: one caret renderer).
+`Source.end_col` are the 0-based UTF-8 byte offsets of the bytecode position, converted here.
 
 Tracebacks hide the toolchain's own frames (the `nzjit` and `runtime` packages, runpy and the
 import machinery) by default: a kernel author needs their own lines, not the pass internals.
@@ -19,67 +18,38 @@ Importing this module changes nothing; `install()` opts in to the excepthooks.
 
 from __future__ import annotations
 
-import os
-import runpy
 import sys
 import threading
 import traceback
 import types
 from typing import Any
 
-import runtime
+from .errors import (
+    TRACEBACK_ENV,
+    CompileError,
+    InternalError,
+    _length,
+    filter_traceback,
+    is_internal_frame,
+    show_internal_frames,
+    source_excerpt,
+    strip_rule,
+)
 
-from .errors import CompileError, InternalError
+__all__ = [
+    "render",
+    "format_compile_error",
+    "format_exception",
+    "format_internal_error",
+    "filter_traceback",
+    "is_internal_frame",
+    "show_internal_frames",
+    "install",
+    "uninstall",
+    "excepthook",
+]
 
-__all__ = ["render", "format_compile_error", "format_exception", "format_internal_error", "filter_traceback",
-           "is_internal_frame", "show_internal_frames", "install", "uninstall", "excepthook"]
-
-ENV_VAR = "NZJIT_TRACEBACK"
-
-_INTERNAL_DIRS = tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in (__file__, runtime.__file__))
-_LAUNCHER_FILES = tuple(os.path.abspath(f) for f in (runpy.__file__,) if f)
-
-
-def show_internal_frames(show_internal: bool | None = None) -> bool:
-    """`show_internal` if given, else whether the environment asks for `NZJIT_TRACEBACK=full`."""
-    if show_internal is not None:
-        return show_internal
-    return os.environ.get(ENV_VAR, "").strip().lower() == "full"
-
-
-def is_internal_frame(filename: str) -> bool:
-    """True for frames of the toolchain: nzjit, runtime, runpy, `<frozen importlib...>`."""
-    if filename.startswith("<frozen"):
-        return True
-    path = os.path.abspath(filename)
-    return path.startswith(_INTERNAL_DIRS) or path in _LAUNCHER_FILES
-
-
-def filter_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
-    """A new traceback chain without the internal frames (None if every frame was internal)."""
-    kept = []
-    while tb is not None:
-        if not is_internal_frame(tb.tb_frame.f_code.co_filename):
-            kept.append(tb)
-        tb = tb.tb_next
-    out: types.TracebackType | None = None
-    for t in reversed(kept):
-        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
-    return out
-
-
-def _count(tb: types.TracebackType | None) -> int:
-    n = 0
-    while tb is not None:
-        n, tb = n + 1, tb.tb_next
-    return n
-
-
-def _strip_rule(message: str, rule: str | None) -> str:
-    for prefix in (f"{rule}: ", f"[{rule}] ") if rule else ():
-        if message.startswith(prefix):
-            return message[len(prefix):]
-    return message
+ENV_VAR = TRACEBACK_ENV
 
 
 def format_compile_error(err: CompileError, show_internal: bool | None = None) -> str:
@@ -89,23 +59,12 @@ def format_compile_error(err: CompileError, show_internal: bool | None = None) -
     offending expression, then `help: ...`. With internal frames shown (`show_internal=True` or
     `NZJIT_TRACEBACK=full`) the full Python traceback comes first.
     """
-    src = err.source
-    rule = err.rule
-    message = _strip_rule(getattr(err, "raw_message", str(err)), rule)
+    src, rule = err.source, err.rule
+    message = strip_rule(getattr(err, "raw_message", str(err)), rule)
     kind = f"error[{rule}]" if rule else "error"
-    body: list[str] = []
-    where = ""
-    if src is not None:
-        line = src.text
-        if line:
-            col, caret = src.caret()
-            gutter = str(src.line)
-            body.append(f"{' ' * 4}{gutter} | {line}")
-            body.append(f"{' ' * (4 + len(gutter))} | {caret}")
-            where = f"{src.file}:{src.line}:{col}: "
-        else:
-            where = f"{src.file}:{src.line}: "
-    out = [f"{where}{kind}: {message}", *body]
+    col, excerpt = source_excerpt(src)
+    where = "" if src is None else f"{src.file}:{src.line}:{col}: " if col else f"{src.file}:{src.line}: "
+    out = [f"{where}{kind}: {message}", *excerpt, *err.related_lines()]
     if err.help:
         out.append(f"help: {err.help}")
     text = "\n".join(out)
@@ -120,19 +79,32 @@ def format_exception(exc: BaseException, show_internal: bool | None = None) -> s
     if show_internal_frames(show_internal):
         return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip("\n")
     kept = filter_traceback(tb)
-    hidden = _count(tb) - _count(kept)
-    text = "".join(traceback.format_exception(type(exc), exc, kept)).rstrip("\n")
+    # frames an API boundary hid already count too (its note, if any, is replaced by this line)
+    hidden = getattr(exc, "_nzjit_hidden", 0) + _length(tb) - _length(kept)
+    notes = getattr(exc, "__notes__", None)
+    saved = list(notes) if notes is not None else None
+    if notes is not None:
+        notes[:] = [n for n in notes if not n.endswith(f"set {ENV_VAR}=full to show them)")]
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, kept)).rstrip("\n")
+    finally:
+        if saved is not None and notes is not None:
+            notes[:] = saved
     if hidden:
-        text += (f"\n({hidden} nzjit-internal frame{'s' if hidden != 1 else ''} hidden; "
-                 f"set {ENV_VAR}=full to show them)")
+        text += (
+            f"\n({hidden} nzjit-internal frame{'s' if hidden != 1 else ''} hidden; "
+            f"set {ENV_VAR}=full to show them)"
+        )
     return text
 
 
 def format_internal_error(exc: BaseException) -> str:
     """`internal compiler error`, the full traceback (internal frames are the point), a bug note."""
     full = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip("\n")
-    return (f"nzjit: internal compiler error: {exc}\n{full}\n"
-            "This is a bug in nzjit, not in your kernel: please report it with the traceback above.")
+    return (
+        f"nzjit: internal compiler error: {exc}\n{full}\n"
+        "This is a bug in nzjit, not in your kernel: please report it with the traceback above."
+    )
 
 
 def render(exc: BaseException, show_internal: bool | None = None) -> str:
@@ -153,7 +125,9 @@ def excepthook(exc_type: type[BaseException], exc: BaseException, tb: types.Trac
 
 def _thread_hook(args: Any) -> None:
     if args.exc_value is None:
-        return _previous_thread_hook(args) if _previous_thread_hook else None
+        if _previous_thread_hook:
+            _previous_thread_hook(args)
+        return
     name = args.thread.name if args.thread is not None else "?"
     print(f"Exception in thread {name}:", file=sys.stderr)
     excepthook(args.exc_type, args.exc_value, args.exc_traceback)

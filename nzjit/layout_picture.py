@@ -28,23 +28,61 @@ from runtime.dtypes import FRACTAL_ROWS
 
 from .core.dtypes import ALL_DTYPES, DType
 
-__all__ = ["NzLayout", "Location", "TooManyFractals", "parse_shape", "parse_dtype", "parse_index",
-           "describe", "describe_location", "ascii_picture", "svg_picture", "MAX_SVG_FRACTALS"]
+__all__ = [
+    "NzLayout",
+    "Location",
+    "TooManyFractals",
+    "parse_shape",
+    "parse_dtype",
+    "parse_index",
+    "describe",
+    "describe_location",
+    "ascii_picture",
+    "svg_picture",
+    "MAX_SVG_FRACTALS",
+]
 
 #: The SVG draws one rect per fractal; beyond this the picture is unreadable and huge.
 MAX_SVG_FRACTALS = 4096
 
 _ALIASES = {
-    "int8": "INT8", "i8": "INT8", "uint8": "UINT8", "u8": "UINT8", "ui8": "UINT8",
-    "int16": "INT16", "i16": "INT16", "uint16": "UINT16", "u16": "UINT16",
-    "int32": "INT32", "i32": "INT32", "uint32": "UINT32", "u32": "UINT32",
-    "int64": "INT64", "i64": "INT64", "int4": "INT4", "i4": "INT4", "uint4": "UINT4",
-    "fp16": "FP16", "f16": "FP16", "float16": "FP16", "half": "FP16",
-    "bf16": "BF16", "bfloat16": "BF16",
-    "fp32": "FP32", "f32": "FP32", "float32": "FP32", "float": "FP32",
-    "fp8": "FP8E4M3", "fp8e4m3": "FP8E4M3", "float8_e4m3fn": "FP8E4M3", "f8e4m3fn": "FP8E4M3",
-    "fp8e5m2": "FP8E5M2", "float8_e5m2": "FP8E5M2", "f8e5m2": "FP8E5M2",
-    "fp4": "FP4", "bool": "BOOL",
+    "int8": "INT8",
+    "i8": "INT8",
+    "uint8": "UINT8",
+    "u8": "UINT8",
+    "ui8": "UINT8",
+    "int16": "INT16",
+    "i16": "INT16",
+    "uint16": "UINT16",
+    "u16": "UINT16",
+    "int32": "INT32",
+    "i32": "INT32",
+    "uint32": "UINT32",
+    "u32": "UINT32",
+    "int64": "INT64",
+    "i64": "INT64",
+    "int4": "INT4",
+    "i4": "INT4",
+    "uint4": "UINT4",
+    "fp16": "FP16",
+    "f16": "FP16",
+    "float16": "FP16",
+    "half": "FP16",
+    "bf16": "BF16",
+    "bfloat16": "BF16",
+    "fp32": "FP32",
+    "f32": "FP32",
+    "float32": "FP32",
+    "float": "FP32",
+    "fp8": "FP8E4M3",
+    "fp8e4m3": "FP8E4M3",
+    "float8_e4m3fn": "FP8E4M3",
+    "f8e4m3fn": "FP8E4M3",
+    "fp8e5m2": "FP8E5M2",
+    "float8_e5m2": "FP8E5M2",
+    "f8e5m2": "FP8E5M2",
+    "fp4": "FP4",
+    "bool": "BOOL",
 }
 
 
@@ -70,8 +108,10 @@ def parse_dtype(text: str) -> DType:
     name = key.upper() if key.upper() in by_name else _ALIASES.get(key.lower())
     if name is None or name not in by_name:
         known = ", ".join(d.name.lower() for d in ALL_DTYPES if d.name != "INDEX")
-        raise ValueError(f"unknown dtype {text!r}; known: {known} (any case; also fp16/bf16/fp32 "
-                         "aliases such as float16, bfloat16, float32)")
+        raise ValueError(
+            f"unknown dtype {text!r}; known: {known} (any case; also fp16/bf16/fp32 "
+            "aliases such as float16, bfloat16, float32)"
+        )
     return by_name[name]
 
 
@@ -189,20 +229,32 @@ class NzLayout:
         if len(index) == 2 and len(self.shape) > 2:
             index = (0,) * (len(self.shape) - 2) + index
         if len(index) != len(self.shape):
-            raise ValueError(f"element index {list(index)} has {len(index)} coordinates; shape "
-                             f"{list(self.shape)} needs {len(self.shape)} (or 2: row, column of batch 0)")
+            raise ValueError(
+                f"element index {list(index)} has {len(index)} coordinates; shape "
+                f"{list(self.shape)} needs {len(self.shape)} (or 2: row, column of batch 0)"
+            )
         for axis, (i, d) in enumerate(zip(index, self.shape)):
             if not 0 <= i < d:
-                raise ValueError(f"element index {list(index)} is outside shape {list(self.shape)} "
-                                 f"(axis {axis}: {i} not in [0, {d}))")
+                raise ValueError(
+                    f"element index {list(index)} is outside shape {list(self.shape)} "
+                    f"(axis {axis}: {i} not in [0, {d}))"
+                )
         lead = self.shape[:-2]
         b = int(np.ravel_multi_index(index[:-2], lead)) if lead else 0
         r, c = index[-2], index[-1]
         c0 = self.c0
         blocked = (b, c // c0, r // FRACTAL_ROWS, r % FRACTAL_ROWS, c % c0)
         offset = sum(i * s for i, s in zip(blocked, self.strides))
-        return Location(index, b, r, c, blocked, offset, offset * self.itemsize,
-                        self.fractal_number(b, blocked[1], blocked[2]))
+        return Location(
+            index,
+            b,
+            r,
+            c,
+            blocked,
+            offset,
+            offset * self.itemsize,
+            self.fractal_number(b, blocked[1], blocked[2]),
+        )
 
 
 def _fmt(xs: Sequence[int]) -> str:
@@ -214,8 +266,11 @@ def describe(layout: NzLayout) -> str:
     L = layout
     dn = L.dtype.name.lower()
     lead = L.shape[:-2]
-    batch = (f"B = {L.batch} (leading axes {_fmt(lead)} folded into the batch slot, NZ-28)" if len(lead) > 1
-             else f"B = {L.batch}" + (" (materialised batch slot, NZ-6)" if not lead else ""))
+    batch = (
+        f"B = {L.batch} (leading axes {_fmt(lead)} folded into the batch slot, NZ-28)"
+        if len(lead) > 1
+        else f"B = {L.batch}" + (" (materialised batch slot, NZ-6)" if not lead else "")
+    )
     lines = [
         f"NZ layout of {dn}{_fmt(L.shape)}: {batch}, R = {L.rows}, C = {L.cols}",
         f"  c0            = {L.c0} elements = 32 bytes / {L.itemsize * 8}-bit {dn}   (NZ-4)",
@@ -238,15 +293,17 @@ def describe_location(layout: NzLayout, index: Sequence[int]) -> str:
     L, loc = layout, layout.locate(index)
     terms = " + ".join(f"{i}*{s}" for i, s in zip(loc.blocked, L.strides))
     line, elem = loc.blocked[3], loc.blocked[4]
-    return "\n".join([
-        f"element {_fmt(loc.index)} (b={loc.batch}, r={loc.row}, c={loc.col}):",
-        f"  blocked coordinates [b, c//c0, r//16, r%16, c%c0] = {_fmt(loc.blocked)}",
-        f"  flat element offset = {terms} = {loc.offset}   (NZ-8)",
-        f"  byte offset         = {loc.offset} * {L.itemsize} = {loc.byte_offset}",
-        f"  = fractal #{loc.fractal} (column block {loc.blocked[1]}, row fractal {loc.blocked[2]}), "
-        f"line {line} of 16, element {elem} of {L.c0}: "
-        f"{loc.fractal}*{16 * L.c0} + {line}*{L.c0} + {elem} = {loc.offset}",
-    ])
+    return "\n".join(
+        [
+            f"element {_fmt(loc.index)} (b={loc.batch}, r={loc.row}, c={loc.col}):",
+            f"  blocked coordinates [b, c//c0, r//16, r%16, c%c0] = {_fmt(loc.blocked)}",
+            f"  flat element offset = {terms} = {loc.offset}   (NZ-8)",
+            f"  byte offset         = {loc.offset} * {L.itemsize} = {loc.byte_offset}",
+            f"  = fractal #{loc.fractal} (column block {loc.blocked[1]}, row fractal {loc.blocked[2]}), "
+            f"line {line} of 16, element {elem} of {L.c0}: "
+            f"{loc.fractal}*{16 * L.c0} + {line}*{L.c0} + {elem} = {loc.offset}",
+        ]
+    )
 
 
 def _pick(n: int, limit: int, head: int) -> list[int | None]:
@@ -256,8 +313,9 @@ def _pick(n: int, limit: int, head: int) -> list[int | None]:
     return [*range(head), None, n - 1]
 
 
-def ascii_picture(layout: NzLayout, at: Sequence[int] | None = None, max_cols: int = 12,
-                  max_rows: int = 24) -> str:
+def ascii_picture(
+    layout: NzLayout, at: Sequence[int] | None = None, max_cols: int = 12, max_rows: int = 24
+) -> str:
     """Fractals of batch 0 drawn where they sit logically, each numbered by its memory order.
 
     Columns are column blocks (c0 wide), rows are row fractals (16 high). Up to `max_cols` x
@@ -301,15 +359,21 @@ def ascii_picture(layout: NzLayout, at: Sequence[int] | None = None, max_cols: i
     out.append(arrows)
     if L.col_blocks > 1:
         last = L.row_fractals - 1
-        out.append(f"{L.fractal_number(b, 0, 0)} .. {L.fractal_number(b, 0, last)} fill column block 0, "
-                   f"then -> {L.fractal_number(b, 1, 0)} .. {L.fractal_number(b, 1, last)} column block 1"
-                   + (", ..." if L.col_blocks > 2 else ""))
+        out.append(
+            f"{L.fractal_number(b, 0, 0)} .. {L.fractal_number(b, 0, last)} fill column block 0, "
+            f"then -> {L.fractal_number(b, 1, 0)} .. {L.fractal_number(b, 1, last)} column block 1"
+            + (", ..." if L.col_blocks > 2 else "")
+        )
     if L.batch > 1:
-        out.append(f"batch b starts at fractal b*{L.fractals_per_batch} (element offset b*{L.strides[0]}); "
-                   f"{L.batch} batches in all")
+        out.append(
+            f"batch b starts at fractal b*{L.fractals_per_batch} (element offset b*{L.strides[0]}); "
+            f"{L.batch} batches in all"
+        )
     if len(cols) < L.col_blocks or len(rows) < L.row_fractals:
-        out.append(f"(summarised: {L.col_blocks} column blocks x {L.row_fractals} row fractals; "
-                   "... hides the middle ones)")
+        out.append(
+            f"(summarised: {L.col_blocks} column blocks x {L.row_fractals} row fractals; "
+            "... hides the middle ones)"
+        )
     if loc:
         out.append(f"* = fractal #{loc.fractal}, which holds element {_fmt(loc.index)}")
     return "\n".join(out)
@@ -318,8 +382,18 @@ def ascii_picture(layout: NzLayout, at: Sequence[int] | None = None, max_cols: i
 _PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f"]
 
 
-def svg_picture(layout: NzLayout, at: Sequence[int] | None = None,
-                max_fractals: int = MAX_SVG_FRACTALS) -> str:
+LINE_PITCH = 18  #: px between header baselines
+MONOSPACE_ADVANCE = 0.6  #: a monospace glyph's advance in ems (DejaVu Sans Mono, Courier: 0.6)
+
+
+def text_width(text: str, font_size: float) -> float:
+    """The width in px of `text` in a monospace font of `font_size` px."""
+    return len(text) * MONOSPACE_ADVANCE * font_size
+
+
+def svg_picture(
+    layout: NzLayout, at: Sequence[int] | None = None, max_fractals: int = MAX_SVG_FRACTALS
+) -> str:
     """An SVG with exactly one `<rect class="fractal">` per fractal and no other rect.
 
     Each fractal sits at its logical place (column block across, row fractal down; batches stacked
@@ -335,38 +409,49 @@ def svg_picture(layout: NzLayout, at: Sequence[int] | None = None,
         raise TooManyFractals(
             f"{L.dtype.name.lower()}{_fmt(L.shape)} has {L.n_fractals} fractals; the SVG draws at most "
             f"{max_fractals} (one rect each). Draw a smaller shape with the same c0, e.g. "
-            f"{min(L.rows, 256)}x{min(L.cols, 16 * L.c0)}, or use the text picture")
+            f"{min(L.rows, 256)}x{min(L.cols, 16 * L.c0)}, or use the text picture"
+        )
     loc = L.locate(at) if at is not None else None
-    cw, ch, mx, top, gap = 64, 32, 90, 60, 40
-    panel_h = L.row_fractals * ch + gap + 20
-    width = mx + L.col_blocks * cw + 20
-    height = top + L.batch * panel_h
+    cw, ch, mx, gap = 64, 32, 90, 40
     c0 = L.c0
+    # the header in short lines, and a picture at least as wide as its longest line: a small shape
+    # (64x64: two column blocks, 238 px of grid) would otherwise cut its title off
+    header = [
+        (13, f"NZ {L.dtype.name.lower()}{_fmt(L.shape)} -> {_fmt(L.blocked_shape)}"),
+        (11, f"= [B, C/c0, R/16, 16, c0]; cell = 16 x {c0} fractal ({L.fractal_bytes} B)"),
+        (11, "number = memory order: down each column block, then on to the next"),
+    ]
+    top = 12 + LINE_PITCH * len(header) + 12
+    panel_h = L.row_fractals * ch + gap + 20
+    width = max(mx + L.col_blocks * cw + 20, math.ceil(16 + max(text_width(t, size) for size, t in header)))
+    height = top + L.batch * panel_h
     parts = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="monospace" font-size="11">',
         '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" '
         'markerHeight="6" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#222"/>'
-        '</marker></defs>',
-        f'<title>NZ layout of {L.dtype.name.lower()}{_fmt(L.shape)}: blocked {_fmt(L.blocked_shape)}, '
-        f'c0 = {c0}</title>',
-        f'<text x="8" y="18" font-size="13">NZ {L.dtype.name.lower()}{_fmt(L.shape)} -&gt; '
-        f'{_fmt(L.blocked_shape)} = [B, C/c0, R/16, 16, c0]; cell = 16 x {c0} fractal '
-        f'({L.fractal_bytes} B), number = memory order</text>',
-        '<text x="8" y="36">column blocks outside, row fractals inside: down each column block, '
-        'then on to the next</text>',
+        "</marker></defs>",
+        f"<title>NZ layout of {L.dtype.name.lower()}{_fmt(L.shape)}: blocked {_fmt(L.blocked_shape)}, "
+        f"c0 = {c0}</title>",
     ]
+    for k, (size, text) in enumerate(header):
+        parts.append(
+            f'<text class="header" x="8" y="{12 + LINE_PITCH * (k + 1) - 4}" font-size="{size}">'
+            f"{escape(text)}</text>"
+        )
     for b in range(L.batch):
         y0 = top + b * panel_h + 20
         parts.append(f'<g class="batch" data-batch="{b}">')
         parts.append(f'<text x="8" y="{y0 - 6}">batch {b}</text>')
         for j in range(L.col_blocks):
-            parts.append(f'<text x="{mx + j * cw + cw / 2}" y="{y0 - 6}" text-anchor="middle">'
-                         f'c{j * c0}</text>')
+            parts.append(
+                f'<text x="{mx + j * cw + cw / 2}" y="{y0 - 6}" text-anchor="middle">c{j * c0}</text>'
+            )
         for i in range(L.row_fractals):
-            parts.append(f'<text x="{mx - 6}" y="{y0 + i * ch + ch / 2 + 4}" text-anchor="end">'
-                         f'r{i * 16}</text>')
+            parts.append(
+                f'<text x="{mx - 6}" y="{y0 + i * ch + ch / 2 + 4}" text-anchor="end">r{i * 16}</text>'
+            )
         for j in range(L.col_blocks):
             colour = _PALETTE[j % len(_PALETTE)]
             for i in range(L.row_fractals):
@@ -376,25 +461,32 @@ def svg_picture(layout: NzLayout, at: Sequence[int] | None = None,
                     f'<rect class="fractal" x="{x}" y="{y}" width="{cw}" height="{ch}" fill="{colour}" '
                     f'fill-opacity="0.35" stroke="#333" data-order="{n}" data-batch="{b}" '
                     f'data-col-block="{j}" data-row-fractal="{i}"><title>fractal {n}: rows '
-                    f'{i * 16}-{i * 16 + 15}, cols {j * c0}-{j * c0 + c0 - 1}, bytes '
-                    f'{n * L.fractal_bytes}-{(n + 1) * L.fractal_bytes - 1}</title></rect>')
+                    f"{i * 16}-{i * 16 + 15}, cols {j * c0}-{j * c0 + c0 - 1}, bytes "
+                    f"{n * L.fractal_bytes}-{(n + 1) * L.fractal_bytes - 1}</title></rect>"
+                )
                 parts.append(f'<text x="{x + 6}" y="{y + 14}">{n}</text>')
             xc = mx + j * cw + cw - 12
             if L.row_fractals > 1:
-                parts.append(f'<path class="order" d="M {xc} {y0 + ch / 2} L {xc} '
-                             f'{y0 + (L.row_fractals - 1) * ch + ch / 2}" stroke="#222" fill="none" '
-                             'marker-end="url(#arrow)"/>')
+                parts.append(
+                    f'<path class="order" d="M {xc} {y0 + ch / 2} L {xc} '
+                    f'{y0 + (L.row_fractals - 1) * ch + ch / 2}" stroke="#222" fill="none" '
+                    'marker-end="url(#arrow)"/>'
+                )
             if j + 1 < L.col_blocks:
-                parts.append(f'<path class="jump" d="M {xc} {y0 + (L.row_fractals - 1) * ch + ch / 2} '
-                             f'L {xc + cw} {y0 + ch / 2}" stroke="#222" stroke-dasharray="4 3" '
-                             'fill="none" marker-end="url(#arrow)"/>')
+                parts.append(
+                    f'<path class="jump" d="M {xc} {y0 + (L.row_fractals - 1) * ch + ch / 2} '
+                    f'L {xc + cw} {y0 + ch / 2}" stroke="#222" stroke-dasharray="4 3" '
+                    'fill="none" marker-end="url(#arrow)"/>'
+                )
         parts.append("</g>")
     if loc is not None:
         y0 = top + loc.batch * panel_h + 20
         ex = mx + loc.col * cw / c0 + cw / (2 * c0)
         ey = y0 + loc.row * ch / 16 + ch / 32
-        parts.append(f'<circle class="element" cx="{ex:.2f}" cy="{ey:.2f}" r="3" fill="#d00">'
-                     f'<title>{escape(f"element {_fmt(loc.index)}: offset {loc.offset}, fractal {loc.fractal}")}'
-                     '</title></circle>')
+        parts.append(
+            f'<circle class="element" cx="{ex:.2f}" cy="{ey:.2f}" r="3" fill="#d00">'
+            f"<title>{escape(f'element {_fmt(loc.index)}: offset {loc.offset}, fractal {loc.fractal}')}"
+            "</title></circle>"
+        )
     parts.append("</svg>")
     return "\n".join(parts) + "\n"

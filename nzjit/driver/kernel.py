@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.types import Target
-from ..errors import Source
+from ..errors import Source, api_boundary
 from . import calls
 from .cache import CompileCache
 from .lowered import Lowered
@@ -19,6 +19,7 @@ from .params import Param, entry_params
 class Kernel:
     """A traced InCore kernel. Calling it checks the arguments, compiles once per signature, runs."""
 
+    @api_boundary
     def __init__(self, fn: Callable[..., Any], target: Target = Target.A2A3) -> None:
         self.fn = fn
         self.target = target
@@ -55,9 +56,11 @@ class Kernel:
         """Forget every compiled form (the next call traces again)."""
         self.cache.clear()
 
+    @api_boundary
     def lower(self, *args: Any) -> Lowered:
         """Trace and run every pass; args (or nzjit.spec placeholders) only select the cache entry."""
         return self.cache.lowered(args)
 
+    @api_boundary
     def __call__(self, *args: Any, device: int | None = None) -> Any:
         return calls.call_kernel(self, args, device=device)

@@ -8,6 +8,7 @@ from typing import Any
 from ..codegen.pto import emit_pto
 from ..core.ir import Graph
 from ..core.verifier import verify
+from ..errors import api_boundary
 from ..passes import pipeline as _pipeline
 from ..passes.pipeline import Pass, pipeline
 from . import calls
@@ -36,6 +37,7 @@ class Lowered:
         self.final = g
         self._pto: str | None = None
 
+    @api_boundary
     def ir(self, after: str = "MaterializeTensorStrides") -> Graph:
         """The graph after pass `after` ("trace" = before any pass)."""
         try:
@@ -43,12 +45,14 @@ class Lowered:
         except KeyError:
             raise ValueError(f"unknown pass {after!r}; passes are {['trace', *self.passes]}") from None
 
+    @api_boundary
     def pto(self) -> str:
         """The emitted PTO text (codegen/pto.py)."""
         if self._pto is None:
             self._pto = emit_pto(self.final, self.kernel)
         return self._pto
 
+    @api_boundary
     def run(self, *args: Any, after: str | None = None, device: int | None = None) -> Any:
         """Execute the final graph, or the graph after pass `after` (per-pass bisection).
 

@@ -31,7 +31,7 @@ from runtime import DeviceTensor, DispatchError, StackedDeviceTensor
 from ..backend import call as C
 from ..backend.options import current
 from ..core.types import DynDim, ScalarType
-from ..errors import CompileError, Source, user_source
+from ..errors import CompileError, Source, api_boundary, user_source
 from .calls import active_program, recording
 from .params import Param, entry_params
 
@@ -173,6 +173,7 @@ class Orchestration:
     """A host-side entry: checks its arguments against its annotations, runs its body to record
     kernel calls, then validates and runs them on a cluster (api.md "Calling a kernel")."""
 
+    @api_boundary
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
         self.__name__ = fn.__name__
@@ -185,6 +186,7 @@ class Orchestration:
     def __repr__(self) -> str:
         return f"<pl.orchestration {self.__name__}>"
 
+    @api_boundary
     def record(self, *args: Any) -> Program:
         """Check the arguments and run the body; return the recorded program (nothing runs)."""
         return self._record(args)[0]
@@ -207,6 +209,7 @@ class Orchestration:
                                "returns its results through its Out parameters", self.source)
         return prog, full, refs
 
+    @api_boundary
     def __call__(self, *args: Any, cluster: Any = None) -> Any:
         """Run on `cluster` (a runtime.Cluster), else the cluster the resident arguments live on,
         else one default worker per rank the body dispatches to; return the Out arguments."""

@@ -7,8 +7,10 @@ standalone reproducer), else 0. `--show I` prints program I of the seed instead 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
+from ..progress import CountLines, Progress
 from .campaign import run_campaign, summary
 from .classify import classify
 from .gen import FAMILIES, generate
@@ -24,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--family", choices=sorted(FAMILIES), help="generate one family only")
     ap.add_argument("--exclude", default="", help="comma-separated generator tags to skip (e.g. oob)")
     ap.add_argument("--show", type=int, metavar="I", help="print program I's source and its classification")
-    ap.add_argument("--progress", action="store_true", help="print progress")
+    ap.add_argument("--progress", action="store_true", default=None,
+                    help="show progress even when stderr is not a terminal (default: on a terminal only)")
     args = ap.parse_args(argv)
     exclude = tuple(t for t in args.exclude.split(",") if t)
     if args.show is not None:
@@ -34,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# family {p.family}; spec expects {p.expect} {sorted(p.expect_rows)}; tags {' '.join(p.tags)}")
         print(f"# classified {o.cls} {o.rule or ''} {' '.join(o.rows)} {o.error} {o.detail} {o.surprise}")
         return 1 if o.bug else 0
-    rep = run_campaign(args.n, args.seed, args.jobs, args.out, exclude, args.family, progress=args.progress)
+    with Progress(args.n, "programs", enabled=args.progress) as bar:  # progress: stderr, on a terminal
+        with contextlib.redirect_stdout(CountLines(bar)) if bar.enabled else contextlib.nullcontext():
+            rep = run_campaign(args.n, args.seed, args.jobs, args.out, exclude, args.family, progress=bar.enabled)
     print(summary(rep))
     return 1 if rep.bugs else 0
 

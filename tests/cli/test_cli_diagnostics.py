@@ -265,7 +265,8 @@ def _compile_error_through_nzjit(write) -> CompileError:
     return info.value
 
 
-def test_filter_traceback_keeps_only_user_frames(write):
+def test_filter_traceback_keeps_only_user_frames(write, monkeypatch):
+    monkeypatch.setenv("NZJIT_TRACEBACK", "full")  # the API boundary keeps every frame: filter here
     err = _compile_error_through_nzjit(write)
     files = []
     tb = err.__traceback__
@@ -284,8 +285,10 @@ def test_filter_traceback_keeps_only_user_frames(write):
     assert diagnostics.filter_traceback(None) is None
 
 
-def test_format_exception_filtered_and_full(write):
+def test_format_exception_filtered_and_full(write, monkeypatch):
+    monkeypatch.setenv("NZJIT_TRACEBACK", "full")  # the API boundary keeps every frame: filter here
     err = _compile_error_through_nzjit(write)
+    monkeypatch.delenv("NZJIT_TRACEBACK")
     short = diagnostics.format_exception(err, show_internal=False)
     full = diagnostics.format_exception(err, show_internal=True)
     assert os.path.join("nzjit", "tracing", "tracer.py") not in short and "hidden" in short

@@ -193,3 +193,45 @@ def test_dtype_spellings(text, name):
 
 def test_fp8_c0():
     assert NzLayout((16, 32), parse_dtype("fp8e5m2")).c0 == 32 == runtime.c0_of(ml_dtypes.float8_e5m2)
+
+
+@pytest.mark.parametrize("shape, dtype", [("16x32", "int8"), ("64x64", "int8"), ("2x64x64", "fp16"),
+                                          ("16x8", "fp32"), ("256x512", "bf16")])
+def test_svg_text_fits_the_picture(cli, tmp_path, shape, dtype):
+    """Issue 26: the title of a small shape (64x64) was cut at the picture's right edge. Every text
+    box, measured with the monospace advance, lies inside the width and above the grid."""
+    from nzjit.layout_picture import text_width
+
+    root = svg_of(cli, tmp_path, shape, dtype)
+    width = float(root.get("width"))
+    assert root.get("viewBox") == f"0 0 {root.get('width')} {root.get('height')}"
+    header = [t for t in root.findall(f".//{SVG}text") if t.get("class") == "header"]
+    assert len(header) == 3 and header[0].text.startswith(f"NZ {dtype}")
+    first_rect_y = min(float(r.get("y")) for r in root.findall(f".//{SVG}rect"))
+    for t in root.findall(f".//{SVG}text"):
+        size = float(t.get("font-size", root.get("font-size")))
+        x = float(t.get("x"))
+        w = text_width(t.text, size)
+        left = {"middle": x - w / 2, "end": x - w}.get(t.get("text-anchor"), x)
+        assert 0 <= left and left + w <= width, (t.text, left, w, width)
+    for t in header:
+        assert float(t.get("y")) + 4 < first_rect_y - 20  # above the column labels and the grid
+
+
+def test_svg_renders_uncut_with_rsvg(cli, tmp_path):
+    """Where rsvg-convert is installed: the 64x64 picture renders at its own size (checked from the
+    PNG header), i.e. the width the text needs."""
+    import shutil
+    import struct
+    import subprocess
+
+    if shutil.which("rsvg-convert") is None:
+        pytest.skip("rsvg-convert not installed")
+    root = svg_of(cli, tmp_path, "64x64", "int8")
+    png = tmp_path / "nz.png"
+    subprocess.run(["rsvg-convert", str(tmp_path / "nz.svg"), "-o", str(png)], check=True, timeout=60)
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    w, h = struct.unpack(">II", data[16:24])
+    assert (w, h) == (int(float(root.get("width"))), int(float(root.get("height"))))
+    assert w >= 400  # the header's longest line needs ~410 px at 11 px monospace
