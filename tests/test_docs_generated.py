@@ -36,7 +36,7 @@ def test_op_reference_has_every_registered_primitive():
 
 
 def test_op_reference_probe_finds_what_the_type_rules_accept():
-    from nzjit.core import primitives as P
+    from nzjit import prims as P
 
     mm = op_reference.probe(P.tile_matmul_acc_p)
     assert dict(mm["operands"])["acc"] == {"tile@Acc"}

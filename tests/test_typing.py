@@ -94,7 +94,7 @@ def test_mypy_accepts_kernel_annotations_with_the_plugin(tmp_path):
     lines = [t for t in r.stdout.splitlines() if ": error:" in t or ": note:" in t]
     mistake = [t for t in lines if "mistake.py" in t]
     assert [t.split(": ", 1)[1] for t in mistake] == [
-        'note: Revealed type is "nzjit.tracing.Tracer"',
+        'note: Revealed type is "nzjit.tracing.tracer.Tracer"',
         'error: "Tracer" has no attribute "no_such_method"  [attr-defined]',
     ], r.stdout
     others = [t for t in lines if "mistake.py" not in t]
