@@ -13,8 +13,8 @@ int8 x int8 is exact (int32, wrapping); fp16 / bf16 / fp32 inputs are multiplied
 
 from __future__ import annotations
 
+import operator
 import threading
-from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -376,15 +376,9 @@ class TileWindow:
         "_blk",
     )
 
-    @property
-    def owner(self) -> object | None:
-        """The OnChip accounting this window is charged to."""
-        return self._owner
-
-    @property
-    def geometry(self) -> Any:
-        """The static geometry of the moved tile (`runtime.tile.TileGeometry`)."""
-        return self._g
+    # read-only views of the implementation's slots (C getters: no Python frame per access)
+    owner = property(operator.attrgetter("_owner"), doc="The OnChip accounting this window is charged to.")
+    geometry = property(operator.attrgetter("_g"), doc="The static geometry of the moved tile (`TileGeometry`).")
 
     def _live(self) -> None:
         if self.freed:

@@ -22,6 +22,7 @@ encoding are one reshape + transpose each (no per-fractal loop).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -267,26 +268,16 @@ class TileBuf:
         t._logical = logical
         return t
 
-    @property
-    def geometry(self) -> TileGeometry:
-        """The tile's static geometry (shared: equal geometries are the same object)."""
-        return self._g
-
-    @property
-    def owner(self) -> object | None:
-        """The OnChip accounting this tile was allocated from (None for a free-standing tile)."""
-        return self._owner
-
-    @property
-    def image(self) -> np.ndarray:
-        """The buffer behind the tile as it is now, without laying out a logical Acc matrix
-        (see `holds_logical`); `data` is the byte image."""
-        return self._data
-
-    @property
-    def holds_logical(self) -> bool:
-        """True while the buffer holds the logical matrix of whole-tile mads, not the image."""
-        return self._logical
+    # read-only views of the implementation's slots, as properties over C getters (no Python
+    # frame per access: a compiler's fast paths read them once per instruction)
+    geometry = property(operator.attrgetter("_g"), doc="The tile's static geometry (`TileGeometry`, cached).")
+    owner = property(operator.attrgetter("_owner"),
+                     doc="The OnChip accounting this tile was allocated from (None for a free-standing tile).")
+    image = property(operator.attrgetter("_data"),
+                     doc="The buffer behind the tile as it is now, without laying out a logical Acc matrix "
+                         "(see `holds_logical`); `data` is the byte image.")
+    holds_logical = property(operator.attrgetter("_logical"),
+                             doc="True while the buffer holds the logical matrix of whole-tile mads, not the image.")
 
     def image_of(self, g: TileGeometry) -> np.ndarray | None:
         """The byte image when this tile is live, of geometry `g` and holds bytes (not a logical
