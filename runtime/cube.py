@@ -13,7 +13,6 @@ int8 x int8 is exact (int32, wrapping); fp16 / bf16 / fp32 inputs are multiplied
 
 from __future__ import annotations
 
-import operator
 import threading
 
 import ml_dtypes
@@ -374,11 +373,9 @@ class TileWindow:
         "_owner",
         "_g",
         "_blk",
+        "owner",  # public: the OnChip this window is charged to (with `_owner`)
+        "geometry",  # public: the static geometry of the moved tile (with `_g`)
     )
-
-    # read-only views of the implementation's slots (C getters: no Python frame per access)
-    owner = property(operator.attrgetter("_owner"), doc="The OnChip accounting this window is charged to.")
-    geometry = property(operator.attrgetter("_g"), doc="The static geometry of the moved tile (`TileGeometry`).")
 
     def _live(self) -> None:
         if self.freed:
@@ -450,6 +447,7 @@ def textract_window(
         transpose,
     )
     t.freed, t.data, t.nbytes, t._owner, t._g, t._blk = False, None, g.nbytes, onchip, g, g.blk  # type: ignore[attr-defined]
+    t.owner, t.geometry = onchip, g
     return t
 
 
