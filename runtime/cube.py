@@ -14,7 +14,6 @@ int8 x int8 is exact (int32, wrapping); fp16 / bf16 / fp32 inputs are multiplied
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -374,17 +373,9 @@ class TileWindow:
         "_owner",
         "_g",
         "_blk",
+        "owner",  # public: the OnChip this window is charged to (with `_owner`)
+        "geometry",  # public: the static geometry of the moved tile (with `_g`)
     )
-
-    @property
-    def owner(self) -> object | None:
-        """The OnChip accounting this window is charged to."""
-        return self._owner
-
-    @property
-    def geometry(self) -> Any:
-        """The static geometry of the moved tile (`runtime.tile.TileGeometry`)."""
-        return self._g
 
     def _live(self) -> None:
         if self.freed:
@@ -456,6 +447,7 @@ def textract_window(
         transpose,
     )
     t.freed, t.data, t.nbytes, t._owner, t._g, t._blk = False, None, g.nbytes, onchip, g, g.blk  # type: ignore[attr-defined]
+    t.owner, t.geometry = onchip, g
     return t
 
 

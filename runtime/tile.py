@@ -22,6 +22,7 @@ encoding are one reshape + transpose each (no per-fractal loop).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -217,6 +218,8 @@ class TileBuf:
         "_phys",
         "_inv",
         "_g",
+        "geometry",  # public: the static geometry (`TileGeometry`, shared), set once with `_g`
+        "owner",  # public: the OnChip this tile was allocated from (None: free-standing), with `_owner`
     )
 
     def __init__(
@@ -238,13 +241,14 @@ class TileBuf:
     ) -> None:
         """Fill a tile from a validated geometry (the constructor and the OnChip allocator)."""
         self.space, self.dtype, self.rows, self.cols, self.layout = g.space, g.dtype, g.rows, g.cols, g.layout
-        self._blk, self._phys, self._inv, self._g = g.blk, g.phys, g.inv, g
+        self._blk, self._phys, self._inv, self._g, self.geometry = g.blk, g.phys, g.inv, g, g
         self.valid_row = g.rows if valid_row is None else int(valid_row)
         self.valid_col = g.cols if valid_col is None else int(valid_col)
         self._data = data
         self._logical = False
         self.freed = False
         self._owner: object | None = owner
+        self.owner: object | None = owner
 
     @classmethod
     def _from_geometry(
@@ -267,26 +271,13 @@ class TileBuf:
         t._logical = logical
         return t
 
-    @property
-    def geometry(self) -> TileGeometry:
-        """The tile's static geometry (shared: equal geometries are the same object)."""
-        return self._g
-
-    @property
-    def owner(self) -> object | None:
-        """The OnChip accounting this tile was allocated from (None for a free-standing tile)."""
-        return self._owner
-
-    @property
-    def image(self) -> np.ndarray:
-        """The buffer behind the tile as it is now, without laying out a logical Acc matrix
-        (see `holds_logical`); `data` is the byte image."""
-        return self._data
-
-    @property
-    def holds_logical(self) -> bool:
-        """True while the buffer holds the logical matrix of whole-tile mads, not the image."""
-        return self._logical
+    # read-only views of slots that change (a freed tile drops its buffer), as properties over C
+    # getters: no Python frame per access (a compiler's fast paths read them per instruction)
+    image = property(operator.attrgetter("_data"),
+                     doc="The buffer behind the tile as it is now, without laying out a logical Acc matrix "
+                         "(see `holds_logical`); `data` is the byte image.")
+    holds_logical = property(operator.attrgetter("_logical"),
+                             doc="True while the buffer holds the logical matrix of whole-tile mads, not the image.")
 
     def image_of(self, g: TileGeometry) -> np.ndarray | None:
         """The byte image when this tile is live, of geometry `g` and holds bytes (not a logical

@@ -282,12 +282,11 @@ class _Rank:
         for ln in self.launches:
             values = _values(ln.call)
             keys = [a.key if isinstance(a, HostRef) else None for a in ln.call.args]
+            vals, host_outputs, _ = ln.plan.place(values, gm, self.placed, self.temps, keys)
+            for _, _, addr, slot in host_outputs:
+                if all(addr != a for _, a, _ in self.host_outputs):
+                    self.host_outputs.append((ln.call.args[slot.pos], addr, slot))
             try:
-                vals, host_outputs, _ = ln.plan.place(values, gm, self.placed, self.temps, keys)
-                for _, _, addr, slot in host_outputs:
-                    ref = ln.call.args[slot.pos]
-                    if all(addr != a for _, a, _ in self.host_outputs):
-                        self.host_outputs.append((ref, addr, slot))
                 execute(ln.plan, self.worker, vals)
             except Exception as e:
                 if not name_calls:

@@ -93,7 +93,7 @@ class CallPlan:
         if w is None:
             return MISS
         plan, gm = self.launch, w.gm
-        snapshots = plan.snapshot(gm, args, [])
+        snapshots = plan.snapshot(gm, args, []) if plan.resident_outputs else ()
         temps: list[int] = []
         try:
             try:
@@ -102,7 +102,9 @@ class CallPlan:
             except BaseException:
                 restore(snapshots)
                 raise
-            download(gm, host_outputs, outs)
+            if host_outputs:
+                download(gm, host_outputs, outs)
         finally:
-            free_temps(gm, temps)
+            if temps:
+                free_temps(gm, temps)
         return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)

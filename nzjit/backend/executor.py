@@ -16,7 +16,7 @@ from runtime import GlobalMemory, OnChip
 
 from ..core.ir import Eqn, Graph
 from .options import DEFAULT, Options
-from .plan import Plan, plan_of
+from .plan import Plan, clear_plans, plan_of
 from .rule import Step
 from .steps import free_value
 from .values import TransposedTile
@@ -57,4 +57,4 @@ def run_graph(ctx: Ctx, g: Graph, args: Sequence[Any], n_owned_params: int = 0) 
         return plan.run(ctx, args)
 
 
-__all__ = ["Ctx", "run_graph", "run_plan", "plan_of", "free_value", "TransposedTile"]
+__all__ = ["Ctx", "run_graph", "run_plan", "plan_of", "clear_plans", "free_value", "TransposedTile"]

@@ -117,17 +117,19 @@ def image_strides(plan: Any, g: Any) -> tuple[Any, tuple[int, ...], tuple[int, .
     warnings): the copy, the image's bytes as a C-contiguous shape ``(*g.phys[:-1], g.phys[-1] *
     itemsize)`` and their GM byte strides (relative to the lane's address); None when the copy is
     not that simple.  Cached per plan (plans are cached per geometry)."""
-    hit = _IMAGE_STRIDES.get(id(plan))
-    if hit is not None and hit[0] is plan and hit[1] is g:
-        return hit[2]
+    hit = _IMAGE_STRIDES.get(plan)
+    if hit is not None and hit[0] is g:
+        return hit[1]
     res = _image_strides_of(plan, g)
     if len(_IMAGE_STRIDES) > 4096:
         _IMAGE_STRIDES.clear()
-    _IMAGE_STRIDES[id(plan)] = (plan, g, res)
+    _IMAGE_STRIDES[plan] = (g, res)
     return res
 
 
-_IMAGE_STRIDES: dict[int, tuple[Any, Any, Any]] = {}
+#: keyed by the plan object itself (identity; the entry holds it, so a key never stands for a
+#: dead plan), bounded
+_IMAGE_STRIDES: dict[Any, tuple[Any, Any]] = {}
 
 
 def _image_strides_of(plan: Any, g: Any) -> tuple[Any, tuple[int, ...], tuple[int, ...]] | None:

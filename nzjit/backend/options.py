@@ -13,12 +13,16 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Options:
-    """The executor's switches (all on by default; tests turn them off to compare paths)."""
+    """The executor's switches (all on by default; tests turn them off to compare paths).
+
+    Interned: equal options are one object, so a cache keyed by them compares and hashes by
+    identity (a C-level hash on every call, not a dataclass's tuple of the fields)."""
 
     #: Specialised step closures (a rule's `specialize`) and TEXTRACTs fused into their mad; False:
     #: every equation through its rule's reference `impl` (tests compare the two byte for byte).
@@ -35,11 +39,22 @@ class Options:
     #: the calling thread only.
     threads: int | None = None
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Options:
+        names = [f.name for f in fields(cls)]
+        values = dict(zip(names, args), **kwargs)
+        key = tuple(values.get(f.name, f.default) for f in fields(cls))
+        found = _INTERNED.get(key)
+        if found is None:
+            found = _INTERNED[key] = object.__new__(cls)
+        return found
+
     def with_(self, **changes: object) -> Options:
         """A copy with `changes` applied (`dataclasses.replace`)."""
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
+#: field values -> the one Options object with them (a handful: one per option set in use)
+_INTERNED: dict[tuple[Any, ...], Options] = {}
 DEFAULT = Options()
 
 _CURRENT: contextvars.ContextVar[Options] = contextvars.ContextVar("nzjit_backend_options", default=DEFAULT)

@@ -102,12 +102,11 @@ def _specialize_elementwise(st: Step) -> Run | None:
 
         def run2(ctx: Any, env: list[Any]) -> None:
             a, b = env[i0], env[i1]
-            ia = a.image_of(geom) if type(a) is TileBuf else None
-            ib = b.image_of(geom) if type(b) is TileBuf else None
-            if ia is None or ib is None:
+            if not (type(a) is TileBuf and type(b) is TileBuf and a.geometry is geom and b.geometry is geom
+                    and not (a.freed or b.freed or a.holds_logical or b.holds_logical)):
                 general(ctx, env)
                 return
-            xa, xb = ia.view(dt), ib.view(dt)  # viewed before the result may alias one
+            xa, xb = a.image.view(dt), b.image.view(dt)  # viewed before the result may alias one
             onchip = ctx.onchip
             r = b if reuse == 1 else a if reuse == 0 else None
             if r is not None and r.owner is onchip:
