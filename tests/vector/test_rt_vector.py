@@ -130,18 +130,18 @@ def test_col_reductions():
 
 
 def test_row_expand_modes():
-    a = rng.standard_normal((4, 32)).astype(np.float32)
-    r = rng.standard_normal((4, 1)).astype(np.float32)
-    dst = vec(np.zeros((4, 32), F32))
+    a = rng.standard_normal((8, 32)).astype(np.float32)
+    r = rng.standard_normal((8, 1)).astype(np.float32)
+    dst = vec(np.zeros((8, 32), F32))
     V.row_expand("sub", dst, vec(a), vec(r))
     assert np.array_equal(arr(dst), a - r)
     block = np.repeat(r, 8, axis=1)  # mode 2: one 32-byte block per row
     V.row_expand("mul", dst, vec(a), vec(block))
     assert np.array_equal(arr(dst), a * r)
     V.row_expand("expand", dst, None, vec(r))
-    assert np.array_equal(arr(dst), np.broadcast_to(r, (4, 32)))
+    assert np.array_equal(arr(dst), np.broadcast_to(r, (8, 32)))
     with pytest.raises(DeviceError, match=r"must be \[R, 1\]"):
-        V.row_expand("add", dst, vec(a), vec(np.zeros((4, 4), F32)))
+        V.row_expand("add", dst, vec(a), vec(np.zeros((8, 4), F32)))
 
 
 def test_col_expand():
