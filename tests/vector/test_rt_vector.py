@@ -141,7 +141,7 @@ def test_row_expand_modes():
     V.row_expand("expand", dst, None, vec(r))
     assert np.array_equal(arr(dst), np.broadcast_to(r, (8, 32)))
     with pytest.raises(DeviceError, match=r"must be \[R, 1\]"):
-        V.row_expand("add", dst, vec(a), vec(np.zeros((8, 4), F32)))
+        V.row_expand("add", dst, vec(a), vec(np.zeros((8, 16), F32)))
 
 
 def test_col_expand():
