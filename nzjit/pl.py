@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import types as _types
 
+from .backend import vector_impl as _vector_impl  # noqa: E402, F401 - registers the vector impl_rules
 from .core.dtypes import (
     BF16,
     BOOL,
@@ -29,33 +30,67 @@ from .language.annotations import InOut, Out, Scalar, Tensor, dynamic
 from .language.kernel import kernel, orchestration
 from .language.loops import pipeline, range, spmd
 from .language.ops import (
-    add,
-    cast,
-    exp,
     get_block_idx,
     get_block_num,
     load,
     matmul,
     matmul_acc,
     max,
-    maximum,
     min,
-    mul,
     reshape,
     slice,
     store,
-    sub,
 )
 from .language.ops import tensor_reinterpret_view as _reinterpret_view
 from .language.ops import tensor_view as _view
 from .language.ops import transpose_view as _transpose_view
+from .language.vector_ops import (
+    MemorySpace,
+    PadValue,
+    abs,
+    add,
+    cast,
+    col_expand,
+    col_expand_add,
+    col_expand_div,
+    col_expand_mul,
+    col_expand_sub,
+    col_max,
+    col_min,
+    col_sum,
+    create_tile,
+    div,
+    exp,
+    fillpad,
+    full,
+    log,
+    lrelu,
+    maximum,
+    minimum,
+    mul,
+    neg,
+    recip,
+    relu,
+    row_expand,
+    row_expand_add,
+    row_expand_div,
+    row_expand_mul,
+    row_expand_sub,
+    row_max,
+    row_min,
+    row_sum,
+    rsqrt,
+    sqrt,
+    sub,
+)
 
 ND = _Layout.ND
 NZ = _Layout.NZ
 A2A3 = Target.A2A3
 A5 = Target.A5
 
-tile = _types.SimpleNamespace(load=load, store=store, transpose_view=_transpose_view)
+tile = _types.SimpleNamespace(load=load, store=store, transpose_view=_transpose_view, create=create_tile, full=full,
+                              fillpad=fillpad, relu=relu, lrelu=lrelu, cast=cast)
 tensor = _types.SimpleNamespace(view=_view, reinterpret_view=_reinterpret_view, slice=slice, reshape=reshape)
 
 __all__ = [
@@ -64,4 +99,9 @@ __all__ = [
     "Out", "InOut", "Scalar", "dynamic", "kernel", "orchestration", "range", "pipeline", "spmd", "load",
     "store", "matmul", "matmul_acc", "cast", "add", "sub", "mul", "maximum", "exp", "min", "max",
     "get_block_idx", "get_block_num", "slice", "reshape", "tile", "tensor",
+    # the vector unit (language/vector_ops.py)
+    "div", "minimum", "log", "sqrt", "rsqrt", "recip", "abs", "neg", "relu", "lrelu", "row_max", "row_sum",
+    "row_min", "col_max", "col_sum", "col_min", "row_expand", "row_expand_add", "row_expand_sub",
+    "row_expand_mul", "row_expand_div", "col_expand", "col_expand_add", "col_expand_sub", "col_expand_mul",
+    "col_expand_div", "create_tile", "full", "fillpad", "PadValue", "MemorySpace",
 ]

@@ -1,0 +1,229 @@
+"""The vector unit's primitives and their type rules (tile level): the ALU between tiles and with a
+scalar, unary math, conversions with a rounding mode, row / column reductions and broadcasts,
+tile creation and fills, padding, and the cross-core moves of a mixed cube + vector kernel.
+
+Names follow pto-isa's instructions through PyPTO's IR (`tile.adds` is TADDS, `tile.row_sum`
+TROWSUM, ...). The tile-tile `tile.add / sub / mul / maximum / exp` are the older primitives of
+core/primitives.py and stay there. Rules that depend on the target (bf16 arithmetic, TCVT's
+pairs, which moves exist) are checked by the language layer, which knows the kernel's target.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core import dtypes as dt
+from ..core.primitives import Primitive, primitive
+from ..core.types import Mem, ScalarType, TensorType, TileType, Type
+from ..errors import CompileError
+
+_NOTE = "load with target_memory=pl.Mem.Vec, or pl.move a cube result to pl.Mem.Vec"
+
+
+def vec_tile(t: Type, what: str) -> TileType:
+    """`t` as a Vec tile operand of `what`, else the refusal naming the fix."""
+    if not isinstance(t, TileType):
+        raise CompileError(f"{what} takes Vec tiles, got {t}")
+    if t.memory is not Mem.Vec:
+        raise CompileError(f"{what} works on Vec tiles (the vector unit's buffer), got {t}", help=_NOTE)
+    if len(t.shape) != 2:
+        raise CompileError(f"{what} takes 2-D tiles, got {t}", help="pl.reshape the tile to 2-D")
+    return t
+
+
+def _same(what: str, a: TileType, b: TileType) -> None:
+    if a.shape != b.shape or a.dtype is not b.dtype:
+        raise CompileError(f"{what} operands differ: {a} and {b}",
+                           help="make both the same shape and dtype (pl.cast), or broadcast a [R, 1] / [1, C] "
+                                "tile with pl.row_expand_* / pl.col_expand_*")
+    if a.valid_shape != b.valid_shape and not (a.fully_valid and b.fully_valid):
+        raise CompileError(f"{what} operands have different valid shapes: {a} and {b}",
+                           help="the vector unit computes dst's valid region from sources of that same valid "
+                                "shape; pl.tile.fillpad the smaller one")
+
+
+def _scalar_for(what: str, tile: TileType, s: Type) -> None:
+    if not isinstance(s, ScalarType):
+        raise CompileError(f"{what}: the scalar operand must be a number or a pl.Scalar, got {s}")
+    if tile.dtype.is_float != s.dtype.is_float:
+        raise CompileError(f"{what}: a {s.dtype!r} scalar does not combine with a {tile.dtype!r} tile",
+                           help="pass a float for a float tile, an int for an integer tile")
+
+
+# ---------------------------------------------------------------------------- binary / unary
+def _binary(name: str) -> Primitive:
+    @primitive(f"tile.{name}", ("lhs", "rhs"))
+    def rule(a: Type, b: Type, **_: Any) -> list[Type]:
+        ta, tb = vec_tile(a, f"pl.{name}"), vec_tile(b, f"pl.{name}")
+        _same(f"pl.{name}", ta, tb)
+        return [ta]
+
+    return rule
+
+
+BINARY = {"div": _binary("div"), "minimum": _binary("minimum")}
+
+
+def _binary_scalar(name: str) -> Primitive:
+    @primitive(f"tile.{name}", ("src", "scalar"))
+    def rule(a: Type, s: Type, **_: Any) -> list[Type]:
+        ta = vec_tile(a, f"pl.{name}")
+        _scalar_for(f"pl.{name}", ta, s)
+        return [ta]
+
+    return rule
+
+
+#: tile <op> scalar, by the vector op's name (TADDS, TSUBS, TMULS, TDIVS, TMAXS, TMINS).
+BINARY_SCALAR = {op: _binary_scalar(name) for op, name in (
+    ("add", "adds"), ("sub", "subs"), ("mul", "muls"), ("div", "divs"), ("maximum", "maximums"),
+    ("minimum", "minimums"))}
+
+
+def _unary(name: str) -> Primitive:
+    @primitive(f"tile.{name}", ("src",))
+    def rule(a: Type, **_: Any) -> list[Type]:
+        return [vec_tile(a, f"pl.{name}")]
+
+    return rule
+
+
+UNARY = {n: _unary(n) for n in ("log", "sqrt", "rsqrt", "recip", "abs", "neg", "relu")}
+
+
+@primitive("tile.lrelu", ("src", "slope"))
+def lrelu_p(a: Type, s: Type, **_: Any) -> list[Type]:
+    """`pl.tile.lrelu(tile, slope)`: max(x, slope * x) (TLRELU)."""
+    t = vec_tile(a, "pl.tile.lrelu")
+    _scalar_for("pl.tile.lrelu", t, s)
+    if not t.dtype.is_float:
+        raise CompileError(f"pl.tile.lrelu needs a float tile, got {t}")
+    return [t]
+
+
+@primitive("tile.cvt", ("src",))
+def cvt_p(a: Type, *, dtype: dt.DType, mode: str, **_: Any) -> list[Type]:
+    """`pl.cast(tile, target_type, mode=...)` (TCVT with a pto::RoundMode)."""
+    t = vec_tile(a, "pl.cast")
+    return [t.with_(dtype=dtype)]
+
+
+# ------------------------------------------------------------------------- reductions / broadcasts
+def _reduction(name: str, axis: int) -> Primitive:
+    @primitive(f"tile.{name}", ("src", "tmp"))
+    def rule(a: Type, *tmp: Type, **_: Any) -> list[Type]:
+        t = vec_tile(a, f"pl.{name}")
+        for x in tmp:
+            s = vec_tile(x, f"pl.{name} tmp")
+            if s.dtype is not t.dtype:
+                raise CompileError(f"pl.{name}: tmp {s} must have the source's dtype {t.dtype!r}")
+        r, c = t.shape
+        vs = t.valid_shape
+        if axis == 1:
+            return [TileType((r, 1), t.dtype, Mem.Vec, None if vs is None else (vs[0], 1))]
+        return [TileType((1, c), t.dtype, Mem.Vec, None if vs is None else (1, vs[1]))]
+
+    return rule
+
+
+REDUCE = {f"{k}_{op}": _reduction(f"{k}_{op}", 1 if k == "row" else 0)
+          for k in ("row", "col") for op in ("sum", "max", "min")}
+
+
+def _expand(name: str, axis: int) -> Primitive:
+    @primitive(f"tile.{name}", ("lhs", "vec"))
+    def rule(a: Type, v: Type, **_: Any) -> list[Type]:
+        t, s = vec_tile(a, f"pl.{name}"), vec_tile(v, f"pl.{name}")
+        if s.dtype is not t.dtype:
+            raise CompileError(f"pl.{name}: operand dtypes differ ({t} and {s})", help="pl.cast one of them")
+        r, c = t.shape
+        if axis == 1:
+            block = 32 // t.dtype.itemsize
+            if s.shape[0] != r or s.shape[1] not in (1, block):
+                raise CompileError(f"pl.{name}: the per-row operand must be [{r}, 1], got {s}",
+                                   help="reduce with pl.row_sum / row_max, or pl.reshape a [1, R] tile")
+        elif s.shape != (1, c):
+            raise CompileError(f"pl.{name}: the per-column operand must be [1, {c}], got {s}",
+                               help="reduce with pl.col_sum / col_max, or load one row")
+        return [t]
+
+    return rule
+
+
+EXPAND = {f"{k}_expand{suffix}": _expand(f"{k}_expand{suffix}", 1 if k == "row" else 0)
+          for k in ("row", "col") for suffix in ("", "_add", "_sub", "_mul", "_div", "_max", "_min")}
+
+
+# ---------------------------------------------------------------------------- creation / padding
+@primitive("tile.create", ())
+def create_p(*, shape: tuple[int, int], dtype: dt.DType, memory: Mem, **_: Any) -> list[Type]:
+    """`pl.create_tile(shape, dtype=, target_memory=)`: an uninitialised tile (its bytes are
+    whatever the buffer held)."""
+    return [TileType(tuple(shape), dtype, memory)]
+
+
+@primitive("tile.full", ("value",))
+def full_p(v: Type, *, shape: tuple[int, int], dtype: dt.DType, **_: Any) -> list[Type]:
+    """`pl.full(shape, dtype=, value=)`: a Vec tile with every element `value` (TEXPANDS)."""
+    if not isinstance(v, ScalarType):
+        raise CompileError(f"pl.full: the value must be a number or a pl.Scalar, got {v}")
+    return [TileType(tuple(shape), dtype, Mem.Vec)]
+
+
+@primitive("tile.fillpad", ("src",))
+def fillpad_p(a: Type, *, pad: str, **_: Any) -> list[Type]:
+    """`pl.tile.fillpad(tile, pad_value=)`: the tile with everything outside its valid region set to
+    the pad value (TFILLPAD); the result is fully valid."""
+    t = vec_tile(a, "pl.tile.fillpad")
+    return [t.with_(valid_shape=None)]
+
+
+# ------------------------------------------------------------------------------- cross-core moves
+@primitive("tile.tpush_to_aiv", ("acc",))
+def tpush_to_aiv_p(a: Type, *, dtype: dt.DType, relu: bool = False, **_: Any) -> list[Type]:
+    """The cube side of an Acc -> Vec move on A2/A3: the fixpipe stores the Acc tile (converted to
+    `dtype`) into a GM slot of the cube -> vector pipe and records data-ready. The result stands
+    for that slot (a GM tensor of the tile's shape)."""
+    if not isinstance(a, TileType) or a.memory is not Mem.Acc:
+        raise CompileError(f"tile.tpush_to_aiv pushes an Acc tile, got {a}")
+    return [TensorType(tuple(a.shape), dtype)]
+
+
+@primitive("tile.tpop_from_aic", ("slot",))
+def tpop_from_aic_p(s: Type, *, valid: tuple[int, int] | None = None, **_: Any) -> list[Type]:
+    """The vector side: wait for data-ready, load the slot into a Vec tile, free the slot."""
+    if not isinstance(s, TensorType):
+        raise CompileError(f"tile.tpop_from_aic pops a pipe slot, got {s}")
+    return [TileType(tuple(s.shape), s.dtype, Mem.Vec, valid)]  # type: ignore[arg-type]
+
+
+@primitive("tile.tpush_to_aic", ("vec",))
+def tpush_to_aic_p(a: Type, **_: Any) -> list[Type]:
+    """The vector side of a Vec -> Mat move on A2/A3: store the Vec tile into a GM slot of the
+    vector -> cube pipe and record data-ready."""
+    t = vec_tile(a, "tile.tpush_to_aic")
+    return [TensorType(tuple(t.shape), t.dtype)]
+
+
+@primitive("tile.tpop_from_aiv", ("slot",))
+def tpop_from_aiv_p(s: Type, **_: Any) -> list[Type]:
+    """The cube side: wait for data-ready, load the slot into a Mat tile (ND -> NZ), free it."""
+    if not isinstance(s, TensorType):
+        raise CompileError(f"tile.tpop_from_aiv pops a pipe slot, got {s}")
+    return [TileType(tuple(s.shape), s.dtype, Mem.Mat)]
+
+
+@primitive("tile.move_fixpipe", ("acc",))
+def move_fixpipe_p(a: Type, *, dtype: dt.DType, relu: bool = False, **_: Any) -> list[Type]:
+    """A5's direct Acc -> Vec TMOV through the fixpipe (with its dtype conversion)."""
+    if not isinstance(a, TileType) or a.memory is not Mem.Acc:
+        raise CompileError(f"an Acc -> Vec move takes an Acc tile, got {a}")
+    return [TileType(tuple(a.shape), dtype, Mem.Vec, a.valid_shape)]
+
+
+#: Every primitive of this module (the backend, codegen and fuzzer tables cover each).
+ALL: tuple[Primitive, ...] = (
+    *BINARY.values(), *BINARY_SCALAR.values(), *UNARY.values(), lrelu_p, cvt_p, *REDUCE.values(),
+    *EXPAND.values(), create_p, full_p, fillpad_p, tpush_to_aiv_p, tpop_from_aic_p, tpush_to_aic_p,
+    tpop_from_aiv_p, move_fixpipe_p,
+)
