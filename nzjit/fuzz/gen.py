@@ -1160,6 +1160,16 @@ FAMILIES: dict[str, tuple[float, Callable[[G], None]]] = {
 }
 
 
+def _register_vector_family() -> None:
+    """The vector unit's family lives in gen_vector.py (issue 22); it imports this module."""
+    from .gen_vector import fam_vec_alu
+
+    FAMILIES["vec_alu"] = (6, fam_vec_alu)
+
+
+_register_vector_family()
+
+
 def generate(seed: int, index: int, family: str | None = None, exclude: Sequence[str] = ()) -> Program:
     """Program `index` of campaign `seed` (deterministic). `exclude` drops programs carrying any of
     those tags (e.g. known, reported defects) by drawing again from the same stream."""
