@@ -386,3 +386,88 @@ def fillpad(tile: Any, pad_value: Any = PadValue.zero) -> Tracer:
     if t.type.memory is not Mem.Vec:  # type: ignore[union-attr]
         raise _fail(f"pl.tile.fillpad works on Vec tiles, got {t.type}")
     return bind(VP.fillpad_p, [[t]], {"pad": _pad(pad_value)})[0]
+
+
+# ----------------------------------------------------------------------------------------- moves
+#: The fixpipe's non-quant conversions of an Acc tile (runtime.convert's ACC_OUT_DTYPES).
+_FIXPIPE = {dt.FP32: (dt.FP32, dt.FP16, dt.BF16), dt.INT32: (dt.INT32,)}
+#: A5's fixpipe buffer: a destination row of at most 4096 bytes (pto-isa TMOV, A5 checks).
+_A5_FIXPIPE_ROW_BYTES = 4096
+
+
+def move(tile: Any, target_memory: Mem, blayout: Any = None, slayout: Any = None, *,
+         dtype: dt.DType | None = None, relu: bool = False) -> Tracer:
+    """`pl.move(tile, target_memory=...)`, lowered the way the target moves the bytes:
+
+    - Acc -> Vec (`dtype=` picks the fixpipe's conversion: fp32 -> fp32 / fp16 / bf16, int32 ->
+      int32; `relu=True` its pre-ReLU). On A2/A3 the cube and vector cores are separate: the move
+      is PyPTO's cross-core pair, `tile.tpush_to_aiv` (fixpipe store into a GM FIFO slot, then the
+      data-ready flag) and `tile.tpop_from_aic` (wait, load the slot into UB, free it). On A5 it is
+      the direct `TMOV` (`tile.move_fixpipe`).
+    - Vec -> Mat (a vector result feeding the cube): on A2/A3 `tile.tpush_to_aic` (UB -> GM slot) and
+      `tile.tpop_from_aiv` (GM -> L1, ND -> NZ); on A5 the direct `TMOV`.
+    - Mat -> Left / Right (TEXTRACT / TMOV, what AutoTileMatmulL0 does implicitly) and Vec -> Vec.
+    """
+    t = as_tile(tile, "pl.move")
+    tt: TileType = t.type  # type: ignore[assignment]
+    src, target = tt.memory, current_state().target
+    if not isinstance(target_memory, Mem):
+        raise _fail(f"pl.move: target_memory must be a pl.Mem, got {target_memory!r}")
+    if dtype is not None and src is not Mem.Acc:
+        raise _fail("pl.move: dtype= is the fixpipe's conversion of an Acc -> Vec move",
+                    help="convert a Vec tile with pl.cast")
+    if (src, target_memory) == (Mem.Acc, Mem.Vec):
+        to = dtype or tt.dtype
+        if to not in _FIXPIPE.get(tt.dtype, ()):
+            raise _fail(f"pl.move: the fixpipe converts a {tt.dtype!r} Acc tile to "
+                        f"{', '.join(repr(d) for d in _FIXPIPE.get(tt.dtype, ())) or 'nothing'}, not {to!r}",
+                        help="move it unconverted and pl.cast / pl.mul on the vector unit (a dequant scale is "
+                             "pl.col_expand_mul of the INT32 -> FP32 cast)")
+        if (tt.shape[-1] * to.itemsize) % 32:
+            raise _fail(f"pl.move: the Vec tile row of {tt.shape[-1]} {to!r} is not whole 32-byte blocks")
+        if target == "A5":
+            if tt.shape[-1] * to.itemsize > _A5_FIXPIPE_ROW_BYTES:
+                raise _fail(f"pl.move: A5's Acc -> Vec TMOV takes rows of at most {_A5_FIXPIPE_ROW_BYTES} bytes, "
+                            f"got {tt.shape[-1]} {to!r}", help="move the accumulator in column blocks")
+            return bind(VP.move_fixpipe_p, [[t]], {"dtype": to, "relu": bool(relu)})[0]
+        slot = bind(VP.tpush_to_aiv_p, [[t]], {"dtype": to, "relu": bool(relu)})[0]
+        return bind(VP.tpop_from_aic_p, [[slot]], {"valid": tt.valid_shape})[0]
+    if relu:
+        raise _fail("pl.move: relu= is the fixpipe's pre-ReLU of an Acc -> Vec move")
+    if (src, target_memory) == (Mem.Vec, Mem.Mat):
+        c0 = dt.c0_of(tt.dtype)
+        if len(tt.shape) != 2 or tt.shape[0] % 16 or tt.shape[1] % c0:
+            raise _fail(f"pl.move: a Mat tile is whole 16 x {c0} fractals, got {tt}",
+                        help="pad the Vec tile to whole fractals (pl.tile.fillpad with a larger window)")
+        if target == "A5":
+            return bind(P.tile_move_p, [[t]], {"memory": Mem.Mat})[0]
+        slot = bind(VP.tpush_to_aic_p, [[t]])[0]
+        return bind(VP.tpop_from_aiv_p, [[slot]])[0]
+    if (src, target_memory) in ((Mem.Mat, Mem.Left), (Mem.Mat, Mem.Right), (Mem.Vec, Mem.Vec)):
+        return bind(P.tile_move_p, [[t]], {"memory": target_memory})[0]
+    raise _fail(f"pl.move: no {src.value} -> {target_memory.value} move on {target}",
+                help="the moves are Acc -> Vec, Vec -> Mat, Mat -> Left / Right and Vec -> Vec; an Acc result "
+                     "reaches GM with pl.store")
+
+
+def _is_l0(x: Any) -> bool:
+    return isinstance(x, Tracer) and isinstance(x.type, TileType) and x.type.memory in (Mem.Left, Mem.Right)
+
+
+def matmul(a: Any, b: Any, b_trans: bool = False, out_dtype: dt.DType | None = None) -> Tracer:
+    """`pl.matmul`: on Left and Right tiles (after explicit `pl.move`s) it is the cube's TMATMUL
+    itself; otherwise ops.matmul (Mat tiles, AutoTileMatmulL0 places L0, or tensors)."""
+    if _is_l0(a) and _is_l0(b):
+        if b_trans:
+            raise _fail("pl.matmul of a Right tile takes it as it is; b_trans needs a Mat operand",
+                        help="pl.move the transposed view (pl.tile.transpose_view of the Mat tile) to Right")
+        acc = dt.INT32 if a.type.dtype is dt.INT8 else dt.FP32  # type: ignore[union-attr]
+        return bind(P.tile_mad_p, [[a], [b]], {"out_dtype": out_dtype or acc})[0]
+    return ops.matmul(a, b, b_trans=b_trans, out_dtype=out_dtype)
+
+
+def matmul_acc(acc: Any, a: Any, b: Any, b_trans: bool = False) -> Tracer:
+    """`pl.matmul_acc`: TMATMUL_ACC on Left and Right tiles, else ops.matmul_acc."""
+    if _is_l0(a) and _is_l0(b) and not b_trans:
+        return bind(P.tile_mad_acc_p, [[acc], [a], [b]])[0]
+    return ops.matmul_acc(acc, a, b, b_trans=b_trans)
