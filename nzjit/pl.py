@@ -35,13 +35,13 @@ from .language.ops import (
     load,
     max,
     min,
-    reshape,
     slice,
     store,
 )
 from .language.ops import tensor_reinterpret_view as _reinterpret_view
 from .language.ops import tensor_view as _view
 from .language.ops import transpose_view as _transpose_view
+from .language.tile_values import reshape
 from .language.vector_ops import (
     MemorySpace,
     PadValue,

@@ -36,7 +36,7 @@ __all__ = [
     "UB_BYTES", "ALU_DTYPES", "MATH_DTYPES", "ROUND_MODES", "CVT_PAIRS", "BINARY_OPS", "UNARY_OPS",
     "REDUCE_OPS", "PAD_VALUES", "valid_region", "check_vec", "binary", "binary_scalar", "unary", "lrelu",
     "row_reduce", "col_reduce", "row_expand", "col_expand", "expands", "cvt", "convert", "fillpad",
-    "pad_scalar", "round_to", "BINARY_INSTR",
+    "pad_scalar", "round_to", "BINARY_INSTR", "extract", "insert", "reshape",
 ]
 
 F16, F32, BF16 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)
@@ -427,3 +427,44 @@ def fillpad(dst: TileBuf, src: TileBuf, pad: str) -> None:
     full[...] = np.asarray(pad_scalar(dst.dtype, pad)).astype(dst.dtype)
     full[: keep.shape[0], : keep.shape[1]] = keep.view(dst.dtype)
     dst.valid_row, dst.valid_col = dst.rows, dst.cols
+
+
+# ------------------------------------------------------------------------------ tiles as values
+def _check_window(what: str, t: TileBuf, r0: int, c0: int, rows: int, cols: int) -> None:
+    if r0 < 0 or c0 < 0 or r0 + rows > t.rows or c0 + cols > t.cols:
+        raise DeviceError(f"{what}: window ({r0}, {c0}) + {rows}x{cols} is outside the {t.rows}x{t.cols} tile")
+    if (c0 * t.dtype.itemsize) % 32:
+        raise DeviceError(f"{what}: column offset {c0} is {c0 * t.dtype.itemsize} bytes; a Vec window starts on a "
+                          "32-byte block")
+
+
+def extract(dst: TileBuf, src: TileBuf, r0: int, c0: int) -> None:
+    """A Vec -> Vec window copy (a sub-tile as a value): dst's valid region = src[r0:, c0:]."""
+    check_vec(dst, "TEXTRACT")
+    check_vec(src, "TEXTRACT")
+    _same_dtype("TEXTRACT", dst, src)
+    _check_window("TEXTRACT", src, r0, c0, dst.valid_row, dst.valid_col)
+    full = src.data.view(src.dtype).reshape(src.rows, src.cols)
+    valid_region(dst)[...] = full[r0 : r0 + dst.valid_row, c0 : c0 + dst.valid_col]
+
+
+def insert(dst: TileBuf, src: TileBuf, r0: int, c0: int) -> None:
+    """TINSERT on Vec tiles: src's valid region written into dst at (r0, c0)."""
+    check_vec(dst, "TINSERT")
+    check_vec(src, "TINSERT")
+    _same_dtype("TINSERT", dst, src)
+    _check_window("TINSERT", dst, r0, c0, src.valid_row, src.valid_col)
+    full = dst.data.view(dst.dtype).reshape(dst.rows, dst.cols)
+    full[r0 : r0 + src.valid_row, c0 : c0 + src.valid_col] = valid_region(src)
+
+
+def reshape(dst: TileBuf, src: TileBuf) -> None:
+    """The same bytes seen with another shape (pto.treshape): both tiles fully valid, same size."""
+    check_vec(dst, "TRESHAPE")
+    check_vec(src, "TRESHAPE")
+    if dst.nbytes != src.nbytes or dst.dtype != src.dtype:
+        raise DeviceError(f"TRESHAPE: {src.rows}x{src.cols} {src.dtype.name} and {dst.rows}x{dst.cols} "
+                          f"{dst.dtype.name} are not the same bytes")
+    if (src.valid_row, src.valid_col) != (src.rows, src.cols):
+        raise DeviceError("TRESHAPE: the source has a partial valid region; its bytes outside it are not data")
+    dst.data[...] = src.data

@@ -88,7 +88,8 @@ def execute(graph: Graph, kernel: Any, full: list[Any], worker: Worker, dims: di
         if isinstance(v.type, TensorType):
             vals.append(tensor_value(v.type, a, dims, blocked))
         else:
-            vals.append(v.type.dtype.wrap(int(a)))  # type: ignore[union-attr]
+            d = v.type.dtype  # type: ignore[union-attr]
+            vals.append(float(np.asarray(a).astype(d.np_dtype)) if d.is_float else d.wrap(int(a)))
     onchip = launch_onchip(worker.target)  # on-chip buffers are per launch
     out = run_graph(Ctx(worker.gm, onchip, dims), graph, vals)
     recycle_onchip(onchip)

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 import runtime
 from runtime import TileBuf
 from runtime import vector as V
 from runtime.crosscore import pipe_of
 
 from ..core.ir import Eqn
-from ..core.types import TileType
+from ..core.types import ScalarType, TileType
 from ..prims import vector as VP
 from .impl import impl_rules, static_valid
 
@@ -48,6 +50,13 @@ def _target(ctx: Any) -> str:
     return ctx.onchip.target
 
 
+def _scalar(e: Eqn, i: int, value: Any) -> Any:
+    """Scalar operand `i` as a value of its declared dtype (a pl.Scalar[pl.FP16] holds an fp16)."""
+    t = e.inputs[i].type
+    d = t.dtype.np_dtype if isinstance(t, ScalarType) else None
+    return value if d is None or not t.dtype.is_float else np.asarray(value).astype(d)[()]
+
+
 def _binary(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     a, b = ins
     out = _like(ctx, e, a)
@@ -58,7 +67,7 @@ def _binary(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
 def _binary_scalar(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     a, s = ins
     out = _like(ctx, e, a)
-    V.binary_scalar(_BINARY_OP[e.primitive.name], out, a, s, _target(ctx))
+    V.binary_scalar(_BINARY_OP[e.primitive.name], out, a, _scalar(e, 1, s), _target(ctx))
     return [out]
 
 
@@ -70,7 +79,7 @@ def _unary(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
 
 def _lrelu(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     out = _like(ctx, e, ins[0])
-    V.lrelu(out, ins[0], ins[1], _target(ctx))
+    V.lrelu(out, ins[0], _scalar(e, 1, ins[1]), _target(ctx))
     return [out]
 
 
@@ -123,7 +132,7 @@ def _create(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
 
 def _full(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     out = vec_alloc(ctx, _out_type(e))
-    V.expands(out, ins[0])
+    V.expands(out, _scalar(e, 0, ins[0]))
     return [out]
 
 
@@ -164,6 +173,32 @@ def _move_fixpipe(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [out]
 
 
+def _slice(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    src: TileBuf = ins[0]
+    r0, c0 = e.params["offsets"]
+    rows, cols = e.params["shape"]
+    vr, vc = max(0, min(rows, src.valid_row - r0)), max(0, min(cols, src.valid_col - c0))
+    out = vec_alloc(ctx, _out_type(e), (vr, vc))
+    V.extract(out, src, r0, c0)
+    return [out]
+
+
+def _assemble(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    dst, src = ins
+    if not ctx.consumes(e, 0):  # the old tile is still read later: TINSERT into a copy
+        copy = vec_alloc(ctx, _out_type(e), (dst.valid_row, dst.valid_col))
+        copy.data[...] = dst.data
+        dst = copy
+    V.insert(dst, src, *e.params["offsets"])
+    return [dst]
+
+
+def _reshape(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    out = vec_alloc(ctx, _out_type(e))
+    V.reshape(out, ins[0])
+    return [out]
+
+
 def _register() -> None:
     for p in VP.BINARY.values():
         impl_rules[p] = _binary
@@ -178,7 +213,8 @@ def _register() -> None:
     impl_rules.update({
         VP.lrelu_p: _lrelu, VP.cvt_p: _cvt, VP.create_p: _create, VP.full_p: _full, VP.fillpad_p: _fillpad,
         VP.tpush_to_aiv_p: _tpush_to_aiv, VP.tpop_from_aic_p: _tpop_from_aic, VP.tpush_to_aic_p: _tpush_to_aic,
-        VP.tpop_from_aiv_p: _tpop_from_aiv, VP.move_fixpipe_p: _move_fixpipe,
+        VP.tpop_from_aiv_p: _tpop_from_aiv, VP.move_fixpipe_p: _move_fixpipe, VP.tile_slice_p: _slice,
+        VP.tile_assemble_p: _assemble, VP.tile_reshape_p: _reshape,
     })
 
 

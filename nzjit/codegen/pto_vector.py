@@ -9,6 +9,7 @@ pto-isa's TROW* instructions write: `blayout=col_major`.
 
 from __future__ import annotations
 
+from ..core.dtypes import INDEX
 from ..core.ir import Eqn
 from ..core.types import Mem, TileType
 from ..prims import vector as VP
@@ -117,6 +118,31 @@ def _move_fixpipe(em: Emitter, e: Eqn) -> None:
     _instr(em, e, "pto.tmov", " {acc_to_vec_mode = #pto<acc_to_vec_mode SingleModeVec0>}")
 
 
+def _slice(em: Emitter, e: Eqn) -> None:
+    src = em.tile(e.inputs[0])
+    r0, c0 = (em.const(x, INDEX) for x in e.params["offsets"])
+    out = _alloc(em, e)
+    em.line(f"pto.textract ins({src.ssa}, {r0}, {c0} : {src.spelled}, index, index) outs({out.ssa} : {out.spelled})")
+
+
+def _assemble(em: Emitter, e: Eqn) -> None:
+    dst, src = em.tile(e.inputs[0]), em.tile(e.inputs[1])
+    r0, c0 = (em.const(x, INDEX) for x in e.params["offsets"])
+    em.line(f"pto.tinsert ins({src.ssa}, {r0}, {c0} : {src.spelled}, index, index) outs({dst.ssa} : {dst.spelled})")
+    em.env[e.outputs[0]] = dst
+
+
+def _reshape(em: Emitter, e: Eqn) -> None:
+    """No data moves: the same UB bytes under another shape."""
+    src = em.tile(e.inputs[0])
+    t = e.outputs[0].type
+    assert isinstance(t, TileType)
+    layout = _DN if t.shape[1] == 1 and t.shape[0] > 1 else TILE_LAYOUTS[Mem.Vec]
+    tile = Tile(em.names.fresh(e.outputs[0].hint, "t"), t, layout, None)
+    em.line(f"{tile.ssa} = pto.treshape {src.ssa} : {src.spelled} -> {tile.spelled}")
+    em.env[e.outputs[0]] = tile
+
+
 def _register() -> None:
     for p in (*VP.BINARY.values(), *VP.BINARY_SCALAR.values(), *VP.UNARY.values(), *VP.REDUCE.values(),
               *VP.EXPAND.values(), VP.lrelu_p):
@@ -124,7 +150,8 @@ def _register() -> None:
     pto_rules.update({
         VP.cvt_p: _cvt, VP.create_p: _create, VP.full_p: _full, VP.fillpad_p: _fillpad,
         VP.tpush_to_aiv_p: _tpush("aiv"), VP.tpop_from_aic_p: _tpop("aic"), VP.tpush_to_aic_p: _tpush("aic"),
-        VP.tpop_from_aiv_p: _tpop("aiv"), VP.move_fixpipe_p: _move_fixpipe,
+        VP.tpop_from_aiv_p: _tpop("aiv"), VP.move_fixpipe_p: _move_fixpipe, VP.tile_slice_p: _slice,
+        VP.tile_assemble_p: _assemble, VP.tile_reshape_p: _reshape,
     })
 
 

@@ -221,9 +221,57 @@ def move_fixpipe_p(a: Type, *, dtype: dt.DType, relu: bool = False, **_: Any) ->
     return [TileType(tuple(a.shape), dtype, Mem.Vec, a.valid_shape)]
 
 
+# ------------------------------------------------------------------------------ tiles as values
+@primitive("tile.slice", ("src",))
+def tile_slice_p(a: Type, *, shape: tuple[int, int], offsets: tuple[int, int], **_: Any) -> list[Type]:
+    """`t[r0:r1, c0:c1]` of a Vec tile: the window as a tile of its own (a copy, TEXTRACT)."""
+    t = vec_tile(a, "tile slicing")
+    r0, c0 = offsets
+    if r0 + shape[0] > t.shape[0] or c0 + shape[1] > t.shape[1]:
+        raise CompileError(f"tile window [{r0}:{r0 + shape[0]}, {c0}:{c0 + shape[1]}] is outside {t}")
+    if (c0 * t.dtype.itemsize) % 32 or (shape[1] * t.dtype.itemsize) % 32 and shape[1] != 1:
+        raise CompileError(f"tile window [{r0}:{r0 + shape[0]}, {c0}:{c0 + shape[1]}] of {t}: a Vec window starts "
+                           "and ends on 32-byte blocks", help=f"use column bounds that are multiples of "
+                                                              f"{32 // t.dtype.itemsize}")
+    vs = None
+    if t.valid_shape is not None and not t.fully_valid:
+        vs = tuple(None if v is None else max(0, min(n, v - o)) for v, n, o in zip(t.valid_shape, shape, offsets))
+    return [TileType(tuple(shape), t.dtype, Mem.Vec, vs)]  # type: ignore[arg-type]
+
+
+@primitive("tile.assemble", ("dst", "src"))
+def tile_assemble_p(d: Type, s: Type, *, offsets: tuple[int, int], **_: Any) -> list[Type]:
+    """`t[r0:r1, c0:c1] = v` on a Vec tile: `dst` with `src` written at `offsets` (TINSERT)."""
+    td, ts = vec_tile(d, "tile assignment"), vec_tile(s, "tile assignment")
+    if td.dtype is not ts.dtype:
+        raise CompileError(f"tile assignment of {ts} into {td}: dtypes differ", help="pl.cast the value")
+    r0, c0 = offsets
+    if r0 + ts.shape[0] > td.shape[0] or c0 + ts.shape[1] > td.shape[1]:
+        raise CompileError(f"tile assignment of {ts} at ({r0}, {c0}) is outside {td}")
+    if (c0 * td.dtype.itemsize) % 32:
+        raise CompileError(f"tile assignment at column {c0} of {td}: a Vec window starts on a 32-byte block")
+    return [td]
+
+
+@primitive("tile.reshape", ("src",))
+def tile_reshape_p(a: Type, *, shape: tuple[int, int], **_: Any) -> list[Type]:
+    """`pl.reshape(tile, shape)`: the same bytes with another 2-D shape (`[N, 1]` <-> `[1, N]`)."""
+    t = vec_tile(a, "pl.reshape of a tile")
+    if len(shape) != 2 or shape[0] * shape[1] != t.shape[0] * t.shape[1]:
+        raise CompileError(f"pl.reshape of {t} to {list(shape)} changes the element count")
+    if not t.fully_valid:
+        raise CompileError(f"pl.reshape of {t}: its bytes outside the valid region are not data",
+                           help="pl.tile.fillpad it first")
+    r, c = shape
+    if (c == 1 and (r * t.dtype.itemsize) % 32) or (c != 1 and (c * t.dtype.itemsize) % 32):
+        raise CompileError(f"pl.reshape of {t} to {list(shape)}: a Vec tile row (a [N, 1] column) is whole "
+                           "32-byte blocks")
+    return [TileType(tuple(shape), t.dtype, Mem.Vec)]  # type: ignore[arg-type]
+
+
 #: Every primitive of this module (the backend, codegen and fuzzer tables cover each).
 ALL: tuple[Primitive, ...] = (
     *BINARY.values(), *BINARY_SCALAR.values(), *UNARY.values(), lrelu_p, cvt_p, *REDUCE.values(),
     *EXPAND.values(), create_p, full_p, fillpad_p, tpush_to_aiv_p, tpop_from_aic_p, tpush_to_aic_p,
-    tpop_from_aiv_p, move_fixpipe_p,
+    tpop_from_aiv_p, move_fixpipe_p, tile_slice_p, tile_assemble_p, tile_reshape_p,
 )
