@@ -210,9 +210,12 @@ def alloc(ctx: Any, t: TileType, valid: tuple[int, int] | None = None, *, virtua
     earlier stages) are not charged to the on-chip capacity: no instruction ever holds them."""
     rows, cols = (t.shape if len(t.shape) == 2 else (int(np.prod(t.shape[:-1])), t.shape[-1]))
     vr, vc = valid if valid is not None else static_valid(t)
+    # a [R, 1] Vec tile (a row reduction's result) is the one-column DN layout (runtime/vector.py)
+    layout = "DN" if t.memory is Mem.Vec and cols == 1 and rows > 1 else None
     if virtual:
-        return TileBuf(t.memory.value, t.dtype.np_dtype, rows, cols, valid_row=vr, valid_col=vc)
-    return ctx.onchip.alloc_tile(t.memory.value, rows, cols, t.dtype.np_dtype, valid_row=vr, valid_col=vc)
+        return TileBuf(t.memory.value, t.dtype.np_dtype, rows, cols, layout=layout, valid_row=vr, valid_col=vc)
+    return ctx.onchip.alloc_tile(t.memory.value, rows, cols, t.dtype.np_dtype, layout=layout, valid_row=vr,
+                                 valid_col=vc)
 
 
 @impl(P.tile_load_p)
