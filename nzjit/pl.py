@@ -42,6 +42,10 @@ from .language.ops import tensor_reinterpret_view as _reinterpret_view
 from .language.ops import tensor_view as _view
 from .language.ops import transpose_view as _transpose_view
 from .language.tile_values import reshape
+from .language.topk_ops import MaskPattern as _MaskPattern
+from .language.topk_ops import arange, gather, mrgsort, sort32
+from .language.topk_ops import tile_gather as _tile_gather
+from .language.topk_ops import tile_gather_mask as _tile_gather_mask
 from .language.vector_ops import (
     MemorySpace,
     PadValue,
@@ -91,7 +95,9 @@ A2A3 = Target.A2A3
 A5 = Target.A5
 
 tile = _types.SimpleNamespace(load=load, store=store, transpose_view=_transpose_view, create=create_tile, full=full,
-                              fillpad=fillpad, relu=relu, lrelu=lrelu, cast=cast)
+                              fillpad=fillpad, relu=relu, lrelu=lrelu, cast=cast,
+                              MaskPattern=_MaskPattern, gather=_tile_gather, gather_mask=_tile_gather_mask,
+                              sort32=sort32, mrgsort=mrgsort)
 tensor = _types.SimpleNamespace(view=_view, reinterpret_view=_reinterpret_view, slice=slice, reshape=reshape)
 
 __all__ = [
@@ -105,4 +111,5 @@ __all__ = [
     "row_min", "col_max", "col_sum", "col_min", "row_expand", "row_expand_add", "row_expand_sub",
     "row_expand_mul", "row_expand_div", "col_expand", "col_expand_add", "col_expand_sub", "col_expand_mul",
     "col_expand_div", "create_tile", "full", "fillpad", "PadValue", "MemorySpace", "move",
+    "arange", "sort32", "mrgsort", "gather",
 ]

@@ -12,6 +12,7 @@ import numpy as np
 import runtime
 from runtime import TileBuf
 from runtime import vector as V
+from runtime import vector_sort as VS
 from runtime.crosscore import pipe_of
 
 from ..core.ir import Eqn
@@ -199,6 +200,40 @@ def _reshape(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [out]
 
 
+def _ci(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    out = vec_alloc(ctx, _out_type(e))
+    VS.tci(out, int(ins[0]), bool(e.params.get("descending")))
+    return [out]
+
+
+def _sort32(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    src, idx = ins
+    out = vec_alloc(ctx, _out_type(e), (src.valid_row, src.valid_col * VS.pair_elems(src.dtype)))
+    VS.tsort32(out, src, idx)
+    return [out]
+
+
+def _mrgsort(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    out = _like(ctx, e, ins[0])
+    VS.tmrgsort(out, ins[0], e.params["block_len"])
+    return [out]
+
+
+def _gather_mask(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    src = ins[0]
+    start, stride = VS.MASK_PATTERNS[e.params["pattern"]]
+    out = vec_alloc(ctx, _out_type(e), (src.valid_row, len(range(start, src.valid_col, stride))))
+    VS.gather_mask(out, src, e.params["pattern"])
+    return [out]
+
+
+def _gather(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    src, idx = ins
+    out = vec_alloc(ctx, _out_type(e), (idx.valid_row, idx.valid_col))
+    VS.gather(out, src, idx, bool(e.params.get("rowwise", True)))
+    return [out]
+
+
 def _register() -> None:
     for p in VP.BINARY.values():
         impl_rules[p] = _binary
@@ -214,7 +249,8 @@ def _register() -> None:
         VP.lrelu_p: _lrelu, VP.cvt_p: _cvt, VP.create_p: _create, VP.full_p: _full, VP.fillpad_p: _fillpad,
         VP.tpush_to_aiv_p: _tpush_to_aiv, VP.tpop_from_aic_p: _tpop_from_aic, VP.tpush_to_aic_p: _tpush_to_aic,
         VP.tpop_from_aiv_p: _tpop_from_aiv, VP.move_fixpipe_p: _move_fixpipe, VP.tile_slice_p: _slice,
-        VP.tile_assemble_p: _assemble, VP.tile_reshape_p: _reshape,
+        VP.tile_assemble_p: _assemble, VP.tile_reshape_p: _reshape, VP.ci_p: _ci, VP.sort32_p: _sort32,
+        VP.mrgsort_p: _mrgsort, VP.gather_mask_p: _gather_mask, VP.gather_p: _gather,
     })
 
 

@@ -17,7 +17,7 @@ from .pto import Emitter, Tile, pto_rules
 from .pto_types import TILE_LAYOUTS, TileLayout
 
 _DN = TileLayout("col_major", "none_box", 512)
-_INSTR = {"tile.div": "pto.tdiv", "tile.minimum": "pto.tmin", "tile.adds": "pto.tadds",
+_INSTR = {"tile.sort32": "pto.tsort32", "tile.gather": "pto.tgather", "tile.div": "pto.tdiv", "tile.minimum": "pto.tmin", "tile.adds": "pto.tadds",
           "tile.subs": "pto.tsubs", "tile.muls": "pto.tmuls", "tile.divs": "pto.tdivs",
           "tile.maximums": "pto.tmaxs", "tile.minimums": "pto.tmins", "tile.lrelu": "pto.tlrelu",
           "tile.fillpad": "pto.tfillpad"}
@@ -143,6 +143,24 @@ def _reshape(em: Emitter, e: Eqn) -> None:
     em.env[e.outputs[0]] = tile
 
 
+def _ci(em: Emitter, e: Eqn) -> None:
+    start = em.value(e.inputs[0])
+    out = _alloc(em, e)
+    flag = " {descending = true}" if e.params.get("descending") else ""
+    em.line(f"pto.tci ins({start} : {e.inputs[0].type.dtype.short}) outs({out.ssa} : {out.spelled}){flag}")
+
+
+def _mrgsort(em: Emitter, e: Eqn) -> None:
+    src = em.tile(e.inputs[0])
+    bl = em.const(e.params["block_len"], INDEX)
+    out = _alloc(em, e, src)
+    em.line(f"pto.tmrgsort ins({src.ssa}, {bl} : {src.spelled}, index) outs({out.ssa} : {out.spelled})")
+
+
+def _gather_mask(em: Emitter, e: Eqn) -> None:
+    _instr(em, e, "pto.tgather", f" {{mask_pattern = {e.params['pattern']} : i64}}")
+
+
 def _register() -> None:
     for p in (*VP.BINARY.values(), *VP.BINARY_SCALAR.values(), *VP.UNARY.values(), *VP.REDUCE.values(),
               *VP.EXPAND.values(), VP.lrelu_p):
@@ -151,7 +169,8 @@ def _register() -> None:
         VP.cvt_p: _cvt, VP.create_p: _create, VP.full_p: _full, VP.fillpad_p: _fillpad,
         VP.tpush_to_aiv_p: _tpush("aiv"), VP.tpop_from_aic_p: _tpop("aic"), VP.tpush_to_aic_p: _tpush("aic"),
         VP.tpop_from_aiv_p: _tpop("aiv"), VP.move_fixpipe_p: _move_fixpipe, VP.tile_slice_p: _slice,
-        VP.tile_assemble_p: _assemble, VP.tile_reshape_p: _reshape,
+        VP.tile_assemble_p: _assemble, VP.tile_reshape_p: _reshape, VP.ci_p: _ci, VP.sort32_p: _named,
+        VP.mrgsort_p: _mrgsort, VP.gather_mask_p: _gather_mask, VP.gather_p: _named,
     })
 
 

@@ -269,9 +269,83 @@ def tile_reshape_p(a: Type, *, shape: tuple[int, int], **_: Any) -> list[Type]:
     return [TileType(tuple(shape), t.dtype, Mem.Vec)]  # type: ignore[arg-type]
 
 
+# ---------------------------------------------------------------------------------- top-k pieces
+def _pair_elems(d: dt.DType) -> int:
+    return 8 // d.itemsize
+
+
+@primitive("tile.ci", ("start",))
+def ci_p(s: Type, *, shape: tuple[int, int], dtype: dt.DType, descending: bool = False, **_: Any) -> list[Type]:
+    """`pl.arange(start, shape, dtype=)` (TCI): `start + k` along a `[1, N]` tile."""
+    if dtype not in (dt.INT32, dt.INT16):
+        raise CompileError(f"pl.arange makes INT32 or INT16 tiles, got {dtype!r}")
+    if len(shape) != 2 or shape[0] != 1:
+        raise CompileError(f"pl.arange fills one row (TCI): the shape is [1, N], got {list(shape)}")
+    return [TileType(tuple(shape), dtype, Mem.Vec)]  # type: ignore[arg-type]
+
+
+@primitive("tile.sort32", ("src", "idx"))
+def sort32_p(a: Type, i: Type, **_: Any) -> list[Type]:
+    """`pl.sort32(src, idx)` (TSORT32): each row's 32-element blocks sorted descending with their
+    indices, as value-index pairs (last dim x2 for fp32, x4 for fp16)."""
+    src, idx = vec_tile(a, "pl.sort32"), vec_tile(i, "pl.sort32")
+    if src.dtype not in (dt.FP32, dt.FP16):
+        raise CompileError(f"pl.sort32 sorts FP32 or FP16 values, got {src}")
+    if idx.dtype not in (dt.INT32, dt.UINT32) or idx.shape != src.shape:
+        raise CompileError(f"pl.sort32: idx must be an INT32 / UINT32 tile of the source's shape, got {idx}",
+                           help="make it with pl.arange(0, [1, N], dtype=pl.INT32)")
+    if src.shape[1] % 32:
+        raise CompileError(f"pl.sort32 sorts whole 32-element blocks; {src.shape[1]} columns are not",
+                           help="pad the row to a multiple of 32 (pl.tile.fillpad with pl.PadValue.min)")
+    r, c = src.shape
+    return [TileType((r, c * _pair_elems(src.dtype)), src.dtype, Mem.Vec)]
+
+
+@primitive("tile.mrgsort", ("src",))
+def mrgsort_p(a: Type, *, block_len: int, **_: Any) -> list[Type]:
+    """`pl.mrgsort(src, block_len=)` (TMRGSORT format 1): runs of 4 sorted blocks merged."""
+    src = vec_tile(a, "pl.mrgsort")
+    if src.dtype not in (dt.FP32, dt.FP16) or src.shape[0] != 1:
+        raise CompileError(f"pl.mrgsort merges one row of FP32 / FP16 value-index pairs, got {src}")
+    c = src.shape[1]
+    if block_len % 64 or block_len <= 0 or c % (4 * block_len) or not 1 <= c // (4 * block_len) <= 255:
+        raise CompileError(f"pl.mrgsort: block_len {block_len} must be a multiple of 64 with the row ({c} elements) "
+                           "1..255 runs of 4 blocks", help="merge sort32's 64-element blocks with block_len=64, then "
+                                                          "256, 1024, ... until one run remains")
+    return [src]
+
+
+@primitive("tile.gather_mask", ("src",))
+def gather_mask_p(a: Type, *, pattern: int, dtype: dt.DType, **_: Any) -> list[Type]:
+    """`pl.gather(src, mask_pattern=, output_dtype=)` (TGATHER mask form)."""
+    src = vec_tile(a, "pl.gather")
+    if pattern not in (1, 2, 3, 4, 5, 6, 7):
+        raise CompileError(f"pl.gather: mask_pattern {pattern} is not a pl.tile.MaskPattern (1..7)")
+    if dtype.itemsize != src.dtype.itemsize:
+        raise CompileError(f"pl.gather: output_dtype {dtype!r} is not the size of {src.dtype!r} (bits are reinterpreted)")
+    stride = 1 if pattern == 7 else 2 if pattern in (1, 2) else 4
+    r, c = src.shape
+    if c % stride or ((c // stride) * dtype.itemsize) % 32:
+        raise CompileError(f"pl.gather: {c} columns with a stride-{stride} pattern leave a row that is not whole "
+                           "32-byte blocks")
+    return [TileType((r, c // stride), dtype, Mem.Vec)]
+
+
+@primitive("tile.gather", ("src", "index"))
+def gather_p(a: Type, i: Type, *, rowwise: bool = True, **_: Any) -> list[Type]:
+    """`pl.gather(src, -1, index)` (row-wise) / `pl.tile.gather(src, indices, tmp)` (flat)."""
+    src, idx = vec_tile(a, "pl.gather"), vec_tile(i, "pl.gather")
+    if idx.dtype not in (dt.INT32, dt.UINT32, dt.INT16):
+        raise CompileError(f"pl.gather: indices are INT32 (or INT16), got {idx}")
+    if rowwise and idx.shape[0] != src.shape[0]:
+        raise CompileError(f"pl.gather: index rows {idx.shape[0]} != source rows {src.shape[0]}")
+    return [TileType(idx.shape, src.dtype, Mem.Vec)]
+
+
 #: Every primitive of this module (the backend, codegen and fuzzer tables cover each).
 ALL: tuple[Primitive, ...] = (
     *BINARY.values(), *BINARY_SCALAR.values(), *UNARY.values(), lrelu_p, cvt_p, *REDUCE.values(),
     *EXPAND.values(), create_p, full_p, fillpad_p, tpush_to_aiv_p, tpop_from_aic_p, tpush_to_aic_p,
-    tpop_from_aiv_p, move_fixpipe_p, tile_slice_p, tile_assemble_p, tile_reshape_p,
+    tpop_from_aiv_p, move_fixpipe_p, tile_slice_p, tile_assemble_p, tile_reshape_p, ci_p, sort32_p, mrgsort_p,
+    gather_mask_p, gather_p,
 )
