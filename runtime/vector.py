@@ -160,7 +160,7 @@ def binary(op: str, dst: TileBuf, a: TileBuf, b: TileBuf, target: str = "A2A3") 
     _same_valid(what, dst, a, b)
     c = _compute_dtype(dst.dtype)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        _write(dst, BINARY_OPS[op](valid_region(a).astype(c), valid_region(b).astype(c)))
+        _write(dst, BINARY_OPS[op](valid_region(a).astype(c, copy=False), valid_region(b).astype(c, copy=False)))
 
 
 def binary_scalar(op: str, dst: TileBuf, a: TileBuf, scalar: float | int, target: str = "A2A3") -> None:
@@ -173,9 +173,9 @@ def binary_scalar(op: str, dst: TileBuf, a: TileBuf, scalar: float | int, target
     _dtypes(what, op, dst.dtype, target)
     _same_valid(what, dst, a)
     c = _compute_dtype(dst.dtype)
-    s = np.asarray(scalar).astype(dst.dtype).astype(c) if dst.dtype.kind == "f" else np.asarray(scalar).astype(c)
+    s = np.asarray(scalar).astype(dst.dtype).astype(c, copy=False) if dst.dtype.kind == "f" else np.asarray(scalar).astype(c, copy=False)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        _write(dst, BINARY_OPS[op](valid_region(a).astype(c), s))
+        _write(dst, BINARY_OPS[op](valid_region(a).astype(c, copy=False), s))
 
 
 def unary(op: str, dst: TileBuf, src: TileBuf, target: str = "A2A3") -> None:
@@ -187,7 +187,7 @@ def unary(op: str, dst: TileBuf, src: TileBuf, target: str = "A2A3") -> None:
     _dtypes(what, op, dst.dtype, target)
     _same_valid(what, dst, src)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        _write(dst, UNARY_OPS[op](valid_region(src).astype(_compute_dtype(dst.dtype))))
+        _write(dst, UNARY_OPS[op](valid_region(src).astype(_compute_dtype(dst.dtype), copy=False)))
 
 
 def lrelu(dst: TileBuf, src: TileBuf, slope: float, target: str = "A2A3") -> None:
@@ -198,9 +198,9 @@ def lrelu(dst: TileBuf, src: TileBuf, slope: float, target: str = "A2A3") -> Non
     _dtypes("TLRELU", "lrelu", dst.dtype, target)
     _same_valid("TLRELU", dst, src)
     c = _compute_dtype(dst.dtype)
-    x = valid_region(src).astype(c)
-    s = np.asarray(slope).astype(dst.dtype).astype(c)
-    prod = (x * s).astype(dst.dtype).astype(c)  # the product is a rounded instruction result
+    x = valid_region(src).astype(c, copy=False)
+    s = np.asarray(slope).astype(dst.dtype).astype(c, copy=False)
+    prod = (x * s).astype(dst.dtype).astype(c, copy=False)  # the product is a rounded instruction result
     _write(dst, np.maximum(x, prod))
 
 
@@ -215,11 +215,13 @@ def expands(dst: TileBuf, value: float | int) -> None:
 def _tree(x: np.ndarray, axis: int, dtype: np.dtype) -> np.ndarray:
     """Sum along `axis` as a binary tree, rounding to `dtype` at each level (vcgadd / vcadd)."""
     c = _compute_dtype(dtype)
-    x = np.moveaxis(x.astype(c), axis, -1)
+    x = np.moveaxis(x.astype(c, copy=False), axis, -1)
     n = x.shape[-1]
     while n > 1:
         half = n // 2
-        pair = (x[..., :half] + x[..., half : 2 * half]).astype(dtype).astype(c)
+        pair = x[..., :half] + x[..., half : 2 * half]
+        if c != dtype:  # fp16: every level rounds to the tile dtype
+            pair = pair.astype(dtype).astype(c)
         x = np.concatenate([pair, x[..., 2 * half :]], axis=-1) if n % 2 else pair
         n = x.shape[-1]
     return x[..., 0]
@@ -322,7 +324,7 @@ def _broadcast(what: str, op: str, dst: TileBuf, a: TileBuf | None, v: TileBuf, 
     _same_valid(what, dst, a)
     c = _compute_dtype(dst.dtype)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        _write(dst, BINARY_OPS[op](valid_region(a).astype(c), e.astype(c)))
+        _write(dst, BINARY_OPS[op](valid_region(a).astype(c, copy=False), e.astype(c, copy=False)))
 
 
 # ----------------------------------------------------------------------------------- conversion
