@@ -1162,9 +1162,10 @@ FAMILIES: dict[str, tuple[float, Callable[[G], None]]] = {
 
 def _register_vector_family() -> None:
     """The vector unit's family lives in gen_vector.py (issue 22); it imports this module."""
-    from .gen_vector import fam_vec_alu
+    from .gen_vector import fam_vec_alu, fam_vec_mix
 
     FAMILIES["vec_alu"] = (6, fam_vec_alu)
+    FAMILIES["vec_mix"] = (4, fam_vec_mix)
 
 
 _register_vector_family()

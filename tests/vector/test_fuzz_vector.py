@@ -18,6 +18,17 @@ def test_vec_alu_programs_are_equal_and_cover_every_step():
     assert seen == {f"alu:{k}" for k in ("scalar", "minmax", "row", "col", "unary", "full", "cvt", "sum", "div")}
 
 
+def test_vec_mix_programs_are_equal_and_cover_every_kind():
+    assert "vec_mix" in FAMILIES
+    seen: set[str] = set()
+    for i in range(40):
+        p = generate(20261202, i, "vec_mix")
+        o = classify(p)
+        assert o.cls == "equal", (o, p.source)
+        seen.update(t for t in p.tags if t.startswith(("mix:", "target:")))
+    assert seen == {"mix:mm", "mix:vec2mat", "mix:pad", "mix:win", "mix:topk", "target:pl.A2A3", "target:pl.A5"}
+
+
 def test_vec_alu_wrong_reference_is_caught():
     p = generate(20261201, 0, "vec_alu")
     broken = p.__class__(**{**p.__dict__, "source": p.source.replace("put(out,", "put(out, ", 1).replace(
