@@ -41,6 +41,7 @@ from .language.ops import (
 from .language.ops import tensor_reinterpret_view as _reinterpret_view
 from .language.ops import tensor_view as _view
 from .language.ops import transpose_view as _transpose_view
+from .language.tile_values import assemble as _assemble
 from .language.tile_values import reshape
 from .language.topk_ops import MaskPattern as _MaskPattern
 from .language.topk_ops import arange, gather, mrgsort, sort32
@@ -97,7 +98,7 @@ A5 = Target.A5
 tile = _types.SimpleNamespace(load=load, store=store, transpose_view=_transpose_view, create=create_tile, full=full,
                               fillpad=fillpad, relu=relu, lrelu=lrelu, cast=cast,
                               MaskPattern=_MaskPattern, gather=_tile_gather, gather_mask=_tile_gather_mask,
-                              sort32=sort32, mrgsort=mrgsort)
+                              sort32=sort32, mrgsort=mrgsort, assemble=_assemble)
 tensor = _types.SimpleNamespace(view=_view, reinterpret_view=_reinterpret_view, slice=slice, reshape=reshape)
 
 __all__ = [

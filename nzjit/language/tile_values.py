@@ -17,7 +17,7 @@ from typing import Any
 from ..core.types import TileType
 from ..errors import CompileError, user_source
 from ..prims import vector as VP
-from ..tracing import Tracer, bind
+from ..tracing import Tracer, bind, current_state
 from . import ops
 
 
@@ -61,8 +61,24 @@ def tile_setitem(t: Tracer, key: Any, value: Any) -> None:
     if tuple(value.type.shape) != shape:
         raise CompileError(f"cannot assign a tile of shape {list(value.type.shape)} to a window of shape "
                            f"{list(shape)}", user_source())
+    if t.frame is not current_state().top:  # a staged loop carries names, not this tracer object
+        raise CompileError("assignment into a tile made outside this staged loop would not be carried by it",
+                           user_source(), help=f"write t = pl.tile.assemble(t, value, [{offs[0]}, {offs[1]}]) "
+                                               "inside the loop")
     out = bind(VP.tile_assemble_p, [[t], [value]], {"offsets": offs})[0]
     t.var, t.frame = out.var, out.frame  # rebind the caller's name to the updated tile
+
+
+def assemble(target: Any, source: Any, offset: Sequence[int]) -> Tracer:
+    """`pl.tile.assemble(target, source, offset)`: `target` with `source` written at `offset` (TINSERT);
+    the functional form of `t[r0:r1, c0:c1] = source`, usable as a loop carry."""
+    for x in (target, source):
+        if not (isinstance(x, Tracer) and isinstance(x.type, TileType)):
+            raise CompileError(f"pl.tile.assemble takes tiles, got {x!r}", user_source())
+    offs = tuple(int(o) for o in offset)
+    if len(offs) != 2 or min(offs) < 0:
+        raise CompileError(f"pl.tile.assemble: offset is two non-negative ints, got {list(offset)}", user_source())
+    return bind(VP.tile_assemble_p, [[target], [source]], {"offsets": offs})[0]
 
 
 def reshape(t: Any, shape: Sequence[int]) -> Tracer:

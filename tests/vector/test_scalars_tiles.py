@@ -149,3 +149,28 @@ def test_tile_value_refusals():
             s[0:2, :] = pl.full([1, 128], dtype=pl.FP32, value=1.0)
 
         trace(assign)
+
+
+def test_tile_assignment_in_a_staged_loop():
+    @pl.kernel
+    def refused(x: pl.Tensor[[8, 64], pl.FP32]):
+        t = pl.load(x, [0, 0], [8, 64])
+        for _i in pl.range(4):
+            t[0:1, :] = pl.add(t[0:1, :], 1.0)
+
+    with pytest.raises(nzjit.CompileError, match="would not be carried") as ei:
+        refused.lower(np.zeros((8, 64), np.float32))
+    assert "t = pl.tile.assemble(t, value, [0, 0])" in str(ei.value)
+
+    @pl.kernel
+    def carried(x: pl.Tensor[[8, 64], pl.FP32], y: pl.Out[pl.Tensor[[8, 64], pl.FP32]]):
+        t = pl.load(x, [0, 0], [8, 64])
+        for _i in pl.range(4):
+            t = pl.tile.assemble(t, pl.add(t[2:3, :], 1.0), [2, 0])
+        pl.store(t, [0, 0], y)
+
+    x = rng.integers(-50, 50, (8, 64)).astype(np.float32)  # exact sums
+    y = carried(x)
+    want = x.copy()
+    want[2] += 4
+    assert np.array_equal(y, want)
