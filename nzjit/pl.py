@@ -36,13 +36,12 @@ from .language.ops import (
     max,
     min,
     slice,
-    store,
 )
 from .language.ops import tensor_reinterpret_view as _reinterpret_view
 from .language.ops import tensor_view as _view
 from .language.ops import transpose_view as _transpose_view
 from .language.tile_values import assemble as _assemble
-from .language.tile_values import reshape
+from .language.tile_values import reshape, store
 from .language.topk_ops import MaskPattern as _MaskPattern
 from .language.topk_ops import arange, gather, mrgsort, sort32
 from .language.topk_ops import tile_gather as _tile_gather

@@ -89,3 +89,16 @@ def reshape(t: Any, shape: Sequence[int]) -> Tracer:
 
 
 ops.tile_indexing.update(get=tile_getitem, set=tile_setitem)
+
+
+def store(tile: Any, offsets: Sequence[Any], out: Any, **attrs: Any) -> Tracer:
+    """`pl.store(tile, offsets, out, **attrs)` (ops.store), refusing up front what TSTORE refuses of a
+    row reduction's `[R, 1]` DN tile: its R values are one column, which TSTORE cannot write into an
+    ND tensor."""
+    if isinstance(tile, Tracer) and isinstance(tile.type, TileType):
+        shape = tile.type.shape
+        if len(shape) == 2 and shape[1] == 1 and shape[0] > 1 and tile.type.memory.value == "Vec":
+            raise CompileError(f"pl.store of the [{shape[0]}, 1] column tile {tile.type}: TSTORE writes no Vec DN "
+                               "tile into an ND tensor", user_source(),
+                               help=f"pl.reshape(t, [1, {shape[0]}]) and store it into a [1, {shape[0]}] window")
+    return ops.store(tile, offsets, out, **attrs)

@@ -174,3 +174,14 @@ def test_tile_assignment_in_a_staged_loop():
     want = x.copy()
     want[2] += 4
     assert np.array_equal(y, want)
+
+
+def test_storing_a_column_tile_is_refused_with_the_reshape_fix(line_of):
+    @pl.kernel
+    def k(x: pl.Tensor[[16, 64], pl.FP32], y: pl.Out[pl.Tensor[[16, 1], pl.FP32]]):
+        pl.store(pl.row_max(pl.load(x, [0, 0], [16, 64])), [0, 0], y)  # the store
+
+    with pytest.raises(nzjit.CompileError, match=r"TSTORE writes no Vec DN tile into an ND tensor") as ei:
+        k.lower(np.zeros((16, 64), np.float32), np.zeros((16, 1), np.float32))
+    assert f":{line_of(k, '# the store')}:" in str(ei.value)
+    assert "pl.reshape(t, [1, 16])" in str(ei.value)
