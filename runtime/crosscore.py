@@ -27,10 +27,20 @@ from .memory import GlobalMemory
 from .store import tstore
 from .tile import TileBuf
 
-__all__ = ["PipeSlot", "CrossCorePipe", "pipe_of", "SLOT_NUM"]
+__all__ = ["PipeSlot", "CrossCorePipe", "pipe_of", "SLOT_NUM", "dequant_fp16"]
 
 #: PTOAS's default slot count of a one-way pipe.
 SLOT_NUM = 8
+
+
+def dequant_fp16(acc: np.ndarray, scale: float, relu: bool = False) -> np.ndarray:
+    """The fixpipe's scalar dequantisation (DEQF16): int32 sums times an fp32 scale, rounded once to
+    fp16 (RNE; the product is formed exactly, in float64). Pre-ReLU applies to the sums."""
+    v = acc.astype(np.int64)
+    if relu:
+        v = np.maximum(v, 0)
+    with np.errstate(over="ignore"):
+        return (v.astype(np.float64) * float(np.float32(scale))).astype(np.float16)
 
 
 @dataclass
@@ -65,13 +75,19 @@ class CrossCorePipe:
         self.in_flight[direction] += 1
         return PipeSlot(self.gm.alloc(max(nbytes, 32)), shape, np.dtype(dtype), direction)
 
-    def push_acc(self, acc: TileBuf, dtype: np.dtype, relu: bool = False) -> PipeSlot:
+    def push_acc(self, acc: TileBuf, dtype: np.dtype, relu: bool = False, scale: float | None = None) -> PipeSlot:
         """TPUSH of an Acc tile (cube -> vector): the fixpipe stores its valid region, converted to
-        `dtype`, into a fresh slot and sets data-ready."""
+        `dtype` (int32 -> fp16 through `scale`, DEQF16), into a fresh slot and sets data-ready."""
         if acc.space != "Acc":
             raise DeviceError(f"TPUSH to the vector core takes an Acc tile, got {acc.space}")
+        if scale is not None and (acc.dtype != np.int32 or np.dtype(dtype) != np.float16):
+            raise DeviceError(f"the fixpipe dequantises int32 to fp16, not {acc.dtype.name} -> {np.dtype(dtype).name}")
         slot = self._slot("c2v", (acc.valid_row, acc.valid_col), dtype)
-        tstore(self.gm, slot.view(), acc, relu=relu)
+        if scale is not None:
+            vals = dequant_fp16(acc.logical()[: acc.valid_row, : acc.valid_col], scale, relu)
+            self.gm.write(slot.addr, np.ascontiguousarray(vals).view(np.uint8).reshape(-1))
+        else:
+            tstore(self.gm, slot.view(), acc, relu=relu)
         slot.ready = True
         return slot
 

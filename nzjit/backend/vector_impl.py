@@ -13,7 +13,7 @@ import runtime
 from runtime import TileBuf
 from runtime import vector as V
 from runtime import vector_sort as VS
-from runtime.crosscore import pipe_of
+from runtime.crosscore import dequant_fp16, pipe_of
 
 from ..core.ir import Eqn
 from ..core.types import ScalarType, TileType
@@ -144,7 +144,8 @@ def _fillpad(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
 
 
 def _tpush_to_aiv(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    return [pipe_of(ctx.gm).push_acc(ins[0], e.params["dtype"].np_dtype, bool(e.params.get("relu")))]
+    scale = float(_scalar(e, 1, ins[1])) if len(ins) > 1 else None
+    return [pipe_of(ctx.gm).push_acc(ins[0], e.params["dtype"].np_dtype, bool(e.params.get("relu")), scale)]
 
 
 def _tpush_to_aic(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
@@ -170,6 +171,10 @@ def _tpop_from_aiv(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
 def _move_fixpipe(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     acc: TileBuf = ins[0]
     out = vec_alloc(ctx, _out_type(e), (acc.valid_row, acc.valid_col))
+    if len(ins) > 1:  # DEQF16: the fixpipe's scalar dequantisation
+        V.valid_region(out)[...] = dequant_fp16(acc.logical()[: acc.valid_row, : acc.valid_col],
+                                                float(_scalar(e, 1, ins[1])), bool(e.params.get("relu")))
+        return [out]
     runtime.isa.tmov(out, acc, relu=bool(e.params.get("relu")))
     return [out]
 

@@ -95,7 +95,11 @@ def _fillpad(em: Emitter, e: Eqn) -> None:
 def _tpush(direction: str):  # type: ignore[no-untyped-def]
     def emit(em: Emitter, e: Eqn) -> None:
         src = em.tile(e.inputs[0])
-        em.line(f"pto.tpush_to_{direction} ins({src.ssa} : {src.spelled}) {{split = 0}}")
+        scale = [(em.value(a), a.type.dtype.short) for a in e.inputs[1:]]  # type: ignore[union-attr]
+        names = ", ".join([src.ssa, *(s for s, _ in scale)])
+        types = ", ".join([src.spelled, *(t for _, t in scale)])
+        quant = ", pre_quant = #pto<quant_mode DEQF16>" if scale else ""
+        em.line(f"pto.tpush_to_{direction} ins({names} : {types}) {{split = 0{quant}}}")
         em.env[e.outputs[0]] = src  # the slot stands for the pushed tile until its pop
 
     return emit

@@ -396,11 +396,12 @@ _A5_FIXPIPE_ROW_BYTES = 4096
 
 
 def move(tile: Any, target_memory: Mem, blayout: Any = None, slayout: Any = None, *,
-         dtype: dt.DType | None = None, relu: bool = False) -> Tracer:
+         dtype: dt.DType | None = None, relu: bool = False, scale: Any = None) -> Tracer:
     """`pl.move(tile, target_memory=...)`, lowered the way the target moves the bytes:
 
     - Acc -> Vec (`dtype=` picks the fixpipe's conversion: fp32 -> fp32 / fp16 / bf16, int32 ->
-      int32; `relu=True` its pre-ReLU). On A2/A3 the cube and vector cores are separate: the move
+      int32, and int32 -> fp16 times a float `scale=`, the fixpipe's DEQF16 dequantisation;
+      `relu=True` its pre-ReLU). On A2/A3 the cube and vector cores are separate: the move
       is PyPTO's cross-core pair, `tile.tpush_to_aiv` (fixpipe store into a GM FIFO slot, then the
       data-ready flag) and `tile.tpop_from_aic` (wait, load the slot into UB, free it). On A5 it is
       the direct `TMOV` (`tile.move_fixpipe`).
@@ -413,12 +414,20 @@ def move(tile: Any, target_memory: Mem, blayout: Any = None, slayout: Any = None
     src, target = tt.memory, current_state().target
     if not isinstance(target_memory, Mem):
         raise _fail(f"pl.move: target_memory must be a pl.Mem, got {target_memory!r}")
-    if dtype is not None and src is not Mem.Acc:
-        raise _fail("pl.move: dtype= is the fixpipe's conversion of an Acc -> Vec move",
-                    help="convert a Vec tile with pl.cast")
+    if (dtype is not None or scale is not None) and src is not Mem.Acc:
+        raise _fail("pl.move: dtype= / scale= are the fixpipe's conversion of an Acc -> Vec move",
+                    help="convert a Vec tile with pl.cast (and pl.mul)")
     if (src, target_memory) == (Mem.Acc, Mem.Vec):
-        to = dtype or tt.dtype
-        if to not in _FIXPIPE.get(tt.dtype, ()):
+        to = dtype or (dt.FP16 if scale is not None else tt.dtype)
+        quant = [] if scale is None else [scale]
+        if scale is not None:
+            if not _is_scalar(scale) or isinstance(scale, Tracer) and not scale.type.dtype.is_float:  # type: ignore[union-attr]
+                raise _fail(f"pl.move: scale= is one float (the fixpipe's scalar dequant), got {scale!r}",
+                            help="a per-channel scale is pl.col_expand_mul on the vector unit")
+            if (tt.dtype, to) != (dt.INT32, dt.FP16):
+                raise _fail(f"pl.move: the fixpipe dequantises an INT32 Acc tile to pl.FP16, not {tt.dtype!r} -> "
+                            f"{to!r}")
+        elif to not in _FIXPIPE.get(tt.dtype, ()):
             raise _fail(f"pl.move: the fixpipe converts a {tt.dtype!r} Acc tile to "
                         f"{', '.join(repr(d) for d in _FIXPIPE.get(tt.dtype, ())) or 'nothing'}, not {to!r}",
                         help="move it unconverted and pl.cast / pl.mul on the vector unit (a dequant scale is "
@@ -429,8 +438,8 @@ def move(tile: Any, target_memory: Mem, blayout: Any = None, slayout: Any = None
             if tt.shape[-1] * to.itemsize > _A5_FIXPIPE_ROW_BYTES:
                 raise _fail(f"pl.move: A5's Acc -> Vec TMOV takes rows of at most {_A5_FIXPIPE_ROW_BYTES} bytes, "
                             f"got {tt.shape[-1]} {to!r}", help="move the accumulator in column blocks")
-            return bind(VP.move_fixpipe_p, [[t]], {"dtype": to, "relu": bool(relu)})[0]
-        slot = bind(VP.tpush_to_aiv_p, [[t]], {"dtype": to, "relu": bool(relu)})[0]
+            return bind(VP.move_fixpipe_p, [[t], quant], {"dtype": to, "relu": bool(relu)}, dtype=dt.FP32)[0]
+        slot = bind(VP.tpush_to_aiv_p, [[t], quant], {"dtype": to, "relu": bool(relu)}, dtype=dt.FP32)[0]
         return bind(VP.tpop_from_aic_p, [[slot]], {"valid": tt.valid_shape})[0]
     if relu:
         raise _fail("pl.move: relu= is the fixpipe's pre-ReLU of an Acc -> Vec move")

@@ -179,13 +179,23 @@ def fillpad_p(a: Type, *, pad: str, **_: Any) -> list[Type]:
 
 
 # ------------------------------------------------------------------------------- cross-core moves
-@primitive("tile.tpush_to_aiv", ("acc",))
-def tpush_to_aiv_p(a: Type, *, dtype: dt.DType, relu: bool = False, **_: Any) -> list[Type]:
+def _fixpipe_scale(a: TileType, dtype: dt.DType, scale: tuple[Type, ...]) -> None:
+    """The fixpipe's scalar dequantisation (DEQF16): an INT32 Acc tile to FP16 times one FP32 scale."""
+    if scale and (a.dtype is not dt.INT32 or dtype is not dt.FP16):
+        raise CompileError(f"the fixpipe's dequant scale converts an INT32 Acc tile to FP16, not {a.dtype!r} -> {dtype!r}")
+    for s in scale:
+        if not (isinstance(s, ScalarType) and s.dtype.is_float):
+            raise CompileError(f"the fixpipe's dequant scale is a float scalar, got {s}")
+
+
+@primitive("tile.tpush_to_aiv", ("acc", "scale"))
+def tpush_to_aiv_p(a: Type, *scale: Type, dtype: dt.DType, relu: bool = False, **_: Any) -> list[Type]:
     """The cube side of an Acc -> Vec move on A2/A3: the fixpipe stores the Acc tile (converted to
-    `dtype`) into a GM slot of the cube -> vector pipe and records data-ready. The result stands
-    for that slot (a GM tensor of the tile's shape)."""
+    `dtype`, dequantised by the optional `scale`) into a GM slot of the cube -> vector pipe and
+    records data-ready. The result stands for that slot (a GM tensor of the tile's shape)."""
     if not isinstance(a, TileType) or a.memory is not Mem.Acc:
         raise CompileError(f"tile.tpush_to_aiv pushes an Acc tile, got {a}")
+    _fixpipe_scale(a, dtype, scale)
     return [TensorType(tuple(a.shape), dtype)]
 
 
@@ -213,11 +223,12 @@ def tpop_from_aiv_p(s: Type, **_: Any) -> list[Type]:
     return [TileType(tuple(s.shape), s.dtype, Mem.Mat)]
 
 
-@primitive("tile.move_fixpipe", ("acc",))
-def move_fixpipe_p(a: Type, *, dtype: dt.DType, relu: bool = False, **_: Any) -> list[Type]:
-    """A5's direct Acc -> Vec TMOV through the fixpipe (with its dtype conversion)."""
+@primitive("tile.move_fixpipe", ("acc", "scale"))
+def move_fixpipe_p(a: Type, *scale: Type, dtype: dt.DType, relu: bool = False, **_: Any) -> list[Type]:
+    """A5's direct Acc -> Vec TMOV through the fixpipe (its dtype conversion, optional scalar dequant)."""
     if not isinstance(a, TileType) or a.memory is not Mem.Acc:
         raise CompileError(f"an Acc -> Vec move takes an Acc tile, got {a}")
+    _fixpipe_scale(a, dtype, scale)
     return [TileType(tuple(a.shape), dtype, Mem.Vec, a.valid_shape)]
 
 

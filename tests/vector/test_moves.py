@@ -41,7 +41,7 @@ def data():
 def every_stage(low, *args):
     outs = []
     for after in ["trace", *low.passes]:
-        copies = [x.copy() for x in args]
+        copies = [x.copy() if isinstance(x, np.ndarray) else x for x in args]
         low.run(*copies, after=after)
         outs.append(copies[-1])
     for o in outs[1:]:
@@ -127,12 +127,46 @@ def test_move_refusals():
     assert "dequant scale is pl.col_expand_mul" in str(ei.value)
     with pytest.raises(nzjit.CompileError, match="no Acc -> Mat move on A2A3"):
         trace(lambda acc, x: pl.move(acc, target_memory=pl.Mem.Mat))
-    with pytest.raises(nzjit.CompileError, match="dtype= is the fixpipe's conversion"):
+    with pytest.raises(nzjit.CompileError, match="dtype= / scale= are the fixpipe's conversion"):
         trace(lambda acc, x: pl.move(pl.load(x, [0, 0], [M, N]), target_memory=pl.Mem.Vec, dtype=pl.FP16))
     with pytest.raises(nzjit.CompileError, match=r"a Mat tile is whole 16 x 8 fractals"):
         trace(lambda acc, x: pl.move(pl.load(x, [0, 0], [8, N]), target_memory=pl.Mem.Mat))
     with pytest.raises(nzjit.CompileError, match="no Vec -> Left move"):
         trace(lambda acc, x: pl.move(pl.load(x, [0, 0], [M, N]), target_memory=pl.Mem.Left))
+
+
+@pytest.mark.parametrize("target", [pl.A2A3, pl.A5])
+def test_int32_acc_to_fp16_with_the_fixpipe_dequant_scale(target):
+    @pl.kernel(target=target)
+    def k(a: pl.Tensor[[M, K], pl.INT8], b: pl.Tensor[[K, N], pl.INT8], s: pl.Scalar[pl.FP32],
+          y: pl.Out[pl.Tensor[[M, N], pl.FP16]]):
+        acc = pl.matmul(pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat),
+                        pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat))
+        pl.store(pl.move(acc, target_memory=pl.Mem.Vec, dtype=pl.FP16, scale=s, relu=True), [0, 0], y)
+
+    a = rng.integers(-128, 128, (M, K)).astype(np.int8)
+    b = rng.integers(-128, 128, (K, N)).astype(np.int8)
+    y = np.zeros((M, N), np.float16)
+    low = k.lower(a, b, 0.001, y)
+    prim = "tile.tpush_to_aiv" if target is pl.A2A3 else "tile.move_fixpipe"
+    (mv,) = [e for e in low.ir().eqns if e.primitive.name == prim]
+    assert len(mv.inputs) == 2 and str(mv.inputs[1].type) == "f32"
+    got = every_stage(low, a, b, 0.001, y)
+    acc = np.maximum(a.astype(np.int64) @ b.astype(np.int64), 0)
+    assert np.array_equal(got, (acc * float(np.float32(0.001))).astype(np.float16))  # rounded once: exact bits
+    if target is pl.A2A3:
+        assert "pre_quant = #pto<quant_mode DEQF16>" in low.pto()
+
+
+def test_dequant_refusals():
+    @pl.kernel
+    def k(a: pl.Tensor[[M, K], pl.FP16], b: pl.Tensor[[K, N], pl.FP16]):
+        acc = pl.matmul(pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat),
+                        pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat))
+        pl.move(acc, target_memory=pl.Mem.Vec, scale=0.5)
+
+    with pytest.raises(nzjit.CompileError, match="dequantises an INT32 Acc tile to pl.FP16, not pl.FP32"):
+        k.lower(np.zeros((M, K), np.float16), np.zeros((K, N), np.float16))
 
 
 def test_a5_fixpipe_row_limit():
