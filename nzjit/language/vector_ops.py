@@ -56,6 +56,21 @@ def _is_scalar(x: Any) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool | np.bool_)
 
 
+def _check_literal(what: str, value: Any, d: dt.DType) -> None:
+    """A Python constant meeting a tile of an integer dtype must fit it (the instruction converts its
+    scalar to the tile's dtype: a constant out of range would wrap silently)."""
+    if isinstance(value, Tracer) or not d.is_int:
+        return
+    if isinstance(value, numbers.Integral):
+        info = np.iinfo(d.np_dtype)
+        if not info.min <= int(value) <= info.max:
+            raise _fail(f"{what}: the constant {int(value)} does not fit the {d!r} tile ({info.min} .. {info.max})",
+                        help="use a constant in range, or pl.cast the tile to a wider dtype")
+    elif isinstance(value, numbers.Real):
+        raise _fail(f"{what}: a float constant {value!r} does not combine with a {d!r} tile",
+                    help="pass an int, or pl.cast the tile to a float dtype")
+
+
 def as_tile(x: Any, what: str) -> Tracer:
     """A Vec tile operand: a tile as is, a tensor window loaded into Vec (the tensor-level form)."""
     if isinstance(x, Tracer) and isinstance(x.type, TileType):
@@ -96,6 +111,7 @@ def binary(name: str, lhs: Any, rhs: Any) -> Tracer:
     what = f"pl.{name}"
     a = _vec(lhs, what, name)
     if _is_scalar(rhs):
+        _check_literal(what, rhs, a.type.dtype)  # type: ignore[union-attr]
         return bind(VP.BINARY_SCALAR[name], [[a], [rhs]], dtype=a.type.dtype)[0]  # type: ignore[union-attr]
     b = _vec(rhs, what, name)
     sa, sb = a.type.shape, b.type.shape  # type: ignore[union-attr]
@@ -363,6 +379,7 @@ def full(shape: Sequence[int], *args: Any, dtype: dt.DType | None = None, value:
         raise _fail("pl.full needs dtype= and value=")
     if not _is_scalar(value):
         raise _fail(f"pl.full: the value must be a number or a pl.Scalar, got {value!r}")
+    _check_literal("pl.full", value, dtype)
     s = _vec_shape("pl.full", shape, dtype)
     return bind(VP.full_p, [[value]], {"shape": s, "dtype": dtype}, dtype=dtype)[0]
 

@@ -272,3 +272,20 @@ def test_full_create_lrelu_and_valid_region():
     u = x + np.float32(0.25)
     assert np.array_equal(y, np.maximum(u, u * np.float32(0.1)))
     assert "pto.texpands" in low.pto() and "pto.tlrelu" in low.pto()
+
+
+def test_integer_constants_must_fit_the_tile():
+    def trace(body):
+        @pl.kernel
+        def k(x: pl.Tensor[[8, 16], pl.INT16]):
+            body(pl.load(x, [0, 0], [8, 16]))
+
+        return k.lower(np.zeros((8, 16), np.int16))
+
+    with pytest.raises(nzjit.CompileError, match=r"the constant 100000 does not fit the pl.INT16 tile \(-32768 .. 32767\)"):
+        trace(lambda t: pl.add(t, 100000))
+    with pytest.raises(nzjit.CompileError, match="a float constant 0.5 does not combine with a pl.INT16 tile"):
+        trace(lambda t: pl.mul(t, 0.5))
+    with pytest.raises(nzjit.CompileError, match="the constant 40000 does not fit"):
+        trace(lambda t: pl.full([8, 16], dtype=pl.INT16, value=40000))
+    trace(lambda t: pl.add(t, -32768))  # the range end is accepted
