@@ -130,10 +130,13 @@ def _slice(em: Emitter, e: Eqn) -> None:
 
 
 def _assemble(em: Emitter, e: Eqn) -> None:
+    """TINSERT writes its destination in place: the old tile may still be read after this line, so
+    the update goes into a copy (pto.tmov Vec -> Vec)."""
     dst, src = em.tile(e.inputs[0]), em.tile(e.inputs[1])
     r0, c0 = (em.const(x, INDEX) for x in e.params["offsets"])
-    em.line(f"pto.tinsert ins({src.ssa}, {r0}, {c0} : {src.spelled}, index, index) outs({dst.ssa} : {dst.spelled})")
-    em.env[e.outputs[0]] = dst
+    out = _alloc(em, e, dst)
+    em.line(f"pto.tmov ins({dst.ssa} : {dst.spelled}) outs({out.ssa} : {out.spelled})")
+    em.line(f"pto.tinsert ins({src.ssa}, {r0}, {c0} : {src.spelled}, index, index) outs({out.ssa} : {out.spelled})")
 
 
 def _reshape(em: Emitter, e: Eqn) -> None:
