@@ -19,6 +19,10 @@ Precision (what the hardware documents, and what we fix where it does not):
   every level: deterministic, and for fp16 the error of fp16 accumulation.
 * bf16 has no arithmetic on A2/A3 (TADD & co. take int32, int16, half, float there): convert
   to fp32 first. A5 adds bf16.
+
+The value functions (BINARY_OPS, UNARY_OPS, ``reduce_values``, ``convert``, ``round_to``) take
+arrays of any rank whose last two axes are a valid region: the leading axes (e.g. SPMD lanes)
+are independent, so a batched form computes exactly what one instruction per lane computes.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ __all__ = [
     "UB_BYTES", "ALU_DTYPES", "MATH_DTYPES", "ROUND_MODES", "CVT_PAIRS", "BINARY_OPS", "UNARY_OPS",
     "REDUCE_OPS", "PAD_VALUES", "valid_region", "check_vec", "binary", "binary_scalar", "unary", "lrelu",
     "row_reduce", "col_reduce", "row_expand", "col_expand", "expands", "cvt", "convert", "fillpad",
-    "pad_scalar", "round_to", "BINARY_INSTR", "extract", "insert", "reshape",
+    "pad_scalar", "round_to", "BINARY_INSTR", "extract", "insert", "reshape", "reduce_values",
 ]
 
 F16, F32, BF16 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)
@@ -227,7 +231,10 @@ def _tree(x: np.ndarray, axis: int, dtype: np.dtype) -> np.ndarray:
     return x[..., 0]
 
 
-def _reduce(op: str, x: np.ndarray, axis: int, dtype: np.dtype) -> np.ndarray:
+def reduce_values(op: str, x: np.ndarray, axis: int, dtype: np.dtype) -> np.ndarray:
+    """The reduction TROW* / TCOL* compute (sum: the rounded binary tree; max, min) of values `x` of
+    the tile dtype `dtype` along `axis`. Leading axes are independent: an array of many lanes'
+    valid regions ``[L, R, C]`` reduces each lane as its own instruction would (axis -1 or -2)."""
     if op == "sum":
         return _tree(x, axis, dtype)
     return (np.max if op == "max" else np.min)(x, axis=axis)
@@ -254,7 +261,7 @@ def row_reduce(op: str, dst: TileBuf, src: TileBuf, tmp: TileBuf | None = None, 
         if tmp.nbytes < need:
             raise DeviceError(f"{what}: tmp holds {tmp.nbytes} bytes, the reduction needs {need} "
                               "(the source's valid shape for floats, one 32-byte block per row for ints)")
-    values = _reduce(op, valid_region(src), 1, src.dtype)
+    values = reduce_values(op, valid_region(src), -1, src.dtype)
     dst.data.view(dst.dtype).reshape(dst.rows, dst.cols)[: dst.valid_row, 0] = values.astype(dst.dtype)
 
 
@@ -267,7 +274,7 @@ def col_reduce(op: str, dst: TileBuf, src: TileBuf, target: str = "A2A3") -> Non
     _dtypes(what, "reduce", dst.dtype, target)
     if dst.valid_col != src.valid_col:
         raise DeviceError(f"{what}: destination valid columns {dst.valid_col} != source {src.valid_col}")
-    values = _reduce(op, valid_region(src), 0, src.dtype)
+    values = reduce_values(op, valid_region(src), -2, src.dtype)
     dst.data.view(dst.dtype).reshape(dst.rows, dst.cols)[0, : dst.valid_col] = values.astype(dst.dtype)
 
 

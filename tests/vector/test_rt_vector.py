@@ -215,3 +215,13 @@ def test_dn_column_tiles():
     assert t.logical().shape == (8, 1)
     with pytest.raises(DeviceError, match="DN tile column of 4 float32 is 16 bytes"):
         TileBuf("Vec", np.float32, 4, 1, layout="DN")
+
+
+@pytest.mark.parametrize("op", V.REDUCE_OPS)
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_reduce_values_over_lanes_equals_each_lane(op, dtype):
+    x = rng.standard_normal((5, 16, 40)).astype(dtype)  # 5 lanes' valid regions
+    for axis in (-1, -2):
+        batched = V.reduce_values(op, x, axis, dtype)
+        for lane in range(5):
+            assert np.array_equal(batched[lane], V.reduce_values(op, x[lane], axis, dtype))
