@@ -227,8 +227,9 @@ def cast(x: Any, target_type: dt.DType | None = None, mode: Any = None, *, dtype
     to = target_type if target_type is not None else dtype
     if to is None:
         raise _fail("pl.cast needs the target dtype (target_type=)")
-    if mode is None or not (isinstance(x, Tracer) and isinstance(x.type, TileType)) and not (
-            isinstance(x, Tracer) and isinstance(x.type, TensorType)):
+    if isinstance(x, Tracer) and isinstance(x.type, TensorType):
+        x = as_tile(x, "pl.cast")  # the tensor-level form: the window is loaded into Vec
+    if mode is None or not (isinstance(x, Tracer) and isinstance(x.type, TileType)):
         return ops.cast(x, to)
     t = as_tile(x, "pl.cast")
     target = current_state().target

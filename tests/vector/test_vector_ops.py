@@ -260,6 +260,17 @@ def test_tensor_level_forms_load_the_window():
     assert np.array_equal(y, x[:, 64:] + b)
 
 
+def test_tensor_level_cast_with_and_without_mode():
+    @pl.kernel
+    def k(x: pl.Tensor[[R, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP16]], z: pl.Out[pl.Tensor[[R, C], pl.INT32]]):
+        y[:, :] = pl.cast(x[:, :], pl.FP16)
+        z[:, :] = pl.cast(x[:, :], pl.INT32, mode="floor")
+
+    x = (rng.standard_normal((R, C)) * 10).astype(np.float32)
+    y, z = k(x)
+    assert np.array_equal(y, x.astype(np.float16)) and np.array_equal(z, np.floor(x).astype(np.int32))
+
+
 def test_full_create_lrelu_and_valid_region():
     @pl.kernel
     def k(x: pl.Tensor[[R, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
