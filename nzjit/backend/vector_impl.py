@@ -18,7 +18,7 @@ from runtime.crosscore import dequant_fp16, pipe_of
 from ..core.ir import Eqn
 from ..core.types import ScalarType, TileType
 from ..prims import vector as VP
-from .impl import impl_rules, static_valid
+from .impl import alloc, impl_rules, static_valid
 
 #: The runtime op of each ALU primitive.
 _BINARY_OP = {"tile.div": "div", "tile.minimum": "min", "tile.adds": "add", "tile.subs": "sub",
@@ -126,8 +126,6 @@ def _create(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     t = _out_type(e)
     if len(t.shape) == 2 and t.memory.value == "Vec":
         return [vec_alloc(ctx, t)]
-    from .impl import alloc
-
     return [alloc(ctx, t)]
 
 
