@@ -10,7 +10,10 @@ results would then depend on rounding the reference does not model bit for bit.
 
 from __future__ import annotations
 
-from .gen import G
+from typing import Any
+
+#: The program under construction (gen.G; not imported: gen.py imports this module).
+G = Any
 
 _R32 = ".astype(np.float32).astype(np.float64)"
 _SCALAR = {"add": "+", "sub": "-", "mul": "*"}
