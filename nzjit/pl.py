@@ -5,6 +5,7 @@ from __future__ import annotations
 import types as _types
 
 from .backend import vector_impl as _vector_impl  # noqa: E402, F401 - registers the vector impl_rules
+from .codegen import pto_vector as _pto_vector  # noqa: E402, F401 - registers the vector pto_rules
 from .core.dtypes import (
     BF16,
     BOOL,

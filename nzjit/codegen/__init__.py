@@ -1,6 +1,5 @@
 """PTO text for a lowered graph (pto.py) and the assembler-compat check (ptoas_check.py)."""
 
-from . import pto_vector as _pto_vector  # noqa: F401 - registers the vector pto_rules
 from .ptoas_check import PtoasError, check_ptoas
 
 __all__ = ["PtoasError", "check_ptoas", "emit_pto"]
