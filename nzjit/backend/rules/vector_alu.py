@@ -2,9 +2,10 @@
 of rules/vector.py (`tile.div`, `tile.minimum`), tile <op> scalar, unary math, TLRELU, TCVT,
 row / column reductions and broadcasts, tile creation, TEXPANDS and TFILLPAD.
 
-Each impl allocates its result in the unified buffer and runs the runtime's Vec instruction
-(runtime.vector) on real bytes, so capacity, alignment and dtype refusals are the device's.
-Results carry the valid region of their sources (only that region is computed).
+Each rule is a `VecOp` (vector_lanes.py): the runtime's Vec instruction (runtime.vector) on real
+bytes, so capacity, alignment and dtype refusals are the device's, as the reference impl and as
+the all-lanes batch form built from the same call. Results carry the valid region of their
+sources (only that region is computed).
 """
 
 from __future__ import annotations
@@ -19,21 +20,15 @@ from runtime import vector as V
 from ...core.ir import Eqn
 from ...core.types import ScalarType, TileType
 from ...prims import vector as VP
-from ..rule import rule
+from ..rule import Rule, register, rule
 from ..steps import alloc
+from .vector_lanes import VecOp, impl_of, lanes_of, out_type
 
 #: The runtime op of each ALU primitive.
 _BINARY_OP = {"tile.div": "div", "tile.minimum": "min", "tile.adds": "add", "tile.subs": "sub",
               "tile.muls": "mul", "tile.divs": "div", "tile.maximums": "max", "tile.minimums": "min"}
 _EXPAND_OP = {"": "expand", "_add": "add", "_sub": "sub", "_mul": "mul", "_div": "div", "_max": "max",
               "_min": "min"}
-
-
-def out_type(e: Eqn) -> TileType:
-    """The tile type of `e`'s result."""
-    t = e.outputs[0].type
-    assert isinstance(t, TileType)
-    return t
 
 
 def like(ctx: Any, e: Eqn, src: TileBuf) -> TileBuf:
@@ -53,91 +48,102 @@ def scalar_operand(e: Eqn, i: int, value: Any) -> Any:
     return value if d is None or not t.dtype.is_float else np.asarray(value).astype(d)[()]
 
 
-@rule(*VP.BINARY.values())
-def _binary(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    a, b = ins
-    out = like(ctx, e, a)
-    V.binary(_BINARY_OP[e.primitive.name], out, a, b, target_of(ctx))
-    return [out]
+def _like_first(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
+    return ins[0].valid_row, ins[0].valid_col
 
 
-@rule(*VP.BINARY_SCALAR.values())
-def _binary_scalar(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    a, s = ins
-    out = like(ctx, e, a)
-    V.binary_scalar(_BINARY_OP[e.primitive.name], out, a, scalar_operand(e, 1, s), target_of(ctx))
-    return [out]
+def whole(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
+    """The result's valid shape is its type's static one (steps.alloc)."""
+    return None, None
 
 
-@rule(*VP.UNARY.values())
-def _unary(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    out = like(ctx, e, ins[0])
-    V.unary(e.primitive.name.split(".")[1], out, ins[0], target_of(ctx))
-    return [out]
+def _vec_rule(prims: tuple[Any, ...], op: VecOp) -> None:
+    register(prims, Rule(impl_of(op), batch=lanes_of(op)))
 
 
-@rule(VP.lrelu_p)
-def _lrelu(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    out = like(ctx, e, ins[0])
-    V.lrelu(out, ins[0], scalar_operand(e, 1, ins[1]), target_of(ctx))
-    return [out]
+def _binary(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
+    V.binary(_BINARY_OP[e.primitive.name], out, ins[0], ins[1], target)
 
 
-@rule(VP.cvt_p)
-def _cvt(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    out = like(ctx, e, ins[0])
-    V.cvt(out, ins[0], e.params["mode"], target_of(ctx))
-    return [out]
+def _binary_scalar(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
+    V.binary_scalar(_BINARY_OP[e.primitive.name], out, ins[0], scalar_operand(e, 1, ins[1]), target)
 
 
-@rule(*VP.REDUCE.values())
-def _reduce(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    src = ins[0]
-    tmp = ins[1] if len(ins) > 1 else None
+def _unary(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
+    V.unary(e.primitive.name.split(".")[1], out, ins[0], target)
+
+
+def _lrelu(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
+    V.lrelu(out, ins[0], scalar_operand(e, 1, ins[1]), target)
+
+
+def _cvt(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
+    V.cvt(out, ins[0], e.params["mode"], target)
+
+
+_vec_rule(tuple(VP.BINARY.values()), VecOp(_binary, _like_first))
+_vec_rule(tuple(VP.BINARY_SCALAR.values()), VecOp(_binary_scalar, _like_first))
+_vec_rule(tuple(VP.UNARY.values()), VecOp(_unary, _like_first))
+_vec_rule((VP.lrelu_p,), VecOp(_lrelu, _like_first))
+_vec_rule((VP.cvt_p,), VecOp(_cvt, _like_first))
+
+
+# ------------------------------------------------------------------------ reductions / broadcasts
+def _reduce_kind(e: Eqn) -> tuple[str, str]:
     kind, op = e.primitive.name.split(".")[1].split("_")
+    return kind, op
+
+
+def _reduce_valid(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
+    return (ins[0].valid_row, 1) if _reduce_kind(e)[0] == "row" else (1, ins[0].valid_col)
+
+
+def _reduce_scratch(e: Eqn, ins: list[Any], target: str) -> TileType | None:
+    """TROW* on A2/A3 without a tmp operand: the compiler supplies a scratch tile of the source's
+    rows and columns."""
+    if _reduce_kind(e)[0] != "row" or len(ins) > 1 or target != "A2A3":
+        return None
+    t = out_type(e)
+    return TileType(t.shape[:1] + (ins[0].cols,), t.dtype, t.memory)
+
+
+def _reduce(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
+    kind, op = _reduce_kind(e)
+    src = ins[0]
     if kind == "row":
-        out = alloc(ctx, out_type(e), (src.valid_row, 1))
-        scratch = tmp
-        if scratch is None and target_of(ctx) == "A2A3":  # the compiler supplies the scratch tile
-            scratch = alloc(ctx, TileType(out_type(e).shape[:1] + (src.cols,), out_type(e).dtype,
-                                              out_type(e).memory))
-        try:
-            V.row_reduce(op, out, src, scratch, target_of(ctx))
-        finally:
-            if scratch is not None and scratch is not tmp:
-                ctx.onchip.free_tile(scratch)
+        V.row_reduce(op, out, src, ins[1] if len(ins) > 1 else scratch, target)
     else:
-        out = alloc(ctx, out_type(e), (1, src.valid_col))
-        V.col_reduce(op, out, src, target_of(ctx))
-    return [out]
+        V.col_reduce(op, out, src, target)
 
 
-@rule(*VP.EXPAND.values())
-def _expand(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+def _expand(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
     a, v = ins
     name = e.primitive.name.split(".")[1]
     kind, suffix = name[:3], name[len("row_expand"):]
-    out = like(ctx, e, a)
     fn = V.row_expand if kind == "row" else V.col_expand
     op = _EXPAND_OP[suffix]
-    fn(op, out, None if op == "expand" else a, v, target_of(ctx))
-    return [out]
+    fn(op, out, None if op == "expand" else a, v, target)
 
 
+for _p in VP.REDUCE.values():  # a row reduction is row-local, a column one is not
+    _vec_rule((_p,), VecOp(_reduce, _reduce_valid, _p.name.startswith("tile.row"), _reduce_scratch))
+for _p in VP.EXPAND.values():
+    _vec_rule((_p,), VecOp(_expand, _like_first, _p.name.startswith("tile.row")))
+
+
+# ---------------------------------------------------------------------------- creation / fills
 @rule(VP.create_p)
 def _create(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [alloc(ctx, out_type(e))]
 
 
-@rule(VP.full_p)
-def _full(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    out = alloc(ctx, out_type(e))
+def _full(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
     V.expands(out, scalar_operand(e, 0, ins[0]))
-    return [out]
 
 
-@rule(VP.fillpad_p)
-def _fillpad(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    out = alloc(ctx, out_type(e))
+def _fillpad(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
     V.fillpad(out, ins[0], e.params["pad"])
-    return [out]
+
+
+_vec_rule((VP.full_p,), VecOp(_full, whole))
+_vec_rule((VP.fillpad_p,), VecOp(_fillpad, whole))

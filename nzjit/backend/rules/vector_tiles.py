@@ -16,9 +16,11 @@ from runtime.crosscore import dequant_fp16, pipe_of
 
 from ...core.ir import Eqn
 from ...prims import vector as VP
-from ..rule import rule
+from ..rule import Rule, register, rule
 from ..steps import alloc
-from .vector_alu import like, out_type, scalar_operand
+from .vector_alu import like, scalar_operand
+from .vector_alu import whole as _whole
+from .vector_lanes import VecOp, impl_of, lanes_of, out_type
 
 
 @rule(VP.tpush_to_aiv_p)
@@ -84,11 +86,14 @@ def _assemble(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [dst]
 
 
-@rule(VP.tile_reshape_p)
-def _reshape(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    out = alloc(ctx, out_type(e))
+def _reshape(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
     V.reshape(out, ins[0])
-    return [out]
+
+
+# TRESHAPE re-reads the bytes with another shape: not row-local (a [R, 1] column becomes a row),
+# so its batch form runs once per image
+register(VP.tile_reshape_p, Rule(impl_of(VecOp(_reshape, _whole, row_local=False)),
+                                 batch=lanes_of(VecOp(_reshape, _whole, row_local=False))))
 
 
 @rule(VP.ci_p)
