@@ -153,6 +153,17 @@ def _write(dst: TileBuf, values: np.ndarray) -> None:
         valid_region(dst)[...] = values.astype(dst.dtype, copy=False)
 
 
+def _apply(dst: TileBuf, fn: Callable[..., np.ndarray], *args: np.ndarray) -> None:
+    """``dst = fn(*args)`` over dst's valid region, computed in `_compute_dtype`: straight into
+    the region when that is dst's own dtype (the same ufunc on the same values: the same bits,
+    without the temporary and the second pass), else computed, then rounded to dst's dtype."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        if _compute_dtype(dst.dtype) == dst.dtype and isinstance(fn, np.ufunc):
+            fn(*args, out=valid_region(dst))
+        else:
+            _write(dst, fn(*args))
+
+
 # ---------------------------------------------------------------------------------- elementwise
 def binary(op: str, dst: TileBuf, a: TileBuf, b: TileBuf, target: str = "A2A3") -> None:
     """TADD / TSUB / TMUL / TDIV / TMAX / TMIN: ``dst = a <op> b`` over dst's valid region."""
@@ -163,8 +174,7 @@ def binary(op: str, dst: TileBuf, a: TileBuf, b: TileBuf, target: str = "A2A3") 
     _dtypes(what, op, dst.dtype, target)
     _same_valid(what, dst, a, b)
     c = _compute_dtype(dst.dtype)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        _write(dst, BINARY_OPS[op](valid_region(a).astype(c, copy=False), valid_region(b).astype(c, copy=False)))
+    _apply(dst, BINARY_OPS[op], valid_region(a).astype(c, copy=False), valid_region(b).astype(c, copy=False))
 
 
 def binary_scalar(op: str, dst: TileBuf, a: TileBuf, scalar: float | int, target: str = "A2A3") -> None:
@@ -330,8 +340,7 @@ def _broadcast(what: str, op: str, dst: TileBuf, a: TileBuf | None, v: TileBuf, 
     _same_dtype(what, dst, a)
     _same_valid(what, dst, a)
     c = _compute_dtype(dst.dtype)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        _write(dst, BINARY_OPS[op](valid_region(a).astype(c, copy=False), e.astype(c, copy=False)))
+    _apply(dst, BINARY_OPS[op], valid_region(a).astype(c, copy=False), e.astype(c, copy=False))
 
 
 # ----------------------------------------------------------------------------------- conversion
@@ -432,9 +441,14 @@ def fillpad(dst: TileBuf, src: TileBuf, pad: str) -> None:
         raise DeviceError(f"TFILLPAD: the destination {dst.rows}x{dst.cols} is smaller than the source's valid "
                           f"region {src.valid_row}x{src.valid_col}")
     full = dst.data.view(dst.dtype).reshape(dst.rows, dst.cols)
-    keep = valid_region(src).copy()
-    full[...] = np.asarray(pad_scalar(dst.dtype, pad)).astype(dst.dtype)
-    full[: keep.shape[0], : keep.shape[1]] = keep.view(dst.dtype)
+    keep = valid_region(src)
+    if np.shares_memory(keep, full):  # in place: keep the values before the pad overwrites them
+        keep = keep.copy()
+    vr, vc = keep.shape
+    value = np.asarray(pad_scalar(dst.dtype, pad)).astype(dst.dtype)
+    full[:vr, vc:] = value  # the pad around the valid region, then the region itself
+    full[vr:, :] = value
+    full[:vr, :vc] = keep.view(dst.dtype)
     dst.valid_row, dst.valid_col = dst.rows, dst.cols
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import runtime
 from nzjit import pl
 from nzjit.backend import batched
 from nzjit.backend.options import Options, using
