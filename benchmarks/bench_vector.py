@@ -7,9 +7,10 @@ same data, ratios measured side by side in one run (interleaved best-of-N).
   gate / up with dequantisation, SwiGLU, fp16 down) on resident device tensors; numpy: the same
   math in float32 from the same int8 / fp16 arrays (int8 products are exact in float32 here).
 
-The target is 1.5x of numpy. The vector primitives run through their reference impls (one
-instruction model per lane and equation: the backend redesign decides their batched forms), so
-each lane pays the per-equation cost; the ratios say how far that is.
+The target is 1.5x of numpy. The vector rules have batch forms (backend/rules/vector_lanes.py):
+the softmax body runs once for all 16 lanes (each instruction on the lanes' stacked images). The
+fused expert's cross-core moves (tpush / tpop through the GM pipe) have none yet, so its four
+lanes still run one by one; the ratios say how far each is.
 
     python benchmarks/bench_vector.py
 """

@@ -1,8 +1,8 @@
 """The all-lanes (batch) forms of the vector unit's rules (backend/rules/vector_lanes.py): an SPMD
 body of vector ops runs once for every lane, and gives byte for byte what one instruction per lane
 gives (`Options(batch=False)`) and what the reference impls give (`Options(fast=False)`). Each
-test also checks that the batched attempt really ran (no silent fallback), and the refusals of
-the per-lane path stay the refusals (a batched attempt that meets one falls back)."""
+test also checks that the batched attempt really ran (no silent fallback): stacked row-local
+instructions, shared images, and the per-image path (column ops, TRESHAPE, partial valid rows)."""
 
 from __future__ import annotations
 
