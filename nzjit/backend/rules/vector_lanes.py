@@ -54,6 +54,7 @@ class VecOp:
 
 
 def out_type(e: Eqn) -> TileType:
+    """The tile type of `e`'s result."""
     t = e.outputs[0].type
     assert isinstance(t, TileType)
     return t
