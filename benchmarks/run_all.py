@@ -39,6 +39,7 @@ TARGETS = [
     ("(b) compile time and cached-call overhead", "bench_compile"),
     ("(c) NZ packing bandwidth vs np.copyto", "bench_pack_nz"),
     ("(d) interpreter overhead per equation", "bench_interp"),
+    ("(e) vector unit: softmax and fused MoE expert vs numpy (issue 22)", "bench_vector"),
 ]
 #: Targets with an absolute budget (not a ratio against numpy measured alongside).
 ABSOLUTE = ("bench_compile", "bench_interp")

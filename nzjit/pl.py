@@ -29,41 +29,86 @@ from .language.annotations import InOut, Out, Scalar, Tensor, dynamic
 from .language.kernel import kernel, orchestration
 from .language.loops import pipeline, range, spmd
 from .language.ops import (
-    abs,
-    add,
-    cast,
-    exp,
     get_block_idx,
     get_block_num,
     load,
-    matmul,
-    matmul_acc,
     max,
-    maximum,
     min,
-    mul,
-    neg,
-    reshape,
     slice,
-    store,
-    sub,
 )
 from .language.ops import tensor_reinterpret_view as _reinterpret_view
 from .language.ops import tensor_view as _view
 from .language.ops import transpose_view as _transpose_view
+from .language.tile_values import assemble as _assemble
+from .language.tile_values import reshape, store
+from .language.topk_ops import MaskPattern as _MaskPattern
+from .language.topk_ops import arange, gather, mrgsort, sort32
+from .language.topk_ops import tile_gather as _tile_gather
+from .language.topk_ops import tile_gather_mask as _tile_gather_mask
+from .language.vector_ops import (
+    MemorySpace,
+    PadValue,
+    abs,
+    add,
+    cast,
+    col_expand,
+    col_expand_add,
+    col_expand_div,
+    col_expand_mul,
+    col_expand_sub,
+    col_max,
+    col_min,
+    col_sum,
+    create_tile,
+    div,
+    exp,
+    fillpad,
+    full,
+    log,
+    lrelu,
+    matmul,
+    matmul_acc,
+    maximum,
+    minimum,
+    move,
+    mul,
+    neg,
+    recip,
+    relu,
+    row_expand,
+    row_expand_add,
+    row_expand_div,
+    row_expand_mul,
+    row_expand_sub,
+    row_max,
+    row_min,
+    row_sum,
+    rsqrt,
+    sqrt,
+    sub,
+)
 
 ND = _Layout.ND
 NZ = _Layout.NZ
 A2A3 = Target.A2A3
 A5 = Target.A5
 
-tile = _types.SimpleNamespace(load=load, store=store, transpose_view=_transpose_view)
+tile = _types.SimpleNamespace(load=load, store=store, transpose_view=_transpose_view, create=create_tile, full=full,
+                              fillpad=fillpad, relu=relu, lrelu=lrelu, cast=cast,
+                              MaskPattern=_MaskPattern, gather=_tile_gather, gather_mask=_tile_gather_mask,
+                              sort32=sort32, mrgsort=mrgsort, assemble=_assemble)
 tensor = _types.SimpleNamespace(view=_view, reinterpret_view=_reinterpret_view, slice=slice, reshape=reshape)
 
 __all__ = [
     "BF16", "BOOL", "FP4", "FP8E4M3", "FP8E5M2", "FP16", "FP32", "INDEX", "INT4", "INT8", "INT16",
     "INT32", "INT64", "UINT4", "UINT8", "UINT16", "UINT32", "ND", "NZ", "A2A3", "A5", "Mem", "Tensor",
     "Out", "InOut", "Scalar", "dynamic", "kernel", "orchestration", "range", "pipeline", "spmd", "load",
-    "store", "matmul", "matmul_acc", "cast", "add", "sub", "mul", "maximum", "exp", "neg", "abs", "min", "max",
+    "store", "matmul", "matmul_acc", "cast", "add", "sub", "mul", "maximum", "exp", "min", "max",
     "get_block_idx", "get_block_num", "slice", "reshape", "tile", "tensor",
+    # the vector unit (language/vector_ops.py)
+    "div", "minimum", "log", "sqrt", "rsqrt", "recip", "abs", "neg", "relu", "lrelu", "row_max", "row_sum",
+    "row_min", "col_max", "col_sum", "col_min", "row_expand", "row_expand_add", "row_expand_sub",
+    "row_expand_mul", "row_expand_div", "col_expand", "col_expand_add", "col_expand_sub", "col_expand_mul",
+    "col_expand_div", "create_tile", "full", "fillpad", "PadValue", "MemorySpace", "move",
+    "arange", "sort32", "mrgsort", "gather",
 ]

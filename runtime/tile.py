@@ -14,7 +14,11 @@ NZ      ``(c//c0)*rows*c0 + r*c0 + c%c0``                      ColMajor + RowMaj
 ZZ      ``(r//16)*16*cols + (c//c0)*16*c0 + (r%16)*c0 + c%c0``  RowMajor + RowMajor, 512 (L0A)
 ZN      ``(r//c0)*c0*cols + (c//16)*c0*16 + (c%16)*c0 + r%c0``  RowMajor + ColMajor, 512 (L0B)
 ACC     ``(c//16)*rows*16 + r*16 + c%16``                      ColMajor + RowMajor, 1024 (L0C)
+DN      ``c*rows + r``                                         ColMajor, NoneBox (Vec)
 ======  ====================================================  ==========================
+
+DN is the column-major Vec layout of a row reduction's ``[R, 1]`` result (one value per row):
+its columns, not its rows, are whole 32-byte blocks.
 
 Every layout is "split rows by ir, columns by ic, then permute the four axes", so decoding and
 encoding are one reshape + transpose each (no per-fractal loop).
@@ -34,11 +38,11 @@ from .errors import DeviceError
 __all__ = ["TileBuf", "TileGeometry", "tile_geometry", "SPACES", "LAYOUTS", "DEFAULT_LAYOUT"]
 
 SPACES = ("Vec", "Mat", "Left", "Right", "Acc", "Bias")
-LAYOUTS = ("ND", "NZ", "ZZ", "ZN", "ACC")
+LAYOUTS = ("ND", "NZ", "ZZ", "ZN", "ACC", "DN")
 #: The layout pto-isa gives each space by default on A2/A3 (TileLeft is Zz there, not Nz).
 DEFAULT_LAYOUT = {"Vec": "ND", "Mat": "NZ", "Left": "ZZ", "Right": "ZN", "Acc": "ACC", "Bias": "ND"}
 _ALLOWED = {
-    "Vec": ("ND", "NZ"),
+    "Vec": ("ND", "NZ", "DN"),
     "Mat": ("NZ", "ND"),
     "Left": ("ZZ",),
     "Right": ("ZN",),
@@ -76,6 +80,8 @@ def _make_blocking(layout: str, dtype: np.dtype) -> _Blocking:
         return _Blocking(1, 1, (0, 1, 2, 3))
     if layout == "ACC":
         return _Blocking(1, 16, (2, 0, 1, 3))  # 16x16 fractals whatever the dtype
+    if layout == "DN":
+        return _Blocking(1, 1, (2, 3, 0, 1))  # column-major
     c0 = c0_of(dtype)
     if layout == "NZ":
         return _Blocking(1, c0, (2, 0, 1, 3))
@@ -174,6 +180,9 @@ def _geometry(space: str, dtype: np.dtype | type, rows: int, cols: int, layout: 
             f"{space} ND tile row of {c} {dt.name} is "
             f"{c * dt.itemsize} bytes; rows must be whole 32-byte blocks"
         )
+    if lay == "DN" and (r * dt.itemsize) % C0_BYTES:
+        raise DeviceError(f"{space} DN tile column of {r} {dt.name} is {r * dt.itemsize} bytes; "
+                          "columns must be whole 32-byte blocks")
     g = _Geometry(space, dt, r, c, lay)
     if len(_GEOMETRIES) < 4096:
         _GEOMETRIES[key] = g

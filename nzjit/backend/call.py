@@ -170,7 +170,16 @@ def param_spec(p: Any) -> runtime.dispatch.ParamSpec:
 
 
 def check_scalar(name: str, a: Any, dtype: Any) -> None:
-    """An int that fits the parameter's declared width: a wider value is refused, never wrapped."""
+    """An int that fits the parameter's declared width: a wider value is refused, never wrapped. A
+    float parameter takes any real number its dtype holds (it is rounded to it, RNE)."""
+    if dtype.is_float:
+        if isinstance(a, bool) or not isinstance(a, int | float | np.integer | np.floating):
+            raise DispatchError(f"parameter {name!r} expects a real number, got {type(a).__name__}")
+        with np.errstate(over="ignore"):
+            r = np.asarray(a).astype(dtype.np_dtype)
+        if np.isfinite(a) and not np.isfinite(r):
+            raise DispatchError(f"parameter {name!r} is {dtype.name}: {a} is outside its range")
+        return
     if isinstance(a, bool) or not isinstance(a, int | np.integer):
         raise DispatchError(f"parameter {name!r} expects an int scalar, got {type(a).__name__}")
     if dtype.wrap(int(a)) != int(a):

@@ -33,6 +33,41 @@ SCALAR, RESIDENT, HOST, OMITTED = range(4)
 _MAX_VALS = 256  # per plan: TensorVals of resident arguments by address
 
 
+def scalar_conversion(dtype: Any) -> Any:
+    """How a scalar argument becomes the graph's value: an int wraps to the declared width (after
+    `check_scalar` refused a wider one), a float is rounded to its dtype (RNE), as the device
+    register holds it."""
+    if not dtype.is_float:
+        return dtype.wrap
+    np_dtype = dtype.np_dtype
+
+    def to_float(a: Any) -> float:
+        with np.errstate(over="ignore"):
+            return float(np.asarray(a).astype(np_dtype))
+
+    return to_float
+
+
+_REFUSED = object()  # compares unequal to every argument: the general path checks it
+
+
+def scalar_check(dtype: Any) -> Any:
+    """A function returning its argument unchanged exactly when the cached path may take it: an
+    int of the parameter's width, a real number its float dtype holds; anything else goes to the
+    general path, whose `check_scalar` refuses it with its message."""
+    if not dtype.is_float:
+        return dtype.wrap
+    np_dtype = dtype.np_dtype
+
+    def check(a: Any) -> Any:
+        if type(a) is not float and type(a) is not int:
+            return _REFUSED
+        with np.errstate(over="ignore"):
+            return a if np.isfinite(np.asarray(a).astype(np_dtype)) else _REFUSED
+
+    return check
+
+
 class ArgSlot:
     """One parameter of a launch: its position among the values given, its kind and layout."""
 
@@ -46,8 +81,8 @@ class ArgSlot:
         self.shape, self.dtype = shape, param.type.dtype.np_dtype
         self.layout = layout  # tensors: TensorVal(address, *layout)
         self.nbytes = 0 if layout is None else math.prod(shape) * layout[0].itemsize
-        self.wrap = gparam.type.dtype.wrap if kind == SCALAR else None  # the graph's declared width
-        self.check = param.type.dtype.wrap if kind == SCALAR else None  # as `check_scalar` refuses
+        self.wrap = scalar_conversion(gparam.type.dtype) if kind == SCALAR else None  # the graph's dtype
+        self.check = scalar_check(param.type.dtype) if kind == SCALAR else None  # as `check_scalar` refuses
         self.upload = upload  # a host array's bytes are uploaded (not a fresh output's)
 
 

@@ -188,6 +188,14 @@ def tile_dims(t: TileType) -> tuple[str, int, int, np.dtype]:
     return t.memory.value, int(rows), int(cols), t.dtype.np_dtype
 
 
+def tile_layout(space: str, rows: int, cols: int) -> str | None:
+    """The layout the backend gives a tile: a `[R, 1]` Vec tile (a row reduction's result) is the
+    one-column DN layout (runtime/vector.py), every other tile its space's default (None). The
+    fast forms' `geometry_of` keeps the default: an ND `[R, 1]` tile is no legal geometry, so they
+    leave such tiles to the generic step."""
+    return "DN" if space == "Vec" and cols == 1 and rows > 1 else None
+
+
 def geometry_of(space: str, rows: int, cols: int, dt: np.dtype) -> Any:
     """The runtime geometry of a tile, or None when the device refuses it (then the generic step
     refuses it at run time, with its message)."""
@@ -211,9 +219,10 @@ def alloc(ctx: Any, t: TileType, valid: tuple[int | None, int | None] | None = N
     earlier stages) are not charged to the on-chip capacity: no instruction ever holds them."""
     space, rows, cols, dt = tile_dims(t)
     vr, vc = valid if valid is not None else static_valid(t)
+    layout = tile_layout(space, rows, cols)
     if virtual:
-        return TileBuf(space, dt, rows, cols, valid_row=vr, valid_col=vc)
-    return ctx.onchip.alloc_tile(space, rows, cols, dt, valid_row=vr, valid_col=vc)
+        return TileBuf(space, dt, rows, cols, layout=layout, valid_row=vr, valid_col=vc)
+    return ctx.onchip.alloc_tile(space, rows, cols, dt, layout=layout, valid_row=vr, valid_col=vc)
 
 
 def free_value(ctx: Any, val: Any) -> None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from .expr import Expr, add, floordiv, lit, mod, mul, named, pmax, pmin, pyvar, sub, var
 from .gen_unary import unary_ops, unary_step
+from .gen_vector import fam_vec_alu, fam_vec_mix
 from .harness import HARNESS
 
 # name -> (numpy dtype text, bits, data low, data high (exclusive))
@@ -1163,6 +1164,10 @@ FAMILIES: dict[str, tuple[float, Callable[[G], None]]] = {
     "vec_ew": (8, fam_vec_ew),
     "probe": (15, fam_probe),
 }
+
+# the vector unit's families (issue 22) live in gen_vector.py, which does not import this module
+FAMILIES["vec_alu"] = (6, fam_vec_alu)
+FAMILIES["vec_mix"] = (4, fam_vec_mix)
 
 
 def generate(seed: int, index: int, family: str | None = None, exclude: Sequence[str] = ()) -> Program:

@@ -197,15 +197,25 @@ def _parse_key(t: Tracer, key: Any) -> tuple[list[Any], list[int], tuple[int, ..
     return offsets, sizes, tuple(drop)
 
 
+#: Tile indexing (`t[:, 0:64]`, `t[0:1, :] = v` on a tile), installed by language/tile_values.py,
+#: which imports this module (so the dependency stays one-way): "get" and "set" callables.
+tile_indexing: dict[str, Any] = {}
+
+
 def getitem(t: Tracer, key: Any) -> Tracer:
     """numpy-style basic indexing of a tensor: a `tensor.slice` (integers drop their axis). The
     author slices logical coordinates, NZ or not; the compiler supplies the blocked form (NZ-2)."""
+    if isinstance(t.type, TileType) and "get" in tile_indexing:
+        return tile_indexing["get"](t, key)
     offsets, sizes, drop = _parse_key(t, key)
     return bind(P.tensor_slice_p, [[t], offsets, []], {"shape": tuple(sizes), "drop": drop})[0]
 
 
 def setitem(t: Tracer, key: Any, value: Any) -> None:
     """`out[a:b, c:d] = value`: a tensor-level assignment (a store once tiles exist)."""
+    if isinstance(t.type, TileType) and "set" in tile_indexing:
+        tile_indexing["set"](t, key, value)
+        return
     offsets, sizes, drop = _parse_key(t, key)
     if not isinstance(value, Tracer):
         raise CompileError("only a traced tensor or tile value can be assigned", user_source())

@@ -4,7 +4,9 @@
 - `control`: the staged loop `for`;
 - `memory`: tensor windows and views, assignment, `tile.load` / `tile.store` / `tile.move`, tile views;
 - `cube`: the matmuls (tensor and tile level), `tile.extract`, `tile.mad`, `tile.mad_acc`;
-- `elementwise`: `tile.cast` and the elementwise Vec tile operations.
+- `vector`: the vector unit - elementwise Vec tile ops (`ELEMENTWISE`), casts, the ALU with
+  scalars, reductions, broadcasts, fills, tile windows, top-k pieces and cross-core moves (the
+  other family tables `BINARY`, `BINARY_SCALAR`, `UNARY`, `REDUCE`, `EXPAND`; `vector.ALL`).
 
 `from nzjit import prims as P` gives every `*_p`, the family tables (`SCALAR_BINARY`, `COMPARE`,
 `ELEMENTWISE`, `PURE`) and the definition API of `nzjit.core.primitives` (`Primitive`,
@@ -34,6 +36,7 @@ from ..core.primitives import (
     all_primitives,
     primitive,
 )
+from . import vector
 from .control import for_p
 from .cube import (
     tensor_matmul_acc_p,
@@ -44,7 +47,6 @@ from .cube import (
     tile_matmul_acc_p,
     tile_matmul_p,
 )
-from .elementwise import ELEMENTWISE, tile_cast_p
 from .memory import (
     tensor_assign_p,
     tensor_reinterpret_view_p,
@@ -76,6 +78,33 @@ from .scalar import (
     ne_p,
     sub_p,
 )
+from .vector import (
+    BINARY,
+    BINARY_SCALAR,
+    ELEMENTWISE,
+    EXPAND,
+    REDUCE,
+    UNARY,
+    ci_p,
+    create_p,
+    cvt_p,
+    fillpad_p,
+    full_p,
+    gather_mask_p,
+    gather_p,
+    lrelu_p,
+    move_fixpipe_p,
+    mrgsort_p,
+    sort32_p,
+    tile_assemble_p,
+    tile_cast_p,
+    tile_reshape_p,
+    tile_slice_p,
+    tpop_from_aic_p,
+    tpop_from_aiv_p,
+    tpush_to_aic_p,
+    tpush_to_aiv_p,
+)
 
 #: Primitives without effects: an equation of one whose results nobody reads can be dropped.
 PURE: frozenset[Primitive] = frozenset({
@@ -91,7 +120,10 @@ __all__ = [
     "for_p",
     "tensor_matmul_p", "tensor_matmul_acc_p", "tile_matmul_p", "tile_matmul_acc_p", "tile_extract_p",
     "tile_mad_p", "tile_mad_acc_p",
-    "tile_cast_p",
+    "vector", "BINARY", "BINARY_SCALAR", "UNARY", "REDUCE", "EXPAND",
+    "tile_cast_p", "lrelu_p", "cvt_p", "create_p", "full_p", "fillpad_p", "tpush_to_aiv_p", "tpop_from_aic_p",
+    "tpush_to_aic_p", "tpop_from_aiv_p", "move_fixpipe_p", "tile_slice_p", "tile_assemble_p", "tile_reshape_p",
+    "ci_p", "sort32_p", "mrgsort_p", "gather_mask_p", "gather_p",
     "tensor_slice_p", "tensor_reshape_p", "tensor_view_p", "tensor_reinterpret_view_p", "tensor_assign_p",
     "tile_load_p", "tile_store_p", "tile_move_p", "tile_transpose_view_p",
     "add_p", "sub_p", "mul_p", "floordiv_p", "mod_p", "min_p", "max_p",

@@ -96,14 +96,40 @@ def test_unary_refuses_a_mat_tile(op):
 
 
 @pytest.mark.parametrize("op", ["neg", "abs"])
-def test_unary_refuses_a_tensor(op):
-    f = OPS[op][0]
+def test_unary_of_a_tensor_window_loads_it_into_vec(op):
+    # issue 22 (docs/vector-ops.md): every vector op also takes a static 2-D tensor window, loaded
+    # into Vec first (PyPTO's tensor-level form); the elementwise equation is the same tile.<op>
+    f, ref = OPS[op]
 
     @pl.kernel
     def k(x: pl.Tensor[[32, 64], pl.FP32], o: pl.Out[pl.Tensor[[32, 64], pl.FP32]]):
         pl.store(f(x), [0, 0], o)
 
+    x = _data(np.float32)
+    assert k(x).tobytes() == ref(x).tobytes()
+    low = k.lower(x, np.zeros((32, 64), np.float32))
+    assert [e.primitive for e in low.final.eqns if e.primitive is P.ELEMENTWISE[op]] == [P.ELEMENTWISE[op]]
+
+
+@pytest.mark.parametrize("op", ["neg", "abs"])
+def test_unary_refuses_a_tensor_that_is_no_2d_window(op):
+    f = OPS[op][0]
+
+    @pl.kernel
+    def k(x: pl.Tensor[[2, 32, 64], pl.FP32], o: pl.Out[pl.Tensor[[32, 64], pl.FP32]]):
+        pl.store(f(x), [0, 0], o)
+
+    with pytest.raises(nzjit.CompileError, match=rf"pl\.{op} on a tensor needs a static 2-D window"):
+        k.lower(np.zeros((2, 32, 64), np.float32), np.zeros((32, 64), np.float32))
+
+
+@pytest.mark.parametrize("op", ["neg", "abs"])
+def test_unary_refuses_a_python_value(op):
     with pytest.raises(nzjit.CompileError, match=rf"pl\.{op} takes Vec tiles"):
+        @pl.kernel
+        def k(x: pl.Tensor[[32, 64], pl.FP32], o: pl.Out[pl.Tensor[[32, 64], pl.FP32]]):
+            pl.store(OPS[op][0](1.5), [0, 0], o)
+
         k.lower(np.zeros((32, 64), np.float32), np.zeros((32, 64), np.float32))
 
 

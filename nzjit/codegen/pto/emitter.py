@@ -105,7 +105,9 @@ class Emitter:
         key = (value, dtype)
         if key not in self.consts:
             name = constant_name(value, dtype)
-            ssa = self.names.exact(name) if name else self.names.fresh("cst")
+            # a float constant is `%cst_<n>`: `cst` names are reserved for the emitter, so
+            # `fresh` (which skips reserved names) would never find one
+            ssa = self.names.exact(name if name else f"cst_{len(self.consts)}")
             self.consts[key] = ssa
             self.const_lines.append(f"  {ssa} = arith.constant {constant_literal(value, dtype)}")
         return self.consts[key]

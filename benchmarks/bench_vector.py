@@ -1,0 +1,82 @@
+"""Issue 22 target: the row softmax and the fused MoE expert (examples/) against plain numpy on the
+same data, ratios measured side by side in one run (interleaved best-of-N).
+
+- softmax: examples/row_softmax.py, 256 x 1000 fp32 (16 SPMD lanes of 16 rows, -inf padding to
+  1024 columns) on resident device tensors; numpy: the float32 softmax of the same rows.
+- fused expert: examples/fused_moe_expert.py, E = 4 experts x 32 tokens, H = 256, F = 128 (int8 NZ
+  gate / up with dequantisation, SwiGLU, fp16 down) on resident device tensors; numpy: the same
+  math in float32 from the same int8 / fp16 arrays (int8 products are exact in float32 here).
+
+The target is 1.5x of numpy. The vector rules have batch forms (backend/rules/vector_lanes.py):
+the softmax body runs once for all 16 lanes (each instruction on the lanes' stacked images). The
+fused expert's cross-core moves (tpush / tpop through the GM pipe) have none yet, so its four
+lanes still run one by one; the ratios say how far each is.
+
+    python benchmarks/bench_vector.py
+"""
+# isort: skip_file
+
+from __future__ import annotations
+
+from harness import fmt_time, interleaved, row  # first: pins BLAS threads
+
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import runtime  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+
+import fused_moe_expert as fm  # noqa: E402
+import row_softmax as sm  # noqa: E402
+
+TARGET = "<= 1.5x"
+
+
+def numpy_softmax(x: np.ndarray) -> np.ndarray:
+    v = x[:, : sm.COLS]
+    e = np.exp(v - v.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def numpy_expert(x, wg, wu, sg, su, wd, xs) -> np.ndarray:
+    out = np.empty((fm.E, fm.T, fm.H), np.float32)
+    for e in range(fm.E):
+        xf = x[e].astype(np.float32)
+        g = (xf @ wg[e].T.astype(np.float32)) * sg[e] * np.float32(xs)
+        u = (xf @ wu[e].T.astype(np.float32)) * su[e] * np.float32(xs)
+        h = (g / (1 + np.exp(-g)) * u).astype(np.float16)
+        out[e] = h.astype(np.float32) @ wd[e].T.astype(np.float32)
+    return out
+
+
+def run() -> list[dict[str, str]]:
+    w = runtime.Worker(0)
+    rows = []
+    x = np.random.default_rng(1).standard_normal((sm.ROWS, sm.PADDED)).astype(np.float32)
+    xd = w.alloc_tensor(x.shape, np.float32, init=x)
+    yd = w.alloc_tensor(x.shape, np.float32)
+    sm.row_softmax(xd, yd)
+    np.testing.assert_allclose(w.copy_from(yd)[:, : sm.COLS], numpy_softmax(x), rtol=1e-5, atol=1e-9)
+    t = interleaved({"nzjit": lambda: sm.row_softmax(xd, yd), "numpy": lambda: numpy_softmax(x)}, repeat=15)
+    rows.append(row(f"row softmax {sm.ROWS}x{sm.COLS} fp32", fmt_time(t["nzjit"]), fmt_time(t["numpy"]),
+                    f"{t['nzjit'] / t['numpy']:.2f}x", TARGET))
+
+    x8, wg, wu, sg, su, wd, xs = fm.data()
+    args = [x8, runtime.pack_nz(wg), runtime.pack_nz(wu), sg, su, runtime.pack_nz(wd)]
+    devs = [w.alloc_tensor(a.shape, a.dtype, init=a) for a in args]
+    out = w.alloc_tensor((fm.E, fm.T, fm.H), np.float32)
+    fm.moe_expert(*devs, float(xs), out)
+    ref = numpy_expert(x8, wg, wu, sg, su, wd, xs)
+    assert np.abs(w.copy_from(out) - ref).max() <= 2e-3 * np.abs(ref).max()
+    t = interleaved({"nzjit": lambda: fm.moe_expert(*devs, float(xs), out),
+                     "numpy": lambda: numpy_expert(x8, wg, wu, sg, su, wd, xs)}, repeat=15)
+    rows.append(row(f"fused MoE expert E={fm.E} T={fm.T} H={fm.H} F={fm.F}", fmt_time(t["nzjit"]),
+                    fmt_time(t["numpy"]), f"{t['nzjit'] / t['numpy']:.2f}x", TARGET))
+    return rows
+
+
+if __name__ == "__main__":
+    run()

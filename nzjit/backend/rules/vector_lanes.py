@@ -1,0 +1,187 @@
+"""One vector instruction, three forms: the reference impl, the all-lanes batch form, both from the
+same `compute` (the runtime.vector instruction call), so they cannot disagree.
+
+A `VecOp` is `compute(e, out, ins, target, scratch)` - run the instruction with result tile `out`
+on the operand values `ins` (TileBufs and scalars) - with `valid(e, ins)`, the valid region the
+result is allocated with, and optionally `scratch_type(e, ins, target)`, the tile type of a scratch
+tile the instruction needs (TROW* on A2/A3: the compiler supplies it).
+
+The batch form (`lanes_of`) runs the instruction once for the lanes of an SPMD body:
+
+* a row-local instruction (every result row depends on the same row of its operands only: the
+  ALU, unary math, TCVT, TROW* reductions and broadcasts, TFILLPAD, TEXPANDS) runs once on the
+  lanes' images stacked along the rows - a `[U * R, C]` tile over the `(U, nbytes)` image buffer
+  (a `[R, 1]` DN column stacks to `[U * R, 1]`, the same bytes) - when every tile operand's valid
+  rows are its whole rows, so the stack's valid region is exactly every image's;
+* otherwise (TCOL*, a partial valid row count) it runs once per distinct image, on views of it.
+
+Either way the bytes are those of one instruction per lane: the same instruction code on the same
+element values, and the stacked checks (valid shapes, dtypes, the scratch size) scale with U.
+A DeviceError (a refusal) abandons the attempt (`Fallback`): the lanes then run one by one and
+refuse exactly as the reference does. On-chip accounting is one lane's, as everywhere in batched.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import runtime
+from runtime import TileBuf
+from runtime.tile import tile_geometry
+
+from ...core.ir import Eqn
+from ...core.types import TileType
+from ..lane_state import Fallback, LaneState
+from ..lane_values import LaneTile
+from ..rule import Impl, Step
+from ..steps import alloc, tile_dims, tile_layout
+
+Compute = Callable[[Eqn, TileBuf, list[Any], str, "TileBuf | None"], None]
+
+
+@dataclass(frozen=True)
+class VecOp:
+    """A vector instruction (module docstring)."""
+
+    compute: Compute
+    valid: Callable[[Eqn, list[Any]], tuple[int | None, int | None]]
+    row_local: bool = True
+    scratch_type: Callable[[Eqn, list[Any], str], TileType | None] | None = None
+
+
+def out_type(e: Eqn) -> TileType:
+    """The tile type of `e`'s result."""
+    t = e.outputs[0].type
+    assert isinstance(t, TileType)
+    return t
+
+
+def impl_of(op: VecOp) -> Impl:
+    """The reference impl: allocate the result (and any scratch) on chip, run the instruction."""
+
+    def impl(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+        target = ctx.onchip.target
+        out = alloc(ctx, out_type(e), op.valid(e, ins))
+        st = op.scratch_type(e, ins, target) if op.scratch_type is not None else None
+        scratch = alloc(ctx, st) if st is not None else None
+        try:
+            op.compute(e, out, ins, target, scratch)
+        finally:
+            if scratch is not None:
+                ctx.onchip.free_tile(scratch)
+        return [out]
+
+    return impl
+
+
+class _View:
+    """The valid shape of a lane tile, as `valid` / `scratch_type` read an operand."""
+
+    __slots__ = ("valid_row", "valid_col", "rows", "cols", "dtype")
+
+    def __init__(self, x: LaneTile) -> None:
+        self.valid_row, self.valid_col = x.valid_row, x.valid_col
+        self.rows, self.cols, self.dtype = x.g.rows, x.g.cols, x.g.dtype
+
+
+def _scalar(x: Any) -> Any:
+    """A lane-uniform scalar operand (an int array over lanes must agree), else Fallback."""
+    if isinstance(x, np.ndarray):
+        v = x.flat[0]
+        if not (x == v).all():
+            raise Fallback("a lane-dependent vector scalar")
+        return v.item()
+    return x
+
+
+def _geometry(t: TileType) -> Any:
+    space, rows, cols, dt = tile_dims(t)
+    try:
+        return tile_geometry(space, dt, rows, cols, tile_layout(space, rows, cols))
+    except runtime.DeviceError:
+        return None
+
+
+def _stack(g: Any, n: int, vr: int, vc: int, data: np.ndarray) -> TileBuf:
+    """`n` images of geometry `g` (rows stacked) as one tile over their buffer."""
+    sg = tile_geometry(g.space, g.dtype, n * g.rows, g.cols, g.layout)
+    return TileBuf.from_geometry(sg, n * vr, vc, data.reshape(-1))
+
+
+def lanes_of(op: VecOp) -> Callable[[Step], Any]:
+    """The `batch` form of `op` (module docstring)."""
+
+    def batch(st: Step) -> Any:
+        e = st.eqn
+        t = e.outputs[0].type
+        if not isinstance(t, TileType) or len(t.shape) != 2:
+            return None
+        g = _geometry(t)
+        if g is None:
+            return None
+        ins = st.ins
+        tiles = tuple(j for j, a in enumerate(e.inputs) if isinstance(a.type, TileType))
+        (o,) = st.outs
+
+        def run(s: LaneState, env: list[Any]) -> None:
+            xs = [env[i] for i in ins]
+            for j in tiles:
+                x = xs[j]
+                if type(x) is not LaneTile or x.freed:
+                    raise Fallback("vector operand")
+            vals: list[Any] = [x if j in tiles else _scalar(x) for j, x in enumerate(xs)]
+            if tiles:
+                rows = [xs[j].row for j in tiles]
+                r0 = rows[0]
+                if all(r is r0 or np.array_equal(r, r0) for r in rows):  # the same images per lane
+                    datas = {j: xs[j].data for j in tiles}
+                    row = r0
+                else:
+                    datas = {j: xs[j].data[xs[j].row] for j in tiles}
+                    row = np.arange(s.L)
+                n = len(next(iter(datas.values())))
+            else:  # TEXPANDS of a uniform scalar: one image for every lane
+                datas, row, n = {}, np.zeros(s.L, np.int64), 1
+            views = [_View(x) if j in tiles else x for j, x in enumerate(vals)]
+            target = s.ctx.onchip.target
+            vr, vc = op.valid(e, views)
+            vr = g.rows if vr is None else vr
+            vc = g.cols if vc is None else vc
+            stype = op.scratch_type(e, views, target) if op.scratch_type is not None else None
+            sg = _geometry(stype) if stype is not None else None
+            if stype is not None and sg is None:
+                raise Fallback("scratch geometry")
+            s.reserve(g)
+            # alloc_tile's zeroed bytes outside the valid region (an instruction writes its valid region)
+            data = s.zeros(n, g.nbytes, zero=(vr, vc) != (g.rows, g.cols))
+            stacked = op.row_local and vr == g.rows and all(xs[j].valid_row == xs[j].g.rows for j in tiles)
+            try:
+                if sg is not None:  # the scratch tile's allocation and free, as the impl's
+                    s.ctx.onchip.reserve(sg.space, sg.nbytes)
+                    s.ctx.onchip.release(sg.space, sg.nbytes)
+                scratch = s.scratch((n, sg.nbytes), np.uint8, "vector scratch") if sg is not None else None
+                if stacked:
+                    args = [_stack(xs[j].g, n, xs[j].valid_row, xs[j].valid_col, datas[j]) if j in tiles else v
+                            for j, v in enumerate(vals)]
+                    out = _stack(g, n, vr, vc, data)
+                    op.compute(e, out, args, target, None if sg is None else _stack(sg, n, sg.rows, sg.cols, scratch))
+                    out_vr, out_vc = out.valid_row // n, out.valid_col
+                else:
+                    for u in range(n):
+                        args = [TileBuf.from_geometry(xs[j].g, xs[j].valid_row, xs[j].valid_col, datas[j][u])
+                                if j in tiles else v for j, v in enumerate(vals)]
+                        out = TileBuf.from_geometry(g, vr, vc, data[u])
+                        op.compute(e, out, args, target,
+                                   None if sg is None else TileBuf.from_geometry(sg, None, None, scratch[u]))
+                    out_vr, out_vc = out.valid_row, out.valid_col
+            except runtime.DeviceError as err:
+                raise Fallback(f"the vector instruction refuses: {err}") from err
+            env[o] = LaneTile(g, out_vr, out_vc, data, row)
+
+        return run
+
+    return batch

@@ -1,0 +1,165 @@
+"""Fuzzer family vec_alu: SPMD lanes running random chains of the vector unit's ops (tile-scalar
+ALU, tile-tile minimum / maximum / div, row and column reductions with their broadcasts, unary
+ops, conversions with a rounding mode, fills and padding) on fp32 Vec windows, against a numpy
+reference on float64 that rounds every instruction's result to fp32 once, as the device does.
+
+Data are small integers, so every sum and product stays exact in fp32 and the comparison is exact;
+a division only divides by |y| + 1 (never zero) and is followed by no sum or conversion, whose
+results would then depend on rounding the reference does not model bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The program under construction (gen.G; not imported: gen.py imports this module).
+G = Any
+
+_R32 = ".astype(np.float32).astype(np.float64)"
+_SCALAR = {"add": "+", "sub": "-", "mul": "*"}
+_CVT_REF = {"rint": "np.rint({x})", "round": "np.sign({x}) * np.floor(np.abs({x}) + 0.5)",
+            "trunc": "np.trunc({x})", "floor": "np.floor({x})", "ceil": "np.ceil({x})"}
+
+
+def fam_vec_alu(g: G) -> None:
+    """One program of the family (see the module docstring)."""
+    lanes = int(g.choice([1, 2, 3, 4]))  # type: ignore[call-overload]
+    r = int(g.choice([8, 16]))  # type: ignore[call-overload]
+    c = int(g.choice([8, 16, 64]))  # type: ignore[call-overload]
+    g.tag("dtype:FP32", f"alu_lanes:{lanes}")
+    for name in ("a", "b"):
+        g.tensor(name, (lanes * r, c), "FP32")
+    g.tensor("out", (lanes * r, c), "FP32", False, "out")
+    g.emit(1, f"for lane in pl.spmd({lanes}):", f"for lane in range({lanes}):")
+    for nm, src in (("x", "a"), ("y", "b")):
+        g.emit(2, f"{nm} = pl.load({src}, [lane * {r}, 0], [{r}, {c}], target_memory=pl.Mem.Vec)",
+               f"{nm} = win({src}, (lane * {r}, 0), ({r}, {c})).copy()")
+    names, exact = ["x", "y"], True
+    for step in range(int(g.choice([1, 2, 3, 4]))):  # type: ignore[call-overload]
+        kinds = ["scalar", "minmax", "row", "col", "unary", "full"] + (["cvt", "sum", "div"] if exact else [])
+        kind = str(g.choice(kinds))
+        g.tag(f"alu:{kind}")
+        a, b, t = str(g.choice(names)), str(g.choice(names)), f"t{step}"
+        if kind == "scalar":
+            op = str(g.choice(list(_SCALAR)))
+            s = float(g.choice([2.0, -1.0, 0.5]))  # type: ignore[arg-type]
+            g.emit(2, f"{t} = pl.{op}({a}, {s})", f"{t} = ({a} {_SCALAR[op]} {s}){_R32}")
+        elif kind == "minmax":
+            op = str(g.choice(["minimum", "maximum"]))
+            g.emit(2, f"{t} = pl.{op}({a}, {b})", f"{t} = np.{op}({a}, {b})")
+        elif kind == "row":
+            red, exp = str(g.choice(["max", "min"])), str(g.choice(["add", "sub", "mul"]))
+            g.emit(2, f"{t} = pl.row_expand_{exp}({a}, pl.row_{red}({a}))",
+                   f"{t} = ({a} {_SCALAR[exp]} {a}.{red}(axis=1, keepdims=True)){_R32}")
+        elif kind == "col":
+            red, exp = str(g.choice(["max", "min"])), str(g.choice(["add", "sub"]))
+            g.emit(2, f"{t} = pl.col_expand_{exp}({a}, pl.col_{red}({a}))",
+                   f"{t} = ({a} {_SCALAR[exp]} {a}.{red}(axis=0, keepdims=True)){_R32}")
+        elif kind == "unary":
+            op = str(g.choice(["abs", "neg", "relu"]))
+            ref = {"abs": f"np.abs({a})", "neg": f"-{a}", "relu": f"np.maximum({a}, 0)"}[op]
+            g.emit(2, f"{t} = pl.{op}({a})", f"{t} = {ref}")
+        elif kind == "full":
+            g.emit(2, f"{t} = pl.add({a}, pl.full([{r}, {c}], dtype=pl.FP32, value=3.0))", f"{t} = ({a} + 3.0){_R32}")
+        elif kind == "sum":  # integer-valued halves: the tree sum is exact
+            g.emit(2, f"{t} = pl.row_expand_sub({a}, pl.row_sum({a}))",
+                   f"{t} = ({a} - {a}.sum(axis=1, keepdims=True)){_R32}")
+        elif kind == "cvt":
+            mode = str(g.choice(list(_CVT_REF)))
+            half = f"({a} * 0.5)"
+            g.emit(2, f"{t} = pl.cast(pl.cast(pl.mul({a}, 0.5), pl.INT32, mode={mode!r}), pl.FP32, mode='rint')",
+                   f"{t} = " + _CVT_REF[mode].format(x=half))
+        else:  # div
+            exact = False
+            g.emit(2, f"{t} = pl.div({a}, pl.add(pl.abs({b}), 1.0))",
+                   f"{t} = ({a} / (np.abs({b}) + 1.0)){_R32}")
+        names.append(t)
+    g.emit(2, f"pl.store({names[-1]}, [lane * {r}, 0], out)", f"put(out, (lane * {r}, 0), ({r}, {c}), {names[-1]})")
+
+
+def fam_vec_mix(g: G) -> None:
+    """Family vec_mix: the vector unit's data movement and sorting, exact by construction - a cube
+    result moved to Vec (A2/A3's GM pipe or A5's TMOV) and combined there, a Vec tile moved to the
+    cube (Vec -> Mat -> Left), a partial load padded with pl.tile.fillpad, tile windows and window
+    assignment, and a row top-k (sort32 / mrgsort / gather). Small integers keep every product
+    and sum exact in fp32."""
+    kind = str(g.choice(["mm", "vec2mat", "pad", "win", "topk"]))
+    g.target = str(g.choice(["pl.A2A3", "pl.A5"]))
+    lanes = int(g.choice([1, 2, 3]))  # type: ignore[call-overload]
+    g.tag(f"mix:{kind}", f"target:{g.target}")
+    g.emit(1, f"for lane in pl.spmd({lanes}):", f"for lane in range({lanes}):")
+    if kind in ("mm", "vec2mat"):
+        m, k, n = 16, int(g.choice([16, 32])), int(g.choice([16, 32]))  # type: ignore[call-overload]
+        g.tensor("x", (lanes * m, k), "FP16")
+        g.tensor("w", (k, n), "FP16")
+        g.tensor("out", (lanes * m, n), "FP32", False, "out")
+        if kind == "mm":
+            g.emit(2, f"acc = pl.matmul(pl.load(x, [lane * {m}, 0], [{m}, {k}], target_memory=pl.Mem.Mat), "
+                      f"pl.load(w, [0, 0], [{k}, {n}], target_memory=pl.Mem.Mat))",
+                   f"acc = win(x, (lane * {m}, 0), ({m}, {k})) @ w")
+            relu = g.p(0.3)
+            g.emit(2, f"v = pl.move(acc, target_memory=pl.Mem.Vec, relu={relu})",
+                   "v = np.maximum(acc, 0)" if relu else "v = acc")
+            op = str(g.choice(["row_max", "col_min", "scalar"]))
+            if op == "row_max":
+                g.emit(2, "v = pl.sub(v, pl.row_max(v))", "v = v - v.max(axis=1, keepdims=True)")
+            elif op == "col_min":
+                g.emit(2, "v = pl.sub(v, pl.col_min(v))", "v = v - v.min(axis=0, keepdims=True)")
+            else:
+                g.emit(2, "v = pl.mul(v, 2.0)", "v = v * 2.0")
+        else:
+            g.emit(2, f"va = pl.cast(pl.relu(pl.cast(pl.load(x, [lane * {m}, 0], [{m}, {k}]), pl.FP32, mode='rint')), "
+                      "pl.FP16, mode='rint')", f"va = np.maximum(win(x, (lane * {m}, 0), ({m}, {k})), 0)")
+            g.emit(2, "left = pl.move(pl.move(va, target_memory=pl.Mem.Mat), target_memory=pl.Mem.Left)", None)
+            g.emit(2, f"right = pl.move(pl.load(w, [0, 0], [{k}, {n}], target_memory=pl.Mem.Mat), "
+                      "target_memory=pl.Mem.Right)", None)
+            g.emit(2, "v = pl.matmul(left, right)", "v = va @ w")
+        g.emit(2, f"pl.store(v, [lane * {m}, 0], out)", f"put(out, (lane * {m}, 0), ({m}, {n}), v)")
+        return
+    if kind == "topk":
+        n, k = int(g.choice([128, 512])), int(g.choice([8, 16]))  # type: ignore[call-overload]
+        g.tensor("s", (lanes, n), "INT32")
+        g.tensor("vals", (lanes, k), "FP32", False, "out")
+        g.tensor("idx", (lanes, k), "INT32", False, "out")
+        g.emit(2, f"t = pl.cast(pl.load(s, [lane, 0], [1, {n}]), pl.FP32, mode='rint')", None)
+        g.emit(2, f"p = pl.sort32(t, pl.arange(0, [1, {n}], dtype=pl.INT32))", None)
+        bl = 64
+        while bl * 4 <= 2 * n:
+            g.emit(2, f"p = pl.mrgsort(p, block_len={bl})", None)
+            bl *= 4
+        if bl < 2 * n:  # the last merge: runs of bl elements, 2n / bl of them
+            g.unknown = True  # (not generated: n is 128 or 512, 2n a power of 4 times 64)
+        g.emit(2, f"top = p[:, 0:{2 * k}]", None)
+        g.emit(2, "pl.store(pl.gather(top, mask_pattern=pl.tile.MaskPattern.P0101), [lane, 0], vals)", None)
+        g.emit(2, "pl.store(pl.gather(top, mask_pattern=pl.tile.MaskPattern.P1010, output_dtype=pl.INT32), "
+                  "[lane, 0], idx)", None)
+        g.rl.append(f"        row = win(s, (lane, 0), (1, {n}))[0]")
+        g.rl.append(f"        order = np.argsort(-row, kind='stable')[:{k}]")
+        g.rl.append(f"        put(vals, (lane, 0), (1, {k}), row[order][None, :])")
+        g.rl.append(f"        put(idx, (lane, 0), (1, {k}), order[None, :].astype(np.float64))")
+        return
+    r, c = 8, int(g.choice([16, 32, 64]))  # type: ignore[call-overload]
+    if kind == "pad":
+        vc = int(g.choice([v for v in (1, 5, 8, 13, c - 1) if 0 < v < c]))  # type: ignore[call-overload]
+        pad = str(g.choice(["zero", "max", "min"]))
+        fill = {"zero": "0.0", "max": "np.inf", "min": "-np.inf"}[pad]
+        g.tensor("a", (lanes * r, c), "FP32")
+        g.tensor("out", (lanes * r, c), "FP32", False, "out")
+        g.emit(2, f"t = pl.load(a, [lane * {r}, 0], [{r}, {c}], valid_shape=[{r}, {vc}])",
+               f"t = win(a, (lane * {r}, 0), ({r}, {c})).copy()")
+        g.emit(2, f"t = pl.tile.fillpad(t, pad_value=pl.PadValue.{pad})", f"t[:, {vc}:] = {fill}")
+        if pad == "min" and g.p(0.5):
+            g.emit(2, "t = pl.sub(t, pl.row_max(t))", "t = t - t.max(axis=1, keepdims=True)")
+        g.emit(2, f"pl.store(t, [lane * {r}, 0], out)", f"put(out, (lane * {r}, 0), ({r}, {c}), t)")
+        return
+    half = c // 2 if c >= 32 else c  # windows start on 32-byte blocks (8 fp32)
+    g.tensor("a", (lanes * r, 2 * c), "FP32")
+    g.tensor("out", (lanes * r, c), "FP32", False, "out")
+    g.emit(2, f"s = pl.load(a, [lane * {r}, 0], [{r}, {2 * c}])", f"s = win(a, (lane * {r}, 0), ({r}, {2 * c})).copy()")
+    g.emit(2, f"t = pl.add(s[:, 0:{c}], s[:, {c}:{2 * c}])", f"t = s[:, 0:{c}] + s[:, {c}:{2 * c}]")
+    row = int(g.choice(range(r)))  # type: ignore[call-overload]
+    g.emit(2, f"t[{row}:{row + 1}, 0:{half}] = pl.full([1, {half}], dtype=pl.FP32, value=-2.0)",
+           f"t[{row}:{row + 1}, 0:{half}] = -2.0")
+    if g.p(0.5):
+        g.emit(2, f"t = pl.reshape(pl.reshape(t, [{r * c // 8}, 8]), [{r}, {c}])", None)
+    g.emit(2, f"pl.store(t, [lane * {r}, 0], out)", f"put(out, (lane * {r}, 0), ({r}, {c}), t)")

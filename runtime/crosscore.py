@@ -1,0 +1,126 @@
+"""The cube <-> vector pipe of a mixed kernel on A2/A3 (pto-isa TPUSH / TPOP over a GM FIFO).
+
+On A2/A3 the cube core (AIC) and the vector cores (AIV) are separate: L0C has no path to the
+unified buffer, and the UB none to L1. A cube result reaches the vector unit through global
+memory: TPUSH of an Acc tile is the fixpipe's store (with its dtype conversion, optional ReLU)
+into the current FIFO slot followed by a data-ready flag; the vector core's TPOP waits for the
+flag, loads the slot into UB and frees the slot (TFREE). Vector -> cube is the mirror image:
+UB -> GM slot, then GM -> L1 (ND -> NZ). PyPTO's A2/A3 backend injects this GM pipe buffer
+(``RequiresGMPipeBuffer``); A5 moves on chip instead (``cube.tmov`` Acc -> Vec).
+
+The FIFO has ``slot_num`` slots (PTOAS's default is 8 for a one-way pipe): a producer that
+pushes into a full FIFO waits for the consumer forever, and a consumer that pops an empty one
+waits for a producer forever; both are refused here as the deadlocks they are.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import DeviceError
+from .gmview import GmView, row_major_strides
+from .load import tload
+from .memory import GlobalMemory
+from .store import tstore
+from .tile import TileBuf
+
+__all__ = ["PipeSlot", "CrossCorePipe", "pipe_of", "SLOT_NUM", "dequant_fp16"]
+
+#: PTOAS's default slot count of a one-way pipe.
+SLOT_NUM = 8
+
+
+def dequant_fp16(acc: np.ndarray, scale: float, relu: bool = False) -> np.ndarray:
+    """The fixpipe's scalar dequantisation (DEQF16): int32 sums times an fp32 scale, rounded once to
+    fp16 (RNE; the product is formed exactly, in float64). Pre-ReLU applies to the sums."""
+    v = acc.astype(np.int64)
+    if relu:
+        v = np.maximum(v, 0)
+    with np.errstate(over="ignore"):
+        return (v.astype(np.float64) * float(np.float32(scale))).astype(np.float16)
+
+
+@dataclass
+class PipeSlot:
+    """One FIFO entry: its GM bytes, the logical shape / dtype it holds, and whether the
+    producer's data-ready flag is set (and not yet consumed)."""
+
+    addr: int
+    shape: tuple[int, int]
+    dtype: np.dtype
+    direction: str  # "c2v" or "v2c"
+    ready: bool = False
+
+    def view(self) -> GmView:
+        """The slot as an ND GM window."""
+        return GmView(self.addr, self.dtype, self.shape, row_major_strides(self.shape), "ND")
+
+
+class CrossCorePipe:
+    """The FIFO between the cube and the vector cores of one device (both directions)."""
+
+    def __init__(self, gm: GlobalMemory, slot_num: int = SLOT_NUM) -> None:
+        self.gm = gm
+        self.slot_num = slot_num
+        self.in_flight = {"c2v": 0, "v2c": 0}
+
+    def _slot(self, direction: str, shape: tuple[int, int], dtype: np.dtype) -> PipeSlot:
+        if self.in_flight[direction] >= self.slot_num:
+            raise DeviceError(f"TPUSH ({direction}): all {self.slot_num} FIFO slots hold data nobody popped; "
+                              "the producer core would wait for a free slot forever")
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        self.in_flight[direction] += 1
+        return PipeSlot(self.gm.alloc(max(nbytes, 32)), shape, np.dtype(dtype), direction)
+
+    def push_acc(self, acc: TileBuf, dtype: np.dtype, relu: bool = False, scale: float | None = None) -> PipeSlot:
+        """TPUSH of an Acc tile (cube -> vector): the fixpipe stores its valid region, converted to
+        `dtype` (int32 -> fp16 through `scale`, DEQF16), into a fresh slot and sets data-ready."""
+        if acc.space != "Acc":
+            raise DeviceError(f"TPUSH to the vector core takes an Acc tile, got {acc.space}")
+        if scale is not None and (acc.dtype != np.int32 or np.dtype(dtype) != np.float16):
+            raise DeviceError(f"the fixpipe dequantises int32 to fp16, not {acc.dtype.name} -> {np.dtype(dtype).name}")
+        slot = self._slot("c2v", (acc.valid_row, acc.valid_col), dtype)
+        if scale is not None:
+            vals = dequant_fp16(acc.logical()[: acc.valid_row, : acc.valid_col], scale, relu)
+            self.gm.write(slot.addr, np.ascontiguousarray(vals).view(np.uint8).reshape(-1))
+        else:
+            tstore(self.gm, slot.view(), acc, relu=relu)
+        slot.ready = True
+        return slot
+
+    def push_vec(self, tile: TileBuf) -> PipeSlot:
+        """TPUSH of a Vec tile (vector -> cube): UB -> GM slot, then data-ready."""
+        if tile.space != "Vec":
+            raise DeviceError(f"TPUSH to the cube core takes a Vec tile, got {tile.space}")
+        slot = self._slot("v2c", (tile.valid_row, tile.valid_col), tile.dtype)
+        tstore(self.gm, slot.view(), tile)
+        slot.ready = True
+        return slot
+
+    def pop(self, slot: PipeSlot, tile: TileBuf) -> None:
+        """TPOP into `tile` (Vec for c2v, Mat for v2c): wait for data-ready, load, TFREE the slot."""
+        want = "Vec" if slot.direction == "c2v" else "Mat"
+        if tile.space != want:
+            raise DeviceError(f"TPOP of a {slot.direction} slot lands in {want}, got a {tile.space} tile")
+        if not slot.ready:
+            raise DeviceError(f"TPOP ({slot.direction}) of a slot whose data-ready flag is not set (popped "
+                              "twice, or never pushed): the consumer core would wait forever")
+        tile.valid_row, tile.valid_col = slot.shape
+        tload(self.gm, slot.view(), tile)
+        slot.ready = False
+        self.in_flight[slot.direction] -= 1
+        self.gm.free(slot.addr)
+
+
+_PIPES: weakref.WeakKeyDictionary[GlobalMemory, CrossCorePipe] = weakref.WeakKeyDictionary()
+
+
+def pipe_of(gm: GlobalMemory) -> CrossCorePipe:
+    """The one pipe of the device whose global memory is `gm`."""
+    p = _PIPES.get(gm)
+    if p is None:
+        p = _PIPES[gm] = CrossCorePipe(gm)
+    return p

@@ -1,0 +1,36 @@
+"""The fuzzer's vec_alu family (nzjit/fuzz/gen_vector.py): its programs are equal to their numpy
+reference, every kind of step occurs, and a broken reference is caught."""
+
+from __future__ import annotations
+
+from nzjit.fuzz.classify import classify
+from nzjit.fuzz.gen import FAMILIES, generate
+
+
+def test_vec_alu_programs_are_equal_and_cover_every_step():
+    assert "vec_alu" in FAMILIES
+    seen: set[str] = set()
+    for i in range(40):
+        p = generate(20261201, i, "vec_alu")
+        o = classify(p)
+        assert o.cls == "equal", (o, p.source)
+        seen.update(t for t in p.tags if t.startswith("alu:"))
+    assert seen == {f"alu:{k}" for k in ("scalar", "minmax", "row", "col", "unary", "full", "cvt", "sum", "div")}
+
+
+def test_vec_mix_programs_are_equal_and_cover_every_kind():
+    assert "vec_mix" in FAMILIES
+    seen: set[str] = set()
+    for i in range(40):
+        p = generate(20261202, i, "vec_mix")
+        o = classify(p)
+        assert o.cls == "equal", (o, p.source)
+        seen.update(t for t in p.tags if t.startswith(("mix:", "target:")))
+    assert seen == {"mix:mm", "mix:vec2mat", "mix:pad", "mix:win", "mix:topk", "target:pl.A2A3", "target:pl.A5"}
+
+
+def test_vec_alu_wrong_reference_is_caught():
+    p = generate(20261201, 0, "vec_alu")
+    broken = p.__class__(**{**p.__dict__, "source": p.source.replace("put(out,", "put(out, ", 1).replace(
+        "    return outs", "    outs['out'] += 1\n    return outs", 1)})
+    assert classify(broken).cls == "wrong"

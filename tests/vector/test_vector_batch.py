@@ -1,0 +1,136 @@
+"""The all-lanes (batch) forms of the vector unit's rules (backend/rules/vector_lanes.py): an SPMD
+body of vector ops runs once for every lane, and gives byte for byte what one instruction per lane
+gives (`Options(batch=False)`) and what the reference impls give (`Options(fast=False)`). Each
+test also checks that the batched attempt really ran (no silent fallback): stacked row-local
+instructions, shared images, and the per-image path (column ops, TRESHAPE, partial valid rows)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nzjit import pl
+from nzjit.backend import batched
+from nzjit.backend.options import Options, using
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+
+import row_softmax as sm  # noqa: E402
+
+RNG = np.random.default_rng(22)
+PATHS = (Options(strict=True), Options(batch=False), Options(fast=False))
+
+
+@pytest.fixture
+def attempts(monkeypatch):
+    """The results of every batched SPMD attempt (True: it ran batched)."""
+    seen: list[bool] = []
+    real = batched.try_run_spmd
+
+    def spy(*a, **k):
+        ok = real(*a, **k)
+        seen.append(ok)
+        return ok
+
+    monkeypatch.setattr(batched, "try_run_spmd", spy)
+    return seen
+
+
+def _on_every_path(k, *args):
+    outs = []
+    for o in PATHS:
+        with using(o):
+            outs.append(k(*args))
+    return outs
+
+
+def _same_bytes(outs):
+    for o in outs[1:]:
+        assert o.tobytes() == outs[0].tobytes()
+
+
+def test_row_softmax_batched_equals_per_lane_byte_for_byte(attempts):
+    x = RNG.standard_normal((sm.ROWS, sm.PADDED)).astype(np.float32)
+    outs = _on_every_path(sm.row_softmax, x)
+    _same_bytes(outs)
+    assert attempts and attempts[0] is True  # the batched path ran (the first option)
+    np.testing.assert_allclose(outs[0][:, : sm.COLS], sm.reference(x), rtol=1e-6, atol=1e-9)
+
+
+R, C = 16, 64
+
+
+@pl.kernel
+def _alu(x: pl.Tensor[[64, C], pl.FP32], s: pl.Scalar[pl.FP32], o: pl.Out[pl.Tensor[[64, C], pl.FP32]],
+         rs: pl.Out[pl.Tensor[[4, R], pl.FP32]], cs: pl.Out[pl.Tensor[[4, C], pl.FP32]],
+         q: pl.Out[pl.Tensor[[64, C], pl.INT32]]):
+    for lane in pl.spmd(4):
+        t = pl.load(x, [lane * R, 0], [R, C], target_memory=pl.Mem.Vec)
+        a = pl.mul(pl.add(t, 1.5), s)                       # TADDS, TMULS (a float pl.Scalar)
+        b = pl.div(pl.minimum(a, pl.full([R, C], dtype=pl.FP32, value=2.0)), pl.sqrt(pl.abs(t)))
+        c = pl.tile.lrelu(pl.recip(pl.add(pl.relu(b), 3.0)), 0.25)
+        r = pl.row_sum(c)                                    # [R, 1] DN
+        d = pl.row_expand_mul(c, r)
+        col = pl.col_max(d)                                  # per image (not row-local)
+        e = pl.col_expand_sub(d, col)
+        pl.store(e, [lane * R, 0], o)
+        pl.store(pl.reshape(r, [1, R]), [lane, 0], rs)
+        pl.store(col, [lane, 0], cs)
+        pl.store(pl.cast(e, pl.INT32, mode="round"), [lane * R, 0], q)
+
+
+def test_alu_reductions_broadcasts_batched_equal_per_lane(attempts):
+    x = RNG.standard_normal((64, C)).astype(np.float32)
+    runs = []
+    for o in PATHS:
+        with using(o):
+            runs.append(_alu(x, 0.75))
+    for run in runs[1:]:
+        for a, b in zip(run, runs[0]):
+            assert a.tobytes() == b.tobytes()
+    assert attempts and attempts[0] is True
+    # and the numbers are numpy's (the per-lane path is checked against numpy in test_vector_ops)
+    t = x
+    a = (t + np.float32(1.5)) * np.float32(0.75)
+    b = np.minimum(a, 2.0) / np.sqrt(np.abs(t))
+    c = np.maximum(1 / (np.maximum(b, 0) + 3), 0.25 / (np.maximum(b, 0) + 3)).astype(np.float32)
+    np.testing.assert_allclose(runs[0][0].reshape(4, R, C).max(axis=1), 0, atol=1e-6)
+    np.testing.assert_allclose(runs[0][1].reshape(64), c.sum(axis=1), rtol=1e-5)
+
+
+def test_lanes_that_share_an_image_batch_once(attempts):
+    # every lane loads the same window: one image for all lanes, the result mapped back to each
+    @pl.kernel
+    def k(x: pl.Tensor[[R, C], pl.FP16], o: pl.Out[pl.Tensor[[64, C], pl.FP16]]):
+        for lane in pl.spmd(4):
+            t = pl.load(x, [0, 0], [R, C], target_memory=pl.Mem.Vec)
+            pl.store(pl.row_expand_sub(t, pl.row_max(t)), [lane * R, 0], o)
+
+    x = RNG.standard_normal((R, C)).astype(np.float16)
+    outs = _on_every_path(k, x)
+    _same_bytes(outs)
+    assert attempts[0] is True
+    np.testing.assert_array_equal(outs[0], np.tile(x - x.max(axis=1, keepdims=True), (4, 1)))
+
+
+def test_partial_valid_rows_run_per_image(attempts):
+    # a valid region of 12 of 16 rows cannot be stacked (the stack's valid rows would not be each
+    # image's): the instruction runs once per image, still inside the batched attempt
+    @pl.kernel
+    def k(x: pl.Tensor[[64, C], pl.FP32], o: pl.Out[pl.Tensor[[64, C], pl.FP32]]):
+        for lane in pl.spmd(4):
+            t = pl.load(x, [lane * R, 0], [R, C], valid_shape=[12, C], target_memory=pl.Mem.Vec)
+            u = pl.row_expand_div(pl.exp(pl.sub(t, 1.0)), pl.row_sum(t))
+            pl.store(pl.tile.fillpad(u, pad_value=pl.PadValue.zero), [lane * R, 0], o)
+
+    x = RNG.standard_normal((64, C)).astype(np.float32)
+    outs = _on_every_path(k, x)
+    _same_bytes(outs)
+    assert attempts[0] is True
+    v = x.reshape(4, R, C)[:, :12]
+    want = np.zeros((4, R, C), np.float32)
+    want[:, :12] = np.exp(v - 1) / v.sum(axis=2, keepdims=True)
+    np.testing.assert_allclose(outs[0].reshape(4, R, C), want, rtol=1e-5, atol=1e-6)
