@@ -444,6 +444,38 @@ class Endpoint:
             win.shadows[peer][idx] = mem[idx]
             tr.record_write(idx, self.rank, int(clock[self.rank]), what, atomic)
 
+    # ---------------------------------------------------------------- this rank's own window
+    def local_store(self, win: Window, view_shape: Sequence[int], itemsize: int, offsets: Sequence[int],
+                    box: Sequence[int], site: str) -> None:
+        """Record that this rank's kernel stored the `box` at `offsets` of its own window (the bytes are
+        already in memory): a race when a peer's read or write of them is not ordered before."""
+        w = self.world
+        with w._cond:
+            idx = region_bytes(view_shape, itemsize, offsets, box, f"{site}: store")
+            tr = win.trackers[self.rank]
+            clock = w._clocks[self.rank]
+            what = f"store into its own window at {site}"
+            c = tr.write_conflict(idx, self.rank, clock, atomic=False)
+            if c is not None:
+                raise w._race(win, self.rank, self.rank, what, c)
+            tr.record_write(idx, self.rank, int(clock[self.rank]), what)
+            win.shadows[self.rank][idx] = win._bytes(self.rank)[idx]
+
+    def local_load(self, win: Window, view_shape: Sequence[int], itemsize: int, offsets: Sequence[int],
+                   box: Sequence[int], site: str) -> None:
+        """Record that this rank's kernel loaded the `box` at `offsets` of its own window: a race when
+        a peer wrote those bytes (remote_store, put, notify aside) without an ordering chain."""
+        w = self.world
+        with w._cond:
+            idx = region_bytes(view_shape, itemsize, offsets, box, f"{site}: load")
+            tr = win.trackers[self.rank]
+            clock = w._clocks[self.rank]
+            what = f"load of its own window at {site}"
+            c = tr.read_conflict(idx, self.rank, clock)
+            if c is not None:
+                raise w._race(win, self.rank, self.rank, what, c)
+            tr.record_read(idx, self.rank, int(clock[self.rank]), what)
+
     # ----------------------------------------------------------------------------- collectives
     def collective(self, kind: str, key: tuple[Any, ...], site: str, args: dict[str, Any],
                    run: Callable[[dict[int, dict[str, Any]]], dict[int, Any]]) -> Any:

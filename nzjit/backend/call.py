@@ -25,6 +25,7 @@ from runtime import DeviceTensor, DispatchError, StackedDeviceTensor, Worker
 from ..core.ir import Graph
 from ..core.types import DynDim, ScalarType
 from ..errors import Source
+from . import comm_run  # comm hook (issue 28): windows and the comm world of communicating ranks
 from .direct_call import MISS, direct_key, remember
 from .launch import default_worker, execute
 
@@ -294,6 +295,8 @@ class _Rank:
             return a.tensor
         if isinstance(a, PendingRef):
             return a.tensor
+        if isinstance(a, comm_run.WindowView):  # comm hook (issue 28): this rank's memory of the window
+            return comm_run.window_tensor(a, self.rank)
         return a
 
     def _snapshot_outputs(self) -> None:
@@ -415,6 +418,8 @@ def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[tuple[in
             assert a.tensor is not None
             _check_resident(p.name, a.name, a.tensor, worker, call.device)
             v = a.tensor
+        elif isinstance(a, comm_run.WindowView):  # comm hook (issue 28): this rank's memory of the window
+            v = comm_run.window_tensor(a, call.device)
         else:
             v = a  # check_args refuses it by type
         specs.append(param_spec(p))
@@ -464,13 +469,17 @@ def run_program(calls: Sequence[KernelCall], cluster: Any = None, residents: Seq
     if not calls:
         return
     plan: dict[int, _Rank] = {}
+    world = None
     try:
         ranks = _rank_workers(calls, cluster, residents)
         if len({id(w) for w in ranks.values()}) != len(ranks):
             raise DispatchError("two ranks map to the same worker")
+        world = comm_run.open_world(calls, ranks, cluster)  # comm hook (issue 28): None without windows
         plan = _plan(calls, ranks, rank_prefix)
         try:
-            if rank_prefix:
+            if world is not None:  # comm hook (issue 28): ranks as threads of one comm world
+                comm_run.run_ranks(world, plan)
+            elif rank_prefix:
                 runtime.dispatch.run_ranks({r: (lambda rk=rk: rk.run(True)) for r, rk in plan.items()})
             else:
                 for rk in plan.values():
@@ -482,6 +491,8 @@ def run_program(calls: Sequence[KernelCall], cluster: Any = None, residents: Seq
         for rk in plan.values():
             rk.gather()
     finally:
+        if world is not None:  # comm hook (issue 28)
+            comm_run.close_world(world, calls)
         for rk in plan.values():
             rk.free()
         for p in _pendings(calls):
