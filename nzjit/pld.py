@@ -28,13 +28,14 @@ from .backend import comm_impl as _comm_impl  # noqa: F401 - registers the impl 
 from .backend import comm_run as _run
 from .codegen import pto_comm as _pto_comm  # noqa: F401 - registers the PTO emitters
 from .core import dtypes as dt
+from .core import primitives as P
 from .core.types import Layout, ScalarType, TensorType, TileType
 from .errors import CompileError, user_source
 from .language.annotations import Tensor as _Tensor
 from .language.annotations import TensorAnnotation
 from .language.ops import _check_tile_geometry, _check_window, _offsets
 from .prims import comm as PC
-from .tracing import Tracer, bind, in_trace
+from .tracing import Tracer, bind, in_trace, literal
 
 __all__ = ["DistributedTensor", "CommCtx", "NotifyOp", "WaitCmp", "ReduceOp", "AtomicType", "alloc_window_buffer",
            "window", "get_comm_ctx", "rank", "nranks", "world_size", "system", "tensor", "tile", "remote_load",
@@ -223,12 +224,23 @@ def _scalar(x: Any, what: str, role: str) -> Any:
     return x
 
 
+def _i32(x: Any, what: str, role: str) -> Any:
+    """A signal value as INT32 (the signal cells' type): a constant as an INT32 literal, another integer
+    scalar converted."""
+    x = _scalar(x, what, role)
+    if isinstance(x, Tracer):
+        return x if x.type.dtype is dt.INT32 else bind(P.convert_p, [[x]], {"dtype": dt.INT32})[0]  # type: ignore[union-attr]
+    if not -(1 << 31) <= x < (1 << 31):
+        raise CompileError(f"{what}: {role} {x} does not fit the INT32 signal cell", _where())
+    return literal(x, dt.INT32)
+
+
 def notify(target: Any, peer: Any, offsets: Sequence[Any], value: Any, *, op: NotifyOp) -> None:
     """Deposit `value` into `peer`'s signal cell `target[offsets]` (op: NotifyOp.AtomicAdd / Set)."""
     _in_kernel("pld.system.notify")
     o = _enum(op, NotifyOp, "pld.system.notify", "op")
     bind(PC.comm_notify_p, [[_dist(target, "pld.system.notify", "target")], [_scalar(peer, "notify", "peer")],
-                            _offsets(offsets, "pld.system.notify"), [_scalar(value, "notify", "value")]], {"op": o})
+                            _offsets(offsets, "pld.system.notify"), [_i32(value, "pld.system.notify", "value")]], {"op": o})
 
 
 def wait(signal: Any, offsets: Sequence[Any], expected: Any, *, cmp: WaitCmp) -> None:
@@ -236,7 +248,7 @@ def wait(signal: Any, offsets: Sequence[Any], expected: Any, *, cmp: WaitCmp) ->
     _in_kernel("pld.system.wait")
     c = _enum(cmp, WaitCmp, "pld.system.wait", "cmp")
     bind(PC.comm_wait_p, [[_dist(signal, "pld.system.wait", "signal")], _offsets(offsets, "pld.system.wait"),
-                          [_scalar(expected, "wait", "expected")]], {"cmp": c})
+                          [_i32(expected, "pld.system.wait", "expected")]], {"cmp": c})
 
 
 def remote_load(target: Any, peer: Any, offsets: Sequence[Any], shape: Sequence[int],

@@ -286,7 +286,7 @@ class CommWorld:
                 el = np.unique(changed // g)
                 changed = (el[:, None] * g + np.arange(g)).reshape(-1)
                 changed = changed[changed < win.nbytes]
-            what = f"a store of rank {rank} into its own window before {site}"
+            what = f"store into its own window (seen at {site})"
             tr = win.trackers[rank]
             c = tr.write_conflict(changed, rank, clock, atomic=False)
             if c is not None:
@@ -295,11 +295,18 @@ class CommWorld:
             shadow[changed] = cur[changed]
 
     def _race(self, win: Window, owner: int, rank: int, what: str, c: Conflict) -> CommError:
-        lines = [f"communication race on window {win.name!r} of rank {owner}, byte {c.byte}: "
-                 f"rank {rank}'s {what} is not ordered after rank {c.other_rank}'s {c.other_kind} "
-                 f"({c.other_site}); no notify/wait chain (or collective) orders the two",
-                 f"help: make rank {c.other_rank} notify after its {c.other_kind} and rank {rank} wait for "
-                 "that notify before this access (or put a pld.tensor.barrier between them)"]
+        """The race between this access (`rank`'s `what`) and the recorded one `c`, in a canonical
+        order (the write first, else the lower rank), so the text does not depend on which of the two
+        rank threads happened to run first."""
+        kind = "read" if what.startswith(("remote_load", "load")) else "write"
+        a = (rank, kind, what)
+        b = (c.other_rank, c.other_kind, c.other_site)
+        first, second = sorted((a, b), key=lambda x: (x[1] != "write", x[0]))
+        lines = [f"communication race on window {win.name!r} of rank {owner}, byte {c.byte}: rank {first[0]}'s "
+                 f"{first[2]} and rank {second[0]}'s {second[2]} are not ordered; no notify/wait chain (or "
+                 "collective) orders the two",
+                 f"help: make rank {first[0]} notify after its {first[1]} and rank {second[0]} wait for that notify "
+                 f"before its {second[1]} (or put a pld.tensor.barrier between them)"]
         return self._fail(CommRaceError("\n".join(lines)))
 
 

@@ -51,13 +51,13 @@ def _notify(em: Emitter, e: Eqn) -> None:
     v = _peer_view(em, em.view(e.inputs[0]), peer)
     offsets = [em.index(a) for a in e.operands("offsets")]
     pview, ptype = em.partition(v, offsets, [1] * len(offsets))
-    em.line(f"pto.comm.tnotify({pview}, {value} : {ptype}) {{notifyOp = #pto<notify_op {e.params['op']}>}}")
+    em.line(f"pto.comm.tnotify({pview}, {value} : {ptype}, i32) {{notifyOp = #pto<notify_op {e.params['op']}>}}")
 
 
 def _wait(em: Emitter, e: Eqn) -> None:
     pview, ptype = _cell(em, e)
     expected = _scalar(em, e, "expected")
-    em.line(f"pto.comm.twait({pview}, {expected} : {ptype}) {{cmp = #pto<wait_cmp {e.params['cmp']}>}}")
+    em.line(f"pto.comm.twait({pview}, {expected} : {ptype}, i32) {{cmp = #pto<wait_cmp {e.params['cmp']}>}}")
 
 
 def _box(t: TensorType, shape: tuple[int, ...]) -> list[int]:

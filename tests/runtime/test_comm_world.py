@@ -155,7 +155,7 @@ def test_remote_load_without_a_chain_is_a_race_naming_both_ranks() -> None:
     ok = run_world(w, {0: r0, 1: r1})
     np.testing.assert_array_equal(ok[1], np.ones(4, np.float32))
 
-    # the same write published only *after* a second store: the second store is unordered
+    # the store published only *before* it happens: the notify orders nothing
     w2 = make(2)
     data, sig = w2.alloc_window(16, "data", grain=4), w2.alloc_window(4, "signal")
     done = threading.Event()
@@ -163,28 +163,52 @@ def test_remote_load_without_a_chain_is_a_race_naming_both_ranks() -> None:
     def s0(ep: Endpoint) -> None:
         ep.notify(sig, 1, (1,), (0,), 1, "set", "k.py:5")  # notify BEFORE the store
         w2.workers[0].write_tensor(data.tensor(0, (4,), np.float32), np.ones(4, np.float32))
+        ep.local_store(data, (4,), 4, (0,), (4,), "k.py:6")  # what an instrumented pl.store reports
         done.set()
-        ep.wait(sig, (1,), (0,), 1, "ge", "k.py:7")
 
     def s1(ep: Endpoint) -> object:
         ep.wait(sig, (1,), (0,), 1, "ge", "k.py:8")
         done.wait(TIMEOUT)
-        try:
-            return ep.remote_load(data, 0, (4,), np.float32, (0,), (4,), "k.py:9")
-        finally:
-            ep.notify(sig, 0, (1,), (0,), 1, "set", "k.py:10")
+        return ep.remote_load(data, 0, (4,), np.float32, (0,), (4,), "k.py:9")
 
     res = run_world(w2, {0: s0, 1: s1})
     e = res[1]
     assert isinstance(e, CommRaceError), e
-    msg = str(e)
-    assert "communication race on window 'data' of rank 0, byte 0" in msg
-    assert "rank 1's remote_load at k.py:9 is not ordered after rank 0's write" in msg
-    assert "a store of rank 0 into its own window" in msg
+    assert str(e) == (
+        "communication race on window 'data' of rank 0, byte 0: rank 0's store into its own window at k.py:6 and "
+        "rank 1's remote_load at k.py:9 are not ordered; no notify/wait chain (or collective) orders the two\n"
+        "help: make rank 0 notify after its write and rank 1 wait for that notify before its read (or put a "
+        "pld.tensor.barrier between them)")
+
+
+def test_an_unrecorded_store_is_dated_by_comparison() -> None:
+    """A store the world was not told about (here: a host write) is found by comparing the bytes."""
+    w = make(2)
+    data = w.alloc_window(16, "data", grain=4)
+    done = threading.Event()
+
+    read = threading.Event()
+
+    def r0(ep: Endpoint) -> None:
+        w.workers[0].write_tensor(data.tensor(0, (4,), np.float32), np.ones(4, np.float32))
+        done.set()
+        read.wait(TIMEOUT)  # stays "running" (no scan of its own) until the peer has looked
+
+    def r1(ep: Endpoint) -> object:
+        done.wait(TIMEOUT)
+        try:
+            return ep.remote_load(data, 0, (4,), np.float32, (0,), (4,), "k.py:9")
+        finally:
+            read.set()
+
+    res = run_world(w, {0: r0, 1: r1})
+    assert isinstance(res[1], CommRaceError)
+    assert ("rank 0's store into its own window (seen at k.py:9) and rank 1's remote_load at k.py:9 are not "
+            "ordered" in str(res[1]))
 
 
 def test_read_then_unordered_write_is_a_race_too() -> None:
-    """The reader came first in real time: the owner's later store is caught at its next sync."""
+    """The reader came first in real time: the owner's later store is the race, same message."""
     w = make(2)
     data = w.alloc_window(16, "data")
     read = threading.Event()
@@ -192,6 +216,7 @@ def test_read_then_unordered_write_is_a_race_too() -> None:
     def r0(ep: Endpoint) -> None:
         read.wait(TIMEOUT)
         w.workers[0].write_tensor(data.tensor(0, (4,), np.float32), np.ones(4, np.float32))
+        ep.local_store(data, (4,), 4, (0,), (4,), "k.py:6")
 
     def r1(ep: Endpoint) -> object:
         with warnings.catch_warnings():
@@ -202,7 +227,28 @@ def test_read_then_unordered_write_is_a_race_too() -> None:
 
     res = run_world(w, {0: r0, 1: r1})
     assert isinstance(res[0], CommRaceError)
-    assert "is not ordered after rank 1's read (remote_load at k.py:9)" in str(res[0])
+    assert str(res[0]).startswith(
+        "communication race on window 'data' of rank 0, byte 0: rank 0's store into its own window at k.py:6 and "
+        "rank 1's remote_load at k.py:9 are not ordered")
+
+
+def test_local_load_of_a_peers_unordered_remote_store_is_a_race() -> None:
+    w = make(2)
+    data = w.alloc_window(16, "data")
+    stored = threading.Event()
+
+    def r0(ep: Endpoint) -> None:
+        ep.remote_store(data, 1, (4,), (0,), np.ones(4, np.float32), False, "k.py:3")
+        stored.set()
+
+    def r1(ep: Endpoint) -> None:
+        stored.wait(TIMEOUT)
+        ep.local_load(data, (4,), 4, (0,), (4,), "k.py:7")
+
+    res = run_world(w, {0: r0, 1: r1})
+    assert isinstance(res[1], CommRaceError)
+    assert ("rank 0's remote_store at k.py:3 and rank 1's load of its own window at k.py:7 are not ordered"
+            in str(res[1]))
 
 
 def test_unwritten_window_read_warns() -> None:

@@ -1,0 +1,131 @@
+"""pld end to end on the local Cluster (issue 28): ranks run concurrently and talk through
+windows; results exact against numpy; hangs and races stop every rank with one message."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from pld_kernels import (
+    SIZE,
+    add_one,
+    ints,
+    lonely_wait,
+    mesh_allreduce,
+    racy,
+    read_peer0,
+    run_counter,
+    run_mesh_allreduce,
+    set_one,
+    stage,
+)
+
+import runtime
+from nzjit import CompileError, pl, pld
+from runtime.comm import CommHangError, CommRaceError, UnwrittenWindowReadWarning
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_mesh_allreduce_with_notify_wait_remote_load_is_exact(n: int) -> None:
+    x = ints((n, 1, SIZE), seed=n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnwrittenWindowReadWarning)  # every byte read was staged
+        y = run_mesh_allreduce(x, cluster=runtime.Cluster(n))
+    np.testing.assert_array_equal(y, np.broadcast_to(x.sum(axis=0), x.shape))
+
+
+def test_windows_are_fresh_and_zeroed_on_every_run() -> None:
+    """Signal cells hold 1 after a run; the next run's windows start at zero again (PyPTO: zeroed at
+    allocation), so the program does not pass its waits early."""
+    cl = runtime.Cluster(2)
+    for seed in range(3):
+        x = ints((2, 1, SIZE), seed=seed)
+        np.testing.assert_array_equal(run_mesh_allreduce(x, cluster=cl), np.broadcast_to(x.sum(0), x.shape))
+
+
+def test_windows_are_freed_after_the_run() -> None:
+    cl = runtime.Cluster(2)
+    before = [w.gm.live_bytes for w in cl.workers]
+    run_mesh_allreduce(ints((2, 1, SIZE)), cluster=cl)
+    assert [w.gm.live_bytes for w in cl.workers] == before
+
+
+def test_atomic_add_counter_across_three_ranks() -> None:
+    x = np.arange(8, dtype=np.int32).reshape(1, 8)
+    out = run_counter(add_one)(x, cluster=runtime.Cluster(3))
+    np.testing.assert_array_equal(out, x)
+
+
+def test_set_where_atomic_add_was_needed_is_a_diagnosed_hang(line_of) -> None:
+    """PyPTO 04-debugging: 'Signal cell never reaches expected value: Set instead of AtomicAdd'."""
+    import pld_kernels as K
+
+    x = np.zeros((1, 8), np.int32)
+    with pytest.raises(CommHangError) as ei:
+        run_counter(set_one)(x, cluster=runtime.Cluster(3))
+    msg = str(ei.value)
+    site = f"{K.__file__}:{line_of(K.wait_for_all, 'COUNT-SITE')}"
+    assert msg.startswith("rank 0: wait_for_all (")
+    assert "communication hang: every rank is blocked and none can proceed (on the device the program would hang here)" in msg
+    assert (f"  rank 0: waits at {site} for signal[0, 0] of window 'sig' to be >= 2 (WaitCmp.Ge); it holds 1"
+            in msg)
+    assert "  rank 1: finished (its kernels returned)" in msg and "  rank 2: finished (its kernels returned)" in msg
+    assert "help: every wait needs a notify on a peer" in msg
+    assert isinstance(ei.value, runtime.DeviceError)
+
+
+def test_every_rank_waiting_is_a_hang_naming_each_rank(line_of) -> None:
+    import pld_kernels as K
+
+    @pl.orchestration
+    def all_wait(dummy: pl.Tensor[[1, 8], pl.INT32]):
+        n = pld.world_size()
+        sig = pld.alloc_window_buffer([n, 1], dtype=pl.INT32)
+        for r in range(n):
+            lonely_wait(pld.window(sig, [n, 1], dtype=pl.INT32), device=r)
+
+    with pytest.raises(CommHangError) as ei:
+        all_wait(np.zeros((1, 8), np.int32), cluster=runtime.Cluster(2))
+    site = f"{K.__file__}:{line_of(K.lonely_wait, 'HANG-SITE')}"
+    msg = str(ei.value)
+    for r in (0, 1):
+        assert (f"  rank {r}: waits at {site} for signal[{r}, 0] of window 'sig' to be == 1 (WaitCmp.Eq); "
+                "it holds 0") in msg
+
+
+def test_a_hang_writes_no_output() -> None:
+    x = np.arange(8, dtype=np.int32).reshape(1, 8)
+    out = np.full((1, 8), -1, np.int32)
+    with pytest.raises(CommHangError):
+        run_counter(set_one)(x, out, cluster=runtime.Cluster(3))
+    np.testing.assert_array_equal(out, -1)
+
+
+def test_remote_load_before_the_peer_staged_is_a_race(line_of) -> None:
+    """Whichever rank thread runs first, the report names both accesses in the same words."""
+    import pld_kernels as K
+
+    stage_site = f"{K.__file__}:{line_of(K.stage, 'STAGE-SITE')}"
+    read_site = f"{K.__file__}:{line_of(K.read_peer0, 'RACE-SITE')}"
+    for _ in range(3):
+        with warnings.catch_warnings(), pytest.raises(CommRaceError) as ei:
+            warnings.simplefilter("ignore", UnwrittenWindowReadWarning)  # when the read ran first
+            racy(ints((1, SIZE)), cluster=runtime.Cluster(2))
+        body = str(ei.value).split(": ", 2)[2]  # after "rank r: kernel (line): "
+        assert body == (
+            f"communication race on window 'buf' of rank 0, byte 0: rank 0's store into its own window at "
+            f"{stage_site} and rank 1's remote_load at {read_site} are not ordered; no notify/wait chain (or "
+            "collective) orders the two\nhelp: make rank 0 notify after its write and rank 1 wait for that notify "
+            "before its read (or put a pld.tensor.barrier between them)")
+
+
+def test_a_window_parameter_refuses_a_host_array() -> None:
+    with pytest.raises(runtime.DispatchError, match="parameter 'data' is a pld.DistributedTensor: pass a window"):
+        stage(ints((1, SIZE)), np.zeros((1, SIZE), np.float32))
+    assert read_peer0 is not None and mesh_allreduce is not None
+
+
+def test_world_size_needs_the_cluster() -> None:
+    with pytest.raises(CompileError, match=r"pld.world_size\(\) needs the cluster"):
+        run_mesh_allreduce(ints((2, 1, SIZE)))
