@@ -168,6 +168,8 @@ class CommWorld:
         self._states = {r: _State("pending" if r in act else "idle") for r in self.workers}
         self._clocks = {r: new_clock(r, self.n_ranks) for r in self.workers}
         self._cell_clocks: dict[tuple[int, int, int], np.ndarray] = {}
+        # (window, rank, byte) -> the notifies that reached the cell: (rank, op, value, site), for hang reports
+        self._cell_log: dict[tuple[int, int, int], list[tuple[int, str, int, str]]] = {}
         self._collectives: dict[int, _Collective] = {}
         self._failure: CommError | None = None
         self._endpoints = {r: Endpoint(self, r) for r in self.workers}
@@ -367,6 +369,9 @@ class Endpoint:
             win.shadows[peer][sl] = win._bytes(peer)[sl]
             win.trackers[peer].record_write(sl, self.rank, 0, f"notify at {site}")  # a sync write
             key = (id(win), peer, byte)
+            log = w._cell_log.setdefault(key, [])
+            if len(log) < 16:
+                log.append((self.rank, op, int(value), site))
             clock = w._clocks[self.rank]
             prev = w._cell_clocks.get(key)
             w._cell_clocks[key] = clock.copy() if prev is None else np.maximum(prev, clock)
@@ -390,7 +395,8 @@ class Endpoint:
             def describe() -> str:
                 cell_txt = ", ".join(map(str, offsets))
                 return (f"waits at {site} for signal[{cell_txt}] of window {win.name!r} to be "
-                        f"{_CMP_TEXT[cmp]} {exp} (WaitCmp.{cmp.capitalize()}); it holds {int(cell[0])}")
+                        f"{_CMP_TEXT[cmp]} {exp} (WaitCmp.{cmp.capitalize()}); it holds {int(cell[0])}"
+                        + _history(w._cell_log.get((id(win), self.rank, byte), [])))
 
             w._block(self.rank, _State("wait", site, describe, ready))
             joined = w._cell_clocks.get((id(win), self.rank, byte))
@@ -538,6 +544,18 @@ class Endpoint:
     def read_window(self, win: Window, rank: int, idx: np.ndarray) -> np.ndarray:
         """A collective's read of bytes `idx` of `rank`'s window (every rank is stopped in it)."""
         return win._bytes(rank)[idx].copy()
+
+
+def _history(log: list[tuple[int, str, int, str]]) -> str:
+    """What reached a cell, for a hang report: who notified it, how, and the likely mistake."""
+    if not log:
+        return "; no rank notified it"
+    names = {"set": "Set", "atomic_add": "AtomicAdd"}
+    text = "; notified by " + ", ".join(f"rank {r} ({names[op]} {v} at {site})" for r, op, v, site in sorted(log))
+    setters = {r for r, op, _, _ in log if op == "set"}
+    if len(setters) > 1:
+        text += " - several ranks Set this cell and the last Set wins: count them with NotifyOp.AtomicAdd"
+    return text
 
 
 def _key_text(key: tuple[Any, ...]) -> str:

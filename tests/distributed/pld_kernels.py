@@ -104,3 +104,103 @@ def racy(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP3
 def ints(shape: tuple[int, ...], seed: int = 0, lo: int = -8, hi: int = 9) -> np.ndarray:
     """Small integers as float32: sums and products of a few of them are exact."""
     return np.random.default_rng(seed).integers(lo, hi, shape).astype(np.float32)
+
+
+def collective_kernels(n: int, op: object = None) -> dict[str, object]:
+    """Kernels for `n` ranks (static tile shapes) around each collective and RMA form."""
+    op = op if op is not None else pld.ReduceOp.Sum
+
+    @pl.kernel
+    def allreduce_k(x: pl.Tensor[[n, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[n, SIZE], pl.FP32]],
+                    data: pl.InOut[pld.DistributedTensor[[n, SIZE], pl.FP32]],
+                    signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+        pl.store(pl.load(x, [0, 0], [n, SIZE]), [0, 0], data)
+        data = pld.tensor.allreduce(data, signal, op=op)
+        pl.store(pl.load(data, [0, 0], [n, SIZE]), [0, 0], y)
+
+    @pl.kernel
+    def allgather_k(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[n, SIZE], pl.FP32]],
+                    data: pl.InOut[pld.DistributedTensor[[n, SIZE], pl.FP32]],
+                    signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+        data = pld.tensor.allgather(x, data, signal)
+        pl.store(pl.load(data, [0, 0], [n, SIZE]), [0, 0], y)
+
+    @pl.kernel
+    def reduce_scatter_k(x: pl.Tensor[[n, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+                         data: pl.InOut[pld.DistributedTensor[[n, SIZE], pl.FP32]],
+                         signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+        me = pld.rank(pld.get_comm_ctx(data))
+        pl.store(pl.load(x, [0, 0], [n, SIZE]), [0, 0], data)
+        data = pld.tensor.reduce_scatter(data, signal, op=pld.ReduceOp.Sum)
+        pl.store(pl.load(data, [me, 0], [1, SIZE]), [0, 0], y)
+
+    @pl.kernel
+    def all_to_all_k(x: pl.Tensor[[n, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[n, SIZE], pl.FP32]],
+                     data: pl.InOut[pld.DistributedTensor[[n, SIZE], pl.FP32]],
+                     signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+        data = pld.tensor.all_to_all(x, data, signal)
+        pl.store(pl.load(data, [0, 0], [n, SIZE]), [0, 0], y)
+
+    @pl.kernel
+    def shift_by_store(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+                       data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+                       signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+        ctx = pld.get_comm_ctx(data)
+        peer = (pld.rank(ctx) + 1) % pld.nranks(ctx)
+        pld.tile.remote_store(pl.load(x, [0, 0], [1, SIZE]), data, peer, [0, 0])
+        signal = pld.tensor.barrier(signal)
+        pl.store(pl.load(data, [0, 0], [1, SIZE]), [0, 0], y)
+
+    @pl.kernel
+    def atomic_sum(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+                   data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+                   signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+        pld.tile.remote_store(pl.load(x, [0, 0], [1, SIZE]), data, 0, [0, 0], atomic=pld.AtomicType.Add)
+        signal = pld.tensor.barrier(signal)
+        pl.store(pl.load(data, [0, 0], [1, SIZE]), [0, 0], y)
+
+    @pl.kernel
+    def put_get(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+                z: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+                data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+                signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+        """put x into the next rank's window; after a barrier get the previous rank's window."""
+        ctx = pld.get_comm_ctx(data)
+        me, nr = pld.rank(ctx), pld.nranks(ctx)
+        pld.tensor.put(data, (me + 1) % nr, x)
+        signal = pld.tensor.barrier(signal)
+        pl.store(pl.load(data, [0, 0], [1, SIZE]), [0, 0], y)  # x of rank me - 1
+        signal = pld.tensor.barrier(signal)
+        pld.tensor.get(z, (me + 1) % nr, data)  # rank me + 1's window: my own x
+
+    return {"allreduce": allreduce_k, "allgather": allgather_k, "reduce_scatter": reduce_scatter_k,
+            "all_to_all": all_to_all_k, "shift_by_store": shift_by_store, "atomic_sum": atomic_sum, "put_get": put_get}
+
+
+def one_out(kernel: object, n: int, x_row: list[int], y_row: list[int], data_shape: list[int]) -> object:
+    """An orchestration running `kernel(x[r], y[r], data, signal, device=r)` on each of `n` ranks."""
+
+    @pl.orchestration
+    def prog(x: pl.Tensor[[n, *x_row], pl.FP32], y: pl.Out[pl.Tensor[[n, *y_row], pl.FP32]]):
+        data_buf = pld.alloc_window_buffer(data_shape, dtype=pl.FP32)
+        signal_buf = pld.alloc_window_buffer([n, 1], dtype=pl.INT32)
+        for r in range(pld.world_size()):
+            kernel(x[r], y[r], pld.window(data_buf, data_shape, dtype=pl.FP32),  # type: ignore[operator]
+                   pld.window(signal_buf, [n, 1], dtype=pl.INT32), device=r)
+
+    return prog
+
+
+def two_outs(kernel: object, n: int) -> object:
+    """`kernel(x[r], y[r], z[r], data, signal, device=r)` on each rank, rows of SIZE."""
+
+    @pl.orchestration
+    def prog(x: pl.Tensor[[n, 1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[n, 1, SIZE], pl.FP32]],
+             z: pl.Out[pl.Tensor[[n, 1, SIZE], pl.FP32]]):
+        data_buf = pld.alloc_window_buffer([1, SIZE], dtype=pl.FP32)
+        signal_buf = pld.alloc_window_buffer([n, 1], dtype=pl.INT32)
+        for r in range(pld.world_size()):
+            kernel(x[r], y[r], z[r], pld.window(data_buf, [1, SIZE], dtype=pl.FP32),  # type: ignore[operator]
+                   pld.window(signal_buf, [n, 1], dtype=pl.INT32), device=r)
+
+    return prog

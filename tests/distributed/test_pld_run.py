@@ -68,8 +68,10 @@ def test_set_where_atomic_add_was_needed_is_a_diagnosed_hang(line_of) -> None:
     site = f"{K.__file__}:{line_of(K.wait_for_all, 'COUNT-SITE')}"
     assert msg.startswith("rank 0: wait_for_all (")
     assert "communication hang: every rank is blocked and none can proceed (on the device the program would hang here)" in msg
-    assert (f"  rank 0: waits at {site} for signal[0, 0] of window 'sig' to be >= 2 (WaitCmp.Ge); it holds 1"
-            in msg)
+    notify_site = f"{K.__file__}:{line_of(K.set_one, 'pld.system.notify')}"
+    assert (f"  rank 0: waits at {site} for signal[0, 0] of window 'sig' to be >= 2 (WaitCmp.Ge); it holds 1; "
+            f"notified by rank 1 (Set 1 at {notify_site}), rank 2 (Set 1 at {notify_site}) - several ranks Set "
+            "this cell and the last Set wins: count them with NotifyOp.AtomicAdd\n") in msg
     assert "  rank 1: finished (its kernels returned)" in msg and "  rank 2: finished (its kernels returned)" in msg
     assert "help: every wait needs a notify on a peer" in msg
     assert isinstance(ei.value, runtime.DeviceError)
@@ -91,7 +93,7 @@ def test_every_rank_waiting_is_a_hang_naming_each_rank(line_of) -> None:
     msg = str(ei.value)
     for r in (0, 1):
         assert (f"  rank {r}: waits at {site} for signal[{r}, 0] of window 'sig' to be == 1 (WaitCmp.Eq); "
-                "it holds 0") in msg
+                "it holds 0; no rank notified it\n") in msg
 
 
 def test_a_hang_writes_no_output() -> None:
