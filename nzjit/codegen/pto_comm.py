@@ -12,6 +12,7 @@ it into notify / wait / remote loads in a later pass; this compiler stops at the
 
 from __future__ import annotations
 
+from ..core import primitives as P
 from ..core.ir import Eqn
 from ..core.types import TensorType
 from ..prims import comm as PC
@@ -116,4 +117,8 @@ COMM_PTO_RULES = {
     PC.comm_allreduce_p: _collective, PC.comm_reduce_scatter_p: _collective, PC.comm_allgather_p: _collective,
     PC.comm_all_to_all_p: _collective, PC.comm_barrier_p: _collective,
 }
+# the backend's instrumented local window accesses (backend/comm_instrument.py) are the plain
+# TSTORE / TLOAD on the device: the same text
+COMM_PTO_RULES[PC.comm_window_store_p] = pto_rules[P.tile_store_p]
+COMM_PTO_RULES[PC.comm_window_load_p] = pto_rules[P.tile_load_p]
 pto_rules.update(COMM_PTO_RULES)

@@ -180,3 +180,15 @@ def test_names_follow_pypto() -> None:
     assert [m.name for m in pld.AtomicType] == ["None_", "Add"]
     for name in ("allreduce", "allgather", "reduce_scatter", "all_to_all", "barrier", "put", "get"):
         assert callable(getattr(pld.tensor, name))
+
+
+def test_instrumented_window_accesses_emit_the_plain_instructions() -> None:
+    """The race detector's run-time forms of a local store / load of a window are TSTORE / TLOAD."""
+    from nzjit.backend.comm_instrument import instrument
+    from nzjit.codegen.pto import emit_pto
+
+    low = mesh_allreduce.lower()
+    inst = instrument(low.final)
+    assert "comm.window_store" in str(inst) and "tile.store local 0 0 data" in str(low.final)
+    assert emit_pto(inst, mesh_allreduce) == low.pto()
+    assert instrument(low.final) is inst  # cached per graph
