@@ -36,6 +36,9 @@ from .errors import CompileError, Source, source_of, user_frame, user_source
 
 _MISSING = object()
 
+#: issue 28: the one-armed `if` on a traced BOOL (language/branch.py sets it; tracing never imports it)
+branch_handler: Any = None
+
 
 class TraceFrame:
     """The equations of one graph under construction (the kernel, or one loop body)."""
@@ -69,6 +72,7 @@ class TraceState:
         self.frames: list[TraceFrame] = []
         self.pending: CompileError | None = None  # a break/return seen inside a staged loop
         self.user_frames: dict[int, FrameType] = {}  # kernel (and helper) frames that bound ops
+        self.branches: list[Any] = []  # issue 28: open arms of staged one-armed `if`s (language/branch.py)
 
     @property
     def top(self) -> TraceFrame:
@@ -125,6 +129,8 @@ class Tracer:
 
     # -- refusals: Python needs a concrete value here
     def __bool__(self) -> bool:
+        if branch_handler is not None and isinstance(self.var.type, ScalarType) and self.var.type.dtype is dt.BOOL:
+            return bool(branch_handler.open_if(self))  # issue 28: a one-armed `if` is staged
         raise CompileError("a Python `if`/`while`/`and`/`or` on a traced value cannot be staged: the "
                            "kernel is traced once, so the branch would be fixed at trace time",
                            user_source(), help="compute both sides, or use pl.min / pl.max")
@@ -288,6 +294,8 @@ def bind(prim: Primitive, groups: Sequence[Sequence[Any]], params: dict[str, Any
     st = current_state()
     if st.pending is not None:
         raise st.pending
+    if st.branches:  # issue 28: close the `if` arms the kernel has left before staging past them
+        branch_handler.close_done(st)
     frame = st.top
     src = source
     if src is None:
@@ -473,6 +481,8 @@ def staged_loop(kind: str, start: Any, stop: Any, step: Any, stage: int | None,
         except GeneratorExit:
             _record_early_exit(st, body, loop)
             raise
+        if st.branches:  # issue 28: an `if` arm that runs to the end of the trip ends with it
+            branch_handler.close_above(st, body)
         carries = _carries(body, iv_tracer, loop, dict(kframe.f_locals))
         if _needs_another_trip(carries, loop, redo):
             redo = _another_trip(st, body, carries, loop, redo)
@@ -641,6 +651,8 @@ def trace(fn: Any, param_types: Sequence[Type], param_names: Sequence[str], name
     _local.state = st
     try:
         fn(*(Tracer(v, root) for v in root.params))
+        if st.branches:  # issue 28: an `if` arm that runs to the end of the kernel
+            branch_handler.close_above(st, root)
         if st.pending is not None:
             raise st.pending
         if len(st.frames) != 1:

@@ -28,6 +28,7 @@ from runtime.comm import CommWorld, Window
 
 from ..core import dtypes as dt
 from ..prims.comm import DistributedTensorType
+from . import control_impl as _control_impl  # noqa: F401 - registers `cond` (the one-armed if, issue 28)
 from .comm_instrument import instrument
 
 __all__ = ["WindowBuffer", "WindowView", "open_world", "window_tensor", "run_ranks", "close_world", "sizing", "world_size_hint",

@@ -204,3 +204,39 @@ def two_outs(kernel: object, n: int) -> object:
                    pld.window(signal_buf, [n, 1], dtype=pl.INT32), device=r)
 
     return prog
+
+
+@pl.kernel
+def barrier_allreduce(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+                      data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+                      signal: pl.InOut[pld.DistributedTensor[[NR, 1], pl.INT32]]):
+    """PyPTO 02-primitives' barrier + remote accumulate, with the one-armed `if peer != my_rank`."""
+    ctx = pld.get_comm_ctx(data)
+    me = pld.rank(ctx)
+    n = pld.nranks(ctx)
+    local = pl.load(x, [0, 0], [1, SIZE])
+    pl.store(local, [0, 0], data)
+    for p in pl.range(n):
+        peer = pl.cast(p, pl.INT32)
+        if peer != me:
+            pld.system.notify(signal, peer, [me, 0], 1, op=pld.NotifyOp.AtomicAdd)
+    for p in pl.range(n):
+        src = pl.cast(p, pl.INT32)
+        if src != me:
+            pld.system.wait(signal, [src, 0], 1, cmp=pld.WaitCmp.Ge)
+    acc = local
+    for p in pl.range(n):
+        peer = pl.cast(p, pl.INT32)
+        if peer != me:
+            acc = pl.add(acc, pld.tile.remote_load(data, peer, [0, 0], [1, SIZE]))
+    pl.store(acc, [0, 0], y)
+
+
+@pl.orchestration
+def run_barrier_allreduce(x: pl.Tensor[[NR, 1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[NR, 1, SIZE], pl.FP32]]):
+    n = pld.world_size()
+    data_buf = pld.alloc_window_buffer([1, SIZE], dtype=pl.FP32)
+    signal_buf = pld.alloc_window_buffer([n, 1], dtype=pl.INT32)
+    for r in range(n):
+        barrier_allreduce(x[r], y[r], pld.window(data_buf, [1, SIZE], dtype=pl.FP32),
+                          pld.window(signal_buf, [n, 1], dtype=pl.INT32), device=r)

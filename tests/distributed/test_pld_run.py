@@ -131,3 +131,17 @@ def test_a_window_parameter_refuses_a_host_array() -> None:
 def test_world_size_needs_the_cluster() -> None:
     with pytest.raises(CompileError, match=r"pld.world_size\(\) needs the cluster"):
         run_mesh_allreduce(ints((2, 1, SIZE)))
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_pypto_barrier_and_remote_accumulate_with_one_armed_ifs(n: int) -> None:
+    """PyPTO 02-primitives 'Writing Your Own Collective', `if peer != my_rank:` inside pl.range (issue 28)."""
+    from pld_kernels import barrier_allreduce, run_barrier_allreduce
+
+    ir = str(barrier_allreduce.lower().ir("trace"))
+    assert ir.count(" = cond ") == 1 and ir.count("cond ") >= 3  # two side-effect arms, one carried arm
+    x = ints((n, 1, SIZE), seed=10 + n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnwrittenWindowReadWarning)
+        y = run_barrier_allreduce(x, cluster=runtime.Cluster(n))
+    np.testing.assert_array_equal(y, np.broadcast_to(x.sum(axis=0), x.shape))
