@@ -270,7 +270,7 @@ def remote_load(target: Any, peer: Any, offsets: Sequence[Any], shape: Sequence[
     return bind(PC.comm_remote_load_p, [[t], [_scalar(peer, "remote_load", "peer")], offs], {"shape": shp})[0]
 
 
-def remote_store(src_tile: Any, target: Any, peer: Any, offsets: Sequence[Any], *,
+def tile_remote_store(src_tile: Any, target: Any, peer: Any, offsets: Sequence[Any], *,
                  atomic: AtomicType = AtomicType.None_) -> None:
     """Write a Vec tile into `peer`'s window `target` at `offsets` (atomic=AtomicType.Add: add to it)."""
     _in_kernel("pld.tile.remote_store")
@@ -371,9 +371,59 @@ def barrier(signal: Any) -> Tracer:
     return bind(PC.comm_barrier_p, [[_dist(signal, "pld.tensor.barrier", "signal")]])[0]
 
 
+def tensor_remote_store(src: Any, target: Any, peer: Any, offsets: Sequence[Any], *,
+                        atomic: AtomicType = AtomicType.None_) -> None:
+    """`pld.tensor.remote_store`: push local tensor `src` into `peer`'s window `target` at `offsets`
+    (PyPTO's tensor-level twin of the tile form: one remote write of the whole of `src`)."""
+    _in_kernel("pld.tensor.remote_store")
+    if not (isinstance(src, Tracer) and isinstance(src.type, TensorType)):
+        raise CompileError("pld.tensor.remote_store pushes a tensor; for a tile use pld.tile.remote_store", _where())
+    put(target, peer, src, dst_offsets=offsets, atomic=atomic)
+
+
+def remote_store(src: Any, target: Any, peer: Any, offsets: Sequence[Any], *,
+                 atomic: AtomicType = AtomicType.None_) -> None:
+    """`pld.remote_store`: the tile form for a tile `src`, the tensor form for a tensor (as PyPTO dispatches)."""
+    if isinstance(src, Tracer) and isinstance(src.type, TensorType):
+        tensor_remote_store(src, target, peer, offsets, atomic=atomic)
+    else:
+        tile_remote_store(src, target, peer, offsets, atomic=atomic)
+
+
+def _stage(stage: Any, stage2: Any, win: Any, what: str) -> None:
+    """The tile forms' VEC staging tiles: checked (a Vec tile of the window's dtype); the simulator
+    moves the region at once, so they change no result."""
+    for s in (stage, stage2):
+        if s is None:
+            continue
+        if not (isinstance(s, Tracer) and isinstance(s.type, TileType) and s.type.memory.value == "Vec"):
+            raise CompileError(f"{what}: a staging tile is a Vec tile, got {getattr(s, 'type', s)!r}", _where())
+        if isinstance(win, Tracer) and s.type.dtype is not win.type.dtype:  # type: ignore[union-attr]
+            raise CompileError(f"{what}: the staging tile's dtype {s.type.dtype!r} is not the window's "  # type: ignore[union-attr]
+                               f"{win.type.dtype!r}", _where())  # type: ignore[union-attr]
+
+
+def tile_put(dst: Any, peer: Any, src: Any, stage: Any, stage2: Any = None, dst_offsets: Sequence[Any] | None = None,
+             src_offsets: Sequence[Any] | None = None, shape: Sequence[int] | None = None, *,
+             atomic: AtomicType = AtomicType.None_) -> None:
+    """`pld.tile.put`: `pld.tensor.put` through explicit VEC staging tile(s) `stage` (and `stage2`)."""
+    _in_kernel("pld.tile.put")
+    _stage(stage, stage2, dst, "pld.tile.put")
+    put(dst, peer, src, dst_offsets, src_offsets, shape, atomic=atomic)
+
+
+def tile_get(dst: Any, peer: Any, src: Any, stage: Any, stage2: Any = None, dst_offsets: Sequence[Any] | None = None,
+             src_offsets: Sequence[Any] | None = None, shape: Sequence[int] | None = None) -> None:
+    """`pld.tile.get`: `pld.tensor.get` through explicit VEC staging tile(s) `stage` (and `stage2`)."""
+    _in_kernel("pld.tile.get")
+    _stage(stage, stage2, src, "pld.tile.get")
+    get(dst, peer, src, dst_offsets, src_offsets, shape)
+
+
 system = _types.SimpleNamespace(notify=notify, wait=wait, world_size=world_size, get_comm_ctx=get_comm_ctx,
                                 rank=rank, nranks=nranks)
 tensor = _types.SimpleNamespace(alloc_window_buffer=alloc_window_buffer, window=window, put=put, get=get,
+                                remote_store=tensor_remote_store,
                                 allreduce=allreduce, allgather=allgather, reduce_scatter=reduce_scatter,
                                 all_to_all=all_to_all, barrier=barrier)
-tile = _types.SimpleNamespace(remote_load=remote_load, remote_store=remote_store)
+tile = _types.SimpleNamespace(remote_load=remote_load, remote_store=tile_remote_store, put=tile_put, get=tile_get)

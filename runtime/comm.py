@@ -426,7 +426,8 @@ class Endpoint:
                 first = int(fresh[0]) // dtype.itemsize
                 warnings.warn(f"{site}: rank {self.rank} remote_loads {fresh.size} bytes of window {win.name!r} "
                               f"of rank {peer} that no rank has written since allocation (first: element "
-                              f"{tuple(int(i) for i in np.unravel_index(first, tuple(view_shape)))}); it reads the allocation's zeros",
+                              f"{tuple(int(i) for i in np.unravel_index(first, tuple(view_shape)))}); it reads the allocation's zeros "
+                              "- check that its offsets and shape match what the peer stored",
                               UnwrittenWindowReadWarning, stacklevel=2)
             tr.record_read(idx, self.rank, int(clock[self.rank]), what)
             return win._bytes(peer)[idx].view(dtype).reshape(tuple(box)).copy()

@@ -12,7 +12,8 @@ text defining `N` (ranks), kernels, the orchestration `prog`, `inputs()`, `refer
 - anything else is a bug: "wrong" (a different result), "missed" (a bug the simulator did not
   diagnose), "crash" (another error), "surprise" (an unwritten-window warning in an "ok" program).
 
-Patterns: a ring shift by remote_load behind notify / wait (Set or AtomicAdd, Eq or Ge), a ring
+Patterns: PyPTO's barrier and remote accumulate written with one-armed `if peer != me:` inside
+pl.range, a ring shift by remote_load behind notify / wait (Set or AtomicAdd, Eq or Ge), a ring
 shift by remote_store behind a barrier, a mesh reduction (add / max) with remote loads, the
 collectives (allreduce with every op, allgather, reduce_scatter, all_to_all), atomic-add remote
 stores into one rank, a notify counter. Injected bugs: a dropped notify, a dropped wait or barrier,
@@ -242,7 +243,29 @@ def _counter(g: _G) -> None:
         g.expect, g.blocked = "hang", tuple(range(g.n))
 
 
-_PATTERNS = {"shift_load": _shift_load, "shift_store": _shift_store, "mesh": _mesh, "collective": _collective,
+def _if_barrier(g: _G) -> None:
+    """PyPTO's barrier + remote accumulate: one-armed `if peer != me:` arms inside pl.range."""
+    op = g.rnd.choice(["Set", "AtomicAdd"])
+    bug = g.bug("drop_notify", "drop_wait")
+    g.tags += ["if_barrier", f"op:{op}"]
+    g.body += [*_CTX, "pl.store(t, [0, 0], data)"]
+    if bug != "drop_notify":
+        g.body += ["for p in pl.range(n):", "    peer = pl.cast(p, pl.INT32)", "    if peer != me:",
+                   f"        pld.system.notify(sig, peer, [me, 0], 1, op=pld.NotifyOp.{op})"]
+    if bug != "drop_wait":
+        g.body += ["for p in pl.range(n):", "    src = pl.cast(p, pl.INT32)", "    if src != me:",
+                   "        pld.system.wait(sig, [src, 0], 1, cmp=pld.WaitCmp.Ge)"]
+    g.body += ["acc = t", "for p in pl.range(n):", "    peer = pl.cast(p, pl.INT32)", "    if peer != me:",
+               "        acc = pl.add(acc, pld.tile.remote_load(data, peer, [0, 0], [1, SIZE]))",
+               "pl.store(acc, [0, 0], y)"]
+    g.ref.append("return np.broadcast_to(d.sum(axis=0), d.shape).astype(d.dtype)")
+    if bug == "drop_notify":
+        g.expect, g.blocked = "hang", tuple(range(g.n))
+    elif bug == "drop_wait":
+        g.expect = "race"
+
+
+_PATTERNS = {"if_barrier": _if_barrier, "shift_load": _shift_load, "shift_store": _shift_store, "mesh": _mesh, "collective": _collective,
              "atomic": _atomic, "counter": _counter}
 
 

@@ -172,7 +172,7 @@ def test_a_window_goes_only_to_a_distributed_parameter() -> None:
 
 def test_names_follow_pypto() -> None:
     assert pld.window is pld.tensor.window and pld.alloc_window_buffer is pld.tensor.alloc_window_buffer
-    assert pld.remote_load is pld.tile.remote_load and pld.remote_store is pld.tile.remote_store
+    assert pld.remote_load is pld.tile.remote_load  # pld.remote_store dispatches on its source (below)
     assert pld.world_size is pld.system.world_size and pld.rank is pld.system.rank
     assert [m.name for m in pld.NotifyOp] == ["AtomicAdd", "Set"]
     assert [m.name for m in pld.WaitCmp] == ["Eq", "Ge"]
@@ -192,3 +192,28 @@ def test_instrumented_window_accesses_emit_the_plain_instructions() -> None:
     assert "comm.window_store" in str(inst) and "tile.store local 0 0 data" in str(low.final)
     assert emit_pto(inst, mesh_allreduce) == low.pto()
     assert instrument(low.final) is inst  # cached per graph
+
+
+def test_remote_store_short_form_dispatches_and_tile_put_get_stage() -> None:
+    """PyPTO: `pld.remote_store` is the tile form for a tile, `pld.tensor.remote_store` for a tensor;
+    `pld.tile.put` / `get` take explicit Vec staging tiles."""
+    @pl.kernel
+    def k(x: pl.Tensor[[1, SIZE], pl.FP32], data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+          z: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]]):
+        pld.remote_store(pl.load(x, [0, 0], [1, SIZE]), data, 1, [0, 0])
+        pld.remote_store(x, data, 1, [0, 0], atomic=pld.AtomicType.Add)
+        stage = pl.load(x, [0, 0], [1, SIZE])
+        pld.tile.put(data, 1, x, stage)
+        pld.tile.get(z, 1, data, stage)
+
+    ir = str(k.lower().ir("trace"))
+    assert "comm.remote_store[atomic=False] a data 1 0 0" in ir
+    assert "comm.put[shape=(1, 64) atomic=True] data 1 x 0 0 0 0" in ir
+    assert "comm.put[shape=(1, 64) atomic=False] data 1 x 0 0 0 0" in ir
+    assert "comm.get[shape=(1, 64)] z 1 data 0 0 0 0" in ir
+
+    @pl.kernel
+    def bad(x: pl.Tensor[[1, SIZE], pl.INT32], data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]]):
+        pld.tile.put(data, 1, data, pl.load(x, [0, 0], [1, SIZE]))
+
+    assert "pld.tile.put: the staging tile's dtype pl.INT32 is not the window's pl.FP32" in _lower_error(bad)

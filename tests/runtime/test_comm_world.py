@@ -265,7 +265,8 @@ def test_unwritten_window_read_warns() -> None:
     out, msgs = res[1]  # type: ignore[misc]
     assert not out.any()
     assert msgs == ["k.py:12: rank 1 remote_loads 16 bytes of window 'data' of rank 0 that no rank has written "
-                    "since allocation (first: element (1, 0)); it reads the allocation's zeros"]
+                    "since allocation (first: element (1, 0)); it reads the allocation's zeros - check that its "
+                    "offsets and shape match what the peer stored"]
 
 
 def test_remote_store_atomic_add_and_region_bounds() -> None:
