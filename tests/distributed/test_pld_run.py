@@ -96,6 +96,18 @@ def test_every_rank_waiting_is_a_hang_naming_each_rank(line_of) -> None:
                 "it holds 0; no rank notified it\n") in msg
 
 
+def test_a_hang_is_reported_within_a_bounded_time() -> None:
+    """Detection is immediate when every rank is blocked: far below the no-progress timeout."""
+    import time
+
+    from nzjit.backend.comm_run import DEFAULT_TIMEOUT
+
+    t0 = time.monotonic()
+    with pytest.raises(CommHangError):
+        run_counter(set_one)(np.zeros((1, 8), np.int32), cluster=runtime.Cluster(3))
+    assert time.monotonic() - t0 < min(10.0, DEFAULT_TIMEOUT)
+
+
 def test_a_hang_writes_no_output() -> None:
     x = np.arange(8, dtype=np.int32).reshape(1, 8)
     out = np.full((1, 8), -1, np.int32)

@@ -4,6 +4,8 @@ no program may be wrong, crash or go undiagnosed, and checks that the classifier
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,6 +14,14 @@ from hypothesis import strategies as st
 from nzjit.fuzz.gen_comm import _PATTERNS, generate_comm, run_comm
 
 SEED = 20261201
+
+
+@pytest.fixture(autouse=True)
+def _watchdog():
+    """A communicating program the simulator failed to stop must not hang the suite."""
+    faulthandler.dump_traceback_later(300.0, exit=True, file=sys.stderr)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
