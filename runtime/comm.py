@@ -364,7 +364,8 @@ class Endpoint:
         with w._cond:
             w._scan_local(self.rank, site)
             byte, cell = self._cell(win, peer, view_shape, offsets, "notify", site)
-            cell[0] = np.int32(int(cell[0]) + int(value)) if op == "atomic_add" else np.int32(value)
+            new = int(cell[0]) + int(value) if op == "atomic_add" else int(value)
+            cell[0] = np.int32((new + (1 << 31)) % (1 << 32) - (1 << 31))  # an INT32 cell wraps
             sl = np.arange(byte, byte + 4, dtype=np.intp)
             win.shadows[peer][sl] = win._bytes(peer)[sl]
             win.trackers[peer].record_write(sl, self.rank, 0, f"notify at {site}")  # a sync write

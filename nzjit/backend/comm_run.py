@@ -24,7 +24,7 @@ import numpy as np
 
 import runtime
 from runtime import DispatchError, Worker
-from runtime.comm import CommWorld, Window
+from runtime.comm import CommError, CommWorld, Window
 
 from ..core import dtypes as dt
 from ..prims.comm import DistributedTensorType
@@ -175,13 +175,32 @@ def run_ranks(world: CommWorld, plan: Mapping[int, Any]) -> None:
         for ln in rk.launches:
             ln.graph = instrument(ln.graph)
 
+    failed: dict[int, BaseException] = {}
+
     def rank_fn(r: int, rk: Any) -> Any:
         def go() -> None:
-            with world.running(r):
-                rk.run(True)
+            try:
+                with world.running(r):
+                    rk.run(True)
+            except BaseException as e:
+                failed[r] = e
+                raise
         return go
 
-    runtime.dispatch.run_ranks({r: rank_fn(r, rk) for r, rk in plan.items()})
+    try:
+        runtime.dispatch.run_ranks({r: rank_fn(r, rk) for r, rk in plan.items()})
+    except BaseException:
+        # a rank that failed on its own (not a hang or race report) is the cause: the peers that were
+        # waiting for it only report that it stopped; name the cause
+        causes = sorted((r, e) for r, e in failed.items() if not isinstance(e, CommError))
+        if causes:
+            r, e = causes[0]
+            try:
+                new = type(e)(f"rank {r}: {e}")
+            except Exception:
+                raise e from None
+            raise new from e
+        raise
 
 
 def close_world(world: CommWorld, calls: Sequence[Any]) -> None:

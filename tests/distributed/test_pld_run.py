@@ -157,3 +157,27 @@ def test_pypto_barrier_and_remote_accumulate_with_one_armed_ifs(n: int) -> None:
         warnings.simplefilter("error", UnwrittenWindowReadWarning)
         y = run_barrier_allreduce(x, cluster=runtime.Cluster(n))
     np.testing.assert_array_equal(y, np.broadcast_to(x.sum(axis=0), x.shape))
+
+
+def test_a_rank_failing_on_its_own_is_named_as_the_cause() -> None:
+    """Rank 1 faults (an out-of-bounds window from a runtime offset); rank 0, waiting for it, only reports
+    that it stopped: the error raised is rank 1's."""
+    @pl.kernel
+    def faulty(x: pl.Tensor[[4, SIZE], pl.FP32], off: pl.Scalar[pl.INT32],
+               signal: pl.InOut[pld.DistributedTensor[[2, 1], pl.INT32]]):
+        me = pld.rank(pld.get_comm_ctx(signal))
+        t = pl.load(x, [off, 0], [1, SIZE])  # off = 9 on rank 1: outside x
+        pld.system.notify(signal, 1 - me, [0, 0], 1, op=pld.NotifyOp.Set)
+        pld.system.wait(signal, [0, 0], 1, cmp=pld.WaitCmp.Ge)
+        assert t is not None
+
+    @pl.orchestration
+    def prog(x: pl.Tensor[[2, 4, SIZE], pl.FP32]):
+        sig = pld.alloc_window_buffer([2, 1], dtype=pl.INT32)
+        for r in range(2):
+            faulty(x[r], 9 * r, pld.window(sig, [2, 1], dtype=pl.INT32), device=r)
+
+    with pytest.raises(runtime.DispatchError) as ei:
+        prog(ints((2, 4, SIZE)), cluster=runtime.Cluster(2))
+    assert str(ei.value).startswith("rank 1: faulty (")
+    assert "is out of bounds" in str(ei.value)

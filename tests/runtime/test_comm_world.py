@@ -366,3 +366,20 @@ def test_no_progress_timeout_is_bounded() -> None:
     res = run_world(w, {0: busy, 1: waiter})
     assert isinstance(res[1], CommHangError)
     assert "no blocked rank made progress for 0.3 s" in str(res[1]) and "rank 0: running" in str(res[1])
+
+
+def test_a_peer_outside_the_world_is_refused() -> None:
+    w = make(2)
+    sig = w.alloc_window(4, "signal")
+    res = run_world(w, {0: lambda ep: ep.notify(sig, 2, (1,), (0,), 1, "set", "k.py:4"), 1: lambda ep: None})
+    assert isinstance(res[0], CommError)
+    assert str(res[0]) == "k.py:4: notify: peer 2 is not a rank of the world (ranks 0..1)"
+
+
+def test_atomic_add_on_a_signal_cell_wraps_at_32_bits() -> None:
+    w = make(2)
+    sig = w.alloc_window(4, "signal")
+    run_world(w, {0: lambda ep: [ep.notify(sig, 1, (1,), (0,), (1 << 31) - 1, "atomic_add", "k.py:1"),
+                                 ep.notify(sig, 1, (1,), (0,), 2, "atomic_add", "k.py:2")],
+                  1: lambda ep: None})
+    assert int(w.workers[1].copy_from(sig.tensor(1, (1,), np.int32))[0]) == -(1 << 31) + 1
