@@ -256,18 +256,26 @@ def remote_load(target: Any, peer: Any, offsets: Sequence[Any], shape: Sequence[
     """A Vec tile of `shape` loaded from `peer`'s window `target` at `offsets`."""
     _in_kernel("pld.tile.remote_load")
     t = _dist(target, "pld.tile.remote_load", "target")
-    if valid_shape is not None:
-        raise CompileError("pld.tile.remote_load valid_shape is not supported yet: load the whole tile", _where())
     offs = _offsets(offsets, "pld.tile.remote_load")
     shp = tuple(int(s) for s in shape)
+    valid = None
+    if valid_shape is not None:
+        if len(valid_shape) != len(shp) or not all(isinstance(v, int) and not isinstance(v, bool) for v in valid_shape):
+            raise CompileError("pld.tile.remote_load valid_shape takes one static int per tile axis (a dynamic "
+                               "extent is not supported yet)", _where())
+        valid = tuple(int(v) for v in valid_shape)
+        if any(not 0 < v <= s for v, s in zip(valid, shp)):
+            raise CompileError(f"pld.tile.remote_load valid_shape {list(valid)} must lie within shape {list(shp)}",
+                               _where())
     ttype: TensorType = t.type  # type: ignore[assignment]
-    ext = [1] * (ttype.rank - 2) + list(shp) if ttype.rank >= 2 else list(shp[-1:])
+    ext = [1] * (ttype.rank - 2) + list(valid or shp) if ttype.rank >= 2 else list((valid or shp)[-1:])
     if len(offs) == ttype.rank:
         _check_window("pld.tile.remote_load", offs, ext, ttype.shape)
     from .core.types import Mem
 
     _check_tile_geometry("pld.tile.remote_load", shp, ttype.dtype, Mem.Vec)
-    return bind(PC.comm_remote_load_p, [[t], [_scalar(peer, "remote_load", "peer")], offs], {"shape": shp})[0]
+    params: dict[str, Any] = {"shape": shp} if valid is None else {"shape": shp, "valid": valid}
+    return bind(PC.comm_remote_load_p, [[t], [_scalar(peer, "remote_load", "peer")], offs], params)[0]
 
 
 def tile_remote_store(src_tile: Any, target: Any, peer: Any, offsets: Sequence[Any], *,
@@ -365,6 +373,15 @@ def all_to_all(input: Any, target: Any, signal: Any) -> Tracer:  # noqa: A002 - 
     return bind(PC.comm_all_to_all_p, [[input], [t], [_dist(signal, "pld.tensor.all_to_all", "signal")]])[0]
 
 
+def broadcast(target: Any, signal: Any, *, root: int) -> Tracer:
+    """Every rank's window `target` becomes rank `root`'s (a static rank); returns `target`."""
+    _in_kernel("pld.tensor.broadcast")
+    if isinstance(root, bool) or not isinstance(root, int) or root < 0:
+        raise CompileError(f"pld.tensor.broadcast root is a static non-negative rank, got {root!r}", _where())
+    return bind(PC.comm_broadcast_p, [[_dist(target, "pld.tensor.broadcast", "target")],
+                                      [_dist(signal, "pld.tensor.broadcast", "signal")]], {"root": root})[0]
+
+
 def barrier(signal: Any) -> Tracer:
     """Block until every rank arrives; returns `signal` (rebind: `sig = pld.tensor.barrier(sig)`)."""
     _in_kernel("pld.tensor.barrier")
@@ -425,5 +442,5 @@ system = _types.SimpleNamespace(notify=notify, wait=wait, world_size=world_size,
 tensor = _types.SimpleNamespace(alloc_window_buffer=alloc_window_buffer, window=window, put=put, get=get,
                                 remote_store=tensor_remote_store,
                                 allreduce=allreduce, allgather=allgather, reduce_scatter=reduce_scatter,
-                                all_to_all=all_to_all, barrier=barrier)
+                                all_to_all=all_to_all, barrier=barrier, broadcast=broadcast)
 tile = _types.SimpleNamespace(remote_load=remote_load, remote_store=tile_remote_store, put=tile_put, get=tile_get)

@@ -18,7 +18,7 @@ import numpy as np
 
 from .comm import REDUCE_OPS, CommError, Endpoint, Window, region_bytes
 
-__all__ = ["allreduce", "allgather", "reduce_scatter", "all_to_all", "barrier"]
+__all__ = ["allreduce", "allgather", "reduce_scatter", "all_to_all", "broadcast", "barrier"]
 
 _UFUNC = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
 
@@ -117,6 +117,23 @@ def all_to_all(ep: Endpoint, local: np.ndarray, win: Window, view_shape: Sequenc
         return {}
 
     ep.collective("all_to_all", (tuple(view_shape), dtype.name), site, {"win": win, "data": data, "site": site}, run)
+
+
+def broadcast(ep: Endpoint, win: Window, view_shape: Sequence[int], dtype: Any, root: int, site: str) -> None:
+    """Every rank's window view becomes rank `root`'s."""
+    dtype = np.dtype(dtype)
+    if not 0 <= root < ep.n_ranks:
+        raise CommError(f"{site}: broadcast root {root} is not a rank of the world (ranks 0..{ep.n_ranks - 1})")
+    idx = _whole(view_shape, dtype)
+
+    def run(args: dict[int, dict[str, Any]]) -> dict[int, Any]:
+        data = ep.read_window(args[root]["win"], root, idx)
+        for r in args:
+            if r != root:
+                ep.write_window(args[r]["win"], r, idx, data, f"broadcast at {args[r]['site']}")
+        return {}
+
+    ep.collective("broadcast", (root, tuple(view_shape), dtype.name), site, {"win": win, "site": site}, run)
 
 
 def barrier(ep: Endpoint, site: str) -> None:

@@ -90,7 +90,8 @@ def _remote_load(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     tv = ins[0]
     (peer,), offs = _split(e, ins, "peer"), _split(e, ins, "offsets")
     shape = tuple(e.params["shape"])
-    box = (1,) * (len(tv.shape) - 2) + shape if len(tv.shape) > 2 else shape[-len(tv.shape):]
+    valid = tuple(e.params.get("valid") or shape)
+    box = (1,) * (len(tv.shape) - 2) + valid if len(tv.shape) > 2 else valid[-len(tv.shape):]
     if len(tv.shape) == 1 and shape[0] != 1:
         raise CommError(f"{_site(e)}: remote_load of a [{shape[0]}, {shape[1]}] tile from the rank-1 window "
                         f"{list(tv.shape)}: a rank-1 window gives [1, N] tiles")
@@ -98,8 +99,10 @@ def _remote_load(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
                           _site(e))
     out_t = e.outputs[0].type
     assert isinstance(out_t, TileType)
-    tile = alloc(ctx, out_t, shape)  # type: ignore[arg-type]
-    tile.set_logical(data.reshape(shape))
+    tile = alloc(ctx, out_t, valid)  # type: ignore[arg-type]
+    full = np.zeros(shape, data.dtype)  # past the valid extent: don't-care (zero here)
+    full[: valid[0], : valid[1]] = data.reshape(valid)
+    tile.set_logical(full)
     return [tile]
 
 
@@ -156,6 +159,13 @@ def _reduce_scatter(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [tv]
 
 
+def _broadcast(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    ep = _endpoint(e)
+    tv = ins[0]
+    coll.broadcast(ep, _window(ep, e, tv), tv.shape, tv.dtype, int(e.params["root"]), _site(e))
+    return [tv]
+
+
 def _local(ctx: Any, v: Any) -> np.ndarray:
     return v.read(ctx.gm) if isinstance(v, TensorVal) else np.asarray(v.logical())
 
@@ -184,5 +194,6 @@ COMM_IMPLS = {
     PC.comm_remote_load_p: _remote_load, PC.comm_remote_store_p: _remote_store, PC.comm_put_p: _put,
     PC.comm_get_p: _get, PC.comm_allreduce_p: _allreduce, PC.comm_reduce_scatter_p: _reduce_scatter,
     PC.comm_allgather_p: _allgather, PC.comm_all_to_all_p: _all_to_all, PC.comm_barrier_p: _barrier,
+    PC.comm_broadcast_p: _broadcast,
 }
 impl_rules.update(COMM_IMPLS)

@@ -70,7 +70,7 @@ def _remote_load(em: Emitter, e: Eqn) -> None:
     peer = _scalar(em, e, "peer")
     pv = _peer_view(em, v, peer)
     offsets = [em.index(a) for a in e.operands("offsets")]
-    pview, ptype = em.partition(pv, offsets, _box(v.type, e.params["shape"]))  # type: ignore[arg-type]
+    pview, ptype = em.partition(pv, offsets, _box(v.type, e.params.get("valid") or e.params["shape"]))  # type: ignore[arg-type]
     tile = em.alloc(e.outputs[0])
     em.line(f"pto.tload ins({pview} : {ptype}) outs({tile.ssa} : {tile.spelled})")
 
@@ -104,6 +104,7 @@ def _collective(em: Emitter, e: Eqn) -> None:
     views = [em.view(a) for a in e.inputs]
     name = e.primitive.name.split(".", 1)[1]
     attrs = [f"{k} = \"{e.params[k]}\"" for k in ("op", "mode") if k in e.params]
+    attrs += [f"root = {e.params['root']} : i64"] if "root" in e.params else []
     extra = " {" + ", ".join(attrs) + "}" if attrs else ""
     types = ", ".join(tensor_view_type(v.type.rank, v.type.dtype) for v in views)
     em.line(f"pto.comm.{name} {', '.join(v.ssa for v in views)}{extra} : {types}")
@@ -115,7 +116,7 @@ COMM_PTO_RULES = {
     PC.comm_remote_load_p: _remote_load, PC.comm_remote_store_p: _remote_store,
     PC.comm_put_p: lambda em, e: _transfer(em, e, "tput"), PC.comm_get_p: lambda em, e: _transfer(em, e, "tget"),
     PC.comm_allreduce_p: _collective, PC.comm_reduce_scatter_p: _collective, PC.comm_allgather_p: _collective,
-    PC.comm_all_to_all_p: _collective, PC.comm_barrier_p: _collective,
+    PC.comm_all_to_all_p: _collective, PC.comm_barrier_p: _collective, PC.comm_broadcast_p: _collective,
 }
 # the backend's instrumented local window accesses (backend/comm_instrument.py) are the plain
 # TSTORE / TLOAD on the device: the same text

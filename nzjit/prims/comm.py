@@ -117,8 +117,10 @@ def comm_wait_p(*ins: Type, cmp: str, arity: tuple[int, ...], **_: Any) -> list[
 
 
 @primitive("comm.remote_load", ("target", "peer", "offsets"))
-def comm_remote_load_p(*ins: Type, shape: tuple[int, ...], arity: tuple[int, ...], **_: Any) -> list[Type]:
-    """`pld.tile.remote_load`: a Vec tile of `shape` from `peer`'s window at `offsets`."""
+def comm_remote_load_p(*ins: Type, shape: tuple[int, ...], arity: tuple[int, ...],
+                       valid: tuple[int, ...] | None = None, **_: Any) -> list[Type]:
+    """`pld.tile.remote_load`: a Vec tile of `shape` from `peer`'s window at `offsets`; with a static
+    `valid` extent only that part is read (the tile keeps its physical `shape`)."""
     (target,), peer, offs = _groups(ins, arity)
     t = _dist(target, "pld.tile.remote_load", "target")
     _int_scalars(peer, "pld.tile.remote_load", "peer")
@@ -126,7 +128,7 @@ def comm_remote_load_p(*ins: Type, shape: tuple[int, ...], arity: tuple[int, ...
     if len(shape) != 2:
         raise CompileError(f"pld.tile.remote_load makes a rank-2 tile, got shape {list(shape)}",
                            help="view the window as 2-D ([1, SIZE] or [ROWS, COLS])")
-    return [TileType(tuple(shape), t.dtype, Mem.Vec)]
+    return [TileType(tuple(shape), t.dtype, Mem.Vec, tuple(valid) if valid is not None else None)]
 
 
 @primitive("comm.remote_store", ("src", "target", "peer", "offsets"))
@@ -184,6 +186,14 @@ def comm_allreduce_p(*ins: Type, op: str, arity: tuple[int, ...], **_: Any) -> l
     t = _dist(target, "pld.tensor.allreduce", "target")
     for s in signal:
         _signal(s, "pld.tensor.allreduce")
+    return [t]
+
+
+@primitive("comm.broadcast", ("target", "signal"))
+def comm_broadcast_p(target: Type, signal: Type, *, root: int, **_: Any) -> list[Type]:
+    """`pld.tensor.broadcast`: every rank's target becomes rank `root`'s."""
+    t = _dist(target, "pld.tensor.broadcast", "target")
+    _signal(signal, "pld.tensor.broadcast")
     return [t]
 
 

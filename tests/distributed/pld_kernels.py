@@ -173,7 +173,26 @@ def collective_kernels(n: int, op: object = None) -> dict[str, object]:
         signal = pld.tensor.barrier(signal)
         pld.tensor.get(z, (me + 1) % nr, data)  # rank me + 1's window: my own x
 
-    return {"allreduce": allreduce_k, "allgather": allgather_k, "reduce_scatter": reduce_scatter_k,
+    @pl.kernel
+    def broadcast_k(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+                    data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+                    signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+        pl.store(pl.load(x, [0, 0], [1, SIZE]), [0, 0], data)  # only the root's matters
+        data = pld.tensor.broadcast(data, signal, root=n - 1)
+        pl.store(pl.load(data, [0, 0], [1, SIZE]), [0, 0], y)
+
+    @pl.kernel
+    def ragged_tail(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.InOut[pl.Tensor[[1, SIZE], pl.FP32]],
+                    data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+                    signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+        """remote_load with a static valid_shape: a fixed [1, SIZE] tile, only 8 columns read."""
+        ctx = pld.get_comm_ctx(data)
+        peer = (pld.rank(ctx) + 1) % pld.nranks(ctx)
+        pl.store(pl.load(x, [0, 0], [1, SIZE]), [0, 0], data)
+        signal = pld.tensor.barrier(signal)
+        pl.store(pld.tile.remote_load(data, peer, [0, 0], [1, SIZE], valid_shape=[1, 8]), [0, 0], y)
+
+    return {"broadcast": broadcast_k, "ragged_tail": ragged_tail, "allreduce": allreduce_k, "allgather": allgather_k, "reduce_scatter": reduce_scatter_k,
             "all_to_all": all_to_all_k, "shift_by_store": shift_by_store, "atomic_sum": atomic_sum, "put_get": put_get}
 
 

@@ -103,3 +103,21 @@ def test_collective_some_rank_never_enters_is_a_hang() -> None:
     msg = str(ei.value)
     assert "  rank 0: entered allreduce (collective #1) at " in msg
     assert "waiting for rank(s) 1, which never entered it\n  rank 1: finished (its kernels returned)\n" in msg
+
+
+def test_broadcast_every_rank_gets_the_roots() -> None:
+    k = collective_kernels(N)["broadcast"]
+    x = ints((N, 1, SIZE), seed=8)
+    y = one_out(k, N, [1, SIZE], [1, SIZE], [1, SIZE])(x, cluster=runtime.Cluster(N))
+    np.testing.assert_array_equal(y, np.broadcast_to(x[N - 1], x.shape))
+
+
+def test_remote_load_valid_shape_reads_only_the_valid_part() -> None:
+    k = collective_kernels(N)["ragged_tail"]
+    x = ints((N, 1, SIZE), seed=9)
+    y = np.full((N, 1, SIZE), -100, np.float32)
+    y = one_out(k, N, [1, SIZE], [1, SIZE], [1, SIZE])(x, y, cluster=runtime.Cluster(N))
+    np.testing.assert_array_equal(y[:, :, :8], np.roll(x, -1, axis=0)[:, :, :8])
+    assert (y[:, :, 8:] == -100).all()  # the store writes the tile's valid part only
+    text = k.lower().pto()
+    assert "sizes = [%c1, %c8] : !pto.tensor_view<?x?xf32> -> !pto.partition_tensor_view<1x8xf32>" in text

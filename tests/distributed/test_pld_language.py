@@ -84,7 +84,7 @@ def test_remote_load_of_a_plain_tensor_is_refused(line_of) -> None:
     ("reduce_scatter_max", "pld.tensor.reduce_scatter supports only ReduceOp.Sum, got ReduceOp.Max"),
     ("world_size", "pld.world_size() is host-only; in a kernel use pld.nranks(pld.get_comm_ctx(window))"),
     ("oob", "pld.tile.remote_load window [32, 96) on axis 1 is out of bounds for the dimension 64 of [1, 64]"),
-    ("valid", "pld.tile.remote_load valid_shape is not supported yet"),
+    ("valid", "pld.tile.remote_load valid_shape takes one static int per tile axis"),
     ("pipeline", "pld.tensor.put pipeline=True requires both chunk_rows > 0 and chunk_cols > 0"),
     ("alloc", "pld.alloc_window_buffer is called in an @pl.orchestration body"),
     ("gather_self", "pld.tensor.allgather: local_data and target must be different windows"),
@@ -110,7 +110,7 @@ def test_kernel_refusals(body: str, expected: str) -> None:
         elif body == "oob":
             pld.tile.remote_load(data, 1, [0, 32], [1, SIZE])
         elif body == "valid":
-            pld.tile.remote_load(data, 1, [0, 0], [1, SIZE], valid_shape=[1, 8])
+            pld.tile.remote_load(data, 1, [0, 0], [1, SIZE], valid_shape=[1, pld.rank(pld.get_comm_ctx(data))])
         elif body == "pipeline":
             pld.tensor.put(data, 1, data, pipeline=True)
         elif body == "alloc":
