@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import builtins
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 from ..errors import CompileError, user_source
-from ..tracing import Tracer, staged_loop
+from ..tracing import Tracer, in_trace, staged_loop
 
 
 def range(*args: Any) -> Iterator[Tracer]:  # noqa: A001 - the kernel language's pl.range
@@ -14,7 +16,15 @@ def range(*args: Any) -> Iterator[Tracer]:  # noqa: A001 - the kernel language's
     if not 1 <= len(args) <= 3:
         raise CompileError("pl.range takes (stop), (start, stop) or (start, stop, step)", user_source())
     start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+    if not in_trace() and _orchestration_recording():  # issue 28: PyPTO's host `for r in pl.range(pld.world_size())`
+        return iter(builtins.range(start, stop, step))
     return staged_loop("range", start, stop, step, None, user_source())
+
+
+def _orchestration_recording() -> bool:
+    """An orchestration body records on this thread (backend/call.py is loaded whenever one does)."""
+    call = sys.modules.get("nzjit.backend.call")
+    return call is not None and getattr(call.recording, "program", None) is not None
 
 
 def pipeline(start: Any, stop: Any, step: Any = 1, stage: int = 2) -> Iterator[Tracer]:

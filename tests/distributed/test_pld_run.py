@@ -181,3 +181,19 @@ def test_a_rank_failing_on_its_own_is_named_as_the_cause() -> None:
         prog(ints((2, 4, SIZE)), cluster=runtime.Cluster(2))
     assert str(ei.value).startswith("rank 1: faulty (")
     assert "is out of bounds" in str(ei.value)
+
+
+def test_pl_range_over_world_size_in_an_orchestration_body() -> None:
+    """PyPTO's host idiom `for r in pl.range(pld.world_size()):` runs as a Python loop in an orchestration."""
+    @pl.orchestration
+    def prog(x: pl.Tensor[[2, 1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[2, 1, SIZE], pl.FP32]]):
+        data_buf = pld.alloc_window_buffer([1, SIZE], dtype=pl.FP32)
+        signal_buf = pld.alloc_window_buffer([2, 1], dtype=pl.INT32)
+        for r in pl.range(pld.world_size()):
+            mesh_allreduce(x[r], y[r], pld.window(data_buf, [1, SIZE], dtype=pl.FP32),
+                           pld.window(signal_buf, [2, 1], dtype=pl.INT32), device=r)
+
+    x = ints((2, 1, SIZE), seed=21)
+    np.testing.assert_array_equal(prog(x, cluster=runtime.Cluster(2)), np.broadcast_to(x.sum(0), x.shape))
+    with pytest.raises(CompileError, match="only available while tracing"):
+        next(iter(pl.range(2)))  # outside a kernel and an orchestration body it stays a kernel-only loop
