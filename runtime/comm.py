@@ -397,7 +397,9 @@ class Endpoint:
                 cell_txt = ", ".join(map(str, offsets))
                 return (f"waits at {site} for signal[{cell_txt}] of window {win.name!r} to be "
                         f"{_CMP_TEXT[cmp]} {exp} (WaitCmp.{cmp.capitalize()}); it holds {int(cell[0])}"
-                        + _history(w._cell_log.get((id(win), self.rank, byte), [])))
+                        + _history(w._cell_log.get((id(win), self.rank, byte), []))
+                        + (" - it is past the expected value and counters only grow: WaitCmp.Eq never holds "
+                           "again, wait with WaitCmp.Ge" if cmp == "eq" and int(cell[0]) > exp else ""))
 
             w._block(self.rank, _State("wait", site, describe, ready))
             joined = w._cell_clocks.get((id(win), self.rank, byte))

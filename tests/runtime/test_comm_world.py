@@ -383,3 +383,35 @@ def test_atomic_add_on_a_signal_cell_wraps_at_32_bits() -> None:
                                  ep.notify(sig, 1, (1,), (0,), 2, "atomic_add", "k.py:2")],
                   1: lambda ep: None})
     assert int(w.workers[1].copy_from(sig.tensor(1, (1,), np.int32))[0]) == -(1 << 31) + 1
+
+
+def test_eq_past_the_expected_value_is_a_hang_with_its_hint() -> None:
+    w = make(3)
+    sig = w.alloc_window(4, "signal")
+
+    def adder(ep: Endpoint) -> None:
+        ep.notify(sig, 0, (1,), (0,), 1, "atomic_add", f"k.py:{ep.rank}")
+
+    def waiter(ep: Endpoint) -> None:
+        ep.wait(sig, (1,), (0,), 1, "eq", "k.py:9")  # two adders: the cell reaches 2, passing 1
+
+    first, both = threading.Event(), threading.Event()
+
+    def late_waiter(ep: Endpoint) -> None:
+        both.wait(TIMEOUT)  # both adds are in before the wait starts
+        waiter(ep)
+
+    def add_first(ep: Endpoint) -> None:
+        adder(ep)
+        first.set()
+
+    def add_second(ep: Endpoint) -> None:
+        first.wait(TIMEOUT)
+        adder(ep)
+        both.set()
+
+    res = run_world(w, {0: late_waiter, 1: add_first, 2: add_second})
+    assert isinstance(res[0], CommHangError)
+    assert ("it holds 2; notified by rank 1 (AtomicAdd 1 at k.py:1), rank 2 (AtomicAdd 1 at k.py:2) - it is past "
+            "the expected value and counters only grow: WaitCmp.Eq never holds again, wait with WaitCmp.Ge"
+            in str(res[0]))
