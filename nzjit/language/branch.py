@@ -54,6 +54,29 @@ def _refuse(src: Source | None) -> CompileError:
                         help="compute both sides, or use pl.min / pl.max")
 
 
+def _only_returns_none(ins: tuple, k: int) -> bool:
+    """The code at index `k` is the function's implicit `return None`."""
+    ops = [(x.opname, x.argval) for x in ins[k : k + 2]]
+    return ops[:1] == [("RETURN_CONST", None)] or ops == [("LOAD_CONST", None), ("RETURN_VALUE", None)]
+
+
+def _check_arm_exits(ins: tuple, i: int, k: int, src: Source | None) -> None:
+    """The arm `ins[i + 1 : k]` must run to its end: a `return` (unless nothing follows the `if`), `break` or
+    `continue` inside it would skip, at trace time, the code after the `if`."""
+    lo, hi = ins[i].offset, ins[k].offset
+    for j in range(i + 1, k):
+        x = ins[j]
+        leaves = x.opname.startswith(("RETURN_VALUE", "RETURN_CONST")) and not _only_returns_none(ins, k)
+        # (a jump as the arm's last instruction is the caller's check: an else, or a continue)
+        if j < k - 1 and ("JUMP" in x.opname or x.opname == "FOR_ITER") and isinstance(x.argval, int):
+            leaves = leaves or not lo <= x.argval <= hi
+        if leaves:
+            raise CompileError("a `return`, `break` or `continue` inside a staged `if` on a traced value cannot be "
+                               "staged: the arm is traced once and must run to its end", src,
+                               help="compute the condition into the work instead (pl.min / pl.max), or move the "
+                               "exit out of the `if`")
+
+
 def open_if(t: T.Tracer) -> bool:
     """`bool(t)` for the `if` statement being executed: open its arm; True (trace the arm)."""
     kframe = user_frame()
@@ -70,6 +93,7 @@ def open_if(t: T.Tracer) -> bool:
         if any(x.opname.startswith("POP_JUMP") and isinstance(x.argval, int) and ins[i].offset < x.argval < target
                and x.offset > x.argval for x in ins[i + 1 : k]):
             raise _refuse(src)  # a `while`: its body jumps back into itself
+        _check_arm_exits(ins, i, k, src)
         prev = ins[k - 1]
         # the arm ends by jumping away instead of falling through to `target`: an `else` follows (at the end
         # of a loop body the arm jumps back to the loop head), or the arm ends with `continue`

@@ -137,3 +137,26 @@ def test_a_carry_changing_type_is_refused() -> None:
         pl.store(t, [0, 0], y)
 
     assert "'t' changes type inside the staged `if`" in _refusal(f)
+
+
+def test_an_arm_that_leaves_early_is_refused() -> None:
+    def ret(x: pl.Tensor[[1, 64], pl.FP32], y: pl.Out[pl.Tensor[[1, 64], pl.FP32]], n: pl.Scalar[pl.INT32]):
+        if n > 0:
+            return
+        pl.store(pl.load(x, [0, 0], [1, 64]), [0, 0], y)
+
+    msg = _refusal(ret)
+    assert "a `return`, `break` or `continue` inside a staged `if` on a traced value cannot be staged" in msg
+
+
+@pl.kernel
+def store_if_last(x: pl.Tensor[[1, 64], pl.FP32], y: pl.Out[pl.Tensor[[1, 64], pl.FP32]], n: pl.Scalar[pl.INT32]):
+    if n > 0:  # the kernel's last statement: its implicit return is duplicated into the arm
+        pl.store(pl.load(x, [0, 0], [1, 64]), [0, 0], y)
+
+
+@pytest.mark.parametrize("n", [0, 1])
+def test_an_arm_ending_the_kernel(n: int) -> None:
+    x = np.arange(64, dtype=np.float32).reshape(1, 64)
+    y = np.full((1, 64), -1, np.float32)
+    np.testing.assert_array_equal(store_if_last(x, y, n), x if n > 0 else np.full((1, 64), -1, np.float32))
