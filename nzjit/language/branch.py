@@ -41,11 +41,12 @@ class _Branch:
     pred: T.Tracer
     before: dict[str, Any]
     source: Source | None
+    returns: frozenset[int] = frozenset()  # offsets of the `return`s inside the arm (a helper's last `if`)
 
     def done(self) -> bool:
-        """True once the kernel frame has left the arm."""
+        """True once the kernel (or helper) frame has left the arm, or returned from inside it."""
         at = self.kframe.f_lasti
-        return at >= self.join or at < self.jump_at
+        return at >= self.join or at < self.jump_at or at in self.returns
 
 
 def _refuse(src: Source | None) -> CompileError:
@@ -110,7 +111,10 @@ def open_if(t: T.Tracer) -> bool:
     arm = T.TraceFrame(st.top, src)
     arm.kind = "if"
     st.frames.append(arm)
-    st.branches.append(_Branch(arm, kframe, ins[i].offset, join, t, dict(kframe.f_locals), src))
+    end = join if join != float("inf") else ins[-1].offset + 1
+    returns = frozenset(x.offset for x in ins if ins[i].offset < x.offset < end
+                        and x.opname.startswith(("RETURN_VALUE", "RETURN_CONST")))
+    st.branches.append(_Branch(arm, kframe, ins[i].offset, join, t, dict(kframe.f_locals), src, returns))
     return True
 
 

@@ -160,3 +160,28 @@ def test_an_arm_ending_the_kernel(n: int) -> None:
     x = np.arange(64, dtype=np.float32).reshape(1, 64)
     y = np.full((1, 64), -1, np.float32)
     np.testing.assert_array_equal(store_if_last(x, y, n), x if n > 0 else np.full((1, 64), -1, np.float32))
+
+
+@pl.kernel
+def helper_arm(x: pl.Tensor[[4, 64], pl.FP32], y: pl.Out[pl.Tensor[[4, 64], pl.FP32]],
+               z: pl.Out[pl.Tensor[[4, 64], pl.FP32]], n: pl.Scalar[pl.INT32]):
+    for i in pl.range(4):
+        t = pl.load(x, [i, 0], [1, 64])
+        _store_if(t, y, i, n)  # a helper whose last statement is a one-armed `if`
+        pl.store(pl.add(t, t), [i, 0], z)  # after the helper returned: unconditional
+
+
+def _store_if(t, y, i, n):
+    if pl.cast(i, pl.INT32) < n:
+        pl.store(t, [i, 0], y)
+
+
+@pytest.mark.parametrize("n", [0, 2, 4])
+def test_a_helpers_last_if_closes_when_the_helper_returns(n: int) -> None:
+    x = np.arange(256, dtype=np.float32).reshape(4, 64)
+    y, z = np.full((4, 64), -1, np.float32), np.full((4, 64), -1, np.float32)
+    ref = np.full((4, 64), -1, np.float32)
+    ref[:n] = x[:n]
+    got_y, got_z = helper_arm(x, y, z, n)
+    np.testing.assert_array_equal(got_y, ref)
+    np.testing.assert_array_equal(got_z, 2 * x)
