@@ -3,6 +3,6 @@
 
 from __future__ import annotations
 
-from . import control, cube, memory, scalar, tensor, vector
+from . import comm, control, cube, memory, scalar, tensor, vector
 
-__all__ = ["control", "cube", "memory", "scalar", "tensor", "vector"]
+__all__ = ["comm", "control", "cube", "memory", "scalar", "tensor", "vector"]
