@@ -198,3 +198,22 @@ def test_pl_range_over_world_size_in_an_orchestration_body() -> None:
     with pytest.raises(CompileError, match="only available while tracing"):
         next(iter(pl.range(2)))  # outside a kernel and an orchestration body it stays a kernel-only loop
 
+
+def test_pl_range_in_a_kernel_traced_during_an_orchestration_body_stays_staged() -> None:
+    """Only the body's own `pl.range` is a Python loop: a kernel traced while the body records (here
+    by `k.lower()`) still stages its loops (tracing.in_trace must say that a trace is running)."""
+    @pl.kernel
+    def k(x: pl.Tensor[[4, 32], pl.INT32], y: pl.Out[pl.Tensor[[4, 32], pl.INT32]]):
+        for i in pl.range(4):
+            pl.store(pl.load(x, [i, 0], [1, 32]), [i, 0], y)
+
+    seen = []
+
+    @pl.orchestration
+    def prog(x: pl.Tensor[[4, 32], pl.INT32], y: pl.Out[pl.Tensor[[4, 32], pl.INT32]]):
+        seen.append(k.lower(np.zeros((4, 32), np.int32)).ir())
+        k(x, y)
+
+    x = np.arange(4 * 32, dtype=np.int32).reshape(4, 32)
+    np.testing.assert_array_equal(prog(x), x)
+    assert [e.primitive.name for e in seen[0].eqns] == ["for"]  # one staged loop, not four unrolled trips

@@ -267,3 +267,15 @@ def test_operators_outside_the_scalar_arithmetic(where):
         err = refused(k)
         assert str(err).startswith(where(k, "# <- op")) and "//" in str(err)
 
+
+def test_a_trace_inside_another_kernels_trace_is_refused():
+    # tracing is one kernel per thread at a time: a second trace started from a kernel body is refused
+    from nzjit.tracing import trace
+
+    @pl.kernel
+    def k(x: V, out: OUT):
+        trace(lambda: None, [], [], "inner")  # <- nested
+
+    with pytest.raises(nzjit.CompileError) as ei:
+        k.lower()
+    assert ei.value.headline().endswith("a kernel cannot be traced inside another kernel's trace")
