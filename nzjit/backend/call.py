@@ -156,6 +156,10 @@ def split_args(entry: Any, args: Sequence[Any]) -> tuple[list[Any], bool]:
     n_all = len(entry.params)
     n_in = sum(1 for p in entry.params if not p.is_pure_output)
     if len(args) == n_all:
+        for p, a in zip(entry.params, args):  # None stands for an omitted Out (allocated and returned)
+            if a is None and not p.is_pure_output:
+                raise DispatchError(f"parameter {p.name!r} got None; only an Out parameter may be None "
+                                    "(allocated and returned), an input needs its data")
         return list(args), False
     if len(args) == n_in:
         it = iter(args)
