@@ -252,9 +252,9 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         "",
-        "a Python `if` on a traced value",
+        "a Python `while` on a traced value",
         "@pl.kernel\ndef k(x: pl.Tensor[[16, 32], pl.FP32], out: pl.Out[pl.Tensor[[16, 32], pl.FP32]]):\n"
-        "    for i in pl.range(2):\n        if i > 0:\n"
+        "    for i in pl.range(2):\n        while i > 0:\n"
         "            pl.store(pl.load(x, [0, 0], [16, 32]), [0, 0], out)\n",
         "the body is traced once: move the condition into the loop bounds, or compute both sides",
         "@pl.kernel\ndef k(x: pl.Tensor[[16, 32], pl.FP32], out: pl.Out[pl.Tensor[[16, 32], pl.FP32]]):\n"

@@ -43,12 +43,15 @@ def _dtypes() -> list[Any]:
 
 def probe_operands() -> list[tuple[str, Any]]:
     """(label, type) of every operand kind a probe tries, in FP32: a tile in each memory, a tensor in
-    each layout, a scalar."""
+    each layout, a window (an ND `pld.DistributedTensor`), a scalar."""
     _, dt, _, T = _modules()
     out: list[tuple[str, Any]] = []
     out += [(f"tile@{m.value}", T.TileType(SHAPE, dt.FP32, m)) for m in T.Mem]
     out += [(f"tensor {lay.value}", T.TensorType(SHAPE, dt.FP32, lay)) for lay in T.Layout]
     out.append(("scalar", T.ScalarType(dt.FP32)))
+    from nzjit.prims import DistributedTensorType
+
+    out.append(("window", DistributedTensorType(SHAPE, dt.FP32, T.Layout.ND)))  # pld.DistributedTensor
     return out
 
 
@@ -137,6 +140,8 @@ def _summary(kinds: set[str]) -> str:
     tens = sorted(k.removeprefix("tensor ") for k in kinds if k.startswith("tensor "))
     if tens:
         parts.append("tensor " + "/".join(tens))
+    if "window" in kinds:
+        parts.append("window (`pld.DistributedTensor`)")
     if "scalar" in kinds:
         parts.append("scalar")
     return "; ".join(parts)
@@ -232,6 +237,7 @@ def refusals(prim: Any) -> list[str]:
 
 #: How a kernel writes the scalar primitives: Python operators on traced scalars.
 OPERATORS = {
+    "cond": "if",  # a one-armed `if` on a traced BOOL (language/branch.py)
     "add": "+",
     "sub": "-",
     "mul": "*",
@@ -257,6 +263,14 @@ def spellings() -> dict[str, list[str]]:
         entries += [
             (f"pl.{ns}.{k}", v) for k, v in vars(getattr(pl, ns, object())).items() if not k.startswith("_")
         ]
+    # pld (issue 28) binds through `nzjit.prims` (its `P`): its names, with that module's attributes
+    import nzjit.pld as pld
+    import nzjit.prims as prims
+
+    attr_of.update({id(v): k for k, v in vars(prims).items() if hasattr(v, "type_rule") and hasattr(v, "groups")})
+    entries += [(f"pld.{k}", getattr(pld, k)) for k in pld.__all__]
+    for ns in ("system", "tensor", "tile"):
+        entries += [(f"pld.{ns}.{k}", v) for k, v in vars(getattr(pld, ns)).items() if not k.startswith("_")]
     for label, fn in entries:
         if not callable(fn) or not inspect.isfunction(fn):
             continue
@@ -292,7 +306,7 @@ def render() -> str:
         "",
         "Every primitive of the IR, as the primitive table registers it. For each: the `pl` spellings that "
         "build it, what its **type rule** accepts (found by calling the rule on probe operands: a "
-        f"{SHAPE[0]}x{SHAPE[1]} tile in each memory, a tensor in each layout, a scalar, each in every "
+        f"{SHAPE[0]}x{SHAPE[1]} tile in each memory, a tensor in each layout, a window, a scalar, each in every "
         "dtype the cube and vector units compute in), and the refusals the rule can raise. The type rule is the first check; "
         "the passes refuse more (NZ windows, alignment, L0C, ...): see the [error catalogue](errors.md). "
         "`{...}` in a message is filled in with the kernel's values.",

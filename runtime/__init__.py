@@ -8,7 +8,7 @@ This package never imports the compiler (``nzjit``); the compiler depends on it.
 
 from __future__ import annotations
 
-from . import dispatch, isa
+from . import comm, dispatch, isa  # comm: the communication world of issue 28
 from .device import Cluster, DeviceTensor, StackedDeviceTensor, Worker
 from .dtypes import c0_of, itemsize_bits
 from .errors import DeviceError, DispatchError, HardwareDefectWarning
@@ -36,4 +36,5 @@ __all__ = [
     "OnChip",
     "isa",
     "dispatch",
+    "comm",
 ]

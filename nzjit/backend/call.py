@@ -24,6 +24,7 @@ from runtime import DeviceTensor, DispatchError, StackedDeviceTensor, Worker
 from ..core.ir import Graph
 from ..core.types import DynDim, ScalarType
 from ..errors import Source
+from . import comm_run  # comm hook (issue 28): windows and the comm world of communicating ranks
 from .convention import LaunchPlan, download, free_temps, restore
 from .launch import default_worker, execute
 from .options import Options, current
@@ -155,6 +156,10 @@ def split_args(entry: Any, args: Sequence[Any]) -> tuple[list[Any], bool]:
     n_all = len(entry.params)
     n_in = sum(1 for p in entry.params if not p.is_pure_output)
     if len(args) == n_all:
+        for p, a in zip(entry.params, args):  # None stands for an omitted Out (allocated and returned)
+            if a is None and not p.is_pure_output:
+                raise DispatchError(f"parameter {p.name!r} got None; only an Out parameter may be None "
+                                    "(allocated and returned), an input needs its data")
         return list(args), False
     if len(args) == n_in:
         it = iter(args)
@@ -321,6 +326,8 @@ def _values(call: KernelCall) -> list[Any]:
             out.append(a.array)
         elif isinstance(a, DeviceRef | PendingRef):
             out.append(a.tensor)
+        elif isinstance(a, comm_run.WindowView):  # comm hook (issue 28): this rank's memory of the window
+            out.append(comm_run.window_tensor(a, call.device))
         else:
             out.append(a)
     return out
@@ -409,6 +416,8 @@ def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[tuple[in
             assert a.tensor is not None
             _check_resident(p.name, a.name, a.tensor, worker, call.device)
             v = a.tensor
+        elif isinstance(a, comm_run.WindowView):  # comm hook (issue 28): this rank's memory of the window
+            v = comm_run.window_tensor(a, call.device)
         else:
             v = a  # check_args refuses it by type
         specs.append(param_spec(p))
@@ -462,13 +471,17 @@ def run_program(calls: Sequence[KernelCall], cluster: Any = None, residents: Seq
         return
     opts = current() if options is None else options
     plan: dict[int, _Rank] = {}
+    world = None
     try:
         ranks = _rank_workers(calls, cluster, residents)
         if len({id(w) for w in ranks.values()}) != len(ranks):
             raise DispatchError("two ranks map to the same worker")
+        world = comm_run.open_world(calls, ranks, cluster)  # comm hook (issue 28): None without windows
         plan = _plan(calls, ranks, rank_prefix, opts)
         try:
-            if rank_prefix:
+            if world is not None:  # comm hook (issue 28): ranks as threads of one comm world
+                comm_run.run_ranks(world, plan)
+            elif rank_prefix:
                 runtime.dispatch.run_ranks({r: (lambda rk=rk: rk.run(True)) for r, rk in plan.items()})
             else:
                 for rk in plan.values():
@@ -480,6 +493,8 @@ def run_program(calls: Sequence[KernelCall], cluster: Any = None, residents: Seq
         for rk in plan.values():
             rk.gather()
     finally:
+        if world is not None:  # comm hook (issue 28)
+            comm_run.close_world(world, calls)
         for rk in plan.values():
             rk.free()
         for p in _pendings(calls):

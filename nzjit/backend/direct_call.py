@@ -51,9 +51,10 @@ class CallPlan:
 
     def __init__(self, kernel: Any, args: Sequence[Any], full: Sequence[Any], dims: dict[str, int],
                  graph: Graph, device: int | None, options: Options) -> None:
-        omitted = len(args) != len(full)
-        self.launch = LaunchPlan(kernel, graph, dims, options, full,
-                                 omitted=[omitted and p.is_pure_output for p in kernel.params], compact=True)
+        # an Out left out of the arguments, or passed as None: allocated by each call, returned
+        compact = len(args) != len(full)
+        omitted = [p.is_pure_output and (compact or args[i] is None) for i, p in enumerate(kernel.params)]
+        self.launch = LaunchPlan(kernel, graph, dims, options, full, omitted=omitted, compact=compact)
         self.target = kernel.target.value
         self.device = device
         # no resident argument: the call runs on the default worker of its device (a stable object)

@@ -29,6 +29,7 @@ import numpy as np
 from runtime import DeviceTensor, DispatchError, StackedDeviceTensor
 
 from ..backend import call as C
+from ..backend import comm_run
 from ..backend.options import current
 from ..core.types import DynDim, ScalarType
 from ..errors import CompileError, Source, api_boundary, user_source
@@ -213,7 +214,8 @@ class Orchestration:
     def __call__(self, *args: Any, cluster: Any = None) -> Any:
         """Run on `cluster` (a runtime.Cluster), else the cluster the resident arguments live on,
         else one default worker per rank the body dispatches to; return the Out arguments."""
-        prog, full, refs = self._record(args)
+        with comm_run.sizing(cluster, args):  # comm hook (issue 28): pld.world_size() in the body
+            prog, full, refs = self._record(args)
         residents = [r for r in refs if isinstance(r, C.DeviceRef | C.StackedRef)]
         C.run_program(prog.calls, cluster=cluster, residents=residents, rank_prefix=True, options=current())
         return C.results(self, full)

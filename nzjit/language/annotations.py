@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +69,7 @@ class _DirectionFactory:
     def __getitem__(self, ann: TensorAnnotation) -> TensorAnnotation:
         if not isinstance(ann, TensorAnnotation):
             raise TypeError(f"pl.{self.direction.capitalize()}[...] wraps a pl.Tensor[...]")
-        return TensorAnnotation(ann.shape, ann.dtype, ann.layout, self.direction)
+        return dataclasses.replace(ann, direction=self.direction)  # keeps a subclass (pld.DistributedTensor)
 
 
 class _ScalarFactory:

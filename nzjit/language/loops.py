@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterator
 from typing import Any
 
+from ..driver.calls import active_program
 from ..errors import CompileError, user_source
-from ..tracing import Tracer, staged_loop
+from ..tracing import Tracer, in_trace, staged_loop
 
 
 def range(*args: Any) -> Iterator[Tracer]:  # noqa: A001 - the kernel language's pl.range
@@ -14,6 +16,8 @@ def range(*args: Any) -> Iterator[Tracer]:  # noqa: A001 - the kernel language's
     if not 1 <= len(args) <= 3:
         raise CompileError("pl.range takes (stop), (start, stop) or (start, stop, step)", user_source())
     start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+    if not in_trace() and active_program() is not None:  # issue 28: PyPTO's host `for r in pl.range(pld.world_size())`
+        return iter(builtins.range(start, stop, step))
     return staged_loop("range", start, stop, step, None, user_source())
 
 

@@ -1,12 +1,14 @@
 """Every primitive of the IR and its type rule, one module per family:
 
 - `scalar`: index arithmetic, comparisons, `convert`, the SPMD block index and count;
-- `control`: the staged loop `for`;
+- `control`: the staged loop `for` and the staged one-armed `if` `cond`;
 - `memory`: tensor windows and views, assignment, `tile.load` / `tile.store` / `tile.move`, tile views;
 - `cube`: the matmuls (tensor and tile level), `tile.extract`, `tile.mad`, `tile.mad_acc`;
 - `vector`: the vector unit - elementwise Vec tile ops (`ELEMENTWISE`), casts, the ALU with
   scalars, reductions, broadcasts, fills, tile windows, top-k pieces and cross-core moves (the
   other family tables `BINARY`, `BINARY_SCALAR`, `UNARY`, `REDUCE`, `EXPAND`; `vector.ALL`).
+- `comm`: the communication operations of `pld` (issue 28): signals, remote loads / stores,
+  put / get, the collectives, and the backend's instrumented local window store / load.
 
 `from nzjit import prims as P` gives every `*_p`, the family tables (`SCALAR_BINARY`, `COMPARE`,
 `ELEMENTWISE`, `PURE`) and the definition API of `nzjit.core.primitives` (`Primitive`,
@@ -37,7 +39,26 @@ from ..core.primitives import (
     primitive,
 )
 from . import vector
-from .control import for_p
+from .comm import (
+    DistributedTensorType,
+    comm_all_to_all_p,
+    comm_allgather_p,
+    comm_allreduce_p,
+    comm_barrier_p,
+    comm_broadcast_p,
+    comm_get_p,
+    comm_notify_p,
+    comm_nranks_p,
+    comm_put_p,
+    comm_rank_p,
+    comm_reduce_scatter_p,
+    comm_remote_load_p,
+    comm_remote_store_p,
+    comm_wait_p,
+    comm_window_load_p,
+    comm_window_store_p,
+)
+from .control import cond_p, for_p
 from .cube import (
     tensor_matmul_acc_p,
     tensor_matmul_p,
@@ -117,7 +138,7 @@ __all__ = [
     "_MATMUL_OUT", "_binary_scalar", "_check_index_operands", "_compare", "_elementwise", "_fail",
     "_matmul_out_dtype", "_matmul_shape", "_mm_operands", "_prod", "_scalar_dtype", "_squeeze2",
     "_static_bits", "_tensor", "_tile",
-    "for_p",
+    "for_p", "cond_p",
     "tensor_matmul_p", "tensor_matmul_acc_p", "tile_matmul_p", "tile_matmul_acc_p", "tile_extract_p",
     "tile_mad_p", "tile_mad_acc_p",
     "vector", "BINARY", "BINARY_SCALAR", "UNARY", "REDUCE", "EXPAND",
@@ -128,4 +149,8 @@ __all__ = [
     "tile_load_p", "tile_store_p", "tile_move_p", "tile_transpose_view_p",
     "add_p", "sub_p", "mul_p", "floordiv_p", "mod_p", "min_p", "max_p",
     "lt_p", "le_p", "gt_p", "ge_p", "eq_p", "ne_p", "convert_p", "get_block_idx_p", "get_block_num_p",
+    "DistributedTensorType", "comm_rank_p", "comm_nranks_p", "comm_notify_p", "comm_wait_p", "comm_remote_load_p",
+    "comm_remote_store_p", "comm_put_p", "comm_get_p", "comm_allreduce_p", "comm_broadcast_p",
+    "comm_reduce_scatter_p", "comm_allgather_p", "comm_all_to_all_p", "comm_barrier_p", "comm_window_store_p",
+    "comm_window_load_p",
 ]

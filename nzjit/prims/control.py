@@ -1,11 +1,13 @@
-"""Control primitives: the staged loop (`pl.range`, `pl.pipeline`, `pl.spmd`)."""
+"""Control primitives: the staged loop (`pl.range`, `pl.pipeline`, `pl.spmd`) and the staged
+one-armed `if` on a traced value (`cond`, issue 28; nzjit/language/branch.py stages it)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..core import dtypes as dt
 from ..core.primitives import _fail, primitive
-from ..core.types import Type
+from ..core.types import ScalarType, Type
 
 
 @primitive("for", ("bounds", "captured", "carries"))
@@ -21,3 +23,25 @@ def for_p(*in_types: Type, body: Any, arity: tuple[int, int, int], **_: Any) -> 
                         "after one iteration; make both sides the same type (e.g. same tile shape "
                         "and memory, or pl.cast)")
     return list(carries_in)
+
+
+@primitive("cond", ("pred", "captured", "carries"))
+def cond_p(*in_types: Type, body: Any, arity: tuple[int, int, int], **_: Any) -> list[Type]:
+    """`if pred: carries = body(captured, carries)`; outputs are the carries after the `if`.
+
+    Operands like a loop's, so that every pass, the verifier and the printer treat its body as
+    they treat a loop body: groups ("pred", "captured", "carries") with arity (1, nc, nk); the
+    body's params are `[pred, *captured, *carries]`, its outputs the carries after the arm. The
+    result is the body's outputs when `pred` holds, else the carries unchanged (the implicit else)."""
+    nb, nc, nk = arity
+    pred = in_types[0]
+    if nb != 1 or not (isinstance(pred, ScalarType) and pred.dtype is dt.BOOL):
+        raise _fail(f"a staged `if` needs one BOOL condition, got {list(in_types[:nb])}")
+    carries = in_types[nb + nc :]
+    for i, (a, b) in enumerate(zip(carries, (v.type for v in body.outputs))):
+        if a != b:
+            name = body.params[1 + nc + i].hint or f"#{i}"
+            raise _fail(f"'{name}' changes type inside the `if`: {a} before it, {b} after the arm; the "
+                        "implicit else keeps the old value, so both must be the same type",
+                        help="make the new value the same shape, dtype and memory (or pl.cast it)")
+    return list(carries)

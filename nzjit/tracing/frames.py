@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import threading
 from types import FrameType
+from typing import Any
 
 from ..core.ir import Eqn, Var
 from ..errors import CompileError, Source, user_source
+
+#: issue 28: the one-armed `if` on a traced BOOL (nzjit/language/branch.py sets it; tracing never
+#: imports the language): `open_if(tracer)`, `close_done(state)`, `close_above(state, frame)`
+branch_handler: Any = None
 
 
 class TraceFrame:
@@ -42,6 +47,7 @@ class TraceState:
         self.frames: list[TraceFrame] = []
         self.pending: CompileError | None = None  # a break/return seen inside a staged loop
         self.user_frames: dict[int, FrameType] = {}  # kernel (and helper) frames that bound ops
+        self.branches: list[Any] = []  # issue 28: open arms of staged one-armed `if`s (language/branch.py)
 
     @property
     def top(self) -> TraceFrame:
@@ -62,6 +68,7 @@ def current_state() -> TraceState:
 
 def in_trace() -> bool:
     """True while a `@pl.kernel` is being traced on this thread."""
+    return getattr(_local, "state", None) is not None
 
 
 def set_state(st: TraceState | None) -> None:

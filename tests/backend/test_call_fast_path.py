@@ -215,3 +215,36 @@ def test_a_window_past_a_smaller_tensor_of_the_same_kernel_is_refused():
     cold = refusal(make_dyn(), big[:16].copy(), 16)
     assert "out of bounds" in cold
     assert refusal(k, big[:16].copy(), 16) == cold
+
+
+def test_none_for_an_out_allocates_it_on_every_call():
+    # api.md "Calling a kernel": an omitted Out is allocated and returned; None in its place means
+    # the same, on the cold call and on the cached one (the second call crashed in worker_for)
+    k = make()
+    outs = [k(X, n, None) for n in (1, 2, 3)]
+    assert len(k._direct_plans) == 1 and k.trace_count == 1
+    assert outs[0] is not outs[1] and outs[1] is not outs[2]
+    for n, o in zip((1, 2, 3), outs):
+        np.testing.assert_array_equal(o, expected(n))
+    o = np.full((16, 32), 9, np.int32)  # a given Out after None calls: written in place
+    assert k(X, 4, o) is o
+    np.testing.assert_array_equal(o, expected(4))
+    np.testing.assert_array_equal(k(X, 5, None), expected(5))
+
+
+def test_none_for_an_input_is_refused_before_anything_runs():
+    k = make()
+    o = np.full((16, 32), 9, np.int32)
+    for _ in range(2):  # cold, then with a cached plan of the same kernel
+        o.fill(9)
+        assert refusal(k, None, 1, o) == ("DispatchError: parameter 'x' got None; only an Out parameter may be "
+                                          "None (allocated and returned), an input needs its data")
+        np.testing.assert_array_equal(o, 9)
+        k(X, 1, o)
+
+    @pl.kernel
+    def inout(x: pl.Tensor[[16, 32], pl.INT32], o: pl.InOut[pl.Tensor[[16, 32], pl.INT32]]):
+        pl.store(pl.load(x, [0, 0], [16, 32]), [0, 0], o)
+
+    assert refusal(inout, X, None) == ("DispatchError: parameter 'o' got None; only an Out parameter may be "
+                                       "None (allocated and returned), an input needs its data")

@@ -1,5 +1,5 @@
-"""Rules of the control family: `for` loops (range / pipeline / spmd, run by loops.py) and the
-SPMD lane queries `get_block_idx` / `get_block_num`."""
+"""Rules of the control family: `for` loops (range / pipeline / spmd, run by loops.py), the
+SPMD lane queries `get_block_idx` / `get_block_num` and the staged one-armed `if` (`cond`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ...core.ir import Eqn
 from .. import batched
 from ..lane_state import Fallback, LaneState, uniform
 from ..lane_values import LANE_VALUES, LaneAcc
-from ..loops import run_loop
+from ..loops import copy_tile, run_loop
 from ..rule import Run, Step, rule
 from ..steps import release
 
@@ -126,3 +126,16 @@ def _batch_block_num(st: Step) -> Any:
 @rule(P.get_block_num_p, specialize=_specialize_block_num, batch=_batch_block_num)
 def _block_num(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [ctx.block_num]
+
+
+# ------------------------------------------------------------------------------ staged `if`
+@rule(P.cond_p)
+def _cond(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    """`if pred: carries = body(captured, carries)`; returns the carries (unchanged when `pred` is False)."""
+    nb, nc, nk = e.params["arity"]
+    pred, captured = ins[0], ins[nb : nb + nc]
+    # a carry the arm updates in place is copied when it is read afterwards (as a loop's initial carry)
+    carries = [c if ctx.consumes(e, nb + nc + i) else copy_tile(ctx, c) for i, c in enumerate(ins[nb + nc :])]
+    if not pred:
+        return carries
+    return ctx.plan_of(e.params["body"], nk).run(ctx, [pred, *captured, *carries])

@@ -2,8 +2,9 @@
 assembler (PTOAS) consumes (nz-layout.md §10; api.md "Codegen text rules").
 
 Per-primitive emission is the table `pto_rules` (one entry per primitive of `nzjit.prims`), like
-the backend's `impl_rules`, written one module per primitive family: `scalar`, `loops`, `memory`,
-`cube`, `elementwise`, `vector` (the rest of the vector unit); `emitter` holds the per-function state they write through. The text it
+the backend's `impl_rules`, written one module per primitive family: `scalar`, `loops`, `control`
+(the staged `if`), `memory`, `cube`, `elementwise`, `vector` (the rest of the vector unit), `comm`
+(pld's communication, issue 28); `emitter` holds the per-function state they write through. The text it
 writes, and why:
 
 - `func.func @<kernel>(%arg<i>: !pto.ptr<dt>, %<name>: <type>, ..., %<dim>: index)`: tensor
@@ -47,7 +48,7 @@ from ...core.ir import Graph, Var
 from ...core.types import DynDim, ScalarType, TensorType, Type
 from ...errors import InternalError
 from ..pto_types import pointer_type
-from . import cube, elementwise, memory, scalar, vector  # noqa: F401 - each registers its family's pto_rules
+from . import comm, control, cube, elementwise, memory, scalar, vector  # noqa: F401 - each registers its family's pto_rules
 from .emitter import Emitter, Lane, Tile, View, pto_rules, rule
 from .loops import launch_loop
 

@@ -1,0 +1,55 @@
+"""Instrumenting a kernel's local accesses of its own windows for the race detector (issue 28).
+
+A `pl.store` into / `pl.load` from a `pld.DistributedTensor` is an ordinary TSTORE / TLOAD on the
+device. When a program runs in a comm world, its graphs run with those two equations swapped for
+`comm.window_store` / `comm.window_load`: the same implementation (the generic tile store / load),
+then the exact bytes are reported to the world (`Endpoint.local_store` / `local_load`), so a store
+of zeros into a fresh window counts as written and a load of bytes a peer stored unordered is a
+race. The compiled graph (`low.final`, its IR and PTO) is unchanged; this is run-time only. The
+two primitives' rules are in backend/rules/comm.py.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .. import prims as P
+from ..core.ir import Graph
+
+__all__ = ["instrument"]
+
+_cache: dict[int, tuple[Graph, Graph]] = {}  # id(original) -> (original kept alive, instrumented)
+_lock = threading.Lock()
+
+
+def instrument(g: Graph) -> Graph:
+    """`g` with its stores into / loads from window parameters instrumented (cached per graph)."""
+    with _lock:
+        hit = _cache.get(id(g))
+        if hit is not None and hit[0] is g:
+            return hit[1]
+        out = _rewrite(g)
+        if len(_cache) > 1024:
+            _cache.clear()
+        _cache[id(g)] = (g, out)
+        return out
+
+
+def _rewrite(g: Graph) -> Graph:
+    eqns = []
+    changed = False
+    for e in g.eqns:
+        body = e.params.get("body")
+        if isinstance(body, Graph):
+            nb = _rewrite(body)
+            if nb is not body:
+                e = e.replace(params={**e.params, "body": nb})
+                changed = True
+        elif e.primitive is P.tile_store_p and isinstance(e.inputs[-1].type, P.DistributedTensorType):
+            e, changed = e.replace(primitive=P.comm_window_store_p), True
+        elif e.primitive is P.tile_load_p and isinstance(e.inputs[0].type, P.DistributedTensorType):
+            e, changed = e.replace(primitive=P.comm_window_load_p), True
+        eqns.append(e)
+    if not changed:
+        return g
+    return Graph(g.params, eqns, g.outputs, dict(g.attrs), g.name)
