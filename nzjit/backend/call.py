@@ -24,6 +24,7 @@ from runtime import DeviceTensor, DispatchError, StackedDeviceTensor, Worker
 
 from ..core.ir import Graph
 from ..core.types import DynDim, ScalarType
+from ..distributed_ray.protocol import remote_cluster_of  # HOOK (issue 25)
 from ..errors import Source
 from .direct_call import MISS, direct_key, remember
 from .launch import default_worker, execute
@@ -462,6 +463,12 @@ def run_program(calls: Sequence[KernelCall], cluster: Any = None, residents: Seq
     host outputs back; on any failure no output changes. `residents` are the entry's resident
     arguments (they pick the cluster); `rank_prefix` prefixes errors with "rank r: "."""
     if not calls:
+        return
+    # HOOK (issue 25, nzjit.distributed): a cluster whose ranks live in other processes (RayCluster)
+    # checks and runs the program itself
+    remote = remote_cluster_of(cluster, residents)
+    if remote is not None:
+        remote.run_program(calls, residents, rank_prefix)
         return
     plan: dict[int, _Rank] = {}
     try:

@@ -1,0 +1,112 @@
+"""`RayCluster`: the ranks of a cluster as Ray actors, each owning its simulated device memory.
+
+The methods are those of `runtime.Cluster` (`alloc_stacked_tensor`, `copy_stacked_from`,
+`free_stacked`, `workers`, `n_ranks`); an orchestration accepts it as `cluster=` and finds it
+through its StackedDeviceTensor arguments. Shards are placed once and stay resident in the
+actors; a program is checked on the driver, then each rank runs its share in its actor
+(program.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import ray
+
+from runtime import DispatchError, StackedDeviceTensor
+
+from .actor import RankDevice
+from .program import GraphTokens, run_remote_program
+from .protocol import RemoteCluster
+from .proxy import RemoteWorker, fetch, next_handle
+
+
+class RayCluster(RemoteCluster):
+    """`n_ranks` ranks, rank r a Ray actor (`actors[r]`) owning the device memory of rank r.
+
+    With `address=None` and no Ray running in this process, a local Ray is started with
+    `ray.init(**ray_init_kwargs)`; `address=` connects to an existing cluster (docs/ray.md says what
+    its nodes need). Ray already initialised in this process is used as it is. An actor asks for
+    no CPU of the scheduler (`num_cpus=0`, so any number of ranks fits a small machine) and the
+    actors are spread over the cluster's nodes."""
+
+    def __init__(self, n_ranks: int, address: str | None = None, *, target: str = "A2A3",
+                 **ray_init_kwargs: Any) -> None:
+        if isinstance(n_ranks, bool) or not isinstance(n_ranks, int | np.integer) or int(n_ranks) < 1:
+            raise DispatchError(f"RayCluster needs at least one rank, got {n_ranks!r}")
+        if not ray.is_initialized():
+            ray.init(address=address, **ray_init_kwargs)
+        self.target = target
+        remote = ray.remote(RankDevice).options(num_cpus=0, scheduling_strategy="SPREAD", max_restarts=0)
+        self.actors: list[Any] = [remote.remote(r, target) for r in range(int(n_ranks))]
+        self.workers = [RemoteWorker(self, r, a, target) for r, a in enumerate(self.actors)]
+        self.graph_tokens = GraphTokens()
+        for r, ref in enumerate([w.send("ping") for w in self.workers]):
+            fetch(r, ref)  # every actor started and imported nzjit, or a clear error now
+
+    def __repr__(self) -> str:
+        return f"RayCluster(n_ranks={self.n_ranks}, target={self.target!r})"
+
+    @property
+    def n_ranks(self) -> int:
+        """Number of ranks (actors)."""
+        return len(self.workers)
+
+    def alloc_stacked_tensor(self, host_array: np.ndarray) -> StackedDeviceTensor:
+        """Upload `host_array[r]` to rank r's actor (all ranks at once); the shards stay resident."""
+        a = np.asarray(host_array)
+        if a.ndim < 1 or a.shape[0] != self.n_ranks:
+            raise DispatchError(f"alloc_stacked_tensor: leading axis of shape {a.shape} must be the rank "
+                                f"count {self.n_ranks}")
+        handles = [next_handle() for _ in self.workers]
+        replies = [w.send("alloc", h, a.shape[1:], a.dtype, np.ascontiguousarray(a[r]))
+                   for r, (w, h) in enumerate(zip(self.workers, handles))]
+        for r, ref in enumerate(replies):
+            fetch(r, ref)
+        shards = [w.adopt(h, a.shape[1:], a.dtype) for w, h in zip(self.workers, handles)]
+        return StackedDeviceTensor(shards, a.shape, range(self.n_ranks))
+
+    def copy_stacked_from(self, t: StackedDeviceTensor) -> np.ndarray:
+        """Download every shard (all ranks at once) and stack them into `full_shape`."""
+        self._check_stacked(t)
+        owners = [self.workers[w] for w in t.worker_ids]
+        for s, w in zip(t.shards, owners):
+            w.check_tensor(s)
+        replies = [w.send("read", s.address) for s, w in zip(t.shards, owners)]
+        out = np.empty(t.full_shape, dtype=t.dtype)
+        for i, (w, ref) in enumerate(zip(owners, replies)):
+            out[i] = fetch(w.device_id, ref)
+        return out
+
+    def free_stacked(self, t: StackedDeviceTensor) -> None:
+        """Free every shard of `t` on its rank."""
+        self._check_stacked(t)
+        for s, w in zip(t.shards, t.worker_ids):
+            self.workers[w].free_tensor(s)
+
+    def _check_stacked(self, t: object) -> None:
+        if not isinstance(t, StackedDeviceTensor):
+            raise DispatchError(f"expected a StackedDeviceTensor, got {type(t).__name__}")
+        for i, (s, w) in enumerate(zip(t.shards, t.worker_ids)):
+            if not 0 <= w < self.n_ranks or s.worker is not self.workers[w]:
+                raise DispatchError(f"shard {i} of {t!r} does not live on this RayCluster's rank {w}")
+
+    def run_program(self, calls: Sequence[Any], residents: Sequence[Any], rank_prefix: bool) -> None:
+        """The protocol's entry (backend/call.py `run_program` hands a program here)."""
+        run_remote_program(self, calls, residents, rank_prefix)
+
+    def shutdown(self) -> None:
+        """Kill the actors (their device memory with them); Ray itself keeps running."""
+        for a in self.actors:
+            ray.kill(a)
+
+    def __enter__(self) -> RayCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+__all__ = ["RayCluster"]
