@@ -92,6 +92,7 @@ class RankDevice:
         self.tensors: dict[int, runtime.DeviceTensor] = {}
         self.graphs: dict[int, Graph] = {}
         self.snapshots: list[tuple[np.ndarray, np.ndarray]] = []  # (GM bytes, saved copy)
+        self.programs_run = 0
 
     def _place(self, allocs: list[Alloc]) -> None:
         for h, shape, dtype in allocs:
@@ -108,6 +109,11 @@ class RankDevice:
     def ping(self) -> int:
         """The actor's process id (it is alive and has imported nzjit)."""
         return os.getpid()
+
+    @_replies
+    def stats(self) -> dict[str, int]:
+        """What the rank holds and has done: live tensors, programs run, graphs received."""
+        return {"tensors": len(self.tensors), "programs": self.programs_run, "graphs": len(self.graphs)}
 
     @_replies
     def alloc(self, h: int, shape: tuple[int, ...], dtype: np.dtype, init: np.ndarray | None) -> None:
@@ -135,6 +141,7 @@ class RankDevice:
         """Run the launches in order. Success: the host outputs' bytes (the snapshots are kept until
         commit / rollback). Failure: (launch index, error), resident outputs already restored."""
         self.snapshots = []  # the driver has committed or rolled back every earlier program
+        self.programs_run += 1
         self.graphs.update(program.graphs)
         try:
             for (h, shape, dtype), init in program.uploads:
