@@ -112,8 +112,11 @@ class RankDevice:
 
     @_replies
     def stats(self) -> dict[str, int]:
-        """What the rank holds and has done: live tensors, programs run, graphs received."""
-        return {"tensors": len(self.tensors), "programs": self.programs_run, "graphs": len(self.graphs)}
+        """What the rank holds and has done: live tensors, programs run, graphs received, host -> GM
+        uploads (count and bytes, as `runtime.GlobalMemory` counts them)."""
+        gm = self.worker.gm
+        return {"tensors": len(self.tensors), "programs": self.programs_run, "graphs": len(self.graphs),
+                "uploads": gm.uploads, "upload_bytes": gm.upload_bytes}
 
     @_replies
     def alloc(self, h: int, shape: tuple[int, ...], dtype: np.dtype, init: np.ndarray | None) -> None:

@@ -54,6 +54,12 @@ class RayCluster(RemoteCluster):
         """Number of ranks (actors)."""
         return len(self.workers)
 
+    def rank_stats(self) -> list[dict[str, int]]:
+        """Per rank, from its actor: live tensors, programs run, lowered graphs received, uploads and
+        uploaded bytes (what a local worker's `gm.uploads` / `gm.upload_bytes` count)."""
+        replies = [w.send("stats") for w in self.workers]
+        return [fetch(r, ref) for r, ref in enumerate(replies)]
+
     def alloc_stacked_tensor(self, host_array: np.ndarray) -> StackedDeviceTensor:
         """Upload `host_array[r]` to rank r's actor (all ranks at once); the shards stay resident."""
         a = np.asarray(host_array)

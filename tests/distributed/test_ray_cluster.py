@@ -17,7 +17,7 @@ ray = pytest.importorskip("ray")
 
 
 def stats(cluster):
-    return [ray.get(a.stats.remote([]))[1] for a in cluster.actors]
+    return cluster.rank_stats()
 
 
 def test_ranks_are_actors_and_shards_stay_resident(cluster):
