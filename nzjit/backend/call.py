@@ -38,19 +38,22 @@ class HostRef:
     call itself (an omitted Out), so there is nothing to upload."""
 
     root: np.ndarray
-    index: int | None = None
+    index: Any = None  # None, or a numpy index of ints and slices (orchestration views, issue 25)
     name: str = "argument"
     fresh: bool = False
 
     @property
     def array(self) -> np.ndarray:
-        """The referenced array: `root`, or its plane `root[index]`."""
+        """The referenced array: `root`, or its view `root[index]`."""
         return self.root if self.index is None else self.root[self.index]
 
     @property
-    def key(self) -> tuple[int, int | None]:
-        """Identity of the referenced array (root object, plane): an argument passed twice uploads once."""
-        return id(self.root), self.index
+    def key(self) -> tuple[int, Any]:
+        """Identity of the referenced array (root object, view): an argument passed twice uploads once."""
+        idx = self.index
+        if isinstance(idx, tuple):  # slices are not hashable before Python 3.12
+            idx = tuple((k.start, k.stop) if isinstance(k, slice) else k for k in idx)
+        return id(self.root), idx
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -389,7 +392,35 @@ def _check_resident(pname: str, name: str, t: DeviceTensor, worker: Worker, rank
                         f"{worker.device_id} (device={rank}): pass rank {rank}'s shard or copy it over")
 
 
-def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[tuple[int | None, int, str]]]
+_Access = tuple[np.ndarray, Any, int, bool, str]  # (view, key, rank, written, name) of a host array
+
+
+def _check_host_flow(p: Any, a: HostRef, v: np.ndarray, rank: int, seen: list[_Access]) -> None:
+    """Refuse, before dispatch, host data flow that parallel ranks would get wrong (issue 25, issue
+    24 item 5). Each rank uploads the host views it uses once, when the program starts, and copies
+    its outputs back when it ends; so a view written by one rank and used by another, or two
+    different overlapping views on one rank of which one is written, would see stale bytes.
+    Views are dense (orchestration_views.py), so overlap of their byte ranges is exact."""
+    written = bool(p.is_output)
+    for view, key, r, w, what in seen:
+        if not (w or written) or not np.may_share_memory(view, v):
+            continue
+        if r != rank and w and written:
+            raise DispatchError(f"parameter {p.name!r}: rank {r} writes {what} and rank {rank} writes {a.name} "
+                                "of the same host array; give each rank its own plane (out[r])")
+        if r != rank and w:
+            raise DispatchError(f"parameter {p.name!r}: rank {rank} reads {a.name}, which rank {r} writes "
+                                f"earlier in the program ({what}); ranks run in parallel and read host arrays "
+                                "as they were when the program started: keep the data on one rank (an "
+                                "intermediate), or run a second orchestration call")
+        if r == rank and key != a.key:
+            raise DispatchError(f"parameter {p.name!r}: {a.name} and {what} overlap in one host array and one "
+                                f"of them is written on rank {rank}; a rank uploads each view once, so one "
+                                "would not see the other's bytes: use the same view for both")
+    seen.append((v, a.key, rank, written, a.name))
+
+
+def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[_Access]]
                ) -> tuple[list[Any], dict[str, int]]:
     """Check one call's arguments on its worker; return the values compile keys on, and its dims."""
     specs, tensor_args, keyed = [], [], []
@@ -403,14 +434,12 @@ def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[tuple[in
                                 f"ranks; pass one rank's shard, {a.name}[r]")
         if isinstance(a, HostRef):
             v: Any = a.array
-            if p.is_output:
-                for idx, r, what in writes.setdefault(id(a.root), []):
-                    if r != call.device and (idx is None or a.index is None or idx == a.index):
-                        raise DispatchError(f"parameter {p.name!r}: rank {r} writes {what} and rank {call.device} "
-                                            f"writes {a.name} of the same host array; give each rank its own "
-                                            "plane (out[r])")
-                writes[id(a.root)].append((a.index, call.device, a.name))
+            _check_host_flow(p, a, v, call.device, writes.setdefault(id(a.root), []))
         elif isinstance(a, DeviceRef | PendingRef):
+            if isinstance(a, PendingRef) and a.device != call.device:
+                raise DispatchError(f"parameter {p.name!r} got {a.name}, an intermediate of rank {a.device}; the "
+                                    f"call runs on rank {call.device}, and ranks do not share memory: write it to "
+                                    "an Out of the orchestration and pass it in a second call")
             if isinstance(a, PendingRef) and a.tensor is None:
                 a.tensor = worker.alloc_tensor(a.shape, a.dtype)  # freed with the program
             assert a.tensor is not None
@@ -431,7 +460,7 @@ def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[tuple[in
 def _plan(calls: Sequence[KernelCall], ranks: dict[int, Worker], rank_prefix: bool) -> dict[int, _Rank]:
     """Validate every call and compile every kernel; nothing runs yet."""
     plan: dict[int, _Rank] = {}
-    writes: dict[int, list[tuple[int | None, int, str]]] = {}
+    writes: dict[int, list[_Access]] = {}
     for call in calls:
         worker = ranks[call.device]
         try:

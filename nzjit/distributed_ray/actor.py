@@ -29,9 +29,12 @@ from .proxy import Alloc
 
 @dataclass(frozen=True)
 class Slot:
-    """A tensor argument of a launch: the handle of a tensor on this rank."""
+    """A tensor argument of a launch: the tensor of `handle` on this rank, or its dense view of
+    `shape` at byte `offset` (an orchestration view)."""
 
     handle: int
+    offset: int = 0
+    shape: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -52,7 +55,7 @@ class RankProgram:
     graphs: dict[int, Graph] = field(default_factory=dict)  # graphs this actor has not seen yet
     uploads: list[tuple[Alloc, np.ndarray | None]] = field(default_factory=list)  # host arguments
     launches: list[Launch] = field(default_factory=list)
-    snapshot: list[int] = field(default_factory=list)  # resident outputs, restored on failure
+    snapshot: list[Slot] = field(default_factory=list)  # resident outputs, restored on failure
     gather: list[int] = field(default_factory=list)  # host outputs, downloaded on success
     frees: list[int] = field(default_factory=list)  # freed when the program ends, by success or not
 
@@ -105,6 +108,13 @@ class RankDevice:
                                         "(freed, or placed by another driver)")
         return t
 
+    def _arg(self, slot: Slot) -> runtime.DeviceTensor:
+        t = self._tensor(slot.handle)
+        if slot.offset == 0 and (slot.shape is None or slot.shape == t.shape):
+            return t
+        shape = t.shape if slot.shape is None else slot.shape  # a view: inside t's allocation, GM checks it
+        return runtime.DeviceTensor(self.worker, t.address + slot.offset, shape, t.dtype)
+
     @_replies
     def ping(self) -> int:
         """The actor's process id (it is alive and has imported nzjit)."""
@@ -149,12 +159,12 @@ class RankDevice:
         try:
             for (h, shape, dtype), init in program.uploads:
                 self.tensors[h] = self.worker.alloc_tensor(shape, dtype, init=init)
-            for h in program.snapshot:
-                t = self._tensor(h)
+            for slot in program.snapshot:
+                t = self._arg(slot)
                 view = self.worker.gm.view(t.address, (t.nbytes,), (1,))
                 self.snapshots.append((view, view.copy()))
             for i, ln in enumerate(program.launches):
-                args = [self._tensor(a.handle) if isinstance(a, Slot) else a for a in ln.args]
+                args = [self._arg(a) if isinstance(a, Slot) else a for a in ln.args]
                 try:
                     execute(self.graphs[ln.token], None, args, self.worker, ln.dims)
                 except Exception as e:

@@ -68,12 +68,14 @@ def rank_program(rk: Any, worker: RemoteWorker, tokens: GraphTokens) -> tuple[Ra
                     host_outputs.append(a)
                 args.append(Slot(h))
             elif isinstance(a, C.DeviceRef | C.PendingRef):
-                assert a.tensor is not None  # _plan placed every intermediate
-                if isinstance(a, C.PendingRef) and a.tensor.address not in prog.frees:
-                    prog.frees.append(a.tensor.address)  # freed when the program ends
-                elif isinstance(a, C.DeviceRef) and p.is_output and a.tensor.address not in prog.snapshot:
-                    prog.snapshot.append(a.tensor.address)
-                args.append(Slot(a.tensor.address))
+                t = a.tensor
+                assert t is not None  # _plan placed every intermediate
+                slot = Slot(t.address, getattr(t, "offset", 0), tuple(t.shape))
+                if isinstance(a, C.PendingRef) and t.address not in prog.frees:
+                    prog.frees.append(t.address)  # freed when the program ends
+                elif isinstance(a, C.DeviceRef) and p.is_output and slot not in prog.snapshot:
+                    prog.snapshot.append(slot)
+                args.append(slot)
             else:
                 args.append(a)
         prog.launches.append(Launch(tokens.token(ln.graph, rk.rank, prog.graphs), args, ln.dims,

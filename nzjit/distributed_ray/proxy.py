@@ -35,10 +35,14 @@ def next_handle() -> int:
 
 @dataclass(frozen=True, eq=False)
 class RemoteDeviceTensor(DeviceTensor):
-    """A DeviceTensor resident in a rank's Ray actor (`address` is the actor's handle for it)."""
+    """A DeviceTensor resident in a rank's Ray actor: `address` is the actor's handle for the
+    allocation, `offset` the view's first byte in it (an orchestration view, `w[r, e]`)."""
+
+    offset: int = 0
 
     def __repr__(self) -> str:
-        return (f"RemoteDeviceTensor(rank={self.worker.device_id}, handle={self.address:#x}, "
+        at = f"+{self.offset:#x}" if self.offset else ""
+        return (f"RemoteDeviceTensor(rank={self.worker.device_id}, handle={self.address:#x}{at}, "
                 f"shape={self.shape}, dtype={self.dtype.name}{', freed' if self.freed else ''})")
 
 
@@ -130,6 +134,10 @@ class RemoteWorker:
         """The tensor of handle `h`, already allocated on the actor (RayCluster.alloc_stacked_tensor)."""
         self.gm.placed.add(h)
         return RemoteDeviceTensor(self, h, shape, dtype)  # type: ignore[arg-type]  # a Worker's stand-in
+
+    def view_of(self, t: RemoteDeviceTensor, offset: int, shape: tuple[int, ...]) -> RemoteDeviceTensor:
+        """The dense block of `t` at byte `offset` with `shape` (orchestration_views.device_view)."""
+        return RemoteDeviceTensor(self, t.address, shape, t.dtype, t.offset + offset)  # type: ignore[arg-type]
 
     def write_tensor(self, t: DeviceTensor, data: np.ndarray) -> None:
         """Upload host `data` over resident `t` (as `runtime.Worker.write_tensor`)."""

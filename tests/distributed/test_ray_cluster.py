@@ -150,3 +150,33 @@ def test_ray_cluster_refuses_no_ranks(ray_session):
 
     with pytest.raises(DispatchError, match="RayCluster needs at least one rank, got 0"):
         RayCluster(0)
+
+
+def test_views_of_remote_shards_are_offsets_in_the_actor(cluster):
+    # issue 25 item 1 on a RayCluster: w[r, e] and pl.slice of a remote shard are (handle, offset)
+    # views resolved in the actor, exact as on a local cluster
+    rng = np.random.default_rng(5)
+    x = rng.choice(np.array([-1, 0, 1], np.float16), size=(RANKS, 3, T, 64))
+    w = rng.choice(np.array([-1, 0, 1], np.float16), size=(RANKS, 3, N, 64))
+
+    @pl.orchestration
+    def planes(x: pl.Tensor[[RANKS, 3, T, 64], pl.FP16], w: pl.Tensor[[RANKS, 3, N, 64], pl.FP16, pl.NZ],
+               y: pl.InOut[pl.Tensor[[RANKS, 3, T, N], pl.FP32]]):
+        for r in range(RANKS):
+            mm(x[r, 2], w[r, 2], y[r, 0], device=r)
+            mm(x[r][1], pl.slice(w[r], [1, N, 64], [1, 0, 0])[0], y[r][1], device=r)
+
+    wd = cluster.alloc_stacked_tensor(pack(w))
+    yd = cluster.alloc_stacked_tensor(np.full((RANKS, 3, T, N), 4, np.float32))
+    planes(x, wd, yd)
+    got = cluster.copy_stacked_from(yd)
+    full = np.einsum("rptk,rpnk->rptn", x.astype(np.float32), w.astype(np.float32))
+    np.testing.assert_array_equal(got[:, 0], full[:, 2])
+    np.testing.assert_array_equal(got[:, 1], full[:, 1])
+    np.testing.assert_array_equal(got[:, 2], 4)
+    local = runtime.Cluster(RANKS)
+    y_local = local.alloc_stacked_tensor(np.full((RANKS, 3, T, N), 4, np.float32))
+    planes(x, local.alloc_stacked_tensor(pack(w)), y_local)
+    np.testing.assert_array_equal(local.copy_stacked_from(y_local), got)
+    for t in (wd, yd):
+        cluster.free_stacked(t)
