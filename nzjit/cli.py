@@ -121,11 +121,34 @@ def kernel_from_expression(namespace: dict[str, Any], expr: str) -> tuple[str, K
 
 
 def _kernels_of(path: str, name: str | None) -> list[tuple[str, Kernel]]:
-    namespace = load_namespace(path)
+    return _kernels_in(load_namespace(path), path, name)
+
+
+def find_orchestrations(namespace: dict[str, Any], name: str | None = None) -> list[tuple[str, Any]]:
+    """The module-level `@pl.orchestration` objects as (first bound name, orchestration), each once;
+    with `name`, the one bound to that name or whose function is called that (else none)."""
+    from .language.orchestration import Orchestration
+
+    found: dict[int, tuple[str, Any]] = {}
+    for key, value in namespace.items():
+        if isinstance(value, Orchestration) and (name is None or name in (key, value.__name__)):
+            found.setdefault(id(value), (key, value))
+    return list(found.values())[:1] if name is not None else list(found.values())
+
+
+def program_of(orch: Any) -> str:
+    """An orchestration's recorded program as text, recorded with zero arrays of its annotations."""
+    from .language.program_text import placeholder_args, program_text
+
+    return program_text(orch.record(*placeholder_args(orch)))
+
+
+def _kernels_in(namespace: dict[str, Any], path: str, name: str | None, none_ok: bool = False
+                ) -> list[tuple[str, Kernel]]:
     if name is not None and not name.isidentifier():
         return [kernel_from_expression(namespace, name)]
     kernels = find_kernels(namespace, name)
-    if not kernels:
+    if not kernels and not none_ok:
         functions = [k for k, v in namespace.items()
                      if inspect.isfunction(v) and v.__module__ == INSPECT_RUN_NAME and not k.startswith("_")]
         raise UsageError(f"{path} defines no @pl.kernel at module level; a kernel made by a factory is "
@@ -178,12 +201,21 @@ def _print_per_kernel(kernels: list[tuple[str, Kernel]], render: Any) -> None:
 
 
 def cmd_ir(args: argparse.Namespace) -> int:
-    """`nzjit ir`: print a kernel's graph after a pass, or the whole pass sequence."""
-    kernels = _kernels_of(args.file, args.kernel)
+    """`nzjit ir`: print a kernel's graph after a pass, or the whole pass sequence; and the program
+    of each `@pl.orchestration` (`--kernel NAME` may name one)."""
+    namespace = load_namespace(args.file)
+    orchs = find_orchestrations(namespace, args.kernel if args.kernel and args.kernel.isidentifier() else None)
+    if args.kernel is not None and orchs:
+        print(program_of(orchs[0][1]))
+        return 0
+    kernels = _kernels_in(namespace, args.file, args.kernel, none_ok=bool(orchs) and args.kernel is None)
     if args.all:
         _print_per_kernel(kernels, ir_sequence)
     else:
         _print_per_kernel(kernels, lambda low: ir_text(low, args.after))
+    for i, (name, orch) in enumerate(orchs if args.kernel is None else []):
+        print(("\n" if kernels or i else "") + f"# orchestration {name}")
+        print(program_of(orch))
     return 0
 
 
