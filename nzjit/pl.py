@@ -49,6 +49,7 @@ from .language.ops import (
 from .language.ops import tensor_reinterpret_view as _reinterpret_view
 from .language.ops import tensor_view as _view
 from .language.ops import transpose_view as _transpose_view
+from .language.orchestration_tensors import create_tensor
 
 ND = _Layout.ND
 NZ = _Layout.NZ
@@ -63,5 +64,5 @@ __all__ = [
     "INT32", "INT64", "UINT4", "UINT8", "UINT16", "UINT32", "ND", "NZ", "A2A3", "A5", "Mem", "Tensor",
     "Out", "InOut", "Scalar", "dynamic", "kernel", "orchestration", "range", "pipeline", "spmd", "load",
     "store", "matmul", "matmul_acc", "cast", "add", "sub", "mul", "maximum", "exp", "min", "max",
-    "get_block_idx", "get_block_num", "slice", "reshape", "tile", "tensor",
+    "get_block_idx", "get_block_num", "slice", "reshape", "tile", "tensor", "create_tensor",
 ]

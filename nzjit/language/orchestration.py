@@ -34,6 +34,7 @@ from runtime import DeviceTensor, DispatchError, StackedDeviceTensor
 from ..backend import call as C
 from ..core.types import DynDim, Layout, ScalarType
 from ..errors import CompileError, Source, _is_internal, user_source
+from . import orchestration_tensors as T
 from . import orchestration_views as V
 from .annotations import ScalarAnnotation, TensorAnnotation
 from .kernel import Param
@@ -148,6 +149,10 @@ class Program:
         finally:
             _state.program = None
 
+    def handle_of(self, ref: Any) -> Handle:
+        """The body's handle of a new intermediate (`pl.create_tensor`, orchestration_tensors.py)."""
+        return Handle(ref)
+
     def record(self, kernel: Any, args: Sequence[Any], device: int | None, low: Any = None,
                graph: Any = None) -> Any:
         """Record `kernel(*args, device=)`; return handles of its outputs (as a kernel call returns)."""
@@ -160,7 +165,8 @@ class Program:
         except DispatchError as e:
             raise DispatchError(f"{src}: {e}") from None
         refs = [_as_ref(a, p.name) for p, a in zip(kernel.params, full)]
-        rank = int(device) if device is not None else C.default_device(refs)
+        rank = int(device) if device is not None else C.default_device([a for a in refs if not T.unbound(a)])
+        T.bind_created(refs, rank)  # pl.create_tensor: the first call that uses it decides its rank
         dims = _pending_dims(kernel, refs)
         for i, (p, a) in enumerate(zip(kernel.params, refs)):
             if a is None:

@@ -63,3 +63,13 @@ def ref_ffn(x: np.ndarray, wg: np.ndarray, wu: np.ndarray) -> np.ndarray:
 
 
 pack = runtime.pack_nz
+
+
+@pl.orchestration
+def ffn_created(x: pl.Tensor[[RANKS, T, K], pl.FP16], wg: pl.Tensor[[RANKS, N, K], pl.FP16, pl.NZ],
+                wu: pl.Tensor[[RANKS, N, K], pl.FP16, pl.NZ], h: pl.Out[pl.Tensor[[RANKS, T, N], pl.FP32]]):
+    """`ffn` with g made by pl.create_tensor: resident on the rank of its first use."""
+    for r in range(RANKS):
+        g = pl.create_tensor([T, N], pl.FP32)
+        mm(x[r], wg[r], g, device=r)
+        relu_mul(g, mm(x[r], wu[r], device=r), h[r], device=r)

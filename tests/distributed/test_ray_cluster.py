@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ray_kernels import RANKS, N, T, data, ffn, mm, one_mm, pack, ref_ffn, ref_mm, window
+from ray_kernels import RANKS, N, T, data, ffn, ffn_created, mm, one_mm, pack, ref_ffn, ref_mm, window
 
 import runtime
 from nzjit import pl
@@ -48,6 +48,8 @@ def test_program_with_intermediates_on_two_ranks(cluster):
     np.testing.assert_array_equal(h, ref_ffn(x, wg, wu))
     # the intermediates and the uploaded host planes were freed when the program ended: each rank
     # holds just its two shards more than before
+    assert [s["tensors"] for s in stats(cluster)] == [n + 2 for n in held]
+    np.testing.assert_array_equal(ffn_created(x, g_d, u_d), h)  # pl.create_tensor intermediates
     assert [s["tensors"] for s in stats(cluster)] == [n + 2 for n in held]
     resident_h = cluster.alloc_stacked_tensor(np.zeros((RANKS, T, N), np.float32))
     ffn(x, g_d, u_d, resident_h)
