@@ -57,7 +57,7 @@ def fam_orch_slices(g: Any) -> None:
         sig = (f"x: pl.Tensor[[{t}, {k}], pl.{dt}], w: pl.Tensor[[{n}, {k}], pl.{dt}, pl.NZ], "
                f"out: pl.Out[pl.Tensor[[{t}, {n}], pl.{acc}]]")
         body = ["    out[:, :] = pl.matmul(x[:, :], w[:, :], b_trans=True)"]
-        kshape = {"x": (t, k), "w": (n, k), "out": (t, n)}
+        kshape: dict[str, tuple[int, ...]] = {"x": (t, k), "w": (n, k), "out": (t, n)}
     else:
         sig = (f"x: pl.Tensor[[{e}, {t}, {k}], pl.{dt}], w: pl.Tensor[[{e}, {n}, {k}], pl.{dt}, pl.NZ], "
                f"out: pl.Out[pl.Tensor[[{e}, {t}, {n}], pl.{acc}]]")

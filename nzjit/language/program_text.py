@@ -64,7 +64,8 @@ def program_text(prog: Any) -> str:
     made: set[int] = set()
     lines = []
     for c in calls:
-        ins, outs = [], []
+        ins: list[str] = []
+        outs: list[str] = []
         for p, a in zip(c.kernel.params, c.args):
             text = f"{p.name}={_arg_text(a, p, made)}"
             (outs if p.is_output else ins).append(text)  # an InOut is listed once, with the outputs
