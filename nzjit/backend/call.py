@@ -351,7 +351,8 @@ def _rank_workers(calls: Sequence[KernelCall], cluster: Any, residents: Sequence
     devices = sorted({c.device for c in calls})
     if cluster is not None:
         if not isinstance(cluster, runtime.Cluster):
-            raise DispatchError(f"cluster= expects a runtime.Cluster, got {type(cluster).__name__}")
+            raise DispatchError(f"cluster= expects a runtime.Cluster or an nzjit.distributed.RayCluster, got "
+                                f"{type(cluster).__name__}")
         for name, t in _resident_tensors(residents):
             d = t.worker.device_id
             if not (0 <= d < cluster.n_ranks and cluster.workers[d] is t.worker):

@@ -69,9 +69,17 @@ class RayCluster(RemoteCluster):
         handles = [next_handle() for _ in self.workers]
         replies = [w.send("alloc", h, a.shape[1:], a.dtype, np.ascontiguousarray(a[r]))
                    for r, (w, h) in enumerate(zip(self.workers, handles))]
+        errors: list[BaseException] = []
         for r, ref in enumerate(replies):
-            fetch(r, ref)
+            try:
+                fetch(r, ref)
+            except Exception as e:
+                errors.append(e)
         shards = [w.adopt(h, a.shape[1:], a.dtype) for w, h in zip(self.workers, handles)]
+        if errors:  # no stack: free what the other ranks placed (a dead rank's memory is gone anyway)
+            for w, s in zip(self.workers, shards):
+                w.free_tensor(s)
+            raise errors[0]
         return StackedDeviceTensor(shards, a.shape, range(self.n_ranks))
 
     def copy_stacked_from(self, t: StackedDeviceTensor) -> np.ndarray:

@@ -231,8 +231,9 @@ class Orchestration:
         return prog, full, refs
 
     def __call__(self, *args: Any, cluster: Any = None) -> Any:
-        """Run on `cluster` (a runtime.Cluster), else the cluster the resident arguments live on,
-        else one default worker per rank the body dispatches to; return the Out arguments."""
+        """Run on `cluster` (a runtime.Cluster or nzjit.distributed.RayCluster), else the cluster the
+        resident arguments live on, else one default worker per rank the body dispatches to; return
+        the Out arguments."""
         prog, full, refs = self._record(args)
         residents = [r for r in refs if isinstance(r, C.DeviceRef | C.StackedRef)]
         C.run_program(prog.calls, cluster=cluster, residents=residents, rank_prefix=True)
