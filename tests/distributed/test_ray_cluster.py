@@ -29,10 +29,14 @@ def test_ranks_are_actors_and_shards_stay_resident(cluster):
     np.testing.assert_array_equal(cluster.copy_stacked_from(wd), pack(wg))  # the bytes as placed
     y = one_mm(x, wd)  # found through wd's shards
     np.testing.assert_array_equal(y, ref_mm(x, wg))
-    graphs = [s["graphs"] for s in stats(cluster)]
+    before = stats(cluster)
     y2 = one_mm(x, wd, cluster=cluster)
     np.testing.assert_array_equal(y2, y)
-    assert [s["graphs"] for s in stats(cluster)] == graphs  # a lowered graph is shipped once per actor
+    after = stats(cluster)
+    assert [s["graphs"] for s in after] == [s["graphs"] for s in before]  # a graph is shipped once per actor
+    # the shards stay resident: a second call uploads rank r's plane of x and nothing else
+    assert [(a["uploads"] - b["uploads"], a["upload_bytes"] - b["upload_bytes"]) for a, b in zip(after, before)
+            ] == [(1, x[r].nbytes) for r in range(RANKS)]
     local = runtime.Cluster(RANKS)
     np.testing.assert_array_equal(one_mm(x, local.alloc_stacked_tensor(pack(wg))), y)
     cluster.free_stacked(wd)
