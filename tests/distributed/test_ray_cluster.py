@@ -108,12 +108,12 @@ def test_error_on_one_rank_rolls_every_rank_back(cluster):
     offsets = [16, 1000]  # rank 1 reads past the end of x: refused on the device
 
     @pl.orchestration
-    def prog(x: pl.Tensor[[RANKS, 64, 32], pl.FP32], out: pl.InOut[pl.Tensor[[RANKS, 16, 32], pl.FP32]]):
+    def prog(x: pl.Tensor[[RANKS, 64, 32], pl.FP32], out: pl.InOut[pl.Tensor[[RANKS, 2, 16, 32], pl.FP32]]):
         for r in range(RANKS):
-            window(x[r], offsets[r], out[r], device=r)
+            window(x[r], offsets[r], out[r, 1], device=r)  # a view: restored by (handle, offset)
 
     x = np.arange(RANKS * 64 * 32, dtype=np.float32).reshape(RANKS, 64, 32)
-    host = np.full((RANKS, 16, 32), 5, np.float32)
+    host = np.full((RANKS, 2, 16, 32), 5, np.float32)
     resident = cluster.alloc_stacked_tensor(host)
     pattern = (r"^rank 1: window \(.*test_ray_cluster.py:\d+\): .*"
                r"the window \[1000, 1016\) on axis 0 is out of bounds")
@@ -125,7 +125,8 @@ def test_error_on_one_rank_rolls_every_rank_back(cluster):
     offsets[1] = 48
     prog(x, resident)
     want = np.stack([x[r, o:o + 16] for r, o in enumerate(offsets)])
-    np.testing.assert_array_equal(cluster.copy_stacked_from(resident), want)
+    np.testing.assert_array_equal(cluster.copy_stacked_from(resident)[:, 1], want)
+    np.testing.assert_array_equal(cluster.copy_stacked_from(resident)[:, 0], 5)
     cluster.free_stacked(resident)
 
 

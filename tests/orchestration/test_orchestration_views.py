@@ -224,3 +224,32 @@ def test_intermediate_of_another_rank_refused():
                                             r"share memory"):
         hop(x, wd, y)
     assert (y == 5).all()
+
+
+def test_a_failing_rank_leaves_every_view_output_untouched():
+    from orch_kernels import window
+
+    offsets = [16, 1000]  # rank 1 reads past the end of its plane: refused on the device
+
+    @pl.orchestration
+    def planes(x: pl.Tensor[[RANKS, 2, 64, 32], pl.FP32], out: pl.InOut[pl.Tensor[[RANKS, 3, 16, 32], pl.FP32]]):
+        for r in range(RANKS):
+            window(x[r, 1], offsets[r], out[r, 2], device=r)
+            window(pl.slice(x[r], [1, 64, 32], [0, 0, 0])[0], 0, out[r][0], device=r)
+
+    x = np.arange(RANKS * 2 * 64 * 32, dtype=np.float32).reshape(RANKS, 2, 64, 32)
+    fill = np.full((RANKS, 3, 16, 32), 5, np.float32)
+    cluster = runtime.Cluster(RANKS)
+    host, resident = fill.copy(), cluster.alloc_stacked_tensor(fill)
+    for out in (host, resident):
+        with pytest.raises(DispatchError, match=r"^rank 1: window .*the window \[1000, 1016\) on axis 0"):
+            planes(x, out, cluster=cluster)
+    np.testing.assert_array_equal(host, fill)
+    np.testing.assert_array_equal(cluster.copy_stacked_from(resident), fill)  # rank 0's views restored
+    offsets[1] = 48
+    planes(x, resident)
+    got = cluster.copy_stacked_from(resident)
+    for r, o in enumerate(offsets):
+        np.testing.assert_array_equal(got[r, 2], x[r, 1, o:o + 16])
+        np.testing.assert_array_equal(got[r, 0], x[r, 0, 0:16])
+    np.testing.assert_array_equal(got[:, 1], 5)
