@@ -300,9 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="sys.argv[1:] for the demo")
     r.set_defaults(func=cmd_run)
 
-    i = sub.add_parser("ir", help="print a kernel's IR after a pass",
+    i = sub.add_parser("ir", help="print a kernel's IR after a pass, an orchestration's program",
                        description="Import FILE (its demo does not run), lower its @pl.kernel objects "
-                                   "from their annotations and print the graph after a pass.")
+                                   "from their annotations and print the graph after a pass; then print "
+                                   "the program each @pl.orchestration records (one line per kernel call; "
+                                   "--kernel NAME may name an orchestration).")
     i.add_argument("file", metavar="FILE")
     i.add_argument("--kernel", metavar="NAME", help=_KERNEL_HELP)
     g = i.add_mutually_exclusive_group()
