@@ -187,3 +187,24 @@ def test_views_of_remote_shards_are_offsets_in_the_actor(cluster):
     np.testing.assert_array_equal(local.copy_stacked_from(y_local), got)
     for t in (wd, yd):
         cluster.free_stacked(t)
+
+
+def test_a_rank_is_a_worker_seen_from_the_driver(cluster):
+    w1 = cluster.workers[1]
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = w1.alloc_tensor(a.shape, a.dtype, init=a)
+    assert t.worker is w1 and t.shape == (3, 4) and not t.freed
+    np.testing.assert_array_equal(w1.copy_from(t), a)
+    w1.write_tensor(t, a * 2)
+    np.testing.assert_array_equal(w1.copy_from(t), a * 2)
+    z = w1.alloc_tensor((2, 2), np.int32)  # zeros, placed with the next message to the actor
+    np.testing.assert_array_equal(w1.copy_from(z), np.zeros((2, 2), np.int32))
+    with pytest.raises(DispatchError, match="dtype float64 does not match float32"):
+        w1.write_tensor(t, a.astype(np.float64))  # refused by the actor's worker, raised here as itself
+    with pytest.raises(DispatchError, match="lives on worker 1, not on rank 0 of this RayCluster"):
+        cluster.workers[0].copy_from(t)
+    for u in (t, z):
+        w1.free_tensor(u)
+    assert t.freed
+    with pytest.raises(DispatchError, match=r"was freed \(use after free\)"):
+        w1.copy_from(t)
