@@ -39,6 +39,7 @@ TARGETS = [
     ("(b) compile time and cached-call overhead", "bench_compile"),
     ("(c) NZ packing bandwidth vs np.copyto", "bench_pack_nz"),
     ("(d) interpreter overhead per equation", "bench_interp"),
+    ("(e) ranks side by side: 4-rank tp_moe, local Cluster and RayCluster", "bench_ranks"),
 ]
 #: Targets with an absolute budget (not a ratio against numpy measured alongside).
 ABSOLUTE = ("bench_compile", "bench_interp")

@@ -32,6 +32,7 @@ from .language.ops import (
     abs,
     add,
     cast,
+    create_tensor,
     exp,
     get_block_idx,
     get_block_num,
@@ -65,5 +66,5 @@ __all__ = [
     "INT32", "INT64", "UINT4", "UINT8", "UINT16", "UINT32", "ND", "NZ", "A2A3", "A5", "Mem", "Tensor",
     "Out", "InOut", "Scalar", "dynamic", "kernel", "orchestration", "range", "pipeline", "spmd", "load",
     "store", "matmul", "matmul_acc", "cast", "add", "sub", "mul", "maximum", "exp", "neg", "abs", "min", "max",
-    "get_block_idx", "get_block_num", "slice", "reshape", "tile", "tensor",
+    "get_block_idx", "get_block_num", "slice", "reshape", "tile", "tensor", "create_tensor",
 ]

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from .expr import Expr, add, floordiv, lit, mod, mul, named, pmax, pmin, pyvar, sub, var
 from .gen_unary import unary_ops, unary_step
 from .harness import HARNESS
+from .orch_slices import fam_orch_slices  # HOOK (issue 25)
 
 # name -> (numpy dtype text, bits, data low, data high (exclusive))
 DTYPES: dict[str, tuple[str, int, int, int]] = {
@@ -1162,6 +1163,7 @@ FAMILIES: dict[str, tuple[float, Callable[[G], None]]] = {
     "flatten": (5, fam_flatten),
     "vec_ew": (8, fam_vec_ew),
     "probe": (15, fam_probe),
+    "orch_slices": (6, fam_orch_slices),  # HOOK (issue 25): orchestration views, fuzz/orch_slices.py
 }
 
 
@@ -1175,7 +1177,8 @@ def generate(seed: int, index: int, family: str | None = None, exclude: Sequence
         FAMILIES[fam][1](g)
         if not any(t in exclude for t in g.tags):
             break
-    src = _source(g, seed, index, fam, rnd)
+    src = getattr(g, "own_source", None) or _source(g, seed, index, fam, rnd)  # HOOK (issue 25): a family
+    # with its own module text (orch_slices: an orchestration and its own execute())
     return Program(seed, index, fam, tuple(g.tags), _expect(g), frozenset(g.refuse), src, g.unknown)
 
 
