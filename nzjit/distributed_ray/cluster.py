@@ -133,7 +133,10 @@ class RayCluster(RemoteCluster):
     def shutdown(self) -> None:
         """Kill the actors (their device memory with them); Ray itself keeps running."""
         for a in self.actors:
-            ray.kill(a)
+            try:
+                ray.kill(a)
+            except ray.exceptions.ActorHandleNotFoundError:
+                pass  # the Ray session it belonged to has ended: the actor is gone with it
 
     def __enter__(self) -> RayCluster:
         return self
