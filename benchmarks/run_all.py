@@ -40,6 +40,7 @@ TARGETS = [
     ("(c) NZ packing bandwidth vs np.copyto", "bench_pack_nz"),
     ("(d) interpreter overhead per equation", "bench_interp"),
     ("(e) vector unit: softmax and fused MoE expert vs numpy (issue 22)", "bench_vector"),
+    ("(f) ranks side by side: 4-rank tp_moe, local Cluster and RayCluster", "bench_ranks"),
 ]
 #: Targets with an absolute budget (not a ratio against numpy measured alongside).
 ABSOLUTE = ("bench_compile", "bench_interp")

@@ -1,6 +1,7 @@
 """A 4-rank expert-parallel MoE layer with stacked NZ expert weights, checked against numpy.
 
-    python examples/tp_moe.py
+    python examples/tp_moe.py          # ranks as threads of this process (runtime.Cluster)
+    python examples/tp_moe.py --ray    # ranks as Ray actors (nzjit.distributed.RayCluster, docs/ray.md)
 
 The host routes each token to its top-2 experts and packs the tokens of every expert into a
 capacity buffer; rank r owns experts [r * E_LOCAL, (r + 1) * E_LOCAL). Each rank runs
@@ -18,6 +19,7 @@ integer there is exact in fp16). The result must equal numpy bit for bit.
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import numpy as np
@@ -120,7 +122,29 @@ def reference_experts(xe: np.ndarray, wg: np.ndarray, wu: np.ndarray, wd: np.nda
     return np.einsum("recf,rehf->rech", h.astype(f32), wd.astype(f32))
 
 
-def main() -> None:
+def make_cluster(use_ray: bool) -> tuple[object, str]:
+    """The cluster and its description: local threads, or one Ray actor per rank (a local Ray)."""
+    if not use_ray:
+        return runtime.Cluster(RANKS), "runtime.Cluster"
+    from nzjit.distributed import RayCluster
+
+    # a local Ray, started by RayCluster (its actors import this checkout's nzjit; keywords go to ray.init)
+    cluster = RayCluster(RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return cluster, "RayCluster (Ray actors)"
+
+
+def upload_counts(cluster: object) -> list[tuple[int, int]]:
+    """(uploads, bytes) per rank so far: counted by each worker's GM, here or in its actor."""
+    stats = getattr(cluster, "rank_stats", None)
+    if stats is not None:
+        return [(s["uploads"], s["upload_bytes"]) for s in stats()]
+    return [(w.gm.uploads, w.gm.upload_bytes) for w in cluster.workers]  # type: ignore[attr-defined]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="A 4-rank expert-parallel MoE layer, checked against numpy")
+    parser.add_argument("--ray", action="store_true", help="run the ranks as Ray actors (pip install 'nzjit[ray]')")
+    opts = parser.parse_args(argv)
     t_start = time.perf_counter()
     rng = np.random.default_rng(7)
     small = lambda *shape: rng.choice(np.array([-1, 0, 1], np.float16), size=shape, p=[0.25, 0.5, 0.25])
@@ -128,7 +152,7 @@ def main() -> None:
     w_router = rng.standard_normal((H, E)).astype(np.float32)
     wg, wu, wd = small(RANKS, E_LOCAL, F, H), small(RANKS, E_LOCAL, F, H), small(RANKS, E_LOCAL, H, F)
 
-    cluster = runtime.Cluster(RANKS)
+    cluster, where = make_cluster(opts.ray)
     # NZ-29: [RANKS, E_LOCAL, R, C] weights, packed plane by plane, shard r resident on rank r
     wg_d, wu_d, wd_d = (cluster.alloc_stacked_tensor(runtime.pack_nz(w)) for w in (wg, wu, wd))
 
@@ -142,16 +166,16 @@ def main() -> None:
     experts_ok = np.array_equal(ye, ye_ref)
     layer_ok = np.array_equal(y, y_ref)
 
-    before = [(w.gm.uploads, w.gm.upload_bytes) for w in cluster.workers]
+    before = upload_counts(cluster)
     t0 = time.perf_counter()
     ye2 = moe_experts(xe, wg_d, wu_d, wd_d)
     t_call = time.perf_counter() - t0
-    uploads = [(w.gm.uploads - n, w.gm.upload_bytes - b) for w, (n, b) in zip(cluster.workers, before)]
+    uploads = [(n1 - n0, b1 - b0) for (n1, b1), (n0, b0) in zip(upload_counts(cluster), before)]
     resident_ok = all(nb == xe[r].nbytes for r, (_, nb) in enumerate(uploads)) and np.array_equal(ye2, ye)
 
     per_expert = [len(s) for s in slots]
     print(f"tp_moe: {RANKS} ranks x {E_LOCAL} experts (E={E}), {TOKENS} tokens top-{TOP_K}, "
-          f"H={H} F={F}, fp16 NZ weights {list(wg.shape)}")
+          f"H={H} F={F}, fp16 NZ weights {list(wg.shape)}, on {where}")
     print(f"  tokens per expert      : {per_expert}")
     print(f"  expert outputs == numpy: {experts_ok}   (max |y| = {np.abs(ye).max():.0f})")
     print(f"  layer output   == numpy: {layer_ok}")

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from . import __version__, diagnostics
+from .driver.program_text import program_text
 from .errors import CompileError, InternalError
 from .language.kernel import Kernel
 from .language.orchestration import Orchestration
@@ -134,17 +135,23 @@ def kernel_from_expression(namespace: dict[str, Any], expr: str) -> tuple[str, K
     return expr, value
 
 
-def _kernels_of(path: str, name: str | None) -> list[tuple[str, Kernel]]:
+def _kernels_of(path: str, name: str | None, orchestrations: list[tuple[str, Orchestration]] | None = None
+                ) -> list[tuple[str, Kernel]]:
+    """The kernels to show. `--kernel ORCH` prints the orchestration's program first and gives the
+    kernels it calls; with no `--kernel`, the file's orchestrations are added to `orchestrations`
+    (when given) for the caller to print after the kernels, and a file may then have no kernel."""
     namespace = load_namespace(path)
     orch = namespace.get(name) if name is not None else None
     if isinstance(orch, Orchestration):  # its program, then the kernels it calls
-        text, kernels = program_text(orch)
+        text, kernels = orchestration_program(orch)
         print(text + "\n")
         return kernels
     if name is not None and not name.isidentifier():
         return [kernel_from_expression(namespace, name)]
+    if name is None and orchestrations is not None:
+        orchestrations.extend(find_orchestrations(namespace))
     kernels = find_kernels(namespace, name)
-    if not kernels:
+    if not kernels and not orchestrations:
         functions = [
             k
             for k, v in namespace.items()
@@ -187,25 +194,23 @@ def placeholder_arguments(orch: Orchestration) -> list[Any]:
     return args
 
 
-def program_text(orch: Orchestration) -> tuple[str, list[tuple[str, Kernel]]]:
-    """The calls an orchestration records, rank by rank, and its kernels (each once, in call order)."""
+def find_orchestrations(namespace: dict[str, Any]) -> list[tuple[str, Orchestration]]:
+    """The module-level `@pl.orchestration` objects as (first bound name, orchestration), each once."""
+    found: dict[int, tuple[str, Orchestration]] = {}
+    for key, value in namespace.items():
+        if isinstance(value, Orchestration):
+            found.setdefault(id(value), (key, value))
+    return list(found.values())
+
+
+def orchestration_program(orch: Orchestration) -> tuple[str, list[tuple[str, Kernel]]]:
+    """The program an orchestration records (driver/program_text.py), recorded with placeholder
+    arguments, and its kernels (each once, in call order)."""
     prog = orch.record(*placeholder_arguments(orch))
-    ranks = sorted({c.device for c in prog.calls})
-    out = [
-        f"# orchestration {orch.__name__}: {len(prog.calls)} kernel call{'s' if len(prog.calls) != 1 else ''}"
-        f" on {len(ranks)} rank{'s' if len(ranks) != 1 else ''}"
-    ]
     kernels: dict[int, tuple[str, Kernel]] = {}
-    for r in ranks:
-        out.append(f"rank {r}:")
-        for c in (c for c in prog.calls if c.device == r):
-            kernels.setdefault(id(c.kernel), (c.kernel.__name__, c.kernel))
-            names = [a.name if hasattr(a, "name") else repr(a) for a in c.args]
-            ins = [n for p, n in zip(c.kernel.params, names) if not p.is_pure_output]
-            outs = [n for p, n in zip(c.kernel.params, names) if p.is_output]
-            where = f"  # {os.path.basename(c.source.file)}:{c.source.line}" if c.source is not None else ""
-            out.append(f"  {c.kernel.__name__}({', '.join(ins)}) -> {', '.join(outs) or 'nothing'}{where}")
-    return "\n".join(out), list(kernels.values())
+    for c in sorted(prog.calls, key=lambda c: c.device):
+        kernels.setdefault(id(c.kernel), (c.kernel.__name__, c.kernel))
+    return program_text(prog), list(kernels.values())
 
 
 # ---------------------------------------------------------------------------------------- ir
@@ -253,12 +258,16 @@ def _print_per_kernel(kernels: list[tuple[str, Kernel]], render: Any) -> None:
 
 
 def cmd_ir(args: argparse.Namespace) -> int:
-    """`nzjit ir`: print a kernel's graph after a pass, or the whole pass sequence."""
-    kernels = _kernels_of(args.file, args.kernel)
+    """`nzjit ir`: print a kernel's graph after a pass, or the whole pass sequence; without
+    `--kernel`, then the program of each `@pl.orchestration` of the file."""
+    orchestrations: list[tuple[str, Orchestration]] = []
+    kernels = _kernels_of(args.file, args.kernel, orchestrations)
     if args.all:
         _print_per_kernel(kernels, ir_sequence)
     else:
         _print_per_kernel(kernels, lambda low: ir_text(low, args.after))
+    for i, (_, orch) in enumerate(orchestrations):
+        print(("\n" if kernels or i else "") + orchestration_program(orch)[0])
     return 0
 
 
@@ -357,9 +366,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser(
         "ir",
-        help="print a kernel's IR after a pass",
+        help="print a kernel's IR after a pass, an orchestration's program",
         description="Import FILE (its demo does not run), lower its @pl.kernel objects "
-        "from their annotations and print the graph after a pass.",
+        "from their annotations and print the graph after a pass; then print the program each "
+        "@pl.orchestration records (its calls rank by rank; --kernel NAME may name an orchestration).",
     )
     i.add_argument("file", metavar="FILE")
     i.add_argument("--kernel", metavar="NAME", help=_KERNEL_HELP)

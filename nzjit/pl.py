@@ -30,6 +30,7 @@ from .language.annotations import InOut, Out, Scalar, Tensor, dynamic
 from .language.kernel import kernel, orchestration
 from .language.loops import pipeline, range, spmd
 from .language.ops import (
+    create_tensor,
     get_block_idx,
     get_block_num,
     load,
@@ -105,7 +106,7 @@ __all__ = [
     "INT32", "INT64", "UINT4", "UINT8", "UINT16", "UINT32", "ND", "NZ", "A2A3", "A5", "Mem", "Tensor",
     "Out", "InOut", "Scalar", "dynamic", "kernel", "orchestration", "range", "pipeline", "spmd", "load",
     "store", "matmul", "matmul_acc", "cast", "add", "sub", "mul", "maximum", "exp", "min", "max",
-    "get_block_idx", "get_block_num", "slice", "reshape", "tile", "tensor",
+    "get_block_idx", "get_block_num", "slice", "reshape", "tile", "tensor", "create_tensor",
     # the vector unit (language/vector_ops.py)
     "div", "minimum", "log", "sqrt", "rsqrt", "recip", "abs", "neg", "relu", "lrelu", "row_max", "row_sum",
     "row_min", "col_max", "col_sum", "col_min", "row_expand", "row_expand_add", "row_expand_sub",

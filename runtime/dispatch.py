@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from . import threads
 from .device import DeviceTensor, StackedDeviceTensor, Worker
 from .dtypes import c0_of
 from .errors import DispatchError
@@ -171,8 +172,8 @@ def run_ranks(fns: Mapping[int, Callable[[], Any]]) -> dict[int, Any]:
             return {rank: fn()}
         except Exception as e:
             _reraise(rank, e)
-    with cf.ThreadPoolExecutor(max_workers=max(1, len(fns))) as pool:
-        futures = {r: pool.submit(fn) for r, fn in fns.items()}
+    with threads.ranks_running(len(fns)), cf.ThreadPoolExecutor(max_workers=max(1, len(fns))) as pool:
+        futures = {r: pool.submit(fn) for r, fn in fns.items()}  # helpers only for idle cores (issue 25)
         cf.wait(futures.values())
     for r in sorted(futures):
         e = futures[r].exception()

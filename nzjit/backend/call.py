@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,133 +21,25 @@ import numpy as np
 import runtime
 from runtime import DeviceTensor, DispatchError, StackedDeviceTensor, Worker
 
-from ..core.ir import Graph
 from ..core.types import DynDim, ScalarType
-from ..errors import Source
 from . import comm_run  # comm hook (issue 28): windows and the comm world of communicating ranks
 from .convention import LaunchPlan, download, free_temps, restore
 from .launch import default_worker, execute
 from .options import Options, current
-
-
-# ------------------------------------------------------------------------------ argument references
-@dataclass(frozen=True, eq=False)
-class HostRef:
-    """A caller's numpy array, or its plane `root[index]`: uploaded to the rank's worker once per
-    program; as an output, copied back only after every rank succeeded. `fresh`: allocated by the
-    call itself (an omitted Out), so there is nothing to upload."""
-
-    root: np.ndarray
-    index: int | None = None
-    name: str = "argument"
-    fresh: bool = False
-
-    @property
-    def array(self) -> np.ndarray:
-        """The referenced array: `root`, or its plane `root[index]`."""
-        return self.root if self.index is None else self.root[self.index]
-
-    @property
-    def key(self) -> tuple[int, int | None]:
-        """Identity of the referenced array (root object, plane): an argument passed twice uploads once."""
-        return id(self.root), self.index
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """Shape of the referenced array (of the plane when `index` is set)."""
-        return tuple(self.array.shape)
-
-    @property
-    def dtype(self) -> np.dtype:
-        """The array's dtype."""
-        return self.root.dtype
-
-
-@dataclass(frozen=True, eq=False)
-class DeviceRef:
-    """A resident DeviceTensor (a whole argument, or shard `w[r]` of a stacked one): never copied."""
-
-    tensor: DeviceTensor
-    name: str = "argument"
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """Shape of the resident tensor."""
-        return tuple(self.tensor.shape)
-
-    @property
-    def dtype(self) -> np.dtype:
-        """The resident tensor's dtype."""
-        return self.tensor.dtype
-
-
-@dataclass(frozen=True, eq=False)
-class StackedRef:
-    """A whole StackedDeviceTensor: only its shards (`w[r]`) reach a kernel."""
-
-    tensor: StackedDeviceTensor
-    name: str = "argument"
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The stacked tensor's full shape (leading axis = ranks)."""
-        return tuple(self.tensor.full_shape)
-
-    @property
-    def dtype(self) -> np.dtype:
-        """The shards' dtype."""
-        return self.tensor.dtype
-
-
-@dataclass(eq=False)
-class PendingRef:
-    """An Out left out of a call inside an orchestration: an intermediate on rank `device`,
-    allocated when the program is validated, freed when the program ends."""
-
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    device: int
-    name: str = "intermediate"
-    tensor: DeviceTensor | None = None
-
-
-Ref = HostRef | DeviceRef | StackedRef | PendingRef
-
-
-@dataclass(eq=False)
-class KernelCall:
-    """One recorded call: a kernel, one ref (or int) per parameter, its rank.
-
-    `graph` / `low` pin a compiled stage (`Lowered.run(after=...)`); else the kernel's final graph."""
-
-    kernel: Any
-    args: list[Any]
-    device: int
-    source: Source | None = None
-    graph: Graph | None = None
-    low: Any = None
-    dims: dict[str, int] | None = None  # set when the entry already checked these very arguments
-
-
-def as_ref(a: Any, name: str) -> Any:
-    """A raw argument as a ref; ints and refs pass through."""
-    if isinstance(a, np.ndarray):
-        return HostRef(a, None, name)
-    if isinstance(a, DeviceTensor):
-        return DeviceRef(a, name)
-    if isinstance(a, StackedDeviceTensor):
-        return StackedRef(a, name)
-    return a
-
-
-def default_device(args: Iterable[Any]) -> int:
-    """`device=None`: the rank of the first resident argument, else 0."""
-    for a in args:
-        if isinstance(a, DeviceRef):
-            return a.tensor.worker.device_id
-        if isinstance(a, PendingRef):
-            return a.device
-    return 0
+from .refs import (  # the references of a program; re-exported here, where callers have found them
+    DeviceRef,
+    HostRef,
+    KernelCall,
+    PendingRef,
+    Ref,
+    StackedRef,
+    as_ref,
+    call_name,
+    default_device,
+    pending_refs,
+    resident_tensors,
+)
+from .remote import remote_cluster_of
 
 
 # --------------------------------------------------------------------------- entry-level checks
@@ -254,33 +146,31 @@ def results(entry: Any, full: Sequence[Any]) -> Any:
 
 
 # ------------------------------------------------------------------------------- the program
-def _call_name(call: KernelCall) -> str:
-    return call.kernel.__name__ + (f" ({call.source})" if call.source else "")
-
-
 def _reraise_in(call: KernelCall, e: Exception) -> None:
     """Raise `e` again, same type, its message prefixed with the call (run_ranks adds the rank)."""
     try:
-        new = type(e)(f"{_call_name(call)}: {e}")
+        new = type(e)(f"{call_name(call)}: {e}")
     except Exception:  # a constructor that takes other arguments: keep the original, add a note
-        e.add_note(f"in {_call_name(call)}")
+        e.add_note(f"in {call_name(call)}")
         raise e from None
     raise new from e
 
 
 @dataclass(eq=False)
-class _Launch:
+class Launch:
+    """One checked call of a program: the call and its launch plan (graph, dims, options, slots)."""
+
     call: KernelCall
     plan: LaunchPlan
 
 
 @dataclass(eq=False)
-class _Rank:
-    """One rank's share of a program and what it placed on its worker."""
+class RankPlan:
+    """One rank's share of a program (its launches, in order) and what it placed on its worker."""
 
     rank: int
     worker: Worker
-    launches: list[_Launch] = field(default_factory=list)
+    launches: list[Launch] = field(default_factory=list)
     placed: dict[Any, int] = field(default_factory=dict)  # host array (root, plane) -> GM address
     host_outputs: list[tuple[HostRef, int, Any]] = field(default_factory=list)  # (ref, address, slot)
     snapshots: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)  # (GM bytes, saved copy)
@@ -292,9 +182,9 @@ class _Rank:
         gm = self.worker.gm
         seen: list[Any] = []
         for ln in self.launches:
-            self.snapshots += ln.plan.snapshot(gm, _values(ln.call), seen)
+            self.snapshots += ln.plan.snapshot(gm, values_of(ln.call), seen)
         for ln in self.launches:
-            values = _values(ln.call)
+            values = values_of(ln.call)
             keys = [a.key if isinstance(a, HostRef) else None for a in ln.call.args]
             vals, host_outputs, _ = ln.plan.place(values, gm, self.placed, self.temps, keys)
             for _, _, addr, slot in host_outputs:
@@ -308,17 +198,20 @@ class _Rank:
                 _reraise_in(ln.call, e)
 
     def restore(self) -> None:
+        """Put the resident outputs' snapshotted bytes back (another rank, or this one, failed)."""
         restore(self.snapshots)
 
     def gather(self) -> None:
+        """Copy the host outputs back (every rank succeeded)."""
         gm = self.worker.gm
         download(gm, [(0, ref.array, addr, slot) for ref, addr, slot in self.host_outputs], [None])
 
     def free(self) -> None:
+        """Free this rank's uploads and allocations of the program."""
         free_temps(self.worker.gm, self.temps)
 
 
-def _values(call: KernelCall) -> list[Any]:
+def values_of(call: KernelCall) -> list[Any]:
     """A recorded call's argument values in parameter order (host arrays, DeviceTensors, ints)."""
     out = []
     for a in call.args:
@@ -333,23 +226,15 @@ def _values(call: KernelCall) -> list[Any]:
     return out
 
 
-def _resident_tensors(residents: Iterable[Any]) -> Iterable[tuple[str, DeviceTensor]]:
-    for r in residents:
-        if isinstance(r, StackedRef):
-            for i, s in enumerate(r.tensor.shards):
-                yield f"{r.name}[{i}]", s
-        elif isinstance(r, DeviceRef):
-            yield r.name, r.tensor
-
-
 def _rank_workers(calls: Sequence[KernelCall], cluster: Any, residents: Sequence[Any]) -> dict[int, Worker]:
     """Rank -> worker: the given cluster, else the one the resident arguments live on, else one
     default worker per rank the program dispatches to."""
     devices = sorted({c.device for c in calls})
     if cluster is not None:
         if not isinstance(cluster, runtime.Cluster):
-            raise DispatchError(f"cluster= expects a runtime.Cluster, got {type(cluster).__name__}")
-        for name, t in _resident_tensors(residents):
+            raise DispatchError(f"cluster= expects a runtime.Cluster or an nzjit.distributed.RayCluster, got "
+                                f"{type(cluster).__name__}")
+        for name, t in resident_tensors(residents):
             d = t.worker.device_id
             if not (0 <= d < cluster.n_ranks and cluster.workers[d] is t.worker):
                 raise DispatchError(f"parameter {name.split('[')[0]!r}: {name} lives on worker {d} of another "
@@ -363,7 +248,7 @@ def _rank_workers(calls: Sequence[KernelCall], cluster: Any, residents: Sequence
     stacked = False
     for r in residents:
         stacked = stacked or isinstance(r, StackedRef)
-    for name, t in _resident_tensors(residents):
+    for name, t in resident_tensors(residents):
         w, first = found.setdefault(t.worker.device_id, (t.worker, name))
         if w is not t.worker:
             raise DispatchError(f"{name} and {first} live on two different workers with device id "
@@ -389,7 +274,35 @@ def _check_resident(pname: str, name: str, t: DeviceTensor, worker: Worker, rank
                         f"{worker.device_id} (device={rank}): pass rank {rank}'s shard or copy it over")
 
 
-def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[tuple[int | None, int, str]]]
+_Access = tuple[np.ndarray, Any, int, bool, str]  # (view, key, rank, written, name) of a host array
+
+
+def _check_host_flow(p: Any, a: HostRef, v: np.ndarray, rank: int, seen: list[_Access]) -> None:
+    """Refuse, before dispatch, host data flow that parallel ranks would get wrong (issue 25, issue
+    24 item 5). Each rank uploads the host views it uses once, when the program starts, and copies
+    its outputs back when it ends; so a view written by one rank and used by another, or two
+    different overlapping views on one rank of which one is written, would see stale bytes.
+    Views are dense (driver/views.py), so overlap of their byte ranges is exact."""
+    written = bool(p.is_output)
+    for view, key, r, w, what in seen:
+        if not (w or written) or not np.may_share_memory(view, v):
+            continue
+        if r != rank and w and written:
+            raise DispatchError(f"parameter {p.name!r}: rank {r} writes {what} and rank {rank} writes {a.name} "
+                                "of the same host array; give each rank its own plane (out[r])")
+        if r != rank and w:
+            raise DispatchError(f"parameter {p.name!r}: rank {rank} reads {a.name}, which rank {r} writes "
+                                f"earlier in the program ({what}); ranks run in parallel and read host arrays "
+                                "as they were when the program started: keep the data on one rank (an "
+                                "intermediate), or run a second orchestration call")
+        if r == rank and key != a.key:
+            raise DispatchError(f"parameter {p.name!r}: {a.name} and {what} overlap in one host array and one "
+                                f"of them is written on rank {rank}; a rank uploads each view once, so one "
+                                "would not see the other's bytes: use the same view for both")
+    seen.append((v, a.key, rank, written, a.name))
+
+
+def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[_Access]]
                ) -> tuple[list[Any], dict[str, int]]:
     """Check one call's arguments on its worker; return the values compile keys on, and its dims."""
     specs, tensor_args, keyed = [], [], []
@@ -403,14 +316,12 @@ def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[tuple[in
                                 f"ranks; pass one rank's shard, {a.name}[r]")
         if isinstance(a, HostRef):
             v: Any = a.array
-            if p.is_output:
-                for idx, r, what in writes.setdefault(id(a.root), []):
-                    if r != call.device and (idx is None or a.index is None or idx == a.index):
-                        raise DispatchError(f"parameter {p.name!r}: rank {r} writes {what} and rank {call.device} "
-                                            f"writes {a.name} of the same host array; give each rank its own "
-                                            "plane (out[r])")
-                writes[id(a.root)].append((a.index, call.device, a.name))
+            _check_host_flow(p, a, v, call.device, writes.setdefault(id(a.root), []))
         elif isinstance(a, DeviceRef | PendingRef):
+            if isinstance(a, PendingRef) and a.device != call.device:
+                raise DispatchError(f"parameter {p.name!r} got {a.name}, an intermediate of rank {a.device}; the "
+                                    f"call runs on rank {call.device}, and ranks do not share memory: write it to "
+                                    "an Out of the orchestration and pass it in a second call")
             if isinstance(a, PendingRef) and a.tensor is None:
                 a.tensor = worker.alloc_tensor(a.shape, a.dtype)  # freed with the program
             assert a.tensor is not None
@@ -428,13 +339,13 @@ def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[tuple[in
     return keyed, runtime.dispatch.check_args(specs, tensor_args, worker)
 
 
-
-
-def _plan(calls: Sequence[KernelCall], ranks: dict[int, Worker], rank_prefix: bool, options: Options
-          ) -> dict[int, _Rank]:
-    """Validate every call and compile every kernel; nothing runs yet."""
-    plan: dict[int, _Rank] = {}
-    writes: dict[int, list[tuple[int | None, int, str]]] = {}
+def plan_program(calls: Sequence[KernelCall], ranks: dict[int, Any], rank_prefix: bool, options: Options
+                 ) -> dict[int, RankPlan]:
+    """Validate every call and compile every kernel; nothing runs yet. `ranks` maps each rank to
+    its worker: a `runtime.Worker`, or the driver's stand-in for a rank in another process (a
+    RayCluster's), which answers the same questions (device id, target, allocation, liveness)."""
+    plan: dict[int, RankPlan] = {}
+    writes: dict[int, list[_Access]] = {}
     for call in calls:
         worker = ranks[call.device]
         try:
@@ -445,20 +356,13 @@ def _plan(calls: Sequence[KernelCall], ranks: dict[int, Worker], rank_prefix: bo
         except DispatchError as e:
             if not rank_prefix:
                 raise
-            raise DispatchError(f"rank {call.device}: {_call_name(call)}: {e}") from None
+            raise DispatchError(f"rank {call.device}: {call_name(call)}: {e}") from None
         low = call.low if call.low is not None else call.kernel.lower(*keyed)
         graph = call.graph if call.graph is not None else low.final
-        rk = plan.setdefault(call.device, _Rank(call.device, worker))
+        rk = plan.setdefault(call.device, RankPlan(call.device, worker))
         fresh = [isinstance(a, HostRef) and a.fresh for a in call.args]
-        rk.launches.append(_Launch(call, LaunchPlan(call.kernel, graph, dims, options, _values(call), fresh)))
+        rk.launches.append(Launch(call, LaunchPlan(call.kernel, graph, dims, options, values_of(call), fresh)))
     return plan
-
-
-def _pendings(calls: Sequence[KernelCall]) -> list[PendingRef]:
-    out: list[PendingRef] = []
-    for c in calls:
-        out.extend(a for a in c.args if isinstance(a, PendingRef) and all(a is not b for b in out))
-    return out
 
 
 def run_program(calls: Sequence[KernelCall], cluster: Any = None, residents: Sequence[Any] = (),
@@ -470,14 +374,18 @@ def run_program(calls: Sequence[KernelCall], cluster: Any = None, residents: Seq
     if not calls:
         return
     opts = current() if options is None else options
-    plan: dict[int, _Rank] = {}
+    remote = remote_cluster_of(cluster, residents)
+    if remote is not None:  # ranks in other processes (RayCluster): it checks and runs the program itself
+        remote.run_program(calls, residents, rank_prefix, opts)
+        return
+    plan: dict[int, RankPlan] = {}
     world = None
     try:
         ranks = _rank_workers(calls, cluster, residents)
         if len({id(w) for w in ranks.values()}) != len(ranks):
             raise DispatchError("two ranks map to the same worker")
         world = comm_run.open_world(calls, ranks, cluster)  # comm hook (issue 28): None without windows
-        plan = _plan(calls, ranks, rank_prefix, opts)
+        plan = plan_program(calls, ranks, rank_prefix, opts)
         try:
             if world is not None:  # comm hook (issue 28): ranks as threads of one comm world
                 comm_run.run_ranks(world, plan)
@@ -497,6 +405,11 @@ def run_program(calls: Sequence[KernelCall], cluster: Any = None, residents: Seq
             comm_run.close_world(world, calls)
         for rk in plan.values():
             rk.free()
-        for p in _pendings(calls):
+        for p in pending_refs(calls):
             if p.tensor is not None and not p.tensor.freed:
                 p.tensor.worker.free_tensor(p.tensor)
+
+
+__all__ = ["DeviceRef", "HostRef", "KernelCall", "Launch", "PendingRef", "RankPlan", "Ref", "StackedRef", "as_ref",
+           "call_name", "check_entry", "check_scalar", "check_stacked", "default_device", "out_shape", "param_spec",
+           "pending_refs", "plan_program", "resident_tensors", "results", "run_program", "split_args", "values_of"]

@@ -25,7 +25,7 @@ from runtime import DeviceTensor, GlobalMemory
 
 from ..core.ir import Graph
 from ..core.types import ScalarType
-from .launch import tensor_layout
+from .launch import execute, tensor_layout
 from .options import Options
 from .values import TensorVal
 
@@ -198,3 +198,21 @@ def free_temps(gm: GlobalMemory, temps: list[int]) -> None:
     for addr in temps:
         gm.free(addr)
     temps.clear()
+
+
+class Entry:
+    """What a LaunchPlan reads of a kernel: its parameters. A process that holds only the lowered
+    graph (a RayCluster rank's actor) builds its plans from this stand-in."""
+
+    def __init__(self, params: Sequence[Any]) -> None:
+        self.params = list(params)
+
+
+def launch_resident(params: Sequence[Any], graph: Graph, dims: dict[str, int], options: Options,
+                    worker: Any, args: Sequence[Any]) -> None:
+    """One launch whose tensor arguments all live on `worker` already (DeviceTensors, scalars as
+    ints): the calling convention of `LaunchPlan` with nothing to upload or download. A RayCluster
+    rank runs its share of a program this way, after the driver checked it (call.plan_program)."""
+    plan = LaunchPlan(Entry(params), graph, dims, options, args)
+    vals, _, _ = plan.place(args, worker.gm, {}, [])
+    execute(plan, worker, vals)

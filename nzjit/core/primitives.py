@@ -26,6 +26,15 @@ class Primitive:
     def __repr__(self) -> str:
         return self.name
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # pickled by name (a lowered graph is shipped to a Ray actor, nzjit.distributed): the
+        # receiving process has the same registered primitive, identity preserved
+        return _registered, (self.name,)
+
+
+def _registered(name: str) -> Primitive:
+    return _ALL[name]
+
 
 _ALL: dict[str, Primitive] = {}
 

@@ -10,7 +10,10 @@ The body is plain Python, run once per call with *handles* for its tensor argume
 
 `x[r]` is rank r's plane of a host array (uploaded to worker r) or rank r's shard of a
 StackedDeviceTensor (already resident there, NZ-29: a rank-4 `[RANKS, E, R, C]` NZ argument is
-sliced per rank before dispatch, leaving the kernel its logical rank-3 `[E, R, C]`). A kernel
+sliced per rank before dispatch, leaving the kernel its logical rank-3 `[E, R, C]`). `x[r, e]`,
+`x[r][e]`, `w[r, 0:2]` and `pl.slice(w[r], shape, offsets)` are dense views of leading axes
+(views.py: the bytes at an offset, never a copy; an NZ plane stays whole, NZ-30), and
+`pl.create_tensor(shape, dtype)` makes an intermediate (intermediates.py). A kernel
 call in the body records (kernel, arguments, device) and returns handles of its outputs; an Out
 left out of such a call is an intermediate on that rank, to be passed to later calls on it.
 Nothing runs while the body runs: afterwards the whole program is validated, then ranks run in
@@ -31,8 +34,10 @@ from runtime import DeviceTensor, DispatchError, StackedDeviceTensor
 from ..backend import call as C
 from ..backend import comm_run
 from ..backend.options import current
-from ..core.types import DynDim, ScalarType
+from ..core.types import DynDim, Layout, ScalarType
 from ..errors import CompileError, Source, api_boundary, user_source
+from . import intermediates as T
+from . import views as V
 from .calls import active_program, recording
 from .params import Param, entry_params
 
@@ -44,8 +49,9 @@ class Handle:
 
     Its data cannot be read on the host: kernels run after the body has recorded them."""
 
-    def __init__(self, ref: Any) -> None:
+    def __init__(self, ref: Any, nz: bool = False) -> None:
         self._ref = ref
+        self.nz = nz  # an NZ argument (or a view of one): only its leading axes may be narrowed (NZ-30)
 
     @property
     def name(self) -> str:
@@ -70,26 +76,17 @@ class Handle:
     def __len__(self) -> int:
         return self.shape[0]
 
-    def __getitem__(self, r: Any) -> Handle:
-        """`x[r]`: rank r's plane of a host array, or rank r's shard of a stacked tensor."""
-        ref = self._ref
-        if isinstance(r, bool) or not isinstance(r, int | np.integer):
-            raise CompileError(f"an orchestration argument is indexed by one int rank, {ref.name}[r]; got "
-                               f"{type(r).__name__} {r!r}", user_source(),
-                               help="slice tensors inside the kernel, not in the orchestration")
-        if isinstance(ref, C.HostRef) and ref.index is None or isinstance(ref, C.StackedRef):
-            n = self.shape[0] if self.shape else 0
-            i = int(r) + n if int(r) < 0 else int(r)
-            if not 0 <= i < n:
-                raise CompileError(f"{ref.name}[{r}] is out of range for the leading axis {n} of "
-                                   f"{ref.name} {list(self.shape)}", user_source())
-            if isinstance(ref, C.StackedRef):
-                return Handle(C.DeviceRef(ref.tensor.shards[i], f"{ref.name}[{i}]"))
-            return Handle(C.HostRef(ref.root, i, f"{ref.name}[{i}]", ref.fresh))
-        what = {C.DeviceRef: "a DeviceTensor lives on one worker",
-                C.PendingRef: "an intermediate lives on the rank that made it"}.get(type(ref), "it is one rank's plane")
-        raise CompileError(f"{ref.name}[{r}]: {ref.name} cannot be indexed by rank: {what}", user_source(),
-                           help="shard a tensor across ranks with runtime.Cluster.alloc_stacked_tensor")
+    def __getitem__(self, key: Any) -> Handle:
+        """`x[r]`, `x[r, e]`, `x[r][e]`, `w[r, 0:2]`: a dense view of the argument's leading axes
+        (views.py; issue 25). Of a stacked tensor, the first index is the rank."""
+        return self._view(V.index_axes(self.name, self.shape, key))
+
+    def orchestration_slice(self, shape: Any, offsets: Any, valid_shape: Any = None) -> Handle:
+        """`pl.slice(x, shape, offsets)` in an orchestration body (language/ops.py hands it here)."""
+        return self._view(V.window_axes(self.name, self.shape, list(shape), list(offsets), valid_shape))
+
+    def _view(self, axes: list[Any]) -> Handle:
+        return Handle(V.view_ref(self._ref, self.shape, axes, self.name, self.nz), nz=self.nz)
 
     def __array__(self, *args: Any, **kwargs: Any) -> Any:
         raise CompileError(f"{self._ref.name} is an orchestration handle: its data exists only once the "
@@ -141,6 +138,10 @@ class Program:
         finally:
             _state.program = None
 
+    def create_tensor(self, shape: Sequence[int], dtype: Any) -> Handle:
+        """`pl.create_tensor(shape, dtype)` in the body: a new intermediate (intermediates.py)."""
+        return Handle(T.created_tensor(shape, dtype))
+
     def record(self, kernel: Any, args: Sequence[Any], device: int | None, low: Any = None,
                graph: Any = None) -> Any:
         """Record `kernel(*args, device=)`; return handles of its outputs (as a kernel call returns)."""
@@ -153,7 +154,8 @@ class Program:
         except DispatchError as e:
             raise DispatchError(f"{src}: {e}") from None
         refs = [_as_ref(a, p.name) for p, a in zip(kernel.params, full)]
-        rank = int(device) if device is not None else C.default_device(refs)
+        rank = int(device) if device is not None else C.default_device([a for a in refs if not T.unbound(a)])
+        T.bind_created(refs, rank)  # pl.create_tensor: the first call that uses it decides its rank
         dims = _pending_dims(kernel, refs)
         for i, (p, a) in enumerate(zip(kernel.params, refs)):
             if a is None:
@@ -163,8 +165,8 @@ class Program:
                     raise DispatchError(f"{src}: {kernel.__name__}: {e}") from None
                 refs[i] = C.PendingRef(shape, p.type.dtype.np_dtype, rank, f"{kernel.__name__}.{p.name}@rank{rank}")
         self.calls.append(C.KernelCall(kernel, refs, rank, src, graph=graph, low=low))
-        outs = [a if isinstance(a, Handle) else Handle(r) for p, a, r in zip(kernel.params, full, refs)
-                if p.is_output]
+        outs = [a if isinstance(a, Handle) else Handle(r, nz=p.type.layout is Layout.NZ)
+                for p, a, r in zip(kernel.params, full, refs) if p.is_output]
         if not outs:
             return None
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -204,7 +206,8 @@ class Orchestration:
                 refs.append(C.as_ref(a, p.name))
         prog = Program(self)
         with prog.recording():
-            ret = self.fn(*[r if isinstance(p.type, ScalarType) else Handle(r) for p, r in zip(self.params, refs)])
+            ret = self.fn(*[r if isinstance(p.type, ScalarType) else Handle(r, nz=p.type.layout is Layout.NZ)
+                            for p, r in zip(self.params, refs)])
         if ret is not None:
             raise CompileError(f"orchestration {self.__name__} returned {type(ret).__name__}; an orchestration "
                                "returns its results through its Out parameters", self.source)
@@ -212,8 +215,9 @@ class Orchestration:
 
     @api_boundary
     def __call__(self, *args: Any, cluster: Any = None) -> Any:
-        """Run on `cluster` (a runtime.Cluster), else the cluster the resident arguments live on,
-        else one default worker per rank the body dispatches to; return the Out arguments."""
+        """Run on `cluster` (a runtime.Cluster or nzjit.distributed.RayCluster), else the cluster the
+        resident arguments live on, else one default worker per rank the body dispatches to; return
+        the Out arguments."""
         with comm_run.sizing(cluster, args):  # comm hook (issue 28): pld.world_size() in the body
             prog, full, refs = self._record(args)
         residents = [r for r in refs if isinstance(r, C.DeviceRef | C.StackedRef)]

@@ -35,6 +35,7 @@ from .expr import Expr, add, floordiv, lit, mod, mul, named, pmax, pmin, pyvar, 
 from .gen_unary import unary_ops, unary_step
 from .gen_vector import fam_vec_alu, fam_vec_mix
 from .harness import HARNESS
+from .orch_slices import fam_orch_slices  # HOOK (issue 25)
 
 # name -> (numpy dtype text, bits, data low, data high (exclusive))
 DTYPES: dict[str, tuple[str, int, int, int]] = {
@@ -1163,6 +1164,7 @@ FAMILIES: dict[str, tuple[float, Callable[[G], None]]] = {
     "flatten": (5, fam_flatten),
     "vec_ew": (8, fam_vec_ew),
     "probe": (15, fam_probe),
+    "orch_slices": (6, fam_orch_slices),  # HOOK (issue 25): orchestration views, fuzz/orch_slices.py
 }
 
 # the vector unit's families (issue 22) live in gen_vector.py, which does not import this module
@@ -1180,7 +1182,8 @@ def generate(seed: int, index: int, family: str | None = None, exclude: Sequence
         FAMILIES[fam][1](g)
         if not any(t in exclude for t in g.tags):
             break
-    src = _source(g, seed, index, fam, rnd)
+    src = getattr(g, "own_source", None) or _source(g, seed, index, fam, rnd)  # HOOK (issue 25): a family
+    # with its own module text (orch_slices: an orchestration and its own execute())
     return Program(seed, index, fam, tuple(g.tags), _expect(g), frozenset(g.refuse), src, g.unknown)
 
 

@@ -14,6 +14,7 @@ from .. import prims as P
 from ..core import dtypes as dt
 from ..core.ir import Literal, Var
 from ..core.types import Layout, Mem, ScalarType, TensorType, TileType
+from ..driver.calls import active_program
 from ..errors import CompileError, user_source
 from ..tracing import Operators, Tracer, bind, current_state, lift
 
@@ -227,9 +228,23 @@ def setitem(t: Tracer, key: Any, value: Any) -> None:
     bind(P.tensor_assign_p, [[t], [value], offsets], {"shape": tuple(sizes)})
 
 
+def create_tensor(shape: Sequence[int], dtype: Any) -> Any:
+    """pl.create_tensor(shape, dtype): a new tensor. In an orchestration body, an intermediate of
+    the program, resident on the rank of the first kernel call that uses it (driver/intermediates.py)."""
+    prog = active_program()
+    if prog is not None:  # an orchestration body is recording on this thread
+        return prog.create_tensor(shape, dtype)
+    raise CompileError("pl.create_tensor is used in an orchestration body here; a kernel allocates its "
+                       "tensors from its Out parameters", user_source(),
+                       help="call it inside a @pl.orchestration, or add an Out parameter to the kernel")
+
+
 def slice(t: Tracer, shape: Sequence[int], offsets: Sequence[Index],  # noqa: A001
           valid_shape: Sequence[Index] | None = None) -> Tracer:
     """pl.slice(t, shape, offsets, valid_shape=None): a window of a tensor (shape before offsets)."""
+    in_orchestration = getattr(t, "orchestration_slice", None)  # an orchestration argument's handle (issue 25)
+    if in_orchestration is not None:
+        return in_orchestration(shape, offsets, valid_shape)
     offsets = _offsets(offsets, "pl.slice")
     valid = list(valid_shape) if valid_shape is not None else []
     if isinstance(t, Tracer) and isinstance(t.type, TensorType):

@@ -1,5 +1,11 @@
-"""A watchdog for the pld tests: a program of communicating ranks that the simulator failed to stop
-would hang the suite; every test here must finish within DEADLINE seconds (issue 28)."""
+"""Fixtures of the multi-rank tests.
+
+- A watchdog for the pld tests: a program of communicating ranks that the simulator failed to stop
+  would hang the suite; every test here must finish within DEADLINE seconds (issue 28).
+- One local Ray for the RayCluster tests (2 CPUs, no dashboard), started here and shut down after;
+  those tests are skipped only when ray is not importable (`pip install -e '.[ray]'`), the pld
+  tests run either way.
+"""
 
 from __future__ import annotations
 
@@ -17,3 +23,23 @@ def _watchdog():
     faulthandler.dump_traceback_later(DEADLINE, exit=True, file=sys.stderr)
     yield
     faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(scope="package")
+def ray_session():
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="package")
+def cluster(ray_session):
+    from nzjit.distributed import RayCluster
+
+    c = RayCluster(2)
+    yield c
+    c.shutdown()

@@ -180,12 +180,13 @@ def test_lowered_run_after_a_pass_still_works(tp_data):
 
 def test_ranks_share_the_helper_thread_and_stay_exact(tp_data, monkeypatch):
     # Ranks run in parallel threads; with every batched mad overlapped (lane_cube.OVERLAP_MACS = 0)
-    # each rank's mads hand operand conversion to the one shared helper (runtime.threads.Ahead):
-    # the tasks of four ranks queue on it, and every rank's int32 sums are still exact.
+    # each rank's mads hand operand conversion to the shared helpers (runtime.threads.Ahead) when
+    # the ranks leave a thread idle (5 threads, 4 ranks: issue 25 item 4): the tasks of four ranks
+    # queue on them, and every rank's int32 sums are still exact.
     from nzjit.backend import lane_cube
 
     x, w, ref = tp_data
-    monkeypatch.setattr(runtime.threads, "THREADS", 2)
+    monkeypatch.setattr(runtime.threads, "THREADS", RANKS + 1)
     monkeypatch.setattr(lane_cube, "OVERLAP_MACS", 0)
     monkeypatch.setattr(lane_cube, "MAD_CHUNK", 2)
     monkeypatch.setattr(lane_cube, "FIRST_CHUNK", 1)
@@ -201,3 +202,8 @@ def test_ranks_share_the_helper_thread_and_stay_exact(tp_data, monkeypatch):
     out = tp(x, cluster.alloc_stacked_tensor(pack(w)))
     np.testing.assert_array_equal(out, ref)
     assert len(helped) >= RANKS and any(helped)  # every rank ran batched mads, with the helper
+    # as many ranks as threads: no helper at all (it would only compete with a rank for a core)
+    monkeypatch.setattr(runtime.threads, "THREADS", RANKS)
+    helped.clear()
+    np.testing.assert_array_equal(tp(x, cluster.alloc_stacked_tensor(pack(w))), ref)
+    assert len(helped) >= RANKS and not any(helped)

@@ -1,0 +1,124 @@
+"""Ranks side by side (issue 25 item 4): 4 ranks of examples/tp_moe.py on the local Cluster against
+the bound the cores allow, and the same program on a RayCluster against the local Cluster.
+
+    python benchmarks/bench_ranks.py [--no-ray]
+
+- bound: the ranks' total CPU time (each rank run alone, `time.process_time` of the process)
+  divided by the cores this process may use; the 4-rank call should finish within 1.1x of it
+  and never slower than running the ranks one after another (the sum of their wall times);
+- Ray overhead: the 4-rank call on `nzjit.distributed.RayCluster(4)` (a local Ray, one actor per
+  rank) over the same call on `runtime.Cluster(4)`, both with resident weights.
+
+One run each (best of a few calls); no timed assertion anywhere.
+"""
+# isort: skip_file
+
+from __future__ import annotations
+
+import harness  # first: pins BLAS threads before numpy loads
+
+import os  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+
+import runtime  # noqa: E402
+import tp_moe as m  # noqa: E402
+from nzjit import pl  # noqa: E402
+
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def one_rank(r: int):
+    """The example's program for rank r alone."""
+    @pl.orchestration
+    def rank_r(xe: pl.Tensor[[m.RANKS, m.E_LOCAL, m.CAP, m.H], pl.FP16],
+               wg: pl.Tensor[[m.RANKS, m.E_LOCAL, m.F, m.H], pl.FP16, pl.NZ],
+               wu: pl.Tensor[[m.RANKS, m.E_LOCAL, m.F, m.H], pl.FP16, pl.NZ],
+               wd: pl.Tensor[[m.RANKS, m.E_LOCAL, m.H, m.F], pl.FP16, pl.NZ],
+               ye: pl.InOut[pl.Tensor[[m.RANKS, m.E_LOCAL, m.CAP, m.H], pl.FP32]]):
+        g, u = m.gate_up(xe[r], wg[r], wu[r], device=r)
+        h = m.act(g, u, device=r)
+        m.down(h, wd[r], ye[r], device=r)
+
+    return rank_r
+
+
+def inputs(cluster):
+    rng = np.random.default_rng(7)
+    small = lambda *shape: rng.choice(np.array([-1, 0, 1], np.float16), size=shape, p=[0.25, 0.5, 0.25])
+    x = small(m.TOKENS, m.H)
+    w_router = rng.standard_normal((m.H, m.E)).astype(np.float32)
+    ws = [small(m.RANKS, m.E_LOCAL, m.F, m.H), small(m.RANKS, m.E_LOCAL, m.F, m.H),
+          small(m.RANKS, m.E_LOCAL, m.H, m.F)]
+    experts, _ = m.route(x, w_router)
+    xe, _ = m.dispatch(x, experts)
+    return xe, [cluster.alloc_stacked_tensor(runtime.pack_nz(w)) for w in ws], m.reference_experts(xe, *ws)
+
+
+def timed(fn, repeat: int = 3) -> tuple[float, float]:
+    """(best wall, CPU of that run) over `repeat` runs after one warm-up."""
+    fn()
+    best = (float("inf"), 0.0)
+    for _ in range(repeat):
+        c0, t0 = time.process_time(), time.perf_counter()
+        fn()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        best = min(best, (wall, cpu))
+    return best
+
+
+def local_rows() -> list[dict[str, str]]:
+    cluster = runtime.Cluster(m.RANKS)
+    xe, ws, ref = inputs(cluster)
+    ye = np.zeros_like(ref)
+    singles = [timed(lambda p=one_rank(r): p(xe, *ws, ye)) for r in range(m.RANKS)]
+    wall4, _ = timed(lambda: m.moe_experts(xe, *ws, ye))
+    assert np.array_equal(ye, ref), "4 ranks: not numpy's numbers"
+    bound = sum(cpu for _, cpu in singles) / CORES
+    serial = sum(wall for wall, _ in singles)
+    busy = np.mean([cpu / wall for wall, cpu in singles])
+    return [
+        harness.row(f"4 ranks tp_moe vs cores bound ({CORES} cores)", harness.fmt_time(wall4),
+                    harness.fmt_time(bound), f"{wall4 / bound:.2f}x", "<= 1.1x"),
+        harness.row("4 ranks tp_moe vs ranks one after another", harness.fmt_time(wall4),
+                    harness.fmt_time(serial), f"{wall4 / serial:.2f}x", "<= 1.0x"),
+        harness.row("  one rank alone: cores kept busy", f"{busy:.2f}", f"{CORES}", f"{wall4 / singles[0][0]:.2f}x 4r/1r", ""),
+    ]
+
+
+def ray_rows() -> list[dict[str, str]]:
+    import ray
+
+    from nzjit.distributed import RayCluster
+
+    try:  # RayCluster starts the local Ray itself: its actors then import this checkout's nzjit
+        remote = RayCluster(m.RANKS, num_cpus=CORES, include_dashboard=False, log_to_driver=False,
+                            configure_logging=False)
+        local = runtime.Cluster(m.RANKS)
+        (xe, ws_l, ref), (_, ws_r, _) = inputs(local), inputs(remote)
+        y_l, y_r = np.zeros_like(ref), np.zeros_like(ref)
+        best = harness.interleaved({"local": lambda: m.moe_experts(xe, *ws_l, y_l),
+                                    "ray": lambda: m.moe_experts(xe, *ws_r, y_r)}, repeat=3)
+        assert np.array_equal(y_r, ref) and np.array_equal(y_l, ref), "RayCluster: not numpy's numbers"
+        return [harness.row("4 ranks tp_moe: RayCluster vs Cluster", harness.fmt_time(best["ray"]),
+                            harness.fmt_time(best["local"]), f"{best['ray'] / best['local']:.2f}x", "overhead")]
+    finally:
+        ray.shutdown()
+
+
+def run(with_ray: bool = True) -> list[dict[str, str]]:
+    rows = local_rows()
+    try:
+        import ray  # noqa: F401
+    except ModuleNotFoundError:
+        with_ray = False
+    return rows + (ray_rows() if with_ray else [])
+
+
+if __name__ == "__main__":
+    run(with_ray="--no-ray" not in sys.argv)

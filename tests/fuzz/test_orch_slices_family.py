@@ -1,0 +1,40 @@
+"""The fuzz family of orchestration views (issue 25 item 5, nzjit/fuzz/orch_slices.py): every
+program equals its numpy reference or is refused by the rule the generator predicts (NZ-30, row L15)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from nzjit.fuzz.classify import classify
+from nzjit.fuzz.gen import FAMILIES, generate
+
+
+def test_orchestration_slices_are_equal_or_refused_as_predicted():
+    assert "orch_slices" in FAMILIES
+    classes: Counter[str] = Counter()
+    tags: set[str] = set()
+    for i in range(24):
+        p = generate(20261201, i, "orch_slices")
+        o = classify(p)
+        assert not o.bug, (o, p.source)
+        if p.expect == "refuse":
+            assert o.cls == "refused" and o.rule == "NZ-30" and "L15" in o.rows, (o, p.source)
+        else:
+            assert o.cls == "equal", (o, p.source)
+        classes[o.cls] += 1
+        tags.update(p.tags)
+    assert classes["equal"] >= 12
+    # the sample covers every spelling of a view and every calling convention
+    for tag in ("view:index", "view:chain", "view:slice", "view:slice_all", "orch:numpy", "orch:omit",
+                "orch:stacked", "orch:drop"):
+        assert tag in tags, tag
+
+
+def test_a_program_is_its_own_reproducer(tmp_path):
+    p = next(generate(20261201, i, "orch_slices") for i in range(100)
+             if generate(20261201, i, "orch_slices").expect == "ok")
+    path = tmp_path / "prog.py"
+    path.write_text(p.source)
+    import runpy
+
+    runpy.run_path(str(path), run_name="__main__")  # asserts the reference (harness main())
