@@ -25,6 +25,7 @@ from .core.dtypes import (
 )
 from .core.types import Layout as _Layout
 from .core.types import Mem, Target
+from .language import branch as _branch  # noqa: F401 - stages an `if` on a traced value (sets the tracing hook)
 from .language.annotations import InOut, Out, Scalar, Tensor, dynamic
 from .language.kernel import kernel, orchestration
 from .language.loops import pipeline, range, spmd

@@ -170,7 +170,12 @@ def param_spec(p: Any) -> runtime.dispatch.ParamSpec:
 
 
 def check_scalar(name: str, a: Any, dtype: Any) -> None:
-    """An int that fits the parameter's declared width: a wider value is refused, never wrapped."""
+    """An int that fits the parameter's declared width: a wider value is refused, never wrapped.
+    A pl.Scalar[pl.BOOL] parameter takes a Python or numpy bool, and only a bool."""
+    if dtype.kind == "bool":
+        if not isinstance(a, bool | np.bool_):
+            raise DispatchError(f"parameter {name!r} is BOOL: expects a bool, got {type(a).__name__}")
+        return
     if isinstance(a, bool) or not isinstance(a, int | np.integer):
         raise DispatchError(f"parameter {name!r} expects an int scalar, got {type(a).__name__}")
     if dtype.wrap(int(a)) != int(a):

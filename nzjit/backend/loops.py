@@ -13,7 +13,8 @@ from ..core.ir import Eqn
 from . import batched
 
 
-def _copy_tile(ctx: Any, t: Any) -> Any:
+def copy_tile(ctx: Any, t: Any) -> Any:
+    """A fresh on-chip copy of tile `t` (any other value is returned as is)."""
     if not isinstance(t, TileBuf):
         return t
     c = ctx.onchip.alloc_tile(t.space, t.rows, t.cols, t.dtype, layout=t.layout, valid_row=t.valid_row,
@@ -30,7 +31,7 @@ def run_loop(ctx: Any, e: Eqn, ins: list[Any], consumed: frozenset[int], body_pl
     start, stop, step = (int(x) for x in ins[:3])
     captured = ins[nb : nb + nc]
     # a carry's initial value is updated in place by the body: copy it if it is read afterwards
-    carries = [c if (nb + nc + i) in consumed else _copy_tile(ctx, c) for i, c in enumerate(ins[nb + nc :])]
+    carries = [c if (nb + nc + i) in consumed else copy_tile(ctx, c) for i, c in enumerate(ins[nb + nc :])]
     options = ctx.options
     batch = options.fast and options.batch
     if e.params["kind"] == "spmd":

@@ -73,8 +73,8 @@ class _DirectionFactory:
 
 class _ScalarFactory:
     def __getitem__(self, dtype: dt.DType) -> ScalarAnnotation:
-        if not isinstance(dtype, dt.DType) or not dtype.is_int:
-            raise TypeError("pl.Scalar[...] takes an integer dtype, e.g. pl.Scalar[pl.INT32]")
+        if not isinstance(dtype, dt.DType) or not (dtype.is_int or dtype is dt.BOOL):
+            raise TypeError("pl.Scalar[...] takes an integer dtype or pl.BOOL, e.g. pl.Scalar[pl.INT32]")
         return ScalarAnnotation(dtype)
 
 

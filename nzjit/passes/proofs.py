@@ -101,12 +101,14 @@ class Prover:
             body = e.params.get("body")
             if isinstance(body, Graph):
                 nb, nc, nk = e.params["arity"]
-                start, stop, step = e.inputs[:3]
-                self.loop_vars[body.params[0]] = (start, stop, step, e.params["kind"])
+                kind = e.params.get("kind")  # None: a staged `if` arm (cond), no trip bounds
+                if kind is not None:
+                    start, stop, step = e.inputs[:3]
+                    self.loop_vars[body.params[0]] = (start, stop, step, kind)
                 for p, a in zip(body.params[1 : 1 + nc], e.inputs[nb : nb + nc]):
                     self.aliases[p] = a
                 self.carries.update(body.params[1 + nc :])
-                self._scan(body, stop if e.params["kind"] == "spmd" else spmd_stop)
+                self._scan(body, e.inputs[1] if kind == "spmd" else spmd_stop)
 
     # ------------------------------------------------------------------------------ queries
     def multiple(self, x: Atom, d: int) -> tuple[bool, Fact]:

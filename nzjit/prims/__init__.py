@@ -1,7 +1,7 @@
 """Every primitive of the IR and its type rule, one module per family:
 
 - `scalar`: index arithmetic, comparisons, `convert`, the SPMD block index and count;
-- `control`: the staged loop `for`;
+- `control`: the staged loop `for` and the staged `if` arm `cond`;
 - `memory`: tensor windows and views, assignment, `tile.load` / `tile.store` / `tile.move`, tile views;
 - `cube`: the matmuls (tensor and tile level), `tile.extract`, `tile.mad`, `tile.mad_acc`;
 - `elementwise`: `tile.cast` and the elementwise Vec tile operations.
@@ -34,7 +34,7 @@ from ..core.primitives import (
     all_primitives,
     primitive,
 )
-from .control import for_p
+from .control import cond_p, for_p
 from .cube import (
     tensor_matmul_acc_p,
     tensor_matmul_p,
@@ -88,7 +88,7 @@ __all__ = [
     "_MATMUL_OUT", "_binary_scalar", "_check_index_operands", "_compare", "_elementwise", "_fail",
     "_matmul_out_dtype", "_matmul_shape", "_mm_operands", "_prod", "_scalar_dtype", "_squeeze2",
     "_static_bits", "_tensor", "_tile",
-    "for_p",
+    "for_p", "cond_p",
     "tensor_matmul_p", "tensor_matmul_acc_p", "tile_matmul_p", "tile_matmul_acc_p", "tile_extract_p",
     "tile_mad_p", "tile_mad_acc_p",
     "tile_cast_p",

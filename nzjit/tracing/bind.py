@@ -18,6 +18,7 @@ from ..core.ir import Atom, Eqn, Literal, Var
 from ..core.primitives import Primitive
 from ..core.types import Mem, ScalarType, TileType, Type
 from ..errors import CompileError, Source, source_of, user_frame, user_source
+from . import frames
 from .frames import TraceFrame, current_state
 from .tracer import Tracer
 
@@ -80,6 +81,8 @@ def bind(prim: Primitive, groups: Sequence[Sequence[Any]], params: dict[str, Any
     st = current_state()
     if st.pending is not None:
         raise st.pending
+    if st.branches:  # close the one-armed `if`s the kernel has left before staging past them
+        frames.branch_handler.close_done(st)
     frame = st.top
     src = source
     if src is None:

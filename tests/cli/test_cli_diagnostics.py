@@ -61,7 +61,7 @@ def iff(x: pl.Tensor[[64, 512], pl.INT8], w: pl.Tensor[[256, 512], pl.INT8, pl.N
         out: pl.Out[pl.Tensor[[64, 256], pl.INT32]]):
     for nb in pl.range(2):
         n0 = nb * 128
-        if n0 > 0:
+        while n0 > 0:  # issue 28: a one-armed `if` is staged now; a `while` stays refused
             out[:, n0:n0 + 128] = pl.matmul(x[:, 0:512], w[n0:n0 + 128, 0:512], b_trans=True)
 '''
 
@@ -130,10 +130,10 @@ def test_break_in_a_staged_loop(cli, write):
     assert d["help"].startswith("compute the trip count up front")
 
 
-def test_python_if_on_a_traced_value(cli, write):
+def test_python_while_on_a_traced_value(cli, write):
     path = write("iff.py", IF)
     d = check_common(cli("ir", path), path, IF)
-    assert d["line"] == line_of(IF, "if n0 > 0:")
+    assert d["line"] == line_of(IF, "while n0 > 0:")
     assert d["span"] == "n0 > 0"
     assert "a Python `if`/`while`/`and`/`or` on a traced value cannot be staged" in d["msg"]
     assert d["help"] == "compute both sides, or use pl.min / pl.max"

@@ -21,16 +21,18 @@ def refused(kernel) -> nzjit.CompileError:
     return ei.value
 
 
-def test_python_if_on_a_traced_value(where):
+def test_python_while_on_a_traced_value(where):
+    # issue 28: a one-armed `if` on a traced value is staged now (tests/tracing/test_one_armed_if.py);
+    # a `while` on one stays refused, at its line
     @pl.kernel
     def k(x: V, out: OUT):
         for i in pl.range(4):
-            if i > 2:  # <- if
+            while i > 2:  # <- while
                 pl.store(pl.load(x, [0, 0], [16, 16]), [0, 0], out)
 
     err = refused(k)
-    assert str(err).startswith(where(k, "# <- if"))
-    assert "`if`" in str(err) and "traced once" in str(err)
+    assert str(err).startswith(where(k, "# <- while"))
+    assert "`while`" in str(err) and "traced once" in str(err)
 
 
 def test_python_while_and_boolean_operators_on_traced_values(where):
@@ -236,12 +238,12 @@ def test_the_caret_rendering_shows_the_source_line(where):
     @pl.kernel
     def k(x: V, out: OUT):
         for i in pl.range(4):
-            if i > 2:  # <- if
+            while i > 2:  # <- while (issue 28: a one-armed `if` is staged now)
                 pass
 
     err = refused(k)
     text = err.render()
-    assert "if i > 2:  # <- if" in text and "^" in text and "help:" in text
+    assert "while i > 2:  # <- while" in text and "^" in text and "help:" in text
 
 
 def test_operators_outside_the_scalar_arithmetic(where):

@@ -10,7 +10,7 @@ from ...core.ir import Eqn
 from .. import batched
 from ..lane_state import Fallback, LaneState, uniform
 from ..lane_values import LANE_VALUES, LaneAcc
-from ..loops import run_loop
+from ..loops import copy_tile, run_loop
 from ..rule import Run, Step, rule
 from ..steps import release
 
@@ -126,3 +126,18 @@ def _batch_block_num(st: Step) -> Any:
 @rule(P.get_block_num_p, specialize=_specialize_block_num, batch=_batch_block_num)
 def _block_num(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [ctx.block_num]
+
+
+# ------------------------------------------------------------------------------ staged `if`
+def _cond(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    """`if pred (!= negate): carries = body(captured, carries)`; returns the carries."""
+    nb, nc, nk = e.params["arity"]
+    pred, captured = ins[0], ins[nb : nb + nc]
+    # a carry the arm updates in place is copied when it is read afterwards (as a loop's initial carry)
+    carries = [c if ctx.consumes(e, nb + nc + i) else copy_tile(ctx, c) for i, c in enumerate(ins[nb + nc :])]
+    if bool(pred) == bool(e.params.get("negate", False)):
+        return carries
+    return ctx.plan_of(e.params["body"], nk).run(ctx, [pred, *captured, *carries])
+
+
+rule(P.cond_p)(_cond)

@@ -47,7 +47,7 @@ from ...core.ir import Graph, Var
 from ...core.types import DynDim, ScalarType, TensorType, Type
 from ...errors import InternalError
 from ..pto_types import pointer_type
-from . import cube, elementwise, memory, scalar  # noqa: F401 - each registers its family's pto_rules
+from . import control, cube, elementwise, memory, scalar  # noqa: F401 - each registers its family's pto_rules
 from .emitter import Emitter, Lane, Tile, View, pto_rules, rule
 from .loops import launch_loop
 
