@@ -28,7 +28,8 @@ from .core.types import Mem, Target
 from .language import branch as _branch  # noqa: F401 - stages an `if` on a traced value (sets the tracing hook)
 from .language.annotations import InOut, Out, Scalar, Tensor, dynamic
 from .language.kernel import kernel, orchestration
-from .language.loops import pipeline, range, spmd
+from .language.loops import range, spmd
+from .language.pypto_forms import FunctionType, Level, at, function, incore, jit, parallel, pipeline, unroll
 from .language.ops import (
     abs,
     add,
@@ -57,6 +58,7 @@ ND = _Layout.ND
 NZ = _Layout.NZ
 A2A3 = Target.A2A3
 A5 = Target.A5
+MemorySpace = Mem  # PyPTO's name of the on-chip memory spaces
 
 tile = _types.SimpleNamespace(load=load, store=store, transpose_view=_transpose_view)
 tensor = _types.SimpleNamespace(view=_view, reinterpret_view=_reinterpret_view, slice=slice, reshape=reshape)
@@ -67,4 +69,6 @@ __all__ = [
     "Out", "InOut", "Scalar", "dynamic", "kernel", "orchestration", "range", "pipeline", "spmd", "load",
     "store", "matmul", "matmul_acc", "cast", "add", "sub", "mul", "maximum", "exp", "neg", "abs", "min", "max",
     "get_block_idx", "get_block_num", "slice", "reshape", "tile", "tensor",
+    # PyPTO's loop, scope and decorator forms (language/pypto_forms.py)
+    "parallel", "unroll", "at", "incore", "Level", "FunctionType", "function", "jit", "MemorySpace",
 ]
