@@ -29,7 +29,6 @@ from .language import branch as _branch  # noqa: F401 - stages an `if` on a trac
 from .language.annotations import InOut, Out, Scalar, Tensor, dynamic
 from .language.kernel import kernel, orchestration
 from .language.loops import range, spmd
-from .language.pypto_forms import FunctionType, Level, at, function, incore, jit, parallel, pipeline, unroll
 from .language.ops import (
     abs,
     add,
@@ -53,6 +52,7 @@ from .language.ops import (
 from .language.ops import tensor_reinterpret_view as _reinterpret_view
 from .language.ops import tensor_view as _view
 from .language.ops import transpose_view as _transpose_view
+from .language.pypto_forms import FunctionType, Level, at, function, incore, jit, parallel, pipeline, unroll
 
 ND = _Layout.ND
 NZ = _Layout.NZ
