@@ -1,7 +1,7 @@
 """The `nzjit` command line: run a kernel file's demo, print its IR or PTO, explain an NZ layout.
 
     nzjit run FILE [ARGS...]                      the file's `__main__` block, else its main()
-    nzjit ir FILE [--kernel NAME|EXPR] [--after PASS | --all]
+    nzjit ir FILE [--kernel NAME|EXPR] [--after PASS | --all | --memory]
     nzjit pto FILE [--kernel NAME|EXPR]
     nzjit explain-layout SHAPE DTYPE [--at R,C] [--svg OUT.svg]
 
@@ -182,6 +182,8 @@ def cmd_ir(args: argparse.Namespace) -> int:
     kernels = _kernels_of(args.file, args.kernel)
     if args.all:
         _print_per_kernel(kernels, ir_sequence)
+    elif args.memory:  # issue 23: the compile-time on-chip memory plan
+        _print_per_kernel(kernels, lambda low: str(low.memory()))
     else:
         _print_per_kernel(kernels, lambda low: ir_text(low, args.after))
     return 0
@@ -278,6 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show the graph after this pass ('trace' = before any pass; default: the last)")
     g.add_argument("--all", action="store_true",
                    help="show the traced graph, then what every pass changed (unified diffs)")
+    g.add_argument("--memory", action="store_true",
+                   help="show the on-chip memory plan: peak bytes per space and the buffers live there")
     i.set_defaults(func=cmd_ir)
 
     t = sub.add_parser("pto", help="print a kernel's emitted PTO text",

@@ -436,6 +436,8 @@ def _plan(calls: Sequence[KernelCall], ranks: dict[int, Worker], rank_prefix: bo
             raise DispatchError(f"rank {call.device}: {_call_name(call)}: {e}") from None
         low = call.low if call.low is not None else call.kernel.lower(*keyed)
         graph = call.graph if call.graph is not None else low.final
+        if graph is low.final:  # the compile-time memory plan refuses before anything runs
+            low.check_memory()
         rk = plan.setdefault(call.device, _Rank(call.device, worker))
         fresh = [isinstance(a, HostRef) and a.fresh for a in call.args]
         rk.launches.append(_Launch(call, LaunchPlan(call.kernel, graph, dims, options, _values(call), fresh)))
