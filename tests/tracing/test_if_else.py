@@ -178,3 +178,14 @@ def test_an_arm_ending_in_continue_and_a_conditional_expression_stay_refused() -
 
     assert "an `if` arm ending in `continue` on a traced value is not staged" in str(_refusal(c))
     assert "a Python `if`/`while`/`and`/`or` on a traced value cannot be staged" in str(_refusal(e))
+
+
+def test_fuzz_programs_with_an_if_else_equal_their_reference() -> None:
+    from nzjit.fuzz import classify, generate
+
+    progs = [p for p in (generate(5, i, family="vec_ew") for i in range(120)) if "ew:branch" in p.tags][:6]
+    assert len(progs) == 6
+    for p in progs:
+        assert "        else:\n" in p.source and "cond" not in p.source  # an if/else in the kernel text
+        o = classify(p)
+        assert o.cls == "equal", (p.source, o.error, o.detail)
