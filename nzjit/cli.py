@@ -1,7 +1,7 @@
 """The `nzjit` command line: run a kernel file's demo, print its IR or PTO, explain an NZ layout.
 
     nzjit run FILE [ARGS...]                      the file's `__main__` block, else its main()
-    nzjit ir FILE [--kernel NAME|EXPR] [--after PASS | --all]     (NAME may be an orchestration)
+    nzjit ir FILE [--kernel NAME|EXPR] [--after PASS | --all | --memory]   (NAME may be an orchestration)
     nzjit pto FILE [--kernel NAME|EXPR]
     nzjit --version
     nzjit explain-layout SHAPE DTYPE [--at R,C] [--svg OUT.svg]
@@ -264,6 +264,8 @@ def cmd_ir(args: argparse.Namespace) -> int:
     kernels = _kernels_of(args.file, args.kernel, orchestrations)
     if args.all:
         _print_per_kernel(kernels, ir_sequence)
+    elif args.memory:  # issue 23: the compile-time on-chip memory plan
+        _print_per_kernel(kernels, lambda low: str(low.memory()))
     else:
         _print_per_kernel(kernels, lambda low: ir_text(low, args.after))
     for i, (_, orch) in enumerate(orchestrations):
@@ -383,6 +385,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--all",
         action="store_true",
         help="show the traced graph, then what every pass changed (unified diffs)",
+    )
+    g.add_argument(
+        "--memory",
+        action="store_true",
+        help="show the on-chip memory plan: peak bytes per space and the buffers live there",
     )
     i.set_defaults(func=cmd_ir)
 

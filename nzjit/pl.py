@@ -25,10 +25,10 @@ from .core.dtypes import (
 )
 from .core.types import Layout as _Layout
 from .core.types import Mem, Target
-from .language import branch as _branch  # noqa: F401 - issue 28: stages a one-armed `if` on a traced value
+from .language import branch as _branch  # noqa: F401 - stages an `if` on a traced value (sets the tracing hook)
 from .language.annotations import InOut, Out, Scalar, Tensor, dynamic
 from .language.kernel import kernel, orchestration
-from .language.loops import pipeline, range, spmd
+from .language.loops import range, spmd
 from .language.ops import (
     create_tensor,
     get_block_idx,
@@ -41,6 +41,7 @@ from .language.ops import (
 from .language.ops import tensor_reinterpret_view as _reinterpret_view
 from .language.ops import tensor_view as _view
 from .language.ops import transpose_view as _transpose_view
+from .language.pypto_forms import FunctionType, Level, at, function, incore, jit, parallel, pipeline, unroll
 from .language.tile_values import assemble as _assemble
 from .language.tile_values import reshape, store
 from .language.topk_ops import MaskPattern as _MaskPattern
@@ -113,4 +114,6 @@ __all__ = [
     "row_expand_mul", "row_expand_div", "col_expand", "col_expand_add", "col_expand_sub", "col_expand_mul",
     "col_expand_div", "create_tile", "full", "fillpad", "PadValue", "MemorySpace", "move",
     "arange", "sort32", "mrgsort", "gather",
+    # PyPTO's loop, scope and decorator forms (language/pypto_forms.py)
+    "parallel", "unroll", "at", "incore", "Level", "FunctionType", "function", "jit",
 ]

@@ -68,7 +68,12 @@ def param_spec(p: Any) -> runtime.dispatch.ParamSpec:
 
 def check_scalar(name: str, a: Any, dtype: Any) -> None:
     """An int that fits the parameter's declared width: a wider value is refused, never wrapped. A
-    float parameter takes any real number its dtype holds (it is rounded to it, RNE)."""
+    float parameter takes any real number its dtype holds (it is rounded to it, RNE); a
+    pl.Scalar[pl.BOOL] parameter takes a Python or numpy bool, and only a bool."""
+    if dtype.kind == "bool":
+        if not isinstance(a, bool | np.bool_):
+            raise DispatchError(f"parameter {name!r} is BOOL: expects a bool, got {type(a).__name__}")
+        return
     if dtype.is_float:
         if isinstance(a, bool) or not isinstance(a, int | float | np.integer | np.floating):
             raise DispatchError(f"parameter {name!r} expects a real number, got {type(a).__name__}")
@@ -359,6 +364,8 @@ def plan_program(calls: Sequence[KernelCall], ranks: dict[int, Any], rank_prefix
             raise DispatchError(f"rank {call.device}: {call_name(call)}: {e}") from None
         low = call.low if call.low is not None else call.kernel.lower(*keyed)
         graph = call.graph if call.graph is not None else low.final
+        if graph is low.final:  # the compile-time memory plan refuses before anything runs
+            low.check_memory()
         rk = plan.setdefault(call.device, RankPlan(call.device, worker))
         fresh = [isinstance(a, HostRef) and a.fresh for a in call.args]
         rk.launches.append(Launch(call, LaunchPlan(call.kernel, graph, dims, options, values_of(call), fresh)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..backend.memory_plan import MemoryPlan, check_memory, memory_plan
 from ..codegen.pto import emit_pto
 from ..core.ir import Graph
 from ..core.verifier import verify
@@ -36,6 +37,21 @@ class Lowered:
         self.passes = [name for name, _ in passes]
         self.final = g
         self._pto: str | None = None
+        self._memory: MemoryPlan | None = None
+
+    def memory(self) -> MemoryPlan:
+        """The compile-time on-chip memory plan of the final graph: peak bytes per space and the
+        buffers live there (backend/memory_plan.py); `print(low.memory())` shows it."""
+        if self._memory is None:
+            self._memory = memory_plan(self.final, self.target)
+        return self._memory
+
+    def check_memory(self) -> None:
+        """Refuse (CompileError naming the buffers and their lines) a kernel whose memory plan
+        exceeds an on-chip space. PTO emission and every run of the final graph call it first, so
+        an over-capacity kernel is refused before any of it runs. Its passes' graphs and the plan
+        itself can still be inspected."""
+        check_memory(self.memory())
 
     @api_boundary
     def ir(self, after: str = "MaterializeTensorStrides") -> Graph:
@@ -49,6 +65,7 @@ class Lowered:
     def pto(self) -> str:
         """The emitted PTO text (codegen/pto.py)."""
         if self._pto is None:
+            self.check_memory()
             self._pto = emit_pto(self.final, self.kernel)
         return self._pto
 

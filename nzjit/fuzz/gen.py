@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .expr import Expr, add, floordiv, lit, mod, mul, named, pmax, pmin, pyvar, sub, var
+from .gen_branch import branch_lines
 from .gen_unary import unary_ops, unary_step
 from .gen_vector import fam_vec_alu, fam_vec_mix
 from .harness import HARNESS
@@ -938,6 +939,10 @@ def fam_vec_ew(g: G) -> None:
             g.emit(ind, f"t{step} = pl.exp({x})", f"t{step} = np.exp({x}.astype({npt})).astype(np.float64)")
         else:
             g.emit(ind, f"t{step} = pl.{op}({x}, {y})", f"t{step} = {_EW[op]}({x}, {y}){rnd}")
+        if trips > 1 and g.choice([False, False, True]):  # gen_branch.py: an if/else on the trip index
+            g.tag("ew:branch")
+            for rel, kline, rline in branch_lines(g.choice, it, trips, f"t{step}", names, rnd):
+                g.emit(ind + rel, kline, rline)
         names.append(f"t{step}")
     if self_read:  # `to` enters once, linearly, so values grow at most by one lane's term per lane
         pat = str(g.choice(list(_BLOCKS)))

@@ -339,14 +339,38 @@ def _is_tile(x: Any) -> bool:
     return isinstance(x, Tracer) and isinstance(x.type, TileType)
 
 
-def matmul(a: Tracer, b: Tracer, b_trans: bool = False, out_dtype: dt.DType | None = None) -> Tracer:
-    """pl.matmul on Mat tiles (-> Acc tile) or on tensors (placed by ConvertTensorToTileOps)."""
+def matmul(a: Tracer, b: Tracer, b_trans: bool = False, out_dtype: dt.DType | None = None, *,
+           a_trans: bool = False, c_matrix_nz: bool = False) -> Tracer:
+    """pl.matmul on Mat tiles (-> Acc tile) or on tensors (placed by ConvertTensorToTileOps).
+
+    PyPTO's `a_trans=True` multiplies by the transpose of `a` (a transposed view of a Mat tile);
+    `c_matrix_nz=True` asks for the result in NZ, which is what the Acc tile (L0C) holds anyway."""
+    _check_matmul_flags(a_trans, c_matrix_nz)
+    if a_trans:
+        if not _is_tile(a):
+            raise CompileError("pl.matmul(a_trans=True) needs `a` as a Mat tile: a tensor window is loaded "
+                               "by the compiler in its own layout", user_source(),
+                               help="load it first: a = pl.load(x, offsets, shape, target_memory=pl.Mem.Mat)")
+        a = transpose_view(a)
     prim = P.tile_matmul_p if _is_tile(a) else P.tensor_matmul_p
     return bind(prim, [[a], [b]], {"b_trans": b_trans, "out_dtype": out_dtype})[0]
 
 
-def matmul_acc(acc: Tracer, a: Tracer, b: Tracer, b_trans: bool = False) -> Tracer:
-    """acc + a @ b (b transposed when b_trans)."""
+def _check_matmul_flags(a_trans: Any, c_matrix_nz: Any) -> None:
+    for name, v in (("a_trans", a_trans), ("c_matrix_nz", c_matrix_nz)):
+        if not isinstance(v, bool):
+            raise CompileError(f"pl.matmul {name} must be a bool, got {v!r}", user_source())
+
+
+def matmul_acc(acc: Tracer, a: Tracer, b: Tracer, b_trans: bool = False, *, a_trans: bool = False,
+               c_matrix_nz: bool = False) -> Tracer:
+    """acc + a @ b (b transposed when b_trans; a when a_trans, a Mat tile)."""
+    _check_matmul_flags(a_trans, c_matrix_nz)
+    if a_trans:
+        if not _is_tile(a):
+            raise CompileError("pl.matmul_acc(a_trans=True) needs `a` as a Mat tile", user_source(),
+                               help="load it first: a = pl.load(x, offsets, shape, target_memory=pl.Mem.Mat)")
+        a = transpose_view(a)
     prim = P.tile_matmul_acc_p if _is_tile(a) else P.tensor_matmul_acc_p
     return bind(prim, [[acc], [a], [b]], {"b_trans": b_trans})[0]
 

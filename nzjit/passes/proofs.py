@@ -101,7 +101,7 @@ class Prover:
             body = e.params.get("body")
             if isinstance(body, Graph):
                 nb, nc, nk = e.params["arity"]
-                kind = e.params.get("kind")  # None: a staged one-armed `if` (issue 28), no trip bounds
+                kind = e.params.get("kind")  # None: a staged `if` arm (cond), no trip bounds
                 if kind is not None:
                     start, stop, step = e.inputs[:3]
                     self.loop_vars[body.params[0]] = (start, stop, step, kind)

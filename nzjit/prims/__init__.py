@@ -1,7 +1,7 @@
 """Every primitive of the IR and its type rule, one module per family:
 
 - `scalar`: index arithmetic, comparisons, `convert`, the SPMD block index and count;
-- `control`: the staged loop `for` and the staged one-armed `if` `cond`;
+- `control`: the staged loop `for` and the staged `if` arm `cond`;
 - `memory`: tensor windows and views, assignment, `tile.load` / `tile.store` / `tile.move`, tile views;
 - `cube`: the matmuls (tensor and tile level), `tile.extract`, `tile.mad`, `tile.mad_acc`;
 - `vector`: the vector unit - elementwise Vec tile ops (`ELEMENTWISE`), casts, the ALU with

@@ -1,5 +1,4 @@
-"""Control primitives: the staged loop (`pl.range`, `pl.pipeline`, `pl.spmd`) and the staged
-one-armed `if` on a traced value (`cond`, issue 28; nzjit/language/branch.py stages it)."""
+"""Control primitives: the staged loop (`pl.range`, `pl.pipeline`, `pl.spmd`) and the staged `if` arm (`cond`)."""
 
 from __future__ import annotations
 
@@ -26,13 +25,15 @@ def for_p(*in_types: Type, body: Any, arity: tuple[int, int, int], **_: Any) -> 
 
 
 @primitive("cond", ("pred", "captured", "carries"))
-def cond_p(*in_types: Type, body: Any, arity: tuple[int, int, int], **_: Any) -> list[Type]:
-    """`if pred: carries = body(captured, carries)`; outputs are the carries after the `if`.
+def cond_p(*in_types: Type, body: Any, arity: tuple[int, int, int], negate: bool = False, **_: Any) -> list[Type]:
+    """A staged `if` arm (language/branch.py): `if pred: carries = body(captured, carries)`.
 
-    Operands like a loop's, so that every pass, the verifier and the printer treat its body as
-    they treat a loop body: groups ("pred", "captured", "carries") with arity (1, nc, nk); the
-    body's params are `[pred, *captured, *carries]`, its outputs the carries after the arm. The
-    result is the body's outputs when `pred` holds, else the carries unchanged (the implicit else)."""
+    Operands like a loop's, so that every pass, the verifier and the printer treat its body as they
+    treat a loop body: groups ("pred", "captured", "carries") with arity (1, nc, nk); the body's
+    params are `[pred, *captured, *carries]`, its outputs the carries after the arm. The result is
+    the body's outputs when the condition holds, else the carries unchanged (the implicit else).
+    `negate=True` runs the arm when `pred` is False: the `else` arm of a two-armed `if` is the
+    equation right after its `then` arm, on the same predicate, negated."""
     nb, nc, nk = arity
     pred = in_types[0]
     if nb != 1 or not (isinstance(pred, ScalarType) and pred.dtype is dt.BOOL):
@@ -42,6 +43,5 @@ def cond_p(*in_types: Type, body: Any, arity: tuple[int, int, int], **_: Any) ->
         if a != b:
             name = body.params[1 + nc + i].hint or f"#{i}"
             raise _fail(f"'{name}' changes type inside the `if`: {a} before it, {b} after the arm; the "
-                        "implicit else keeps the old value, so both must be the same type",
-                        help="make the new value the same shape, dtype and memory (or pl.cast it)")
+                        "other arm keeps the old value, so both must be the same type")
     return list(carries)

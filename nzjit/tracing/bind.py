@@ -81,7 +81,7 @@ def bind(prim: Primitive, groups: Sequence[Sequence[Any]], params: dict[str, Any
     st = current_state()
     if st.pending is not None:
         raise st.pending
-    if st.branches:  # issue 28: close the `if` arms the kernel has left before staging past them
+    if st.branches:  # close the one-armed `if`s the kernel has left before staging past them
         frames.branch_handler.close_done(st)
     frame = st.top
     src = source

@@ -10,10 +10,6 @@ from typing import Any
 from ..core.ir import Eqn, Var
 from ..errors import CompileError, Source, user_source
 
-#: issue 28: the one-armed `if` on a traced BOOL (nzjit/language/branch.py sets it; tracing never
-#: imports the language): `open_if(tracer)`, `close_done(state)`, `close_above(state, frame)`
-branch_handler: Any = None
-
 
 class TraceFrame:
     """The equations of one graph under construction (the kernel, or one loop body)."""
@@ -47,7 +43,7 @@ class TraceState:
         self.frames: list[TraceFrame] = []
         self.pending: CompileError | None = None  # a break/return seen inside a staged loop
         self.user_frames: dict[int, FrameType] = {}  # kernel (and helper) frames that bound ops
-        self.branches: list[Any] = []  # issue 28: open arms of staged one-armed `if`s (language/branch.py)
+        self.branches: list[Any] = []  # open arms of staged `if`s, innermost last (language/branch.py)
 
     @property
     def top(self) -> TraceFrame:
@@ -56,6 +52,10 @@ class TraceState:
 
 
 _local = threading.local()
+
+#: The staged `if` on a traced BOOL (nzjit/language/branch.py sets it; tracing never imports it):
+#: `open_if(tracer)`, `close_done(state)`, `close_above(state, frame)`, `finish(state)`.
+branch_handler: Any = None
 
 
 def current_state() -> TraceState:
@@ -69,6 +69,11 @@ def current_state() -> TraceState:
 def in_trace() -> bool:
     """True while a `@pl.kernel` is being traced on this thread."""
     return getattr(_local, "state", None) is not None
+
+
+def active_state() -> TraceState | None:
+    """The trace in progress on this thread, or None (for callbacks that may outlive it)."""
+    return getattr(_local, "state", None)
 
 
 def set_state(st: TraceState | None) -> None:

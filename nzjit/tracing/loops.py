@@ -167,7 +167,7 @@ def staged_loop(kind: str, start: Any, stop: Any, step: Any, stage: int | None,
         except GeneratorExit:
             _record_early_exit(st, body, loop)
             raise
-        if st.branches:  # issue 28: an `if` arm that runs to the end of the trip ends with it
+        if st.branches:  # an `if` arm that runs to the end of the trip ends with it
             frames.branch_handler.close_above(st, body)
         carries = _carries(body, iv_tracer, loop, dict(kframe.f_locals))
         if _needs_another_trip(carries, loop, redo):
@@ -322,3 +322,9 @@ def _close_loop(st: TraceState, body: TraceFrame, carries: list[Carry], loop: _L
         if new.frame is body:
             new.var, new.frame = r.var, r.frame  # the name now holds the loop's result
         # else the name holds a value from before the loop, which is the result (trips >= 1)
+
+
+#: Public names of this module's helpers for the staged `if` (nzjit/language/branch.py).
+MISSING = _MISSING
+instructions = _instructions
+same_python_value = _same_python_value

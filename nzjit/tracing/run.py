@@ -28,7 +28,7 @@ def trace(fn: Any, param_types: Sequence[Type], param_names: Sequence[str], name
     set_state(st)
     try:
         fn(*(Tracer(v, root) for v in root.params))
-        if st.branches:  # issue 28: an `if` arm that runs to the end of the kernel
+        if st.branches:  # an `if` arm that runs to the end of the kernel
             frames.branch_handler.close_above(st, root)
         if st.pending is not None:
             raise st.pending
@@ -38,6 +38,8 @@ def trace(fn: Any, param_types: Sequence[Type], param_names: Sequence[str], name
         for f in sorted(st.user_frames.values(), key=lambda f: f.f_code is not code):
             name_hints(f.f_locals)
     finally:
+        if frames.branch_handler is not None:
+            frames.branch_handler.finish(st)
         set_state(None)
         st.user_frames.clear()
     return Graph(root.params, prune(root.eqns, []), [], name=name)

@@ -65,8 +65,9 @@ class Tracer:
 
     # -- refusals: Python needs a concrete value here
     def __bool__(self) -> bool:
-        if frames.branch_handler is not None and isinstance(self.var.type, ScalarType) and self.var.type.dtype is dt.BOOL:
-            return bool(frames.branch_handler.open_if(self))  # issue 28: a one-armed `if` is staged
+        handler = frames.branch_handler
+        if handler is not None and isinstance(self.var.type, ScalarType) and self.var.type.dtype is dt.BOOL:
+            return bool(handler.open_if(self))  # an `if` on a traced BOOL is staged (language/branch.py)
         raise CompileError("a Python `if`/`while`/`and`/`or` on a traced value cannot be staged: the "
                            "kernel is traced once, so the branch would be fixed at trace time",
                            user_source(), help="compute both sides, or use pl.min / pl.max")

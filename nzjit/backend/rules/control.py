@@ -1,5 +1,5 @@
-"""Rules of the control family: `for` loops (range / pipeline / spmd, run by loops.py), the
-SPMD lane queries `get_block_idx` / `get_block_num` and the staged one-armed `if` (`cond`)."""
+"""Rules of the control family: `for` loops (range / pipeline / spmd, run by loops.py) and the
+SPMD lane queries `get_block_idx` / `get_block_num`."""
 
 from __future__ import annotations
 
@@ -129,13 +129,15 @@ def _block_num(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
 
 
 # ------------------------------------------------------------------------------ staged `if`
-@rule(P.cond_p)
 def _cond(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    """`if pred: carries = body(captured, carries)`; returns the carries (unchanged when `pred` is False)."""
+    """`if pred (!= negate): carries = body(captured, carries)`; returns the carries."""
     nb, nc, nk = e.params["arity"]
     pred, captured = ins[0], ins[nb : nb + nc]
     # a carry the arm updates in place is copied when it is read afterwards (as a loop's initial carry)
     carries = [c if ctx.consumes(e, nb + nc + i) else copy_tile(ctx, c) for i, c in enumerate(ins[nb + nc :])]
-    if not pred:
+    if bool(pred) == bool(e.params.get("negate", False)):
         return carries
     return ctx.plan_of(e.params["body"], nk).run(ctx, [pred, *captured, *carries])
+
+
+rule(P.cond_p)(_cond)

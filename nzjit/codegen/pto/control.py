@@ -1,9 +1,11 @@
-"""PTO emitter of `cond` (the staged one-armed `if`, nzjit/prims/control.py): an `scf.if` whose
-else yields the carries unchanged (the implicit else)."""
+"""PTO emitter of `cond` (a staged `if` arm, nzjit/prims/control.py): an `scf.if` whose `else`
+yields the carries unchanged. The `else` arm of a two-armed `if` is a second `cond` on the same
+predicate with `negate`: its condition is `arith.xori %pred, %true`."""
 
 from __future__ import annotations
 
 from ... import prims as P
+from ...core.dtypes import BOOL
 from ...core.ir import Eqn, Graph
 from ...core.types import TensorType
 from .emitter import Emitter, rule
@@ -25,6 +27,10 @@ def _cond(em: Emitter, e: Eqn) -> None:
         if i not in yields:  # a carried tensor is the tensor it was stored into (an alias)
             em.alias(e.outputs[i], inits[i])
     pred = em.value(e.inputs[0])
+    if e.params.get("negate", False):
+        neg = em.names.fresh(f"not_{pred[1:]}")
+        em.line(f"{neg} = arith.xori {pred}, {em.const(True, BOOL)} : i1")
+        pred = neg
     types = [_scalar_or_tile_type(em, inits[i]) for i in yields]
     olds = [_ssa(em, inits[i]) for i in yields]
     results = [em.names.fresh(e.outputs[i].hint, "r") for i in yields]
