@@ -180,6 +180,15 @@ def _print_per_kernel(kernels: list[tuple[str, Kernel]], render: Any) -> None:
 def cmd_ir(args: argparse.Namespace) -> int:
     """`nzjit ir`: print a kernel's graph after a pass, or the whole pass sequence."""
     kernels = _kernels_of(args.file, args.kernel)
+    if args.validate:  # translation validation (nzjit/verify/translation.py): 1 when an access fails
+        from .verify import VerifyUnavailable
+
+        try:
+            results = [k.lower().validate() for _, k in kernels]
+        except VerifyUnavailable as err:
+            raise CommandError(str(err)) from None
+        print("\n\n".join(str(v) for v in results))
+        return 0 if all(v.ok for v in results) else 1
     if args.all:
         _print_per_kernel(kernels, ir_sequence)
     else:
@@ -278,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show the graph after this pass ('trace' = before any pass; default: the last)")
     g.add_argument("--all", action="store_true",
                    help="show the traced graph, then what every pass changed (unified diffs)")
+    g.add_argument("--validate", action="store_true",
+                   help="prove every NZ access of the lowered graph with z3 (needs nzjit[verify]): a "
+                        "certificate per access or a counterexample; exit status 1 on a counterexample")
     i.set_defaults(func=cmd_ir)
 
     t = sub.add_parser("pto", help="print a kernel's emitted PTO text",

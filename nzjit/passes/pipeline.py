@@ -78,6 +78,13 @@ class Lowered:
             self._pto = emit_pto(self.final, self.kernel)
         return self._pto
 
+    def validate(self) -> Any:
+        """Translation validation of the NZ accesses (nzjit/verify/translation.py; needs z3:
+        `pip install nzjit[verify]`): a certificate per access or a counterexample."""
+        from ..verify.translation import validate
+
+        return validate(self)
+
     def run(self, *args: Any, after: str | None = None, device: int | None = None) -> Any:
         """Execute the final graph, or the graph after pass `after` (per-pass bisection).
 
