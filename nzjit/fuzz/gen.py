@@ -18,6 +18,8 @@ Families (weights in FAMILIES):
 - flatten: whole-tensor `pl.reshape(w, [N])` (NZ-31) read back element for element in NZ order.
 - vec_ew: SPMD lanes combining Vec windows with elementwise ops (own, shared, reversed and common
   windows, lanes reading bytes other lanes store): the lane-batched path against lane order.
+- prover: the offset forms where a wrong prover rule is silently wrong (fam_prover.py): unaligned
+  and negative loop starts, odd divisors, symbolic steps, INT32 wraps, lane-count bounds.
 - probe: one refusal of the §7 table each (or its accepted neighbour): ranks, dynamic axes,
   sub-byte and 64-bit dtypes, views, plane slices, target memory, the NZ-25 gap guard.
 
@@ -34,6 +36,7 @@ from collections.abc import Callable, Sequence
 
 from .fam_mm import fam_tensor_mm, fam_tile_mm
 from .fam_probe import fam_probe
+from .fam_prover import fam_prover
 from .fam_store import fam_acc_store, fam_flatten, fam_vec_ew
 from .harness import HARNESS
 from .program import DTYPES, G, Program, c0_of, nbytes
@@ -49,6 +52,7 @@ FAMILIES: dict[str, tuple[float, Callable[[G], None]]] = {
     "flatten": (5, fam_flatten),
     "vec_ew": (8, fam_vec_ew),
     "probe": (15, fam_probe),
+    "prover": (12, fam_prover),
 }
 
 
