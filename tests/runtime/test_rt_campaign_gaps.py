@@ -1,0 +1,75 @@
+"""Three device paths the mutation campaign of issue 29 found untested: `unpack_nz` of a
+non-contiguous NZ array, the device load model's batch offsets at a stride of exactly 2^32, and the
+Acc -> NZ store's leftover (partial) column block, reachable only by calling the write directly.
+
+The expectations are written from the formulas (nz-layout.md NZ-8, hardware-model.md §2.2 and
+§4), not from runtime's code.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import runtime
+from runtime import GmView, TileBuf
+from runtime.load import batch_offsets
+from runtime.store import _nz_acc_write
+
+
+def _nz_index(shape, c0):
+    """NZ-8: the flat NZ position of every logical element (b, r, c): b*R*C + (c // c0)*R*c0 + r*c0 + c % c0."""
+    B, R, C = shape
+    b, r, c = np.meshgrid(np.arange(B), np.arange(R), np.arange(C), indexing="ij")
+    return b * R * C + (c // c0) * R * c0 + r * c0 + c % c0
+
+
+@pytest.mark.parametrize("dtype, c0", [(np.int8, 32), (np.float16, 16), (ml_dtypes.bfloat16, 16), (np.float32, 8)])
+@pytest.mark.parametrize("layout", ["strided", "fortran", "reversed_batches"])
+def test_unpack_nz_of_a_non_contiguous_array(dtype, c0, layout):  # NZ-8
+    B, R, C = 3, 32, 4 * c0
+    a = (np.arange(B * R * C) % 97 - 48).astype(dtype).reshape(B, R, C)
+    nz = np.asarray(runtime.pack_nz(a))  # the NZ bytes of `a`, as a plain array
+    flat = nz.reshape(-1)
+    np.testing.assert_array_equal(flat[_nz_index((B, R, C), c0)], a)  # the formula holds for the bytes
+    if layout == "strided":  # every other element of a wider buffer
+        held = np.zeros((B, R, 2 * C), dtype)[:, :, ::2]
+        held[...] = nz
+    elif layout == "fortran":
+        held = np.asfortranarray(nz)
+    else:  # the batches in reverse order, then viewed back in order: negative strides
+        held = np.ascontiguousarray(nz[::-1])[::-1]
+    assert not held.flags.c_contiguous
+    np.testing.assert_array_equal(runtime.unpack_nz(held), a)
+    out = np.empty_like(a)
+    assert runtime.unpack_nz(held, out=out) is out
+    np.testing.assert_array_equal(out, a)
+
+
+def test_batch_offsets_at_a_stride_of_exactly_2_pow_32():  # hw §2.2: i * s0 in 32-bit unsigned
+    assert batch_offsets(2, 2**32 - 1) is None  # (g0 - 1) * s0 = 2^32 - 1: still affine
+    assert batch_offsets(2, 2**32) == [0, 0]  # exactly 2^32: batch 1 wraps onto batch 0
+    assert batch_offsets(3, 2**32 + 5) == [0, 5, 10]
+    assert batch_offsets(3, 2**31) == [0, 2**31, 0]  # 2 * 2^31 = 2^32 wraps at the third batch
+    assert batch_offsets(3, 2**31 - 1) is None  # 2 * (2^31 - 1) < 2^32
+    assert batch_offsets(1, 2**40) is None  # one batch: no multiplication at all
+    assert batch_offsets(2, -1) == [0, 2**32 - 1]  # a negative stride is taken modulo 2^32
+
+
+@pytest.mark.parametrize("g4, n", [(8, 12), (8, 4), (8, 28), (16, 24)])
+def test_acc_nz_store_writes_a_leftover_column_block(g4, n):  # hw §4: addr + (c//w)*dstStride*32 + r*c0 + (c%w)*E
+    R, C, m = 32, 32, 32
+    w = runtime.Worker()
+    t = w.alloc_tensor((R * C,), np.float32, init=np.full(R * C, -1.0, np.float32))
+    view = GmView(t.address, np.float32, (1, C // g4, R // 16, 16, g4), (R * C, R * g4, 16 * g4, g4, 1), "NZ")
+    vals = (np.arange(m * C) + 1).astype(np.float32).reshape(m, C)
+    tile = TileBuf("Acc", np.float32, m, C)
+    tile.set_logical(vals)
+    _nz_acc_write(w.gm, view, tile, m, n, m, False, False)  # n % g4 != 0: a leftover block of n % g4 columns
+    got = w.gm.read(t.address, t.nbytes).view(np.float32)
+    want = np.full(R * C, -1.0, np.float32)
+    r, c = np.meshgrid(np.arange(m), np.arange(n), indexing="ij")
+    dst_stride = R * g4  # (g2 * g3 * c0Size) >> 5 thirty-two-byte units = R * g4 elements
+    want[(c // g4) * dst_stride + r * g4 + c % g4] = vals[:m, :n]
+    np.testing.assert_array_equal(got, want)  # the leftover block's rows are g4 apart, the rest stale
