@@ -146,12 +146,14 @@ def _rule_seed(rule: str, dt: DType) -> int:
 
 # ------------------------------------------------------------------------------ the queries
 def q_constant(n: int) -> Iterator[RuleCheck]:
+    """An integer constant is exactly its value."""
     for v in (0, 1, 16, 48, -16, -1, (1 << 31) - 1, -(1 << 63), (1 << 63) - 1):
         claim = proofs.rule_constant(v)
         yield _refute("constant", D.INDEX, (), claim, z3.IntVal(v), [], [])
 
 
 def q_unknown(n: int) -> Iterator[RuleCheck]:
+    """Anything of its dtype: the claim is the dtype's range, factor 1, sign unknown."""
     for dt in (*WIDTHS, D.INT8, D.UINT8):
         x, c = _premise("x", dt, Fact(1, False, "x", "", *dtype_range(dt)))
         claim = proofs.rule_unknown(dt, "x", "")
@@ -159,6 +161,7 @@ def q_unknown(n: int) -> Iterator[RuleCheck]:
 
 
 def q_copy(n: int) -> Iterator[RuleCheck]:
+    """A captured copy or a conversion keeps the value, so it keeps the fact."""
     for dt in WIDTHS:
         for f in premise_facts(dt):
             xe, c = _premise("x", dt, f)
@@ -191,6 +194,7 @@ def q_block_num(n: int) -> Iterator[RuleCheck]:
 
 
 def q_spmd_lane(n: int) -> Iterator[RuleCheck]:
+    """The variable of pl.spmd(stop): a lane index below the stop."""
     for c in _lane_queries("spmd_lane", lambda s, nm, dt: proofs.rule_spmd_lane(s, nm, dt) if s is not None
                            else proofs.rule_block_idx(None, nm, dt), lambda lane, stop: lane):
         if c.premises:  # pl.spmd always has a stop
@@ -239,22 +243,27 @@ _WRAPS = [(Fact(1, False, "s", "", -(1 << 31), (1 << 31) - 1), Fact(48, True, "4
 
 
 def q_mul(n: int) -> Iterator[RuleCheck]:
+    """a * b, the exact product (its wrap is the `wrap` rule's)."""
     yield from _binary_queries("mul", lambda a, b: a * b, n, _WRAPS)
 
 
 def q_add(n: int) -> Iterator[RuleCheck]:
+    """a + b, the exact sum."""
     yield from _binary_queries("add", lambda a, b: a + b, n)
 
 
 def q_sub(n: int) -> Iterator[RuleCheck]:
+    """a - b, the exact difference."""
     yield from _binary_queries("sub", lambda a, b: a - b, n)
 
 
 def q_min(n: int) -> Iterator[RuleCheck]:
+    """min(a, b)."""
     yield from _binary_queries("min", lambda a, b: z3.If(a < b, a, b), n)
 
 
 def q_max(n: int) -> Iterator[RuleCheck]:
+    """max(a, b)."""
     yield from _binary_queries("max", lambda a, b: z3.If(a > b, a, b), n)
 
 
@@ -273,10 +282,12 @@ def _by_constant(rule: str, op: Callable[[Any, Any], Any], n: int) -> Iterator[R
 
 
 def q_floordiv(n: int) -> Iterator[RuleCheck]:
+    """a // k by a positive constant, floor semantics (NZ-19)."""
     yield from _by_constant("floordiv", floor_div, n)
 
 
 def q_mod(n: int) -> Iterator[RuleCheck]:
+    """a % k by a positive constant, a floor modulo in [0, k) (NZ-19)."""
     yield from _by_constant("mod", lambda a, k: a - floor_div(a, k) * k, n)
 
 

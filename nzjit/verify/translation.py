@@ -66,6 +66,7 @@ class Validation:
 
     @property
     def ok(self) -> bool:
+        """True when every access is proven and the two graphs share their structure."""
         return not self.errors and all(a.status == "proven" for a in self.accesses)
 
     def __str__(self) -> str:
