@@ -205,3 +205,22 @@ def test_cli_ir_validate_prints_the_certificates(capsys):  # `nzjit ir FILE --va
     out = capsys.readouterr().out
     assert "translation validation of nz_matmul (BlockNzTensorViews): 2/2 NZ accesses proven" in out
     assert "load of NZ tensor 'w': proven" in out and "k0 = 512 + i * 512" in out
+
+
+def test_the_library_imports_without_z3():  # z3 is an optional extra: nothing but nzjit.verify needs it
+    import subprocess
+
+    code = ("import sys; sys.modules['z3'] = None\n"
+            "import nzjit, nzjit.cli, nzjit.passes.pipeline, nzjit.fuzz, nzjit.verify\n"
+            "from nzjit import pl\n"
+            "@pl.kernel\n"
+            "def k(w: pl.Tensor[[32, 64], pl.INT8, pl.NZ]):\n"
+            "    pl.load(w, [16, 0], [16, 32], target_memory=pl.Mem.Mat)\n"
+            "low = k.lower()\n"
+            "try:\n"
+            "    low.validate()\n"
+            "except nzjit.verify.VerifyUnavailable as e:\n"
+            "    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "pip install nzjit[verify]" in r.stdout
