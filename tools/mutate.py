@@ -3,6 +3,7 @@
     python tools/mutate.py [--files F,...] [--sample N] [--jobs J] [--seed S] [--out results.json]
     python tools/mutate.py --list                 # the mutants, without running anything
     python tools/mutate.py --show ID              # one mutant's diff
+    python tools/mutate.py --ids ID,ID,...        # run these mutants only (e.g. a run's survivors)
 
 Each mutant changes one AST node of one target file: an arithmetic operator (`+`/`-`, `*`/`//`,
 `//`/`%`), a comparison (`<`/`<=`, `>`/`>=`, `==`/`!=`), a boolean (`and`/`or`, a dropped
@@ -210,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="mutation-results.json")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--show", metavar="ID")
+    ap.add_argument("--ids", default="", help="comma-separated mutant ids to run (e.g. the survivors of a run)")
     args = ap.parse_args(argv)
     files = args.files.split(",")
     allm = mutants(files)
@@ -224,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         ms = [m for m in allm if m.file == f]
         chosen += sorted(rnd.sample(ms, args.sample), key=lambda m: int(m.id.rsplit(":", 1)[1])) \
             if args.sample and len(ms) > args.sample else ms
+    if args.ids:
+        want = set(args.ids.split(","))
+        chosen = [m for m in allm if m.id in want]
     if args.list:
         for m in chosen:
             print(f"{m.id:40s} line {m.line:4d}  {m.what}")

@@ -154,7 +154,7 @@ def q_constant(n: int) -> Iterator[RuleCheck]:
 
 def q_unknown(n: int) -> Iterator[RuleCheck]:
     """Anything of its dtype: the claim is the dtype's range, factor 1, sign unknown."""
-    for dt in (*WIDTHS, D.INT8, D.UINT8):
+    for dt in (*WIDTHS, D.INT8, D.UINT8, D.BOOL):
         x, c = _premise("x", dt, Fact(1, False, "x", "", *dtype_range(dt)))
         claim = proofs.rule_unknown(dt, "x", "")
         yield _refute("unknown", dt, (), claim, x, [c], [("x", x)])

@@ -103,3 +103,49 @@ def test_the_lane_count_bounds_a_wrap():  # NZ-17/18: 16 lanes * 2^28 leave INT3
     _refused(make(16), "# load", "cannot be proven non-negative", "may wrap at its 32-bit width", rule="NZ-18")
     # 8 lanes: no wrap (7 * 2^28 < 2^31), so the sign is proven and the bound refuses the overhang
     _refused(make(8), "# load", "up to [1879048192, 1879048208)", "ends past the tensor's extent", rule="NZ-12")
+
+
+def test_the_exact_maximum_of_a_sum_refuses_an_overhang():  # NZ-12: lane 3 reads [256, 320) of 256 rows
+    @pl.kernel
+    def k(w: pl.Tensor[[256, K], pl.INT8, pl.NZ]):
+        for nb in pl.spmd(4):
+            pl.load(w, [nb * 64 + 64, 0], [64, 32], target_memory=pl.Mem.Mat)  # load
+
+    _refused(k, "# load", "up to [256, 320)", "ends past the tensor's extent 256", rule="NZ-12")
+
+
+def test_exhausted_valid_rows_are_refused():  # NZ-12: the proof budget ran out: nothing is known
+    from nzjit.passes import proofs
+
+    @pl.kernel
+    def k(w: pl.Tensor[[N, K], pl.INT8, pl.NZ], r: pl.Scalar[pl.INDEX]):
+        vr = pl.min(pl.max(r, 16), 256)
+        for _ in range(proofs.BUDGET + 10):  # a chain longer than the budget
+            vr = (vr + 16) - 16
+        pl.load(w, [0, 0], [256, 32], target_memory=pl.Mem.Mat, valid_shape=[vr, 32])  # load
+
+    _refused(k, "# load", "may end inside a fractal", rule="NZ-12")
+
+
+def test_the_exact_maximum_enumerates_up_to_65536_combinations():  # NZ-12: 256 lanes x 256 trips
+    @pl.kernel
+    def k(w: pl.Tensor[[8160, 32], pl.INT8, pl.NZ]):
+        for nb in pl.spmd(256):
+            for i in pl.range(256):
+                pl.load(w, [nb * 16 + i * 16, 0], [16, 32], target_memory=pl.Mem.Mat)  # load
+
+    _refused(k, "# load", "up to [8160, 8176)", rule="NZ-12")
+
+
+def test_a_loop_variable_lies_between_start_and_stop():  # NZ-16 loop row: the interval is the tight hull
+    from nzjit.passes import proofs
+
+    def fact(lo, hi, nonneg=None):
+        return proofs.Fact(1, lo >= 0 if nonneg is None else nonneg, "x", "", lo, hi)
+
+    up = proofs.rule_loop_var(fact(0, 0), fact(100, 200), fact(1, 4), "i", None)
+    assert (up.lo, up.hi) == (0, 199)  # counting up: [start, stop - 1]
+    either = proofs.rule_loop_var(fact(0, 10), fact(100, 200), fact(0, 4), "i", None)
+    assert (either.lo, either.hi) == (0, 199)  # a step that may be 0: still short of stop
+    down = proofs.rule_loop_var(fact(50, 60), fact(-5, 0), fact(-4, -1, False), "i", None)
+    assert (down.lo, down.hi) == (-4, 60)  # counting down: (stop, start]

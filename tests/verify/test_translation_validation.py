@@ -224,3 +224,22 @@ def test_the_library_imports_without_z3():  # z3 is an optional extra: nothing b
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "pip install nzjit[verify]" in r.stdout
+
+
+def test_a_rank4_batch_index_is_folded_with_its_stride():  # NZ-28: w[g, 0] is batch g * E
+    @pl.kernel
+    def k(x: pl.Tensor[[16, 32], pl.INT8], w: pl.Tensor[[2, 3, 32, 32], pl.INT8, pl.NZ],
+          out: pl.Out[pl.Tensor[[16, 32], pl.INT32]]):
+        xt = pl.load(x, [0, 0], [16, 32], target_memory=pl.Mem.Mat)
+        for g in pl.range(2):
+            wt = pl.load(w, [g, 0, 16, 0], [1, 1, 16, 32], target_memory=pl.Mem.Mat)
+            pl.store(pl.matmul(xt, wt, b_trans=True), [0, g * 16], out)
+
+    low = k.lower()
+    (ld,) = [e for e in low.ir(after="BlockNzTensorViews").walk() if e.params.get("blocked")]
+    batch = ld.operands("offsets")[0]
+    mul = next(e for e in low.ir(after="BlockNzTensorViews").walk() if batch in e.outputs or
+               any(batch is o for o in e.outputs))
+    assert mul.primitive.name in ("add", "mul")  # g * 3 (+ 0), never g itself
+    v = low.validate()
+    assert v.ok, str(v)
