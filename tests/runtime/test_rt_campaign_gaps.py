@@ -73,3 +73,62 @@ def test_acc_nz_store_writes_a_leftover_column_block(g4, n):  # hw §4: addr + (
     dst_stride = R * g4  # (g2 * g3 * c0Size) >> 5 thirty-two-byte units = R * g4 elements
     want[(c // g4) * dst_stride + r * g4 + c % g4] = vals[:m, :n]
     np.testing.assert_array_equal(got, want)  # the leftover block's rows are g4 apart, the rest stale
+
+
+def _batched_parent(dtype=np.int8):
+    """Two [32, 32] NZ batches, 1024 elements apart; returns (worker, logical, address)."""
+    logical = (np.arange(2 * 32 * 32) % 251 - 125).astype(dtype).reshape(2, 32, 32)
+    w = runtime.Worker()
+    t = w.alloc_tensor((2, 32, 32), dtype, init=runtime.pack_nz(logical))
+    return w, logical, t.address
+
+
+@pytest.mark.parametrize("space", ["Mat", "Vec"])
+@pytest.mark.parametrize("dtype", [np.int8, np.float16])
+@pytest.mark.parametrize("s0, second", [(2**32, 0), (2**32 + 1024, 1)])
+def test_nz_load_batch_stride_at_2_pow_32(space, dtype, s0, second):  # hw §2.2: batch i at (i * s0) mod 2^32
+    from runtime.isa import tload
+
+    w, logical, addr = _batched_parent(dtype)
+    c0 = 32 // np.dtype(dtype).itemsize
+    view = GmView(addr, dtype, (2, 32 // c0, 2, 16, c0), (s0, 32 * c0, 16 * c0, c0, 1), "NZ")
+    tile = TileBuf(space, dtype, 32, 64, **({"layout": "NZ"} if space == "Vec" else {}))  # L1 or UB NZ load
+    tload(w.gm, view, tile)
+    got = tile.logical()
+    np.testing.assert_array_equal(got[:, :32], logical[0])  # batch 0 at offset 0
+    np.testing.assert_array_equal(got[:, 32:], logical[second])  # batch 1: 2^32 wraps to 0, 2^32 + 1024 to 1024
+
+
+def test_nz_load_batch_stride_just_below_2_pow_32_does_not_wrap():  # hw §2.2: affine, so it faults
+    from runtime import DeviceError
+    from runtime.isa import tload
+
+    w, logical, addr = _batched_parent()
+    view = GmView(addr, np.int8, (2, 1, 2, 16, 32), (2**32 - 1, 1024, 512, 32, 1), "NZ")
+    with pytest.raises(DeviceError, match="outside every allocation"):
+        tload(w.gm, view, TileBuf("Mat", np.int8, 32, 64))
+
+
+def test_ub_nz_load_refuses_zero_column_blocks():  # hw §2.4: nBurst in 1..4095
+    from runtime import DeviceError
+    from runtime.isa import tload
+
+    w, logical, addr = _batched_parent()
+    view = GmView(addr, np.int8, (1, 0, 2, 16, 32), (1024, 1024, 512, 32, 1), "NZ")
+    with pytest.raises(DeviceError, match="nBurst 0 outside 1..4095"):
+        tload(w.gm, view, TileBuf("Vec", np.int8, 32, 32, layout="NZ"))
+
+
+def test_nd2nz_load_of_65536_columns_is_an_empty_transfer():  # hw §3: dValue is 16 bits, 65536 -> 0
+    import warnings
+
+    from runtime import DeviceError
+    from runtime.isa import tload
+
+    w = runtime.Worker()
+    t = w.alloc_tensor((16, 65536), np.int8)
+    view = GmView.dense(t.address, (16, 65536), np.int8, "ND")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the release build only warns on gShape4 > 65535
+        with pytest.raises(DeviceError, match="empty transfer is undefined"):
+            tload(w.gm, view, TileBuf("Mat", np.int8, 16, 32))
