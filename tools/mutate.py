@@ -49,7 +49,8 @@ TESTS: dict[str, list[str]] = {
     "runtime/nz.py": ["tests/runtime/test_rt_campaign_gaps.py", "tests/runtime/test_rt_nz.py",
                       "tests/runtime/test_rt_nz_threads.py", "tests/test_nz_contract.py"],
     "runtime/load.py": ["tests/runtime/test_rt_campaign_gaps.py", "tests/runtime/test_rt_nz_load.py",
-                        "tests/runtime/test_rt_gmview_dma.py", "tests/e2e/test_nz_load_e2e.py"],
+                        "tests/runtime/test_rt_gmview_dma.py", "tests/runtime/test_rt_other_paths.py",
+                        "tests/runtime/test_rt_tile.py", "tests/e2e/test_nz_load_e2e.py", "tests/e2e/test_nd_ops.py"],
     "runtime/store.py": ["tests/runtime/test_rt_campaign_gaps.py", "tests/runtime/test_rt_acc_store.py",
                          "tests/runtime/test_rt_other_paths.py", "tests/e2e/test_nz_store_e2e.py"],
 }

@@ -132,3 +132,48 @@ def test_nd2nz_load_of_65536_columns_is_an_empty_transfer():  # hw §3: dValue i
         warnings.simplefilter("ignore")  # the release build only warns on gShape4 > 65535
         with pytest.raises(DeviceError, match="empty transfer is undefined"):
             tload(w.gm, view, TileBuf("Mat", np.int8, 16, 32))
+
+
+def test_acc_nz_store_refuses_65536_rows():  # hw §4: mSize is 16 bits; pto-isa static-asserts Rows <= 65535
+    from runtime import DeviceError
+    from runtime.isa import tstore
+
+    w = runtime.Worker()
+    t = w.alloc_tensor((65536, 16), np.float32)
+    view = GmView.dense(t.address, (65536, 16), np.float32, "NZ")
+    with pytest.raises(DeviceError, match="Rows in \\[1, 65535\\]"):
+        tstore(w.gm, view, TileBuf("Acc", np.float32, 65536, 16))
+
+
+def test_a_dense_two_panel_acc_nz_store_is_exact_and_warns_nothing():  # hw §4.3: g0 > 1 folds into columns
+    import warnings
+
+    from runtime import HardwareDefectWarning
+    from runtime.isa import tstore
+
+    R, C = 64, 16
+    w = runtime.Worker()
+    t = w.alloc_tensor((2, R, C), np.float32, init=np.zeros((2, R, C), np.float32))
+    view = GmView.dense(t.address, (2, R, C), np.float32, "NZ")  # (2, 2, 4, 16, 8), s0 = g1 * m * g4
+    vals = (np.arange(R * 2 * C) + 1).astype(np.float32).reshape(R, 2 * C)
+    tile = TileBuf("Acc", np.float32, R, 2 * C)
+    tile.set_logical(vals)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", HardwareDefectWarning)  # dense and whole-height: no defect
+        tstore(w.gm, view, tile)
+    got = runtime.unpack_nz(w.gm.read(t.address, t.nbytes).view(np.float32).reshape(2, R, C))
+    np.testing.assert_array_equal(got[0], vals[:, :C])  # panel 0: the first C columns
+    np.testing.assert_array_equal(got[1], vals[:, C:])  # panel 1: the next C columns
+
+
+def test_a_vec_nd_store_passes_its_debug_asserts():  # hw §6: validRow == g0*g1*g2*g3
+    from runtime.isa import tstore
+
+    w = runtime.Worker()
+    t = w.alloc_tensor((32, 64), np.float32, init=np.zeros((32, 64), np.float32))
+    view = GmView.dense(t.address, (32, 64), np.float32, "ND")
+    tile = TileBuf("Vec", np.float32, 32, 64)
+    vals = np.arange(32 * 64, dtype=np.float32).reshape(32, 64)
+    tile.set_logical(vals)
+    tstore(w.gm, view, tile, debug=True)  # debug: a pto_assert raises instead of warning
+    np.testing.assert_array_equal(w.gm.read(t.address, t.nbytes).view(np.float32).reshape(32, 64), vals)
