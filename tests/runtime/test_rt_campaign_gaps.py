@@ -119,15 +119,16 @@ def test_ub_nz_load_refuses_zero_column_blocks():  # hw §2.4: nBurst in 1..4095
         tload(w.gm, view, TileBuf("Vec", np.int8, 32, 32, layout="NZ"))
 
 
-def test_nd2nz_load_of_65536_columns_is_an_empty_transfer():  # hw §3: dValue is 16 bits, 65536 -> 0
+@pytest.mark.parametrize("shape", [(16, 65536), (65536, 32)])
+def test_nd2nz_load_of_65536_columns_or_rows_is_an_empty_transfer(shape):  # hw §3: dValue / nValue are 16 bits
     import warnings
 
     from runtime import DeviceError
     from runtime.isa import tload
 
     w = runtime.Worker()
-    t = w.alloc_tensor((16, 65536), np.int8)
-    view = GmView.dense(t.address, (16, 65536), np.int8, "ND")
+    t = w.alloc_tensor(shape, np.int8)
+    view = GmView.dense(t.address, shape, np.int8, "ND")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the release build only warns on gShape4 > 65535
         with pytest.raises(DeviceError, match="empty transfer is undefined"):
