@@ -27,7 +27,7 @@ from typing import Any
 from ..core import dtypes as D
 from ..core.dtypes import DType
 from ..passes import proofs
-from ..passes.proofs import MAX_LANES, Fact, dtype_range
+from ..passes.proofs import MAX_LANES, Fact
 from . import require_z3
 
 z3 = require_z3()
@@ -55,6 +55,16 @@ class RuleCheck:
 
 def _show(f: Fact) -> str:
     return f"{f.factor} | x, {'x >= 0, ' if f.nonneg else ''}x in [{f.lo}, {f.hi}]"
+
+
+def dtype_range(d: DType) -> tuple[int, int]:
+    """The values a `d` holds, from its width and kind: written here, not taken from the prover, so a
+    query's premises never share a mistake with the rule they check."""
+    if d.kind == "bool":
+        return 0, 1
+    if d.kind == "uint":
+        return 0, (1 << d.bits) - 1
+    return -(1 << (d.bits - 1)), (1 << (d.bits - 1)) - 1
 
 
 # ------------------------------------------------------------------------------ encoding
