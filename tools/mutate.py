@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import atexit
 import concurrent.futures as cf
 import difflib
 import json
@@ -222,6 +223,7 @@ _WORK: str | None = None
 def _worker_init() -> None:
     global _WORK
     _WORK = tempfile.mkdtemp(prefix="nzjit_mutate_")
+    atexit.register(shutil.rmtree, _WORK, True)  # the worker's private copy goes with it
     _copy_repo(_WORK)
 
 
