@@ -178,3 +178,29 @@ def test_a_vec_nd_store_passes_its_debug_asserts():  # hw §6: validRow == g0*g1
     tile.set_logical(vals)
     tstore(w.gm, view, tile, debug=True)  # debug: a pto_assert raises instead of warning
     np.testing.assert_array_equal(w.gm.read(t.address, t.nbytes).view(np.float32).reshape(32, 64), vals)
+
+
+def test_a_rank4_nd_load_into_vec_passes_its_debug_asserts():  # hw §5: validRow == g0*g1*g2*g3
+    from runtime.isa import tload
+
+    logical = (np.arange(2 * 2 * 16 * 32) % 97).astype(np.float16).reshape(2, 2, 16, 32)
+    w = runtime.Worker()
+    t = w.alloc_tensor(logical.shape, np.float16, init=logical)
+    view = GmView.dense(t.address, logical.shape, np.float16, "ND")
+    tile = TileBuf("Vec", np.float16, 64, 32)
+    tload(w.gm, view, tile, debug=True)  # debug: a pto_assert raises instead of warning
+    np.testing.assert_array_equal(tile.logical(), logical.reshape(64, 32))
+
+
+def test_a_mat_to_nz_store_passes_its_debug_asserts():  # hw §5 TStoreMat2GmNz2Nz: validRow == g2*g3
+    from runtime.isa import tload, tstore
+
+    logical = (np.arange(32 * 64) % 113 - 56).astype(np.int8).reshape(32, 64)
+    w = runtime.Worker()
+    src = w.alloc_tensor((32, 64), np.int8, init=runtime.pack_nz(logical))
+    dst = w.alloc_tensor((32, 64), np.int8, init=np.zeros((32, 64), np.int8))
+    tile = TileBuf("Mat", np.int8, 32, 64)
+    tload(w.gm, GmView.dense(src.address, (32, 64), np.int8, "NZ"), tile)
+    tstore(w.gm, GmView.dense(dst.address, (32, 64), np.int8, "NZ"), tile, debug=True)
+    np.testing.assert_array_equal(runtime.unpack_nz(w.gm.read(dst.address, dst.nbytes).view(np.int8).reshape(32, 64)),
+                                  logical)
