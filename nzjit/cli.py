@@ -262,6 +262,15 @@ def cmd_ir(args: argparse.Namespace) -> int:
     `--kernel`, then the program of each `@pl.orchestration` of the file."""
     orchestrations: list[tuple[str, Orchestration]] = []
     kernels = _kernels_of(args.file, args.kernel, orchestrations)
+    if args.validate:  # translation validation (nzjit/verify/translation.py): 1 when an access fails
+        from .verify import VerifyUnavailable
+
+        try:
+            results = [k.lower().validate() for _, k in kernels]
+        except VerifyUnavailable as err:
+            raise CommandError(str(err)) from None
+        print("\n\n".join(str(v) for v in results))
+        return 0 if all(v.ok for v in results) else 1
     if args.all:
         _print_per_kernel(kernels, ir_sequence)
     elif args.memory:  # issue 23: the compile-time on-chip memory plan
@@ -390,6 +399,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory",
         action="store_true",
         help="show the on-chip memory plan: peak bytes per space and the buffers live there",
+    )
+    g.add_argument(
+        "--validate",
+        action="store_true",
+        help="prove every NZ access of the lowered graph with z3 (needs nzjit[verify]): a "
+        "certificate per access or a counterexample; exit status 1 on a counterexample",
     )
     i.set_defaults(func=cmd_ir)
 

@@ -12,6 +12,7 @@ from ..core.verifier import verify
 from ..errors import api_boundary
 from ..passes import pipeline as _pipeline
 from ..passes.pipeline import Pass, pipeline
+from ..verify.translation import validate
 from . import calls
 
 
@@ -52,6 +53,12 @@ class Lowered:
         an over-capacity kernel is refused before any of it runs. Its passes' graphs and the plan
         itself can still be inspected."""
         check_memory(self.memory())
+
+    @api_boundary
+    def validate(self) -> Any:
+        """Translation validation of the NZ accesses (nzjit/verify/translation.py; needs z3:
+        `pip install nzjit[verify]`): a certificate per access or a counterexample."""
+        return validate(self)
 
     @api_boundary
     def ir(self, after: str = "MaterializeTensorStrides") -> Graph:

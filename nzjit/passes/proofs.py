@@ -18,6 +18,10 @@ by walking back through the bindings that one read-only scan of the graph collec
 | get_block_idx / get_block_num          | 1                           | always                       |
 | loop-carried value, kernel scalar      | 1                           | never (not resolved)         |
 
+Each row is one function of `RULES` (below), a pure map from the facts of the premises to the fact
+claimed; nzjit/verify/prover_rules.py asks z3, for each, that the claim holds for every value at
+the declared width that satisfies the premises (tests/verify/test_prover_rules_smt.py).
+
 Wrap (NZ-17). Integer arithmetic wraps at its declared width W. Divisibility survives a wrap
 because the divisor asked for is a power of two dividing 2^W (asserted: InternalError otherwise),
 so a possibly-wrapped value keeps the factor `gcd(f, 2^W)`. Sign does not survive a wrap
@@ -155,78 +159,47 @@ class Prover:
         f = self._compute(x, budget)
         dt = _dtype(x)
         if dt is not None:
-            f = _wrapped(f, dt)
+            f = rule_wrap(f, dt)
         self._memo[x] = f
         return f
 
-    def _leaf(self, x: Var, factor: int, nonneg: bool, why: str, lo: int | None = None,
-              hi: int | None = None) -> Fact:
-        dt = _dtype(x)
-        dlo, dhi = dtype_range(dt) if dt is not None else (-(1 << 63), (1 << 63) - 1)
-        return Fact(factor, nonneg, x.hint or "%tmp", why, dlo if lo is None else lo, dhi if hi is None else hi)
-
     def _compute(self, x: Atom, budget: list[int]) -> Fact:
+        """The fact of `x` before the wrap at its width: one rule of RULES per kind of binding."""
+        dt = _dtype(x)
         if isinstance(x, Literal):
-            v = int(x.value)
-            return Fact(abs(v), v >= 0, str(v), f"{v} >= 0" if v >= 0 else f"{v} < 0", v, v,
-                        _ATOM if v >= 0 else 0)
+            return rule_constant(int(x.value))
         nm = x.hint or "%tmp"
         if x in self.aliases:  # a captured value: the enclosing binding
-            inner = self._fact(self.aliases[x], budget)
-            return Fact(inner.factor, inner.nonneg, x.hint or inner.expr, inner.nonneg_why, inner.lo, inner.hi,
-                        _ATOM if x.hint else inner.prec, "" if x.hint else inner.op)
+            return rule_copy(self._fact(self.aliases[x], budget), x.hint)
         if x in self.carries:
-            return self._leaf(x, 1, False, f"{nm} is loop-carried: its value changes every iteration and "
-                              "is never resolved")
+            return rule_unknown(dt, nm, f"{nm} is loop-carried: its value changes every iteration and "
+                                "is never resolved")
         if x in self.loop_vars:
-            return self._loop_var(x, budget)
+            start, stop, step, kind = self.loop_vars[x]
+            if kind == "spmd":
+                return rule_spmd_lane(self._fact(stop, budget), x.hint or "%iv", dt)
+            fs, fe, ft = self._fact(start, budget), self._fact(stop, budget), self._fact(step, budget)
+            return rule_loop_var(fs, fe, ft, x.hint or "%iv", dt)
         e = self.defs.get(x)
         if e is None:
-            return self._leaf(x, 1, False, f"{nm} is a kernel argument: nothing is known about its value")
+            return rule_unknown(dt, nm, f"{nm} is a kernel argument: nothing is known about its value")
         p = e.primitive.name
         if p in ("get_block_idx", "get_block_num"):
-            lo, hi = self._lane_range(x, budget)
-            what = "block index" if p == "get_block_idx" else "block count"
-            if p == "get_block_num":
-                lo, hi = max(lo + 1, 0), hi + 1
-            return self._leaf(x, 1, True, f"{nm} = {what}", lo, hi)
+            stop = self.lanes.get(x)
+            s = None if stop is None else self._fact(stop, budget)  # outside pl.spmd: one lane
+            return (rule_block_idx if p == "get_block_idx" else rule_block_num)(s, nm, dt)
         if p == "for":
-            return self._leaf(x, 1, False, f"{nm} is the result of a loop (loop-carried): never resolved")
+            return rule_unknown(dt, nm, f"{nm} is the result of a loop (loop-carried): never resolved")
         if p == "convert":
-            inner = self._fact(e.inputs[0], budget)
-            return Fact(inner.factor, inner.nonneg, x.hint or inner.expr, inner.nonneg_why, inner.lo, inner.hi,
-                        _ATOM if x.hint else inner.prec, "" if x.hint else inner.op)
+            return rule_copy(self._fact(e.inputs[0], budget), x.hint)
         if p not in _SYM or len(e.inputs) != 2:
-            return self._leaf(x, 1, False, f"{nm} is not index arithmetic ({p})")
+            return rule_unknown(dt, nm, f"{nm} is not index arithmetic ({p})")
         a = self._fact(e.inputs[0], budget)  # no generator: two frames per level of recursion
         b = self._fact(e.inputs[1], budget)
         f = _binary(p, a, b, e.inputs[1])
         if x.hint:  # a named binding shows as its name inside larger expressions
             f = Fact(f.factor, f.nonneg, x.hint, f.nonneg_why, f.lo, f.hi)
         return f
-
-    def _lane_range(self, x: Var, budget: list[int]) -> tuple[int, int]:
-        stop = self.lanes.get(x)
-        if stop is None:  # outside pl.spmd the kernel is one lane: index 0
-            return 0, 0
-        s = self._fact(stop, budget)
-        return 0, max(0, min(s.hi, MAX_LANES) - 1)
-
-    def _loop_var(self, x: Var, budget: list[int]) -> Fact:
-        start, stop, step, kind = self.loop_vars[x]
-        nm = x.hint or "%iv"
-        fs, fe, ft = self._fact(start, budget), self._fact(stop, budget), self._fact(step, budget)
-        if kind == "spmd":
-            return self._leaf(x, 1, True, f"{nm} = block index", 0, max(0, min(fe.hi, MAX_LANES) - 1))
-        # iv = start + i*step, no wrap (the loop stops before stop): between start and stop - 1
-        lo, hi = min(fs.lo, fe.lo + 1), max(fs.hi, fe.hi - 1)
-        if ft.lo >= 1:
-            lo, hi = fs.lo, fe.hi - 1
-        ok = fs.nonneg and ft.nonneg
-        why = (f"{nm} = loop from {fs.expr} step {ft.expr}" if ok else
-               f"loop variable {nm} starts at {fs.expr} ({fs.nonneg_why}) with step {ft.expr}"
-               + ("" if ft.nonneg else f" ({ft.nonneg_why})"))
-        return self._leaf(x, math.gcd(fs.factor, ft.factor), ok, why, lo, max(lo, hi))
 
     # ------------------------------------------------------------------------------ diagnostics
     def root(self, x: Atom) -> Atom:
@@ -347,7 +320,69 @@ class Prover:
         return ", ".join(out) if out else self.fact(x).expr
 
 
-def _wrapped(f: Fact, dt: DType) -> Fact:
+# ------------------------------------------------------------------------------ the rules
+# Each rule is a pure function from the facts of its premises to the fact it claims; RULES names
+# them all, and nzjit/verify/prover_rules.py has one z3 query per name (a test fails when a rule
+# has none). A claim is about the exact value of the binding; `wrap` then claims what is left of
+# it after the wrap at the declared width, which is what the device computes.
+_FULL_LO, _FULL_HI = -(1 << 63), 1 << 63  # no dtype known: anything a 64-bit operation can give
+
+
+def _range_of(dt: DType | None) -> tuple[int, int]:
+    return dtype_range(dt) if dt is not None else (_FULL_LO, _FULL_HI)
+
+
+def rule_constant(v: int) -> Fact:
+    """An integer constant: a multiple of |v|, non-negative when v >= 0, the interval [v, v]."""
+    return Fact(abs(v), v >= 0, str(v), f"{v} >= 0" if v >= 0 else f"{v} < 0", v, v, _ATOM if v >= 0 else 0)
+
+
+def rule_unknown(dt: DType | None, name: str, why: str) -> Fact:
+    """A kernel argument, loop-carried value, loop result or non-index value: anything of its dtype."""
+    lo, hi = _range_of(dt)
+    return Fact(1, False, name, why, lo, hi)
+
+
+def rule_copy(inner: Fact, name: str | None) -> Fact:
+    """A captured copy or a conversion: the same value (a narrowing conversion is the `wrap` rule's)."""
+    return Fact(inner.factor, inner.nonneg, name or inner.expr, inner.nonneg_why, inner.lo, inner.hi,
+                _ATOM if name else inner.prec, "" if name else inner.op)
+
+
+def _lanes(stop: Fact | None) -> int:
+    """The most lanes a launch of `stop` lanes has: a launch's block dim is a uint32 (MAX_LANES)."""
+    return 1 if stop is None else max(0, min(stop.hi, MAX_LANES))
+
+
+def rule_block_idx(stop: Fact | None, name: str, dt: DType | None) -> Fact:
+    """get_block_idx() of a launch of `stop` lanes (None: outside pl.spmd, one lane): in [0, lanes - 1]."""
+    return Fact(1, True, name, f"{name} = block index", 0, max(0, _lanes(stop) - 1))
+
+
+def rule_block_num(stop: Fact | None, name: str, dt: DType | None) -> Fact:
+    """get_block_num(): the lane count itself, in [1, lanes] (a launch has at least one lane)."""
+    return Fact(1, True, name, f"{name} = block count", 1, max(1, _lanes(stop)))
+
+
+def rule_spmd_lane(stop: Fact, name: str, dt: DType | None) -> Fact:
+    """The variable of `pl.spmd(stop)`: the lane's block index."""
+    return Fact(1, True, name, f"{name} = block index", 0, max(0, _lanes(stop) - 1))
+
+
+def rule_loop_var(fs: Fact, fe: Fact, ft: Fact, name: str, dt: DType | None) -> Fact:
+    """`start + i*step` for i >= 0 while short of stop (no wrap: the loop stops before stop): a multiple
+    of gcd(start, step), non-negative when start and step are, between start and stop."""
+    lo, hi = min(fs.lo, fe.lo + 1), max(fs.hi, fe.hi - 1)
+    if ft.lo >= 1:  # counting up: from start to stop - 1
+        lo, hi = fs.lo, fe.hi - 1
+    ok = fs.nonneg and ft.nonneg
+    why = (f"{name} = loop from {fs.expr} step {ft.expr}" if ok else
+           f"loop variable {name} starts at {fs.expr} ({fs.nonneg_why}) with step {ft.expr}"
+           + ("" if ft.nonneg else f" ({ft.nonneg_why})"))
+    return Fact(math.gcd(fs.factor, ft.factor), ok, name, why, lo, max(lo, hi))
+
+
+def rule_wrap(f: Fact, dt: DType) -> Fact:
     """Clamp a fact to what a value of `dt` can be: an exact interval outside the dtype's range
     means the arithmetic may have wrapped (NZ-17): full range, factor gcd(f, 2^W), sign unknown."""
     lo, hi = dtype_range(dt)
@@ -366,43 +401,112 @@ def _operand(f: Fact, prec: int, op: str, right: bool) -> str:
     return f"({f.expr})"
 
 
-def _binary(p: str, a: Fact, b: Fact, rhs: Atom) -> Fact:
-    """The fact of `a <p> b` from the facts of its operands (the table in the module docstring)."""
+def _expr(p: str, a: Fact, b: Fact) -> tuple[str, int]:
     sym = _SYM[p]
     if p in ("min", "max"):
-        expr, prec = f"{sym}({a.expr}, {b.expr})", _ATOM
-    else:
-        prec = _PREC[p]
-        expr = f"{_operand(a, prec, p, False)} {sym} {_operand(b, prec, p, True)}"
-    both = f"{a.nonneg_why}; {b.nonneg_why}"
+        return f"{sym}({a.expr}, {b.expr})", _ATOM
+    prec = _PREC[p]
+    return f"{_operand(a, prec, p, False)} {sym} {_operand(b, prec, p, True)}", prec
 
-    def fact(factor: int, nonneg: bool, why: str, lo: int, hi: int) -> Fact:
-        return Fact(factor, nonneg and lo >= 0, expr, why, lo, hi, prec, p)
 
-    if p == "mul":
-        ends = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi]
-        return fact(a.factor * b.factor, a.nonneg and b.nonneg, both, min(ends), max(ends))
-    if p == "add":
-        return fact(math.gcd(a.factor, b.factor), a.nonneg and b.nonneg, both, a.lo + b.lo, a.hi + b.hi)
-    if p == "sub":
-        return fact(math.gcd(a.factor, b.factor), False, f"{expr} is a difference: its sign is never proven",
-                    a.lo - b.hi, a.hi - b.lo)
-    if p == "min":
-        return fact(math.gcd(a.factor, b.factor), a.nonneg and b.nonneg, both, min(a.lo, b.lo), min(a.hi, b.hi))
-    if p == "max":
-        ok = a.nonneg or b.nonneg
-        why = a.nonneg_why if a.nonneg else b.nonneg_why if b.nonneg else both
-        return fact(math.gcd(a.factor, b.factor), ok, why, max(a.lo, b.lo), max(a.hi, b.hi))
+def _claim(p: str, a: Fact, b: Fact, factor: int, nonneg: bool, why: str, lo: int, hi: int) -> Fact:
+    expr, prec = _expr(p, a, b)
+    return Fact(factor, nonneg and lo >= 0, expr, why, lo, hi, prec, p)
+
+
+def _both(a: Fact, b: Fact) -> str:
+    return f"{a.nonneg_why}; {b.nonneg_why}"
+
+
+def rule_mul(a: Fact, b: Fact) -> Fact:
+    """a * b: a multiple of fa * fb, non-negative when both are; the interval of the four corners."""
+    ends = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi]
+    return _claim("mul", a, b, a.factor * b.factor, a.nonneg and b.nonneg, _both(a, b), min(ends), max(ends))
+
+
+def rule_add(a: Fact, b: Fact) -> Fact:
+    """a + b: a multiple of gcd(fa, fb), non-negative when both are."""
+    return _claim("add", a, b, math.gcd(a.factor, b.factor), a.nonneg and b.nonneg, _both(a, b),
+                  a.lo + b.lo, a.hi + b.hi)
+
+
+def rule_sub(a: Fact, b: Fact) -> Fact:
+    """a - b: a multiple of gcd(fa, fb); its sign is never claimed (NZ-16)."""
+    expr, _ = _expr("sub", a, b)
+    return _claim("sub", a, b, math.gcd(a.factor, b.factor), False,
+                  f"{expr} is a difference: its sign is never proven", a.lo - b.hi, a.hi - b.lo)
+
+
+def rule_min(a: Fact, b: Fact) -> Fact:
+    """min(a, b): a multiple of gcd(fa, fb) (it is one of them), non-negative when both are."""
+    return _claim("min", a, b, math.gcd(a.factor, b.factor), a.nonneg and b.nonneg, _both(a, b),
+                  min(a.lo, b.lo), min(a.hi, b.hi))
+
+
+def rule_max(a: Fact, b: Fact) -> Fact:
+    """max(a, b): a multiple of gcd(fa, fb), non-negative when either is."""
+    ok = a.nonneg or b.nonneg
+    why = a.nonneg_why if a.nonneg else b.nonneg_why if b.nonneg else _both(a, b)
+    return _claim("max", a, b, math.gcd(a.factor, b.factor), ok, why, max(a.lo, b.lo), max(a.hi, b.hi))
+
+
+def _dividend_why(a: Fact) -> str:
+    return a.nonneg_why if a.nonneg else f"the dividend {a.expr} is not provably non-negative ({a.nonneg_why})"
+
+
+def rule_floordiv(a: Fact, k: Fact) -> Fact:
+    """a // k, k a positive constant (floor, NZ-19): a multiple of fa / k only when k divides fa."""
+    kv = k.lo
+    factor = a.factor // kv if a.factor % kv == 0 else 1
+    return _claim("floordiv", a, k, factor, a.nonneg, _dividend_why(a), a.lo // kv, a.hi // kv)
+
+
+def rule_mod(a: Fact, k: Fact) -> Fact:
+    """a % k, k a positive constant (floor modulo: in [0, k)): a multiple of gcd(fa, k)."""
+    kv = k.lo
+    lo, hi = (a.lo, a.hi) if 0 <= a.lo and a.hi < kv else (0, kv - 1)
+    return _claim("mod", a, k, math.gcd(a.factor, kv), a.nonneg, _dividend_why(a), lo, hi)
+
+
+def rule_divide_by_non_constant(a: Fact, b: Fact, p: str) -> Fact:
+    """a // b or a % b with b not a positive constant: nothing is claimed."""
+    expr, prec = _expr(p, a, b)
+    return Fact(1, False, expr, f"{expr} divides by {b.expr}, not a positive constant", _FULL_LO, _FULL_HI, prec, p)
+
+
+_BINARY = {"mul": rule_mul, "add": rule_add, "sub": rule_sub, "min": rule_min, "max": rule_max}
+
+
+def _binary(p: str, a: Fact, b: Fact, rhs: Atom) -> Fact:
+    """The fact of `a <p> b` from the facts of its operands (the table in the module docstring)."""
+    if p in _BINARY:
+        return _BINARY[p](a, b)
     if not (isinstance(rhs, Literal) and int(rhs.value) > 0):
-        return Fact(1, False, expr, f"{expr} divides by {b.expr}, not a positive constant", -(1 << 63),
-                    (1 << 63) - 1, prec, p)
-    k = int(rhs.value)
-    why = a.nonneg_why if a.nonneg else f"the dividend {a.expr} is not provably non-negative ({a.nonneg_why})"
-    if p == "floordiv":  # floor division (NZ-19)
-        factor = a.factor // k if a.factor % k == 0 else 1
-        return fact(factor, a.nonneg, why, a.lo // k, a.hi // k)
-    lo, hi = (a.lo, a.hi) if 0 <= a.lo and a.hi < k else (0, k - 1)  # floor modulo: in [0, k)
-    return fact(math.gcd(a.factor, k), a.nonneg, why, lo, hi)
+        return rule_divide_by_non_constant(a, b, p)
+    return (rule_floordiv if p == "floordiv" else rule_mod)(a, b)
+
+
+#: Every rule the prover applies, by name. Each has a z3 query (nzjit/verify/prover_rules.py,
+#: tests/verify/test_prover_rules_smt.py) that the fact it claims holds for every value at the
+#: declared width satisfying its premises.
+RULES = {
+    "constant": rule_constant,
+    "unknown": rule_unknown,
+    "copy": rule_copy,
+    "block_idx": rule_block_idx,
+    "block_num": rule_block_num,
+    "spmd_lane": rule_spmd_lane,
+    "loop_var": rule_loop_var,
+    "mul": rule_mul,
+    "add": rule_add,
+    "sub": rule_sub,
+    "min": rule_min,
+    "max": rule_max,
+    "floordiv": rule_floordiv,
+    "mod": rule_mod,
+    "divide_by_non_constant": rule_divide_by_non_constant,
+    "wrap": rule_wrap,
+}
 
 
 _EVAL = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,

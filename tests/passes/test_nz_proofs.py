@@ -19,6 +19,7 @@ from nzjit import prims as P
 from nzjit.core import dtypes as D
 from nzjit.core.ir import Eqn, Graph, Literal, Var
 from nzjit.core.types import ScalarType
+from nzjit.errors import InternalError
 from nzjit.passes import proofs
 from nzjit.passes.proofs import Prover
 
@@ -416,3 +417,54 @@ def test_prover_property_examples():  # the table's rows, evaluated the same way
     r = random.Random(0)
     assert all(_evaluate(("mul", ("lane",), ("lit", 256)), env, D.INT32) % 16 == 0
                for env in _environments(r, D.INT32))
+
+
+def _enumerable():
+    leaf = st.one_of(st.tuples(st.just("lit"), st.one_of(st.integers(-64, 512), st.sampled_from(SPECIAL))),
+                     st.tuples(st.sampled_from(["lane", "blk", "iv"])))
+    return st.recursive(leaf, lambda sub: st.tuples(st.sampled_from(["add", "sub", "mul", "min", "max", "floordiv",
+                                                                     "mod"]), sub, sub), max_leaves=6)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(expr=_enumerable(), dt=st.sampled_from([D.INDEX, D.INT32]))
+def test_exact_max_is_the_largest_value(expr, dt):  # NZ-12: the bounds refusal asks for the exact maximum
+    b = _Builder(dt)
+    root = b.build(expr)
+    if not isinstance(root, Var):
+        return
+    envs = [{"lane": lane, "blk": lane, "iv": iv} for lane in range(LANES)
+            for iv in range(LOOP["start"], LOOP["stop"], LOOP["step"])]
+    try:
+        values = [_evaluate(expr, env, dt) for env in envs]
+    except ZeroDivisionError:
+        return  # the backend's x // 0 is not the reference's
+    got = Prover(b.graph(root)).exact_max(root)
+    # get_block_idx() and the pl.spmd variable are the same lane, but exact_max enumerates them as
+    # independent leaves: then it may exceed the maximum (a conservative refusal), never fall short
+    leaves = {t for t in ("lane", "blk") if f"('{t}',)" in repr(expr)}
+    assert got == max(values) if len(leaves) < 2 else got >= max(values), expr
+
+
+def test_unnamed_offsets_print_as_written():  # diagnostics: `a + b - c`, `a - b + c` need no parentheses
+    @pl.kernel
+    def k(w: pl.Tensor[[N, K], pl.INT8, pl.NZ]):
+        for i in pl.range(0, 64, 16):
+            pl.load(w, [i + 16 - 8, 0], [16, 32], target_memory=pl.Mem.Mat)  # load
+
+    _refused(k, "# load", "row offset 'i + 16 - 8, i in pl.range", rule="NZ-16")
+
+    @pl.kernel
+    def k2(w: pl.Tensor[[N, K], pl.INT8, pl.NZ]):
+        for i in pl.range(0, 64, 16):
+            pl.load(w, [i - 8 + 16, 0], [16, 32], target_memory=pl.Mem.Mat)  # load
+
+    _refused(k2, "# load", "row offset 'i - 8 + 16, i in pl.range", rule="NZ-16")
+
+
+def test_the_divisor_bound_is_two_to_the_width():  # NZ-17: d must divide 2^W; d == 2^W does
+    x = Var(ScalarType(D.INT4), "x")
+    pv = Prover(Graph([x], [], []))
+    assert pv.multiple(x, 16)[0] is False  # 16 divides 2^4: asked, answered (no factor known)
+    with pytest.raises(InternalError, match="does not divide 2\\^4"):
+        pv.multiple(x, 32)

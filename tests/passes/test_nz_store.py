@@ -352,3 +352,10 @@ def test_bypass_switch_is_off_by_default_and_restored():  # NZ-23
     assert block_nz_store._UNSAFE_SKIP_FULL_ROW_CHECK_FOR_TESTS is False
     (st,) = _stores(low.ir(after="BlockNzTensorViews"))
     assert _offsets(st) == [0, 2, 4, 0, 0] and st.params["nz_partition"] == (1, 2, 4, 16, 8)
+
+
+def test_split_diagnostics_name_the_sizes():  # NZ-22: the numbers a user needs to pick a shape
+    msg = _refused(_split_kernel(4096, 16, 16), rule="NZ-22")
+    assert "even a 16-column block of 4096 rows needs 256 KiB" in msg  # 4096 * 16 * 4 B
+    msg = _refused(_split_kernel(2048, 16, 32, pl.FP32), rule="NZ-22")
+    assert "fits L0A/L0B (64/64 KiB)" in msg
