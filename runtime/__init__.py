@@ -13,12 +13,15 @@ from .device import Cluster, DeviceTensor, StackedDeviceTensor, Worker
 from .dtypes import c0_of, itemsize_bits
 from .errors import DeviceError, DispatchError, HardwareDefectWarning
 from .gmview import GmView
+from .layout_marks import NzArray
 from .memory import GlobalMemory, OnChip
-from .nz import nz_blocked_shape, pack_nz, unpack_nz
+from .nz import as_nz, nz_blocked_shape, pack_nz, unpack_nz
 from .tile import TileBuf
 
 __all__ = [
     "pack_nz",
+    "as_nz",
+    "NzArray",
     "unpack_nz",
     "nz_blocked_shape",
     "c0_of",

@@ -19,6 +19,7 @@ import numpy as np
 from .device import DeviceTensor, StackedDeviceTensor, Worker
 from .dtypes import c0_of
 from .errors import DispatchError
+from .layout_marks import layout_of
 from .nz import nz_blocked_shape
 
 __all__ = ["ParamSpec", "check_args", "check_arg", "blocked_view_shape", "run_ranks"]
@@ -92,12 +93,45 @@ def _arg_facts(spec: ParamSpec, arg: object, worker: Worker | None) -> tuple[tup
     )
 
 
+def _check_layout(spec: ParamSpec, arg: object) -> None:
+    """The argument's bytes are in the parameter's layout: NZ bytes only for an NZ parameter."""
+    got = layout_of(arg)
+    if got == spec.layout:
+        return
+    if spec.layout == "NZ":
+        try:
+            nz_blocked_shape(_arg_facts(spec, arg, None)[0], spec.dtype)
+        except ValueError:
+            return  # no NZ form at all (NZ-5/6/33): the compiler refuses the annotation by its rule
+    who = f"parameter {spec.name!r}"
+    kind = "array" if isinstance(arg, np.ndarray) else type(arg).__name__
+    if spec.layout == "NZ":
+        fix = ("upload runtime.pack_nz(a) (alloc_tensor(..., init=runtime.pack_nz(a)))"
+               if not isinstance(arg, np.ndarray) else
+               "pass runtime.pack_nz(a) of the logical array, or runtime.as_nz(a) if its bytes are already NZ")
+        raise DispatchError(f"{who} is NZ (pl.NZ) and got a plain (ND) {kind}, whose bytes are row-major: {fix}")
+    raise DispatchError(
+        f"{who} is ND and got an NZ {kind} (pack_nz / as_nz bytes): pass the logical array "
+        "(runtime.unpack_nz(a) of NZ bytes), or annotate the parameter pl.NZ"
+    )
+
+
+def _dtype_name(dt: np.dtype) -> str:
+    """`int32`, or `int32 (byte-swapped, '>i4')`: a name that tells two different dtypes apart."""
+    if dt.byteorder not in ("=", "|") and dt.newbyteorder("=") != dt:
+        return f"{dt.name} (byte-swapped, {dt.str!r})"
+    return dt.name
+
+
 def check_arg(spec: ParamSpec, arg: object, bindings: dict[str, int], worker: Worker | None = None) -> None:
     """Check one argument against ``spec``, extending ``bindings`` of named dynamic dims."""
     shape, dtype = _arg_facts(spec, arg, worker)
     who = f"parameter {spec.name!r}"
     if dtype != spec.dtype:
-        raise DispatchError(f"{who} expects dtype {spec.dtype.name}, got {dtype.name}")
+        fix = ""
+        if dtype.newbyteorder("=") == spec.dtype:
+            fix = f"; the device is little-endian: pass a.astype(np.{spec.dtype.name})"
+        raise DispatchError(f"{who} expects dtype {_dtype_name(spec.dtype)}, got {_dtype_name(dtype)}{fix}")
     if spec.layout == "NZ":
         try:
             c0_of(dtype)
@@ -120,6 +154,7 @@ def check_arg(spec: ParamSpec, arg: object, bindings: dict[str, int], worker: Wo
             raise DispatchError(
                 f"{who} expects shape {spec.describe()}, got {tuple(shape)} (axis {axis}: {got} != {want})"
             )
+    _check_layout(spec, arg)  # last: a wrong shape or dtype is named first, as before marks existed
 
 
 def check_args(
