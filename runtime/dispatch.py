@@ -22,7 +22,7 @@ from .errors import DispatchError
 from .layout_marks import layout_of
 from .nz import nz_blocked_shape
 
-__all__ = ["ParamSpec", "check_args", "check_arg", "blocked_view_shape", "run_ranks"]
+__all__ = ["ParamSpec", "check_args", "check_arg", "check_aliasing", "find_alias", "blocked_view_shape", "run_ranks"]
 
 Dim = int | str
 
@@ -178,7 +178,54 @@ def check_args(
     bindings: dict[str, int] = {}
     for spec, arg in zip(specs, args):
         check_arg(spec, arg, bindings, worker)
+    check_aliasing([(s.name, a, s.is_output) for s, a in zip(specs, args)])
     return bindings
+
+
+def _spans(arg: object) -> list[tuple[object, int, int]]:
+    """(memory, first byte, end) of each piece of memory an argument occupies: a host array's
+    buffer (C-contiguous, so its bytes are one range), a DeviceTensor's GM range on its worker,
+    every shard of a StackedDeviceTensor."""
+    if isinstance(arg, np.ndarray):
+        if arg.size == 0:
+            return []
+        lo = arg.__array_interface__["data"][0]
+        return [(None, lo, lo + arg.nbytes)]
+    if isinstance(arg, DeviceTensor):
+        return [(arg.worker, arg.address, arg.address + arg.nbytes)] if arg.nbytes else []
+    if isinstance(arg, StackedDeviceTensor):
+        return [x for sh in arg.shards for x in _spans(sh)]
+    return []
+
+
+def find_alias(items: Sequence[tuple[str, object, bool]]) -> str | None:
+    """The refusal text for the first pair of tensor arguments that share memory where one of
+    them is written (``items``: (parameter name, argument, is_output)), else None.
+
+    Two inputs may share memory (both only read). An output that overlaps another argument
+    would be read (or written) through two names, and the host uploads an array passed twice
+    once: the kernel would read the bytes it is writing."""
+    spans = [(name, is_out, _spans(arg)) for name, arg, is_out in items]
+    for i, (n1, out1, s1) in enumerate(spans):
+        for n2, out2, s2 in spans[i + 1:]:
+            if not (out1 or out2) or not s1 or not s2:
+                continue
+            for m1, lo1, hi1 in s1:
+                for m2, lo2, hi2 in s2:
+                    if m1 is m2 and lo1 < hi2 and lo2 < hi1:
+                        lo, hi = max(lo1, lo2), min(hi1, hi2)
+                        both = "outputs" if out1 and out2 else "an input and an output"
+                        return (f"parameters {n1!r} and {n2!r} share memory ({hi - lo} bytes overlap): {both} "
+                                "must not alias (the kernel would read bytes it is writing); pass separate "
+                                "arrays / tensors, or make the parameter pl.InOut and pass the tensor once")
+    return None
+
+
+def check_aliasing(items: Sequence[tuple[str, object, bool]]) -> None:
+    """Refuse (DispatchError) arguments that alias where one of them is written (`find_alias`)."""
+    msg = find_alias(items)
+    if msg is not None:
+        raise DispatchError(msg)
 
 
 def _reraise(rank: int, e: BaseException) -> None:

@@ -93,6 +93,9 @@ class DirectPlan:
         resident = any(s.kind == _RESIDENT for s in self.slots)
         self.worker = None if resident else default_worker(self.target, device or 0)
         self._vals: dict[tuple[int, int], TensorVal] = {}
+        # issue-24 hook (aliasing): the tensor arguments whose sharing of memory each call re-checks
+        tensors = [(s.pos, s.is_output) for s in self.slots if s.kind in (_RESIDENT, _HOST)]
+        self.alias_slots = tensors if len(tensors) > 1 and any(o for _, o in tensors) else None
 
     def worker_for(self, args: Sequence[Any]) -> Worker | None:
         """The worker this call runs on, if every per-call fact is as the general path would accept
@@ -119,6 +122,9 @@ class DirectPlan:
             w = self.worker
         elif self.device is not None and self.device != w.device_id:
             return None
+        # issue-24 hook (aliasing): a signature does not fix which arguments share memory
+        if self.alias_slots and runtime.dispatch.find_alias([(str(p), args[p], o) for p, o in self.alias_slots]):
+            return None  # the general path refuses it (check_args)
         return w if w.target == self.target else None
 
     def call(self, args: Sequence[Any]) -> Any:
