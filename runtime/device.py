@@ -118,7 +118,8 @@ class Worker:
         layout: str | None = None,
     ) -> DeviceTensor:
         """Allocate a tensor; ``init`` (same shape, same dtype) is uploaded, else the memory holds
-        zeros.
+        the poison pattern of fresh device memory (`runtime.memory.POISON_BYTE` in every byte: NaN
+        for floats, -1 for signed integers), so a read of bytes nobody wrote is visible.
 
         ``layout`` (``"ND"`` / ``"NZ"``) defaults to the layout of ``init`` (NZ for a
         ``pack_nz`` / ``as_nz`` array) or ND; an NZ tensor is an :class:`NzDeviceTensor`. A

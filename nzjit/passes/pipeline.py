@@ -15,6 +15,7 @@ from .lower_composite import lower_composite_ops
 from .nd_pitch_guard import check_nd_row_pitch
 from .strides import materialize_tensor_strides
 from .tensor_to_tile import convert_tensor_to_tile_ops
+from .unwritten_outputs import warn_unwritten_outputs
 
 Pass = Callable[[Graph], Graph]
 
@@ -62,6 +63,7 @@ class Lowered:
             self.graphs[name] = g
         self.passes = [name for name, _ in passes]
         self.final = g
+        warn_unwritten_outputs(kernel, g)  # issue-24 hook: an Out no store writes is reported
         self._pto: str | None = None
         self._plans: dict[str, Any] = {}
 
