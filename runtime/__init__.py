@@ -11,7 +11,7 @@ from __future__ import annotations
 from . import dispatch, isa
 from .device import Cluster, DeviceTensor, StackedDeviceTensor, Worker
 from .dtypes import c0_of, itemsize_bits
-from .errors import DeviceError, DispatchError, HardwareDefectWarning
+from .errors import DeviceError, DispatchError, HardwareDefectWarning, SimulatorLimitError
 from .gmview import GmView
 from .layout_marks import NzArray
 from .memory import GlobalMemory, OnChip
@@ -32,6 +32,7 @@ __all__ = [
     "Cluster",
     "DispatchError",
     "DeviceError",
+    "SimulatorLimitError",
     "HardwareDefectWarning",
     "GmView",
     "TileBuf",

@@ -105,6 +105,8 @@ class Worker:
     """One simulated device: a GM of real bytes and the on-chip capacities of ``target``."""
 
     def __init__(self, device_id: int = 0, target: str = "A2A3") -> None:
+        if isinstance(device_id, bool) or not isinstance(device_id, int | np.integer) or device_id < 0:
+            raise DispatchError(f"Worker device_id must be a non-negative int, got {device_id!r}")
         self.device_id = int(device_id)
         self.target = target
         self.gm = GlobalMemory()

@@ -18,11 +18,16 @@ import numpy as np
 
 from .device import DeviceTensor, StackedDeviceTensor, Worker
 from .dtypes import c0_of
-from .errors import DispatchError
+from .errors import DispatchError, SimulatorLimitError
 from .layout_marks import layout_of
 from .nz import nz_blocked_shape
 
-__all__ = ["ParamSpec", "check_args", "check_arg", "check_aliasing", "find_alias", "blocked_view_shape", "run_ranks"]
+__all__ = ["ParamSpec", "check_args", "check_arg", "check_aliasing", "find_alias", "check_device", "check_trips",
+           "MAX_TRIPS", "blocked_view_shape", "run_ranks"]
+
+#: The most trips one loop (or lanes one pl.spmd) may run on the simulator: ~1 us per trip at
+#: best, so a longer loop would not finish, and its lane table alone would not fit in memory.
+MAX_TRIPS = 1 << 31
 
 Dim = int | str
 
@@ -226,6 +231,23 @@ def check_aliasing(items: Sequence[tuple[str, object, bool]]) -> None:
     msg = find_alias(items)
     if msg is not None:
         raise DispatchError(msg)
+
+
+def check_device(device: object) -> int:
+    """``device=`` of a direct call: a non-negative int rank (not a bool, str or float); DispatchError."""
+    if isinstance(device, bool) or not isinstance(device, int | np.integer) or int(device) < 0:
+        raise DispatchError(f"device= must be a non-negative int rank, got {device!r} ({type(device).__name__})")
+    return int(device)
+
+
+def check_trips(n: int, where: object = None) -> None:
+    """Refuse (SimulatorLimitError) a loop of more than `MAX_TRIPS` trips before it starts."""
+    if n > MAX_TRIPS:
+        at = f"{where}: " if where else ""
+        raise SimulatorLimitError(
+            f"{at}this loop runs {n} trips; the simulator runs at most {MAX_TRIPS} per loop (it would not "
+            "finish); help: shorten the loop, or check its bounds"
+        )
 
 
 def _reraise(rank: int, e: BaseException) -> None:

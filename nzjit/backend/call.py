@@ -510,7 +510,7 @@ def _call(kernel: Any, args: Sequence[Any], device: int | None, low: Any, graph:
             refs.append(HostRef(full[i], None, p.name, fresh=True))
         else:
             refs.append(as_ref(a, p.name))
-    rank = default_device(refs) if device is None else device
+    rank = default_device(refs) if device is None else runtime.dispatch.check_device(device)  # issue-24 hook
     residents = [r for r in refs if isinstance(r, DeviceRef)]
     run_program([KernelCall(kernel, refs, int(rank), graph=graph, low=low, dims=dims)], residents=residents,
                 rank_prefix=False)

@@ -20,6 +20,7 @@ import numpy as np
 
 from runtime import GlobalMemory, OnChip, TileBuf
 from runtime.cube import TileWindow
+from runtime.dispatch import check_trips
 
 from ..core import primitives as P
 from ..core.ir import Eqn, Graph, Literal, Var
@@ -306,6 +307,7 @@ def run_loop(ctx: Ctx, e: Eqn, ins: list[Any], consumed: frozenset[int] | None =
     # a carry's initial value is updated in place by the body: copy it if it is read afterwards
     carries = [c if (nb + nc + i) in consumed else _copy_tile(ctx, c) for i, c in enumerate(carries)]
     body: Graph = e.params["body"]
+    check_trips(len(range(start, stop, step)), e.source)  # issue-24 hook: a clear refusal, no empty MemoryError
     if e.params["kind"] == "spmd":
         saved = (ctx.block_idx, ctx.block_num)
         n = max(0, stop - start)
