@@ -23,6 +23,7 @@ from .layout_marks import layout_of
 from .nz import nz_blocked_shape
 
 __all__ = ["ParamSpec", "check_args", "check_arg", "check_aliasing", "find_alias", "check_device", "check_trips",
+           "check_rank_flow",
            "MAX_TRIPS", "blocked_view_shape", "run_ranks"]
 
 #: The most trips one loop (or lanes one pl.spmd) may run on the simulator: ~1 us per trip at
@@ -231,6 +232,22 @@ def check_aliasing(items: Sequence[tuple[str, object, bool]]) -> None:
     msg = find_alias(items)
     if msg is not None:
         raise DispatchError(msg)
+
+
+def check_rank_flow(writes: Sequence[tuple[int | None, int, str]], index: int | None, rank: int,
+                    pname: str, name: str) -> None:
+    """Refuse (DispatchError) a read on `rank` of a host array (plane `index`, None = all of it)
+    that an earlier call of the same orchestration on another rank writes (`writes`: (plane,
+    rank, name) of each earlier write, in call order). Ranks run in parallel, each on the copy of
+    the host array uploaded when it starts: the reading rank would get the stale bytes."""
+    for idx, r, what in writes:
+        if r != rank and (idx is None or index is None or idx == index):
+            raise DispatchError(
+                f"parameter {pname!r}: rank {rank} reads {name}, which rank {r} writes ({what}) earlier in this "
+                "orchestration; ranks run in parallel on the host arrays as they were uploaded, so rank "
+                f"{rank} would read the stale bytes. help: run both calls on rank {r}, or split the "
+                "orchestration in two (the second one sees the first one's results)"
+            )
 
 
 def check_device(device: object) -> int:
