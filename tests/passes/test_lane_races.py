@@ -74,3 +74,18 @@ def test_the_grouped_matmul_is_not_refused_its_lane_windows_depend_on_the_lane()
     k(dev.alloc_tensor(x.shape, x.dtype, init=x), dev.alloc_tensor(w.shape, w.dtype, init=runtime.pack_nz(w)), out)
     ref = np.einsum("etk,enk->etn", x.astype(np.int64), w.astype(np.int64)).astype(np.int32)
     np.testing.assert_array_equal(dev.copy_from(out), ref)
+
+
+def test_an_offset_proven_constant_across_lanes_is_lane_independent():
+    """Found by the safety probes: `lane * 0` is computed from the lane but is 0 in every lane
+    (the proofs module's interval is one point), so every lane stores the same window."""
+    step = 0
+
+    @pl.kernel
+    def k(x: pl.Tensor[[16, 256], pl.FP32], out: pl.Out[pl.Tensor[[16, 256], pl.FP32]]):
+        for lane in pl.spmd(4):
+            t = pl.load(x, [0, lane * 64], [16, 64])
+            pl.store(t + t, [0, lane * step], out)
+
+    with pytest.raises(CompileError, match=r"pl.spmd\(4\) stores this window"):
+        k.lower()
