@@ -22,6 +22,7 @@ import numpy as np
 from .errors import DispatchError
 from .layout_marks import is_nz, layout_of, mark_nz
 from .memory import GlobalMemory, OnChip
+from .nz import nz_blocked_shape
 
 __all__ = ["Worker", "DeviceTensor", "NzDeviceTensor", "StackedDeviceTensor", "Cluster"]
 
@@ -93,8 +94,6 @@ class NzDeviceTensor(DeviceTensor):
 
 
 def _check_nz_shape(shape: tuple[int, ...], dt: np.dtype, what: str) -> None:
-    from .nz import nz_blocked_shape  # nz.py does not import this module: no cycle
-
     try:
         nz_blocked_shape(shape, dt)
     except ValueError as e:

@@ -40,10 +40,8 @@ def _bypass_for_tests() -> Iterator[None]:
 
 
 def _trips(e: Eqn) -> int | None:
-    b = e.inputs[:3]
-    if all(isinstance(x, Literal) for x in b):
-        return len(range(*(int(x.value) for x in b)))
-    return None
+    b = [x.value for x in e.inputs[:3] if isinstance(x, Literal)]
+    return len(range(*(int(v) for v in b))) if len(b) == 3 else None
 
 
 def _atomic(e: Eqn) -> bool:

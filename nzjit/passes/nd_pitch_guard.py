@@ -50,7 +50,7 @@ def check_nd_row_pitch(g: Graph) -> Graph:
         pitch = t.strides[-2]
         if not isinstance(pitch, int) or pitch <= MAX_ND_ROW_PITCH:
             continue
-        name = src.hint or "the tensor"
+        name = (src.hint if isinstance(src, Var) else None) or "the tensor"
         row_len = t.shape[-1]
         raise CompileError(
             f"this load of '{name}' into a Mat (NZ) tile reads ND rows {pitch} elements apart; the "
