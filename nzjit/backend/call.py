@@ -388,6 +388,8 @@ def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[tuple[in
                                 f"ranks; pass one rank's shard, {a.name}[r]")
         if isinstance(a, HostRef):
             v: Any = a.array
+            if not p.is_pure_output:  # issue 24 item 5: a read of a plane another rank wrote earlier
+                runtime.dispatch.check_rank_flow(writes.get(id(a.root), ()), a.index, call.device, p.name, a.name)
             if p.is_output:
                 for idx, r, what in writes.setdefault(id(a.root), []):
                     if r != call.device and (idx is None or a.index is None or idx == a.index):
