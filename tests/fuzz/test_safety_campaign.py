@@ -26,3 +26,13 @@ def test_the_classifier_calls_a_silently_wrong_run_wrong():
     equal = next(c for c in safety_cases(0, 40) if c.expect == "equal")
     assert run_case(type(equal)(equal.name, "equal", equal.run, lambda: [r + 1 for r in equal.ref()],
                                 equal.watched))[0] == "wrong"
+
+
+def test_the_campaign_runs_the_safety_probes_and_reports_them():
+    from nzjit.fuzz.campaign import run_campaign, summary
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rep = run_campaign(2, seed=3, jobs=1, safety=12)
+    assert sum(rep.safety.values()) == 12 and not [k for k in rep.safety if k.startswith("wrong")]
+    assert "safety probes (12, issue 24):" in summary(rep)
