@@ -86,6 +86,16 @@ class _Allocation:
     data: np.ndarray | None  # None once freed (the address range stays retired)
 
 
+def _held(a: _Allocation, lo: int, hi: int) -> np.ndarray:
+    """The bytes of a checked allocation, taken once: a `free` on another thread between the check
+    and this read either finds this reference (and does not pool the buffer, `GlobalMemory.free`)
+    or has already cleared them (then this is a use after free, refused)."""
+    data = a.data
+    if data is None:
+        raise DeviceError(f"GM access to bytes [{lo:#x}, {hi:#x}): allocation at {a.base:#x} was freed (use after free)")
+    return data
+
+
 class GlobalMemory:
     """Byte-addressed GM of one device.
 
@@ -212,7 +222,7 @@ class GlobalMemory:
         if hi <= lo:
             return np.zeros(shape, dtype=np.uint8)
         a = self._checked(lo, hi)
-        return strided_bytes(a.data, addr - a.base, shape, byte_strides)  # type: ignore[arg-type]
+        return strided_bytes(_held(a, lo, hi), addr - a.base, shape, byte_strides)
 
     def view_span(
         self, addr: int, shape: tuple[int, ...], byte_strides: tuple[int, ...], lo: int, hi: int
@@ -220,15 +230,15 @@ class GlobalMemory:
         """:meth:`view` with ``shape`` / ``byte_strides`` already ints and the touched byte range
         ``[addr + lo, addr + hi)`` precomputed (``byte_span`` relative to ``addr``; non-empty)."""
         a = self._checked(addr + lo, addr + hi)
-        return strided_bytes(a.data, addr - a.base, shape, byte_strides)  # type: ignore[arg-type]
+        return strided_bytes(_held(a, addr + lo, addr + hi), addr - a.base, shape, byte_strides)
 
     def span(self, lo: int, hi: int) -> np.ndarray:
         """GM bytes ``[lo, hi)`` (non-empty) as a flat view, checked like :meth:`view_span`: the
         view of a dense transfer, whose bytes are in view order (a slice, no strided view)."""
         a = self._checked(lo, hi)
-        return a.data[lo - a.base : hi - a.base]  # type: ignore[index]
+        return _held(a, lo, hi)[lo - a.base : hi - a.base]
 
-    def _checked(self, lo: int, hi: int) -> _Allocation:
+    def _checked(self, lo: int, hi: int) -> _Allocation:  # callers take the bytes with `_held`
         """The live allocation holding ``[lo, hi)`` (remembered in ``_last``), else DeviceError."""
         a = self._last
         if a is None or lo < a.base or hi > a.base + a.nbytes or a.data is None:
