@@ -44,6 +44,11 @@ def _mm(wshape: str, window: str, extra: str = "") -> str:
     )
 
 
+#: the store of an spmd `_mm` example: each lane its own 32 rows of `out` (issue 24: lanes storing
+#: the same window race, refused as lane-race)
+_LANE_ROWS = "        out[nb * 32:nb * 32 + 32, :] = pl.matmul(x[nb * 32:nb * 32 + 32, 0:512]"
+
+
 def _load(
     wshape: str,
     dtype: str = "pl.INT8",
@@ -133,22 +138,22 @@ ENTRIES: tuple[Entry, ...] = (
         "a symbolic offset must be provably aligned",
         _mm(
             "[256, 512]", "w[n0:n0 + 128, 0:512]", "    for nb in pl.spmd(2):\n        n0 = nb * 8\n"
-        ).replace("    out[:, :] =", "        out[:, :] ="),
+        ).replace("    out[:, :] = pl.matmul(x[:, 0:512]", _LANE_ROWS),
         "build the offset from a multiple of 16 (rows) or c0 (columns), e.g. nb * 128",
         _mm(
             "[256, 512]", "w[n0:n0 + 128, 0:512]", "    for nb in pl.spmd(2):\n        n0 = nb * 128\n"
-        ).replace("    out[:, :] =", "        out[:, :] ="),
+        ).replace("    out[:, :] = pl.matmul(x[:, 0:512]", _LANE_ROWS),
     ),
     Entry(
         "NZ-18",
         "a symbolic offset must be provably non-negative",
         _mm(
             "[256, 512]", "w[n0:n0 + 128, 0:512]", "    for nb in pl.spmd(2):\n        n0 = nb * 128 - 128\n"
-        ).replace("    out[:, :] =", "        out[:, :] ="),
+        ).replace("    out[:, :] = pl.matmul(x[:, 0:512]", _LANE_ROWS),
         "build offsets from non-negative loop variables, or clamp with pl.max(x, 0)",
         _mm(
             "[256, 512]", "w[n0:n0 + 128, 0:512]", "    for nb in pl.spmd(2):\n        n0 = nb * 128\n"
-        ).replace("    out[:, :] =", "        out[:, :] ="),
+        ).replace("    out[:, :] = pl.matmul(x[:, 0:512]", _LANE_ROWS),
     ),
     Entry(
         "NZ-28",
@@ -251,6 +256,28 @@ ENTRIES: tuple[Entry, ...] = (
         _DYN + "    w = runtime.pack_nz(np.zeros((2, 32, 64), np.int8))\n    k(x, w, 2)\n",
     ),
     Entry(
+        "lane-race",
+        "every lane of a pl.spmd stores the same window",
+        "@pl.kernel\ndef k(x: pl.Tensor[[16, 256], pl.FP32], out: pl.Out[pl.Tensor[[16, 256], pl.FP32]]):\n"
+        "    for lane in pl.spmd(4):\n        t = pl.load(x, [0, lane * 64], [16, 64])\n"
+        "        out[:, 0:64] = t + t\n",
+        "the lanes run concurrently: compute each lane's window from the lane index",
+        "@pl.kernel\ndef k(x: pl.Tensor[[16, 256], pl.FP32], out: pl.Out[pl.Tensor[[16, 256], pl.FP32]]):\n"
+        "    for lane in pl.spmd(4):\n        t = pl.load(x, [0, lane * 64], [16, 64])\n"
+        "        out[:, lane * 64:lane * 64 + 64] = t + t\n",
+    ),
+    Entry(
+        "ND2NZ-pitch",
+        "an ND -> NZ load's row pitch must fit 16 bits",
+        "@pl.kernel\ndef k(x: pl.Tensor[[16, 65536], pl.INT8], w: pl.Tensor[[32, 64], pl.INT8, pl.NZ],\n"
+        "      out: pl.Out[pl.Tensor[[16, 32], pl.INT32]]):\n"
+        "    out[:, :] = pl.matmul(x[:, 0:64], w[:, :], b_trans=True)\n",
+        "keep the ND row pitch <= 65535 elements: split the rows into a leading axis",
+        "@pl.kernel\ndef k(x: pl.Tensor[[2, 16, 32768], pl.INT8], w: pl.Tensor[[32, 64], pl.INT8, pl.NZ],\n"
+        "      out: pl.Out[pl.Tensor[[16, 32], pl.INT32]]):\n"
+        "    out[:, :] = pl.matmul(x[0, :, 0:64], w[:, :], b_trans=True)\n",
+    ),
+    Entry(
         "",
         "a Python `while` on a traced value",
         "@pl.kernel\ndef k(x: pl.Tensor[[16, 32], pl.FP32], out: pl.Out[pl.Tensor[[16, 32], pl.FP32]]):\n"
@@ -328,8 +355,8 @@ def fixed_compiles(entry: Entry) -> bool:
 
 def rules_raised_in_source() -> set[str]:
     """Every `rule="NZ-n"` a refusal in nzjit/ carries: each needs an entry."""
-    pat = re.compile(r'rule="(NZ-\d+)"')
-    return {m for p in (ROOT / "nzjit").rglob("*.py") for m in pat.findall(p.read_text())}
+    pat = re.compile(r'rule="(NZ-\d+|[a-z]+-[a-z]+)"|RULE = "([A-Za-z0-9]+-[a-z]+)"')
+    return {a or b for p in (ROOT / "nzjit").rglob("*.py") for a, b in pat.findall(p.read_text())}
 
 
 def render() -> str:

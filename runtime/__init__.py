@@ -11,14 +11,17 @@ from __future__ import annotations
 from . import comm, dispatch, isa  # comm: the communication world of issue 28
 from .device import Cluster, DeviceTensor, StackedDeviceTensor, Worker
 from .dtypes import c0_of, itemsize_bits
-from .errors import DeviceError, DispatchError, HardwareDefectWarning
+from .errors import DeviceError, DispatchError, HardwareDefectWarning, SimulatorLimitError
 from .gmview import GmView
+from .layout_marks import NzArray
 from .memory import GlobalMemory, OnChip
-from .nz import nz_blocked_shape, pack_nz, unpack_nz
+from .nz import as_nz, nz_blocked_shape, pack_nz, unpack_nz
 from .tile import TileBuf
 
 __all__ = [
     "pack_nz",
+    "as_nz",
+    "NzArray",
     "unpack_nz",
     "nz_blocked_shape",
     "c0_of",
@@ -29,6 +32,7 @@ __all__ = [
     "Cluster",
     "DispatchError",
     "DeviceError",
+    "SimulatorLimitError",
     "HardwareDefectWarning",
     "GmView",
     "TileBuf",

@@ -181,7 +181,8 @@ class CommWorld:
         if isinstance(nbytes, bool) or not isinstance(nbytes, int | np.integer) or nbytes <= 0:
             raise CommError(f"alloc_window_buffer {name!r}: the size is a positive number of bytes, got {nbytes!r}")
         n = int(nbytes)
-        tensors = {r: w.alloc_tensor((n,), np.uint8) for r, w in self.workers.items()}
+        # zeroed explicitly: fresh device memory holds the poison pattern (runtime.memory.POISON_BYTE)
+        tensors = {r: w.alloc_tensor((n,), np.uint8, init=np.zeros(n, np.uint8)) for r, w in self.workers.items()}
         win = Window(name, n, tensors, {r: ByteTracker(n, self.n_ranks) for r in self.workers},
                      {r: np.zeros(n, np.uint8) for r in self.workers}, max(1, int(grain)))
         self.windows.append(win)

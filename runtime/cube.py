@@ -191,7 +191,10 @@ def _product(a: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
             if k <= limit:  # provably exact in this float format: use BLAS
                 return np.matmul(a.astype(ft), b.astype(ft)).astype(np.int64)
         return np.matmul(a.astype(np.int64), b.astype(np.int64))
-    return np.matmul(a.astype(np.float32), b.astype(np.float32))
+    # B goes to BLAS as the transpose of a C-contiguous n x k matrix, the one operand layout every
+    # path uses (the image fast path below, the backend's stacked lanes): OpenBLAS's AVX-512
+    # kernels sum a C-contiguous B in another order, so a plain `a @ b` here would give other bits
+    return np.matmul(a.astype(np.float32), np.ascontiguousarray(b.T, dtype=np.float32).T)
 
 
 def tmatmul(
@@ -322,8 +325,10 @@ def _product_windows(
     ``out`` (C-contiguous ``m x n`` of that dtype) when given.
 
     B is passed to BLAS as the transpose of a C-contiguous ``n x k`` matrix (the ZN image is
-    ``B^T`` in runs of c0), which OpenBLAS packs into the same panels as a C-contiguous B: the
-    sums are bit-identical (tests/backend checks it against the plain product)."""
+    ``B^T`` in runs of c0), as `_product` and the backend's stacked lanes pass it: every path
+    gives the same bits. They are NOT those of a plain ``A @ B`` on every machine (OpenBLAS's
+    AVX-512 kernels sum the two layouts in different orders); against numpy a float product is
+    within the float32 accumulation bound (docs/safety.md, tests/backend/test_float_claims.py)."""
     if left.dtype == _I8:
         if k <= _F32_EXACT_K:  # |C| <= k * 2**14 <= 2**24: exact in float32, and in int32
             c = np.matmul(_operand(left, m, k, np.float32, 0), _operand(right, k, n, np.float32, 1).T)

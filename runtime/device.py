@@ -20,9 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import DispatchError
+from .layout_marks import is_nz, layout_of, mark_nz
 from .memory import GlobalMemory, OnChip
+from .nz import nz_blocked_shape
 
-__all__ = ["Worker", "DeviceTensor", "StackedDeviceTensor", "Cluster"]
+__all__ = ["Worker", "DeviceTensor", "NzDeviceTensor", "StackedDeviceTensor", "Cluster"]
+
+_LAYOUT_HELP = ("pack a logical array with runtime.pack_nz(a), or declare bytes that are already NZ "
+                "with runtime.as_nz(a)")
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,13 +35,29 @@ class DeviceTensor:
     """A dense tensor of logical ``shape`` at byte ``address`` of ``worker``'s GM.
 
     Identity semantics (``eq=False``): two handles are the same tensor only if they are the
-    same object, as with device pointers handed out by an allocator.
+    same object, as with device pointers handed out by an allocator. ``layout`` is ``"ND"``; an
+    :class:`NzDeviceTensor` holds NZ bytes (the type carries the layout, so that every check
+    keyed on an argument's type tells the two apart).
     """
 
     worker: Worker
     address: int
     shape: tuple[int, ...]
     dtype: np.dtype
+
+    layout = "ND"  # a class attribute, not a field: DeviceTensor(worker, address, shape, dtype)
+
+    def __post_init__(self) -> None:
+        # a hand-made handle: shape as a tuple of ints (hashable, comparable), dtype a np.dtype
+        try:
+            shape = tuple(operator.index(d) for d in self.shape)
+        except TypeError:
+            raise DispatchError(f"DeviceTensor shape must be a sequence of ints, got {self.shape!r}") from None
+        if any(d < 0 for d in shape):
+            raise DispatchError(f"DeviceTensor: negative dimension in shape {shape}")
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        object.__setattr__(self, "address", operator.index(self.address))
 
     @property
     def nbytes(self) -> int:
@@ -48,6 +69,12 @@ class DeviceTensor:
         """Number of logical dimensions."""
         return len(self.shape)
 
+    def memory_span(self) -> tuple[object, int, int]:
+        """(the memory it lives in, first byte, end): two tensors share bytes exactly when their
+        memories are the same object and the ranges overlap (the aliasing check). A tensor that
+        lives elsewhere (a remote rank's) answers with its own memory and coordinates."""
+        return self.worker, self.address, self.address + self.nbytes
+
     @property
     def freed(self) -> bool:
         """True once the worker's GM allocation behind ``address`` has been freed."""
@@ -55,15 +82,36 @@ class DeviceTensor:
 
     def __repr__(self) -> str:
         return (
-            f"DeviceTensor(worker={self.worker.device_id}, address={self.address:#x}, "
+            f"{type(self).__name__}(worker={self.worker.device_id}, address={self.address:#x}, "
             f"shape={self.shape}, dtype={self.dtype.name}{', freed' if self.freed else ''})"
         )
+
+
+@dataclass(frozen=True, eq=False)
+class NzDeviceTensor(DeviceTensor):
+    """A DeviceTensor whose bytes are in NZ order (its shape is the logical one, NZ-32): what
+    ``alloc_tensor(init=runtime.pack_nz(w))`` makes. Only an NZ parameter accepts it."""
+
+    layout = "NZ"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_nz_shape(self.shape, self.dtype, "NzDeviceTensor")
+
+
+def _check_nz_shape(shape: tuple[int, ...], dt: np.dtype, what: str) -> None:
+    try:
+        nz_blocked_shape(shape, dt)
+    except ValueError as e:
+        raise DispatchError(f"{what}: {e}") from None
 
 
 class Worker:
     """One simulated device: a GM of real bytes and the on-chip capacities of ``target``."""
 
     def __init__(self, device_id: int = 0, target: str = "A2A3") -> None:
+        if isinstance(device_id, bool) or not isinstance(device_id, int | np.integer) or device_id < 0:
+            raise DispatchError(f"Worker device_id must be a non-negative int, got {device_id!r}")
         self.device_id = int(device_id)
         self.target = target
         self.gm = GlobalMemory()
@@ -73,27 +121,59 @@ class Worker:
         return f"Worker(device_id={self.device_id}, target={self.target!r})"
 
     def alloc_tensor(
-        self, shape: Sequence[int], dtype: np.dtype | type, init: np.ndarray | None = None
+        self, shape: Sequence[int], dtype: np.dtype | type, init: np.ndarray | None = None,
+        layout: str | None = None,
     ) -> DeviceTensor:
-        """Allocate a tensor; ``init`` (same shape, same dtype) is uploaded, else zeros."""
+        """Allocate a tensor; ``init`` (same shape, same dtype) is uploaded, else the memory holds
+        the poison pattern of fresh device memory (`runtime.memory.POISON_BYTE` in every byte: NaN
+        for floats, -1 for signed integers), so a read of bytes nobody wrote is visible.
+
+        ``layout`` (``"ND"`` / ``"NZ"``) defaults to the layout of ``init`` (NZ for a
+        ``pack_nz`` / ``as_nz`` array) or ND; an NZ tensor is an :class:`NzDeviceTensor`. A
+        ``layout`` that contradicts ``init`` is refused (DispatchError)."""
         dt = np.dtype(dtype)
-        shape = tuple(operator.index(d) for d in shape)
+        try:
+            shape = tuple(operator.index(d) for d in shape)
+        except TypeError:
+            raise DispatchError(f"alloc_tensor: shape must be a sequence of ints, got {shape!r}") from None
         if any(d < 0 for d in shape):
             raise DispatchError(f"alloc_tensor: negative dimension in shape {shape}")
+        given = None if init is None else layout_of(init)
+        if layout is None:
+            layout = given or "ND"
+        if layout not in ("ND", "NZ"):
+            raise DispatchError(f"alloc_tensor: layout must be 'ND' or 'NZ', got {layout!r}")
+        if given is not None and given != layout:
+            raise DispatchError(
+                f"alloc_tensor: layout={layout!r} but init is {'an NZ-marked' if given == 'NZ' else 'a plain (ND)'} "
+                f"array; {_LAYOUT_HELP}" if layout == "NZ" else
+                "alloc_tensor: layout='ND' but init is NZ-marked (pack_nz / as_nz output); "
+                "pass the logical array, or runtime.unpack_nz(init)"
+            )
+        cls = NzDeviceTensor if layout == "NZ" else DeviceTensor
+        if layout == "NZ":
+            _check_nz_shape(shape, dt, "alloc_tensor")
         if init is None:
-            return DeviceTensor(self, self.gm.alloc(math.prod(shape) * dt.itemsize), shape, dt)
+            return cls(self, self.gm.alloc(math.prod(shape) * dt.itemsize), shape, dt)
         host = self._host_array(init, shape, dt, "alloc_tensor init")
-        return DeviceTensor(self, self.gm.upload(host), shape, dt)
+        return cls(self, self.gm.upload(host), shape, dt)
 
     def write_tensor(self, t: DeviceTensor, data: np.ndarray) -> None:
-        """Upload host ``data`` (same shape and dtype, bytes as given) over resident ``t``."""
+        """Upload host ``data`` (same shape, dtype and layout, bytes as given) over resident ``t``."""
         self.check_tensor(t)
+        if layout_of(data) != t.layout:
+            raise DispatchError(
+                f"write_tensor: {t!r} is {t.layout}, the data is {layout_of(data)}; "
+                + (_LAYOUT_HELP if t.layout == "NZ" else "pass the logical array (runtime.unpack_nz of NZ bytes)")
+            )
         self.gm.write(t.address, self._host_array(data, t.shape, t.dtype, "write_tensor"))
 
     def copy_from(self, t: DeviceTensor) -> np.ndarray:
-        """Download ``t``: a new host array of its logical shape holding the bytes as stored."""
+        """Download ``t``: a new host array of its logical shape holding the bytes as stored
+        (marked NZ for an NZ tensor, so that it can be passed on to an NZ parameter)."""
         self.check_tensor(t)
-        return self.gm.read(t.address, t.nbytes).view(t.dtype).reshape(t.shape)
+        a = self.gm.read(t.address, t.nbytes).view(t.dtype).reshape(t.shape)
+        return mark_nz(a) if t.layout == "NZ" else a
 
     def free_tensor(self, t: DeviceTensor) -> None:
         """Free ``t``; its address range is never reused, later use raises DispatchError."""
@@ -116,6 +196,11 @@ class Worker:
     @staticmethod
     def _host_array(data: object, shape: tuple[int, ...], dt: np.dtype, what: str) -> np.ndarray:
         if isinstance(data, np.ndarray) and data.dtype != dt:
+            if data.dtype.newbyteorder("=") == dt and data.dtype.byteorder not in ("=", "|"):
+                raise DispatchError(
+                    f"{what}: dtype {data.dtype.str} is a byte-swapped {dt.name}; the device is "
+                    f"little-endian: pass a.astype(np.{dt.name})"
+                )
             raise DispatchError(
                 f"{what}: dtype {data.dtype.name} does not match {dt.name} "
                 "(no implicit casts: the bytes are uploaded as they are)"
@@ -167,6 +252,10 @@ class StackedDeviceTensor:
                 )
             if s.freed:
                 raise DispatchError(f"StackedDeviceTensor: shard {i} was freed")
+            if s.layout != shards[0].layout:
+                raise DispatchError(
+                    f"StackedDeviceTensor: shard {i} is {s.layout}, shard 0 is {shards[0].layout}"
+                )
         self.shards = shards
         self.full_shape = full_shape
         self.worker_ids = worker_ids
@@ -185,6 +274,11 @@ class StackedDeviceTensor:
     def ndim(self) -> int:
         """Number of dimensions of ``full_shape``."""
         return len(self.full_shape)
+
+    @property
+    def layout(self) -> str:
+        """The shards' common layout, ``"ND"`` or ``"NZ"`` (``"ND"`` for an empty stack)."""
+        return self.shards[0].layout if self.shards else "ND"
 
     def __len__(self) -> int:
         return len(self.shards)
@@ -222,8 +316,9 @@ class Cluster:
         return len(self.workers)
 
     def alloc_stacked_tensor(self, host_array: np.ndarray) -> StackedDeviceTensor:
-        """Upload ``host_array[r]`` to rank r; ``host_array.shape[0]`` must equal ``n_ranks``."""
-        a = np.asarray(host_array)
+        """Upload ``host_array[r]`` to rank r; ``host_array.shape[0]`` must equal ``n_ranks``.
+        A ``pack_nz`` / ``as_nz`` array gives NZ shards."""
+        a = host_array if is_nz(host_array) else np.asarray(host_array)
         if a.ndim < 1 or a.shape[0] != self.n_ranks:
             raise DispatchError(
                 f"alloc_stacked_tensor: leading axis of shape {a.shape} must be the rank count {self.n_ranks}"
@@ -237,7 +332,7 @@ class Cluster:
         out = np.empty(t.full_shape, dtype=t.dtype)
         for i, s in enumerate(t.shards):
             out[i] = s.worker.copy_from(s)
-        return out
+        return mark_nz(out) if t.layout == "NZ" else out
 
     def free_stacked(self, t: StackedDeviceTensor) -> None:
         """Free every shard of ``t`` on its own worker."""

@@ -17,7 +17,7 @@ simulator reproduces the wrong bytes exactly and warns, as the hardware would no
 
 from __future__ import annotations
 
-__all__ = ["DispatchError", "DeviceError", "HardwareDefectWarning"]
+__all__ = ["DispatchError", "DeviceError", "SimulatorLimitError", "HardwareDefectWarning"]
 
 
 class DispatchError(TypeError):
@@ -26,6 +26,11 @@ class DispatchError(TypeError):
 
 class DeviceError(RuntimeError):
     """A hardware-undefined operation (out-of-bounds access, field out of range, overflow...)."""
+
+
+class SimulatorLimitError(DeviceError):
+    """A program the simulator cannot run to the end (e.g. a loop of more trips than it can
+    count), refused before it starts instead of failing with an empty MemoryError."""
 
 
 class HardwareDefectWarning(UserWarning):

@@ -15,6 +15,7 @@ hardware-model.md §7, so a kernel that would not fit on the device is refused h
 from __future__ import annotations
 
 import bisect
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +32,9 @@ __all__ = ["GlobalMemory", "OnChip", "CAPACITIES", "HW_NAMES", "GM_ALIGN"]
 
 #: Allocation alignment in GM (bytes).  512 B = one fractal, also keeps every 32-B block aligned.
 GM_ALIGN = 512
+#: The byte fresh GM holds (``GlobalMemory.alloc``; `Worker.alloc_tensor` without ``init``, an
+#: omitted Out): all ones, NaN in every float format and -1 in every signed integer.
+POISON_BYTE = 0xFF
 #: Freed GM buffers of at least this size are kept (up to _GM_POOL_BYTES) for reuse.
 _GM_POOL_MIN = 64 << 10
 _GM_POOL_BYTES = 512 << 20
@@ -67,11 +71,29 @@ _FREED.flags.writeable = False
 HW_NAMES = {"Vec": "UB", "Mat": "L1", "Left": "L0A", "Right": "L0B", "Acc": "L0C", "Bias": "BT", "FBuf": "FB"}
 
 
+def poison_array(shape: Sequence[int], dtype: np.dtype | type) -> np.ndarray:
+    """A host array holding what fresh device memory holds: every byte `POISON_BYTE` (NaN for a
+    float dtype, -1 for a signed integer) - e.g. the reference's view of an omitted Out."""
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64))
+    return np.full(n * dt.itemsize, POISON_BYTE, np.uint8).view(dt).reshape(tuple(shape))
+
+
 @dataclass
 class _Allocation:
     base: int
     nbytes: int
     data: np.ndarray | None  # None once freed (the address range stays retired)
+
+
+def _held(a: _Allocation, lo: int, hi: int) -> np.ndarray:
+    """The bytes of a checked allocation, taken once: a `free` on another thread between the check
+    and this read either finds this reference (and does not pool the buffer, `GlobalMemory.free`)
+    or has already cleared them (then this is a use after free, refused)."""
+    data = a.data
+    if data is None:
+        raise DeviceError(f"GM access to bytes [{lo:#x}, {hi:#x}): allocation at {a.base:#x} was freed (use after free)")
+    return data
 
 
 class GlobalMemory:
@@ -98,18 +120,20 @@ class GlobalMemory:
         self.downloads = 0
 
     # ------------------------------------------------------------------ allocation
-    def alloc(self, nbytes: int, zero: bool = True) -> int:
-        """Reserve ``nbytes`` of zeroed GM; return its 512-byte-aligned base address.
+    def alloc(self, nbytes: int, zero: bool = False) -> int:
+        """Reserve ``nbytes`` of GM; return its 512-byte-aligned base address.
 
-        ``zero=False``: the caller writes every byte before anything reads them (an upload)."""
+        Fresh memory holds the poison pattern (every byte `POISON_BYTE`), as a device's memory
+        holds whatever was there before: a kernel that reads bytes nobody wrote gets NaN (any
+        float format) or -1 (any signed integer), never a plausible zero. ``zero=True`` zeroes it."""
         nbytes = int(nbytes)
         if nbytes < 0:
             raise DeviceError(f"cannot allocate {nbytes} bytes")
         data = self._pooled(nbytes)
         if data is None:
-            data = np.zeros(nbytes, dtype=np.uint8)
-        elif zero:
-            data.fill(0)
+            data = np.zeros(nbytes, dtype=np.uint8) if zero else np.full(nbytes, POISON_BYTE, dtype=np.uint8)
+        else:
+            data.fill(0 if zero else POISON_BYTE)
         return self._map(data)
 
     def upload(self, host: np.ndarray) -> int:
@@ -159,10 +183,14 @@ class GlobalMemory:
                 raise DeviceError(f"double free of GM allocation at {addr:#x}")
             # the bytes (not the addresses) are reused: a call's uploads and scratch tensors do
             # not fault in fresh pages every time
-            if a.nbytes >= _GM_POOL_MIN and self._pool_bytes + a.nbytes <= _GM_POOL_BYTES:
-                self._pool.setdefault(a.nbytes, []).append(a.data)
+            data, a.data = a.data, None
+            # only a buffer nobody else holds is reused: a live view of it (an in-flight call on
+            # another thread, a failed call's rollback snapshot) would otherwise write into the
+            # next allocation's bytes. References here: `data` and getrefcount's argument.
+            if (a.nbytes >= _GM_POOL_MIN and self._pool_bytes + a.nbytes <= _GM_POOL_BYTES
+                    and sys.getrefcount(data) <= 2):
+                self._pool.setdefault(a.nbytes, []).append(data)
                 self._pool_bytes += a.nbytes
-            a.data = None
 
     def is_live(self, addr: int) -> bool:
         """True if ``addr`` lies inside an allocation that has not been freed."""
@@ -194,7 +222,7 @@ class GlobalMemory:
         if hi <= lo:
             return np.zeros(shape, dtype=np.uint8)
         a = self._checked(lo, hi)
-        return strided_bytes(a.data, addr - a.base, shape, byte_strides)  # type: ignore[arg-type]
+        return strided_bytes(_held(a, lo, hi), addr - a.base, shape, byte_strides)
 
     def view_span(
         self, addr: int, shape: tuple[int, ...], byte_strides: tuple[int, ...], lo: int, hi: int
@@ -202,15 +230,15 @@ class GlobalMemory:
         """:meth:`view` with ``shape`` / ``byte_strides`` already ints and the touched byte range
         ``[addr + lo, addr + hi)`` precomputed (``byte_span`` relative to ``addr``; non-empty)."""
         a = self._checked(addr + lo, addr + hi)
-        return strided_bytes(a.data, addr - a.base, shape, byte_strides)  # type: ignore[arg-type]
+        return strided_bytes(_held(a, addr + lo, addr + hi), addr - a.base, shape, byte_strides)
 
     def span(self, lo: int, hi: int) -> np.ndarray:
         """GM bytes ``[lo, hi)`` (non-empty) as a flat view, checked like :meth:`view_span`: the
         view of a dense transfer, whose bytes are in view order (a slice, no strided view)."""
         a = self._checked(lo, hi)
-        return a.data[lo - a.base : hi - a.base]  # type: ignore[index]
+        return _held(a, lo, hi)[lo - a.base : hi - a.base]
 
-    def _checked(self, lo: int, hi: int) -> _Allocation:
+    def _checked(self, lo: int, hi: int) -> _Allocation:  # callers take the bytes with `_held`
         """The live allocation holding ``[lo, hi)`` (remembered in ``_last``), else DeviceError."""
         a = self._last
         if a is None or lo < a.base or hi > a.base + a.nbytes or a.data is None:

@@ -53,8 +53,9 @@ import numpy as np
 
 from . import threads
 from .dtypes import C0_BYTES, FRACTAL_ROWS, c0_of, itemsize_bits
+from .layout_marks import NzArray, is_nz, mark_nz, plain
 
-__all__ = ["nz_blocked_shape", "pack_nz", "unpack_nz"]
+__all__ = ["nz_blocked_shape", "pack_nz", "unpack_nz", "as_nz"]
 
 #: A tile: (logical rows, C0 lines of a row), 1 MiB of lines.  A plane shorter than a tile on
 #: one axis gets a tile as long on the other (the same 1 MiB, fewer copies).  Medians of five
@@ -242,17 +243,46 @@ def _transcode(a: np.ndarray, to_nz: bool, out: np.ndarray | None = None) -> np.
     return out
 
 
-def pack_nz(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Return a C-contiguous copy of logical ``a`` whose bytes are in NZ order (NZ-8).
+def pack_nz(a: np.ndarray, out: np.ndarray | None = None) -> NzArray:
+    """Return a C-contiguous copy of logical ``a`` whose bytes are in NZ order (NZ-8), marked NZ
+    (a `runtime.layout_marks.NzArray`, which a kernel's NZ parameter requires).
 
     Same shape and dtype as ``a``: the NZ annotation is a statement about byte order, the
     logical shape is kept (NZ-1, NZ-32).  Leading axes are packed plane by plane.  ``out``
     (same shape and dtype, C-contiguous, not overlapping ``a``) receives the result instead of
-    a new array -- e.g. a buffer that is reused, so no fresh pages are faulted in.
+    a new array -- e.g. a buffer that is reused, so no fresh pages are faulted in. An ``out``
+    that is an NzArray (an earlier ``pack_nz`` result) is returned itself, marked; a plain
+    ``out`` gets a marked view of its memory returned (``out`` itself stays unmarked).  An array already marked NZ is refused (packing it again would
+    scramble it): ValueError "already NZ".
     """
-    return _transcode(a, True, out)
+    if is_nz(a):
+        raise ValueError(
+            f"pack_nz: the array {a.dtype.name}{list(a.shape)} is already NZ (pack_nz output or as_nz); "
+            "packing it again scrambles it: pass it as it is"
+        )
+    packed = _transcode(plain(a), True, None if out is None else plain(out))
+    if isinstance(out, NzArray):  # a marked buffer reused (or an unmarked NzArray): marked in place
+        out._nz = True
+        return out
+    return mark_nz(packed)
 
 
 def unpack_nz(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Inverse of :func:`pack_nz`: decode NZ-ordered bytes back to a row-major logical array."""
-    return _transcode(a, False, out)
+    """Inverse of :func:`pack_nz`: decode NZ-ordered bytes back to a row-major logical array
+    (a plain, unmarked array)."""
+    return _transcode(plain(a), False, None if out is None else plain(out))
+
+
+def as_nz(a: np.ndarray) -> NzArray:
+    """Declare that the bytes of ``a`` are already in NZ order, without copying: e.g. a weight
+    read back from a file that ``pack_nz`` wrote. ``a`` must be C-contiguous with a valid NZ
+    logical shape (rows a multiple of 16, columns of c0; ValueError naming the rule). A marked
+    array is returned as it is. The result is a marked view of the same memory."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"as_nz expects a numpy array, got {type(a).__name__}")
+    if is_nz(a):
+        return a  # type: ignore[return-value]
+    if not a.flags.c_contiguous:
+        raise ValueError(f"as_nz needs C-contiguous bytes (the NZ image in order), got strides {a.strides}")
+    _check_nz_plane(a.shape, a.dtype)
+    return mark_nz(a)

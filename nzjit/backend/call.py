@@ -297,9 +297,10 @@ def _check_host_flow(p: Any, a: HostRef, v: np.ndarray, rank: int, seen: list[_A
                                 "of the same host array; give each rank its own plane (out[r])")
         if r != rank and w:
             raise DispatchError(f"parameter {p.name!r}: rank {rank} reads {a.name}, which rank {r} writes "
-                                f"earlier in the program ({what}); ranks run in parallel and read host arrays "
-                                "as they were when the program started: keep the data on one rank (an "
-                                "intermediate), or run a second orchestration call")
+                                f"({what}) earlier in this orchestration; ranks run in parallel on the host "
+                                f"arrays as they were uploaded, so rank {rank} would read the stale bytes. help: "
+                                f"run both calls on rank {r}, keep the data on one rank (an intermediate), or "
+                                "split the orchestration in two (the second one sees the first one's results)")
         if r == rank and key != a.key:
             raise DispatchError(f"parameter {p.name!r}: {a.name} and {what} overlap in one host array and one "
                                 f"of them is written on rank {rank}; a rank uploads each view once, so one "

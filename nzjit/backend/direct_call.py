@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+import runtime
 from runtime import DeviceTensor, Worker
 
 from ..core.ir import Graph
@@ -60,6 +61,10 @@ class CallPlan:
         # no resident argument: the call runs on the default worker of its device (a stable object)
         resident = any(s.kind == RESIDENT for s in self.launch.slots)
         self.worker = None if resident else default_worker(self.target, device or 0)
+        # issue 24 item 3: a signature does not fix which tensor arguments share memory; each call
+        # re-checks them when one of them is written
+        tensors = [(s.pos, s.is_output) for s in self.launch.slots if s.kind in (RESIDENT, HOST)]
+        self.alias_slots = tensors if len(tensors) > 1 and any(o for _, o in tensors) else None
 
     def worker_for(self, args: Sequence[Any]) -> Worker | None:
         """The worker this call runs on, if every per-call fact is as the general path would accept
@@ -82,6 +87,8 @@ class CallPlan:
                 a = args[s.pos]
                 if s.check(a) != a:  # type: ignore[misc]
                     return None  # out of range
+        if self.alias_slots and runtime.dispatch.find_alias([(str(p), args[p], o) for p, o in self.alias_slots]):
+            return None  # the general path refuses it (check_args)
         if w is None:
             w = self.worker
         elif self.device is not None and self.device != w.device_id:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime import TileBuf
+from runtime.dispatch import check_trips
 
 from ..core.ir import Eqn
 from . import batched
@@ -32,6 +33,7 @@ def run_loop(ctx: Any, e: Eqn, ins: list[Any], consumed: frozenset[int], body_pl
     captured = ins[nb : nb + nc]
     # a carry's initial value is updated in place by the body: copy it if it is read afterwards
     carries = [c if (nb + nc + i) in consumed else copy_tile(ctx, c) for i, c in enumerate(ins[nb + nc :])]
+    check_trips(len(range(start, stop, step)), e.source)  # issue 24 item 9: a clear refusal, no empty MemoryError
     options = ctx.options
     batch = options.fast and options.batch
     if e.params["kind"] == "spmd":

@@ -19,6 +19,7 @@ import ray
 
 import runtime
 from runtime import DispatchError, StackedDeviceTensor
+from runtime.layout_marks import layout_of
 
 from ..backend.options import Options
 from ..backend.remote import RemoteCluster
@@ -80,6 +81,7 @@ class RayCluster(RemoteCluster):
 
     def alloc_stacked_tensor(self, host_array: np.ndarray) -> StackedDeviceTensor:
         """Upload `host_array[r]` to rank r's actor (all ranks at once); the shards stay resident."""
+        layout = layout_of(host_array)  # a pack_nz / as_nz array gives NZ shards, as on runtime.Cluster
         a = np.asarray(host_array)
         if a.ndim < 1 or a.shape[0] != self.n_ranks:
             raise DispatchError(f"alloc_stacked_tensor: leading axis of shape {a.shape} must be the rank "
@@ -93,7 +95,7 @@ class RayCluster(RemoteCluster):
                 fetch(r, ref)
             except Exception as e:
                 errors.append(e)
-        shards = [w.adopt(h, a.shape[1:], a.dtype) for w, h in zip(self.workers, handles)]
+        shards = [w.adopt(h, a.shape[1:], a.dtype, layout) for w, h in zip(self.workers, handles)]
         if errors:  # no stack: free what the other ranks placed (a dead rank's memory is gone anyway)
             for w, s in zip(self.workers, shards):
                 w.free_tensor(s)

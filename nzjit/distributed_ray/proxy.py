@@ -22,6 +22,7 @@ import numpy as np
 import ray
 
 from runtime import DeviceError, DeviceTensor, DispatchError
+from runtime.layout_marks import layout_of
 
 Alloc = tuple[int, tuple[int, ...], np.dtype]  # (handle, shape, dtype): placed zeroed on the actor
 
@@ -40,10 +41,26 @@ class RemoteDeviceTensor(DeviceTensor):
 
     offset: int = 0
 
+    def memory_span(self) -> tuple[object, int, int]:
+        """The actor's allocation `address` is the memory; the view's bytes are at `offset` in it."""
+        return (self.worker, self.address), self.offset, self.offset + self.nbytes
+
     def __repr__(self) -> str:
         at = f"+{self.offset:#x}" if self.offset else ""
         return (f"RemoteDeviceTensor(rank={self.worker.device_id}, handle={self.address:#x}{at}, "
                 f"shape={self.shape}, dtype={self.dtype.name}{', freed' if self.freed else ''})")
+
+
+class RemoteNzDeviceTensor(RemoteDeviceTensor):
+    """A RemoteDeviceTensor whose bytes are in NZ order (as `runtime.NzDeviceTensor`): uploaded
+    from a `pack_nz` / `as_nz` array. Only an NZ parameter accepts it."""
+
+    layout = "NZ"
+
+
+def remote_tensor_class(layout: str) -> type[RemoteDeviceTensor]:
+    """The proxy class of a tensor of `layout` ("ND" / "NZ")."""
+    return RemoteNzDeviceTensor if layout == "NZ" else RemoteDeviceTensor
 
 
 class Residency:
@@ -109,19 +126,20 @@ class RemoteWorker:
 
     def alloc_tensor(self, shape: Sequence[int], dtype: np.dtype | type, init: np.ndarray | None = None
                      ) -> RemoteDeviceTensor:
-        """As `runtime.Worker.alloc_tensor`; `init` is uploaded to the actor now, zeros are placed
-        with the next message."""
+        """As `runtime.Worker.alloc_tensor`; `init` is uploaded to the actor now, a tensor without
+        `init` (fresh memory: the poison pattern, as on a local Worker) is placed with the next message."""
         dt = np.dtype(dtype)
         shape = tuple(operator.index(d) for d in shape)
         if any(d < 0 for d in shape):
             raise DispatchError(f"alloc_tensor: negative dimension in shape {shape}")
         h = next_handle()
+        cls = remote_tensor_class("ND" if init is None else layout_of(init))
         if init is None:
             self.gm.unplaced[h] = (h, shape, dt)
         else:
             fetch(self.device_id, self.send("alloc", h, shape, dt, init))
             self.gm.placed.add(h)
-        return RemoteDeviceTensor(self, h, shape, dt)  # type: ignore[arg-type]  # a Worker's stand-in
+        return cls(self, h, shape, dt)  # type: ignore[arg-type]  # a Worker's stand-in
 
     def reserve(self) -> int:
         """A new handle, live from now on: the caller places its tensor on the actor (a program's
@@ -130,14 +148,15 @@ class RemoteWorker:
         self.gm.placed.add(h)
         return h
 
-    def adopt(self, h: int, shape: tuple[int, ...], dtype: np.dtype) -> RemoteDeviceTensor:
-        """The tensor of handle `h`, already allocated on the actor (RayCluster.alloc_stacked_tensor)."""
+    def adopt(self, h: int, shape: tuple[int, ...], dtype: np.dtype, layout: str = "ND") -> RemoteDeviceTensor:
+        """The tensor of handle `h`, already allocated on the actor (RayCluster.alloc_stacked_tensor),
+        holding bytes of `layout`."""
         self.gm.placed.add(h)
-        return RemoteDeviceTensor(self, h, shape, dtype)  # type: ignore[arg-type]  # a Worker's stand-in
+        return remote_tensor_class(layout)(self, h, shape, dtype)  # type: ignore[arg-type]  # a Worker's stand-in
 
     def view_of(self, t: RemoteDeviceTensor, offset: int, shape: tuple[int, ...]) -> RemoteDeviceTensor:
         """The dense block of `t` at byte `offset` with `shape` (driver/views.py device_view)."""
-        return RemoteDeviceTensor(self, t.address, shape, t.dtype, t.offset + offset)  # type: ignore[arg-type]
+        return type(t)(self, t.address, shape, t.dtype, t.offset + offset)  # type: ignore[arg-type]
 
     def write_tensor(self, t: DeviceTensor, data: np.ndarray) -> None:
         """Upload host `data` over resident `t` (as `runtime.Worker.write_tensor`)."""

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+import runtime
+
 from ..backend.call import (
     DeviceRef,
     HostRef,
@@ -49,7 +51,7 @@ def _call(kernel: Any, args: Sequence[Any], device: int | None, low: Any, graph:
             refs.append(HostRef(full[i], None, p.name, fresh=True))
         else:
             refs.append(as_ref(a, p.name))
-    rank = default_device(refs) if device is None else device
+    rank = default_device(refs) if device is None else runtime.dispatch.check_device(device)  # issue 24 item 9
     residents = [r for r in refs if isinstance(r, DeviceRef)]
     run_program([KernelCall(kernel, refs, int(rank), graph=graph, low=low, dims=dims)], residents=residents,
                 rank_prefix=False, options=options)

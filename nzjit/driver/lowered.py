@@ -12,6 +12,7 @@ from ..core.verifier import verify
 from ..errors import api_boundary
 from ..passes import pipeline as _pipeline
 from ..passes.pipeline import Pass, pipeline
+from ..passes.unwritten_outputs import warn_unwritten_outputs
 from ..verify.translation import validate
 from . import calls
 
@@ -37,6 +38,7 @@ class Lowered:
             self.graphs[name] = g
         self.passes = [name for name, _ in passes]
         self.final = g
+        warn_unwritten_outputs(kernel, g)  # issue 24 item 7: an Out no store writes is reported
         self._pto: str | None = None
         self._memory: MemoryPlan | None = None
 

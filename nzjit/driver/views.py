@@ -155,7 +155,8 @@ def device_view(t: DeviceTensor, axes: Sequence[Axis]) -> DeviceTensor:
     make = getattr(t.worker, "view_of", None)
     if make is not None:
         return make(t, offset, shape)
-    return DeviceTensor(t.worker, t.address + offset, shape, t.dtype)  # inside t's allocation: GM checks it
+    # the same class: an NZ tensor's leading-axis block is NZ bytes too (planes are packed one by one)
+    return type(t)(t.worker, t.address + offset, shape, t.dtype)  # inside t's allocation: GM checks it
 
 
 def host_index(ref: C.HostRef, axes: Sequence[Axis]) -> tuple[Any, ...]:
@@ -180,7 +181,7 @@ def _reshaped(t: DeviceTensor, shape: tuple[int, ...]) -> DeviceTensor:
     make = getattr(t.worker, "view_of", None)
     if make is not None:
         return make(t, 0, shape)
-    return DeviceTensor(t.worker, t.address, shape, t.dtype)
+    return type(t)(t.worker, t.address, shape, t.dtype)
 
 
 def view_ref(ref: Any, shape: Sequence[int], axes: Sequence[Axis], name: str, nz: bool) -> Any:

@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
     ap.add_argument("--family", choices=sorted(FAMILIES), help="generate one family only")
     ap.add_argument("--exclude", default="", help="comma-separated generator tags to skip (e.g. oob)")
+    ap.add_argument("--safety", type=int, default=60, help="safety probes to run too (issue 24; default 60)")
     ap.add_argument("--show", type=int, metavar="I", help="print program I's source and its classification")
     ap.add_argument("--progress", action="store_true", default=None,
                     help="show progress even when stderr is not a terminal (default: on a terminal only)")
@@ -39,9 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if o.bug else 0
     with Progress(args.n, "programs", enabled=args.progress) as bar:  # progress: stderr, on a terminal
         with contextlib.redirect_stdout(CountLines(bar)) if bar.enabled else contextlib.nullcontext():
-            rep = run_campaign(args.n, args.seed, args.jobs, args.out, exclude, args.family, progress=bar.enabled)
+            rep = run_campaign(args.n, args.seed, args.jobs, args.out, exclude, args.family, progress=bar.enabled,
+                               safety=args.safety)
     print(summary(rep))
-    return 1 if rep.bugs else 0
+    return 1 if rep.bugs or any(k.startswith("wrong") for k in rep.safety) else 0
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from .classify import CLASSES, Outcome, classify
 from .gen import generate
+from .gen_program_safety import safety_campaign
 from .repro import write_reproducer
 from .rules import ROWS
 
@@ -41,6 +42,8 @@ class Report:
     seconds: float = 0.0
     records: list[Record] = field(default_factory=list)
     reproducers: list[str] = field(default_factory=list)
+    #: classes of the safety probes (gen_program_safety.py, issue 24): "refused" / "equal" / "wrong: ..."
+    safety: Counter[str] = field(default_factory=Counter)
 
     def count(self, cls: str) -> int:
         """Number of programs classified `cls`."""
@@ -76,8 +79,10 @@ def _work(seed: int, indices: Sequence[int], exclude: Sequence[str], family: str
 
 def run_campaign(n: int, seed: int = 0, jobs: int | None = None, out_dir: str | None = None,
                  exclude: Sequence[str] = (), family: str | None = None, chunk: int = 50,
-                 progress: bool = False) -> Report:
-    """Classify programs 0..n-1 of `seed`; write a reproducer for every wrong or crashing one."""
+                 progress: bool = False, safety: int = 0) -> Report:
+    """Classify programs 0..n-1 of `seed`; write a reproducer for every wrong or crashing one.
+    `safety`: also run that many safety probes of `seed` (unpacked NZ arguments, aliasing, lane
+    windows; in this process, they are cheap)."""
     jobs = jobs or os.cpu_count() or 1
     rep = Report(seed, n, jobs)
     t0 = time.perf_counter()
@@ -95,6 +100,8 @@ def run_campaign(n: int, seed: int = 0, jobs: int | None = None, out_dir: str | 
                 if progress:
                     print(f"  {len(rep.records)}/{n}", flush=True)
     rep.records.sort(key=lambda r: r.index)
+    if safety:
+        rep.safety = safety_campaign(seed, safety)
     rep.seconds = time.perf_counter() - t0
     if out_dir is not None:
         for r in rep.bugs:
@@ -163,6 +170,11 @@ def summary(rep: Report) -> str:
         lines.append("")
         lines.append(f"programs that raised HardwareDefectWarning: {len(warned)} "
                      f"({sum(1 for r in warned if r.outcome.cls == 'equal')} of them still equal)")
+    if rep.safety:
+        lines.append("")
+        lines.append(f"safety probes ({sum(rep.safety.values())}, issue 24):")
+        for k, v in sorted(rep.safety.items()):
+            lines.append(f"  {v:>5}  {k}")
     if rep.reproducers:
         lines.append("")
         lines.append(f"reproducers ({len(rep.reproducers)}): {os.path.dirname(rep.reproducers[0])}/")

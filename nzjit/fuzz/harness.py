@@ -94,13 +94,13 @@ def execute():
     """Run the kernel on packed inputs; return (got, expected, must_refuse).
 
     CALL selects the calling convention: "numpy" (outputs given, pre-filled with a sentinel),
-    "omit" (Out parameters omitted: allocated as zeros and returned) or "device" (every tensor a
-    DeviceTensor resident on one Worker, outputs read back with copy_from).
+    "omit" (Out parameters omitted: allocated, holding the poison pattern, and returned) or
+    "device" (every tensor a DeviceTensor resident on one Worker, outputs read back with copy_from).
     """
     d = inputs()
     rng = np.random.default_rng(SEED + 1)
-    if CALL == "omit":
-        init = {n: np.zeros(shape, dt) for n, (shape, dt, nz) in OUTS.items()}
+    if CALL == "omit":  # issue-24 hook: an omitted Out is fresh device memory, the poison pattern
+        init = {n: runtime.memory.poison_array(shape, dt) for n, (shape, dt, nz) in OUTS.items()}
     else:
         init = {n: sentinel(shape, dt, rng) for n, (shape, dt, nz) in OUTS.items()}
     try:

@@ -10,7 +10,9 @@ from ..core.ir import Graph
 from .auto_tile_matmul import auto_tile_matmul_l0
 from .block_nz import block_nz_tensor_views
 from .flatten_2d import flatten_tile_nd_to_2d
+from .lane_races import check_lane_races
 from .lower_composite import lower_composite_ops
+from .nd_pitch_guard import check_nd_row_pitch
 from .strides import materialize_tensor_strides
 from .tensor_to_tile import convert_tensor_to_tile_ops
 
@@ -32,7 +34,8 @@ def pipeline(target: str) -> list[tuple[str, Pass]]:
         ("BlockNzTensorViews", lambda g: block_nz_tensor_views(g, target)),
         ("LegalizeTileCast", legalize_tile_cast),
         ("AutoTileMatmulL0", lambda g: auto_tile_matmul_l0(g, target)),
-        ("MaterializeTensorStrides", materialize_tensor_strides),
+        # issue 24: the ND row-pitch guard and the lane-race proof check the final graph (strides known)
+        ("MaterializeTensorStrides", lambda g: check_lane_races(check_nd_row_pitch(materialize_tensor_strides(g)))),
     ]
 
 

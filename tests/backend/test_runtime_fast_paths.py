@@ -91,25 +91,6 @@ def test_tmatmul_matches_section8_mad(dtype, m, k, n):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_tmatmul_float_is_the_plain_float32_product(dtype):
-    """Bit-identical to A.astype(f32) @ B.astype(f32) (+ acc) on random data and shapes."""
-    if dtype == np.int8:
-        pytest.skip("int8 is exact (tested above)")
-    rng = np.random.default_rng(1)
-    for m, k, n in [(16, 32, 16), (128, 128, 256), (64, 256, 128), (32, 64, 48)]:
-        A = rng.standard_normal((m, k)).astype(dtype)
-        B = rng.standard_normal((k, n)).astype(dtype)
-        left, right = TileBuf("Left", dtype, m, k), TileBuf("Right", dtype, k, n)
-        left.set_logical(A)
-        right.set_logical(B)
-        acc = TileBuf("Acc", np.float32, m, n)
-        init = rng.standard_normal((m, n)).astype(np.float32)
-        acc.set_logical(init)
-        tmatmul(acc, left, right, accumulate=True)
-        np.testing.assert_array_equal(acc.logical(), init + A.astype(np.float32) @ B.astype(np.float32))
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,cols,pitch", [(32, 64, 64), (48, 128, 200), (16, 32, 70000), (128, 256, 2048)])
 def test_nd2nz_whole_lines_match_reference(dtype, rows, cols, pitch):
     E = np.dtype(dtype).itemsize

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import nzjit
+import runtime
 from nzjit import diagnostics
 from nzjit.errors import CompileError, Source
 
@@ -140,7 +141,8 @@ def test_python_while_on_a_traced_value(cli, write):
 
 
 def test_compile_error_from_a_demo_via_run(cli, write):
-    source = IF + 'if __name__ == "__main__":\n    iff(np.zeros((64, 512), np.int8), np.zeros((256, 512), np.int8))\n'
+    source = IF + ('if __name__ == "__main__":\n    iff(np.zeros((64, 512), np.int8), '
+                   '__import__("runtime").pack_nz(np.zeros((256, 512), np.int8)))\n')
     path = write("iff_demo.py", source)
     d = check_common(cli("run", path), path, source)
     assert d["span"] == "n0 > 0"
@@ -261,7 +263,7 @@ def _compile_error_through_nzjit(write) -> CompileError:
 
     ns = runpy.run_path(write("iff.py", IF), run_name="iff_mod")
     with pytest.raises(CompileError) as info:
-        ns["iff"](np.zeros((64, 512), np.int8), np.zeros((256, 512), np.int8))
+        ns["iff"](np.zeros((64, 512), np.int8), runtime.pack_nz(np.zeros((256, 512), np.int8)))
     return info.value
 
 

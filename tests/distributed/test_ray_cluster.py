@@ -197,8 +197,9 @@ def test_a_rank_is_a_worker_seen_from_the_driver(cluster):
     np.testing.assert_array_equal(w1.copy_from(t), a)
     w1.write_tensor(t, a * 2)
     np.testing.assert_array_equal(w1.copy_from(t), a * 2)
-    z = w1.alloc_tensor((2, 2), np.int32)  # zeros, placed with the next message to the actor
-    np.testing.assert_array_equal(w1.copy_from(z), np.zeros((2, 2), np.int32))
+    z = w1.alloc_tensor((2, 2), np.int32)  # fresh memory, placed with the next message to the actor
+    # issue 24 item 7: fresh device memory holds the poison pattern, on a remote rank as on a local one
+    np.testing.assert_array_equal(w1.copy_from(z), runtime.memory.poison_array((2, 2), np.int32))
     with pytest.raises(DispatchError, match="dtype float64 does not match float32"):
         w1.write_tensor(t, a.astype(np.float64))  # refused by the actor's worker, raised here as itself
     with pytest.raises(DispatchError, match="lives on worker 1, not on rank 0 of this RayCluster"):

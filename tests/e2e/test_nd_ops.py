@@ -150,4 +150,4 @@ def test_assigning_vec_tiles_into_windows_whose_bounds_are_recomputed():
     o = k(x)
     np.testing.assert_array_equal(o[1], np.exp(x))  # the same fp32 exp as numpy's on this backend
     np.testing.assert_array_equal(o[0, :16], x[16:])
-    assert not o[0, 16:].any()
+    assert np.isnan(o[0, 16:]).all()  # never written: the poison pattern of fresh memory (NaN)

@@ -92,8 +92,12 @@ def test_seed_window_of_a_3d_weight():  # NZ-12: w[1:2, 256:512, 512:1024] of [E
 def test_logical_bytes_are_not_nz_bytes():  # NZ-1: the annotation never converts bytes
     x, w = _data((32, 512), pl.INT8), _data((256, 512), pl.INT8)
     k = _window_kernel(32, [256, 512], [0, 0], [256, 512])
-    assert not np.array_equal(k(x, w), _ref(x, w))  # row-major bytes read as NZ: wrong
+    # row-major bytes for an NZ parameter: refused (issue 24), no longer read as NZ (wrong)
+    with pytest.raises(runtime.DispatchError, match=r"parameter 'w' is NZ .*pack_nz.*as_nz"):
+        k(x, w)
     np.testing.assert_array_equal(k(x, runtime.pack_nz(w)), _ref(x, w))
+    # as_nz declares bytes to be NZ, without converting them: they are read as NZ (wrong here)
+    assert not np.array_equal(k(x, runtime.as_nz(w.copy())), _ref(x, w))
 
 
 # ------------------------------------------------------------------ leading axes (NZ-28..30)

@@ -358,11 +358,17 @@ def test_mismatched_stacked_arguments_refused_before_any_write(defect):
 
 # ------------------------------------------------------------------------------ known gaps
 def test_nz_byte_order_is_the_callers_statement():
-    """An NZ argument whose bytes are logical (unpacked) cannot be told apart from packed bytes:
-    it runs, on exactly the bytes given (NZ-1: the annotation never converts bytes)."""
+    """An NZ argument must say its bytes are NZ (pack_nz / as_nz): a logical (unpacked) array is
+    refused, outputs untouched; as_nz runs on exactly the bytes given (NZ-1: the annotation
+    never converts bytes)."""
     args = _host_args()
     x, w = _data()
     args["w"] = w  # logical order, not pack_nz(w)
+    before = args["out"].tobytes()  # type: ignore[union-attr]
+    with pytest.raises(DispatchError, match=r"parameter 'w' is NZ .*pack_nz.*as_nz"):
+        nz_layer(*args.values())
+    assert args["out"].tobytes() == before  # type: ignore[union-attr]
+    args["w"] = runtime.as_nz(w)  # the caller's statement: these bytes are NZ
     nz_layer(*args.values())
     assert np.array_equal(args["out"], _reference(x, runtime.unpack_nz(w), 1))
 

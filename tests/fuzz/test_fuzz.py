@@ -98,9 +98,10 @@ def test_partial_sums_stored_by_spmd_lanes_are_equal():
 
 
 def test_wrong_device_bytes_are_wrong(monkeypatch):
-    """A runtime that packs NZ inputs wrongly (here: not at all) gives wrong values, caught."""
+    """A runtime that packs NZ inputs wrongly (here: not at all, but marked NZ) gives wrong
+    values, caught."""
     p = _find(lambda p: p.expect == "ok" and "dtype:INT8" in p.tags, "tile_mm")
-    monkeypatch.setattr(runtime, "pack_nz", lambda a, out=None: np.ascontiguousarray(a))
+    monkeypatch.setattr(runtime, "pack_nz", lambda a, out=None: runtime.as_nz(np.ascontiguousarray(a)))
     assert classify(p).cls == "wrong"
 
 

@@ -56,8 +56,8 @@ def test_dynamic_batch_nz_refuses_rank2_and_rank4_in_orchestration(rank):
     # NZ-29: refused before dispatch, the message names the rank, the kernel line, the parameter
     # and the shape it got; rank 0's call was fine and still did not run
     cluster = runtime.Cluster(RANKS)
-    wt = cluster.alloc_stacked_tensor(np.zeros((RANKS, 2, DN, DK), np.int8))
-    bad = cluster.workers[3].alloc_tensor((DN, DK) if rank == 2 else (1, 2, DN, DK), np.int8)
+    wt = cluster.alloc_stacked_tensor(runtime.pack_nz(np.zeros((RANKS, 2, DN, DK), np.int8)))
+    bad = cluster.workers[3].alloc_tensor((DN, DK) if rank == 2 else (1, 2, DN, DK), np.int8, layout="NZ")
     outs = Outputs(cluster, (RANKS, 2, DT, DN))
 
     @pl.orchestration

@@ -169,8 +169,8 @@ def test_host_data_written_by_one_rank_and_read_by_another_refused():
     out = np.full((RANKS, E, T, N), 5, np.int32)
     y = np.full((RANKS, T, N), 5, np.int32)
     with pytest.raises(DispatchError, match=r"^rank 1: copy_i32 .*: parameter 'x': rank 1 reads out\[0, 0\], "
-                                            r"which rank 0 writes earlier in the program \(out\[0, 0\]\); ranks "
-                                            r"run in parallel"):
+                                            r"which rank 0 writes \(out\[0, 0\]\) earlier in this orchestration; "
+                                            r"ranks run in parallel"):
         relay(x, wd, out, y)
     assert (out == 5).all() and (y == 5).all()  # refused before dispatch
 

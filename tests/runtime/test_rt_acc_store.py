@@ -120,7 +120,7 @@ def test_immune_single_block_half():  # HW §9.8: 64x16 half, one 16-wide block
 
 def test_immune_float_with_16_column_blocks():  # HW §9.8: float, g4 = 16 (64-byte rows)
     w = runtime.Worker()
-    t = w.alloc_tensor((128 * 32,), np.float32)
+    t = w.alloc_tensor((128 * 32,), np.float32, init=np.zeros(128 * 32, np.float32))  # zeroed, not poison
     parent = GmView(t.address, np.float32, (1, 2, 8, 16, 16), (4096, 2048, 256, 16, 1), "NZ")
     vals = np.arange(64 * 16, dtype=np.float32).reshape(64, 16) + 1
     view = parent.partition((0, 1, 4, 0, 0), (1, 1, 4, 16, 16))
@@ -161,7 +161,7 @@ def test_atomic_add():
 
 def test_nsize_wrap_stores_only_low_bits():
     w = runtime.Worker()
-    t = w.alloc_tensor((16 * 32,), np.float32)
+    t = w.alloc_tensor((16 * 32,), np.float32, init=np.zeros(16 * 32, np.float32))  # zeroed, not poison
     view = GmView(t.address, np.float32, (1, 2, 1, 16, 8), (0, 128, 128, 8, 1), "NZ")
     acc = _acc(16, 32, np.ones((16, 32)), valid_col=32 + 4096)
     with pytest.warns(HardwareDefectWarning, match="12 bits"):
@@ -176,7 +176,7 @@ def test_matches_section8_reference(seed):  # HW §8 nz_store_acc, random partit
     g4 = [8, 16, 16, 16][seed]
     R, C = 64, 64
     w = runtime.Worker()
-    t = w.alloc_tensor((2 * R * C,), out)
+    t = w.alloc_tensor((2 * R * C,), out, init=np.zeros(2 * R * C, out))  # zeroed, not poison
     strides = (R * C, R * g4, 16 * g4, g4, 1)
     g0, g1, g2 = int(rng.integers(1, 3)), int(rng.integers(1, 3)), int(rng.integers(1, 4))
     off = (0, int(rng.integers(0, C // g4 - g1 + 1)), int(rng.integers(0, R // 16 - g2 + 1)), 0, 0)
@@ -223,7 +223,7 @@ def test_debug_asserts():
 
 def test_acc_to_nd_honours_row_pitch():  # HW §5 TStoreAccNz2nd
     w = runtime.Worker()
-    t = w.alloc_tensor((128, 96), np.float16)
+    t = w.alloc_tensor((128, 96), np.float16, init=np.zeros((128, 96), np.float16))  # zeroed
     parent = GmView.dense(t.address, (128, 96), np.float16)
     vals = np.arange(64 * 48, dtype=np.float32).reshape(64, 48) / 4
     view = parent.partition((32, 16), (64, 48))
@@ -238,7 +238,7 @@ def test_acc_to_nd_honours_row_pitch():  # HW §5 TStoreAccNz2nd
 
 def test_acc_to_nd_compact_reads_ceil16_valid_row():  # HW §5 srcStride = ceil16(validRow)
     w = runtime.Worker()
-    t = w.alloc_tensor((16, 32), np.float32)
+    t = w.alloc_tensor((16, 32), np.float32, init=np.zeros((16, 32), np.float32))  # zeroed
     acc = _acc(32, 32, valid_row=16)
     acc.data.view(np.float32)[: 16 * 32] = np.arange(16 * 32)  # as mad writes with pitch 16
     tstore(w.gm, GmView.dense(t.address, (16, 32), np.float32), acc, compact=True)

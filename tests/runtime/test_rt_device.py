@@ -7,6 +7,7 @@ import pytest
 
 import runtime
 from runtime import Cluster, DeviceTensor, DispatchError, StackedDeviceTensor, Worker
+from runtime.memory import POISON_BYTE
 
 
 def test_alloc_copy_free():
@@ -19,8 +20,8 @@ def test_alloc_copy_free():
     np.testing.assert_array_equal(got, a)
     got[0, 0] = 99  # a copy, not a window into device memory
     assert w.copy_from(t)[0, 0] == 0
-    z = w.alloc_tensor((2, 2), np.float32)
-    assert (w.copy_from(z) == 0).all()
+    z = w.alloc_tensor((2, 2), np.float32)  # fresh device memory: the poison pattern (NaN)
+    assert np.isnan(w.copy_from(z)).all() and (w.copy_from(z).view(np.uint8) == POISON_BYTE).all()
     w.free_tensor(t)
     assert t.freed
 

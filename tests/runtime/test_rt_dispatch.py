@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from runtime import Cluster, DeviceError, DispatchError, Worker
+from runtime import Cluster, DeviceError, DispatchError, Worker, pack_nz
 from runtime.dispatch import ParamSpec, check_args, run_ranks
 
 W_NZ = ParamSpec("w", ("B", 256, 512), np.int8, "NZ")
@@ -19,7 +19,7 @@ OUT = ParamSpec("out", ("B", 64, 256), np.int32, is_output=True)
 def test_bindings_from_numpy_arrays():
     b = check_args(
         [X, W_NZ, OUT],
-        [np.zeros((3, 64, 512), np.int8), np.zeros((3, 256, 512), np.int8), np.zeros((3, 64, 256), np.int32)],
+        [np.zeros((3, 64, 512), np.int8), pack_nz(np.zeros((3, 256, 512), np.int8)), np.zeros((3, 64, 256), np.int32)],
     )
     assert b == {"B": 3}
 
@@ -27,7 +27,7 @@ def test_bindings_from_numpy_arrays():
 def test_mapping_arguments():
     args = {
         "x": np.zeros((2, 64, 512), np.int8),
-        "w": np.zeros((2, 256, 512), np.int8),
+        "w": pack_nz(np.zeros((2, 256, 512), np.int8)),
         "out": np.zeros((2, 64, 256), np.int32),
     }
     assert check_args([X, W_NZ, OUT], args) == {"B": 2}
@@ -82,7 +82,7 @@ def test_nz_sub_byte_refused():
 
 def test_device_and_stacked_arguments():
     w = Worker(0)
-    t = w.alloc_tensor((2, 256, 512), np.int8)
+    t = w.alloc_tensor((2, 256, 512), np.int8, layout="NZ")
     assert check_args([W_NZ], [t], w) == {"B": 2}
     with pytest.raises(DispatchError, match="of worker 0, the call runs on worker 1"):
         check_args([W_NZ], [t], Worker(1))
@@ -90,7 +90,7 @@ def test_device_and_stacked_arguments():
     with pytest.raises(DispatchError, match="parameter 'w' got a freed DeviceTensor"):
         check_args([W_NZ], [t])
     c = Cluster(2)
-    st = c.alloc_stacked_tensor(np.zeros((2, 256, 512), np.int8))
+    st = c.alloc_stacked_tensor(pack_nz(np.zeros((2, 256, 512), np.int8)))
     assert check_args([W_NZ], [st]) == {"B": 2}  # full_shape is the logical rank-3 argument
     rank4 = ParamSpec("w", (2, 1, 256, 512), np.int8, "NZ")
     with pytest.raises(DispatchError, match="expects rank 4"):

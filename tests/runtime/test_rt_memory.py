@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from runtime import DeviceError, GlobalMemory, OnChip
+from runtime.memory import POISON_BYTE
 
 
 def test_alloc_is_512_aligned_and_never_reused():
@@ -36,7 +37,7 @@ def test_view_is_strided_and_writable():
     v = gm.view(a, (4, 8), (64, 1))
     v[...] = 7
     data = gm.read(a, 256).reshape(4, 64)
-    assert (data[:, :8] == 7).all() and (data[:, 8:] == 0).all()
+    assert (data[:, :8] == 7).all() and (data[:, 8:] == POISON_BYTE).all()  # fresh GM: poison
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import runtime
 from runtime.dtypes import itemsize_bits
+from runtime.layout_marks import is_nz
 
 WHOLE_BYTE = [
     np.int8,
@@ -218,9 +219,13 @@ def test_refusal_message_says_how_to_fix():
 
 def test_pack_into_preallocated_out(swap_path):
     a = _random((2, 32, 64), np.int8, seed=4)
-    buf = np.empty_like(a)
+    buf = runtime.pack_nz(np.empty_like(a))  # a marked buffer, reused: returned itself
     assert runtime.pack_nz(a, out=buf) is buf
     np.testing.assert_array_equal(buf, runtime.pack_nz(a))
+    plain_buf = np.empty_like(a)  # a plain buffer: a marked view of it comes back
+    view = runtime.pack_nz(a, out=plain_buf)
+    assert is_nz(view) and not is_nz(plain_buf) and np.shares_memory(view, plain_buf)
+    np.testing.assert_array_equal(plain_buf, buf)
     back = np.empty_like(a)
     assert runtime.unpack_nz(buf, out=back) is back
     np.testing.assert_array_equal(back, a)

@@ -108,7 +108,7 @@ def test_nd2nd_into_vec_round_trip_via_vec_store():  # HW §5 UB paths
     tload(w.gm, parent.partition((8, 16), (24, 24)), tile)
     got = tile.logical()
     np.testing.assert_array_equal(got[:, :24], a[8:32, 16:40])
-    out = w.alloc_tensor((24, 64), np.float32)
+    out = w.alloc_tensor((24, 64), np.float32, init=np.zeros((24, 64), np.float32))  # zeroed, not poison
     tstore(w.gm, GmView.dense(out.address, (24, 64), np.float32).partition((0, 8), (24, 24)), tile)
     res = w.copy_from(out)
     np.testing.assert_array_equal(res[:, 8:32], a[8:32, 16:40])
@@ -146,7 +146,7 @@ def test_mat_store_nz_mirrors_the_load():  # HW §5 TStoreMat2GmNz2Nz
     w = runtime.Worker()
     P = np.arange(64 * 64).reshape(64, 64).astype(np.float16)
     src = w.alloc_tensor((64, 64), np.float16, init=runtime.pack_nz(P))
-    dst = w.alloc_tensor((64, 64), np.float16)
+    dst = w.alloc_tensor((64, 64), np.float16, init=np.zeros((64, 64), np.float16))  # zeroed, not poison
     sview = GmView.dense(src.address, (64, 64), np.float16, "NZ").partition(
         (0, 1, 1, 0, 0), (1, 2, 2, 16, 16)
     )
@@ -165,7 +165,7 @@ def test_mat_store_nz_mirrors_the_load():  # HW §5 TStoreMat2GmNz2Nz
 def test_mat_store_nz_gap_wraps_too():  # HW §5: same 16-bit field expected
     w = runtime.Worker()
     R = 4104 * 16
-    dst = w.alloc_tensor((R, 32), np.int16)
+    dst = w.alloc_tensor((R, 32), np.int16, init=np.zeros((R, 32), np.int16))  # zeroed, not poison
     view = GmView.dense(dst.address, (R, 32), np.int16, "NZ").partition((0, 0, 0, 0, 0), (1, 2, 8, 16, 16))
     tile = TileBuf("Mat", np.int16, 128, 32)
     tile.set_logical(np.arange(128 * 32).reshape(128, 32).astype(np.int16) + 1)

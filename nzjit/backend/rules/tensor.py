@@ -128,7 +128,9 @@ def reference_matmul(a: np.ndarray, b: np.ndarray, b_trans: bool, out: np.dtype)
         b = b.T
     if np.issubdtype(out, np.integer):
         return (a.astype(np.int64) @ b.astype(np.int64)).astype(out)
-    return (a.astype(np.float32) @ b.astype(np.float32)).astype(out)
+    # B to BLAS as the transpose of a C-contiguous n x k matrix, as runtime.cube passes it: the
+    # operand layout decides OpenBLAS's summation order (docs/safety.md), so every path agrees
+    return np.matmul(a.astype(np.float32), np.ascontiguousarray(b.T, dtype=np.float32).T).astype(out)
 
 
 @rule(P.tensor_matmul_p)

@@ -1,0 +1,74 @@
+"""Unwritten outputs: a `pl.Out` parameter that no store of the kernel writes is reported when
+the kernel is lowered (`UnwrittenOutputWarning`, naming it, at the kernel's `def` line).
+
+Such an output returns whatever its memory held: the caller's array as it was, or, for an
+omitted Out, fresh device memory, which holds the poison pattern (docs/safety.md). An analysis,
+not a pass: it reads the final graph and changes nothing.
+
+A destination is followed through the views that alias it (tensor.slice / reshape / view /
+reinterpret_view, the alias a store returns) and into loop bodies (body parameter i + 1 is loop
+operand i + 3: the index comes first, the bounds are not passed in)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from .. import prims as P
+from ..core.ir import Graph, Var
+
+__all__ = ["UnwrittenOutputWarning", "unwritten_outputs", "warn_unwritten_outputs"]
+
+_VIEWS = (P.tensor_slice_p, P.tensor_reshape_p, P.tensor_view_p, P.tensor_reinterpret_view_p)
+
+
+class UnwrittenOutputWarning(UserWarning):
+    """A `pl.Out` parameter that no store writes: its result bytes are whatever memory held."""
+
+
+def _written_roots(g: Graph, roots: dict[Var, int], written: set[int]) -> None:
+    for e in g.eqns:
+        ins = e.inputs
+        if e.primitive in _VIEWS and ins and ins[0] in roots:
+            for o in e.outputs:
+                roots[o] = roots[ins[0]]
+        elif e.primitive is P.tile_store_p and ins and ins[-1] in roots:
+            written.add(roots[ins[-1]])
+            for o in e.outputs:
+                roots[o] = roots[ins[-1]]
+        elif e.primitive is P.tensor_assign_p and ins and ins[0] in roots:
+            written.add(roots[ins[0]])
+            for o in e.outputs:
+                roots[o] = roots[ins[0]]
+        body = e.params.get("body")
+        if isinstance(body, Graph):
+            for p, a in zip(body.params[1:], ins[3:]):
+                if a in roots:
+                    roots[p] = roots[a]
+            _written_roots(body, roots, written)
+
+
+def unwritten_outputs(g: Graph, outputs: Sequence[int]) -> list[int]:
+    """The indices among `outputs` (graph parameter positions) that no store writes."""
+    roots = {g.params[i]: i for i in outputs if i < len(g.params)}
+    written: set[int] = set()
+    _written_roots(g, roots, written)
+    return [i for i in outputs if i not in written]
+
+
+def warn_unwritten_outputs(kernel: Any, g: Graph) -> None:
+    """Warn once per lowering for each `pl.Out` parameter of `kernel` that `g` never writes."""
+    outs = [i for i, p in enumerate(kernel.params) if getattr(p, "is_pure_output", False)]
+    if not outs:
+        return
+    code = getattr(getattr(kernel, "fn", None), "__code__", None)
+    for i in unwritten_outputs(g, outs):
+        name = kernel.params[i].name
+        msg = (f"Out parameter {name!r} of kernel {kernel.__name__} is never written by any store: it returns "
+               "whatever its memory held (an omitted Out: the poison pattern of fresh device memory, NaN or "
+               "-1); help: store into it, or make it an input")
+        if code is not None:
+            warnings.warn_explicit(msg, UnwrittenOutputWarning, code.co_filename, code.co_firstlineno)
+        else:
+            warnings.warn(msg, UnwrittenOutputWarning, stacklevel=2)
