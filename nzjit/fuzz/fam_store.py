@@ -217,6 +217,8 @@ def fam_vec_ew(g: G) -> None:
     carry = trips > 1 and not self_read and dt != "INT16" and g.p(0.3)  # a Vec tile summed over the trips (int16 could wrap)
     outer = str(g.wchoice([(3, "pl.spmd"), (1, "pl.range")]))  # range trips without carries run batched too
     g.tag(f"ew_loop:{outer}")
+    if outer == "pl.spmd" and dst_pat == "same":  # concurrent lanes writing one window race (issue 24)
+        g.refuse.add("R1")
     g.emit(1, f"for lane in {outer}({lanes}):", f"for lane in range({lanes}):")
     ind, it = 2, "0"
 

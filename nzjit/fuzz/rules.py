@@ -88,6 +88,8 @@ ROWS: tuple[Row, ...] = (
     Row("S9", "NZ-21", "atomic, pre_quant, pre_relu, dtype conversion", ("NZ-21",), r"attribute \w+="),
     Row("S10", "NZ-21", "A5 backend, Vec/Mat source, dynamic or partially valid tile", ("NZ-21",),
         r"Vec or Mat source|A2/A3 backend only|is dynamic; the NZ store|partially valid"),
+    Row("R1", "issue 24", "every SPMD lane stores the same window (offsets independent of the lane)", ("lane-race",),
+        r"every lane of pl\.spmd\(\d+\) stores this window"),
 )
 
 BY_ID = {r.id: r for r in ROWS}

@@ -77,7 +77,7 @@ class _ScalarFactory:
         # float scalars are vector operands (TADDS & co.); sub-byte and fp8 floats have no scalar form
         if not isinstance(dtype, dt.DType) or not (dtype.is_int or dtype is dt.BOOL
                                                    or dtype in (dt.FP32, dt.FP16, dt.BF16)):
-            raise TypeError("pl.Scalar[...] takes an integer dtype, pl.BOOL or pl.FP32 / pl.FP16 / pl.BF16, "
+            raise TypeError("pl.Scalar[...] takes an integer dtype or pl.FP32 / pl.FP16 / pl.BF16 or pl.BOOL, "
                             "e.g. pl.Scalar[pl.INT32]")
         return ScalarAnnotation(dtype)
 

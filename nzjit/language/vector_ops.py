@@ -492,20 +492,23 @@ def _is_l0(x: Any) -> bool:
     return isinstance(x, Tracer) and isinstance(x.type, TileType) and x.type.memory in (Mem.Left, Mem.Right)
 
 
-def matmul(a: Any, b: Any, b_trans: bool = False, out_dtype: dt.DType | None = None) -> Tracer:
+def matmul(a: Any, b: Any, b_trans: bool = False, out_dtype: dt.DType | None = None, **pypto: Any) -> Tracer:
     """`pl.matmul`: on Left and Right tiles (after explicit `pl.move`s) it is the cube's TMATMUL
     itself; otherwise ops.matmul (Mat tiles, AutoTileMatmulL0 places L0, or tensors)."""
     if _is_l0(a) and _is_l0(b):
         if b_trans:
             raise _fail("pl.matmul of a Right tile takes it as it is; b_trans needs a Mat operand",
                         help="pl.move the transposed view (pl.tile.transpose_view of the Mat tile) to Right")
+        if any(pypto.values()):
+            raise _fail(f"pl.matmul of Left and Right tiles takes them as they are; {', '.join(pypto)} needs Mat "
+                        "operands", help="pass the Mat tiles and let AutoTileMatmulL0 place L0")
         acc = dt.INT32 if a.type.dtype is dt.INT8 else dt.FP32  # type: ignore[union-attr]
         return bind(P.tile_mad_p, [[a], [b]], {"out_dtype": out_dtype or acc})[0]
-    return ops.matmul(a, b, b_trans=b_trans, out_dtype=out_dtype)
+    return ops.matmul(a, b, b_trans=b_trans, out_dtype=out_dtype, **pypto)  # a_trans=, c_matrix_nz= (PyPTO's)
 
 
-def matmul_acc(acc: Any, a: Any, b: Any, b_trans: bool = False) -> Tracer:
+def matmul_acc(acc: Any, a: Any, b: Any, b_trans: bool = False, **pypto: Any) -> Tracer:
     """`pl.matmul_acc`: TMATMUL_ACC on Left and Right tiles, else ops.matmul_acc."""
-    if _is_l0(a) and _is_l0(b) and not b_trans:
+    if _is_l0(a) and _is_l0(b) and not b_trans and not any(pypto.values()):
         return bind(P.tile_mad_acc_p, [[acc], [a], [b]])[0]
-    return ops.matmul_acc(acc, a, b, b_trans=b_trans)
+    return ops.matmul_acc(acc, a, b, b_trans=b_trans, **pypto)

@@ -94,6 +94,9 @@ class _Sym:
         self.tensor_names: dict[Var, str] = {}
         self.symbols: dict[str, Any] = {}
         self._opaque = 0
+        self._arms = 0  # staged `if` arms walked so far
+        self._shared: set[Atom] = set()  # values that depend on the kernel's arguments and literals only
+        self._queries: dict[tuple[str, str], int] = {}  # (primitive, source) -> occurrences of an input-free query
         for i, p in enumerate(g.params):
             if isinstance(p.type, TensorType):
                 self.tensor_names[p] = p.hint or f"arg{i}"
@@ -135,6 +138,8 @@ class _Sym:
                     src = e.inputs[-1] if p == "tile.store" else e.inputs[0] if e.inputs else None
                     if isinstance(src, Var) and src in self.tensor_names:
                         self.tensor_names[o] = self.tensor_names[src]
+            if all(isinstance(a, Literal) or a in self._shared or a in self.tensor_names for a in e.inputs):
+                self._shared.update(e.outputs)  # computed from the kernel's own arguments only
             if len(e.outputs) != 1 or not _is_int(e.outputs[0]):
                 continue
             out = e.outputs[0]
@@ -147,6 +152,10 @@ class _Sym:
             elif p == "convert" and (isinstance(e.inputs[0], Literal) or e.inputs[0] in self.val):
                 x, (lo, hi) = self.get(e.inputs[0]), self.range_of(e.inputs[0])
                 self._set(out, x, lo, hi)
+            elif out in self._shared:  # a query of the device on the kernel's arguments only (pld.rank,
+                # pld.nranks of a window): the same value in both graphs, named by its place and occurrence
+                self._queries[(p, str(e.source))] = n = self._queries.get((p, str(e.source)), 0) + 1
+                self._leaf(out, f"{p}@{e.source}#{n}")
             else:  # a value the validator does not model: unknown, and never shared between graphs
                 self._opaque += 1
                 self._leaf(out, f"{p}#{self.tag}{self._opaque}")
@@ -185,10 +194,14 @@ class _Sym:
 
     def _loop(self, e: Eqn, body: Graph, lanes: tuple[Any, Any] | None) -> None:
         z3 = self.z3
-        kind = e.params["kind"]
+        kind = e.params.get("kind")  # None: a staged `if` arm (cond), whose body runs at most once
+        if kind is None:
+            self._arms += 1
+            k = f"cond@{e.source}.{self._arms}"
+            self._body(e, body, lanes, ("cond", str(e.source), self._arms), k)
+            return
         key = (kind, str(e.source), sum(1 for k in self.loops if k[:2] == (kind, str(e.source))))
         k = f"{kind}@{e.source}.{key[2]}"
-        nb, nc, _ = e.params["arity"]
         start, stop, step = (self.get(a) for a in e.inputs[:3])
         iv_v = body.params[0]
         name = f"{iv_v.hint or 'iv'}#loop{k}"
@@ -207,6 +220,12 @@ class _Sym:
             text = (f"{iv_v.hint or 'iv'} = {_show(e.inputs[0])} + i * {_show(e.inputs[2])}, i >= 0, short of "
                     f"{_show(e.inputs[1])} (pl.{kind})")
         self.loops[key] = (kind, iv, start, stop, step, text)
+        self._body(e, body, lanes, key, k)
+
+    def _body(self, e: Eqn, body: Graph, lanes: tuple[Any, Any] | None, key: tuple[Any, ...], k: str) -> None:
+        """Walk the body of loop or `if` arm `e`: its captured values are the outer ones, its carries
+        and results unknown values (carried values are never resolved, NZ-16)."""
+        nb, nc, _ = e.params["arity"]
         for p, a in zip(body.params[1 : 1 + nc], e.inputs[nb : nb + nc]):
             if isinstance(a, Var) and a in self.val:
                 self.val[p], self.rng[p] = self.val[a], self.rng[a]

@@ -183,7 +183,9 @@ def test_an_arm_ending_in_continue_and_a_conditional_expression_stay_refused() -
 def test_fuzz_programs_with_an_if_else_equal_their_reference() -> None:
     from nzjit.fuzz import classify, generate
 
-    progs = [p for p in (generate(5, i, family="vec_ew") for i in range(120)) if "ew:branch" in p.tags][:6]
+    # programs whose lanes race on one output window are refused since issue 24 (fuzz row R1): not these
+    progs = [p for p in (generate(5, i, family="vec_ew") for i in range(160))
+             if "ew:branch" in p.tags and p.expect == "ok"][:6]
     assert len(progs) == 6
     for p in progs:
         assert "        else:\n" in p.source and "cond" not in p.source  # an if/else in the kernel text

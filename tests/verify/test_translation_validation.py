@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from nzjit import pl
 from nzjit.core.ir import Graph, Literal
+from nzjit.driver import Lowered
 from nzjit.language.kernel import Kernel
 from nzjit.passes import block_nz_store, proofs
-from nzjit.passes.pipeline import Lowered
 
 z3 = pytest.importorskip("z3")
 
