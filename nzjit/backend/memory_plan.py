@@ -24,6 +24,7 @@ from ..core.ir import Eqn, Graph, Var
 from ..core.types import TileType
 from ..errors import CompileError, Source
 from .plan import liveness
+from .rules.vector_alu import reduce_scratch
 
 _IN_PLACE = (P.tile_matmul_acc_p, P.tile_mad_acc_p)  # update the accumulator (input 0) when it dies
 _VIEWS = (P.tile_transpose_view_p,)
@@ -142,6 +143,12 @@ class _Walk:
                     self.alias(v, acc)  # in place: the result is the accumulator's buffer
                 else:
                     self.alloc(v, e)
+        src = e.inputs[0].type if e.inputs else None
+        scratch = reduce_scratch(e, src.shape[1], self.plan.target) if isinstance(src, TileType) else None
+        if scratch is not None:  # live only while the instruction runs, after its result is allocated
+            tmp = Var(scratch, "scratch")
+            self.alloc(tmp, e)
+            self.release(tmp)
 
     def body(self, e: Eqn, body: Graph, consumed: set[Var]) -> None:
         nb, nc, nk = e.params["arity"]

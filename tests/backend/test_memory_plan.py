@@ -84,14 +84,25 @@ def test_plan_equals_the_run_time_peak_on_every_example(path, monkeypatch, capsy
     if callable(ns.get("make")):  # grouped_matmul.py: one kernel per dtype
         kernels += [ns["make"](d) for d in (pl.INT8, pl.FP16)]
     assert kernels, f"{path.name} defines no kernel"
-    checked = 0
+    checked = distributed = 0
     for k in kernels:
+        if _takes_windows(k):  # a communicating rank's kernel runs only inside its orchestration
+            distributed += 1
+            continue
         args = _zeros_for(k)
         if args is None:
             continue
         assert planned(k, args) == runtime_peak(k, args), k.__name__
         checked += 1
+    if not checked and distributed == len(kernels):
+        pytest.skip(f"{path.name}: every kernel takes windows (pld), and runs only inside its orchestration")
     assert checked, f"no kernel of {path.name} has static parameters to plan"
+
+
+def _takes_windows(k) -> bool:
+    from nzjit.prims import DistributedTensorType
+
+    return any(isinstance(p.type, DistributedTensorType) for p in k.params)
 
 
 def _zeros_for(k):

@@ -98,13 +98,18 @@ def _reduce_valid(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
     return (ins[0].valid_row, 1) if _reduce_kind(e)[0] == "row" else (1, ins[0].valid_col)
 
 
-def _reduce_scratch(e: Eqn, ins: list[Any], target: str) -> TileType | None:
+def reduce_scratch(e: Eqn, src_cols: int, target: str) -> TileType | None:
     """TROW* on A2/A3 without a tmp operand: the compiler supplies a scratch tile of the source's
-    rows and columns."""
-    if _reduce_kind(e)[0] != "row" or len(ins) > 1 or target != "A2A3":
+    rows and `src_cols` columns, live while the instruction runs (the memory plan charges it too)."""
+    if e.primitive not in VP.REDUCE.values() or _reduce_kind(e)[0] != "row" or len(e.inputs) > 1 \
+            or target != "A2A3":
         return None
     t = out_type(e)
-    return TileType(t.shape[:1] + (ins[0].cols,), t.dtype, t.memory)
+    return TileType(t.shape[:1] + (src_cols,), t.dtype, t.memory)
+
+
+def _reduce_scratch(e: Eqn, ins: list[Any], target: str) -> TileType | None:
+    return reduce_scratch(e, ins[0].cols, target)
 
 
 def _reduce(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
