@@ -13,30 +13,17 @@ exact. Reads of another lane's bytes are not proven here either."""
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Iterator
-
 from .. import prims as P
 from ..core.ir import Eqn, Graph, Literal, Var
 from ..core.types import ScalarType
 from ..errors import CompileError
+from .guard_bypass import GuardBypass
 from .proofs import Prover
 
 __all__ = ["check_lane_races"]
 
-_state = threading.local()
-
-
-@contextlib.contextmanager
-def _bypass_for_tests() -> Iterator[None]:
-    """Test-only: compile without the proof (this thread), to test the executor on racing lanes."""
-    saved = getattr(_state, "bypass", False)
-    _state.bypass = True
-    try:
-        yield
-    finally:
-        _state.bypass = saved
+#: test-only: compile without the proof (this thread), to test the executor on racing lanes.
+_bypass_for_tests = GuardBypass()
 
 
 def _trips(e: Eqn) -> int | None:
@@ -99,6 +86,6 @@ def _find_spmd(g: Graph, prover: Prover) -> None:
 
 def check_lane_races(g: Graph) -> Graph:
     """Refuse a pl.spmd whose lanes provably store the same window; return `g` unchanged."""
-    if not getattr(_state, "bypass", False) and any(isinstance(e.params.get("body"), Graph) for e in g.eqns):
+    if not _bypass_for_tests.active and any(isinstance(e.params.get("body"), Graph) for e in g.eqns):
         _find_spmd(g, Prover(g))
     return g

@@ -10,35 +10,22 @@ the simulator reports the wrap when it happens (HardwareDefectWarning)."""
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Iterator
-
 from .. import prims as P
 from ..core.ir import Graph, Var
 from ..core.types import Layout, Mem, TensorType
 from ..errors import CompileError
+from .guard_bypass import GuardBypass
 
 MAX_ND_ROW_PITCH = 65535  # the 16-bit srcDValue field, in elements
 RULE = "ND2NZ-pitch"
 
-_state = threading.local()
-
-
-@contextlib.contextmanager
-def _bypass_for_tests() -> Iterator[None]:
-    """Test-only: compile without the guard (this thread), to show what the device would read."""
-    saved = getattr(_state, "bypass", False)
-    _state.bypass = True
-    try:
-        yield
-    finally:
-        _state.bypass = saved
+#: test-only: compile without the guard (this thread), to show what the device would read.
+_bypass_for_tests = GuardBypass()
 
 
 def check_nd_row_pitch(g: Graph) -> Graph:
     """Refuse every ND -> Mat load whose static GM row pitch exceeds 65535 elements."""
-    if getattr(_state, "bypass", False):
+    if _bypass_for_tests.active:
         return g
     for e in g.walk():
         if e.primitive is not P.tile_load_p or e.params.get("memory") is not Mem.Mat or not e.inputs:

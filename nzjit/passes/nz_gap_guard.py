@@ -12,28 +12,15 @@ bypassed-guard device test in tests/e2e/test_nz_gap_e2e.py) once the device is f
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Iterator
-
 from runtime.dtypes import FRACTAL_ROWS
 
 from ..errors import CompileError, Source
+from .guard_bypass import GuardBypass
 
 MAX_GM_GAP_BLOCKS = 65535  # the 16-bit gmGap field
 
-_state = threading.local()
-
-
-@contextlib.contextmanager
-def _bypass_for_tests() -> Iterator[None]:
-    """Test-only: compile without the guard (this thread), to show what the device would read."""
-    saved = getattr(_state, "bypass", False)
-    _state.bypass = True
-    try:
-        yield
-    finally:
-        _state.bypass = saved
+#: test-only: compile without the guard (this thread), to show what the device would read.
+_bypass_for_tests = GuardBypass()
 
 
 def check_nz_gm_gap_fits_burst_stride(name: str, rows: int, loaded_rows: int | None, col_blocks: int,
@@ -44,7 +31,7 @@ def check_nz_gm_gap_fits_burst_stride(name: str, rows: int, loaded_rows: int | N
     checked at its worst case, zero rows, so a load that passes is safe for every runtime extent.
     A single column block (one burst) never reads the gap and is exempt (NZ-27).
     """
-    if col_blocks <= 1 or getattr(_state, "bypass", False):
+    if col_blocks <= 1 or _bypass_for_tests.active:
         return
     gap = rows - (loaded_rows or 0)
     if gap <= MAX_GM_GAP_BLOCKS:
