@@ -237,13 +237,21 @@ class BlockNz(Rewriter):
             else:  # symbolic: refused when its proven range reaches past the end (a loop or lane bound)
                 if axis < len(valid) and not isinstance(valid[axis], Literal):
                     continue  # a dynamic extent (ragged tail): checked at run time by the backend
+                # the backend bounds-checks every axis of the blocked view, and the batch slot folds
+                # the leading axes: an overhang of an INNER leading axis lands in the next batch, in
+                # bounds of the slot, and is never seen at run time - it must be proven here (NZ-28)
+                inner_leading = 0 < axis < len(logical.shape) - 2
                 f = self.prover.fact(o)
                 if f.exhausted or f.hi >= _unbounded(o):
+                    if inner_leading:
+                        self.unproven_leading(e, o, axis, n, d, what)
                     continue  # no upper bound known: the backend refuses an overhang at run time
                 hi = f.hi - f.hi % f.factor if f.factor > 0 and f.hi >= 0 else f.hi  # a multiple of factor
                 if hi + n > d:  # interval bounds over-approximate: refuse on the exact maximum only
                     exact = self.prover.exact_max(o)
                     if exact is None:
+                        if inner_leading:
+                            self.unproven_leading(e, o, axis, n, d, what)
                         continue  # not enumerable: the backend refuses an overhang at run time
                     hi = exact
                 start, why = hi, f"up to [{hi}, {hi + n}) ('{self.prover.describe(o)}' reaches {hi})"
@@ -254,6 +262,16 @@ class BlockNz(Rewriter):
                                    rule="NZ-12",
                                    help="keep the window inside the tensor (bound the loop), or give the "
                                         "ragged last tile a valid_shape that ends at the tensor's edge")
+
+    def unproven_leading(self, e: Eqn, o: Atom, axis: int, n: int, d: int, what: str) -> None:
+        """Refuse a symbolic offset of an inner leading axis whose window cannot be proven to end
+        inside the axis (see check_in_bounds)."""
+        raise CompileError(f"{what}: the offset '{self.prover.describe(o)}' of leading axis {axis} cannot be "
+                           f"proven to keep the window of {n} inside the axis's extent {d}; the leading axes "
+                           "fold into one batch slot, so an overhang would silently read the next batch's "
+                           "fractals", e.source, rule="NZ-12",
+                           help=f"bound it: e.g. pl.min(offset, {d - n}), or index this axis with a loop or "
+                                "lane variable whose range fits")
 
     def blocked_valid(self, e: Eqn, logical: TensorType, c0: int, tr: int, tc: int, what: str,
                       proofs: list[str]) -> tuple[list[Atom], int | None]:
