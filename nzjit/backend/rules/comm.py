@@ -155,28 +155,21 @@ def _get(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return []
 
 
-@rule(P.comm_allreduce_p)
-def _allreduce(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    ep = _endpoint(e)
-    tv = ins[0]
-    coll.allreduce(ep, _window(ep, e, tv), tv.shape, tv.dtype, e.params["op"], site(e))
-    return [tv]
+def _in_place_collective(prim: Any, run: Any, param: Any) -> None:
+    """The rule of a collective that works on its window in place and returns it: `run(endpoint,
+    window, shape, dtype, param(e), site)` (runtime/comm_collectives.py)."""
+
+    @rule(prim)
+    def _collective(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+        ep = _endpoint(e)
+        tv = ins[0]
+        run(ep, _window(ep, e, tv), tv.shape, tv.dtype, param(e), site(e))
+        return [tv]
 
 
-@rule(P.comm_reduce_scatter_p)
-def _reduce_scatter(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    ep = _endpoint(e)
-    tv = ins[0]
-    coll.reduce_scatter(ep, _window(ep, e, tv), tv.shape, tv.dtype, e.params["op"], site(e))
-    return [tv]
-
-
-@rule(P.comm_broadcast_p)
-def _broadcast(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    ep = _endpoint(e)
-    tv = ins[0]
-    coll.broadcast(ep, _window(ep, e, tv), tv.shape, tv.dtype, int(e.params["root"]), site(e))
-    return [tv]
+_in_place_collective(P.comm_allreduce_p, coll.allreduce, lambda e: e.params["op"])
+_in_place_collective(P.comm_reduce_scatter_p, coll.reduce_scatter, lambda e: e.params["op"])
+_in_place_collective(P.comm_broadcast_p, coll.broadcast, lambda e: int(e.params["root"]))
 
 
 def _local(ctx: Any, v: Any) -> np.ndarray:
