@@ -6,6 +6,8 @@ the bound the cores allow, and the same program on a RayCluster against the loca
 - bound: the ranks' total CPU time (each rank run alone, `time.process_time` of the process)
   divided by the cores this process may use; the 4-rank call should finish within 1.1x of it
   and never slower than running the ranks one after another (the sum of their wall times);
+- numpy: the 4-rank call against the plain numpy of the same expert FFNs on the same fp16 data
+  (float32 matmuls of every rank's experts, the fp16 rounding of the activation), interleaved;
 - Ray overhead: the 4-rank call on `nzjit.distributed.RayCluster(4)` (a local Ray, one actor per
   rank) over the same call on `runtime.Cluster(4)`, both with resident weights.
 
@@ -57,7 +59,7 @@ def inputs(cluster):
           small(m.RANKS, m.E_LOCAL, m.H, m.F)]
     experts, _ = m.route(x, w_router)
     xe, _ = m.dispatch(x, experts)
-    return xe, [cluster.alloc_stacked_tensor(runtime.pack_nz(w)) for w in ws], m.reference_experts(xe, *ws)
+    return xe, [cluster.alloc_stacked_tensor(runtime.pack_nz(w)) for w in ws], m.reference_experts(xe, *ws), ws
 
 
 def timed(fn, repeat: int = 3) -> tuple[float, float]:
@@ -72,17 +74,32 @@ def timed(fn, repeat: int = 3) -> tuple[float, float]:
     return best
 
 
+def numpy_experts(xe: np.ndarray, wg: np.ndarray, wu: np.ndarray, wd: np.ndarray) -> np.ndarray:
+    """The expert FFNs as a user writes them in numpy: float32 matmuls from the fp16 arrays."""
+    f32 = np.float32
+    x = xe.astype(f32)
+    g = x @ wg.astype(f32).swapaxes(-1, -2)
+    u = x @ wu.astype(f32).swapaxes(-1, -2)
+    h = (np.maximum(g, 0) * u).astype(np.float16)
+    return h.astype(f32) @ wd.astype(f32).swapaxes(-1, -2)
+
+
 def local_rows() -> list[dict[str, str]]:
     cluster = runtime.Cluster(m.RANKS)
-    xe, ws, ref = inputs(cluster)
+    xe, ws, ref, host = inputs(cluster)
     ye = np.zeros_like(ref)
     singles = [timed(lambda p=one_rank(r): p(xe, *ws, ye)) for r in range(m.RANKS)]
     wall4, _ = timed(lambda: m.moe_experts(xe, *ws, ye))
     assert np.array_equal(ye, ref), "4 ranks: not numpy's numbers"
+    assert np.array_equal(numpy_experts(xe, *host), ref), "numpy's experts: not the example's reference"
+    vs = harness.interleaved({"ours": lambda: m.moe_experts(xe, *ws, ye), "numpy": lambda: numpy_experts(xe, *host)},
+                             repeat=3)
     bound = sum(cpu for _, cpu in singles) / CORES
     serial = sum(wall for wall, _ in singles)
     busy = np.mean([cpu / wall for wall, cpu in singles])
     return [
+        harness.row("4 ranks tp_moe vs numpy (the same expert FFNs)", harness.fmt_time(vs["ours"]),
+                    harness.fmt_time(vs["numpy"]), f"{vs['ours'] / vs['numpy']:.2f}x", "<= 1.5x"),
         harness.row(f"4 ranks tp_moe vs cores bound ({CORES} cores)", harness.fmt_time(wall4),
                     harness.fmt_time(bound), f"{wall4 / bound:.2f}x", "<= 1.1x"),
         harness.row("4 ranks tp_moe vs ranks one after another", harness.fmt_time(wall4),
@@ -100,7 +117,7 @@ def ray_rows() -> list[dict[str, str]]:
         remote = RayCluster(m.RANKS, num_cpus=CORES, include_dashboard=False, log_to_driver=False,
                             configure_logging=False)
         local = runtime.Cluster(m.RANKS)
-        (xe, ws_l, ref), (_, ws_r, _) = inputs(local), inputs(remote)
+        (xe, ws_l, ref, _), (_, ws_r, _, _) = inputs(local), inputs(remote)
         y_l, y_r = np.zeros_like(ref), np.zeros_like(ref)
         best = harness.interleaved({"local": lambda: m.moe_experts(xe, *ws_l, y_l),
                                     "ray": lambda: m.moe_experts(xe, *ws_r, y_r)}, repeat=3)
