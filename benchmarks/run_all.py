@@ -27,6 +27,8 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+import compare_commits  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # nzjit.progress from this checkout
 from nzjit.progress import CountLines, Progress  # noqa: E402
 
@@ -127,7 +129,9 @@ def main(write: bool = True) -> str:
     print()
     print(text)
     if write:
-        Path(__file__).with_name("RESULTS.md").write_text(text)
+        results = Path(__file__).with_name("RESULTS.md")
+        kept = compare_commits.block_of(results.read_text()) if results.exists() else ""  # the before / after table
+        results.write_text(text + (f"\n{kept}\n" if kept else ""))
         uname = platform.uname()
         cpu = next((h.split(", ", 1)[1].rstrip(")") for h in head if h.startswith("- platform:")), "?")
         PERFORMANCE.write_text(
