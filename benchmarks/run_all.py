@@ -44,6 +44,7 @@ TARGETS = [
     ("(e) vector unit: softmax and fused MoE expert vs numpy (issue 22)", "bench_vector"),
     ("(f) ranks side by side: 4-rank tp_moe, local Cluster and RayCluster", "bench_ranks"),
     ("(g) decode, gemv, int8 prefill and ND-weight kernels vs numpy (issue 27)", "bench_decode"),
+    ("(h) where the cube kernels' time goes: CPU profile, one thread (issue 27)", "bench_breakdown"),
 ]
 #: Targets with an absolute budget (not a ratio against numpy measured alongside).
 ABSOLUTE = ("bench_compile", "bench_interp")

@@ -90,7 +90,7 @@ def test_fuzz_is_quiet_when_piped(tmp_path):
 
 def test_run_all_shows_progress_on_a_terminal():
     out, term = _on_a_terminal(RUN_ALL, ROOT)
-    n = 7  # benchmarks/run_all.py TARGETS: (a)..(g): issue 22 added bench_vector, issue 25 bench_ranks, issue 27 bench_decode
+    n = 8  # benchmarks/run_all.py TARGETS: (a)..(h): issue 22 added bench_vector, issue 25 bench_ranks, issue 27 bench_decode and bench_breakdown
     assert re.search(rf" {n}/{n} benchmarks  .*done in \d+s", term), term
     assert re.search(rf"1/{n} benchmarks  .*\d+s left", term), term
     assert "measured bench_compile" in out and "| bench_interp | 1 ms | 2 ms | 0.50x | - |" in out
