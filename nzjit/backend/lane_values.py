@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from runtime import TileBuf
@@ -127,6 +128,7 @@ class LaneWindow:
 
 
 _LINE = np.dtype("V32")
+_BF16 = np.dtype(ml_dtypes.bfloat16)
 #: Source runs one line copy reads at once (see `copy_lines`): L1 and L2 are 8-way.
 RUNS_AT_ONCE = 8
 
@@ -146,6 +148,17 @@ def copy_lines(dst: np.ndarray, src: np.ndarray) -> None:
         np.copyto(dst[..., k : k + RUNS_AT_ONCE], src[..., k : k + RUNS_AT_ONCE])
 
 
+def widen_lines(dst: np.ndarray, src: np.ndarray) -> None:
+    """bf16 C0 lines (`src`, viewed as uint16) into float32 (`dst`, viewed as uint32): the bits
+    shifted up by 16, in one pass straight from the strided lines - ~20% less time than gathering
+    them, then casting. The cast gives the same bits for all 65536 patterns, NaNs included
+    (tests/backend/test_gather_cast.py). Like `copy_lines`, at most `RUNS_AT_ONCE` source runs
+    (the second-to-last axis: the lines of one row) at a time."""
+    n = src.shape[-2]
+    for k in range(0, n, RUNS_AT_ONCE):
+        np.left_shift(src[..., k : k + RUNS_AT_ONCE, :], 16, out=dst[..., k : k + RUNS_AT_ONCE, :], dtype=np.uint32)
+
+
 def gather_cast(out: np.ndarray, v: np.ndarray,
                 alloc: Callable[[tuple[int, ...], type], np.ndarray] = np.empty) -> None:
     """``out[...] = v`` with a cast.  When `v`'s innermost axis is one 32-byte C0 line, the lines
@@ -154,6 +167,9 @@ def gather_cast(out: np.ndarray, v: np.ndarray,
     runs are already long: one direct cast, no gather."""
     if v.shape[-1] * v.itemsize != 32 or v.strides[-1] != v.itemsize or v.ndim < 2 or v.strides[-2] == 32:
         np.copyto(out, v, casting="unsafe")
+        return
+    if v.dtype == _BF16 and out.dtype == np.float32:
+        widen_lines(out.view(np.uint32), v.view(np.uint16))
         return
     lines = v.view(_LINE)[..., 0]
     if out.dtype == v.dtype:

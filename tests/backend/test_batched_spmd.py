@@ -81,13 +81,16 @@ def test_grouped_matmul_batched_equals_per_lane(spy, dtype, np_dtype, out_dtype,
 def test_right_images_of_many_column_blocks_gather_in_slices(spy, monkeypatch, dtype, np_dtype, out_dtype,
                                                              np_out):
     """Mads of K = 256: a Right image row is K / c0 = 16 (bf16) or 32 (fp32) C0 lines from as many
-    NZ column blocks, gathered RUNS_AT_ONCE blocks at a time (lane_values.copy_lines); the bytes
-    are those of the lanes run one by one."""
+    NZ column blocks, gathered RUNS_AT_ONCE blocks at a time (lane_values.copy_lines; bf16 lines
+    widened to float32 as they are read, lane_values.widen_lines); the bytes are those of the lanes
+    run one by one."""
     from nzjit.backend import lane_values
 
     runs = []
-    real = lane_values.copy_lines
+    real, real_widen = lane_values.copy_lines, lane_values.widen_lines
     monkeypatch.setattr(lane_values, "copy_lines", lambda dst, src: runs.append(src.shape[-1]) or real(dst, src))
+    monkeypatch.setattr(lane_values, "widen_lines",
+                        lambda dst, src: runs.append(src.shape[-2]) or real_widen(dst, src))
     E, T, N, K, NT, KT = 2, 32, 256, 512, 64, 256
     x, w = gmm_operands(np.random.default_rng(5), np_dtype, E, T, N, K)
     got = _compare(grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w),

@@ -51,3 +51,34 @@ def test_adjacent_lines_cast_directly():
     out = np.empty(v.shape, np.float32)
     gather_cast(out, v)
     assert np.array_equal(out, x.astype(np.float32).reshape(3, 4, 16))
+
+
+def test_bf16_lines_widen_to_the_bits_of_the_cast_for_every_pattern():
+    # the bf16 -> float32 lines are widened by a 16-bit shift, not ml_dtypes' cast: the same bits
+    # for all 65536 patterns (NaN payloads and signs, infinities, subnormals), gathered from C0
+    # lines 64 bytes apart (not adjacent: the line path)
+    bits = np.arange(1 << 16, dtype=np.uint16).reshape(-1, 16)  # 4096 lines of 16 elements
+    buf = np.zeros((bits.shape[0], 2, 16), np.uint16)
+    buf[:, 0] = bits
+    v = buf.view(ml_dtypes.bfloat16)[:, 0, :].reshape(64, 64, 16)
+    assert v.strides[-2] == 64
+    out = np.empty(v.shape, np.float32)
+    gather_cast(out, v)
+    want = np.empty_like(out)
+    np.copyto(want, v, casting="unsafe")
+    assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(out.view(np.uint32).reshape(-1), bits.reshape(-1).astype(np.uint32) << 16)
+
+
+def test_bf16_lines_widen_runs_at_once():
+    # 20 lines per row, RUNS_AT_ONCE = 8: slices of 8, 8 and 4 lines, each widened into its place
+    x = np.random.default_rng(3).standard_normal((5, 20, 2, 16)).astype(ml_dtypes.bfloat16)
+    v = x[:, :, 1, :]
+    seen = []
+    real = np.left_shift
+    with mock.patch.object(lane_values.np, "left_shift",
+                           side_effect=lambda s, *a, **k: seen.append(s.shape[-2]) or real(s, *a, **k)):
+        out = np.empty(v.shape, np.float32)
+        gather_cast(out, v)
+    assert seen == [8, 8, 4]
+    assert np.array_equal(out, v.astype(np.float32))
