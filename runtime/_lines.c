@@ -10,9 +10,17 @@
  *
  * The build is optional (setup.py): without a C compiler nz.py keeps its numpy copies, which
  * write the same bytes.  Only the bytes move; their meaning is the caller's.
+ *
+ * widen_bf16 (used by runtime/widen.py): bf16 -> float32 bit patterns (a 16-bit shift, exact
+ * for every pattern) of a strided 3-D view into a C-contiguous array - the transposing case,
+ * where the destination's rows run across the source's rows (an ND [K, N] weight read as the
+ * mad's N x K operand).  numpy casts such a view one element per strided step (~1.4 ns an
+ * element here); this loop takes BLOCK destination columns at a time, so their BLOCK source
+ * rows stay in L1 while every destination row gets one 64-byte run.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 #define LINE 32
@@ -75,14 +83,85 @@ static PyObject *swap(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+#define BLOCK 16 /* destination columns per pass: BLOCK source rows held in L1 */
+
+static void widen_rows(const char *src, uint32_t *dst, const Py_ssize_t *shape, const Py_ssize_t *st) {
+    const Py_ssize_t U = shape[0], I = shape[1], J = shape[2];
+    for (Py_ssize_t u = 0; u < U; u++) {
+        const char *s_u = src + u * st[0];
+        uint32_t *d_u = dst + u * I * J;
+        for (Py_ssize_t j0 = 0; j0 < J; j0 += BLOCK) {
+            const Py_ssize_t nj = J - j0 < BLOCK ? J - j0 : BLOCK;
+            for (Py_ssize_t i = 0; i < I; i++) {
+                const char *s = s_u + i * st[1] + j0 * st[2];
+                uint32_t *d = d_u + i * J + j0;
+                for (Py_ssize_t j = 0; j < nj; j++) {
+                    uint16_t bits;
+                    memcpy(&bits, s + j * st[2], sizeof bits); /* any alignment */
+                    d[j] = (uint32_t)bits << 16;
+                }
+            }
+        }
+    }
+}
+
+PyDoc_STRVAR(widen_bf16_doc,
+"widen_bf16(src, dst)\n--\n\n"
+"dst[u, i, j] = src[u, i, j] << 16: src a 3-D buffer of 2-byte items, any strides; dst a\n"
+"C-contiguous 3-D buffer of 4-byte items of the same shape, writable, not overlapping src.\n"
+"The GIL is released while the elements move.");
+
+static PyObject *widen_bf16(PyObject *self, PyObject *args) {
+    PyObject *so, *dobj;
+    Py_buffer src, dst;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OO", &so, &dobj))
+        return NULL;
+    if (PyObject_GetBuffer(so, &src, PyBUF_STRIDES) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(dobj, &dst, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    const char *error = NULL;
+    if (src.ndim != 3 || dst.ndim != 3 || src.itemsize != 2 || dst.itemsize != 4)
+        error = "widen_bf16: src and dst must be 3-D, of 2- and 4-byte items";
+    else if (src.shape[0] != dst.shape[0] || src.shape[1] != dst.shape[1] || src.shape[2] != dst.shape[2])
+        error = "widen_bf16: src and dst must have the same shape";
+    else if (dst.len && src.len) {
+        /* the byte range src reads: its strides may be negative */
+        const char *lo = src.buf, *hi = src.buf;
+        for (int a = 0; a < 3; a++) {
+            const Py_ssize_t reach = (src.shape[a] - 1) * src.strides[a];
+            if (reach < 0) lo += reach; else hi += reach;
+        }
+        hi += src.itemsize;
+        if ((const char *)dst.buf < hi && lo < (const char *)dst.buf + dst.len)
+            error = "widen_bf16: src and dst must not overlap";
+    }
+    if (error == NULL && dst.len) {
+        Py_BEGIN_ALLOW_THREADS
+        widen_rows(src.buf, dst.buf, src.shape, src.strides);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    if (error != NULL) {
+        PyErr_SetString(PyExc_ValueError, error);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"swap", swap, METH_VARARGS, swap_doc},
+    {"widen_bf16", widen_bf16, METH_VARARGS, widen_bf16_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "runtime._lines",
-    "The NZ permutation of 32-byte lines, compiled (see runtime/nz.py).", -1, methods,
+    "The NZ permutation of 32-byte lines and the transposing bf16 widening, compiled (see runtime/nz.py, runtime/widen.py).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

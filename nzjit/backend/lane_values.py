@@ -13,6 +13,7 @@ import numpy as np
 
 from runtime import TileBuf
 from runtime.cube import TileWindow
+from runtime.widen import widen_bf16
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,7 +167,10 @@ def gather_cast(out: np.ndarray, v: np.ndarray,
     then cast contiguously.  When consecutive lines are adjacent (an ND row read as C0 lines), the
     runs are already long: one direct cast, no gather."""
     if v.shape[-1] * v.itemsize != 32 or v.strides[-1] != v.itemsize or v.ndim < 2 or v.strides[-2] == 32:
-        np.copyto(out, v, casting="unsafe")
+        if v.dtype == _BF16 and out.dtype == np.float32 and out.flags.c_contiguous:
+            widen_bf16(out, v)  # the transposing case (an ND weight's rows as the mad's columns) compiled
+        else:
+            np.copyto(out, v, casting="unsafe")
         return
     if v.dtype == _BF16 and out.dtype == np.float32:
         widen_lines(out.view(np.uint32), v.view(np.uint16))

@@ -1,0 +1,58 @@
+"""bf16 -> float32 widening of a strided view (a mad operand's conversion, nzjit/backend/lane_values.py).
+
+bf16 -> float32 is exact: the float32 bits are the bf16 bits shifted up by 16, for every pattern,
+NaNs included. When the view's innermost axis is not contiguous - an ND [K, N] weight read as the
+mad's N x K operand, each destination row running down the source's columns - numpy casts one
+element per strided step (~1.4 ns an element here); the compiled loop (`runtime._lines.widen_bf16`,
+runtime/_lines.c) takes 16 destination columns at a time with their source rows in L1, about 3x
+faster. Without the compiled module (no C compiler at install) numpy's cast writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+try:  # the compiled loop (runtime/_lines.c); None where it was not built: numpy's cast
+    from . import _lines as _native
+except ImportError:  # pragma: no cover - depends on the install
+    _native = None
+
+__all__ = ["widen_bf16"]
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def widen_bf16(out: np.ndarray, src: np.ndarray) -> None:
+    """``out[...] = src`` for a bf16 view `src` (any strides) and a C-contiguous float32 `out` of
+    the same shape: exact, the same bits as ``np.copyto(out, src, casting="unsafe")``."""
+    if src.dtype != _BF16 or out.dtype != np.float32 or out.shape != src.shape or not out.flags.c_contiguous:
+        raise ValueError(f"widen_bf16: a bf16 view and a C-contiguous float32 array of its shape, got "
+                         f"{src.dtype}{src.shape} -> {out.dtype}{out.shape}")
+    axes = _merged(src.shape, src.strides)
+    if _native is None or axes is None or axes[-1][1] == src.itemsize:  # contiguous runs: numpy's cast is fast
+        np.copyto(out, src, casting="unsafe")
+        return
+    shape = tuple(n for n, _ in axes)
+    _native.widen_bf16(as_strided(src.view(np.uint16), shape, tuple(s for _, s in axes)),
+                       out.view(np.uint32).reshape(shape))
+
+
+def _merged(shape: tuple[int, ...], strides: tuple[int, ...]) -> list[tuple[int, int]] | None:
+    """The view as at most 3 (size, byte stride) axes, leading ones padded with size 1: axes of
+    size 1 dropped, neighbours merged where the outer stride is the inner one's span; None when
+    more than 3 remain (numpy's cast then) or the view is empty."""
+    if 0 in shape:
+        return None
+    axes: list[tuple[int, int]] = []
+    for n, s in zip(shape, strides):
+        if n == 1:
+            continue
+        if axes and axes[-1][1] == s * n:
+            axes[-1] = (axes[-1][0] * n, s)
+        else:
+            axes.append((n, s))
+    if len(axes) > 3:
+        return None
+    return [(1, 0)] * (3 - len(axes)) + axes

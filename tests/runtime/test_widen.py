@@ -1,0 +1,98 @@
+"""runtime.widen.widen_bf16: bf16 -> float32 of a strided view, compiled for the transposing case
+(runtime/_lines.c widen_bf16) - the same bits as numpy's cast for every view and every bit pattern,
+with and without the compiled loop; the compiled loop's refusals."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numpy.lib.stride_tricks import as_strided
+
+import runtime.widen as widen
+from runtime.widen import widen_bf16
+
+BF16 = ml_dtypes.bfloat16
+
+
+@st.composite
+def views(draw):
+    """A bf16 view of a larger buffer: 1-4 axes, permuted, sliced with steps (never contiguous in
+    general), with random bit patterns (NaNs and infinities included)."""
+    nd = draw(st.integers(1, 4))
+    dims = [draw(st.integers(1, 9)) for _ in range(nd)]
+    buf = np.random.default_rng(draw(st.integers(0, 2**16))).integers(0, 1 << 16, [d * 2 for d in dims],
+                                                                       dtype=np.uint16).view(BF16)
+    v = buf[tuple(slice(draw(st.integers(0, 1)), None, draw(st.integers(1, 2))) for _ in dims)]
+    return v.transpose(draw(st.permutations(list(range(nd)))))
+
+
+@pytest.fixture(params=["compiled", "numpy"])
+def way(request, monkeypatch):
+    if request.param == "numpy":
+        monkeypatch.setattr(widen, "_native", None)
+    elif widen._native is None:
+        pytest.skip("runtime._lines was not built (no C compiler at install): only numpy's cast runs")
+    return request.param
+
+
+@settings(max_examples=300, deadline=None)
+@given(v=views())
+def test_widen_equals_the_cast_of_any_view(v):
+    for native in (widen._native, None):
+        out = np.empty(v.shape, np.float32)
+        saved, widen._native = widen._native, native
+        try:
+            widen_bf16(out, v)
+        finally:
+            widen._native = saved
+        want = np.empty_like(out)
+        np.copyto(want, v, casting="unsafe")
+        assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
+
+
+def test_every_bit_pattern_transposed(way):
+    # all 65536 bf16 patterns as a (256, 256) plane read transposed: the compiled loop's case
+    bits = np.arange(1 << 16, dtype=np.uint16).reshape(256, 256)
+    v = bits.view(BF16).T[None]
+    out = np.empty(v.shape, np.float32)
+    widen_bf16(out, v)
+    assert np.array_equal(out.view(np.uint32)[0], bits.T.astype(np.uint32) << 16)
+
+
+def test_an_nd_weight_window_as_the_mads_operand(way):
+    # lanes of 128 x 256 windows of a bf16 [512, 1024] ND weight, read as (n, k): 16-column blocks
+    # across 128 source rows, with a ragged last block (J = 136)
+    w = np.random.default_rng(1).standard_normal((512, 1024)).astype(BF16)
+    v = as_strided(w, (4, 256, 136), (512, 2, 2048))  # lane u: columns 256u.., rows 0..135
+    out = np.empty(v.shape, np.float32)
+    widen_bf16(out, v)
+    assert np.array_equal(out, v.astype(np.float32))
+
+
+def test_widen_refuses_what_it_cannot_write():
+    with pytest.raises(ValueError, match="a bf16 view and a C-contiguous float32 array of its shape"):
+        widen_bf16(np.empty((2, 3), np.float32), np.zeros((3, 2), BF16))
+    with pytest.raises(ValueError, match="a bf16 view and a C-contiguous float32 array of its shape"):
+        widen_bf16(np.empty((3, 2), np.float32).T, np.zeros((2, 3), BF16))
+    with pytest.raises(ValueError, match="a bf16 view"):
+        widen_bf16(np.empty((2, 3), np.float32), np.zeros((2, 3), np.float16))
+
+
+@pytest.mark.skipif(widen._native is None, reason="runtime._lines was not built")
+def test_the_compiled_loop_refuses_bad_buffers():
+    f = widen._native.widen_bf16
+    src = np.zeros((2, 3, 4), np.uint16)
+    with pytest.raises(ValueError, match="must be 3-D, of 2- and 4-byte items"):
+        f(src[0], np.empty((3, 4), np.uint32))
+    with pytest.raises(ValueError, match="must be 3-D, of 2- and 4-byte items"):
+        f(src, np.empty((2, 3, 4), np.uint16))
+    with pytest.raises(ValueError, match="must have the same shape"):
+        f(src, np.empty((2, 4, 3), np.uint32))
+    buf = np.zeros(64, np.uint32)
+    with pytest.raises(ValueError, match="must not overlap"):
+        f(buf.view(np.uint16)[:24].reshape(2, 3, 4), buf[:24].reshape(2, 3, 4))
+    with pytest.raises(ValueError, match="not C-contiguous"):  # numpy's buffer export refuses
+        f(src, np.empty((2, 4, 3), np.uint32).transpose(0, 2, 1))
