@@ -107,13 +107,7 @@ def profile(call: Callable[[], object], calls: int = CALLS) -> tuple[float, dict
 
 
 def cpu(fn: Callable[[], object], calls: int = CALLS) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(calls):
-        c0 = time.thread_time()
-        fn()
-        best = min(best, time.thread_time() - c0)
-    return best
+    return harness.best_of(fn, calls, 1, time.thread_time)
 
 
 #: profiler_cost(), measured once per run

@@ -46,6 +46,17 @@ static void swap_rows(const char *src, char *dst, Py_ssize_t planes, Py_ssize_t 
     }
 }
 
+/* Both calls end here: the buffers released, then None or a ValueError of `error`. */
+static PyObject *finish(Py_buffer *src, Py_buffer *dst, const char *error) {
+    PyBuffer_Release(src);
+    PyBuffer_Release(dst);
+    if (error != NULL) {
+        PyErr_SetString(PyExc_ValueError, error);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(swap_doc,
 "swap(src, dst, planes, n_i, n_j, i_lo, i_hi)\n--\n\n"
 "Copy the 32-byte lines src[b, i, j] to dst[b, j, i] for i_lo <= i < i_hi and every b, j.\n"
@@ -74,13 +85,7 @@ static PyObject *swap(PyObject *self, PyObject *args) {
         swap_rows(src.buf, dst.buf, planes, n_i, n_j, i_lo, i_hi);
         Py_END_ALLOW_THREADS
     }
-    PyBuffer_Release(&src);
-    PyBuffer_Release(&dst);
-    if (error != NULL) {
-        PyErr_SetString(PyExc_ValueError, error);
-        return NULL;
-    }
-    Py_RETURN_NONE;
+    return finish(&src, &dst, error);
 }
 
 #define BLOCK 16 /* destination columns per pass: BLOCK source rows held in L1 */
@@ -144,13 +149,7 @@ static PyObject *widen_bf16(PyObject *self, PyObject *args) {
         widen_rows(src.buf, dst.buf, src.shape, src.strides);
         Py_END_ALLOW_THREADS
     }
-    PyBuffer_Release(&src);
-    PyBuffer_Release(&dst);
-    if (error != NULL) {
-        PyErr_SetString(PyExc_ValueError, error);
-        return NULL;
-    }
-    Py_RETURN_NONE;
+    return finish(&src, &dst, error);
 }
 
 static PyMethodDef methods[] = {
