@@ -88,3 +88,16 @@ def test_the_script_refuses_a_tree_without_benchmarks(tmp_path):
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare_commits.py"), "--base", str(tmp_path)],
                        capture_output=True, text=True)
     assert p.returncode != 0 and "is not a checkout with benchmarks/run_all.py" in p.stderr
+
+
+def test_run_all_takes_the_geometric_mean_of_the_rows_against_numpy():
+    # issue 27 item 2: the rows with a numpy target (<= 1.5x, the grouped prefill <= 1.0x); other
+    # rows (budgets, sub-rows) do not count
+    import run_all
+
+    rows = [{"ratio": "1.44x", "target": "<= 1.5x"}, {"ratio": "0.81x", "target": "<= 1.0x"},
+            {"ratio": "9.00x", "target": "-"}, {"ratio": "0.50x", "target": "< 1x (of 50 ms)"}]
+    row = run_all.geomean_row([("(z)", rows)])
+    assert row is not None and row["ratio"] == "1.08x" and row["target"] == "<= 1.1x"
+    assert "of the 2 rows" in row["benchmark"]
+    assert run_all.geomean_row([("(z)", rows[2:])]) is None
