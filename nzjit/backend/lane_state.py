@@ -183,6 +183,12 @@ def addresses(src: Any, offs: list[Any], L: int, sizes: Any) -> np.ndarray | int
 def distinct(addr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(addr, return_inverse=True)``, without its sort when the lanes' addresses are
     already in order (the common case: lanes in order, consecutive lanes sharing a window)."""
+    if len(addr) <= SMALL_LANES:  # a few lanes: one pass over a list beats numpy's calls
+        a = addr.tolist()
+        if all(x < y for x, y in zip(a, a[1:])):  # lanes load distinct windows, in order
+            return addr, np.arange(len(a))
+        if a.count(a[0]) == len(a):  # one window for every lane (a lane-uniform address)
+            return addr[:1], np.zeros(len(a), dtype=np.int64)
     step = addr[1:] - addr[:-1]
     if (step > 0).all():  # lanes load distinct windows, in order
         return addr, np.arange(len(addr))
@@ -192,6 +198,11 @@ def distinct(addr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         np.not_equal(step, 0, out=first[1:])
         return addr[first], np.cumsum(first) - 1
     return np.unique(addr, return_inverse=True)
+
+
+#: Up to this many lanes `distinct` checks the common orders on a list (~2 us for 16 lanes,
+#: against ~10 us of numpy calls).
+SMALL_LANES = 64
 
 
 def view_span(view: GmView) -> tuple[int, int]:
