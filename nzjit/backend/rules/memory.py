@@ -214,7 +214,8 @@ def _batch_load(st: Step) -> Any:
             vc = sizes[-1]
         if len(sizes) > 5:
             raise Fallback("rank > 5 window")
-        uniq, row = distinct(lanes_of(addresses(src, [env[i] for i in offs], s.L, sizes), s.L))
+        addr = lanes_of(addresses(src, [env[i] for i in offs], s.L, sizes), s.L)
+        uniq, row = distinct(addr)
         s.reserve(geom)
         probe = TileBuf.from_geometry(geom, vr, vc, s.scratch((geom.nbytes,), np.uint8, "probe"))
         view0 = GmView.trusted(int(uniq[0]), src.dtype, sizes, src.strides, src.layout)
