@@ -181,11 +181,11 @@ class RankLink:
         self._seen = [win.memory().copy() for win in self.windows]  # the bytes the host has of each
         self._send = send
 
-    def _ref(self, a: Any) -> Any:
+    def _as_sent(self, a: Any) -> Any:
         if isinstance(a, LinkWindow):
             return WindowRef(a.index)
         if isinstance(a, dict):
-            return {k: self._ref(v) for k, v in a.items()}
+            return {k: self._as_sent(v) for k, v in a.items()}
         return a
 
     def _call(self, op: str, *args: Any) -> Any:
@@ -196,7 +196,7 @@ class RankLink:
             if idx.size:
                 seen[idx] = cur[idx]
                 pushed.append((i, idx, cur[idx].copy()))
-        ok, value, back, said = self._send(self.rank, pushed, op, [self._ref(a) for a in args])
+        ok, value, back, said = self._send(self.rank, pushed, op, [self._as_sent(a) for a in args])
         for i, idx, data in back:
             self.windows[i].memory()[idx] = data
             self._seen[i][idx] = data

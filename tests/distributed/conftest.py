@@ -43,3 +43,4 @@ def cluster(ray_session):
     c = RayCluster(2)
     yield c
     c.shutdown()
+
