@@ -119,6 +119,7 @@ class CommG:
     bugs: bool = True  # inject bugs (the orchestration family, orch_comm.py, builds only correct programs)
 
     def p(self, prob: float) -> bool:
+        """True with probability `prob`."""
         return self.rnd.random() < prob
 
     def bug(self, *names: str) -> str | None:
