@@ -23,11 +23,7 @@ import random
 from typing import Any
 
 from .gen_comm import PATTERNS, CommG
-from .harness import HARNESS
-
-_KERNEL_EXECUTE = "\ndef execute():\n"
-assert HARNESS.count(_KERNEL_EXECUTE) == 1, "harness.py: the kernel-call execute() this family renames"
-_SHARED = HARNESS.replace(_KERNEL_EXECUTE, "\ndef kernel_execute():\n")
+from .harness import ORCHESTRATION_HARNESS
 
 # a local op: (kernel line from t, numpy of v); exact on small integers in INT32 and FP32
 _LOCAL = {"double": ("pl.add(t, t)", "v + v"), "neg": ("pl.neg(t)", "-v"), "copy": ("t", "v")}
@@ -140,7 +136,7 @@ def fam_orch_comm(g: Any) -> None:
         "    orchestration(comm_kernel())(d, y, cluster=runtime.Cluster(N))",
         "    return {'y': y}, expected, None",
     ]
-    g.own_source = "\n".join(lines) + "\n" + _SHARED
+    g.own_source = "\n".join(lines) + "\n" + ORCHESTRATION_HARNESS
 
 
 __all__ = ["fam_orch_comm"]

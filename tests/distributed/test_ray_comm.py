@@ -62,10 +62,12 @@ def test_ep_dispatch_all_to_all_example_is_exact(cluster4, capsys):
 
 def test_mesh_allreduce_reads_only_staged_bytes_on_four_actors(cluster4):
     x = ints((4, 1, SIZE), seed=4)
+    before = [s["tensors"] for s in cluster4.rank_stats()]
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnwrittenWindowReadWarning)  # every byte read was staged
         y = run_mesh_allreduce(x, cluster=cluster4)
     np.testing.assert_array_equal(y, np.broadcast_to(x.sum(axis=0), x.shape))
+    assert [s["tensors"] for s in cluster4.rank_stats()] == before  # each actor freed its windows
 
 
 @pl.orchestration
@@ -153,3 +155,31 @@ def test_an_unwritten_window_read_warns_on_the_driver_as_locally(cluster, line_o
         f"{site}: rank 1 remote_loads {4 * SIZE} bytes of window 'data' of rank 0 that no rank has written since "
         "allocation (first: element (0, 0)); it reads the allocation's zeros - check that its offsets and shape "
         "match what the peer stored"]
+
+
+ROW, ALL = [1, SIZE], [2, SIZE]
+FORMS = {"allgather": (ROW, ALL, ALL), "reduce_scatter": (ALL, ROW, ALL), "all_to_all": (ALL, ALL, ALL),
+         "shift_by_store": (ROW, ROW, ROW), "atomic_sum": (ROW, ROW, ROW), "broadcast": (ROW, ROW, ROW)}
+
+
+@pytest.mark.parametrize("name", sorted(FORMS))
+def test_the_collectives_and_rma_forms_give_the_local_bytes(cluster, name):
+    """Each form's numbers against numpy are pinned on the local Cluster (test_pld_collectives.py);
+    on actors the bytes are the same, and no byte read was unwritten."""
+    from pld_kernels import collective_kernels, one_out
+
+    x_row, y_row, data = FORMS[name]
+    prog = one_out(collective_kernels(2)[name], 2, x_row, y_row, data)
+    x = ints((2, *x_row), seed=len(name))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnwrittenWindowReadWarning)
+        np.testing.assert_array_equal(prog(x, cluster=cluster), prog(x, cluster=runtime.Cluster(2)))
+
+
+def test_put_then_get_gives_the_local_bytes(cluster):
+    from pld_kernels import collective_kernels, two_outs
+
+    prog = two_outs(collective_kernels(2)["put_get"], 2)
+    x = ints((2, 1, SIZE), seed=9)
+    for got, want in zip(prog(x, cluster=cluster), prog(x, cluster=runtime.Cluster(2))):
+        np.testing.assert_array_equal(got, want)
