@@ -141,6 +141,10 @@ class RayCluster(RemoteCluster):
             self._hub = start_hub(self.n_ranks, self.target)
         return self._hub
 
+    def forget_hub(self) -> None:
+        """The hub actor died: the next program that communicates starts a new one."""
+        self._hub = None
+
     def shutdown(self) -> None:
         """Kill the actors (their device memory with them); Ray itself keeps running."""
         for a in [*self.actors, *([self._hub] if self._hub is not None else [])]:

@@ -51,19 +51,31 @@ class CommHub:
 def start_hub(n_ranks: int, target: str) -> Any:
     """A hub actor: no CPU asked of the scheduler (as the rank actors), one thread per rank that
     may block in a wait, and a few for the driver's messages."""
-    remote = ray.remote(CommHub).options(num_cpus=0, max_concurrency=n_ranks + 4, max_restarts=0)
-    hub = remote.remote(n_ranks, target)
+    remote: Any = ray.remote(CommHub).options(num_cpus=0, max_concurrency=n_ranks + 4, max_restarts=0)
+    hub: Any = remote.remote(n_ranks, target)
     ray.get(hub.abort.remote(-1, ""))  # started (or a clear error now)
     return hub
+
+
+def hub_died(e: BaseException) -> runtime.DeviceError:
+    """The error of a program whose comm hub actor is gone (the windows' world with it)."""
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return runtime.DeviceError(f"the comm hub of the RayCluster (the actor hosting the ranks' comm world) is dead "
+                               f"({reason}); no output of this call was changed. help: run the call again (a new "
+                               "hub starts with it)")
 
 
 def hub_link(hub: Any) -> Any:
     """The `send` of a rank's `runtime.comm_remote.RankLink`: one call to the hub, awaited."""
 
     def send(rank: int, pushed: list[Delta], op: str, args: list[Any]) -> Reply:
-        return ray.get(hub.call.remote(rank, pushed, op, args))  # type: ignore[no-any-return]
+        try:
+            reply: Reply = ray.get(hub.call.remote(rank, pushed, op, args))
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+            raise hub_died(e) from None
+        return reply
 
     return send
 
 
-__all__ = ["CommHub", "hub_link", "start_hub"]
+__all__ = ["CommHub", "hub_died", "hub_link", "start_hub"]

@@ -135,10 +135,10 @@ def run_remote_program(cluster: Any, calls: Sequence[Any], residents: Sequence[A
         ranks = check_ranks(cluster, calls, residents)
         windows = ProgramWindows.open(cluster, calls, ranks)  # None unless its ranks communicate
         plan = C.plan_program(calls, ranks, rank_prefix, options)  # RemoteWorkers stand in for the workers
+        if windows is not None:
+            windows.start(sorted(plan))  # first: the ranks' programs name the hub it opened the world on
         shares = {r: rank_program(rk, ranks[r], cluster.graph_tokens, windows) for r, rk in plan.items()}
         programs = {r: prog for r, (prog, _) in shares.items()}
-        if windows is not None:
-            windows.start(sorted(plan))
         replies = {r: ranks[r].send("run", prog) for r, prog in programs.items()}
         results, errors = _replies_of(replies, plan, programs, cluster, rank_prefix, windows)
         if errors:

@@ -69,9 +69,14 @@ class ProgramWindows:
                         [(win.handles[rank], win.name, win.nbytes) for win in self.windows])
 
     def start(self, active: Sequence[int]) -> None:
-        """Open the world on the hub before any rank runs (`active`: the ranks that run kernels)."""
-        ok, err = ray.get(self.cluster.comm_hub().open.remote(
-            [(w.name, w.nbytes, w.grain) for w in self.windows], comm_run.DEFAULT_TIMEOUT, list(active)))
+        """Open the world on the hub before any rank runs (`active`: the ranks that run kernels). A
+        hub that died since the last program is replaced: it keeps nothing from one program to the next."""
+        spec = ([(w.name, w.nbytes, w.grain) for w in self.windows], comm_run.DEFAULT_TIMEOUT, list(active))
+        try:
+            ok, err = ray.get(self.cluster.comm_hub().open.remote(*spec))
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            self.cluster.forget_hub()
+            ok, err = ray.get(self.cluster.comm_hub().open.remote(*spec))
         if not ok:
             raise err
 

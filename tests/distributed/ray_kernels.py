@@ -79,14 +79,14 @@ def ffn_created(x: pl.Tensor[[RANKS, T, K], pl.FP16], wg: pl.Tensor[[RANKS, N, K
 KILL_DEADLINE = 60.0
 
 
-def kill_and_wait(ray, actor) -> None:
+def kill_and_wait(ray, actor, probe=lambda a: a.ping.remote([])) -> None:
     """`ray.kill(actor)` and return once a call to it fails: ray.kill only asks for the kill, so a
     message sent right after it may still be run by the actor, and the call it belongs to succeed."""
     ray.kill(actor, no_restart=True)
     deadline = time.monotonic() + KILL_DEADLINE
     while time.monotonic() < deadline:
         try:
-            ray.get(actor.ping.remote([]), timeout=5)
+            ray.get(probe(actor), timeout=5)
         except ray.exceptions.RayActorError:
             return  # dead: every later call fails the same way
         except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):

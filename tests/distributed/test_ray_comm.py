@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pld_kernels import SIZE, ints, lonely_wait, racy, run_mesh_allreduce
+from ray_kernels import kill_and_wait
 
 import runtime
 from nzjit import pl, pld
@@ -183,3 +184,11 @@ def test_put_then_get_gives_the_local_bytes(cluster):
     x = ints((2, 1, SIZE), seed=9)
     for got, want in zip(prog(x, cluster=cluster), prog(x, cluster=runtime.Cluster(2))):
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_dead_hub_is_replaced_by_the_next_program(cluster):
+    """The hub keeps nothing from one program to the next: a new one serves the next call."""
+    x = ints((2, 1, SIZE), seed=5)
+    run_mesh_allreduce(x, cluster=cluster)
+    kill_and_wait(ray, cluster.comm_hub(), probe=lambda hub: hub.abort.remote(-1, ""))
+    np.testing.assert_array_equal(run_mesh_allreduce(x, cluster=cluster), np.broadcast_to(x.sum(0), x.shape))
