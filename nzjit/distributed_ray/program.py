@@ -179,10 +179,12 @@ def _replies_of(replies: dict[int, Any], plan: dict[int, Any], programs: dict[in
         except RankLost as e:  # the actor is gone (the error names the rank)
             errors[r] = e
             if windows is not None:
-                windows.rank_lost(r, e)
+                windows.rank_lost(r, f"rank {r} is lost: {e}")
             continue
         except Exception as e:  # refused before its first launch (placing its tensors)
             errors[r] = _with_prefix(e, f"rank {r}: " if rank_prefix else "")
+            if windows is not None:  # its peers must not wait for it
+                windows.rank_lost(r, f"rank {r} stopped before its kernels: {type(e).__name__}: {e}")
             continue
         cluster.graph_tokens.shipped(r, list(programs[r].graphs))
         if isinstance(results[r], tuple):

@@ -16,8 +16,6 @@ from typing import Any
 import numpy as np
 import ray
 
-from runtime import DeviceError
-
 from ..backend import comm_run
 from .actor import CommSpec
 from .proxy import RemoteDeviceTensor, RemoteWorker
@@ -80,9 +78,10 @@ class ProgramWindows:
         if not ok:
             raise err
 
-    def rank_lost(self, rank: int, error: DeviceError) -> None:
-        """Rank `rank`'s actor died mid-program: the ranks waiting on it stop (no reply awaited)."""
-        self.cluster.comm_hub().abort.remote(rank, f"rank {rank} is lost: {error}")
+    def rank_lost(self, rank: int, why: str) -> None:
+        """Rank `rank` will not run its kernels (its actor died, or it failed before them): the ranks
+        waiting on it stop with `why` (no reply awaited)."""
+        self.cluster.comm_hub().abort.remote(rank, why)
 
     def close(self) -> None:
         """The program ended: its actors freed their windows; forget the handles and the views."""
