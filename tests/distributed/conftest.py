@@ -43,4 +43,3 @@ def cluster(ray_session):
     c = RayCluster(2)
     yield c
     c.shutdown()
-
