@@ -1,6 +1,7 @@
 """A hand-written all-reduce over 2 ranks with pld notify / wait / remote_load, checked against numpy.
 
     python examples/allreduce_notify_wait.py
+    python examples/allreduce_notify_wait.py --ray    # ranks as Ray actors (docs/ray.md)
 
 Each rank stages its slice in a window buffer, tells its peer with `pld.system.notify` (Set: one
 writer per cell), blocks in `pld.system.wait` until the peer has told it, then pulls the peer's
@@ -14,6 +15,7 @@ Exactness: small integers in fp32, so every sum is exact and must equal numpy bi
 
 from __future__ import annotations
 
+import argparse
 import warnings
 
 import numpy as np
@@ -77,20 +79,17 @@ def orchestrate(kernel):
     return allreduce
 
 
-def main() -> None:
-    cluster = runtime.Cluster(RANKS)
+def demo(cluster: object) -> tuple[bool, str, str]:
+    """On `cluster` (a runtime.Cluster or a RayCluster of RANKS ranks): whether y == numpy, and the
+    first lines of the hang and race reports of the two bugs."""
     x = np.random.default_rng(0).integers(-100, 101, (RANKS, 1, SIZE)).astype(np.float32)
     y = orchestrate(allreduce_step)(x, cluster=cluster)
     ok = np.array_equal(y, np.broadcast_to(x.sum(axis=0), x.shape))
-    print(f"allreduce_notify_wait: {RANKS} ranks x {SIZE} fp32, y == numpy on every rank: {ok}")
-
     try:
         orchestrate(forgot_notify)(x, cluster=cluster)
         hang = "no error"
     except CommHangError as e:
         hang = str(e).split("\n")[1].strip()
-    print(f"  without the notify : {hang}")
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UnwrittenWindowReadWarning)
@@ -98,6 +97,23 @@ def main() -> None:
         race = "no error"
     except CommRaceError as e:
         race = str(e).split("\n")[0].split(": ", 2)[2]
+    return ok, hang, race
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="A 2-rank all-reduce with notify / wait / remote_load")
+    parser.add_argument("--ray", action="store_true", help="run the ranks as Ray actors (pip install 'nzjit[ray]')")
+    if parser.parse_args(argv).ray:
+        from nzjit.distributed import RayCluster
+
+        cluster: object = RayCluster(RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False,
+                                     configure_logging=False)
+    else:
+        cluster = runtime.Cluster(RANKS)
+    ok, hang, race = demo(cluster)
+    print(f"allreduce_notify_wait: {RANKS} ranks x {SIZE} fp32 on {type(cluster).__name__}, y == numpy on every "
+          f"rank: {ok}")
+    print(f"  without the notify : {hang}")
     print(f"  without the wait   : {race}")
     if not (ok and hang.startswith("rank 0: waits at") and race.startswith("communication race")):
         raise SystemExit("allreduce_notify_wait: MISMATCH")

@@ -2,6 +2,7 @@
 against numpy.
 
     python examples/ep_dispatch_all_to_all.py
+    python examples/ep_dispatch_all_to_all.py --ray    # ranks as Ray actors (docs/ray.md)
 
 Rank r holds a batch of tokens and expert r (one expert per rank, its NZ weight a local stacked
 argument). The host routes every token to its top-1 expert and packs, on each rank, a send buffer
@@ -20,6 +21,7 @@ fp32, all far below 2^24: the result must equal numpy bit for bit.
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import numpy as np
@@ -92,7 +94,23 @@ def unpack(out: np.ndarray, slots: list[list[list[int]]]) -> np.ndarray:
     return y
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="An expert-parallel token dispatch with pld.tensor.all_to_all")
+    parser.add_argument("--ray", action="store_true", help="run the ranks as Ray actors (pip install 'nzjit[ray]')")
+    if parser.parse_args(argv).ray:
+        from nzjit.distributed import RayCluster
+
+        cluster: object = RayCluster(RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False,
+                                     configure_logging=False)
+    else:
+        cluster = runtime.Cluster(RANKS)
+    if not run(cluster):
+        raise SystemExit("ep_dispatch_all_to_all: MISMATCH")
+
+
+def run(cluster: object) -> bool:
+    """The layer on `cluster` (a runtime.Cluster or a RayCluster of RANKS ranks), printed; True when
+    it equals numpy."""
     t_start = time.perf_counter()
     rng = np.random.default_rng(5)
     small = lambda *shape: rng.choice(np.array([-1, 0, 1], np.float16), size=shape, p=[0.25, 0.5, 0.25])
@@ -100,7 +118,6 @@ def main() -> None:
     w = small(RANKS, N, H)  # expert e's weight [N, H]
     experts = rng.integers(0, RANKS, (RANKS, TOKENS))
 
-    cluster = runtime.Cluster(RANKS)
     w_d = cluster.alloc_stacked_tensor(runtime.pack_nz(w[:, None]))  # [RANKS, 1, N, H]: expert r on rank r
     send, slots = pack(x, experts)
     y = unpack(ep_layer(send, w_d, cluster=cluster), slots)
@@ -111,8 +128,7 @@ def main() -> None:
     print(f"  tokens per expert                  : {load.tolist()}")
     print(f"  dispatch -> expert -> combine == numpy: {ok}")
     print(f"  total                              : {time.perf_counter() - t_start:.2f} s")
-    if not ok:
-        raise SystemExit("ep_dispatch_all_to_all: MISMATCH")
+    return bool(ok)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 `pld.tensor.allreduce`, checked against numpy.
 
     python examples/tp_moe_allreduce.py
+    python examples/tp_moe_allreduce.py --ray    # ranks as Ray actors (docs/ray.md)
 
 Tensor parallelism splits every expert's FFN width F across the ranks: rank r holds columns
 [r F/2, (r + 1) F/2) of the gate and up projections and the matching rows of down, so each rank
@@ -20,6 +21,7 @@ fp16), so the result must equal numpy bit for bit.
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import numpy as np
@@ -131,7 +133,23 @@ def shard(w: np.ndarray, axis: int) -> np.ndarray:
     return np.stack(np.split(w, RANKS, axis=axis))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="A tensor-parallel MoE layer with pld.tensor.allreduce")
+    parser.add_argument("--ray", action="store_true", help="run the ranks as Ray actors (pip install 'nzjit[ray]')")
+    if parser.parse_args(argv).ray:
+        from nzjit.distributed import RayCluster
+
+        cluster: object = RayCluster(RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False,
+                                     configure_logging=False)
+    else:
+        cluster = runtime.Cluster(RANKS)
+    if not run(cluster):
+        raise SystemExit("tp_moe_allreduce: MISMATCH")
+
+
+def run(cluster: object) -> bool:
+    """The layer on `cluster` (a runtime.Cluster or a RayCluster of RANKS ranks), printed; True when
+    it equals numpy."""
     t_start = time.perf_counter()
     rng = np.random.default_rng(11)
     small = lambda *shape: rng.choice(np.array([-1, 0, 1], np.float16), size=shape, p=[0.25, 0.5, 0.25])
@@ -139,7 +157,6 @@ def main() -> None:
     w_router = rng.standard_normal((H, E)).astype(np.float32)
     wg, wu, wd = small(E, F, H), small(E, F, H), small(E, H, F)  # the full (unsharded) experts
 
-    cluster = runtime.Cluster(RANKS)
     wg_d, wu_d = (cluster.alloc_stacked_tensor(runtime.pack_nz(shard(w, 1))) for w in (wg, wu))
     wd_d = cluster.alloc_stacked_tensor(runtime.pack_nz(shard(wd, 2)))
 
@@ -155,8 +172,7 @@ def main() -> None:
     print(f"  all-reduced outputs == numpy    : {ranks_ok} on every rank (max |y| = {np.abs(ye).max():.0f})")
     print(f"  layer output        == numpy    : {layer_ok}")
     print(f"  total                           : {time.perf_counter() - t_start:.2f} s")
-    if not (ranks_ok and layer_ok):
-        raise SystemExit("tp_moe_allreduce: MISMATCH")
+    return bool(ranks_ok and layer_ok)
 
 
 if __name__ == "__main__":

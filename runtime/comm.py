@@ -49,7 +49,7 @@ from .device import DeviceTensor, Worker
 from .errors import DeviceError
 
 __all__ = ["CommWorld", "Window", "Endpoint", "CommError", "CommHangError", "CommRaceError",
-           "UnwrittenWindowReadWarning", "current_endpoint", "NOTIFY_OPS", "WAIT_CMPS", "REDUCE_OPS"]
+           "UnwrittenWindowReadWarning", "current_endpoint", "bound", "NOTIFY_OPS", "WAIT_CMPS", "REDUCE_OPS"]
 
 NOTIFY_OPS = ("atomic_add", "set")
 WAIT_CMPS = ("eq", "ge")
@@ -79,6 +79,18 @@ _local = threading.local()
 def current_endpoint() -> Endpoint | None:
     """The endpoint of the rank running on this thread (inside :meth:`CommWorld.running`), if any."""
     return getattr(_local, "endpoint", None)
+
+
+@contextmanager
+def bound(endpoint: Any) -> Any:
+    """Make `endpoint` the current one of this thread while the block runs: a `CommWorld`'s, or a
+    rank's link to a world in another process (runtime/comm_remote.py `RankLink`)."""
+    prev = getattr(_local, "endpoint", None)
+    _local.endpoint = endpoint
+    try:
+        yield endpoint
+    finally:
+        _local.endpoint = prev
 
 
 @dataclass(eq=False)
@@ -205,20 +217,33 @@ class CommWorld:
         """Context manager around rank `rank`'s work on this thread: makes its endpoint current, marks
         the rank finished (or failed) at exit, so that peers waiting on it are diagnosed."""
         ep = self._endpoints[rank]
-        _local.endpoint = ep
+        self.start(rank)
+        with bound(ep):
+            try:
+                yield ep
+            except BaseException as e:
+                self.finish(rank, e)
+                raise
+        late = self.finish(rank, None)
+        if late is not None:  # a race found in the stores made after its last communication
+            raise late
+
+    def start(self, rank: int) -> None:
+        """Rank `rank` starts its kernels (`running`'s entry; a rank in another process calls it
+        through runtime/comm_remote.py)."""
         with self._cond:
             self._states[rank] = _State("running")
-        try:
-            yield ep
-        except BaseException as e:
-            ep._finish(e)
-            raise
-        else:
-            late = ep._finish(None)
-            if late is not None:  # a race found in the stores made after its last communication
-                raise late
-        finally:
-            _local.endpoint = None
+
+    def finish(self, rank: int, error: BaseException | None) -> BaseException | None:
+        """Rank `rank`'s kernels returned (`error` None) or failed; peers waiting on it are diagnosed.
+        Returns the error the rank ends with: a race found in the stores it made after its last
+        communication, else `error`."""
+        return self._endpoints[rank]._finish(error)
+
+    def warn(self, rank: int, message: str) -> None:
+        """Report an unwritten window read by `rank` (a world serving ranks in other processes
+        replaces this to send the warning to the rank)."""
+        warnings.warn(message, UnwrittenWindowReadWarning, stacklevel=3)
 
     # ------------------------------------------------------------------------- blocking core
     def _block(self, rank: int, state: _State) -> None:
@@ -428,11 +453,10 @@ class Endpoint:
             fresh = tr.unwritten(idx)
             if fresh.size:
                 first = int(fresh[0]) // dtype.itemsize
-                warnings.warn(f"{site}: rank {self.rank} remote_loads {fresh.size} bytes of window {win.name!r} "
-                              f"of rank {peer} that no rank has written since allocation (first: element "
-                              f"{tuple(int(i) for i in np.unravel_index(first, tuple(view_shape)))}); it reads the allocation's zeros "
-                              "- check that its offsets and shape match what the peer stored",
-                              UnwrittenWindowReadWarning, stacklevel=2)
+                w.warn(self.rank, f"{site}: rank {self.rank} remote_loads {fresh.size} bytes of window {win.name!r} "
+                       f"of rank {peer} that no rank has written since allocation (first: element "
+                       f"{tuple(int(i) for i in np.unravel_index(first, tuple(view_shape)))}); it reads the "
+                       "allocation's zeros - check that its offsets and shape match what the peer stored")
             tr.record_read(idx, self.rank, int(clock[self.rank]), what)
             return win._bytes(peer)[idx].view(dtype).reshape(tuple(box)).copy()
 
@@ -496,9 +520,10 @@ class Endpoint:
 
     # ----------------------------------------------------------------------------- collectives
     def collective(self, kind: str, key: tuple[Any, ...], site: str, args: dict[str, Any],
-                   run: Callable[[dict[int, dict[str, Any]]], dict[int, Any]]) -> Any:
+                   run: Callable[[Endpoint, dict[int, dict[str, Any]]], dict[int, Any]]) -> Any:
         """Enter this rank's next collective. Every rank must enter the same `kind` with the same
-        `key`; the last one to arrive runs `run(args by rank) -> result by rank` with every rank
+        `key`; the last one to arrive runs `run(its endpoint, args by rank) -> result by rank` (`run`
+        reaches the windows only through that endpoint: it may be shipped to another process) with every rank
         stopped, and all leave ordered after everything each did before entering."""
         w = self.world
         with w._cond:
@@ -520,7 +545,7 @@ class Endpoint:
                     if r != self.rank:
                         w._scan_local(r, col.first_site)
                 try:
-                    col.results = run(col.args)
+                    col.results = run(self, col.args)
                 except CommError as e:
                     raise w._fail(e) from None
                 joined = np.maximum.reduce([w._clocks[r] for r in range(w.n_ranks)])

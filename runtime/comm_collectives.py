@@ -48,11 +48,11 @@ def allreduce(ep: Endpoint, win: Window, view_shape: Sequence[int], dtype: Any, 
         raise CommError(f"{site}: allreduce op {op!r} is not one of {REDUCE_OPS}")
     idx = _whole(view_shape, dtype)
 
-    def run(args: dict[int, dict[str, Any]]) -> dict[int, Any]:
-        parts = [ep.read_window(args[r]["win"], r, idx).view(dtype) for r in sorted(args)]
+    def run(io: Endpoint, args: dict[int, dict[str, Any]]) -> dict[int, Any]:
+        parts = [io.read_window(args[r]["win"], r, idx).view(dtype) for r in sorted(args)]
         out = _reduce(parts, op)
         for r in args:
-            ep.write_window(args[r]["win"], r, idx, out, f"allreduce at {args[r]['site']}")
+            io.write_window(args[r]["win"], r, idx, out, f"allreduce at {args[r]['site']}")
         return {}
 
     ep.collective("allreduce", (op, tuple(view_shape), dtype.name), site, {"win": win, "site": site}, run)
@@ -69,10 +69,10 @@ def allgather(ep: Endpoint, local: np.ndarray, win: Window, view_shape: Sequence
         raise CommError(f"{site}: allgather: the local chunk of {chunk.size} elements does not fill one row "
                         f"{list(row)} of the target")
 
-    def run(args: dict[int, dict[str, Any]]) -> dict[int, Any]:
+    def run(io: Endpoint, args: dict[int, dict[str, Any]]) -> dict[int, Any]:
         gathered = np.concatenate([args[r]["chunk"] for r in sorted(args)])
         for r in args:
-            ep.write_window(args[r]["win"], r, _whole(view_shape, dtype), gathered, f"allgather at {args[r]['site']}")
+            io.write_window(args[r]["win"], r, _whole(view_shape, dtype), gathered, f"allgather at {args[r]['site']}")
         return {}
 
     ep.collective("allgather", (tuple(view_shape), dtype.name), site,
@@ -89,11 +89,11 @@ def reduce_scatter(ep: Endpoint, win: Window, view_shape: Sequence[int], dtype: 
     _rows(view_shape, n, f"{site}: reduce_scatter")
     row = [1, *view_shape[1:]]
 
-    def run(args: dict[int, dict[str, Any]]) -> dict[int, Any]:
+    def run(io: Endpoint, args: dict[int, dict[str, Any]]) -> dict[int, Any]:
         for dst in sorted(args):
             idx = region_bytes(view_shape, dtype.itemsize, [dst] + [0] * (len(view_shape) - 1), row, "reduce_scatter")
-            parts = [ep.read_window(args[r]["win"], r, idx).view(dtype) for r in sorted(args)]
-            ep.write_window(args[dst]["win"], dst, idx, _reduce(parts, op), f"reduce_scatter at {args[dst]['site']}")
+            parts = [io.read_window(args[r]["win"], r, idx).view(dtype) for r in sorted(args)]
+            io.write_window(args[dst]["win"], dst, idx, _reduce(parts, op), f"reduce_scatter at {args[dst]['site']}")
         return {}
 
     ep.collective("reduce_scatter", (op, tuple(view_shape), dtype.name), site, {"win": win, "site": site}, run)
@@ -110,10 +110,10 @@ def all_to_all(ep: Endpoint, local: np.ndarray, win: Window, view_shape: Sequenc
         raise CommError(f"{site}: all_to_all: the input {list(data.shape)} and the target {list(view_shape)} "
                         "differ in shape")
 
-    def run(args: dict[int, dict[str, Any]]) -> dict[int, Any]:
+    def run(io: Endpoint, args: dict[int, dict[str, Any]]) -> dict[int, Any]:
         for d in sorted(args):
             received = np.stack([args[s]["data"][d] for s in sorted(args)])
-            ep.write_window(args[d]["win"], d, _whole(view_shape, dtype), received, f"all_to_all at {args[d]['site']}")
+            io.write_window(args[d]["win"], d, _whole(view_shape, dtype), received, f"all_to_all at {args[d]['site']}")
         return {}
 
     ep.collective("all_to_all", (tuple(view_shape), dtype.name), site, {"win": win, "data": data, "site": site}, run)
@@ -126,11 +126,11 @@ def broadcast(ep: Endpoint, win: Window, view_shape: Sequence[int], dtype: Any, 
         raise CommError(f"{site}: broadcast root {root} is not a rank of the world (ranks 0..{ep.n_ranks - 1})")
     idx = _whole(view_shape, dtype)
 
-    def run(args: dict[int, dict[str, Any]]) -> dict[int, Any]:
-        data = ep.read_window(args[root]["win"], root, idx)
+    def run(io: Endpoint, args: dict[int, dict[str, Any]]) -> dict[int, Any]:
+        data = io.read_window(args[root]["win"], root, idx)
         for r in args:
             if r != root:
-                ep.write_window(args[r]["win"], r, idx, data, f"broadcast at {args[r]['site']}")
+                io.write_window(args[r]["win"], r, idx, data, f"broadcast at {args[r]['site']}")
         return {}
 
     ep.collective("broadcast", (root, tuple(view_shape), dtype.name), site, {"win": win, "site": site}, run)
@@ -138,4 +138,4 @@ def broadcast(ep: Endpoint, win: Window, view_shape: Sequence[int], dtype: Any, 
 
 def barrier(ep: Endpoint, site: str) -> None:
     """Every rank waits until all have arrived; afterwards each is ordered after all the others."""
-    ep.collective("barrier", (), site, {"site": site}, lambda args: {})
+    ep.collective("barrier", (), site, {"site": site}, lambda io, args: {})

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Generic, TypeVar
 
+from .blas import one_thread
+
 __all__ = ["THREADS", "Ahead", "helper_available", "ranks_running", "run"]
 
 T = TypeVar("T")
@@ -153,7 +155,8 @@ def ranks_running(n: int) -> Iterator[None]:
     with _ranks_lock:
         _RANKS += n
     try:
-        yield
+        with one_thread():  # nor do the BLAS library's own threads get a core (runtime/blas.py)
+            yield
     finally:
         with _ranks_lock:
             _RANKS -= n

@@ -31,7 +31,7 @@ from ..core import dtypes as dt
 from ..prims import DistributedTensorType
 from .comm_instrument import instrument
 
-__all__ = ["WindowBuffer", "WindowView", "open_world", "window_tensor", "run_ranks", "close_world", "sizing", "world_size_hint",
+__all__ = ["WindowBuffer", "WindowView", "window_buffers", "world_ranks", "cause_of", "open_world", "window_tensor", "run_ranks", "close_world", "sizing", "world_size_hint",
            "DEFAULT_TIMEOUT"]
 
 #: seconds a blocked rank may see no progress before the world stops it (`NZJIT_COMM_TIMEOUT`)
@@ -145,26 +145,38 @@ def _check_params(calls: Sequence[Any]) -> None:
                                     f"{a.name!r}; a window goes to a pld.DistributedTensor parameter")
 
 
-def open_world(calls: Sequence[Any], ranks: Mapping[int, Worker], cluster: Any) -> CommWorld | None:
-    """The comm world of a program whose calls take windows (None when none does): every window
-    buffer allocated, zeroed, on every rank of the world (the cluster's, else the program's)."""
+def window_buffers(calls: Sequence[Any]) -> list[WindowBuffer]:
+    """The window buffers a program's calls use, in first-use order (every rank numbers them so);
+    refused when a window view does not fit its buffer or goes to a parameter of the wrong kind."""
     _check_params(calls)
     views = _views(calls)
-    if not views:
-        return None
-    workers = dict(enumerate(cluster.workers)) if isinstance(cluster, runtime.Cluster) else dict(ranks)
-    if sorted(workers) != list(range(len(workers))):
-        raise DispatchError(f"ranks that communicate are 0..n-1; this program dispatches to ranks {sorted(workers)}: "
-                            "pass cluster=runtime.Cluster(n)")
-    world = CommWorld(workers, timeout=DEFAULT_TIMEOUT, active=sorted({c.device for c in calls}))
-    for buf in {id(v.buffer): v.buffer for v in views}.values():
-        buf.window = world.alloc_window(buf.nbytes, buf.name, buf.grain)
     for v in views:
         need = math.prod(v.view_shape) * v.dtype.itemsize
         if need > v.buffer.nbytes:
-            world.close()
             raise DispatchError(f"pld.window({v.name}, {list(v.view_shape)}, dtype={v.pl_dtype!r}) needs {need} bytes; "
                                 f"the buffer has {v.buffer.nbytes} bytes per rank")
+    return list({id(v.buffer): v.buffer for v in views}.values())
+
+
+def world_ranks(calls: Sequence[Any], ranks: Mapping[int, Any], cluster: Any) -> dict[int, Any]:
+    """The ranks of the comm world: the cluster's, else the program's; they must be 0..n-1."""
+    workers = dict(enumerate(cluster.workers)) if hasattr(cluster, "workers") else dict(ranks)
+    if sorted(workers) != list(range(len(workers))):
+        raise DispatchError(f"ranks that communicate are 0..n-1; this program dispatches to ranks {sorted(workers)}: "
+                            "pass cluster=runtime.Cluster(n)")
+    return workers
+
+
+def open_world(calls: Sequence[Any], ranks: Mapping[int, Worker], cluster: Any) -> CommWorld | None:
+    """The comm world of a program whose calls take windows (None when none does): every window
+    buffer allocated, zeroed, on every rank of the world (the cluster's, else the program's)."""
+    buffers = window_buffers(calls)
+    if not buffers:
+        return None
+    workers = world_ranks(calls, ranks, cluster if isinstance(cluster, runtime.Cluster) else None)
+    world = CommWorld(workers, timeout=DEFAULT_TIMEOUT, active=sorted({c.device for c in calls}))
+    for buf in buffers:
+        buf.window = world.alloc_window(buf.nbytes, buf.name, buf.grain)
     return world
 
 
@@ -190,17 +202,22 @@ def run_ranks(world: CommWorld, plan: Mapping[int, Any]) -> None:
     try:
         runtime.dispatch.run_ranks({r: rank_fn(r, rk) for r, rk in plan.items()})
     except BaseException:
-        # a rank that failed on its own (not a hang or race report) is the cause: the peers that were
-        # waiting for it only report that it stopped; name the cause
-        causes = sorted((r, e) for r, e in failed.items() if not isinstance(e, CommError))
-        if causes:
-            r, e = causes[0]
-            try:
-                new = type(e)(f"rank {r}: {e}")
-            except Exception:
-                raise e from None
-            raise new from e
-        raise
+        cause = cause_of(failed)
+        if cause is None:
+            raise
+        r, e = cause
+        try:
+            new = type(e)(f"rank {r}: {e}")
+        except Exception:
+            raise e from None
+        raise new from e
+
+
+def cause_of(failed: Mapping[int, BaseException]) -> tuple[int, BaseException] | None:
+    """The lowest rank that failed on its own (not with a hang or race report), if any: the peers
+    that were waiting for it only report that it stopped, so its error is the one to name."""
+    causes = sorted(((r, e) for r, e in failed.items() if not isinstance(e, CommError)), key=lambda x: x[0])
+    return causes[0] if causes else None
 
 
 def close_world(world: CommWorld, calls: Sequence[Any]) -> None:

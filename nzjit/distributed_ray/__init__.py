@@ -6,6 +6,9 @@
 - `actor`: the code each rank's actor runs (`RankDevice`: a `runtime.Worker` and the lowered graphs);
 - `program`: a validated program cut into one picklable `RankProgram` per rank, dispatched with a
   two-phase commit;
+- `windows`: the windows of a program whose ranks communicate, seen from the driver (each one memory
+  of its rank's actor);
+- `hub`: the actor hosting such a program's comm world (`runtime.comm_remote.WorldHost`);
 - `cluster`: `RayCluster` itself.
 
 Importing this package does not import ray; `cluster` imports it when a RayCluster is made.

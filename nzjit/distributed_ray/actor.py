@@ -14,7 +14,7 @@ driver as itself (type and message), not wrapped in Ray's traceback text.
 from __future__ import annotations
 
 import os
-import pickle
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,21 +22,36 @@ from typing import Any
 import numpy as np
 
 import runtime
+from runtime.comm import bound
+from runtime.comm_remote import RankLink, portable
 
 from ..backend.convention import launch_resident
 from ..backend.options import Options
 from ..core.ir import Graph
+from .hub import hub_link
 from .proxy import Alloc
 
 
 @dataclass(frozen=True)
 class Slot:
     """A tensor argument of a launch: the tensor of `handle` on this rank, or its dense view of
-    `shape` at byte `offset` (an orchestration view)."""
+    `shape` at byte `offset` (an orchestration view; `dtype` when it differs from the tensor's: a
+    window's bytes seen as a `pld.window` view)."""
 
     handle: int
     offset: int = 0
     shape: tuple[int, ...] | None = None
+    dtype: np.dtype | None = None
+
+
+@dataclass
+class CommSpec:
+    """A program whose ranks communicate: the hub actor hosting its world (hub.py), the world's
+    rank count, and this rank's windows (handle, name, bytes), in the order the hub numbers them."""
+
+    hub: Any
+    n_ranks: int
+    windows: list[tuple[int, str, int]]
 
 
 @dataclass
@@ -61,17 +76,11 @@ class RankProgram:
     snapshot: list[Slot] = field(default_factory=list)  # resident outputs, restored on failure
     gather: list[int] = field(default_factory=list)  # host outputs, downloaded on success
     frees: list[int] = field(default_factory=list)  # freed when the program ends, by success or not
+    comm: CommSpec | None = None  # its ranks communicate through windows
 
 
-def _portable(e: BaseException) -> BaseException:
-    """`e` if it survives pickling as itself, else a DeviceError that keeps its type name and text."""
-    try:
-        back = pickle.loads(pickle.dumps(e))
-        if type(back) is type(e) and str(back) == str(e):
-            return e
-    except Exception:
-        pass
-    return runtime.DeviceError(f"{type(e).__name__}: {e}")
+_portable = portable  # an error raised on the rank reaches the driver as itself
+Said = tuple[type, str]  # a warning a launch raised: (category, text)
 
 
 def _replies(method: Callable[..., Any]) -> Callable[..., tuple[bool, Any]]:
@@ -116,7 +125,8 @@ class RankDevice:
         if slot.offset == 0 and (slot.shape is None or slot.shape == t.shape):
             return t
         shape = t.shape if slot.shape is None else slot.shape  # a view: inside t's allocation, GM checks it
-        return runtime.DeviceTensor(self.worker, t.address + slot.offset, shape, t.dtype)
+        return runtime.DeviceTensor(self.worker, t.address + slot.offset, shape,
+                                    t.dtype if slot.dtype is None else slot.dtype)
 
     @_replies
     def ping(self) -> int:
@@ -153,15 +163,26 @@ class RankDevice:
         del self.tensors[h]
 
     @_replies
-    def run(self, program: RankProgram) -> tuple[int, BaseException] | list[np.ndarray]:
+    def run(self, program: RankProgram) -> tuple[tuple[int, BaseException] | list[np.ndarray], list[Said]]:
         """Run the launches in order. Success: the host outputs' bytes (the snapshots are kept until
-        commit / rollback). Failure: (launch index, error), resident outputs already restored."""
+        commit / rollback). Failure: (launch index, error; -1 after the last launch: a race in the
+        rank's last stores), resident outputs already restored. With it, the warnings the launches
+        raised (category, text): the driver raises them again."""
         self.snapshots = []  # the driver has committed or rolled back every earlier program
         self.programs_run += 1
         self.graphs.update(program.graphs)
+        with warnings.catch_warnings(record=True) as said:  # the actor runs one message at a time
+            warnings.simplefilter("always")
+            result = self._run(program)
+        return result, [(w.category, str(w.message)) for w in said]
+
+    def _run(self, program: RankProgram) -> tuple[int, BaseException] | list[np.ndarray]:
+        link = None
         try:
             for (h, shape, dtype), init in program.uploads:
                 self.tensors[h] = self.worker.alloc_tensor(shape, dtype, init=init)
+            if program.comm is not None:
+                link = self._open_link(program.comm)
             for slot in program.snapshot:
                 t = self._arg(slot)
                 view = self.worker.gm.view(t.address, (t.nbytes,), (1,))
@@ -170,16 +191,34 @@ class RankDevice:
                 args = [self._arg(a) if isinstance(a, Slot) else a for a in ln.args]
                 try:
                     graph, params = self.graphs[ln.token]
-                    launch_resident(params, graph, ln.dims, ln.options, self.worker, args)
+                    with bound(link):
+                        launch_resident(params, graph, ln.dims, ln.options, self.worker, args)
                 except Exception as e:
+                    if link is not None:
+                        link.finish(e)  # peers waiting on this rank stop too
                     self._restore()
                     return i, _portable(e)
+            if link is not None:
+                late = link.finish(None)
+                if late is not None:
+                    self._restore()
+                    return -1, _portable(late)
             return [self.worker.copy_from(self._tensor(h)) for h in program.gather]
         finally:
             for h in program.frees:
                 done = self.tensors.pop(h, None)
                 if done is not None and not done.freed:
                     self.worker.free_tensor(done)
+
+    def _open_link(self, comm: CommSpec) -> RankLink:
+        """This rank's windows, zeroed (PyPTO: signal cells rely on it), and its link to the hub."""
+        mine = []
+        for h, name, nbytes in comm.windows:
+            self.tensors[h] = self.worker.alloc_tensor((nbytes,), np.uint8, init=np.zeros(nbytes, np.uint8))
+            mine.append((name, self.tensors[h]))
+        link = RankLink(self.worker.device_id, comm.n_ranks, mine, hub_link(comm.hub))
+        link.start()
+        return link
 
     @_replies
     def commit(self) -> None:
@@ -197,4 +236,4 @@ class RankDevice:
         self.snapshots = []
 
 
-__all__ = ["Launch", "RankDevice", "RankProgram", "Slot"]
+__all__ = ["CommSpec", "Launch", "RankDevice", "RankProgram", "Slot"]

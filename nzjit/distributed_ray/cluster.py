@@ -24,6 +24,7 @@ from runtime.layout_marks import layout_of
 from ..backend.options import Options
 from ..backend.remote import RemoteCluster
 from .actor import RankDevice
+from .hub import start_hub
 from .program import GraphTokens, run_remote_program
 from .proxy import RemoteWorker, fetch, next_handle
 
@@ -62,6 +63,7 @@ class RayCluster(RemoteCluster):
         self.actors: list[Any] = [remote.remote(r, target) for r in range(int(n_ranks))]
         self.workers = [RemoteWorker(self, r, a, target) for r, a in enumerate(self.actors)]
         self.graph_tokens = GraphTokens()
+        self._hub: Any = None  # comm_hub()
         for r, ref in enumerate([w.send("ping") for w in self.workers]):
             fetch(r, ref)  # every actor started and imported nzjit, or a clear error now
 
@@ -132,9 +134,20 @@ class RayCluster(RemoteCluster):
         """The RemoteCluster entry (backend/call.py `run_program` hands a program here)."""
         run_remote_program(self, calls, residents, rank_prefix, options)
 
+    def comm_hub(self) -> Any:
+        """The actor hosting the comm world of programs whose ranks communicate (hub.py), started
+        with the first such program."""
+        if self._hub is None:
+            self._hub = start_hub(self.n_ranks, self.target)
+        return self._hub
+
+    def forget_hub(self) -> None:
+        """The hub actor died: the next program that communicates starts a new one."""
+        self._hub = None
+
     def shutdown(self) -> None:
         """Kill the actors (their device memory with them); Ray itself keeps running."""
-        for a in self.actors:
+        for a in [*self.actors, *([self._hub] if self._hub is not None else [])]:
             try:
                 ray.kill(a)
             except ray.exceptions.ActorHandleNotFoundError:

@@ -14,17 +14,23 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
+
+import ray
 
 from runtime import DispatchError
 
 # the local calling convention's planner and refs: a RayCluster checks a program exactly as a
 # local cluster does
 from ..backend import call as C
+from ..backend import comm_run
+from ..backend.comm_instrument import instrument
 from ..backend.options import Options
 from .actor import Launch, RankProgram, Slot
 from .proxy import RankLost, RemoteWorker, fetch
+from .windows import ProgramWindows
 
 
 class GraphTokens:
@@ -50,10 +56,14 @@ class GraphTokens:
         self._sent.setdefault(rank, set()).update(tokens)
 
 
-def rank_program(rk: Any, worker: RemoteWorker, tokens: GraphTokens) -> tuple[RankProgram, list[Any]]:
+def rank_program(rk: Any, worker: RemoteWorker, tokens: GraphTokens, windows: ProgramWindows | None = None
+                 ) -> tuple[RankProgram, list[Any]]:
     """One rank's share of the plan (`rk`: backend/call.py `RankPlan`); also its host outputs (HostRefs,
-    in the order of `RankProgram.gather`)."""
+    in the order of `RankProgram.gather`). With `windows`, its ranks communicate."""
     prog = RankProgram()
+    if windows is not None:
+        prog.comm = windows.spec(rk.rank)
+        prog.frees.extend(h for h, _, _ in prog.comm.windows)
     uploads: dict[tuple[int, int | None], int] = {}  # host array (root, plane) -> handle
     host_outputs: list[Any] = []
     for ln in rk.launches:
@@ -78,10 +88,14 @@ def rank_program(rk: Any, worker: RemoteWorker, tokens: GraphTokens) -> tuple[Ra
                 elif isinstance(a, C.DeviceRef) and p.is_output and slot not in prog.snapshot:
                     prog.snapshot.append(slot)
                 args.append(slot)
+            elif isinstance(a, comm_run.WindowView):  # this rank's memory of the window, in its actor
+                t = comm_run.window_tensor(a, rk.rank)
+                args.append(Slot(t.address, 0, tuple(t.shape), t.dtype))
             else:
                 args.append(a)
         lp = ln.plan
-        prog.launches.append(Launch(tokens.token(lp.graph, ln.call.kernel.params, rk.rank, prog.graphs), args,
+        graph = lp.graph if windows is None else instrument(lp.graph)  # as comm_run.run_ranks does
+        prog.launches.append(Launch(tokens.token(graph, ln.call.kernel.params, rk.rank, prog.graphs), args,
                                     lp.dims, lp.options, C.call_name(ln.call)))
     return prog, host_outputs
 
@@ -116,31 +130,20 @@ def run_remote_program(cluster: Any, calls: Sequence[Any], residents: Sequence[A
         return
     programs: dict[int, RankProgram] = {}
     ranks: dict[int, RemoteWorker] = {}
+    windows: ProgramWindows | None = None
     try:
         ranks = check_ranks(cluster, calls, residents)
+        windows = ProgramWindows.open(cluster, calls, ranks)  # None unless its ranks communicate
         plan = C.plan_program(calls, ranks, rank_prefix, options)  # RemoteWorkers stand in for the workers
-        shares = {r: rank_program(rk, ranks[r], cluster.graph_tokens) for r, rk in plan.items()}
+        if windows is not None:
+            windows.start(sorted(plan))  # first: the ranks' programs name the hub it opened the world on
+        shares = {r: rank_program(rk, ranks[r], cluster.graph_tokens, windows) for r, rk in plan.items()}
         programs = {r: prog for r, (prog, _) in shares.items()}
         replies = {r: ranks[r].send("run", prog) for r, prog in programs.items()}
-        results: dict[int, Any] = {}
-        errors: dict[int, BaseException] = {}
-        for r, ref in replies.items():
-            try:
-                results[r] = fetch(r, ref)
-            except RankLost as e:  # the actor is gone (the error names the rank)
-                errors[r] = e
-                continue
-            except Exception as e:  # refused before its first launch (placing its tensors)
-                errors[r] = _with_prefix(e, f"rank {r}: " if rank_prefix else "")
-                continue
-            cluster.graph_tokens.shipped(r, list(programs[r].graphs))
-            if isinstance(results[r], tuple):
-                index, err = results[r]
-                call = plan[r].launches[index].call
-                errors[r] = _with_prefix(err, f"rank {r}: {C.call_name(call)}: " if rank_prefix else "")
+        results, errors = _replies_of(replies, plan, programs, cluster, rank_prefix, windows)
         if errors:
             _rollback(ranks, [r for r in results if r not in errors])
-            first = errors[min(errors)]
+            first = _first_error(errors, windows is not None)
             raise first from first.__cause__
         for r, (_, host_outputs) in shares.items():
             for ref, data in zip(host_outputs, results[r]):
@@ -155,6 +158,50 @@ def run_remote_program(cluster: Any, calls: Sequence[Any], residents: Sequence[A
         for r, prog in programs.items():
             for (h, _, _), _ in prog.uploads:
                 ranks[r].gm.placed.discard(h)
+        if windows is not None:
+            windows.close()
+
+
+def _replies_of(replies: dict[int, Any], plan: dict[int, Any], programs: dict[int, RankProgram], cluster: Any,
+                rank_prefix: bool, windows: ProgramWindows | None) -> tuple[dict[int, Any], dict[int, BaseException]]:
+    """Every rank's result (its host outputs' bytes) or error, as each reply arrives: a rank whose
+    actor died stops the ranks that wait on it at once (not after the comm world's timeout). The
+    warnings the ranks raised are raised here, in rank order."""
+    results: dict[int, Any] = {}
+    errors: dict[int, BaseException] = {}
+    said: dict[int, list[tuple[type, str]]] = {}
+    waiting = {ref: r for r, ref in replies.items()}
+    while waiting:
+        done, _ = ray.wait(list(waiting), num_returns=1)
+        r = waiting.pop(done[0])
+        try:
+            results[r], said[r] = fetch(r, done[0])
+        except RankLost as e:  # the actor is gone (the error names the rank)
+            errors[r] = e
+            if windows is not None:
+                windows.rank_lost(r, f"rank {r} is lost: {e}")
+            continue
+        except Exception as e:  # refused before its first launch (placing its tensors)
+            errors[r] = _with_prefix(e, f"rank {r}: " if rank_prefix else "")
+            if windows is not None:  # its peers must not wait for it
+                windows.rank_lost(r, f"rank {r} stopped before its kernels: {type(e).__name__}: {e}")
+            continue
+        cluster.graph_tokens.shipped(r, list(programs[r].graphs))
+        if isinstance(results[r], tuple):
+            index, err = results[r]
+            where = f"{C.call_name(plan[r].launches[index].call)}: " if index >= 0 else ""  # -1: after its kernels
+            errors[r] = _with_prefix(err, f"rank {r}: {where}" if rank_prefix else "")
+    for r in sorted(said):
+        for category, text in said[r]:
+            warnings.warn(text, category, stacklevel=5)
+    return results, errors
+
+
+def _first_error(errors: dict[int, BaseException], communicating: bool) -> BaseException:
+    """The error of the lowest failing rank; when ranks communicate, of the lowest rank that failed
+    on its own (as comm_run.run_ranks names it on a local Cluster)."""
+    cause = comm_run.cause_of(errors) if communicating else None
+    return cause[1] if cause is not None else errors[min(errors)]
 
 
 def _rollback(ranks: dict[int, RemoteWorker], done: Sequence[int]) -> None:

@@ -40,6 +40,7 @@ from .fam_prover import fam_prover
 from .fam_store import fam_acc_store, fam_flatten, fam_vec_ew
 from .gen_vector import fam_vec_alu, fam_vec_mix
 from .harness import HARNESS
+from .orch_comm import fam_orch_comm  # HOOK (issue 28)
 from .orch_slices import fam_orch_slices  # HOOK (issue 25)
 from .program import DTYPES, G, Program, c0_of, nbytes
 
@@ -56,6 +57,7 @@ FAMILIES: dict[str, tuple[float, Callable[[G], None]]] = {
     "probe": (15, fam_probe),
     "prover": (12, fam_prover),
     "orch_slices": (6, fam_orch_slices),  # HOOK (issue 25): orchestration views, fuzz/orch_slices.py
+    "orch_comm": (4, fam_orch_comm),  # HOOK (issue 28): ranks with several kernels that talk, fuzz/orch_comm.py
 }
 
 # the vector unit's families (issue 22) live in gen_vector.py, which does not import this module

@@ -33,7 +33,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass, field
 
-__all__ = ["CommProgram", "CommOutcome", "generate_comm", "run_comm", "main"]
+__all__ = ["CommG", "CommProgram", "CommOutcome", "PATTERNS", "generate_comm", "run_comm", "main"]
 
 _HEAD = '''"""nzjit fuzz program (communicating ranks) {name}: {tags}."""
 
@@ -103,7 +103,10 @@ class CommOutcome:
 
 
 @dataclass
-class _G:
+class CommG:
+    """A communicating kernel under construction: its body and reference lines, its tags, what it
+    must do (`expect`, the ranks a hang leaves `blocked`), the window rows; a pattern fills it."""
+
     rnd: random.Random
     n: int
     tags: list[str] = field(default_factory=list)
@@ -113,13 +116,15 @@ class _G:
     blocked: tuple[int, ...] = ()
     rows: tuple[int, int, int] = (1, 1, 1)  # x rows, y rows, data rows
     skip: int = -1  # a rank that runs `idle` instead of the kernel
+    bugs: bool = True  # inject bugs (the orchestration family, orch_comm.py, builds only correct programs)
 
     def p(self, prob: float) -> bool:
+        """True with probability `prob`."""
         return self.rnd.random() < prob
 
     def bug(self, *names: str) -> str | None:
         """An injected bug of `names` with probability 0.35, recorded as a tag."""
-        if not self.p(0.35):
+        if not self.bugs or not self.p(0.35):
             return None
         b = self.rnd.choice(names)
         self.tags.append(f"bug:{b}")
@@ -130,7 +135,7 @@ _CTX = ["ctx = pld.get_comm_ctx(data)", "me = pld.rank(ctx)", "n = pld.nranks(ct
         "t = pl.load(x, [0, 0], [1, SIZE])"]
 
 
-def _shift_load(g: _G) -> None:
+def _shift_load(g: CommG) -> None:
     s = g.rnd.randrange(1, g.n)
     op = g.rnd.choice(["Set", "AtomicAdd"])
     cmp = g.rnd.choice(["Ge", "Eq"])
@@ -150,7 +155,7 @@ def _shift_load(g: _G) -> None:
         g.expect = "race"
 
 
-def _shift_store(g: _G) -> None:
+def _shift_store(g: CommG) -> None:
     s = g.rnd.randrange(1, g.n)
     bug = g.bug("drop_barrier")
     g.tags.append(f"shift:{s}")
@@ -163,7 +168,7 @@ def _shift_store(g: _G) -> None:
         g.expect = "race"
 
 
-def _mesh(g: _G) -> None:
+def _mesh(g: CommG) -> None:
     op = g.rnd.choice(["add", "maximum"])  # (this pl has no pl.minimum yet)
     bug = g.bug("drop_notify")
     g.tags.append(f"mesh:{op}")
@@ -181,7 +186,7 @@ def _mesh(g: _G) -> None:
         g.expect, g.blocked = "hang", tuple(range(g.n))
 
 
-def _collective(g: _G) -> None:
+def _collective(g: CommG) -> None:
     kind = g.rnd.choice(["allreduce", "allgather", "reduce_scatter", "all_to_all"])
     n = g.n
     bug = g.bug("skip_one_rank")
@@ -217,7 +222,7 @@ def _collective(g: _G) -> None:
         g.expect, g.blocked = "hang", tuple(r for r in range(n) if r != g.skip)
 
 
-def _atomic(g: _G) -> None:
+def _atomic(g: CommG) -> None:
     target = g.rnd.randrange(g.n)
     bug = g.bug("plain_store")
     atomic = "" if bug else ", atomic=pld.AtomicType.Add"
@@ -229,7 +234,7 @@ def _atomic(g: _G) -> None:
         g.expect = "race"
 
 
-def _counter(g: _G) -> None:
+def _counter(g: CommG) -> None:
     """Every rank adds 1 to every rank's cell [0, 0], then waits for its cell to reach n."""
     bug = g.bug("set_not_add")
     op = "Set" if bug else "AtomicAdd"
@@ -243,7 +248,7 @@ def _counter(g: _G) -> None:
         g.expect, g.blocked = "hang", tuple(range(g.n))
 
 
-def _if_barrier(g: _G) -> None:
+def _if_barrier(g: CommG) -> None:
     """PyPTO's barrier + remote accumulate: one-armed `if peer != me:` arms inside pl.range."""
     op = g.rnd.choice(["Set", "AtomicAdd"])
     bug = g.bug("drop_notify", "drop_wait")
@@ -267,13 +272,14 @@ def _if_barrier(g: _G) -> None:
 
 _PATTERNS = {"if_barrier": _if_barrier, "shift_load": _shift_load, "shift_store": _shift_store, "mesh": _mesh, "collective": _collective,
              "atomic": _atomic, "counter": _counter}
+PATTERNS = _PATTERNS  # the communication patterns, each `pattern(CommG)`: the orchestration family draws them too
 
 
 def generate_comm(seed: int, index: int, pattern: str | None = None) -> CommProgram:
     """Program `index` of campaign `seed` (deterministic)."""
     rnd = random.Random(f"nzjit.fuzz.comm:{seed}:{index}")
     n = rnd.choice([2, 2, 3, 4])
-    g = _G(rnd, n)
+    g = CommG(rnd, n)
     pat = pattern or rnd.choice(sorted(_PATTERNS))
     _PATTERNS[pat](g)
     dt, npt, hi = rnd.choice([("FP32", "float32", 8), ("INT32", "int32", 1000)])

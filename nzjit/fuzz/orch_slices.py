@@ -18,14 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .harness import HARNESS
+from .harness import ORCHESTRATION_HARNESS
 
 # dtype -> (numpy type, accumulator pl name, its numpy type, c0)
 DTYPES = {"INT8": ("np.int8", "INT32", "np.int32", 32), "FP16": ("np.float16", "FP32", "np.float32", 16)}
 
-_KERNEL_EXECUTE = "\ndef execute():\n"
-assert HARNESS.count(_KERNEL_EXECUTE) == 1, "harness.py: the kernel-call execute() this family renames"
-_SHARED = HARNESS.replace(_KERNEL_EXECUTE, "\ndef kernel_execute():\n")
 
 
 def _view(g: Any, t: str, r: int, plane: int, e: int, rest: tuple[int, int], drop: bool) -> str:
@@ -161,7 +158,7 @@ def fam_orch_slices(g: Any) -> None:
         "    orch(x, w, out)",
         "    return {'out': out}, expected, None",
     ]
-    g.own_source = "\n".join(lines) + "\n" + _SHARED
+    g.own_source = "\n".join(lines) + "\n" + ORCHESTRATION_HARNESS
 
 
 __all__ = ["fam_orch_slices"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 import runtime
@@ -73,3 +75,21 @@ def ffn_created(x: pl.Tensor[[RANKS, T, K], pl.FP16], wg: pl.Tensor[[RANKS, N, K
         g = pl.create_tensor([T, N], pl.FP32)
         mm(x[r], wg[r], g, device=r)
         relu_mul(g, mm(x[r], wu[r], device=r), h[r], device=r)
+
+KILL_DEADLINE = 60.0
+
+
+def kill_and_wait(ray, actor, probe=lambda a: a.ping.remote([])) -> None:
+    """`ray.kill(actor)` and return once a call to it fails: ray.kill only asks for the kill, so a
+    message sent right after it may still be run by the actor, and the call it belongs to succeed."""
+    ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + KILL_DEADLINE
+    while time.monotonic() < deadline:
+        try:
+            ray.get(probe(actor), timeout=5)
+        except ray.exceptions.RayActorError:
+            return  # dead: every later call fails the same way
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"actor {actor} still answers {KILL_DEADLINE:g} s after ray.kill")

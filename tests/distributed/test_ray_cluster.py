@@ -5,9 +5,26 @@ bytes and refuse with the same messages (the program is checked on the driver by
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
-from ray_kernels import RANKS, N, T, data, ffn, ffn_created, mm, one_mm, pack, ref_ffn, ref_mm, window
+from pld_kernels import SIZE, run_mesh_allreduce
+from ray_kernels import (
+    RANKS,
+    N,
+    T,
+    data,
+    ffn,
+    ffn_created,
+    kill_and_wait,
+    mm,
+    one_mm,
+    pack,
+    ref_ffn,
+    ref_mm,
+    window,
+)
 
 import runtime
 from nzjit import pl
@@ -141,7 +158,7 @@ def test_dead_actor_fails_the_call_and_leaves_every_output_untouched(ray_session
         one_mm(x, wd, y_res)  # both ranks alive: it runs
         np.testing.assert_array_equal(doomed.copy_stacked_from(y_res), ref_mm(x, wg))
         before = doomed.workers[0].copy_from(y_res[0])
-        ray.kill(doomed.actors[1])
+        kill_and_wait(ray, doomed.actors[1])  # dead before the next call: not a race with ray.kill
         for out in (y_host, y_res):
             with pytest.raises(DeviceError, match=r"^rank 1: the Ray actor of rank 1 is dead .*no output of this "
                                                   r"call was changed.*make a new RayCluster"):
@@ -150,6 +167,14 @@ def test_dead_actor_fails_the_call_and_leaves_every_output_untouched(ray_session
         np.testing.assert_array_equal(doomed.workers[0].copy_from(y_res[0]), before)  # rank 0: rolled back
         with pytest.raises(DeviceError, match="rank 1: the Ray actor of rank 1 is dead"):
             doomed.copy_stacked_from(wd)
+        # ranks that talk (issue 28): rank 0 waits for rank 1's notify; it is stopped, not left hanging
+        xs = np.arange(2 * SIZE, dtype=np.float32).reshape(2, 1, SIZE)
+        ys = np.full_like(xs, -1)
+        t0 = time.monotonic()
+        with pytest.raises(DeviceError, match=r"^rank 1: the Ray actor of rank 1 is dead .*no output of this call"):
+            run_mesh_allreduce(xs, ys, cluster=doomed)
+        assert time.monotonic() - t0 < 30.0  # far below the comm world's no-progress timeout
+        assert (ys == -1).all()
 
 
 def test_ray_cluster_refuses_no_ranks(ray_session):
