@@ -42,6 +42,7 @@ from .language.ops import tensor_reinterpret_view as _reinterpret_view
 from .language.ops import tensor_view as _view
 from .language.ops import transpose_view as _transpose_view
 from .language.pypto_forms import FunctionType, Level, at, function, incore, jit, parallel, pipeline, unroll
+from .language.select_ops import cmp, cmps, sel, sels
 from .language.tile_values import assemble as _assemble
 from .language.tile_values import reshape, store
 from .language.topk_ops import MaskPattern as _MaskPattern
@@ -99,7 +100,8 @@ A5 = Target.A5
 tile = _types.SimpleNamespace(load=load, store=store, transpose_view=_transpose_view, create=create_tile, full=full,
                               fillpad=fillpad, relu=relu, lrelu=lrelu, cast=cast,
                               MaskPattern=_MaskPattern, gather=_tile_gather, gather_mask=_tile_gather_mask,
-                              sort32=sort32, mrgsort=mrgsort, assemble=_assemble)
+                              sort32=sort32, mrgsort=mrgsort, assemble=_assemble,
+                              cmp=cmp, cmps=cmps, sel=sel, sels=sels)
 tensor = _types.SimpleNamespace(view=_view, reinterpret_view=_reinterpret_view, slice=slice, reshape=reshape)
 
 __all__ = [
@@ -114,6 +116,8 @@ __all__ = [
     "row_expand_mul", "row_expand_div", "col_expand", "col_expand_add", "col_expand_sub", "col_expand_mul",
     "col_expand_div", "create_tile", "full", "fillpad", "PadValue", "MemorySpace", "move",
     "arange", "sort32", "mrgsort", "gather",
+    # compare and select (language/select_ops.py)
+    "cmp", "cmps", "sel", "sels",
     # PyPTO's loop, scope and decorator forms (language/pypto_forms.py)
     "parallel", "unroll", "at", "incore", "Level", "FunctionType", "function", "jit",
 ]

@@ -6,7 +6,8 @@
 - `cube`: the matmuls (tensor and tile level), `tile.extract`, `tile.mad`, `tile.mad_acc`;
 - `vector`: the vector unit - elementwise Vec tile ops (`ELEMENTWISE`), casts, the ALU with
   scalars, reductions, broadcasts, fills, tile windows, top-k pieces and cross-core moves (the
-  other family tables `BINARY`, `BINARY_SCALAR`, `UNARY`, `REDUCE`, `EXPAND`; `vector.ALL`).
+  other family tables `BINARY`, `BINARY_SCALAR`, `UNARY`, `REDUCE`, `EXPAND`; `vector.ALL`);
+- `select`: the vector unit's compare and select (`tile.cmp / cmps / sel / sels`, a packed mask).
 - `comm`: the communication operations of `pld` (issue 28): signals, remote loads / stores,
   put / get, the collectives, and the backend's instrumented local window store / load.
 
@@ -99,6 +100,7 @@ from .scalar import (
     ne_p,
     sub_p,
 )
+from .select import cmp_p, cmps_p, sel_p, sels_p
 from .vector import (
     BINARY,
     BINARY_SCALAR,
@@ -144,7 +146,7 @@ __all__ = [
     "vector", "BINARY", "BINARY_SCALAR", "UNARY", "REDUCE", "EXPAND",
     "tile_cast_p", "lrelu_p", "cvt_p", "create_p", "full_p", "fillpad_p", "tpush_to_aiv_p", "tpop_from_aic_p",
     "tpush_to_aic_p", "tpop_from_aiv_p", "move_fixpipe_p", "tile_slice_p", "tile_assemble_p", "tile_reshape_p",
-    "ci_p", "sort32_p", "mrgsort_p", "gather_mask_p", "gather_p",
+    "ci_p", "sort32_p", "mrgsort_p", "gather_mask_p", "gather_p", "cmp_p", "cmps_p", "sel_p", "sels_p",
     "tensor_slice_p", "tensor_reshape_p", "tensor_view_p", "tensor_reinterpret_view_p", "tensor_assign_p",
     "tile_load_p", "tile_store_p", "tile_move_p", "tile_transpose_view_p",
     "add_p", "sub_p", "mul_p", "floordiv_p", "mod_p", "min_p", "max_p",
