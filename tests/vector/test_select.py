@@ -54,7 +54,7 @@ def test_cmp_sel_tile_tile_is_numpy_where(code):
     assert cmp.params["mode"] == ("eq", "ne", "lt", "le", "gt", "ge")[code]
     assert str(cmp.outputs[0].type) == "ui8[16,32]@Vec<valid 16,8>"  # 64 bits = 8 bytes a row, 32-byte rows
     text = low.pto()
-    assert f"pto.tcmp ins(" in text and f"{{cmpMode = #pto<cmp {cmp.params['mode']}>}}" in text
+    assert "pto.tcmp ins(" in text and f"{{cmpMode = #pto<cmp {cmp.params['mode']}>}}" in text
     assert "pto.tsel ins(" in text
 
 
