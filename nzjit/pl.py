@@ -27,6 +27,7 @@ from .core.types import Layout as _Layout
 from .core.types import Mem, Target
 from .language import branch as _branch  # noqa: F401 - stages an `if` on a traced value (sets the tracing hook)
 from .language.annotations import InOut, Out, Scalar, Tensor, dynamic
+from .language.carries import yield_
 from .language.kernel import kernel, orchestration
 from .language.loops import range, spmd
 from .language.ops import (
@@ -119,5 +120,5 @@ __all__ = [
     # compare and select (language/select_ops.py)
     "cmp", "cmps", "sel", "sels",
     # PyPTO's loop, scope and decorator forms (language/pypto_forms.py)
-    "parallel", "unroll", "at", "incore", "Level", "FunctionType", "function", "jit",
+    "parallel", "unroll", "at", "incore", "Level", "FunctionType", "function", "jit", "yield_",
 ]

@@ -140,7 +140,31 @@ def _specialize_compare(st: Step) -> Run | None:
     return run
 
 
-register(tuple(P.COMPARE.values()), Rule(_compare, _specialize_compare))
+_LANE_COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+                 "ne": np.not_equal}
+
+
+def _batch_compare(st: Step) -> Any:
+    """A comparison over lanes (a staged `if`'s predicate in a batched body): int64 lane arrays
+    compare exactly; a float operand keeps the per-lane path (int64 -> float64 could round)."""
+    e = st.eqn
+    if any(not isinstance(a.type, ScalarType) or a.type.dtype.is_float for a in e.inputs):
+        return None
+    op, py = _LANE_COMPARE[e.primitive.name], COMPARE_OPS[e.primitive.name]
+    a, b = st.ins
+    (o,) = st.outs
+
+    def run(s: LaneState, env: list[Any]) -> None:
+        x, y = env[a], env[b]
+        if not isinstance(x, np.ndarray) and not isinstance(y, np.ndarray):
+            env[o] = py(x, y)
+            return
+        env[o] = op(x, y)
+
+    return run
+
+
+register(tuple(P.COMPARE.values()), Rule(_compare, _specialize_compare, _batch_compare))
 
 
 # ------------------------------------------------------------------------------ conversion
