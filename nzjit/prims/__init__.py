@@ -99,6 +99,7 @@ from .scalar import (
     mul_p,
     ne_p,
     sub_p,
+    tensor_dim_p,
 )
 from .select import cmp_p, cmps_p, sel_p, sels_p
 from .vector import (
@@ -131,7 +132,7 @@ from .vector import (
 
 #: Primitives without effects: an equation of one whose results nobody reads can be dropped.
 PURE: frozenset[Primitive] = frozenset({
-    *SCALAR_BINARY.values(), *COMPARE.values(), convert_p, get_block_idx_p, get_block_num_p,
+    *SCALAR_BINARY.values(), *COMPARE.values(), convert_p, get_block_idx_p, get_block_num_p, tensor_dim_p,
     tensor_slice_p, tensor_reshape_p, tensor_view_p, tensor_reinterpret_view_p, tile_transpose_view_p,
 })
 
@@ -150,7 +151,7 @@ __all__ = [
     "tensor_slice_p", "tensor_reshape_p", "tensor_view_p", "tensor_reinterpret_view_p", "tensor_assign_p",
     "tile_load_p", "tile_store_p", "tile_move_p", "tile_transpose_view_p",
     "add_p", "sub_p", "mul_p", "floordiv_p", "mod_p", "min_p", "max_p",
-    "lt_p", "le_p", "gt_p", "ge_p", "eq_p", "ne_p", "convert_p", "get_block_idx_p", "get_block_num_p",
+    "lt_p", "le_p", "gt_p", "ge_p", "eq_p", "ne_p", "convert_p", "get_block_idx_p", "get_block_num_p", "tensor_dim_p",
     "DistributedTensorType", "comm_rank_p", "comm_nranks_p", "comm_notify_p", "comm_wait_p", "comm_remote_load_p",
     "comm_remote_store_p", "comm_put_p", "comm_get_p", "comm_allreduce_p", "comm_broadcast_p",
     "comm_reduce_scatter_p", "comm_allgather_p", "comm_all_to_all_p", "comm_barrier_p", "comm_window_store_p",

@@ -167,6 +167,32 @@ def _batch_compare(st: Step) -> Any:
 register(tuple(P.COMPARE.values()), Rule(_compare, _specialize_compare, _batch_compare))
 
 
+# --------------------------------------------------------------------------- dynamic dimensions
+def _specialize_dim(st: Step) -> Run | None:
+    name = st.eqn.params["name"]
+    (o,) = st.outs
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        env[o] = ctx.dims[name]
+
+    return run
+
+
+def _batch_dim(st: Step) -> Any:
+    name = st.eqn.params["name"]
+    (o,) = st.outs
+
+    def run(s: LaneState, env: list[Any]) -> None:
+        env[o] = s.ctx.dims[name]  # one call's dimension: the same in every lane
+
+    return run
+
+
+@rule(P.tensor_dim_p, specialize=_specialize_dim, batch=_batch_dim)
+def _dim(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    return [ctx.dims[e.params["name"]]]
+
+
 # ------------------------------------------------------------------------------ conversion
 def _specialize_convert(st: Step) -> Run | None:
     wrap = st.eqn.params["dtype"].wrap

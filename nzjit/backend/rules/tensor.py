@@ -83,7 +83,7 @@ def _batch_slice(st: Step) -> Any:
 def _slice(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     src: TensorVal = ins[0]
     offs = clamp(ctx, e, split(e, ins, "offsets"))
-    check_window(e, src.shape, offs, e.params["shape"])
+    check_window(e, src.shape, offs, concrete(ctx, e.params["shape"]))  # a pl.dynamic extent: the call's
     out_t = e.outputs[0].type
     assert isinstance(out_t, TensorType)
     shape = concrete(ctx, out_t.shape)
