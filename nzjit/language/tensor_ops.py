@@ -1,5 +1,11 @@
 """Tensor-level queries and scalar access in the kernel language, as PyPTO spells them:
-`pl.tensor.dim(t, axis)` (and `t.shape[axis]` of a `pl.dynamic` dimension used as a value).
+`pl.tensor.dim(t, axis)` (and `t.shape[axis]` of a `pl.dynamic` dimension used as a value),
+`pl.read(t, indices)` / `pl.write(t, indices, value)` (also `pl.tensor.read` / `pl.tensor.write`).
+
+A scalar read from GM has the call's value, unknown when the kernel is compiled: an index or a
+window offset computed from it is proven in bounds only when it is clamped by construction
+(`pl.min(v, hi)`, a multiple `v * 256` of an aligned step); otherwise the window's rule refuses it,
+and an element index the backend cannot bound is refused at run time (nothing written back).
 
 A `pl.dynamic("B")` dimension is a name in the types; its value is the call's. `pl.tensor.dim`
 gives it as an INDEX scalar (`tensor.dim`, read from the call's dimensions by the backend and from
@@ -11,12 +17,15 @@ go through the same primitive (`DynDim.kernel_value`, set below).
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from typing import Any
 
-from ..core.types import DynDim, TensorType
+from ..core import dtypes as dt
+from ..core.types import DynDim, TensorType, TileType
 from ..errors import CompileError, user_source
-from ..prims import tensor_dim_p
-from ..tracing import Tracer, bind, current_state
+from ..prims import tensor_dim_p, tensor_read_p, tensor_write_p
+from ..tracing import Tracer, bind, current_state, literal
+from .ops import _check_constant, _offsets
 
 
 def dim(tensor: Any, axis: int) -> Any:
@@ -33,6 +42,31 @@ def dim(tensor: Any, axis: int) -> Any:
     if not isinstance(d, DynDim):
         return int(d)
     return bind(tensor_dim_p, [[tensor]], {"axis": a, "name": d.name})[0]
+
+
+def _indices(t: Any, offset: Any, what: str) -> list[Any]:
+    if isinstance(t, Tracer) and isinstance(t.type, TileType):
+        raise CompileError(f"{what} of a tile is not built: a tile's element is a vector register lane here",
+                           user_source(), help="pl.store the tile and read the tensor, or pl.cmp / pl.sel on it")
+    if not isinstance(t, Tracer) or not isinstance(t.type, TensorType):
+        raise CompileError(f"{what} takes a tensor, got {t!r}", user_source())
+    idx = list(offset) if isinstance(offset, Sequence) else [offset]
+    return _offsets(idx, what)
+
+
+def read(src: Any, offset: Any) -> Tracer:
+    """`pl.read(tensor, indices)`: the element at `indices` (one per axis; a bare index for 1-D) as
+    a scalar of the tensor's dtype."""
+    return bind(tensor_read_p, [[src], _indices(src, offset, "pl.read")])[0]
+
+
+def write(dst: Any, offset: Any, value: Any) -> Tracer:
+    """`pl.write(tensor, indices, value)`: set the element at `indices` to `value` (a scalar of the
+    tensor's dtype, or a number that fits it)."""
+    idx = [x if isinstance(x, Tracer) else literal(x, dt.INDEX) for x in _indices(dst, offset, "pl.write")]
+    d = dst.type.dtype
+    _check_constant(value, d)
+    return bind(tensor_write_p, [[dst], idx, [value]], dtype=d)[0]  # a number value: a literal of d
 
 
 def _kernel_value(d: DynDim) -> Tracer:
