@@ -16,7 +16,7 @@ from ..core.ir import Literal, Var
 from ..core.types import DynDim, Layout, Mem, ScalarType, TensorType, TileType
 from ..driver.calls import active_program
 from ..errors import CompileError, user_source
-from ..tracing import Operators, Tracer, bind, current_state, lift
+from ..tracing import Operators, Tracer, bind, current_state, in_trace, lift
 
 Index = int | Tracer
 
@@ -239,10 +239,13 @@ def setitem(t: Tracer, key: Any, value: Any) -> None:
 
 def create_tensor(shape: Sequence[int], dtype: Any) -> Any:
     """pl.create_tensor(shape, dtype): a new tensor. In an orchestration body, an intermediate of
-    the program, resident on the rank of the first kernel call that uses it (driver/intermediates.py)."""
+    the program, resident on the rank of the first kernel call that uses it (driver/intermediates.py);
+    in a kernel, the start value of a matmul accumulator (PyPTO's `if k0 == 0` idiom)."""
     prog = active_program()
     if prog is not None:  # an orchestration body is recording on this thread
         return prog.create_tensor(shape, dtype)
+    if in_trace():  # a kernel: PyPTO's accumulator start value (passes/tensor_to_tile.py)
+        return bind(P.tensor_create_p, [], {"shape": tuple(_int(d) for d in shape), "dtype": dtype})[0]
     raise CompileError("pl.create_tensor is used in an orchestration body here; a kernel allocates its "
                        "tensors from its Out parameters", user_source(),
                        help="call it inside a @pl.orchestration, or add an Out parameter to the kernel")

@@ -5,6 +5,10 @@ and stores (nz-layout.md §3: the tile ops BlockNzTensorViews rewrites must exis
   `tile.load(root, offsets, window, Mat)` (offsets summed, dropped axes kept as extent 1).
 - `tensor.matmul` / `tensor.matmul_acc` become `tile.matmul` / `tile.matmul_acc` (an Acc tile).
 - `out[...] = value` becomes `tile.store(value, offsets, root)`.
+- `pl.create_tensor(shape, dtype)` in a kernel (issue 23 item 4) is PyPTO's start value of a matmul
+  accumulator (`acc = pl.create_tensor(...)`, then `if k0 == 0: acc = pl.matmul(...) else:
+  acc = pl.matmul_acc(acc, ...)`): when its only uses are as a loop's or an `if`'s carry, it becomes
+  an Acc `tile.create` of its shape. Any other use (a GM scratch tensor) is refused with the fix.
 - `out[...] = pl.reshape(acc, shape)` of a matmul result (issue 23 item 4): the same row-major
   elements, so the Acc tile is stored into `out` viewed with the tile's shape (`tensor.reshape` of
   the whole root tensor, which must be ND, static and exactly the window). A reshaped matmul result
@@ -15,7 +19,7 @@ Slices that are not folded (e.g. `w[layer]` handed to an explicit pl.load) stay 
 from __future__ import annotations
 
 from .. import prims as P
-from ..core.dtypes import INDEX
+from ..core.dtypes import FP32, INDEX, INT32
 from ..core.ir import Atom, Eqn, Graph, Literal, Var
 from ..core.types import Mem, ScalarType, TensorType, TileType
 from ..errors import CompileError
@@ -25,9 +29,26 @@ _RESHAPED = "a reshaped matmul result"
 
 
 class _Convert(Rewriter):
-    def __init__(self) -> None:
+    def __init__(self, carried: set[Var]) -> None:
         super().__init__()
         self.reshaped: dict[Var, Atom] = {}  # tensor.reshape result of an Acc tile -> the tile
+        self.carried = carried  # tensor.create results used only as carries
+
+    def _create(self, e: Eqn) -> None:
+        (v,) = e.outputs
+        t = v.type
+        assert isinstance(t, TensorType)
+        if v not in self.carried or len(t.shape) != 2 or t.dtype not in (FP32, INT32):
+            raise CompileError(
+                f"pl.create_tensor({list(t.shape)}, {t.dtype!r}) in a kernel is the start value of a matmul "
+                "accumulator (a loop's or an `if`'s carry, then bound to pl.matmul / pl.matmul_acc); a GM scratch "
+                "tensor inside a kernel is not built", e.source,
+                help="create the intermediate in the @pl.orchestration and pass it to the kernel (an Out or "
+                     "InOut parameter)")
+        acc_t = TileType(tuple(t.shape), t.dtype, Mem.Acc)  # type: ignore[arg-type]
+        (o,) = self.emit(P.create_p, [], {"shape": acc_t.shape, "dtype": t.dtype, "memory": Mem.Acc}, [acc_t], e.source)
+        o.hint = v.hint
+        self.env[v] = o
 
     def window(self, v: Atom) -> tuple[Atom, list[Atom], list[int]]:
         """Fold the tensor.slice chain ending at `v` into (root, offsets on root, window on root).
@@ -104,6 +125,9 @@ class _Convert(Rewriter):
             raise CompileError(f"{_RESHAPED} can only be assigned to a tensor (out[...] = pl.reshape(acc, shape)): "
                                "the Acc tile has no reshape of its own", e.source,
                                help="pl.move it to pl.Mem.Vec first and pl.reshape the Vec tile")
+        if p is P.tensor_create_p:
+            self._create(e)
+            return
         if p is P.tensor_reshape_p and isinstance(self.atom(e.inputs[0]).type, TileType):
             acc = self.atom(e.inputs[0])
             if acc.type.memory is Mem.Acc and len(acc.type.shape) == 2:  # type: ignore[union-attr]
@@ -149,6 +173,24 @@ def _row_major(shape: tuple[object, ...]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
+def _carried_creates(g: Graph, out: set[Var], other: set[Var]) -> None:
+    """tensor.create results read only as a for / cond carry's initial value (`out`); `other` collects
+    the ones read any other way (a captured operand counts as another use: the body reads it)."""
+    for e in g.eqns:
+        if e.primitive is P.tensor_create_p:
+            out.add(e.outputs[0])
+        body = e.params.get("body")
+        first_carry = sum(e.params["arity"][:2]) if isinstance(body, Graph) else len(e.inputs)
+        for i, a in enumerate(e.inputs):
+            if isinstance(a, Var) and i < first_carry:
+                other.add(a)
+        if isinstance(body, Graph):
+            _carried_creates(body, out, other)
+
+
 def convert_tensor_to_tile_ops(g: Graph) -> Graph:
     """Tensor-level ops -> tile ops (see module docstring)."""
-    return _Convert().run(g)
+    creates: set[Var] = set()
+    other: set[Var] = set()
+    _carried_creates(g, creates, other)
+    return _Convert(creates - other).run(g)

@@ -133,6 +133,17 @@ def tile_move_p(src: Type, *, memory: Mem, **_: Any) -> list[Type]:
     return [s.with_(memory=memory)]
 
 
+# ------------------------------------------------------------------------------ kernel tensors
+@primitive("tensor.create", ())
+def tensor_create_p(*, shape: tuple[int, ...], dtype: dt.DType, **_: Any) -> list[Type]:
+    """`pl.create_tensor(shape, dtype)` inside a kernel: a new tensor of undefined contents. PyPTO's
+    accumulator idiom starts a matmul accumulator with it; ConvertTensorToTileOps makes that start
+    value an Acc tile (tile.create) and refuses any other use."""
+    if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
+        raise _fail(f"pl.create_tensor in a kernel takes a static shape of positive ints, got {list(shape)}")
+    return [TensorType(tuple(shape), dtype)]
+
+
 # ---------------------------------------------------------------------------------- scalar access
 def _element_indices(t: TensorType, idx: tuple[Type, ...], what: str) -> None:
     _check_index_operands(idx, what)

@@ -141,6 +141,15 @@ def _tensor_matmul(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [HostValue(reference_matmul(a, b, e.params["b_trans"], out_t.dtype.np_dtype))]
 
 
+@rule(P.tensor_create_p)
+def _tensor_create(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    """Before ConvertTensorToTileOps: the accumulator's start value, as the Acc tile it becomes
+    (tile.create: zeroed bytes, what alloc_tile gives), so every stage computes the same."""
+    out_t = e.outputs[0].type
+    assert isinstance(out_t, TensorType)
+    return [HostValue(np.zeros(tuple(int(d) for d in out_t.shape), out_t.dtype.np_dtype))]
+
+
 @rule(P.tensor_matmul_acc_p)
 def _tensor_matmul_acc(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     acc = ins[0].logical()
