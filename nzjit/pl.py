@@ -44,7 +44,7 @@ from .language.ops import tensor_view as _view
 from .language.ops import transpose_view as _transpose_view
 from .language.pypto_forms import FunctionType, Level, at, function, incore, jit, parallel, pipeline, unroll
 from .language.select_ops import cmp, cmps, sel, sels
-from .language.tensor_ops import dim, read, write
+from .language.tensor_ops import assemble, dim, read, write
 from .language.tile_values import assemble as _assemble
 from .language.tile_values import reshape, store
 from .language.topk_ops import MaskPattern as _MaskPattern
@@ -105,7 +105,8 @@ tile = _types.SimpleNamespace(load=load, store=store, transpose_view=_transpose_
                               sort32=sort32, mrgsort=mrgsort, assemble=_assemble,
                               cmp=cmp, cmps=cmps, sel=sel, sels=sels)
 tensor = _types.SimpleNamespace(view=_view, reinterpret_view=_reinterpret_view, slice=slice, reshape=reshape,
-                                dim=dim, read=read, write=write)
+                                dim=dim, read=read, write=write,
+                                assemble=assemble)
 
 __all__ = [
     "BF16", "BOOL", "FP4", "FP8E4M3", "FP8E5M2", "FP16", "FP32", "INDEX", "INT4", "INT8", "INT16",
@@ -122,7 +123,7 @@ __all__ = [
     # compare and select (language/select_ops.py)
     "cmp", "cmps", "sel", "sels",
     # tensor queries and scalar access (language/tensor_ops.py)
-    "dim", "read", "write",
+    "dim", "read", "write", "assemble",
     # PyPTO's loop, scope and decorator forms (language/pypto_forms.py)
     "parallel", "unroll", "at", "incore", "Level", "FunctionType", "function", "jit", "yield_",
 ]

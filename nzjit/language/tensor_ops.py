@@ -23,9 +23,11 @@ from typing import Any
 from ..core import dtypes as dt
 from ..core.types import DynDim, TensorType, TileType
 from ..errors import CompileError, user_source
-from ..prims import tensor_dim_p, tensor_read_p, tensor_write_p
+from ..prims import tensor_assign_p, tensor_dim_p, tensor_read_p, tensor_write_p
 from ..tracing import Tracer, bind, current_state, literal
 from .ops import _check_constant, _offsets
+from .tile_values import assemble as tile_assemble
+from .tile_values import store
 
 
 def dim(tensor: Any, axis: int) -> Any:
@@ -81,3 +83,27 @@ def _kernel_value(d: DynDim) -> Tracer:
 
 
 DynDim.kernel_value = staticmethod(_kernel_value)  # type: ignore[assignment]
+
+
+def assemble(target: Any, source: Any, offset: Sequence[Any], *, atomic: Any = None) -> Tracer:
+    """`pl.assemble(target, source, offset)`: `source` written into `target` at `offset`; returns the
+    updated target. A tensor target takes a tile (a store, `pl.store(source, offset, target)`) or a
+    computed tensor value such as a matmul result (`target[window] = source`); a tile target is
+    `pl.tile.assemble` (TINSERT). PyPTO's `atomic=` combine is not built (refused)."""
+    if atomic not in (None, False) and str(atomic) not in ("AtomicType.None_", "None_"):
+        raise CompileError(f"pl.assemble(atomic={atomic!r}) is not built: an atomic combine into GM", user_source(),
+                           help="accumulate in an Acc tile (pl.matmul_acc) or a Vec tile (pl.add), then assemble it")
+    if isinstance(target, Tracer) and isinstance(target.type, TileType):
+        return tile_assemble(target, source, offset)
+    if not isinstance(target, Tracer) or not isinstance(target.type, TensorType):
+        raise CompileError(f"pl.assemble writes into a tensor or a tile, got {target!r}", user_source())
+    offs = _offsets(list(offset), "pl.assemble")
+    if len(offs) != target.type.rank:
+        raise CompileError(f"pl.assemble into a rank-{target.type.rank} tensor takes {target.type.rank} offsets, "
+                           f"got {len(offs)}", user_source())
+    if isinstance(source, Tracer) and isinstance(source.type, TileType):
+        return store(source, offs, target)
+    if not isinstance(source, Tracer) or not isinstance(source.type, TensorType):
+        raise CompileError(f"pl.assemble writes a tile or a computed tensor, got {source!r}", user_source())
+    shape = (1,) * (target.type.rank - source.type.rank) + tuple(source.type.shape)
+    return bind(tensor_assign_p, [[target], [source], offs], {"shape": shape})[0]
