@@ -92,6 +92,24 @@ def sel(mask: Any, lhs: Any, rhs: Any, tmp: Any = None) -> Tracer:
     return bind(SP.sel_p, [[as_tile(mask, "pl.sel")], [a], [b], extra])[0]
 
 
+def set_validshape(x: Any, valid_rows: Any, valid_cols: Any) -> Tracer:
+    """`pl.set_validshape(tile, valid_rows, valid_cols)` (ints or integer scalars): the tile's bytes
+    with another valid region (a tensor's is refused: give valid_shape= where it is loaded)."""
+    if isinstance(x, Tracer) and hasattr(x.type, "layout"):  # a tensor: its valid shape is the load's
+        raise CompileError("pl.set_validshape of a tensor is not built: a tensor's valid region is given where it is "
+                           "loaded or sliced", user_source(),
+                           help="pl.load(x, offsets, shape, valid_shape=[rows, cols]) or pl.slice(x, shape, offsets, "
+                                "valid_shape=[rows, cols])")
+    t = as_tile(x, "pl.set_validshape")
+    vals = [valid_rows, valid_cols]
+    for v in vals:
+        if not (isinstance(v, Tracer) or (isinstance(v, numbers.Integral) and not isinstance(v, bool))):
+            raise CompileError(f"pl.set_validshape: a valid extent is an int or an integer scalar, got {v!r}",
+                               user_source())
+    static = tuple(None if isinstance(v, Tracer) else int(v) for v in vals)
+    return bind(SP.set_validshape_p, [[t], [v for v in vals if isinstance(v, Tracer)]], {"static": static})[0]
+
+
 def sels(mask: Any, src: Any, tmp: Any = None, scalar: Any = None) -> Tracer:
     """`pl.sels(mask, src, tmp, scalar)`: `src` where the mask bit is set, else `scalar` (TSELS)."""
     a = as_tile(src, "pl.sels")

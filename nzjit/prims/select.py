@@ -1,6 +1,7 @@
 """The vector unit's compare and select primitives and their type rules (issue 23 item 3): a
 data-dependent choice per element, as PyPTO's `pl.cmp` / `pl.cmps` make a packed predicate mask
-and `pl.sel` / `pl.sels` choose with it (pto-isa TCMP / TCMPS / TSEL / TSELS).
+and `pl.sel` / `pl.sels` choose with it (pto-isa TCMP / TCMPS / TSEL / TSELS); and
+`pl.set_validshape`, which narrows (or widens) the region those instructions work on.
 
 The mask is a UINT8 Vec tile of packed predicate bits, PyPTO's shape: a `[R, C]` comparison gives
 `[R, roundup(ceil(C / 8), 32)]` with the valid region `[vr, ceil(vc / 8)]` (runtime.vector_select
@@ -109,4 +110,19 @@ def sels_p(m: Type, a: Type, *rest: Type, **_: Any) -> list[Type]:
     return [t]
 
 
-ALL: tuple[Primitive, ...] = (cmp_p, cmps_p, sel_p, sels_p)
+@primitive("tile.set_validshape", ("src", "valid"))
+def set_validshape_p(a: Type, *valid: Type, static: tuple[int | None, int | None], **_: Any) -> list[Type]:
+    """`pl.set_validshape(tile, valid_rows, valid_cols)`: the tile's bytes with another valid region
+    (ints, or INDEX scalars where `static` has None)."""
+    t = vec_tile(a, "pl.set_validshape")
+    for v in valid:
+        if not (isinstance(v, ScalarType) and v.dtype.is_int):
+            raise CompileError(f"pl.set_validshape: a valid extent is an int or an integer scalar, got {v}")
+    for n, d in zip(static, t.shape):
+        if n is not None and not 0 < n <= d:
+            raise CompileError(f"pl.set_validshape of {t} to {list(static)}: a valid extent lies in 1 .. {d}")
+    vs = tuple(static)
+    return [t.with_(valid_shape=None if vs == tuple(t.shape) else vs)]
+
+
+ALL: tuple[Primitive, ...] = (cmp_p, cmps_p, sel_p, sels_p, set_validshape_p)

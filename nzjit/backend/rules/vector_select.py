@@ -1,5 +1,6 @@
 """Rules of the vector unit's compare and select (nzjit/prims/select.py): TCMP / TCMPS write a
-packed predicate mask, TSEL / TSELS choose with it (runtime.vector_select).
+packed predicate mask, TSEL / TSELS choose with it (runtime.vector_select); `pl.set_validshape`
+gives a tile's bytes another valid region.
 
 Each is a `VecOp` (vector_lanes.py): one instruction call as the reference impl and as the
 all-lanes batch form. All four are row-local (a mask row is its source row's predicates), so the
@@ -11,6 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+import runtime
 from runtime import TileBuf
 from runtime import vector_select as VS
 
@@ -62,7 +66,22 @@ def _sels(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> No
     VS.tsels(out, ins[0], ins[1], tmp, scalar_operand(e, len(ins) - 1, ins[-1]), target)
 
 
-for _prim, _op in ((SP.cmp_p, VecOp(_cmp, _mask_valid)), (SP.cmps_p, VecOp(_cmps, _mask_valid)),
+def _set_valid(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
+    static = e.params["static"]
+    dyn = iter(ins[1:])
+    vr, vc = (int(next(dyn)) if s is None else s for s in static)
+    if not (0 < vr <= ins[0].rows and 0 < vc <= ins[0].cols):
+        raise runtime.DispatchError(f"{e.source}: pl.set_validshape to {vr}x{vc} outside the tile's "
+                                    f"{ins[0].rows}x{ins[0].cols}; the call is refused (nothing is written back)")
+    return vr, vc
+
+
+def _copy_bytes(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
+    """The same bytes under the new valid region (a TMOV of the whole tile: see codegen/pto/select.py)."""
+    np.copyto(out.data, ins[0].data)
+
+
+for _prim, _op in ((SP.set_validshape_p, VecOp(_copy_bytes, _set_valid)), (SP.cmp_p, VecOp(_cmp, _mask_valid)), (SP.cmps_p, VecOp(_cmps, _mask_valid)),
                    (SP.sel_p, VecOp(_sel, _src_valid, True, _scratch)),
                    (SP.sels_p, VecOp(_sels, _src_valid, True, _scratch))):
     register((_prim,), Rule(impl_of(_op), batch=lanes_of(_op)))

@@ -60,4 +60,15 @@ def _sel(em: Emitter, e: Eqn) -> None:
     em.line(f"{op} ins({', '.join(names)} : {', '.join(types)}) outs({out.ssa} : {out.spelled})")
 
 
-pto_rules.update({SP.cmp_p: _cmp, SP.cmps_p: _cmp, SP.sel_p: _sel, SP.sels_p: _sel})
+def _set_validshape(em: Emitter, e: Eqn) -> None:
+    """A new tile with the valid extents, filled by a TMOV of the source: the result is a value of
+    its own (PyPTO's `pto.set_validshape` updates the tile in place, which an SSA value cannot)."""
+    src = em.tile(e.inputs[0])
+    dyn = iter(e.inputs[1:])
+    valid = tuple(em.index(next(dyn)) if s is None else s for s in e.params["static"])
+    out = em.alloc(e.outputs[0], valid=valid)  # type: ignore[arg-type]
+    em.line(f"pto.tmov ins({src.ssa} : {src.spelled}) outs({out.ssa} : {out.spelled})")
+
+
+pto_rules.update({SP.cmp_p: _cmp, SP.cmps_p: _cmp, SP.sel_p: _sel, SP.sels_p: _sel,
+                  SP.set_validshape_p: _set_validshape})
