@@ -6,27 +6,13 @@ predicate that differs between lanes falls back to smaller groups and gives the 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from nzjit import pl
-from nzjit.backend import batched
 from nzjit.backend.options import Options, using
+from tests.vector.test_vector_batch import attempts as _attempts  # noqa: F401 - the `attempts` fixture
 
 RNG = np.random.default_rng(31)
 PATHS = (Options(strict=True), Options(batch=False), Options(fast=False))
-
-
-@pytest.fixture
-def attempts(monkeypatch):
-    seen: list[bool] = []
-    real = batched.try_run_spmd
-
-    def spy(*a, **k):
-        seen.append(real(*a, **k))
-        return seen[-1]
-
-    monkeypatch.setattr(batched, "try_run_spmd", spy)
-    return seen
 
 
 def _every_path(k, *args):

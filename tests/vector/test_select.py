@@ -12,6 +12,7 @@ import nzjit
 from nzjit import pl
 from nzjit.backend import batched
 from nzjit.backend.options import Options, using
+from tests.vector.test_vector_ops import run_all_stages
 
 rng = np.random.default_rng(23)
 R, C = 16, 64
@@ -20,18 +21,6 @@ OPS = [np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_eq
 
 def prims(low):
     return [e.primitive.name for e in low.ir().eqns]
-
-
-def every_stage(k, *args):
-    low = k.lower(*args)
-    outs = []
-    for after in ["trace", *low.passes]:
-        copies = [a.copy() for a in args]
-        low.run(*copies, after=after)
-        outs.append(copies[-1])
-    for o in outs[1:]:
-        assert np.array_equal(o, outs[0])
-    return low, outs[-1]
 
 
 @pytest.mark.parametrize("code", range(6))
@@ -47,7 +36,7 @@ def test_cmp_sel_tile_tile_is_numpy_where(code):
     a = rng.standard_normal((R, C)).astype(np.float32)
     b = rng.standard_normal((R, C)).astype(np.float32)
     b[::3] = a[::3]  # equal elements too
-    low, y = every_stage(k, a, b, np.zeros_like(a))
+    low, y = run_all_stages(k, a, b, np.zeros_like(a))
     assert np.array_equal(y, np.where(OPS[code](a, b), a, b))
     ir = low.ir()
     (cmp,) = [e for e in ir.eqns if e.primitive.name == "tile.cmp"]
@@ -65,7 +54,7 @@ def test_mask_bits_are_packed_little_endian_per_row():
         pl.store(pl.cmp(pl.load(a, [0, 0], [R, 256]), 0.0, cmp_type=4), [0, 0], m)
 
     a = rng.standard_normal((R, 256)).astype(np.float16)
-    low, m = every_stage(k, a, np.zeros((R, 32), np.uint8))
+    low, m = run_all_stages(k, a, np.zeros((R, 32), np.uint8))
     assert np.array_equal(m, np.packbits(a > 0, axis=1, bitorder="little"))
     assert prims(low).count("tile.cmps") == 1 and "pto.tcmps ins(" in low.pto()
 
@@ -77,7 +66,7 @@ def test_sels_without_tmp_gets_the_compilers_scratch_and_the_plan_charges_it():
         pl.store(pl.sels(pl.cmp(t, 0.0, cmp_type=5), t, scalar=-1.0), [0, 0], y)   # relu-like: x >= 0 ? x : -1
 
     a = rng.standard_normal((R, C)).astype(np.float32)
-    low, y = every_stage(k, a, np.zeros_like(a))
+    low, y = run_all_stages(k, a, np.zeros_like(a))
     assert np.array_equal(y, np.where(a >= 0, a, np.float32(-1.0)))
     text = low.pto()
     assert "pto.tsels ins(" in text and "!pto.tile_buf<loc=vec, dtype=ui8, rows=1, cols=32" in text

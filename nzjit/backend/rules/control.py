@@ -45,6 +45,25 @@ def _specialize_for(st: Step) -> Run | None:
     return run
 
 
+def copy_carries(s: LaneState, vals: list[Any], first: int, consumed: frozenset[int]) -> list[Any]:
+    """The carries `vals[first:]` of a loop or `if` in a batched body, a lane tile or accumulator
+    copied where the impl copies it (`copy_tile`: a carry the equation does not consume), charged
+    the same; a tile window carry cannot be copied here (Fallback)."""
+    out = []
+    for i, c in enumerate(vals[first:]):
+        if (first + i) not in consumed and type(c) in LANE_VALUES:
+            if type(c) is LaneAcc:
+                s.reserve(c.g)
+                c = LaneAcc(c.g, s.copy(c.data), c.valid_row)
+            elif type(c) is LaneTile and not c.freed:
+                s.reserve(c.g)
+                c = LaneTile(c.g, c.valid_row, c.valid_col, s.copy(c.data), c.row)
+            else:
+                raise Fallback("carry copy")
+        out.append(c)
+    return out
+
+
 def _batch_for(st: Step) -> Any:
     """A `pl.range` / `pl.pipeline` loop inside a batched body: its trips run in order, each for
     all lanes (the body's lane steps); carries that survive the loop are copied first."""
@@ -62,14 +81,7 @@ def _batch_for(st: Step) -> Any:
         vals = [env[i] for i in ins]
         start, stop, step = (uniform(x) for x in vals[:3])
         captured = vals[nb : nb + nc]
-        carries = []
-        for i, c in enumerate(vals[nb + nc :]):
-            if (nb + nc + i) not in consumed and type(c) in LANE_VALUES:
-                if type(c) is not LaneAcc:
-                    raise Fallback("carry copy")
-                s.reserve(c.g)
-                c = LaneAcc(c.g, s.copy(c.data), c.valid_row)
-            carries.append(c)
+        carries = copy_carries(s, vals, nb + nc, consumed)
         for i in range(start, stop, step):
             carries = batched.run_lane_plan(s, body, [i, *captured, *carries])
         for slot, v in zip(outs, carries):
@@ -158,18 +170,7 @@ def _batch_cond(st: Step) -> Any:
     def run(s: LaneState, env: list[Any]) -> None:
         vals = [env[i] for i in ins]
         pred = bool(uniform(vals[0]))
-        carries = []
-        for i, c in enumerate(vals[nb + nc :]):
-            if (nb + nc + i) not in consumed and type(c) in LANE_VALUES:
-                if type(c) is LaneAcc:
-                    s.reserve(c.g)
-                    c = LaneAcc(c.g, s.copy(c.data), c.valid_row)
-                elif type(c) is LaneTile and not c.freed:
-                    s.reserve(c.g)
-                    c = LaneTile(c.g, c.valid_row, c.valid_col, s.copy(c.data), c.row)
-                else:
-                    raise Fallback("carry copy")
-            carries.append(c)
+        carries = copy_carries(s, vals, nb + nc, consumed)
         if pred != negate:
             carries = batched.run_lane_plan(s, body, [vals[0], *vals[nb : nb + nc], *carries])
         for slot, v in zip(outs, carries):

@@ -11,25 +11,11 @@ from ...errors import CompileError
 from ...prims import select as SP
 from ..pto_types import TILE_LAYOUTS
 from .emitter import Emitter, Tile, pto_rules
-
-
-def _operands(em: Emitter, e: Eqn) -> tuple[list[str], list[str], Tile | None]:
-    names, types = [], []
-    first: Tile | None = None
-    for a in e.inputs:
-        v = em.env.get(a) if not hasattr(a, "value") else None
-        if isinstance(v, Tile):
-            first = first or v
-            names.append(v.ssa)
-            types.append(v.spelled)
-        else:
-            names.append(em.value(a))
-            types.append(a.type.dtype.short)  # type: ignore[union-attr]
-    return names, types, first
+from .vector import operands
 
 
 def _cmp(em: Emitter, e: Eqn) -> None:
-    names, types, src = _operands(em, e)
+    names, types, src = operands(em, e)
     assert src is not None
     mask = e.outputs[0].type
     assert isinstance(mask, TileType)
@@ -47,7 +33,7 @@ def _cmp(em: Emitter, e: Eqn) -> None:
 
 
 def _sel(em: Emitter, e: Eqn) -> None:
-    names, types, _ = _operands(em, e)
+    names, types, _ = operands(em, e)
     if len(e.inputs) == 3:  # no tmp: the compiler's scratch, after the sources (sel) or the source (sels)
         tmp = Tile(em.names.fresh("tmp", "t"), SP.SEL_TMP, TILE_LAYOUTS[Mem.Vec], None)
         em.line(f"{tmp.ssa} = pto.alloc_tile : {tmp.spelled}")
