@@ -9,7 +9,7 @@ import numpy as np
 
 from nzjit import pl
 from nzjit.backend.options import Options, using
-from tests.vector.test_vector_batch import attempts as _attempts  # noqa: F401 - the `attempts` fixture
+from tests.vector.test_vector_batch import attempts  # noqa: F401 - the fixture (every batched attempt)
 
 RNG = np.random.default_rng(31)
 PATHS = (Options(strict=True), Options(batch=False), Options(fast=False))
@@ -37,7 +37,7 @@ def uniform_if(x: pl.Tensor[[64, 64], pl.FP32], y: pl.Out[pl.Tensor[[64, 64], pl
         pl.store(acc, [lane * 16, 0], y)
 
 
-def test_a_lane_uniform_if_runs_batched(attempts):
+def test_a_lane_uniform_if_runs_batched(attempts):  # noqa: F811 - the imported fixture
     x = RNG.standard_normal((64, 64)).astype(np.float32)
     y = _every_path(uniform_if, x)
     assert attempts and attempts[0] is True  # the batched path ran, the `if` included
@@ -53,7 +53,7 @@ def lane_if(x: pl.Tensor[[64, 64], pl.FP32], y: pl.Out[pl.Tensor[[64, 64], pl.FP
         pl.store(t, [lane * 16, 0], y)
 
 
-def test_a_lane_dependent_if_gives_the_per_lane_bytes(attempts):
+def test_a_lane_dependent_if_gives_the_per_lane_bytes(attempts):  # noqa: F811
     x = RNG.standard_normal((64, 64)).astype(np.float32)
     y = _every_path(lane_if, x)
     ref = x.copy()
