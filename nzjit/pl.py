@@ -43,7 +43,7 @@ from .language.ops import tensor_reinterpret_view as _reinterpret_view
 from .language.ops import tensor_view as _view
 from .language.ops import transpose_view as _transpose_view
 from .language.pypto_forms import FunctionType, Level, at, function, incore, jit, parallel, pipeline, unroll
-from .language.select_ops import cmp, cmps, sel, sels, set_validshape
+from .language.select_ops import cmp, cmps, sel, sels, set_validshape, transpose
 from .language.tensor_ops import assemble, dim, read, write
 from .language.tile_values import assemble as _assemble
 from .language.tile_values import reshape, store
@@ -103,7 +103,8 @@ tile = _types.SimpleNamespace(load=load, store=store, transpose_view=_transpose_
                               fillpad=fillpad, relu=relu, lrelu=lrelu, cast=cast,
                               MaskPattern=_MaskPattern, gather=_tile_gather, gather_mask=_tile_gather_mask,
                               sort32=sort32, mrgsort=mrgsort, assemble=_assemble,
-                              cmp=cmp, cmps=cmps, sel=sel, sels=sels, set_validshape=set_validshape)
+                              cmp=cmp, cmps=cmps, sel=sel, sels=sels, set_validshape=set_validshape,
+                              transpose=transpose)
 tensor = _types.SimpleNamespace(view=_view, reinterpret_view=_reinterpret_view, slice=slice, reshape=reshape,
                                 dim=dim, read=read, write=write,
                                 assemble=assemble, set_validshape=set_validshape)
@@ -121,7 +122,7 @@ __all__ = [
     "col_expand_div", "create_tile", "full", "fillpad", "PadValue", "MemorySpace", "move",
     "arange", "sort32", "mrgsort", "gather",
     # compare and select (language/select_ops.py)
-    "cmp", "cmps", "sel", "sels", "set_validshape",
+    "cmp", "cmps", "sel", "sels", "set_validshape", "transpose",
     # tensor queries and scalar access (language/tensor_ops.py)
     "dim", "read", "write", "assemble",
     # PyPTO's loop, scope and decorator forms (language/pypto_forms.py)

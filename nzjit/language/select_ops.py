@@ -110,6 +110,20 @@ def set_validshape(x: Any, valid_rows: Any, valid_cols: Any) -> Tracer:
     return bind(SP.set_validshape_p, [[t], [v for v in vals if isinstance(v, Tracer)]], {"static": static})[0]
 
 
+def transpose(x: Any, axis1: int = 0, axis2: int = 1) -> Tracer:
+    """`pl.transpose(tile, axis1, axis2)` of a 2-D Vec tile (TTRANS, a copy; the compiler supplies its
+    tmp). A tensor is refused: load it, or let the matmul read it transposed."""
+    if isinstance(x, Tracer) and hasattr(x.type, "layout"):
+        raise CompileError("pl.transpose of a tensor is not built: a GM transpose moves data", user_source(),
+                           help="pl.load the window and transpose the Vec tile, or pass b_trans=True / a_trans=True "
+                                "to pl.matmul")
+    t = as_tile(x, "pl.transpose")
+    axes = sorted(int(a) % 2 for a in (axis1, axis2)) if all(isinstance(a, int) for a in (axis1, axis2)) else None
+    if axes != [0, 1]:
+        raise CompileError(f"pl.transpose of a 2-D tile swaps axes 0 and 1, got {axis1!r}, {axis2!r}", user_source())
+    return bind(SP.tile_transpose_p, [[t]])[0]
+
+
 def sels(mask: Any, src: Any, tmp: Any = None, scalar: Any = None) -> Tracer:
     """`pl.sels(mask, src, tmp, scalar)`: `src` where the mask bit is set, else `scalar` (TSELS)."""
     a = as_tile(src, "pl.sels")

@@ -104,7 +104,7 @@ from .scalar import (
     sub_p,
     tensor_dim_p,
 )
-from .select import cmp_p, cmps_p, sel_p, sels_p, set_validshape_p
+from .select import cmp_p, cmps_p, sel_p, sels_p, set_validshape_p, tile_transpose_p
 from .vector import (
     BINARY,
     BINARY_SCALAR,
@@ -152,7 +152,7 @@ __all__ = [
     "tile_cast_p", "lrelu_p", "cvt_p", "create_p", "full_p", "fillpad_p", "tpush_to_aiv_p", "tpop_from_aic_p",
     "tpush_to_aic_p", "tpop_from_aiv_p", "move_fixpipe_p", "tile_slice_p", "tile_assemble_p", "tile_reshape_p",
     "ci_p", "sort32_p", "mrgsort_p", "gather_mask_p", "gather_p", "cmp_p", "cmps_p", "sel_p", "sels_p",
-    "set_validshape_p",
+    "set_validshape_p", "tile_transpose_p",
     "tensor_slice_p", "tensor_reshape_p", "tensor_view_p", "tensor_reinterpret_view_p", "tensor_assign_p", "tensor_read_p", "tensor_create_p",
     "tensor_write_p",
     "tile_load_p", "tile_store_p", "tile_move_p", "tile_transpose_view_p",

@@ -1,7 +1,8 @@
 """The vector unit's compare and select primitives and their type rules (issue 23 item 3): a
 data-dependent choice per element, as PyPTO's `pl.cmp` / `pl.cmps` make a packed predicate mask
 and `pl.sel` / `pl.sels` choose with it (pto-isa TCMP / TCMPS / TSEL / TSELS); and
-`pl.set_validshape`, which narrows (or widens) the region those instructions work on.
+`pl.set_validshape`, which narrows (or widens) the region those instructions work on, and the
+Vec tile transpose `pl.transpose` (TTRANS).
 
 The mask is a UINT8 Vec tile of packed predicate bits, PyPTO's shape: a `[R, C]` comparison gives
 `[R, roundup(ceil(C / 8), 32)]` with the valid region `[vr, ceil(vc / 8)]` (runtime.vector_select
@@ -11,6 +12,8 @@ fixes the bit order). Target-dependent dtype lists are checked by the language l
 from __future__ import annotations
 
 from typing import Any
+
+from runtime import vector_trans as RT
 
 from ..core import dtypes as dt
 from ..core.primitives import Primitive, primitive
@@ -125,4 +128,27 @@ def set_validshape_p(a: Type, *valid: Type, static: tuple[int | None, int | None
     return [t.with_(valid_shape=None if vs == tuple(t.shape) else vs)]
 
 
-ALL: tuple[Primitive, ...] = (cmp_p, cmps_p, sel_p, sels_p, set_validshape_p)
+def trans_tmp(src: TileType) -> TileType:
+    """TTRANS's tmp tile for `src` (pto-isa's documented size, as UINT8 bytes in whole 32-byte blocks)."""
+    n = RT.tmp_bytes(src.shape[0], src.shape[1], src.dtype.np_dtype)
+    return TileType((1, -(-n // 32) * 32), dt.UINT8, Mem.Vec)
+
+
+@primitive("tile.transpose", ("src",))
+def tile_transpose_p(a: Type, **_: Any) -> list[Type]:
+    """`pl.transpose(tile, 0, 1)` of a Vec tile (TTRANS): the [C, R] transpose, a copy (the compiler
+    supplies TTRANS's tmp tile, as PyPTO does)."""
+    t = vec_tile(a, "pl.transpose")
+    r, c = t.shape
+    if t.dtype.itemsize not in (1, 2, 4) or t.dtype.is_sub_byte:
+        raise CompileError(f"pl.transpose: TTRANS moves 1-, 2- or 4-byte elements, got {t}")
+    if (r * t.dtype.itemsize) % 32:
+        raise CompileError(f"pl.transpose of {t}: the result's rows are the source's {r} rows of {t.dtype!r}, "
+                           f"{r * t.dtype.itemsize} bytes, and a Vec row is whole 32-byte blocks",
+                           help=f"make the source's row count a multiple of {32 // t.dtype.itemsize} (pad it: "
+                                "pl.tile.fillpad a taller tile)")
+    vs = None if t.valid_shape is None else (t.valid_shape[1], t.valid_shape[0])
+    return [TileType((c, r), t.dtype, Mem.Vec, vs)]
+
+
+ALL: tuple[Primitive, ...] = (cmp_p, cmps_p, sel_p, sels_p, set_validshape_p, tile_transpose_p)

@@ -17,6 +17,7 @@ import numpy as np
 import runtime
 from runtime import TileBuf
 from runtime import vector_select as VS
+from runtime import vector_trans as RT
 
 from ...core.ir import Eqn
 from ...core.types import TileType
@@ -39,7 +40,12 @@ def _has_tmp(e: Eqn) -> bool:
 
 
 def sel_scratch(e: Eqn, target: str) -> TileType | None:
-    """The compiler's tmp of a select written without one (A2/A3 only; the memory plan charges it)."""
+    """The compiler's tmp of a select written without one (A2/A3 only), or TTRANS's tmp: live while
+    the instruction runs (the memory plan charges it as the rule allocates it)."""
+    if e.primitive is SP.tile_transpose_p:
+        src = e.inputs[0].type
+        assert isinstance(src, TileType)
+        return SP.trans_tmp(src)
     if e.primitive not in (SP.sel_p, SP.sels_p) or _has_tmp(e) or target != "A2A3":
         return None
     return SP.SEL_TMP
@@ -81,7 +87,16 @@ def _copy_bytes(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any)
     np.copyto(out.data, ins[0].data)
 
 
-for _prim, _op in ((SP.set_validshape_p, VecOp(_copy_bytes, _set_valid)), (SP.cmp_p, VecOp(_cmp, _mask_valid)), (SP.cmps_p, VecOp(_cmps, _mask_valid)),
+def _trans_valid(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
+    return ins[0].valid_col, ins[0].valid_row
+
+
+def _trans(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
+    RT.ttrans(out, ins[0], scratch)
+
+
+for _prim, _op in ((SP.set_validshape_p, VecOp(_copy_bytes, _set_valid)),
+                   (SP.tile_transpose_p, VecOp(_trans, _trans_valid, False, _scratch)), (SP.cmp_p, VecOp(_cmp, _mask_valid)), (SP.cmps_p, VecOp(_cmps, _mask_valid)),
                    (SP.sel_p, VecOp(_sel, _src_valid, True, _scratch)),
                    (SP.sels_p, VecOp(_sels, _src_valid, True, _scratch))):
     register((_prim,), Rule(impl_of(_op), batch=lanes_of(_op)))

@@ -56,5 +56,16 @@ def _set_validshape(em: Emitter, e: Eqn) -> None:
     em.line(f"pto.tmov ins({src.ssa} : {src.spelled}) outs({out.ssa} : {out.spelled})")
 
 
+def _transpose(em: Emitter, e: Eqn) -> None:
+    """`pto.ttrans ins(%src, %tmp : T, T') outs(%dst : T'')` with the compiler's tmp tile."""
+    src = em.tile(e.inputs[0])
+    tmp_t = SP.trans_tmp(src.type)
+    tmp = Tile(em.names.fresh("tmp", "t"), tmp_t, TILE_LAYOUTS[Mem.Vec], None)
+    em.line(f"{tmp.ssa} = pto.alloc_tile : {tmp.spelled}")
+    valid = None if src.valid is None else (src.valid[1], src.valid[0])
+    out = em.alloc(e.outputs[0], valid=valid)
+    em.line(f"pto.ttrans ins({src.ssa}, {tmp.ssa} : {src.spelled}, {tmp.spelled}) outs({out.ssa} : {out.spelled})")
+
+
 pto_rules.update({SP.cmp_p: _cmp, SP.cmps_p: _cmp, SP.sel_p: _sel, SP.sels_p: _sel,
-                  SP.set_validshape_p: _set_validshape})
+                  SP.set_validshape_p: _set_validshape, SP.tile_transpose_p: _transpose})
