@@ -27,6 +27,7 @@ from .core.types import Layout as _Layout
 from .core.types import Mem, Target
 from .language import branch as _branch  # noqa: F401 - stages an `if` on a traced value (sets the tracing hook)
 from .language.annotations import InOut, Out, Scalar, Tensor, dynamic
+from .language.carries import yield_
 from .language.kernel import kernel, orchestration
 from .language.loops import range, spmd
 from .language.ops import (
@@ -42,6 +43,8 @@ from .language.ops import tensor_reinterpret_view as _reinterpret_view
 from .language.ops import tensor_view as _view
 from .language.ops import transpose_view as _transpose_view
 from .language.pypto_forms import FunctionType, Level, at, function, incore, jit, parallel, pipeline, unroll
+from .language.select_ops import cmp, cmps, sel, sels, set_validshape, transpose
+from .language.tensor_ops import assemble, dim, read, write
 from .language.tile_values import assemble as _assemble
 from .language.tile_values import reshape, store
 from .language.topk_ops import MaskPattern as _MaskPattern
@@ -99,8 +102,12 @@ A5 = Target.A5
 tile = _types.SimpleNamespace(load=load, store=store, transpose_view=_transpose_view, create=create_tile, full=full,
                               fillpad=fillpad, relu=relu, lrelu=lrelu, cast=cast,
                               MaskPattern=_MaskPattern, gather=_tile_gather, gather_mask=_tile_gather_mask,
-                              sort32=sort32, mrgsort=mrgsort, assemble=_assemble)
-tensor = _types.SimpleNamespace(view=_view, reinterpret_view=_reinterpret_view, slice=slice, reshape=reshape)
+                              sort32=sort32, mrgsort=mrgsort, assemble=_assemble,
+                              cmp=cmp, cmps=cmps, sel=sel, sels=sels, set_validshape=set_validshape,
+                              transpose=transpose)
+tensor = _types.SimpleNamespace(view=_view, reinterpret_view=_reinterpret_view, slice=slice, reshape=reshape,
+                                dim=dim, read=read, write=write,
+                                assemble=assemble, set_validshape=set_validshape)
 
 __all__ = [
     "BF16", "BOOL", "FP4", "FP8E4M3", "FP8E5M2", "FP16", "FP32", "INDEX", "INT4", "INT8", "INT16",
@@ -114,6 +121,10 @@ __all__ = [
     "row_expand_mul", "row_expand_div", "col_expand", "col_expand_add", "col_expand_sub", "col_expand_mul",
     "col_expand_div", "create_tile", "full", "fillpad", "PadValue", "MemorySpace", "move",
     "arange", "sort32", "mrgsort", "gather",
+    # compare and select (language/select_ops.py)
+    "cmp", "cmps", "sel", "sels", "set_validshape", "transpose",
+    # tensor queries and scalar access (language/tensor_ops.py)
+    "dim", "read", "write", "assemble",
     # PyPTO's loop, scope and decorator forms (language/pypto_forms.py)
-    "parallel", "unroll", "at", "incore", "Level", "FunctionType", "function", "jit",
+    "parallel", "unroll", "at", "incore", "Level", "FunctionType", "function", "jit", "yield_",
 ]

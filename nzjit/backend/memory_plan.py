@@ -25,6 +25,7 @@ from ..core.types import TileType
 from ..errors import CompileError, Source
 from .plan import liveness
 from .rules.vector_alu import reduce_scratch
+from .rules.vector_select import sel_scratch
 
 _IN_PLACE = (P.tile_matmul_acc_p, P.tile_mad_acc_p)  # update the accumulator (input 0) when it dies
 _VIEWS = (P.tile_transpose_view_p,)
@@ -145,6 +146,7 @@ class _Walk:
                     self.alloc(v, e)
         src = e.inputs[0].type if e.inputs else None
         scratch = reduce_scratch(e, src.shape[1], self.plan.target) if isinstance(src, TileType) else None
+        scratch = scratch or sel_scratch(e, self.plan.target)
         if scratch is not None:  # live only while the instruction runs, after its result is allocated
             tmp = Var(scratch, "scratch")
             self.alloc(tmp, e)

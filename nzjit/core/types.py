@@ -9,19 +9,42 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
 from .dtypes import DType
 
 
+def _via_value(op: str, reflected: bool = False) -> Callable[..., Any]:
+    def apply(self: DynDim, other: Any) -> Any:
+        v = DynDim.kernel_value(self)
+        return getattr(v, f"__{'r' if reflected else ''}{op}__")(other)
+
+    return apply
+
+
 @dataclass(frozen=True)
 class DynDim:
-    """A dimension known only at run time; the same name is the same dimension."""
+    """A dimension known only at run time; the same name is the same dimension (`==` compares
+    dimensions). Inside a kernel's trace, arithmetic and ordering on it (`x.shape[0] // 16`,
+    `pl.range(x.shape[0])`) use its value for the call (`pl.tensor.dim`), through `kernel_value`,
+    which the kernel language sets (the core does not import it)."""
 
     name: str
 
+    #: `DynDim -> traced INDEX scalar` while a kernel is traced (nzjit/language/tensor_ops.py).
+    kernel_value: ClassVar[Callable[[DynDim], Any]]
+
     def __repr__(self) -> str:
         return self.name
+
+    __add__, __radd__ = _via_value("add"), _via_value("add", True)
+    __sub__, __rsub__ = _via_value("sub"), _via_value("sub", True)
+    __mul__, __rmul__ = _via_value("mul"), _via_value("mul", True)
+    __floordiv__, __rfloordiv__ = _via_value("floordiv"), _via_value("floordiv", True)
+    __mod__, __rmod__ = _via_value("mod"), _via_value("mod", True)
+    __lt__, __le__, __gt__, __ge__ = _via_value("lt"), _via_value("le"), _via_value("gt"), _via_value("ge")
 
 
 Dim = int | DynDim

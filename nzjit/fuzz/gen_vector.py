@@ -1,6 +1,6 @@
 """Fuzzer family vec_alu: SPMD lanes running random chains of the vector unit's ops (tile-scalar
 ALU, tile-tile minimum / maximum / div, row and column reductions with their broadcasts, unary
-ops, conversions with a rounding mode, fills and padding) on fp32 Vec windows, against a numpy
+ops, conversions with a rounding mode, fills and padding, compare + select) on fp32 Vec windows, against a numpy
 reference on float64 that rounds every instruction's result to fp32 once, as the device does.
 
 Data are small integers, so every sum and product stays exact in fp32 and the comparison is exact;
@@ -36,7 +36,7 @@ def fam_vec_alu(g: G) -> None:
                f"{nm} = win({src}, (lane * {r}, 0), ({r}, {c})).copy()")
     names, exact = ["x", "y"], True
     for step in range(int(g.choice([1, 2, 3, 4]))):  # type: ignore[call-overload]
-        kinds = ["scalar", "minmax", "row", "col", "unary", "full"] + (["cvt", "sum", "div"] if exact else [])
+        kinds = ["scalar", "minmax", "row", "col", "unary", "full", "select"] + (["cvt", "sum", "div"] if exact else [])
         kind = str(g.choice(kinds))
         g.tag(f"alu:{kind}")
         a, b, t = str(g.choice(names)), str(g.choice(names)), f"t{step}"
@@ -59,6 +59,16 @@ def fam_vec_alu(g: G) -> None:
             op = str(g.choice(["abs", "neg", "relu"]))
             ref = {"abs": f"np.abs({a})", "neg": f"-{a}", "relu": f"np.maximum({a}, 0)"}[op]
             g.emit(2, f"{t} = pl.{op}({a})", f"{t} = {ref}")
+        elif kind == "select":  # TCMP(S) + TSEL(S): a choice of existing values, exact
+            code = int(g.choice([0, 1, 2, 3, 4, 5]))  # type: ignore[call-overload]
+            op = ("==", "!=", "<", "<=", ">", ">=")[code]
+            if g.p(0.5):
+                tmp = ", pl.create_tile([1, 32], dtype=pl.UINT8)" if g.p(0.5) else ""
+                g.emit(2, f"{t} = pl.sel(pl.cmp({a}, {b}, cmp_type={code}), {a}, {b}{tmp})",
+                       f"{t} = np.where({a} {op} {b}, {a}, {b})")
+            else:
+                g.emit(2, f"{t} = pl.sels(pl.cmp({a}, 1.0, cmp_type={code}), {a}, scalar=-2.0)",
+                       f"{t} = np.where({a} {op} 1.0, {a}, -2.0)")
         elif kind == "full":
             g.emit(2, f"{t} = pl.add({a}, pl.full([{r}, {c}], dtype=pl.FP32, value=3.0))", f"{t} = ({a} + 3.0){_R32}")
         elif kind == "sum":  # integer-valued halves: the tree sum is exact

@@ -34,10 +34,11 @@ from types import FrameType
 from typing import Any
 
 from ..core import dtypes as dt
-from ..core.ir import Atom, Graph, Var
-from ..core.types import ScalarType
+from ..core.ir import Atom, Eqn, Graph, Var
+from ..core.types import ScalarType, TileType
 from ..errors import CompileError, Source, source_of, user_frame
 from ..prims.control import cond_p
+from ..prims.vector import create_p
 from ..tracing import frames as F
 from ..tracing.bind import bind, lift, literal, to_atom
 from ..tracing.frames import TraceFrame, TraceState, current_state
@@ -361,12 +362,14 @@ def _close_two(st: TraceState, br: _Branch, locs: dict[str, Any]) -> None:
                                    "traced value in the other; both arms must bind traced values of one type",
                                    br.source, help=f"make '{name}' a traced value in both arms")
         if old is MISSING:
-            if not isinstance(ty, ScalarType):
-                raise CompileError(f"'{name}' is first bound inside the staged `if`/`else`; a tile needs a "
-                                   "value before the `if`", br.source,
-                                   help=f"bind '{name}' before the `if` (an accumulator: "
-                                   f"`{name} = pl.create_tensor(shape, dtype)`)")
-            init = literal(0, ty.dtype)
+            if isinstance(ty, TileType):  # both arms bind it (PyPTO's phi): the start value is never read
+                init = _placeholder_tile(parent, ty, br.source)
+            elif not isinstance(ty, ScalarType):
+                raise CompileError(f"'{name}' is first bound inside the staged `if`/`else` to a {ty}; a tensor "
+                                   "needs a value before the `if`", br.source,
+                                   help=f"bind '{name}' before the `if`")
+            else:
+                init = literal(0, ty.dtype)
         else:
             init = to_atom(old, parent, ty.dtype if isinstance(ty, ScalarType) else dt.INDEX)
         if init.type != ty:
@@ -394,6 +397,18 @@ def _close_two(st: TraceState, br: _Branch, locs: dict[str, Any]) -> None:
     for name, r in zip(names, res):
         r.var.hint = name
         locs[name] = r
+
+
+def _placeholder_tile(parent: TraceFrame, ty: TileType, source: Source | None) -> Var:
+    """The start value of a tile both arms of an if/else bind first: an uninitialised `tile.create`
+    of its type in the enclosing frame. The `then` arm's `cond` passes it through only when the
+    predicate is false, and then the `else` arm's `cond` replaces it: its bytes are never read."""
+    v = Var(ty)
+    params = {"shape": ty.shape, "dtype": ty.dtype, "memory": ty.memory, "arity": ()}
+    e = Eqn(create_p, (), (v,), params, source)
+    parent.eqns.append(e)
+    parent.defs[v] = e
+    return v
 
 
 class _Handler:

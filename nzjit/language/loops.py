@@ -11,14 +11,19 @@ from ..errors import CompileError, user_source
 from ..tracing import Tracer, in_trace, staged_loop
 
 
-def range(*args: Any) -> Iterator[Tracer]:  # noqa: A001 - the kernel language's pl.range
-    """pl.range(stop) or pl.range(start, stop, step=1): a sequential staged loop."""
+def range(*args: Any, init_values: tuple[Any, ...] | None = None) -> Iterator[Any]:  # noqa: A001 - pl.range
+    """pl.range(stop) or pl.range(start, stop, step=1): a sequential staged loop. With PyPTO's
+    `init_values=(v, ...)` the loop yields `(i, (carry, ...))` and its body ends with
+    `results = pl.yield_(next, ...)`: the explicit carries (language/carries.py)."""
     if not 1 <= len(args) <= 3:
         raise CompileError("pl.range takes (stop), (start, stop) or (start, stop, step)", user_source())
     start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
     if not in_trace() and active_program() is not None:  # issue 28: PyPTO's host `for r in pl.range(pld.world_size())`
+        if init_values is not None:
+            raise CompileError("init_values is for a staged loop inside a kernel", user_source(),
+                               help="in an orchestration, rebind the name in the loop body")
         return iter(builtins.range(start, stop, step))
-    return staged_loop("range", start, stop, step, None, user_source())
+    return staged_loop("range", start, stop, step, None, user_source(), init_values)
 
 
 def pipeline(start: Any, stop: Any, step: Any = 1, stage: int = 2) -> Iterator[Tracer]:

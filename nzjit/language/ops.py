@@ -13,10 +13,10 @@ import numpy as np
 from .. import prims as P
 from ..core import dtypes as dt
 from ..core.ir import Literal, Var
-from ..core.types import Layout, Mem, ScalarType, TensorType, TileType
+from ..core.types import DynDim, Layout, Mem, ScalarType, TensorType, TileType
 from ..driver.calls import active_program
 from ..errors import CompileError, user_source
-from ..tracing import Operators, Tracer, bind, current_state, lift
+from ..tracing import Operators, Tracer, bind, current_state, in_trace, lift
 
 Index = int | Tracer
 
@@ -53,6 +53,7 @@ def _python_scalar(name: str, a: Any, b: Any) -> Any:
 
 def scalar_binary(name: str, a: Any, b: Any) -> Any:
     """`a <op> b` on index scalars; integers wrap at their declared width, // and % floor (NZ-19)."""
+    a, b = (DynDim.kernel_value(x) if isinstance(x, DynDim) else x for x in (a, b))  # x.shape[0] of a pl.dynamic
     if not isinstance(a, Tracer) and not isinstance(b, Tracer):
         return _python_scalar(name, a, b)
     for x in (a, b):
@@ -121,7 +122,10 @@ def _check_window(what: str, offsets: Sequence[Any], extents: Sequence[Any], sha
                                f"dimension {d} of {list(shape)}", user_source())
 
 
-def _static_extent(start: Any, stop: Any, dim: Any, axis: int) -> int:
+def _static_extent(start: Any, stop: Any, dim: Any, axis: int) -> Any:
+    if isinstance(dim, DynDim) and type(start) is int and start == 0 and (stop is None or stop is dim or (
+            isinstance(stop, DynDim) and stop == dim)):
+        return dim  # the whole of a pl.dynamic axis (issue 23 item 7): a window of the call's extent
     if stop is None:
         if isinstance(start, int) and isinstance(dim, int):
             return dim - start
@@ -133,6 +137,11 @@ def _static_extent(start: Any, stop: Any, dim: Any, axis: int) -> int:
         diff = {v: hi[0].get(v, 0) - lo[0].get(v, 0) for v in {*lo[0], *hi[0]}}
         if not any(diff.values()):
             return hi[1] - lo[1]
+    if isinstance(dim, DynDim) or isinstance(stop, DynDim):
+        raise CompileError(f"the extent of the slice on axis {axis} of the pl.dynamic dimension {dim} must be "
+                           "static or the whole axis", user_source(),
+                           help="slice the whole axis (x[:, ...]) or a constant extent (x[n0 : n0 + 128]); a "
+                           "ragged tail is a pl.load with valid_shape=[pl.min(rows, 128), ...]")
     raise CompileError(f"the extent of the slice on axis {axis} must be static", user_source(),
                        help="write the window as w[n0 : n0 + 128] (start + a constant)")
 
@@ -182,7 +191,7 @@ def _parse_key(t: Tracer, key: Any) -> tuple[list[Any], list[int], tuple[int, ..
             start = 0 if k.start is None else _int(k.start)
             _check_offset(start, "slice")
             size = _static_extent(start, _int(k.stop), dim, axis)
-            if size <= 0:
+            if isinstance(size, int) and size <= 0:
                 raise CompileError(f"empty slice on axis {axis}", user_source())
             offsets.append(start)
             sizes.append(size)
@@ -230,10 +239,13 @@ def setitem(t: Tracer, key: Any, value: Any) -> None:
 
 def create_tensor(shape: Sequence[int], dtype: Any) -> Any:
     """pl.create_tensor(shape, dtype): a new tensor. In an orchestration body, an intermediate of
-    the program, resident on the rank of the first kernel call that uses it (driver/intermediates.py)."""
+    the program, resident on the rank of the first kernel call that uses it (driver/intermediates.py);
+    in a kernel, the start value of a matmul accumulator (PyPTO's `if k0 == 0` idiom)."""
     prog = active_program()
     if prog is not None:  # an orchestration body is recording on this thread
         return prog.create_tensor(shape, dtype)
+    if in_trace():  # a kernel: PyPTO's accumulator start value (passes/tensor_to_tile.py)
+        return bind(P.tensor_create_p, [], {"shape": tuple(_int(d) for d in shape), "dtype": dtype})[0]
     raise CompileError("pl.create_tensor is used in an orchestration body here; a kernel allocates its "
                        "tensors from its Out parameters", user_source(),
                        help="call it inside a @pl.orchestration, or add an Out parameter to the kernel")

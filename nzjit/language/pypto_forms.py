@@ -32,11 +32,12 @@ from .loops import pipeline as _pipeline
 from .loops import range as _range
 
 
-def parallel(*args: Any, chunk: int | None = None) -> Iterator[Tracer]:
-    """pl.parallel(stop) / (start, stop[, step]): independent trips, staged as pl.range."""
+def parallel(*args: Any, chunk: int | None = None, init_values: tuple[Any, ...] | None = None) -> Iterator[Any]:
+    """pl.parallel(stop) / (start, stop[, step]): independent trips, staged as pl.range (with
+    PyPTO's `init_values`, explicit carries, as pl.range has them)."""
     if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
         raise CompileError(f"pl.parallel chunk must be a positive int, got {chunk!r}", user_source())
-    return _range(*args)
+    return _range(*args, init_values=init_values)
 
 
 def unroll(*args: Any) -> builtins.range:

@@ -49,6 +49,12 @@ def _varies(x: object, tainted: set[Var], prover: Prover) -> bool:
 def _scan(g: Graph, tainted: set[Var], n: int, prover: Prover) -> None:
     for e in g.eqns:
         ins = e.inputs
+        if e.primitive is P.tensor_write_p and not any(_varies(x, tainted, prover) for x in ins[:-1]):
+            raise CompileError(
+                f"every lane of pl.spmd({n}) writes this element of the same tensor (its indices do not depend on "
+                "the lane index): the lanes run concurrently and race, the last to land wins", e.source,
+                rule="lane-race", help="compute the index from the lane index, or move the pl.write out of the "
+                                       "pl.spmd loop")
         if e.primitive is P.tile_store_p:
             dst, offs = ins[-1], ins[1:-1]
             if not _atomic(e) and not any(_varies(x, tainted, prover) for x in (dst, *offs)):

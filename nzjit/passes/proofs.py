@@ -192,6 +192,9 @@ class Prover:
             return rule_unknown(dt, nm, f"{nm} is the result of a loop (loop-carried): never resolved")
         if p == "convert":
             return rule_copy(self._fact(e.inputs[0], budget), x.hint)
+        if p == "tensor.read":  # issue 23: a scalar from GM; only a clamp built around it bounds it
+            return rule_unknown(dt, nm, f"{nm} is read from GM (pl.read): its value is the call's, unknown when "
+                                "compiled; clamp it: pl.max(pl.min(v, hi), 0)")
         if p not in _SYM or len(e.inputs) != 2:
             return rule_unknown(dt, nm, f"{nm} is not index arithmetic ({p})")
         a = self._fact(e.inputs[0], budget)  # no generator: two frames per level of recursion

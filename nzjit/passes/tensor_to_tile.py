@@ -5,20 +5,51 @@ and stores (nz-layout.md §3: the tile ops BlockNzTensorViews rewrites must exis
   `tile.load(root, offsets, window, Mat)` (offsets summed, dropped axes kept as extent 1).
 - `tensor.matmul` / `tensor.matmul_acc` become `tile.matmul` / `tile.matmul_acc` (an Acc tile).
 - `out[...] = value` becomes `tile.store(value, offsets, root)`.
+- `pl.create_tensor(shape, dtype)` in a kernel (issue 23 item 4) is PyPTO's start value of a matmul
+  accumulator (`acc = pl.create_tensor(...)`, then `if k0 == 0: acc = pl.matmul(...) else:
+  acc = pl.matmul_acc(acc, ...)`): when its only uses are as a loop's or an `if`'s carry, it becomes
+  an Acc `tile.create` of its shape. Any other use (a GM scratch tensor) is refused with the fix.
+- `out[...] = pl.reshape(acc, shape)` of a matmul result (issue 23 item 4): the same row-major
+  elements, so the Acc tile is stored into `out` viewed with the tile's shape (`tensor.reshape` of
+  the whole root tensor, which must be ND, static and exactly the window). A reshaped matmul result
+  used any other way is refused (the Acc tile has no reshape of its own).
 Slices that are not folded (e.g. `w[layer]` handed to an explicit pl.load) stay tensor.slice.
 """
 
 from __future__ import annotations
 
 from .. import prims as P
-from ..core.dtypes import INDEX
+from ..core.dtypes import FP32, INDEX, INT32
 from ..core.ir import Atom, Eqn, Graph, Literal, Var
 from ..core.types import Mem, ScalarType, TensorType, TileType
 from ..errors import CompileError
 from .rewrite import Rewriter
 
+_RESHAPED = "a reshaped matmul result"
+
 
 class _Convert(Rewriter):
+    def __init__(self, carried: set[Var]) -> None:
+        super().__init__()
+        self.reshaped: dict[Var, Atom] = {}  # tensor.reshape result of an Acc tile -> the tile
+        self.carried = carried  # tensor.create results used only as carries
+
+    def _create(self, e: Eqn) -> None:
+        (v,) = e.outputs
+        t = v.type
+        assert isinstance(t, TensorType)
+        if v not in self.carried or len(t.shape) != 2 or t.dtype not in (FP32, INT32):
+            raise CompileError(
+                f"pl.create_tensor({list(t.shape)}, {t.dtype!r}) in a kernel is the start value of a matmul "
+                "accumulator (a loop's or an `if`'s carry, then bound to pl.matmul / pl.matmul_acc); a GM scratch "
+                "tensor inside a kernel is not built", e.source,
+                help="create the intermediate in the @pl.orchestration and pass it to the kernel (an Out or "
+                     "InOut parameter)")
+        acc_t = TileType(tuple(t.shape), t.dtype, Mem.Acc)  # type: ignore[arg-type]
+        (o,) = self.emit(P.create_p, [], {"shape": acc_t.shape, "dtype": t.dtype, "memory": Mem.Acc}, [acc_t], e.source)
+        o.hint = v.hint
+        self.env[v] = o
+
     def window(self, v: Atom) -> tuple[Atom, list[Atom], list[int]]:
         """Fold the tensor.slice chain ending at `v` into (root, offsets on root, window on root).
 
@@ -61,8 +92,47 @@ class _Convert(Rewriter):
         params = {"shape": shape, "memory": Mem.Mat, "valid_static": None, "memory_given": True}
         return self.emit(P.tile_load_p, [[root], offs, []], params, [tile_t], source)[0]
 
+    def _store_reshaped(self, e: Eqn, acc: Atom) -> None:
+        """`out[...] = pl.reshape(acc, shape)`: store `acc` into the whole root seen as acc's shape."""
+        root, offs, win = self.window(e.inputs[0])
+        rt, at = root.type, acc.type
+        assert isinstance(rt, TensorType) and isinstance(at, TileType)
+        zero = all(isinstance(o, Literal) and o.value == 0 for o in [*offs, *e.operands("offsets")])
+        whole = zero and list(win) == list(rt.shape) and list(e.params["shape"]) == list(rt.shape)
+        if not (whole and rt.is_static and rt.layout.value == "ND" and rt.strides in (None, _row_major(rt.shape))):
+            raise CompileError(f"{_RESHAPED} is stored by viewing the destination with the result's shape "
+                               f"{list(at.shape)}: the destination must be a whole static ND tensor, got a window "
+                               f"{list(e.params['shape'])} of {rt}", e.source,
+                               help="assign it to the whole output (out[...] = pl.reshape(acc, out_shape)), or "
+                                    "store the matmul result unreshaped into out viewed with pl.tensor.view")
+        n = 1
+        for d in rt.shape:
+            n *= int(d)
+        if n != at.shape[0] * at.shape[1]:
+            raise CompileError(f"{_RESHAPED} of {list(at.shape)} assigned to {rt}: the element counts differ", e.source)
+        view_t = TensorType(tuple(at.shape), rt.dtype, rt.layout)
+        (view,) = self.emit(P.tensor_reshape_p, [[root]], {"shape": tuple(at.shape)}, [view_t], e.source)
+        zeros = [Literal(0, ScalarType(INDEX)), Literal(0, ScalarType(INDEX))]
+        self.emit(P.tile_store_p, [[acc], zeros, [view]], {"attrs": {}}, [view_t], e.source)
+        self.env[e.outputs[0]] = root
+
     def rewrite(self, e: Eqn) -> None:
         p = e.primitive
+        if any(isinstance(x, Var) and x in self.reshaped for x in e.inputs):
+            if p is P.tensor_assign_p and e.inputs[1] in self.reshaped and e.inputs[0] not in self.reshaped:
+                self._store_reshaped(e, self.reshaped[e.inputs[1]])  # type: ignore[index]
+                return
+            raise CompileError(f"{_RESHAPED} can only be assigned to a tensor (out[...] = pl.reshape(acc, shape)): "
+                               "the Acc tile has no reshape of its own", e.source,
+                               help="pl.move it to pl.Mem.Vec first and pl.reshape the Vec tile")
+        if p is P.tensor_create_p:
+            self._create(e)
+            return
+        if p is P.tensor_reshape_p and isinstance(self.atom(e.inputs[0]).type, TileType):
+            acc = self.atom(e.inputs[0])
+            if acc.type.memory is Mem.Acc and len(acc.type.shape) == 2:  # type: ignore[union-attr]
+                self.reshaped[e.outputs[0]] = acc
+                return
         if p is P.tensor_matmul_p:
             a, b = (self.load_operand(x, e) for x in e.inputs)
             out_t = e.outputs[0].type
@@ -95,6 +165,32 @@ class _Convert(Rewriter):
         else:
             self.copy(e)
 
+def _row_major(shape: tuple[object, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= int(d)  # type: ignore[call-overload]
+    return tuple(reversed(out))
+
+
+def _carried_creates(g: Graph, out: set[Var], other: set[Var]) -> None:
+    """tensor.create results read only as a for / cond carry's initial value (`out`); `other` collects
+    the ones read any other way (a captured operand counts as another use: the body reads it)."""
+    for e in g.eqns:
+        if e.primitive is P.tensor_create_p:
+            out.add(e.outputs[0])
+        body = e.params.get("body")
+        first_carry = sum(e.params["arity"][:2]) if isinstance(body, Graph) else len(e.inputs)
+        for i, a in enumerate(e.inputs):
+            if isinstance(a, Var) and i < first_carry:
+                other.add(a)
+        if isinstance(body, Graph):
+            _carried_creates(body, out, other)
+
+
 def convert_tensor_to_tile_ops(g: Graph) -> Graph:
     """Tensor-level ops -> tile ops (see module docstring)."""
-    return _Convert().run(g)
+    creates: set[Var] = set()
+    other: set[Var] = set()
+    _carried_creates(g, creates, other)
+    return _Convert(creates - other).run(g)

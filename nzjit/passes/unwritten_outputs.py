@@ -37,7 +37,7 @@ def _written_roots(g: Graph, roots: dict[Var, int], written: set[int]) -> None:
             written.add(roots[ins[-1]])
             for o in e.outputs:
                 roots[o] = roots[ins[-1]]
-        elif e.primitive is P.tensor_assign_p and ins and ins[0] in roots:
+        elif e.primitive in (P.tensor_assign_p, P.tensor_write_p) and ins and ins[0] in roots:
             written.add(roots[ins[0]])
             for o in e.outputs:
                 roots[o] = roots[ins[0]]

@@ -6,7 +6,8 @@
 - `cube`: the matmuls (tensor and tile level), `tile.extract`, `tile.mad`, `tile.mad_acc`;
 - `vector`: the vector unit - elementwise Vec tile ops (`ELEMENTWISE`), casts, the ALU with
   scalars, reductions, broadcasts, fills, tile windows, top-k pieces and cross-core moves (the
-  other family tables `BINARY`, `BINARY_SCALAR`, `UNARY`, `REDUCE`, `EXPAND`; `vector.ALL`).
+  other family tables `BINARY`, `BINARY_SCALAR`, `UNARY`, `REDUCE`, `EXPAND`; `vector.ALL`);
+- `select`: the vector unit's compare and select (`tile.cmp / cmps / sel / sels`, a packed mask).
 - `comm`: the communication operations of `pld` (issue 28): signals, remote loads / stores,
   put / get, the collectives, and the backend's instrumented local window store / load.
 
@@ -70,10 +71,13 @@ from .cube import (
 )
 from .memory import (
     tensor_assign_p,
+    tensor_create_p,
+    tensor_read_p,
     tensor_reinterpret_view_p,
     tensor_reshape_p,
     tensor_slice_p,
     tensor_view_p,
+    tensor_write_p,
     tile_load_p,
     tile_move_p,
     tile_store_p,
@@ -98,7 +102,9 @@ from .scalar import (
     mul_p,
     ne_p,
     sub_p,
+    tensor_dim_p,
 )
+from .select import cmp_p, cmps_p, sel_p, sels_p, set_validshape_p, tile_transpose_p
 from .vector import (
     BINARY,
     BINARY_SCALAR,
@@ -129,8 +135,9 @@ from .vector import (
 
 #: Primitives without effects: an equation of one whose results nobody reads can be dropped.
 PURE: frozenset[Primitive] = frozenset({
-    *SCALAR_BINARY.values(), *COMPARE.values(), convert_p, get_block_idx_p, get_block_num_p,
+    *SCALAR_BINARY.values(), *COMPARE.values(), convert_p, get_block_idx_p, get_block_num_p, tensor_dim_p,
     tensor_slice_p, tensor_reshape_p, tensor_view_p, tensor_reinterpret_view_p, tile_transpose_view_p,
+    tensor_create_p,
 })
 
 __all__ = [
@@ -144,11 +151,13 @@ __all__ = [
     "vector", "BINARY", "BINARY_SCALAR", "UNARY", "REDUCE", "EXPAND",
     "tile_cast_p", "lrelu_p", "cvt_p", "create_p", "full_p", "fillpad_p", "tpush_to_aiv_p", "tpop_from_aic_p",
     "tpush_to_aic_p", "tpop_from_aiv_p", "move_fixpipe_p", "tile_slice_p", "tile_assemble_p", "tile_reshape_p",
-    "ci_p", "sort32_p", "mrgsort_p", "gather_mask_p", "gather_p",
-    "tensor_slice_p", "tensor_reshape_p", "tensor_view_p", "tensor_reinterpret_view_p", "tensor_assign_p",
+    "ci_p", "sort32_p", "mrgsort_p", "gather_mask_p", "gather_p", "cmp_p", "cmps_p", "sel_p", "sels_p",
+    "set_validshape_p", "tile_transpose_p",
+    "tensor_slice_p", "tensor_reshape_p", "tensor_view_p", "tensor_reinterpret_view_p", "tensor_assign_p", "tensor_read_p", "tensor_create_p",
+    "tensor_write_p",
     "tile_load_p", "tile_store_p", "tile_move_p", "tile_transpose_view_p",
     "add_p", "sub_p", "mul_p", "floordiv_p", "mod_p", "min_p", "max_p",
-    "lt_p", "le_p", "gt_p", "ge_p", "eq_p", "ne_p", "convert_p", "get_block_idx_p", "get_block_num_p",
+    "lt_p", "le_p", "gt_p", "ge_p", "eq_p", "ne_p", "convert_p", "get_block_idx_p", "get_block_num_p", "tensor_dim_p",
     "DistributedTensorType", "comm_rank_p", "comm_nranks_p", "comm_notify_p", "comm_wait_p", "comm_remote_load_p",
     "comm_remote_store_p", "comm_put_p", "comm_get_p", "comm_allreduce_p", "comm_broadcast_p",
     "comm_reduce_scatter_p", "comm_allgather_p", "comm_all_to_all_p", "comm_barrier_p", "comm_window_store_p",

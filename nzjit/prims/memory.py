@@ -1,4 +1,5 @@
-"""Memory primitives: tensor windows and views (GM, before and after tiling), assignment, and the
+"""Memory primitives: tensor windows and views (GM, before and after tiling), assignment, scalar
+reads and writes of GM elements (`tensor.read` / `tensor.write`), and the
 tile moves between GM and on-chip buffers (`pl.load`, `pl.store`, `pl.move`) and views of a tile."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from ..core.primitives import (
     _tile,
     primitive,
 )
-from ..core.types import Layout, Mem, TensorType, TileType, Type
+from ..core.types import Layout, Mem, ScalarType, TensorType, TileType, Type
 
 
 @primitive("tensor.slice", ("src", "offsets", "valid"))
@@ -130,3 +131,46 @@ def tile_move_p(src: Type, *, memory: Mem, **_: Any) -> list[Type]:
     """`pl.move` of a tile to another on-chip `memory` (same shape and dtype)."""
     s = _tile(src, "pl.move")
     return [s.with_(memory=memory)]
+
+
+# ------------------------------------------------------------------------------ kernel tensors
+@primitive("tensor.create", ())
+def tensor_create_p(*, shape: tuple[int, ...], dtype: dt.DType, **_: Any) -> list[Type]:
+    """`pl.create_tensor(shape, dtype)` inside a kernel: a new tensor of undefined contents. PyPTO's
+    accumulator idiom starts a matmul accumulator with it; ConvertTensorToTileOps makes that start
+    value an Acc tile (tile.create) and refuses any other use."""
+    if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
+        raise _fail(f"pl.create_tensor in a kernel takes a static shape of positive ints, got {list(shape)}")
+    return [TensorType(tuple(shape), dtype)]
+
+
+# ---------------------------------------------------------------------------------- scalar access
+def _element_indices(t: TensorType, idx: tuple[Type, ...], what: str) -> None:
+    _check_index_operands(idx, what)
+    if len(idx) != t.rank:
+        raise _fail(f"{what} of a rank-{t.rank} tensor takes {t.rank} indices, got {len(idx)}")
+    if t.layout is Layout.NZ:
+        raise _fail(f"{what} of an NZ tensor: its elements are in NZ order, not at row-major addresses",
+                    rule="NZ-14", help="read or write an ND tensor (a scalar table is ND)")
+
+
+@primitive("tensor.read", ("src", "indices"))
+def tensor_read_p(src: Type, *idx: Type, **_: Any) -> list[Type]:
+    """`pl.read(tensor, indices)`: one element of an ND tensor in GM, as a scalar of its dtype (the
+    scalar unit's load). Its value is the call's: unknown when the kernel is compiled."""
+    t = _tensor(src, "pl.read")
+    _element_indices(t, idx, "pl.read")
+    return [ScalarType(t.dtype)]
+
+
+@primitive("tensor.write", ("dst", "indices", "value"))
+def tensor_write_p(dst: Type, *rest: Type, **_: Any) -> list[Type]:
+    """`pl.write(tensor, indices, value)`: one element of an ND tensor in GM set to a scalar of its
+    dtype (the scalar unit's store). The result aliases `dst` (later reads see the write)."""
+    t = _tensor(dst, "pl.write")
+    *idx, v = rest
+    _element_indices(t, tuple(idx), "pl.write")
+    if not isinstance(v, ScalarType) or v.dtype is not t.dtype:
+        raise _fail(f"pl.write of a {v} into a {t.dtype!r} tensor: the value is a scalar of the tensor's dtype",
+                    help=f"pl.cast the value to {t.dtype!r}")
+    return [t]

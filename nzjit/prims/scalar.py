@@ -1,5 +1,5 @@
 """Scalar primitives: index arithmetic and comparisons (integers wrap at their declared width,
-// and % floor: NZ-19), conversion, and the SPMD lane's block index and count."""
+// and % floor: NZ-19), conversion, the SPMD lane's block index and count, and a dynamic dimension's value (`tensor.dim`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any
 
 from ..core import dtypes as dt
 from ..core.primitives import _binary_scalar, _compare, _scalar_dtype, primitive
-from ..core.types import ScalarType, Type
+from ..core.types import ScalarType, TensorType, Type
+from ..errors import CompileError
 
 add_p = _binary_scalar("add")
 sub_p = _binary_scalar("sub")
@@ -29,6 +30,15 @@ def convert_p(a: Type, *, dtype: dt.DType, **_: Any) -> list[Type]:
     """Scalar conversion to `dtype`."""
     _scalar_dtype(a)
     return [ScalarType(dtype)]
+
+
+@primitive("tensor.dim", ("src",))
+def tensor_dim_p(src: Type, *, axis: int, name: str, **_: Any) -> list[Type]:
+    """`pl.tensor.dim(t, axis)` of a `pl.dynamic` dimension: its value for this call (INDEX, >= 0).
+    `name` is the dimension's (the same name is the same dimension); a static one folds to an int."""
+    if not isinstance(src, TensorType):
+        raise CompileError(f"pl.tensor.dim reads a tensor's dimension, got {src}")
+    return [ScalarType(dt.INDEX)]
 
 
 @primitive("get_block_idx", ())

@@ -12,9 +12,10 @@ a loop neither reads nor returns to a reader are dropped (`prune`).
 
 from .bind import bind, defining_eqn, lift, literal, to_atom
 from .frames import TraceFrame, TraceState, current_state, in_trace
-from .loops import Carry, staged_loop
+from .loops import Carry, staged_loop, yield_values
 from .run import trace
 from .tracer import Operators, Tracer
 
 __all__ = ["Carry", "Operators", "TraceFrame", "TraceState", "Tracer", "bind", "current_state",
-           "defining_eqn", "in_trace", "lift", "literal", "staged_loop", "to_atom", "trace"]
+           "defining_eqn", "in_trace", "lift", "literal", "staged_loop", "to_atom", "trace",
+           "yield_values"]

@@ -16,7 +16,7 @@ from runtime.memory import CAPACITIES, HW_NAMES
 from ..core import dtypes as dt
 from ..core.ir import Atom, Eqn, Literal, Var
 from ..core.primitives import Primitive
-from ..core.types import Mem, ScalarType, TileType, Type
+from ..core.types import DynDim, Mem, ScalarType, TileType, Type
 from ..errors import CompileError, Source, source_of, user_frame, user_source
 from . import frames
 from .frames import TraceFrame, current_state
@@ -72,6 +72,8 @@ def to_atom(x: Any, frame: TraceFrame, dtype: dt.DType = dt.INDEX) -> Atom:
         return lift(x, frame)
     if isinstance(x, Var | Literal):
         return x
+    if isinstance(x, DynDim):  # a pl.dynamic dimension used as a value: its pl.tensor.dim
+        return to_atom(DynDim.kernel_value(x), frame, dtype)
     return literal(x, dtype)
 
 

@@ -23,6 +23,7 @@ class TraceFrame:
         self.closed = False
         self.source = source
         self.kind: str | None = None
+        self.explicit: Any = None  # a loop body's explicit carries (loops.Explicit: pl.range init_values)
 
     def is_ancestor_of(self, other: TraceFrame) -> bool:
         """True when `other` is this frame or nested inside it (a value of this frame is visible there)."""

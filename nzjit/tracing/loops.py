@@ -142,8 +142,10 @@ def _open_body(st: TraceState, loop: _Loop) -> tuple[TraceFrame, Tracer]:
 
 
 def staged_loop(kind: str, start: Any, stop: Any, step: Any, stage: int | None,
-                source: Source | None) -> Iterator[Tracer]:
-    """The iterator behind pl.range / pl.pipeline / pl.spmd: one trip, traced once."""
+                source: Source | None, init_values: tuple[Any, ...] | None = None) -> Iterator[Any]:
+    """The iterator behind pl.range / pl.pipeline / pl.spmd: one trip, traced once. With
+    `init_values` (PyPTO's explicit carries) it yields `(i, (carry, ...))` and the body ends with
+    `pl.yield_(...)`, whose values are the next trip's carries and, after the loop, its results."""
     st = current_state()
     if st.pending is not None:
         raise st.pending
@@ -157,23 +159,30 @@ def staged_loop(kind: str, start: Any, stop: Any, step: Any, stage: int | None,
         loop.bounds.append(b)
     if isinstance(loop.bounds[2], Literal) and loop.bounds[2].value <= 0:
         raise CompileError(f"loop step must be positive, got {loop.bounds[2].value}", source)
+    inits = None if init_values is None else _explicit_inits(st, loop, init_values)
     redo: dict[str, tuple[Var, Tracer]] = {}  # carry parameter and the handle each name holds
     for _trip in range(len(loop.before) + 2):  # each extra trip adds a name, so this terminates
         body, iv_tracer = _open_body(st, loop)
         for p, handle in redo.values():
             handle.var, handle.frame = p, body  # the name stands for its carry in this trip
+        explicit = None if inits is None else Explicit(inits, [Var(a.type) for a in inits])
+        body.explicit = explicit
         try:
-            yield iv_tracer
+            yield iv_tracer if explicit is None else (iv_tracer, tuple(Tracer(p, body) for p in explicit.params))
         except GeneratorExit:
             _record_early_exit(st, body, loop)
             raise
         if st.branches:  # an `if` arm that runs to the end of the trip ends with it
             frames.branch_handler.close_above(st, body)
-        carries = _carries(body, iv_tracer, loop, dict(kframe.f_locals))
+        after = dict(kframe.f_locals)
+        if explicit is not None:
+            _check_yield(loop, explicit)
+            after = {n: v for n, v in after.items() if not explicit.owns(v) and v is not iv_tracer}
+        carries = _carries(body, iv_tracer, loop, after)
         if _needs_another_trip(carries, loop, redo):
             redo = _another_trip(st, body, carries, loop, redo)
             continue
-        _close_loop(st, body, carries, loop, {name: p for name, (p, _) in redo.items()})
+        _close_loop(st, body, carries, loop, {name: p for name, (p, _) in redo.items()}, explicit)
         return
     raise CompileError(f"the body of the staged loop {loop.name} does not settle on its carries", source)
 
@@ -277,7 +286,7 @@ def _carry_type_error(loop: _Loop, name: str, old: Any, init: Atom, new: Tracer)
 
 
 def _close_loop(st: TraceState, body: TraceFrame, carries: list[Carry], loop: _Loop,
-                preset: dict[str, Var]) -> None:
+                preset: dict[str, Var], explicit: Explicit | None = None) -> None:
     if st.top is not body:
         raise CompileError("staged loops closed out of order", loop.source)
     parent = body.parent
@@ -286,9 +295,10 @@ def _close_loop(st: TraceState, body: TraceFrame, carries: list[Carry], loop: _L
     if missing:
         raise CompileError(f"the second trace of the staged loop {loop.name} did not rebind "
                            f"{sorted(missing)}; the body must do the same on every trace", loop.source)
-    inits: list[Atom] = []
-    carry_params: list[Var] = []
-    outs: list[Atom] = []
+    inits: list[Atom] = [] if explicit is None else list(explicit.inits)
+    carry_params: list[Var] = [] if explicit is None else list(explicit.params)
+    outs: list[Atom] = [] if explicit is None else [lift(v, body) for v in explicit.yielded]
+    n_explicit = len(outs)
     for name, old, new in carries:
         if new.frame is not body and not loop.trips_at_least_one():
             raise CompileError(f"'{name}' is rebound inside the staged loop {loop.name} ({loop.where}) to "
@@ -317,11 +327,87 @@ def _close_loop(st: TraceState, body: TraceFrame, carries: list[Carry], loop: _L
     if loop.stage is not None:
         params["stage"] = loop.stage
     res = bind(for_p, [loop.bounds, captured_outer, inits], params, loop.source)
+    if explicit is not None:
+        for handle, r in zip(explicit.handles, res[:n_explicit]):
+            handle.var, handle.frame = r.var, r.frame  # what pl.yield_ returned is the loop's result
+        res = res[n_explicit:]
     for (name, _old, new), r in zip(carries, res):
         r.var.hint = name
         if new.frame is body:
             new.var, new.frame = r.var, r.frame  # the name now holds the loop's result
         # else the name holds a value from before the loop, which is the result (trips >= 1)
+
+
+@dataclass
+class Explicit:
+    """The explicit carries of one trip of a `pl.range(..., init_values=...)` loop: their initial
+    values, the body's carry parameters, and what the body's `pl.yield_` gave (`yielded`, the
+    values; `handles`, the tracers it returned, which become the loop's results)."""
+
+    inits: list[Atom]
+    params: list[Var]
+    yielded: list[Tracer] | None = None
+    handles: list[Tracer] | None = None
+    source: Source | None = None
+
+    def owns(self, v: Any) -> bool:
+        """True for a carry parameter's tracer or a handle `pl.yield_` returned (not implicit carries)."""
+        if not isinstance(v, Tracer):
+            return False
+        return v.var in self.params or any(v is h for h in self.handles or ())
+
+
+def _explicit_inits(st: TraceState, loop: _Loop, values: tuple[Any, ...]) -> list[Atom]:
+    if not isinstance(values, tuple | list) or not values:
+        raise CompileError(f"{loop.name} init_values must be a non-empty tuple of values, got {values!r}",
+                           loop.source, help="for i, (acc,) in pl.range(n, init_values=(acc0,)):")
+    if loop.kind == "spmd":
+        raise CompileError("pl.spmd lanes run in parallel and carry nothing: init_values is refused", loop.source)
+    out = []
+    for v in values:
+        if not (isinstance(v, Tracer) or (_is_number(v) and isinstance(v, numbers.Integral))):
+            raise CompileError(f"{loop.name} init_values are traced values or ints, got {v!r}", loop.source,
+                               help="make a float start value a pl.Scalar, or a tile with pl.full")
+        out.append(to_atom(v, st.top))
+    return out
+
+
+def yield_values(values: tuple[Any, ...], source: Source | None) -> Any:
+    """`pl.yield_(*values)` in the body of a loop with init_values: record the next trip's carries
+    and return handles that stand for the loop's results. Anywhere else (an `if` arm) the values
+    are returned as they are: a staged `if` joins the names its arms bind."""
+    st = current_state()
+    if st.branches:
+        frames.branch_handler.close_done(st)
+    explicit: Explicit | None = getattr(st.top, "explicit", None)
+    if explicit is None:
+        return values[0] if len(values) == 1 else values
+    if explicit.yielded is not None:
+        raise CompileError("a second pl.yield_ in one loop body; the body ends with one pl.yield_ of its carries",
+                           source)
+    for v in values:
+        if not isinstance(v, Tracer):
+            raise CompileError(f"pl.yield_ of a loop's carries takes traced values, got {v!r}", source,
+                               help="yield the carry itself, or a value computed from it")
+    explicit.yielded, explicit.source = list(values), source
+    explicit.handles = [Tracer(v.var, v.frame) for v in values]
+    return explicit.handles[0] if len(values) == 1 else tuple(explicit.handles)
+
+
+def _check_yield(loop: _Loop, explicit: Explicit) -> None:
+    n = len(explicit.inits)
+    if explicit.yielded is None:
+        raise CompileError(f"the body of {loop.name} with init_values ({loop.where}) does not end with pl.yield_; "
+                           "the loop would not know its next carries", loop.source,
+                           help=f"end the body with `{', '.join(f'c{k}' for k in range(n))} = pl.yield_(...)`")
+    if len(explicit.yielded) != n:
+        raise CompileError(f"pl.yield_ gives {len(explicit.yielded)} values to {loop.name} with {n} init_values",
+                           explicit.source, help="yield one value per init value, in the same order")
+    for k, (init, v) in enumerate(zip(explicit.inits, explicit.yielded)):
+        if v.var.type != init.type:
+            raise CompileError(f"pl.yield_ value {k} is {v.var.type}, init value {k} of {loop.name} is {init.type}; "
+                               "a carry keeps one type", explicit.source,
+                               help="yield a value of the init value's shape, dtype and memory (or pl.cast it)")
 
 
 #: Public names of this module's helpers for the staged `if` (nzjit/language/branch.py).

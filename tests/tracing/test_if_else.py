@@ -139,7 +139,10 @@ def test_arms_binding_different_types_are_refused() -> None:
     assert "# <- if" in err.render()
 
 
-def test_a_tile_first_bound_in_both_arms_is_refused_with_the_fix() -> None:
+def test_a_tile_first_bound_in_both_arms_is_pyptos_phi() -> None:
+    # issue 23 (PyPTO's `pl.yield_` in if arms): a tile both arms bind needs no value before the `if`;
+    # its start value is an uninitialised tile.create that neither arm's result reads
+    @pl.kernel
     def f(x: pl.Tensor[[1, 64], pl.FP32], y: pl.Out[pl.Tensor[[1, 64], pl.FP32]], n: pl.Scalar[pl.INT32]):
         if n > 0:
             t = pl.load(x, [0, 0], [1, 64])
@@ -147,9 +150,24 @@ def test_a_tile_first_bound_in_both_arms_is_refused_with_the_fix() -> None:
             t = pl.neg(pl.load(x, [0, 0], [1, 64]))
         pl.store(t, [0, 0], y)
 
+    x = np.arange(64, dtype=np.float32).reshape(1, 64)
+    assert [e.primitive.name for e in f.lower(x, np.zeros_like(x), 1).ir().eqns][:4] == ["gt", "tile.create", "cond",
+                                                                                         "cond"]
+    assert np.array_equal(f(x, 1), x) and np.array_equal(f(x, 0), -x)
+
+
+def test_a_tensor_first_bound_in_both_arms_is_refused_with_the_fix() -> None:
+    def f(x: pl.Tensor[[2, 64], pl.FP32], y: pl.Out[pl.Tensor[[1, 64], pl.FP32]], n: pl.Scalar[pl.INT32]):
+        if n > 0:
+            t = x[0:1, :]
+        else:
+            t = x[1:2, :]
+        y[:, :] = pl.load(t, [0, 0], [1, 64])
+
     err = _refusal(f)
-    assert "'t' is first bound inside the staged `if`/`else`; a tile needs a value before the `if`" in str(err)
-    assert err.help == "bind 't' before the `if` (an accumulator: `t = pl.create_tensor(shape, dtype)`)"
+    assert "'t' is first bound inside the staged `if`/`else` to a f32[1,64]; a tensor needs a value before the `if`" \
+        in str(err)
+    assert err.help == "bind 't' before the `if`"
 
 
 def test_if_else_that_ends_the_kernel_is_refused() -> None:

@@ -15,7 +15,8 @@ def test_vec_alu_programs_are_equal_and_cover_every_step():
         o = classify(p)
         assert o.cls == "equal", (o, p.source)
         seen.update(t for t in p.tags if t.startswith("alu:"))
-    assert seen == {f"alu:{k}" for k in ("scalar", "minmax", "row", "col", "unary", "full", "cvt", "sum", "div")}
+    assert seen == {f"alu:{k}" for k in ("scalar", "minmax", "row", "col", "unary", "full", "select", "cvt", "sum",
+                                                       "div")}
 
 
 def test_vec_mix_programs_are_equal_and_cover_every_kind():

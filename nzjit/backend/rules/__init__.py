@@ -3,6 +3,18 @@
 
 from __future__ import annotations
 
-from . import comm, control, cube, memory, scalar, tensor, vector, vector_alu, vector_tiles
+from . import (
+    comm,
+    control,
+    cube,
+    memory,
+    scalar,
+    tensor,
+    tensor_scalar,
+    vector,
+    vector_alu,
+    vector_select,
+    vector_tiles,
+)
 
-__all__ = ["comm", "control", "cube", "memory", "scalar", "tensor", "vector", "vector_alu", "vector_tiles"]
+__all__ = ["comm", "control", "cube", "memory", "scalar", "tensor", "tensor_scalar", "vector", "vector_alu", "vector_select", "vector_tiles"]

@@ -1,5 +1,5 @@
-"""Rules of the control family: `for` loops (range / pipeline / spmd, run by loops.py) and the
-SPMD lane queries `get_block_idx` / `get_block_num`."""
+"""Rules of the control family: `for` loops (range / pipeline / spmd, run by loops.py), the
+SPMD lane queries `get_block_idx` / `get_block_num`, and the staged `if` arm `cond`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ... import prims as P
 from ...core.ir import Eqn
 from .. import batched
 from ..lane_state import Fallback, LaneState, uniform
-from ..lane_values import LANE_VALUES, LaneAcc
+from ..lane_values import LANE_VALUES, LaneAcc, LaneTile
 from ..loops import copy_tile, run_loop
 from ..rule import Run, Step, rule
 from ..steps import release
@@ -45,6 +45,25 @@ def _specialize_for(st: Step) -> Run | None:
     return run
 
 
+def copy_carries(s: LaneState, vals: list[Any], first: int, consumed: frozenset[int]) -> list[Any]:
+    """The carries `vals[first:]` of a loop or `if` in a batched body, a lane tile or accumulator
+    copied where the impl copies it (`copy_tile`: a carry the equation does not consume), charged
+    the same; a tile window carry cannot be copied here (Fallback)."""
+    out = []
+    for i, c in enumerate(vals[first:]):
+        if (first + i) not in consumed and type(c) in LANE_VALUES:
+            if type(c) is LaneAcc:
+                s.reserve(c.g)
+                c = LaneAcc(c.g, s.copy(c.data), c.valid_row)
+            elif type(c) is LaneTile and not c.freed:
+                s.reserve(c.g)
+                c = LaneTile(c.g, c.valid_row, c.valid_col, s.copy(c.data), c.row)
+            else:
+                raise Fallback("carry copy")
+        out.append(c)
+    return out
+
+
 def _batch_for(st: Step) -> Any:
     """A `pl.range` / `pl.pipeline` loop inside a batched body: its trips run in order, each for
     all lanes (the body's lane steps); carries that survive the loop are copied first."""
@@ -62,14 +81,7 @@ def _batch_for(st: Step) -> Any:
         vals = [env[i] for i in ins]
         start, stop, step = (uniform(x) for x in vals[:3])
         captured = vals[nb : nb + nc]
-        carries = []
-        for i, c in enumerate(vals[nb + nc :]):
-            if (nb + nc + i) not in consumed and type(c) in LANE_VALUES:
-                if type(c) is not LaneAcc:
-                    raise Fallback("carry copy")
-                s.reserve(c.g)
-                c = LaneAcc(c.g, s.copy(c.data), c.valid_row)
-            carries.append(c)
+        carries = copy_carries(s, vals, nb + nc, consumed)
         for i in range(start, stop, step):
             carries = batched.run_lane_plan(s, body, [i, *captured, *carries])
         for slot, v in zip(outs, carries):
@@ -140,4 +152,31 @@ def _cond(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return ctx.plan_of(e.params["body"], nk).run(ctx, [pred, *captured, *carries])
 
 
-rule(P.cond_p)(_cond)
+def _batch_cond(st: Step) -> Any:
+    """A staged `if` inside a batched body, when its predicate is lane-uniform (a loop index, a
+    scalar parameter, a block count): the arm runs once for all lanes, or not at all. A predicate
+    that differs between lanes (one computed from get_block_idx) cannot run one arm for every lane:
+    LaneDependent, and smaller groups of lanes, or one lane at a time, run it as the impl does.
+    Carries are copied as the impl copies them (a carry it does not consume), charged the same."""
+    e = st.eqn
+    nb, nc, nk = e.params["arity"]
+    assert st.plan_of is not None
+    body = st.plan_of(e.params["body"], nk)
+    if body.lanes is None:
+        return None
+    ins, outs, consumed = st.ins, st.outs, st.consumed
+    negate = bool(e.params.get("negate", False))
+
+    def run(s: LaneState, env: list[Any]) -> None:
+        vals = [env[i] for i in ins]
+        pred = bool(uniform(vals[0]))
+        carries = copy_carries(s, vals, nb + nc, consumed)
+        if pred != negate:
+            carries = batched.run_lane_plan(s, body, [vals[0], *vals[nb : nb + nc], *carries])
+        for slot, v in zip(outs, carries):
+            env[slot] = v
+
+    return run
+
+
+rule(P.cond_p, batch=_batch_cond)(_cond)

@@ -140,7 +140,57 @@ def _specialize_compare(st: Step) -> Run | None:
     return run
 
 
-register(tuple(P.COMPARE.values()), Rule(_compare, _specialize_compare))
+_LANE_COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+                 "ne": np.not_equal}
+
+
+def _batch_compare(st: Step) -> Any:
+    """A comparison over lanes (a staged `if`'s predicate in a batched body): int64 lane arrays
+    compare exactly; a float operand keeps the per-lane path (int64 -> float64 could round)."""
+    e = st.eqn
+    if any(not isinstance(a.type, ScalarType) or a.type.dtype.is_float for a in e.inputs):
+        return None
+    op, py = _LANE_COMPARE[e.primitive.name], COMPARE_OPS[e.primitive.name]
+    a, b = st.ins
+    (o,) = st.outs
+
+    def run(s: LaneState, env: list[Any]) -> None:
+        x, y = env[a], env[b]
+        if not isinstance(x, np.ndarray) and not isinstance(y, np.ndarray):
+            env[o] = py(x, y)
+            return
+        env[o] = op(x, y)
+
+    return run
+
+
+register(tuple(P.COMPARE.values()), Rule(_compare, _specialize_compare, _batch_compare))
+
+
+# --------------------------------------------------------------------------- dynamic dimensions
+def _specialize_dim(st: Step) -> Run | None:
+    name = st.eqn.params["name"]
+    (o,) = st.outs
+
+    def run(ctx: Any, env: list[Any]) -> None:
+        env[o] = ctx.dims[name]
+
+    return run
+
+
+def _batch_dim(st: Step) -> Any:
+    name = st.eqn.params["name"]
+    (o,) = st.outs
+
+    def run(s: LaneState, env: list[Any]) -> None:
+        env[o] = s.ctx.dims[name]  # one call's dimension: the same in every lane
+
+    return run
+
+
+@rule(P.tensor_dim_p, specialize=_specialize_dim, batch=_batch_dim)
+def _dim(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    return [ctx.dims[e.params["name"]]]
 
 
 # ------------------------------------------------------------------------------ conversion

@@ -83,7 +83,7 @@ def _batch_slice(st: Step) -> Any:
 def _slice(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     src: TensorVal = ins[0]
     offs = clamp(ctx, e, split(e, ins, "offsets"))
-    check_window(e, src.shape, offs, e.params["shape"])
+    check_window(e, src.shape, offs, concrete(ctx, e.params["shape"]))  # a pl.dynamic extent: the call's
     out_t = e.outputs[0].type
     assert isinstance(out_t, TensorType)
     shape = concrete(ctx, out_t.shape)
@@ -139,6 +139,15 @@ def _tensor_matmul(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     assert isinstance(out_t, TensorType)
     a, b = (_operand(ctx, x) for x in ins)
     return [HostValue(reference_matmul(a, b, e.params["b_trans"], out_t.dtype.np_dtype))]
+
+
+@rule(P.tensor_create_p)
+def _tensor_create(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    """Before ConvertTensorToTileOps: the accumulator's start value, as the Acc tile it becomes
+    (tile.create: zeroed bytes, what alloc_tile gives), so every stage computes the same."""
+    out_t = e.outputs[0].type
+    assert isinstance(out_t, TensorType)
+    return [HostValue(np.zeros(tuple(int(d) for d in out_t.shape), out_t.dtype.np_dtype))]
 
 
 @rule(P.tensor_matmul_acc_p)

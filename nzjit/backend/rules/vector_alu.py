@@ -18,9 +18,9 @@ from runtime import TileBuf
 from runtime import vector as V
 
 from ...core.ir import Eqn
-from ...core.types import ScalarType, TileType
+from ...core.types import Mem, ScalarType, TileType
 from ...prims import vector as VP
-from ..rule import Rule, register, rule
+from ..rule import Rule, register
 from ..steps import alloc
 from .vector_lanes import VecOp, impl_of, lanes_of, out_type
 
@@ -137,9 +137,9 @@ for _p in VP.EXPAND.values():
 
 
 # ---------------------------------------------------------------------------- creation / fills
-@rule(VP.create_p)
-def _create(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    return [alloc(ctx, out_type(e))]
+def _create(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
+    """An uninitialised tile: nothing to compute (a VecOp, so an SPMD body that makes its `tmp` with
+    pl.create_tile still runs lane-batched: one zeroed image for every lane, as alloc_tile's bytes)."""
 
 
 def _full(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
@@ -150,5 +150,8 @@ def _fillpad(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) ->
     V.fillpad(out, ins[0], e.params["pad"])
 
 
+_CREATE = VecOp(_create, whole)
+register((VP.create_p,), Rule(impl_of(_CREATE), batch=lambda st: lanes_of(_CREATE)(st)
+                              if out_type(st.eqn).memory is Mem.Vec else None))  # a Mat / Acc tile: no lane image
 _vec_rule((VP.full_p,), VecOp(_full, whole))
 _vec_rule((VP.fillpad_p,), VecOp(_fillpad, whole))

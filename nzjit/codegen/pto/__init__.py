@@ -48,7 +48,7 @@ from ...core.ir import Graph, Var
 from ...core.types import DynDim, ScalarType, TensorType, Type
 from ...errors import InternalError
 from ..pto_types import pointer_type
-from . import comm, control, cube, elementwise, memory, scalar, vector  # noqa: F401 - each registers its family's pto_rules
+from . import comm, control, cube, elementwise, memory, scalar, select, vector  # noqa: F401 - each registers its family's pto_rules
 from .emitter import Emitter, Lane, Tile, View, pto_rules, rule
 from .loops import launch_loop
 

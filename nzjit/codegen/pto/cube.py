@@ -8,6 +8,7 @@ from ...core.ir import Eqn
 from .emitter import Emitter, instr, pto_rules, rule, unlowered
 
 pto_rules[P.tensor_matmul_p] = pto_rules[P.tensor_matmul_acc_p] = unlowered("ConvertTensorToTileOps")
+pto_rules[P.tensor_create_p] = unlowered("ConvertTensorToTileOps")
 pto_rules[P.tile_matmul_p] = pto_rules[P.tile_matmul_acc_p] = unlowered("AutoTileMatmulL0")
 
 

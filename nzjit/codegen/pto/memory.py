@@ -53,6 +53,35 @@ def _offset_pointer(em: Emitter, v: View) -> str:
     return out
 
 
+def _element(em: Emitter, e: Eqn, n: int) -> tuple[View, str, str]:
+    """The view, the base pointer and the flat element offset (SSA) of a scalar access whose first
+    `n` operands after the tensor are its indices (PyPTO's `ptr[offset]` form)."""
+    v = em.view(e.inputs[0])
+    idx = [em.index(a) for a in e.inputs[1 : 1 + n]]
+    offs, _ = em.root_window(v, idx, [1] * len(idx))
+    linear: Dim = 0
+    for o, s in zip(offs, v.strides):
+        linear = em.binop("addi", linear, em.binop("muli", o, s, f"{v.name}_eoff"), f"{v.name}_eoff")
+    return v, v.ptr, em.operand(linear)
+
+
+@rule(P.tensor_read_p)
+def _read(em: Emitter, e: Eqn) -> None:
+    """`%x = pto.load_scalar %ptr[%off] : !pto.ptr<T> -> T`."""
+    v, ptr, off = _element(em, e, len(e.inputs) - 1)
+    out = em.define(e.outputs[0])
+    em.line(f"{out} = pto.load_scalar {ptr}[{off}] : {pointer_type(v.type.dtype)} -> {v.type.dtype.short}")
+
+
+@rule(P.tensor_write_p)
+def _write(em: Emitter, e: Eqn) -> None:
+    """`pto.store_scalar %x, %ptr[%off] : !pto.ptr<T>, T`; the result is the same view."""
+    v, ptr, off = _element(em, e, len(e.inputs) - 2)
+    em.line(f"pto.store_scalar {em.value(e.inputs[-1])}, {ptr}[{off}] : {pointer_type(v.type.dtype)}, "
+            f"{v.type.dtype.short}")
+    em.alias(e.outputs[0], e.inputs[0])
+
+
 # ================================================================================ tiles
 def _load_valid(em: Emitter, e: Eqn, sizes: list[Dim]) -> tuple[Dim, Dim] | None:
     """The tile's valid rows / cols when the load's valid_shape is given (dynamic ones as SSA)."""

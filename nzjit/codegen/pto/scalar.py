@@ -101,6 +101,12 @@ def _convert(em: Emitter, e: Eqn) -> None:
     em.line(f"{out} = arith.{_convert_op(src, dst)} {x} : {src.short} to {dst.short}")
 
 
+@rule(P.tensor_dim_p)
+def _tensor_dim(em: Emitter, e: Eqn) -> None:
+    """The dimension's `index` argument of the kernel function (codegen/pto/__init__.py)."""
+    em.env[e.outputs[0]] = em.dims[e.params["name"]]
+
+
 @rule(P.get_block_idx_p)
 def _block_idx(em: Emitter, e: Eqn) -> None:
     """Inside a lane the lane's block index; outside any pl.spmd it is 0 (language/ops.py)."""

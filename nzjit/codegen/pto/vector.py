@@ -37,8 +37,9 @@ def _alloc(em: Emitter, e: Eqn, valid_from: Tile | None = None) -> Tile:
     return out
 
 
-def _instr(em: Emitter, e: Eqn, op: str, attrs: str = "") -> None:
-    """`op ins(tiles and scalars : types) outs(%dst : type)`; scalars as SSA values of their dtype."""
+def operands(em: Emitter, e: Eqn) -> tuple[list[str], list[str], Tile | None]:
+    """The SSA names and types of `e`'s operands (tiles, and scalars as values of their dtype), and
+    its first tile operand."""
     names, types = [], []
     first: Tile | None = None
     for a in e.inputs:
@@ -50,6 +51,12 @@ def _instr(em: Emitter, e: Eqn, op: str, attrs: str = "") -> None:
         else:
             names.append(em.value(a))
             types.append(a.type.dtype.short)  # type: ignore[union-attr]
+    return names, types, first
+
+
+def _instr(em: Emitter, e: Eqn, op: str, attrs: str = "") -> None:
+    """`op ins(tiles and scalars : types) outs(%dst : type)`; scalars as SSA values of their dtype."""
+    names, types, first = operands(em, e)
     out = _alloc(em, e, first)
     em.line(f"{op} ins({', '.join(names)} : {', '.join(types)}) outs({out.ssa} : {out.spelled}){attrs}")
 
