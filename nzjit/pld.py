@@ -226,7 +226,7 @@ def _i32(x: Any, what: str, role: str) -> Any:
     scalar converted."""
     x = _scalar(x, what, role)
     if isinstance(x, Tracer):
-        return x if x.type.dtype is dt.INT32 else bind(P.convert_p, [[x]], {"dtype": dt.INT32})[0]  # type: ignore[union-attr]
+        return x if x.type.dtype is dt.INT32 else bind(P.convert_p, [[x]], {"dtype": dt.INT32})[0]
     if not -(1 << 31) <= x < (1 << 31):
         raise CompileError(f"{what}: {role} {x} does not fit the INT32 signal cell", _where())
     return literal(x, dt.INT32)
@@ -410,9 +410,9 @@ def _stage(stage: Any, stage2: Any, win: Any, what: str) -> None:
             continue
         if not (isinstance(s, Tracer) and isinstance(s.type, TileType) and s.type.memory.value == "Vec"):
             raise CompileError(f"{what}: a staging tile is a Vec tile, got {getattr(s, 'type', s)!r}", _where())
-        if isinstance(win, Tracer) and s.type.dtype is not win.type.dtype:  # type: ignore[union-attr]
-            raise CompileError(f"{what}: the staging tile's dtype {s.type.dtype!r} is not the window's "  # type: ignore[union-attr]
-                               f"{win.type.dtype!r}", _where())  # type: ignore[union-attr]
+        if isinstance(win, Tracer) and s.type.dtype is not win.type.dtype:
+            raise CompileError(f"{what}: the staging tile's dtype {s.type.dtype!r} is not the window's "
+                               f"{win.type.dtype!r}", _where())
 
 
 def tile_put(dst: Any, peer: Any, src: Any, stage: Any, stage2: Any = None, dst_offsets: Sequence[Any] | None = None,

@@ -124,7 +124,7 @@ def fam_tensor_mm(g: G) -> None:
             assert k_expr is not None
             k0 = _assign(g, ind + 1, "k0", k_expr)
     if kstyle != "single":
-        ka, ra = operands(k0)  # type: ignore[possibly-undefined]
+        ka, ra = operands(k0)
         g.emit(ind + 1, f"acc = pl.matmul_acc(acc, {ka})", f"acc = acc + mm({ra})")
         if kstyle == "carried":
             g.emit(ind + 1, f"kc = kc + {tk}", f"kc = kc + {tk}")

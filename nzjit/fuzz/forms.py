@@ -44,7 +44,7 @@ def offset_form(g: G, t: Expr, T: int, length: int, align: int, name: str) -> tu
     elif f == "misalign":
         delta = g.choice([1, 4, 8, 16, 32])
         e = add(mul(t, lit(T)), lit(delta))  # type: ignore[arg-type]
-        pad = int(delta)  # type: ignore[arg-type]
+        pad = int(delta)
     elif f == "scalar_add":
         e = add(mul(t, lit(T)), var("base", 1, False))
         g.tag("scalar_offset")

@@ -205,7 +205,7 @@ class _AutoTile(Rewriter):
         elif p in (P.tile_matmul_p, P.tile_matmul_acc_p):
             self.matmul(e)
         elif p is P.tile_store_p and e.inputs[0] in self.deferred:
-            self.split_store(self.deferred.pop(e.inputs[0]), e)  # type: ignore[arg-type]
+            self.split_store(self.deferred.pop(e.inputs[0]), e)
         elif p is P.tile_store_p and e.params.get("nz_partition") is not None:
             self.nz_store(e)
         else:

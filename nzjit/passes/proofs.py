@@ -289,7 +289,7 @@ class Prover:
             return env[x]
         e = self.defs[x]
         args = [self._eval(a, env) for a in e.inputs]
-        return x.type.dtype.wrap(_EVAL[e.primitive.name](*args))  # type: ignore[union-attr]
+        return x.type.dtype.wrap(_EVAL[e.primitive.name](*args))
 
     def describe(self, x: Atom) -> str:
         """`n0 = nb * 256, nb in pl.spmd(4)`: the bindings a diagnostic or proof note shows

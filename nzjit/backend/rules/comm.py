@@ -106,7 +106,7 @@ def _remote_load(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
                           site(e))
     out_t = e.outputs[0].type
     assert isinstance(out_t, TileType)
-    tile = alloc(ctx, out_t, valid)  # type: ignore[arg-type]
+    tile = alloc(ctx, out_t, valid)
     full = np.zeros(shape, data.dtype)  # past the valid extent: don't-care (zero here)
     full[: valid[0], : valid[1]] = data.reshape(valid)
     tile.set_logical(full)

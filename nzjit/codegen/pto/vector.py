@@ -49,7 +49,7 @@ def _instr(em: Emitter, e: Eqn, op: str, attrs: str = "") -> None:
             types.append(v.spelled)
         else:
             names.append(em.value(a))
-            types.append(a.type.dtype.short)  # type: ignore[union-attr]
+            types.append(a.type.dtype.short)
     out = _alloc(em, e, first)
     em.line(f"{op} ins({', '.join(names)} : {', '.join(types)}) outs({out.ssa} : {out.spelled}){attrs}")
 
@@ -84,7 +84,7 @@ def _create(em: Emitter, e: Eqn) -> None:
 def _full(em: Emitter, e: Eqn) -> None:
     value = em.value(e.inputs[0])
     out = _alloc(em, e)
-    d = e.inputs[0].type.dtype.short  # type: ignore[union-attr]
+    d = e.inputs[0].type.dtype.short
     em.line(f"pto.texpands ins({value} : {d}) outs({out.ssa} : {out.spelled})")
 
 
@@ -92,10 +92,10 @@ def _fillpad(em: Emitter, e: Eqn) -> None:
     _instr(em, e, "pto.tfillpad", f" {{pad_value = #pto<pad_value {e.params['pad']}>}}")
 
 
-def _tpush(direction: str):  # type: ignore[no-untyped-def]
+def _tpush(direction: str):
     def emit(em: Emitter, e: Eqn) -> None:
         src = em.tile(e.inputs[0])
-        scale = [(em.value(a), a.type.dtype.short) for a in e.inputs[1:]]  # type: ignore[union-attr]
+        scale = [(em.value(a), a.type.dtype.short) for a in e.inputs[1:]]
         names = ", ".join([src.ssa, *(s for s, _ in scale)])
         types = ", ".join([src.spelled, *(t for _, t in scale)])
         quant = ", pre_quant = #pto<quant_mode DEQF16>" if scale else ""
@@ -105,7 +105,7 @@ def _tpush(direction: str):  # type: ignore[no-untyped-def]
     return emit
 
 
-def _tpop(direction: str):  # type: ignore[no-untyped-def]
+def _tpop(direction: str):
     def emit(em: Emitter, e: Eqn) -> None:
         t = e.outputs[0].type
         assert isinstance(t, TileType)
