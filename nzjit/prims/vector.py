@@ -15,7 +15,7 @@ from typing import Any
 
 from ..core import dtypes as dt
 from ..core.primitives import Primitive, _elementwise, _tile, primitive
-from ..core.types import Mem, ScalarType, TensorType, TileType, Type
+from ..core.types import Mem, ScalarType, TensorType, TileType, Type, static_dim
 from ..errors import CompileError
 
 _NOTE = "load with target_memory=pl.Mem.Vec, or pl.move a cube result to pl.Mem.Vec"
@@ -236,7 +236,7 @@ def tpop_from_aiv_p(s: Type, **_: Any) -> list[Type]:
     """The cube side: wait for data-ready, load the slot into a Mat tile (ND -> NZ), free it."""
     if not isinstance(s, TensorType):
         raise CompileError(f"tile.tpop_from_aiv pops a pipe slot, got {s}")
-    return [TileType(tuple(s.shape), s.dtype, Mem.Mat)]
+    return [TileType(tuple(static_dim(d) for d in s.shape), s.dtype, Mem.Mat)]  # a slot has its tile's shape
 
 
 @primitive("tile.move_fixpipe", ("acc", "scale"))
