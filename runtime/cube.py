@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Callable
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
 import ml_dtypes
 import numpy as np
@@ -25,7 +25,6 @@ from .convert import check_acc_pair, fixpipe_convert
 from .dma import ceil16, pto_assert, static_check, write_in_order
 from .dtypes import FRACTAL_ROWS, c0_of
 from .errors import DeviceError
-from .memory import OnChip
 from .tile import TileBuf, TileGeometry, _Blocking
 
 __all__ = ["tmov", "tmatmul", "textract_window", "TileWindow", "MATMUL_DTYPES", "F32_EXACT_K", "mov_checks"]
@@ -453,8 +452,14 @@ class TileWindow:
         return np.ascontiguousarray(w.T if flip else w, dtype=ft)
 
 
+class _Charged(Protocol):
+    """What a TEXTRACT window is charged to (``runtime.memory.OnChip``, which imports this module)."""
+
+    def reserve(self, space: str, nbytes: int) -> None: ...
+
+
 def textract_window(
-    onchip: OnChip, g: TileGeometry, src: TileBuf, row_off: int, col_off: int, transpose: bool
+    onchip: _Charged, g: TileGeometry, src: TileBuf, row_off: int, col_off: int, transpose: bool
 ) -> TileWindow:
     """TEXTRACT into a new tile of geometry ``g`` (``runtime.tile._geometry``) that only the next
     mad reads: the checks, refusals and on-chip accounting of ``alloc_tile`` + :func:`tmov`,

@@ -9,6 +9,7 @@ passes the kernel line (`e.source`) as the site that hang and race reports name.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,7 @@ def site(e: Eqn) -> str:
     return str(e.source) if e.source is not None else e.primitive.name
 
 
-def _ints(xs: list[Any]) -> list[int]:
+def _ints(xs: Sequence[Any]) -> list[int]:
     return [int(x) for x in xs]
 
 
