@@ -27,7 +27,7 @@ from typing import Any
 from . import prims as P
 from .backend import comm_run as _run
 from .core import dtypes as dt
-from .core.types import Layout, Mem, ScalarType, TensorType, TileType
+from .core.types import Layout, Mem, ScalarType, TensorType, TileType, static_dim
 from .driver.calls import active_program
 from .errors import CompileError, user_source
 from .language.annotations import Tensor as _Tensor
@@ -279,10 +279,11 @@ def tile_remote_store(src_tile: Any, target: Any, peer: Any, offsets: Sequence[A
     _in_kernel("pld.tile.remote_store")
     a = _enum(atomic, AtomicType, "pld.tile.remote_store", "atomic") == "add"
     t = _dist(target, "pld.tile.remote_store", "target")
+    ttype = t.type
+    assert isinstance(ttype, P.DistributedTensorType)  # _dist checked it
     offs = _offsets(offsets, "pld.tile.remote_store")
-    if isinstance(src_tile, Tracer) and isinstance(src_tile.type, TileType) and len(offs) == t.type.rank:
+    if isinstance(src_tile, Tracer) and isinstance(src_tile.type, TileType) and len(offs) == ttype.rank:
         tt: TileType = src_tile.type
-        ttype: TensorType = t.type  # type: ignore[assignment]
         ext = ([1] * (ttype.rank - 2) + list(tt.shape)) if ttype.rank >= 2 else list(tt.shape[-1:])
         _check_window("pld.tile.remote_store", offs, ext, ttype.shape)
     bind(P.comm_remote_store_p, [[src_tile], [t], [_scalar(peer, "remote_store", "peer")], offs], {"atomic": a})
@@ -313,7 +314,9 @@ def get(dst: Any, peer: Any, src: Any, dst_offsets: Sequence[Any] | None = None,
     _in_kernel("pld.tensor.get")
     _check_chunks(chunk_rows, chunk_cols, pipeline, "pld.tensor.get")
     s = _dist(src, "pld.tensor.get", "src")
-    shp = tuple(int(x) for x in (shape if shape is not None else s.type.shape))
+    s_type = s.type
+    assert isinstance(s_type, P.DistributedTensorType)  # _dist checked it
+    shp = tuple(int(x) for x in (shape if shape is not None else map(static_dim, s_type.shape)))
     bind(P.comm_get_p, [[dst], [_scalar(peer, "get", "peer")], [s], _region(dst, dst_offsets, "pld.tensor.get"),
                          _region(s, src_offsets, "pld.tensor.get")], {"shape": shp})
 

@@ -11,8 +11,9 @@ from ..errors import CompileError, user_source
 from ..tracing import Tracer, in_trace, staged_loop
 
 
-def range(*args: Any) -> Iterator[Tracer]:  # noqa: A001 - the kernel language's pl.range
-    """pl.range(stop) or pl.range(start, stop, step=1): a sequential staged loop."""
+def range(*args: Any) -> Iterator[Tracer] | Iterator[int]:  # noqa: A001 - the kernel language's pl.range
+    """pl.range(stop) or pl.range(start, stop, step=1): a sequential staged loop (in a kernel, the
+    index is traced); in an orchestration body, a host loop over ints."""
     if not 1 <= len(args) <= 3:
         raise CompileError("pl.range takes (stop), (start, stop) or (start, stop, step)", user_source())
     start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)

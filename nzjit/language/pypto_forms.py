@@ -32,7 +32,7 @@ from .loops import pipeline as _pipeline
 from .loops import range as _range
 
 
-def parallel(*args: Any, chunk: int | None = None) -> Iterator[Tracer]:
+def parallel(*args: Any, chunk: int | None = None) -> Iterator[Tracer] | Iterator[int]:
     """pl.parallel(stop) / (start, stop[, step]): independent trips, staged as pl.range."""
     if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
         raise CompileError(f"pl.parallel chunk must be a positive int, got {chunk!r}", user_source())

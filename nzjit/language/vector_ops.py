@@ -23,7 +23,7 @@ from runtime import vector as RV
 
 from .. import prims as P
 from ..core import dtypes as dt
-from ..core.types import Mem, ScalarType, TensorType, TileType
+from ..core.types import Mem, ScalarType, TensorType, TileType, static_dim
 from ..errors import CompileError, user_source
 from ..prims import vector as VP
 from ..tracing import Tracer, bind, current_state
@@ -80,7 +80,7 @@ def as_tile(x: Any, what: str) -> Tracer:
         if t.rank != 2 or not t.is_static:
             raise _fail(f"{what} on a tensor needs a static 2-D window, got {t}",
                         help="slice a 2-D window (x[r0:r0 + R, :]) or pl.load it yourself")
-        return ops.load(x, [0, 0], list(t.shape), target_memory=Mem.Vec)
+        return ops.load(x, [0, 0], [static_dim(d) for d in t.shape], target_memory=Mem.Vec)
     raise _fail(f"{what} takes tiles or tensor windows, got {x!r}")
 
 
@@ -255,8 +255,9 @@ def cast(x: Any, target_type: dt.DType | None = None, mode: Any = None, *, dtype
 # -------------------------------------------------------------------------- reductions / expands
 def _reduce(name: str, x: Any, tmp: Any) -> Tracer:
     t = _vec(x, f"pl.{name}", "reduce")
-    shape = t.type.shape  # type: ignore[union-attr]
-    d = t.type.dtype
+    tt = t.type
+    assert isinstance(tt, TileType)  # _vec checked it is a Vec tile
+    shape, d = tt.shape, tt.dtype
     if name.startswith("row") and (shape[0] * d.itemsize) % 32:
         raise _fail(f"pl.{name}: the [{shape[0]}, 1] result is a DN column of {shape[0] * d.itemsize} bytes; a "
                     "Vec column is whole 32-byte blocks", help=f"reduce a multiple of {32 // d.itemsize} rows "
@@ -403,7 +404,7 @@ def _pad(pad_value: Any) -> str:
         if pad_value == 0:
             return "zero"
         if math.isinf(pad_value):
-            return "max" if pad_value > 0 else "min"
+            return "max" if float(pad_value) > 0 else "min"
     raise _fail(f"pl.tile.fillpad: pad_value {pad_value!r} is not one the hardware has",
                 help="pass pl.PadValue.zero, pl.PadValue.max or pl.PadValue.min (or 0, math.inf, -math.inf)")
 
