@@ -75,7 +75,7 @@ def ep_layer(send: pl.Tensor[[RANKS, RANKS, CAP, H], pl.FP16], w: pl.Tensor[[RAN
 def pack(x: np.ndarray, experts: np.ndarray) -> tuple[np.ndarray, list[list[list[int]]]]:
     """send[r, d, slot] = rank r's tokens bound for expert d; slots[r][d] = their token indices."""
     send = np.zeros((RANKS, RANKS, CAP, H), np.float16)
-    slots = [[[] for _ in range(RANKS)] for _ in range(RANKS)]
+    slots: list[list[list[int]]] = [[[] for _ in range(RANKS)] for _ in range(RANKS)]
     for r in range(RANKS):
         for t in range(TOKENS):
             d = int(experts[r, t])

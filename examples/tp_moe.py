@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 import runtime
-from nzjit import pl
+from nzjit import distributed, pl
 
 RANKS, E_LOCAL = 4, 2
 E = RANKS * E_LOCAL  # experts
@@ -122,7 +122,7 @@ def reference_experts(xe: np.ndarray, wg: np.ndarray, wu: np.ndarray, wd: np.nda
     return np.einsum("recf,rehf->rech", h.astype(f32), wd.astype(f32))
 
 
-def make_cluster(use_ray: bool) -> tuple[object, str]:
+def make_cluster(use_ray: bool) -> tuple[runtime.Cluster | distributed.RayCluster, str]:
     """The cluster and its description: local threads, or one Ray actor per rank (a local Ray)."""
     if not use_ray:
         return runtime.Cluster(RANKS), "runtime.Cluster"

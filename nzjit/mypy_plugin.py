@@ -3,8 +3,8 @@
 `pl.Tensor[[64, 2048], pl.INT8, pl.NZ]` is an expression that builds an annotation object at run
 time; to mypy it is not a type ("Bracketed expression is not valid as a type"). With this plugin
 (`plugins = ["nzjit.mypy_plugin"]` in the mypy configuration), `pl.Tensor[...]`, `pl.Out[...]`,
-`pl.InOut[...]` and `pl.Scalar[...]` are read as what the parameter is inside the kernel body: a
-traced value (`nzjit.tracing.Tracer`). Their arguments (shapes, dtypes, layouts) are checked at
+`pl.InOut[...]`, `pl.Scalar[...]` and `pld.DistributedTensor[...]` are read as what the parameter
+is inside the kernel body: a traced value (`nzjit.tracing.Tracer`). Their arguments (shapes, dtypes, layouts) are checked at
 run time by `@pl.kernel`, with the kernel line, not by mypy.
 
 This module imports mypy; nzjit itself never imports it.
@@ -17,8 +17,11 @@ from collections.abc import Callable
 from mypy.plugin import AnalyzeTypeContext, Plugin
 from mypy.types import AnyType, Type, TypeOfAny
 
-#: The annotation factories of nzjit.language.annotations (re-exported as pl.Tensor, ...).
-ANNOTATIONS = frozenset(f"nzjit.language.annotations.{n}" for n in ("Tensor", "Out", "InOut", "Scalar"))
+#: The annotation factories of nzjit.language.annotations (re-exported as pl.Tensor, ...) and
+#: the window parameter of nzjit.pld.
+ANNOTATIONS = frozenset(
+    [*(f"nzjit.language.annotations.{n}" for n in ("Tensor", "Out", "InOut", "Scalar")), "nzjit.pld.DistributedTensor"]
+)
 TRACER = "nzjit.tracing.Tracer"
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from . import prims as P
 from .backend import comm_run as _run
 from .core import dtypes as dt
-from .core.types import Layout, Mem, ScalarType, TensorType, TileType
+from .core.types import Layout, Mem, ScalarType, TensorType, TileType, static_dim
 from .driver.calls import active_program
 from .errors import CompileError, user_source
 from .language.annotations import Tensor as _Tensor
@@ -226,7 +226,7 @@ def _i32(x: Any, what: str, role: str) -> Any:
     scalar converted."""
     x = _scalar(x, what, role)
     if isinstance(x, Tracer):
-        return x if x.type.dtype is dt.INT32 else bind(P.convert_p, [[x]], {"dtype": dt.INT32})[0]  # type: ignore[union-attr]
+        return x if x.type.dtype is dt.INT32 else bind(P.convert_p, [[x]], {"dtype": dt.INT32})[0]
     if not -(1 << 31) <= x < (1 << 31):
         raise CompileError(f"{what}: {role} {x} does not fit the INT32 signal cell", _where())
     return literal(x, dt.INT32)
@@ -279,10 +279,11 @@ def tile_remote_store(src_tile: Any, target: Any, peer: Any, offsets: Sequence[A
     _in_kernel("pld.tile.remote_store")
     a = _enum(atomic, AtomicType, "pld.tile.remote_store", "atomic") == "add"
     t = _dist(target, "pld.tile.remote_store", "target")
+    ttype = t.type
+    assert isinstance(ttype, P.DistributedTensorType)  # _dist checked it
     offs = _offsets(offsets, "pld.tile.remote_store")
-    if isinstance(src_tile, Tracer) and isinstance(src_tile.type, TileType) and len(offs) == t.type.rank:
+    if isinstance(src_tile, Tracer) and isinstance(src_tile.type, TileType) and len(offs) == ttype.rank:
         tt: TileType = src_tile.type
-        ttype: TensorType = t.type  # type: ignore[assignment]
         ext = ([1] * (ttype.rank - 2) + list(tt.shape)) if ttype.rank >= 2 else list(tt.shape[-1:])
         _check_window("pld.tile.remote_store", offs, ext, ttype.shape)
     bind(P.comm_remote_store_p, [[src_tile], [t], [_scalar(peer, "remote_store", "peer")], offs], {"atomic": a})
@@ -313,7 +314,9 @@ def get(dst: Any, peer: Any, src: Any, dst_offsets: Sequence[Any] | None = None,
     _in_kernel("pld.tensor.get")
     _check_chunks(chunk_rows, chunk_cols, pipeline, "pld.tensor.get")
     s = _dist(src, "pld.tensor.get", "src")
-    shp = tuple(int(x) for x in (shape if shape is not None else s.type.shape))
+    s_type = s.type
+    assert isinstance(s_type, P.DistributedTensorType)  # _dist checked it
+    shp = tuple(int(x) for x in (shape if shape is not None else map(static_dim, s_type.shape)))
     bind(P.comm_get_p, [[dst], [_scalar(peer, "get", "peer")], [s], _region(dst, dst_offsets, "pld.tensor.get"),
                          _region(s, src_offsets, "pld.tensor.get")], {"shape": shp})
 
@@ -410,9 +413,9 @@ def _stage(stage: Any, stage2: Any, win: Any, what: str) -> None:
             continue
         if not (isinstance(s, Tracer) and isinstance(s.type, TileType) and s.type.memory.value == "Vec"):
             raise CompileError(f"{what}: a staging tile is a Vec tile, got {getattr(s, 'type', s)!r}", _where())
-        if isinstance(win, Tracer) and s.type.dtype is not win.type.dtype:  # type: ignore[union-attr]
-            raise CompileError(f"{what}: the staging tile's dtype {s.type.dtype!r} is not the window's "  # type: ignore[union-attr]
-                               f"{win.type.dtype!r}", _where())  # type: ignore[union-attr]
+        if isinstance(win, Tracer) and s.type.dtype is not win.type.dtype:
+            raise CompileError(f"{what}: the staging tile's dtype {s.type.dtype!r} is not the window's "
+                               f"{win.type.dtype!r}", _where())
 
 
 def tile_put(dst: Any, peer: Any, src: Any, stage: Any, stage2: Any = None, dst_offsets: Sequence[Any] | None = None,

@@ -13,7 +13,10 @@ int8 x int8 is exact (int32, wrapping); fp16 / bf16 / fp32 inputs are multiplied
 
 from __future__ import annotations
 
+import enum
 import threading
+from collections.abc import Callable
+from typing import Final, Literal, Protocol
 
 import ml_dtypes
 import numpy as np
@@ -22,7 +25,7 @@ from .convert import check_acc_pair, fixpipe_convert
 from .dma import ceil16, pto_assert, static_check, write_in_order
 from .dtypes import FRACTAL_ROWS, c0_of
 from .errors import DeviceError
-from .tile import TileBuf
+from .tile import TileBuf, TileGeometry, _Blocking
 
 __all__ = ["tmov", "tmatmul", "textract_window", "TileWindow", "MATMUL_DTYPES", "F32_EXACT_K", "mov_checks"]
 
@@ -71,8 +74,14 @@ def tmov(
     plan(dst, src)
 
 
-_GENERIC = object()
-_MOV_PLANS: dict[tuple[object, ...], object] = {}
+class _Plan(enum.Enum):
+    GENERIC = "the reference path (_tmov_window)"
+
+
+_GENERIC: Final = _Plan.GENERIC
+#: a checked TMOV of one geometry: a direct strided copy ``plan(dst, src)``, or the reference path
+_MovPlan = Callable[[TileBuf, TileBuf], None] | Literal[_Plan.GENERIC]
+_MOV_PLANS: dict[tuple[object, ...], _MovPlan] = {}
 
 
 def _mov_checks(dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpose: bool, relu: bool) -> None:
@@ -118,7 +127,7 @@ def _split(a: int, b: int) -> tuple[int, int]:
     return max(a, b), min(a, b)
 
 
-def _mov_plan(dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpose: bool, relu: bool) -> object:
+def _mov_plan(dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpose: bool, relu: bool) -> _MovPlan:
     """Check a TMOV once per geometry; return a direct strided copy when both layouts express
     the window as one 6-D view each (the common TEXTRACT case), else the reference path."""
     _mov_checks(dst, src, row_off, col_off, transpose, relu)
@@ -381,6 +390,25 @@ class TileWindow:
         "owner",  # public: the OnChip this window is charged to (with `_owner`)
         "geometry",  # public: the static geometry of the moved tile (with `_g`)
     )
+    space: str
+    dtype: np.dtype
+    rows: int
+    cols: int
+    layout: str
+    valid_row: int
+    valid_col: int
+    src: TileBuf
+    r0: int
+    c0: int
+    transpose: bool
+    freed: bool
+    data: None  # no image of its own: the mad reads the source window
+    nbytes: int
+    _owner: object
+    _g: TileGeometry
+    _blk: _Blocking
+    owner: object
+    geometry: TileGeometry
 
     def _live(self) -> None:
         if self.freed:
@@ -424,8 +452,14 @@ class TileWindow:
         return np.ascontiguousarray(w.T if flip else w, dtype=ft)
 
 
+class _Charged(Protocol):
+    """What a TEXTRACT window is charged to (``runtime.memory.OnChip``, which imports this module)."""
+
+    def reserve(self, space: str, nbytes: int) -> None: ...
+
+
 def textract_window(
-    onchip: object, g: object, src: TileBuf, row_off: int, col_off: int, transpose: bool
+    onchip: _Charged, g: TileGeometry, src: TileBuf, row_off: int, col_off: int, transpose: bool
 ) -> TileWindow:
     """TEXTRACT into a new tile of geometry ``g`` (``runtime.tile._geometry``) that only the next
     mad reads: the checks, refusals and on-chip accounting of ``alloc_tile`` + :func:`tmov`,
@@ -433,16 +467,17 @@ def textract_window(
     key = (g, src._g, row_off, col_off, transpose)
     src._live()
     if key not in _WINDOW_OK:
+        # a bufferless probe: the checks read the geometry only, so no image is allocated
         probe = TileBuf._from_geometry(g, None, None, None)  # type: ignore[arg-type]
         _mov_checks(probe, src, row_off, col_off, transpose, False)
-        rows, cols = g.rows, g.cols  # type: ignore[attr-defined]
+        rows, cols = g.rows, g.cols
         nrows, ncols = (cols, rows) if transpose else (rows, cols)
         src._check_window(row_off, col_off, nrows, ncols)
         if len(_WINDOW_OK) < 4096:
             _WINDOW_OK.add(key)
-    onchip.reserve(g.space, g.nbytes)  # type: ignore[attr-defined]
+    onchip.reserve(g.space, g.nbytes)
     t = TileWindow.__new__(TileWindow)
-    t.space, t.dtype, t.rows, t.cols, t.layout = g.space, g.dtype, g.rows, g.cols, g.layout  # type: ignore[attr-defined]
+    t.space, t.dtype, t.rows, t.cols, t.layout = g.space, g.dtype, g.rows, g.cols, g.layout
     t.valid_row, t.valid_col, t.src, t.r0, t.c0, t.transpose = (
         t.rows,
         t.cols,
@@ -451,7 +486,7 @@ def textract_window(
         col_off,
         transpose,
     )
-    t.freed, t.data, t.nbytes, t._owner, t._g, t._blk = False, None, g.nbytes, onchip, g, g.blk  # type: ignore[attr-defined]
+    t.freed, t.data, t.nbytes, t._owner, t._g, t._blk = False, None, g.nbytes, onchip, g, g.blk
     t.owner, t.geometry = onchip, g
     return t
 

@@ -297,7 +297,7 @@ def run_ranks(fns: Mapping[int, Callable[[], Any]]) -> dict[int, Any]:
         futures = {r: pool.submit(fn) for r, fn in fns.items()}  # helpers only for idle cores (issue 25)
         cf.wait(futures.values())
     for r in sorted(futures):
-        e = futures[r].exception()
-        if e is not None:
-            _reraise(r, e)
+        err = futures[r].exception()
+        if err is not None:
+            _reraise(r, err)
     return {r: futures[r].result() for r in fns}

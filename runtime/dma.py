@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 import numpy as np
 
@@ -76,6 +76,10 @@ class _Recorder(threading.local):
 _REC = _Recorder()
 
 
+#: a recorded op's ``copy`` attribute: (plan, source is GM, source offset, destination offset)
+_Copy = tuple["_CopyPlan", bool, int, int]
+
+
 class InstrPlan:
     """A decoded TLOAD / TSTORE: the warnings its checks raised and its copies, replayed for a new
     GM address. Decoding runs the instruction model once on a view at address 0 with copies
@@ -88,8 +92,8 @@ class InstrPlan:
         self.ops, self.warns = tuple(ops), tuple(warns)
         #: the burst copies, when the instruction is nothing else: (plan, source is GM,
         #: source offset, destination offset) -- the GM offset is relative to the view address
-        copies = [getattr(op, "copy", None) for op in self.ops]
-        self.copies = tuple(copies) if all(c is not None for c in copies) else None  # type: ignore[arg-type]
+        copies: list[_Copy] = [c for c in (getattr(op, "copy", None) for op in self.ops) if c is not None]
+        self.copies = tuple(copies) if len(copies) == len(self.ops) else None
         self.single = self.ops[0] if len(self.ops) == 1 and not self.warns else None
         self.fill_bytes = self._fill_bytes()
         #: (source is GM, GM bytes lo, hi relative to the view address, tile bytes lo, hi) when the
@@ -225,6 +229,24 @@ def write_in_order(dst: np.ndarray, values: np.ndarray, add: bool = False) -> No
         write_in_order(dst[i], values[i], add)
 
 
+class CopyFields(TypedDict):
+    """The burst fields of :func:`copy_bursts`, for a caller that repeats one call per batch."""
+
+    n_burst: int
+    nbytes: int
+    src_pitch: int
+    dst_pitch: int
+
+
+class BurstFields(TypedDict):
+    """The register fields of :func:`dma_burst`, for a caller that repeats one call per batch."""
+
+    n_burst: int
+    len_burst: int
+    src_gap: int
+    dst_gap: int
+
+
 def copy_bursts(
     src: Memory,
     src_addr: int,
@@ -323,7 +345,9 @@ def _dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     return True
 
 
-_COPIES: dict[tuple[object, ...], _CopyPlan] = {}
+#: a ``copy_bursts`` call's geometry: (n_burst, nbytes, src_pitch, dst_pitch, batch, add_dtype)
+_CopyKey = tuple[int, int, int, int, tuple[tuple[int, int, int], ...], "np.dtype | None"]
+_COPIES: dict[_CopyKey, _CopyPlan] = {}
 
 
 def record_copy_call(
@@ -345,13 +369,13 @@ def record_copy_call(
     _REC.ops.append(fn)  # type: ignore[union-attr]
 
 
-def _copy_plan(key: tuple[object, ...]) -> _CopyPlan:
+def _copy_plan(key: _CopyKey) -> _CopyPlan:
     n_burst, nbytes, src_pitch, dst_pitch, batch, add_dtype = key
-    counts = tuple(int(b[0]) for b in batch)  # type: ignore[union-attr]
-    shape = (*counts, int(n_burst), int(nbytes))  # type: ignore[call-overload]
-    s_strides = (*(int(b[1]) for b in batch), int(src_pitch), 1)  # type: ignore[union-attr, call-overload]
-    d_strides = (*(int(b[2]) for b in batch), int(dst_pitch), 1)  # type: ignore[union-attr, call-overload]
-    plan = _CopyPlan(shape, s_strides, d_strides, add_dtype)  # type: ignore[arg-type]
+    counts = tuple(int(b[0]) for b in batch)
+    shape = (*counts, int(n_burst), int(nbytes))
+    s_strides = (*(int(b[1]) for b in batch), int(src_pitch), 1)
+    d_strides = (*(int(b[2]) for b in batch), int(dst_pitch), 1)
+    plan = _CopyPlan(shape, s_strides, d_strides, add_dtype)
     if len(_COPIES) < 8192:
         _COPIES[key] = plan
     return plan

@@ -95,7 +95,7 @@ class NzArray(np.ndarray):
     def __reduce_ex__(self, protocol: Any) -> Any:
         return self.__reduce__()
 
-    def astype(self, dtype: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def astype(self, dtype: Any, *args: Any, **kwargs: Any) -> Any:
         """A cast: plain for another dtype (c0 changes, the NZ image with it), marked for the same."""
         r = self.view(np.ndarray).astype(dtype, *args, **kwargs)
         if self._nz and np.dtype(dtype) == self.dtype:

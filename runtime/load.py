@@ -19,6 +19,8 @@ import numpy as np
 
 from ._strided import byte_span
 from .dma import (
+    BurstFields,
+    CopyFields,
     InstrPlan,
     copy_bursts,
     decode,
@@ -190,7 +192,7 @@ def nz_load(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False) -
             f"as {gap_sent}; column blocks 1..{g1 - 1} are read from the wrong rows"
         )
     dst_step = rows * g1 * g4 * E
-    fields = dict(n_burst=g1, len_burst=vr, src_gap=gap_sent, dst_gap=(rows - vr) % 2**32)
+    fields = BurstFields(n_burst=g1, len_burst=vr, src_gap=gap_sent, dst_gap=(rows - vr) % 2**32)
     offs = batch_offsets(g0, s0)
     if offs is None:
         batch = [(g0, s0 * E, dst_step)] if g0 > 1 else []
@@ -213,7 +215,7 @@ def nz_load_ub(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False
     ub_gap = u16(rows - vr)
     dst_step = rows * g1 * g4 * E
     offs = batch_offsets(g0, s0)
-    kw = dict(
+    kw = CopyFields(
         n_burst=g1, nbytes=len_bytes, src_pitch=len_bytes + gap_bytes, dst_pitch=len_bytes + ub_gap * 32
     )
     if offs is None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._strided import byte_span, strided_bytes
+from .cube import TileWindow
 from .errors import DeviceError
 from .tile import TileBuf, _geometry
 
@@ -402,13 +403,14 @@ class OnChip:
             self.reserve(space, nbytes)  # raises with the message (or fits after a concurrent free)
             self.release(space, nbytes)
 
-    def free_tile(self, tile: TileBuf) -> None:
+    def free_tile(self, tile: TileBuf | TileWindow) -> None:
         """Release a tile allocated here; further use of it raises DeviceError."""
         if tile._owner is not self:
             raise DeviceError(f"{tile!r} was not allocated by this OnChip")
         if tile.freed:
             raise DeviceError(f"double free of {tile!r}")
         tile.freed = True
+        data: np.ndarray | None
         if type(tile) is TileBuf:
             data = tile._data  # a freed image is never decoded
             tile._data = _FREED  # a freed tile keeps no alias of a buffer that is handed out again
@@ -427,6 +429,6 @@ class OnChip:
             pool = self._pool[nbytes] = []
         if len(pool) < _POOL_DEPTH:
             pool.append(data)
-        if type(tile) is not TileBuf:
+        if isinstance(tile, TileBuf) and type(tile) is not TileBuf:  # a subclass with a data property
             tile._data = _FREED
             tile._logical = False

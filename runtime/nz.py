@@ -48,6 +48,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
 import numpy as np
 
@@ -69,7 +70,8 @@ _UNPACK_TILE = (512, 64)
 _PACK_GATHER_LINES = 1 << 15
 _UNPACK_GATHER_LINES = 1 << 18
 _LINE = np.dtype(f"V{C0_BYTES}")
-try:  # the compiled line swap (runtime/_lines.c); None where it was not built: numpy copies
+_native: ModuleType | None  # the compiled line swap (runtime/_lines.c, typed in _lines.pyi)
+try:  # None where it was not built: numpy copies
     from . import _lines as _native
 except ImportError:  # pragma: no cover - depends on the install
     _native = None

@@ -17,6 +17,7 @@ import numpy as np
 
 from .convert import check_acc_pair, fixpipe_convert
 from .dma import (
+    BurstFields,
     InstrPlan,
     ceil16,
     copy_bursts,
@@ -381,7 +382,7 @@ def mat_store_nz(gm: GlobalMemory, dst: GmView, tile: TileBuf, debug: bool = Fal
     if g1 >= 2 and gap_sent != gap_true:
         defect_warning(f"NZ store GM gap wrapped: {gap_true} blocks of 32 B sent as {gap_sent}")
     src_step = rows * g1 * g4 * E
-    fields = dict(n_burst=g1, len_burst=vr, src_gap=(rows - vr) % 2**32, dst_gap=gap_sent)
+    fields = BurstFields(n_burst=g1, len_burst=vr, src_gap=(rows - vr) % 2**32, dst_gap=gap_sent)
     offs = batch_offsets(g0, s0)
     if offs is None:
         dma_burst(tile, 0, gm, dst.addr, batch=[(g0, src_step, s0 * E)] if g0 > 1 else [], **fields)

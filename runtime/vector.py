@@ -345,7 +345,8 @@ def _broadcast(what: str, op: str, dst: TileBuf, a: TileBuf | None, v: TileBuf, 
 
 # ----------------------------------------------------------------------------------- conversion
 def _bits(d: np.dtype) -> np.dtype:
-    return {2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}[d.itemsize]
+    by_size: dict[int, np.dtype] = {2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
+    return by_size[d.itemsize]
 
 
 def round_to(x: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:

@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import as_strided
 try:  # the compiled loop (runtime/_lines.c); None where it was not built: numpy's cast
     from . import _lines as _native
 except ImportError:  # pragma: no cover - depends on the install
-    _native = None
+    _native = None  # type: ignore[assignment]  # the module or None: mypy cannot spell an optional module
 
 __all__ = ["widen_bf16"]
 

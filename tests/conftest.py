@@ -16,16 +16,23 @@ import pytest  # noqa: E402
 @pytest.fixture
 def line_of():
     """`line_of(fn, "marker")`: the line number of the first line of `fn`'s file containing `marker`
-    at or after `fn`'s `def` (so tests can check a diagnostic's `file:line:` exactly)."""
+    at or after `fn`'s `def` (so tests can check a diagnostic's `file:line:` exactly). `fn` may also
+    be a path (an example, a doc): the first line of that file containing `marker`. Expected lines
+    come from the source, never literals, so that reformatting a file (`ruff format`) moves them
+    with it."""
 
     def find(fn, marker: str) -> int:
-        code = getattr(fn, "__wrapped__", fn).__code__
-        with open(code.co_filename) as f:
+        if isinstance(fn, str | os.PathLike):
+            path, first = os.fspath(fn), 1
+        else:
+            code = getattr(fn, "__wrapped__", fn).__code__
+            path, first = code.co_filename, code.co_firstlineno
+        with open(path) as f:
             lines = f.read().splitlines()
-        for i in range(code.co_firstlineno - 1, len(lines)):
+        for i in range(first - 1, len(lines)):
             if marker in lines[i]:
                 return i + 1
-        raise AssertionError(f"marker {marker!r} not found after line {code.co_firstlineno}")
+        raise AssertionError(f"marker {marker!r} not found in {path} after line {first}")
 
     return find
 

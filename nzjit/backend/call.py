@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -218,7 +219,7 @@ class RankPlan:
 
 def values_of(call: KernelCall) -> list[Any]:
     """A recorded call's argument values in parameter order (host arrays, DeviceTensors, ints)."""
-    out = []
+    out: list[Any] = []
     for a in call.args:
         if isinstance(a, HostRef):
             out.append(a.array)
@@ -398,7 +399,7 @@ def run_program(calls: Sequence[KernelCall], cluster: Any = None, residents: Seq
             if world is not None:  # comm hook (issue 28): ranks as threads of one comm world
                 comm_run.run_ranks(world, plan)
             elif rank_prefix:
-                runtime.dispatch.run_ranks({r: (lambda rk=rk: rk.run(True)) for r, rk in plan.items()})
+                runtime.dispatch.run_ranks({r: functools.partial(rk.run, True) for r, rk in plan.items()})
             else:
                 for rk in plan.values():
                     rk.run(False)

@@ -116,6 +116,7 @@ class _Side:
         set `buffers` (0 or 1: two chunks may be in flight at once)."""
         rows = self.rows[l0:l1]
         lo, hi = min(rows), max(rows) + 1
+        images: np.ndarray | None
         if self.all is not None:
             images, base = self.all, 0
         elif self.aligned and hi - lo <= 2 * MAD_CHUNK:

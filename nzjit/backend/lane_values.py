@@ -100,7 +100,7 @@ class LaneWindow:
         return w.operand(r, c, ft)
 
     def operands(self, r: int, c: int, ft: type,
-                 alloc: Callable[[tuple[int, ...], type], np.ndarray] = np.empty,
+                 alloc: Callable[[tuple[int, ...], np.dtype | type], np.ndarray] = np.empty,
                  images: tuple[int, int] | None = None) -> np.ndarray | None:
         """`operand` of every image at once - or of images ``lo <= u < hi`` for `images` = (lo, hi) -
         as (U, ...) C-contiguous (in a buffer from `alloc`); None when not aligned."""
@@ -161,7 +161,7 @@ def widen_lines(dst: np.ndarray, src: np.ndarray) -> None:
 
 
 def gather_cast(out: np.ndarray, v: np.ndarray,
-                alloc: Callable[[tuple[int, ...], type], np.ndarray] = np.empty) -> None:
+                alloc: Callable[[tuple[int, ...], np.dtype | type], np.ndarray] = np.empty) -> None:
     """``out[...] = v`` with a cast.  When `v`'s innermost axis is one 32-byte C0 line, the lines
     are gathered first as 32-byte void elements (one memcpy each, not 32 / itemsize scalar moves),
     then cast contiguously.  When consecutive lines are adjacent (an ND row read as C0 lines), the

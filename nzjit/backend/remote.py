@@ -18,7 +18,10 @@ from .options import Options
 class RemoteCluster:
     """A cluster that runs a recorded program on its own ranks (nzjit.distributed.RayCluster)."""
 
-    n_ranks: int
+    @property
+    def n_ranks(self) -> int:
+        """Number of ranks."""
+        raise NotImplementedError
 
     def run_program(self, calls: Sequence[Any], residents: Sequence[Any], rank_prefix: bool,
                     options: Options) -> None:

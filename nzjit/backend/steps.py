@@ -228,5 +228,7 @@ def alloc(ctx: Any, t: TileType, valid: tuple[int | None, int | None] | None = N
 def free_value(ctx: Any, val: Any) -> None:
     """Free `val` if it is a live tile allocated from this call's on-chip accounting (other values
     own no on-chip bytes)."""
-    if (type(val) is TileBuf or type(val) is TileWindow) and not val.freed and val.owner is ctx.onchip:
-        ctx.onchip.free_tile(val)
+    if (type(val) is TileBuf or type(val) is TileWindow) and not val.freed:
+        onchip: runtime.OnChip = ctx.onchip
+        if val.owner is onchip:
+            onchip.free_tile(val)

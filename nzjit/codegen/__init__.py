@@ -5,7 +5,7 @@ from .ptoas_check import PtoasError, check_ptoas
 __all__ = ["PtoasError", "check_ptoas", "emit_pto"]
 
 
-def emit_pto(graph, kernel=None):  # type: ignore[no-untyped-def]
+def emit_pto(graph, kernel=None):
     """The PTO text of a lowered graph (codegen/pto), imported on first use."""
     from .pto import emit_pto as _emit
 

@@ -82,7 +82,7 @@ class Eqn:
 
     def replace(self, **kw: Any) -> Eqn:
         """A copy of this equation with the given fields replaced."""
-        d = {"primitive": self.primitive, "inputs": self.inputs, "outputs": self.outputs,
+        d: dict[str, Any] = {"primitive": self.primitive, "inputs": self.inputs, "outputs": self.outputs,
              "params": self.params, "source": self.source}
         d.update(kw)
         return Eqn(**d)

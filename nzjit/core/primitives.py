@@ -69,9 +69,9 @@ def _scalar_dtype(*ts: Type) -> dt.DType:
     for t in ts:
         if not isinstance(t, ScalarType):
             raise _fail(f"scalar arithmetic needs scalar operands, got {t}")
-    d = ts[0].dtype  # type: ignore[union-attr]
+    d = ts[0].dtype
     for t in ts[1:]:
-        if t.dtype is not d:  # type: ignore[union-attr]
+        if t.dtype is not d:
             raise _fail(f"scalar operands have different dtypes {ts[0]} and {t}; use pl.cast to convert")
     return d
 

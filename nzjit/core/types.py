@@ -50,6 +50,14 @@ class DynDim:
 Dim = int | DynDim
 
 
+def static_dim(d: Dim) -> int:
+    """`d` where the rules guarantee a static extent (an NZ tensor's last two axes, a tile's
+    shape): a `DynDim` there is a compiler bug, refused with the TypeError `int()` would raise."""
+    if isinstance(d, DynDim):
+        raise TypeError(f"dimension {d!r} is dynamic where a static extent is required")
+    return int(d)
+
+
 class Layout(enum.Enum):
     """Byte order of a tensor in global memory (NZ-1)."""
 

@@ -34,7 +34,7 @@ from runtime import DeviceTensor, DispatchError, StackedDeviceTensor
 from ..backend import call as C
 from ..backend import comm_run
 from ..backend.options import current
-from ..core.types import DynDim, Layout, ScalarType
+from ..core.types import DynDim, Layout, ScalarType, TensorType
 from ..errors import CompileError, Source, api_boundary, user_source
 from . import intermediates as T
 from . import views as V
@@ -206,7 +206,7 @@ class Orchestration:
                 refs.append(C.as_ref(a, p.name))
         prog = Program(self)
         with prog.recording():
-            ret = self.fn(*[r if isinstance(p.type, ScalarType) else Handle(r, nz=p.type.layout is Layout.NZ)
+            ret = self.fn(*[r if isinstance(p.type, ScalarType) else Handle(r, nz=isinstance(p.type, TensorType) and p.type.layout is Layout.NZ)
                             for p, r in zip(self.params, refs)])
         if ret is not None:
             raise CompileError(f"orchestration {self.__name__} returned {type(ret).__name__}; an orchestration "

@@ -173,8 +173,8 @@ def summary(rep: Report) -> str:
     if rep.safety:
         lines.append("")
         lines.append(f"safety probes ({sum(rep.safety.values())}, issue 24):")
-        for k, v in sorted(rep.safety.items()):
-            lines.append(f"  {v:>5}  {k}")
+        for probe, v in sorted(rep.safety.items()):
+            lines.append(f"  {v:>5}  {probe}")
     if rep.reproducers:
         lines.append("")
         lines.append(f"reproducers ({len(rep.reproducers)}): {os.path.dirname(rep.reproducers[0])}/")

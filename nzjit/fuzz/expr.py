@@ -59,8 +59,9 @@ def pyvar(name: str) -> Expr:
     return Expr(name, name, 1, True, None, True, True)
 
 
-def _both_const(a: Expr, b: Expr) -> bool:
-    return a.const is not None and b.const is not None
+def _consts(a: Expr, b: Expr) -> tuple[int, int] | None:
+    """The two constants, when both operands are constants."""
+    return (a.const, b.const) if a.const is not None and b.const is not None else None
 
 
 def _py(a: Expr, b: Expr) -> bool:
@@ -70,8 +71,9 @@ def _py(a: Expr, b: Expr) -> bool:
 
 def mul(a: Expr, b: Expr) -> Expr:
     """`a * b`: the factors multiply, non-negative when both are (NZ-16)."""
-    if _both_const(a, b):
-        return lit(a.const * b.const)  # type: ignore[operator]
+    if (c := _consts(a, b)) is not None:
+        ca, cb = c
+        return lit(ca * cb)
     (ak, ar), (bk, br) = a.par(), b.par()
     return Expr(f"{ak} * {bk}", f"{ar} * {br}", a.factor * b.factor, a.nonneg and b.nonneg,
                 atom=False, unk=_py(a, b))
@@ -79,16 +81,18 @@ def mul(a: Expr, b: Expr) -> Expr:
 
 def add(a: Expr, b: Expr) -> Expr:
     """`a + b`: the gcd of the factors, non-negative when both are (NZ-16)."""
-    if _both_const(a, b):
-        return lit(a.const + b.const)  # type: ignore[operator]
+    if (c := _consts(a, b)) is not None:
+        ca, cb = c
+        return lit(ca + cb)
     return Expr(f"{a.k} + {b.k}", f"{a.r} + {b.r}", math.gcd(a.factor, b.factor), a.nonneg and b.nonneg,
                 atom=False, unk=_py(a, b))
 
 
 def sub(a: Expr, b: Expr) -> Expr:
     """A difference proves divisibility but never a sign (NZ-16)."""
-    if _both_const(a, b):
-        return lit(a.const - b.const)  # type: ignore[operator]
+    if (c := _consts(a, b)) is not None:
+        ca, cb = c
+        return lit(ca - cb)
     bk, br = b.par()
     return Expr(f"{a.k} - {bk}", f"{a.r} - {br}", math.gcd(a.factor, b.factor), False, atom=False,
                 unk=_py(a, b))
@@ -113,16 +117,18 @@ def mod(a: Expr, k: int) -> Expr:
 
 def pmin(a: Expr, b: Expr) -> Expr:
     """pl.min: both operands multiples; non-negative when both are."""
-    if _both_const(a, b):
-        return lit(min(a.const, b.const))  # type: ignore[type-var]
+    if (c := _consts(a, b)) is not None:
+        ca, cb = c
+        return lit(min(ca, cb))
     return Expr(f"pl.min({a.k}, {b.k})", f"min({a.r}, {b.r})", math.gcd(a.factor, b.factor),
                 a.nonneg and b.nonneg, unk=_py(a, b))
 
 
 def pmax(a: Expr, b: Expr) -> Expr:
     """pl.max: non-negative when either operand is."""
-    if _both_const(a, b):
-        return lit(max(a.const, b.const))  # type: ignore[type-var]
+    if (c := _consts(a, b)) is not None:
+        ca, cb = c
+        return lit(max(ca, cb))
     return Expr(f"pl.max({a.k}, {b.k})", f"max({a.r}, {b.r})", math.gcd(a.factor, b.factor),
                 a.nonneg or b.nonneg, unk=_py(a, b))
 

@@ -32,14 +32,14 @@ def fam_tensor_mm(g: G) -> None:
     b_trans = g.p(0.7)
     g.tag("b_trans" if b_trans else "b_plain")
     # M < 16 and 17: decode batches (a Left operand padded to whole 16-row fractals, hw §3, §6)
-    m = int(g.wchoice([(0.3, 1), (0.5, 8), (0.3, 4), (0.2, 15), (0.2, 17), (4, 16), (4, 32), (3, 64), (1, 48),  # type: ignore[call-overload]
+    m = int(g.wchoice([(0.3, 1), (0.5, 8), (0.3, 4), (0.2, 15), (0.2, 17), (4, 16), (4, 32), (3, 64), (1, 48),
                        (1, 128)]))
     n_align, k_align = (16, c0) if b_trans else (c0, 16)
     tn = pick(g, (16, 32, 48, 64, 96, 128, 256), lambda v: v % n_align == 0 and m * v * 4 <= 128 << 10)
     tk = pick(g, (8, 16, 32, 64, 128, 256), lambda v: v % k_align == 0 and v % 8 == 0)
-    lead: tuple[int, ...] = g.choice([(), (), (int(g.choice([1, 2, 3])),),  # type: ignore[assignment]
+    lead: tuple[int, ...] = g.choice([(), (), (int(g.choice([1, 2, 3])),),
                                       (int(g.choice([1, 2])), int(g.choice([1, 2, 3])))])
-    nt, kt = int(g.choice([1, 2, 3, 4])), int(g.choice([1, 1, 2, 3]))  # type: ignore[call-overload]
+    nt, kt = int(g.choice([1, 2, 3, 4])), int(g.choice([1, 1, 2, 3]))
     x_per_batch = bool(lead) and g.p(0.5)
     esize = max(1, DTYPES[dt][1] // 8)
     while math.prod(lead) * nt * tn * kt * tk * esize > (1 << 20) and (nt > 1 or kt > 1):
@@ -124,7 +124,7 @@ def fam_tensor_mm(g: G) -> None:
             assert k_expr is not None
             k0 = _assign(g, ind + 1, "k0", k_expr)
     if kstyle != "single":
-        ka, ra = operands(k0)  # type: ignore[possibly-undefined]
+        ka, ra = operands(k0)
         g.emit(ind + 1, f"acc = pl.matmul_acc(acc, {ka})", f"acc = acc + mm({ra})")
         if kstyle == "carried":
             g.emit(ind + 1, f"kc = kc + {tk}", f"kc = kc + {tk}")
@@ -143,29 +143,29 @@ def fam_tile_mm(g: G) -> None:
     dt = data_dtype(g)
     c0, acc = c0_of(dt), ACC[dt]
     g.tag(f"dtype:{dt}")
-    m = int(g.wchoice([(4, 16), (4, 32), (3, 64), (1, 48), (1, 128)]))  # type: ignore[call-overload]
+    m = int(g.wchoice([(4, 16), (4, 32), (3, 64), (1, 48), (1, 128)]))
     tn = pick(g, (16, 32, 48, 64, 128, 256), lambda v: m * v * 4 <= 128 << 10)
     tk = pick(g, (16, 32, 64, 128, 256), lambda v: v % c0 == 0)
-    lead: tuple[int, ...] = g.choice([(), (int(g.choice([1, 2, 3, 4])),), (int(g.choice([1, 2])), int(g.choice([1, 2, 3])))])  # type: ignore[assignment]
-    nt, kt = int(g.choice([1, 2, 3, 4])), int(g.choice([1, 1, 2]))  # type: ignore[call-overload]
+    lead: tuple[int, ...] = g.choice([(), (int(g.choice([1, 2, 3, 4])),), (int(g.choice([1, 2])), int(g.choice([1, 2, 3])))])
+    nt, kt = int(g.choice([1, 2, 3, 4])), int(g.choice([1, 1, 2]))
     g.tag(f"rank:{len(lead) + 2}")
     valid = "none" if kt > 1 else g.wchoice([(6, "none"), (1, "static"), (2, "dynamic"), (0.3, "static_bad"),
                                               (0.3, "dynamic_bad"), (0.3, "cols_dynamic")])
     g.tag(f"valid:{valid}")
-    rag = 16 * int(g.choice(range(0, tn // 16))) if valid == "dynamic" and nt > 1 else 0  # type: ignore[call-overload]
+    rag = 16 * int(g.choice(range(0, tn // 16))) if valid == "dynamic" and nt > 1 else 0
     n_real = nt * tn - rag  # the weight's rows; the output is padded to whole tiles
     big_k = kt * tk
     # how the batch index reaches the load
     mode = "direct"
     if lead:
         mode = g.wchoice([(2, "direct"), (3, "index"), (1, "chain"), (1, "scalar") if len(lead) == 1 else (0, "x"),
-                          (1, "partial") if len(lead) == 2 else (0, "x")])  # type: ignore[assignment]
+                          (1, "partial") if len(lead) == 2 else (0, "x")])
     g.tag(f"lead:{mode}")
     layer_val = None
     if mode == "scalar":
-        layer_val = int(g.choice(range(lead[0])))  # type: ignore[call-overload]
+        layer_val = int(g.choice(range(lead[0])))
         if g.p(0.06):  # a runtime index out of range: the reference refuses
-            layer_val = int(g.choice([-1, lead[0], lead[0] + 1]))  # type: ignore[call-overload]
+            layer_val = int(g.choice([-1, lead[0], lead[0] + 1]))
             g.tag("runtime_oob_layer")
             g.unknown = True
         it = Iter(1, [var("layer", 1, False)], None)
@@ -200,6 +200,7 @@ def fam_tile_mm(g: G) -> None:
         g.scalar("layer", layer_val)  # type: ignore[arg-type]
     # the source the load reads and the leading offsets it still needs
     b = it.batch
+    lead_offs: list[Expr]
     if mode == "index" and len(lead) == 1:
         g.emit(ind, f"wl = w[{b[0].k}]", f"wl = win(w, ({b[0].r}, 0, 0), (None, w.shape[1], w.shape[2]))")
         src, lead_offs = "wl", []
@@ -223,7 +224,7 @@ def fam_tile_mm(g: G) -> None:
         rows: Expr = lit(tn)
         vexprs = None
         if valid in ("static", "static_bad"):
-            v = 16 * int(g.choice(range(1, tn // 16 + 1)))  # type: ignore[call-overload]
+            v = 16 * int(g.choice(range(1, tn // 16 + 1)))
             if valid == "static_bad":
                 v = max(8, v - 8)
                 g.refuse.add("X7")

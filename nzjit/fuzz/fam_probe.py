@@ -39,7 +39,7 @@ def fam_probe(g: G) -> None:
     elif probe == "dyn_trailing":
         which = g.choice(["rows", "cols"])
         g.dyn["D"] = 64 if which == "cols" else 32
-        shape = (32, "D") if which == "cols" else ("D", 64)
+        shape: tuple[int | str, ...] = (32, "D") if which == "cols" else ("D", 64)
         g.tensor("w", shape, dt, True)
         g.refuse.add("L3")
         _mm_into_out(g, 1, load_text("w", [lit(0), lit(0)], [16, 64]), "w[0:16, 0:64]", 64, 16, dt)
@@ -47,7 +47,7 @@ def fam_probe(g: G) -> None:
         g.dyn["B"] = 3
         shape = ("B", 2, 32, 2 * c0) if probe == "dyn_lead4" else ("B", 32, 2 * c0)
         g.tensor("w", shape, dt, True)
-        layer = int(g.choice([0, 1, 2]))  # type: ignore[call-overload]
+        layer = int(g.choice([0, 1, 2]))
         g.scalar("layer", layer)
         if probe == "dyn_lead4":
             g.refuse.add("L12")
@@ -117,7 +117,7 @@ def fam_probe(g: G) -> None:
         g.tensor("out", (16, 2 * c0), dt, False, "out")
         g.refuse.add("L13")
         mem = g.choice(["pl.Mem.Vec", None])
-        g.emit(1, "t = " + load_text("w", [lit(16), lit(0)], [16, 2 * c0], mem), None)  # type: ignore[arg-type]
+        g.emit(1, "t = " + load_text("w", [lit(16), lit(0)], [16, 2 * c0], mem), None)
         g.emit(1, "pl.store(t, [0, 0], out)", f"put(out, (0, 0), (16, {2 * c0}), win(w, (16, 0), (16, {2 * c0})))")
     elif probe == "batch_extent":
         g.tensor("w", (3, 32, 2 * c0), dt, True)
@@ -134,7 +134,7 @@ def fam_probe(g: G) -> None:
         _mm_into_out(g, 1, load_text("w", [lit(32), lit(0)], [16, 2 * c0]), f"win(w, (32, 0), (16, {2 * c0}))", 2 * c0, 16, dt)
     elif probe == "oob_window":  # the last symbolic window runs past the rows: only a refusal is right
         g.tag("oob")
-        nt, tn = int(g.choice([1, 2, 3])), 16  # type: ignore[call-overload]
+        nt, tn = int(g.choice([1, 2, 3])), 16
         kc = c0 if g.p(0.7) else 2 * c0  # one column block: rows past R read column block 1
         g.tensor("w", (nt * tn, 2 * c0), dt, True)
         g.tensor("x", (16, kc), dt)
@@ -162,8 +162,8 @@ def fam_probe(g: G) -> None:
         g.tensor("w", (64, 4 * c0), dt, True)
         axis = g.choice(["row", "col", "row_ok", "col_ok"])
         g.tag(f"const:{axis}")
-        r0 = {"row": 8, "col": 0, "row_ok": 32, "col_ok": 0}[axis]  # type: ignore[index]
-        k0 = {"row": 0, "col": c0 // 2, "row_ok": 0, "col_ok": 2 * c0}[axis]  # type: ignore[index]
+        r0 = {"row": 8, "col": 0, "row_ok": 32, "col_ok": 0}[axis]
+        k0 = {"row": 0, "col": c0 // 2, "row_ok": 0, "col_ok": 2 * c0}[axis]
         if axis in ("row", "col"):
             g.refuse.add("L4")
         form = g.choice(["load", "slice"])
@@ -187,11 +187,11 @@ def fam_probe(g: G) -> None:
 
 def _probe_gap(g: G) -> None:
     """NZ-25..27: the 16-bit GM gap between column blocks (R - loaded rows > 65535 is refused)."""
-    r = int(g.choice([65536, 65552, 65568]))  # type: ignore[call-overload]
-    cols = int(g.choice([32, 64]))  # type: ignore[call-overload]
-    tr = int(g.choice([16, 32, 48]))  # type: ignore[call-overload]
-    vr = int(g.choice([v for v in (16, 32) if v <= tr])) if g.p(0.3) else tr  # type: ignore[call-overload]
-    r0 = 16 * int(g.choice([0, 1, (r - tr) // 16]))  # type: ignore[call-overload]
+    r = int(g.choice([65536, 65552, 65568]))
+    cols = int(g.choice([32, 64]))
+    tr = int(g.choice([16, 32, 48]))
+    vr = int(g.choice([v for v in (16, 32) if v <= tr])) if g.p(0.3) else tr
+    r0 = 16 * int(g.choice([0, 1, (r - tr) // 16]))
     g.tag(f"gap:{r - vr}", f"gap_cols:{cols // 32}")
     g.tensor("w", (r, cols), "INT8", True)
     if cols > 32 and r - vr > 65535:

@@ -41,7 +41,7 @@ def _body(g: G, ind: int, n0_k: str, n0_r: str, col_r: str, tk: int) -> None:
 
 def _setup(g: G, rows: int, trips: int) -> tuple[str, int]:
     dt = str(g.choice(MATMUL))
-    tk = c0_of(dt) * int(g.choice([1, 2]))  # type: ignore[call-overload]
+    tk = c0_of(dt) * int(g.choice([1, 2]))
     g.tag(f"dtype:{dt}")
     g.tensor("w", (rows, tk), dt, True)
     g.tensor("x", (16, tk), dt)
@@ -65,9 +65,9 @@ def fam_prover(g: G) -> None:
 
 
 def _loop_start(g: G) -> None:
-    start = int(g.choice([0, 16, 32, 8, 24, 4, -16, -32]))  # type: ignore[call-overload]
-    step = int(g.choice([16, 32, 48, 8]))  # type: ignore[call-overload]
-    trips = int(g.choice([1, 2, 3]))  # type: ignore[call-overload]
+    start = int(g.choice([0, 16, 32, 8, 24, 4, -16, -32]))
+    step = int(g.choice([16, 32, 48, 8]))
+    trips = int(g.choice([1, 2, 3]))
     stop = start + step * (trips - 1) + 1
     g.tag(f"start:{start % 16 and 'unaligned' or 'aligned'}", f"step:{step}")
     if start < 0:
@@ -81,9 +81,9 @@ def _loop_start(g: G) -> None:
 
 
 def _odd_div(g: G) -> None:
-    d = int(g.choice([3, 5, 7, 2, 4]))  # type: ignore[call-overload]
-    f = int(g.choice([48, 49, 80, 112, 16 * d, 32 * d, 49 * d]))  # type: ignore[call-overload]
-    trips = int(g.choice([2, 3, 4]))  # type: ignore[call-overload]
+    d = int(g.choice([3, 5, 7, 2, 4]))
+    f = int(g.choice([48, 49, 80, 112, 16 * d, 32 * d, 49 * d]))
+    trips = int(g.choice([2, 3, 4]))
     form = str(g.choice(["div", "mod"]))
     g.tag(f"div:{d}", f"divform:{form}")
     if form == "div":
@@ -101,7 +101,7 @@ def _odd_div(g: G) -> None:
 
 
 def _sym_step(g: G) -> None:
-    s = int(g.choice([1, 2, -1, 0]))  # type: ignore[call-overload]
+    s = int(g.choice([1, 2, -1, 0]))
     form = str(g.choice(["raw", "max"]))
     g.tag(f"symstep:{form}", f"symstep_value:{'neg' if s < 0 else s}")
     g.scalar("s", s, "INT32")
@@ -128,7 +128,7 @@ def _sym_step(g: G) -> None:
 
 def _wrap(g: G) -> None:
     f, d, s = g.choice([(48, 3, 89478486), (48, 3, 1), (256, 4, (1 << 24) + 1), (256, 4, 1),
-                        (96, 3, 44739243), (64, 1, (1 << 26) + 1)])  # type: ignore[misc]
+                        (96, 3, 44739243), (64, 1, (1 << 26) + 1)])
     g.tag(f"wrap:{f}/{d}")
     g.scalar("s", s, "INT32")
     _, tk = _setup(g, 128, 1)
@@ -144,7 +144,7 @@ def _wrap(g: G) -> None:
 
 
 def _lanes(g: G) -> None:
-    lanes = int(g.choice([1, 2, 4, 8, 9, 16]))  # type: ignore[call-overload]
+    lanes = int(g.choice([1, 2, 4, 8, 9, 16]))
     form = str(g.choice(["num", "num_minus", "cast_big", "num_fits"]))
     g.tag(f"lanes:{form}", f"lane_count:{lanes}")
     rows = 16 * lanes + (16 if form == "num_fits" else 0)

@@ -17,21 +17,21 @@ from .program import ACC, DTYPES, G, c0_of, check_nz_param, mat_window
 def fam_acc_store(g: G) -> None:
     """Acc tile -> FP32 NZ GM (NZ-20..24) and each row of the NZ-21 table."""
     dt = g.wchoice([(4, "FP16"), (3, "BF16"), (3, "FP32"), (0.7, "INT8")])
-    acc = ACC[dt]  # type: ignore[index]
+    acc = ACC[dt]
     g.tag(f"dtype:{dt}")
     big = g.wchoice([(12, "no"), (1, "split"), (0.4, "huge_m")])
-    m = int(g.wchoice([(3, 16), (3, 32), (3, 64), (1, 48), (1, 128), (0.3, 8)]))  # type: ignore[call-overload]
-    tn = int(g.wchoice([(3, 16), (3, 32), (2, 64), (1, 128), (1, 48), (0.3, 8), (0.3, 24)]))  # type: ignore[call-overload]
-    k = int(g.choice([16, 32, 64]))  # type: ignore[call-overload]
+    m = int(g.wchoice([(3, 16), (3, 32), (3, 64), (1, 48), (1, 128), (0.3, 8)]))
+    tn = int(g.wchoice([(3, 16), (3, 32), (2, 64), (1, 128), (1, 48), (0.3, 8), (0.3, 24)]))
+    k = int(g.choice([16, 32, 64]))
     if big == "split":
-        m, tn = int(g.choice([64, 128])), int(g.choice([512, 1024]))  # type: ignore[call-overload]
+        m, tn = int(g.choice([64, 128])), int(g.choice([512, 1024]))
         k = 32
     elif big == "huge_m":
         m, tn, k = 2064, 16, 16
         g.refuse.add("S4")
     g.tag(f"big:{big}")
-    nt = int(g.choice([1, 2, 3])) if big == "no" else 1  # type: ignore[call-overload]
-    panels = int(g.choice([0, 0, 1, 2, 3]))  # type: ignore[call-overload]
+    nt = int(g.choice([1, 2, 3])) if big == "no" else 1
+    panels = int(g.choice([0, 0, 1, 2, 3]))
     mut = g.wchoice([(10, "none"), (1, "sub_rows"), (1, "row_off"), (1, "panel_rows"), (1, "vec_src"),
                      (1, "mat_src"), (1, "a5"), (1, "col_shift"), (1, "col_shift4"), (1, "col_diff"),
                      (0.7, "col_const4"), (1, "attr"),
@@ -52,7 +52,7 @@ def fam_acc_store(g: G) -> None:
     elif mut == "row_off":
         r_parent = m + 16
         g.refuse.add("S5")
-    shift = {"col_shift": 8, "col_shift4": 4, "col_const4": 4}.get(mut, 0)  # type: ignore[call-overload]
+    shift = {"col_shift": 8, "col_shift4": 4, "col_const4": 4}.get(mut, 0)
     if mut == "col_const4":
         nt = 1
     n_len = nt * tn + (8 if shift else 0)  # a shifted window stays inside; C stays a multiple of 8
@@ -66,18 +66,18 @@ def fam_acc_store(g: G) -> None:
         g.refuse.add("S1")
     lead = (panels,) if panels else ()
     oshape = (*lead, r_parent, n_len)
-    g.tensor("x", (x_rows, k), dt)  # type: ignore[arg-type]
-    mat_window(g, x_rows, k, dt, left=True)  # type: ignore[arg-type]
+    g.tensor("x", (x_rows, k), dt)
+    mat_window(g, x_rows, k, dt, left=True)
     w_nz = g.p(0.5)
     kn = dt == "FP32" and g.p(0.4)  # w [K, N], no b_trans: N is the column axis (c0 = 8 for FP32)
     wshape = (k, n_len) if kn else (n_len, k)
-    g.tensor("w", wshape, dt, w_nz)  # type: ignore[arg-type]
+    g.tensor("w", wshape, dt, w_nz)
     if w_nz:
-        check_nz_param(g, wshape, dt)  # type: ignore[arg-type]
+        check_nz_param(g, wshape, dt)
         if tn % (8 if kn else 16):
             g.refuse.add("X3")
     else:
-        mat_window(g, *((k, tn) if kn else (tn, k)), dt, left=False)  # type: ignore[arg-type]
+        mat_window(g, *((k, tn) if kn else (tn, k)), dt, left=False)
     g.tensor("out", oshape, out_dt, True, "out")
     check_nz_param(g, oshape, out_dt)
     if mut in ("vec_src", "mat_src"):
@@ -141,19 +141,19 @@ def fam_flatten(g: G) -> None:
     dt = g.wchoice([(3, "INT8"), (2, "FP16"), (1, "BF16"), (2, "FP32"), (1, "UINT8"), (1, "INT16"),
                     (1, "INT32"), (0.5, "FP8E4M3")])
     g.tag(f"dtype:{dt}")
-    c0 = c0_of(dt)  # type: ignore[arg-type]
-    lead: tuple[int, ...] = g.choice([(), (2,), (2, 2)])  # type: ignore[assignment]
-    rows, cols = 16 * int(g.choice([1, 2, 4])), c0 * int(g.choice([1, 2, 4]))  # type: ignore[call-overload]
+    c0 = c0_of(dt)
+    lead: tuple[int, ...] = g.choice([(), (2,), (2, 2)])
+    rows, cols = 16 * int(g.choice([1, 2, 4])), c0 * int(g.choice([1, 2, 4]))
     shape = (*lead, rows, cols)
     n = math.prod(shape)
-    g.tensor("w", shape, dt, True)  # type: ignore[arg-type]
-    check_nz_param(g, shape, dt)  # type: ignore[arg-type]
+    g.tensor("w", shape, dt, True)
+    check_nz_param(g, shape, dt)
     target = g.wchoice([(8, "flat"), (1, "other"), (1, "flat_then_2d")])
     g.tag(f"reshape:{target}")
-    length = int(g.choice([x for x in (n, n // 2, n // 4, 256, 512) if 0 < x <= n]))  # type: ignore[call-overload]
-    o = 32 * int(g.choice(range(0, (n - length) // 32 + 1)))  # type: ignore[call-overload]
+    length = int(g.choice([x for x in (n, n // 2, n // 4, 256, 512) if 0 < x <= n]))
+    o = 32 * int(g.choice(range(0, (n - length) // 32 + 1)))
     rank1_out = g.p(0.1)  # a rank-1 output: the store of a [1, L] tile into a rank-1 tensor
-    g.tensor("out", (length,) if rank1_out else (1, length), dt, False, "out")  # type: ignore[arg-type]
+    g.tensor("out", (length,) if rank1_out else (1, length), dt, False, "out")
     if rank1_out:
         g.tag("rank1_store")
     g.rl.append("    flat = nz_pack(d['w']).reshape(-1).astype(np.float64)")
@@ -196,11 +196,11 @@ def fam_vec_ew(g: G) -> None:
     dt = str(g.wchoice([(3, "FP32"), (2, "FP16"), (2, "INT32"), (1, "INT16")]))
     g.tag(f"dtype:{dt}")
     c0 = c0_of(dt)
-    lanes = int(g.choice([2, 3, 4, 8, 17]))  # type: ignore[call-overload]
-    tr = int(g.choice([1, 2, 4, 16]))  # type: ignore[call-overload]
-    tc = c0 * int(g.choice([1, 2, 4]))  # type: ignore[call-overload]
-    cols = tc * int(g.choice([1, 2]))  # type: ignore[call-overload]
-    trips = int(g.choice([1, 1, 2, 3]))  # type: ignore[call-overload]
+    lanes = int(g.choice([2, 3, 4, 8, 17]))
+    tr = int(g.choice([1, 2, 4, 16]))
+    tc = c0 * int(g.choice([1, 2, 4]))
+    cols = tc * int(g.choice([1, 2]))
+    trips = int(g.choice([1, 1, 2, 3]))
     src_pat = str(g.choice(list(_BLOCKS)))
     dst_pat = str(g.wchoice([(2, "own"), (2, "gapped"), (1, "same"), (1, "reversed")]))
     self_read = g.p(0.15)
@@ -213,7 +213,7 @@ def fam_vec_ew(g: G) -> None:
         name, ann, kind, nz = g.params[-1]
         g.params[-1] = (name, ann.replace("pl.Out[", "pl.InOut[", 1), kind, nz)
         g.tag("inout")
-    c_off = tc * int(g.choice(range(cols // tc)))  # type: ignore[call-overload]
+    c_off = tc * int(g.choice(range(cols // tc)))
     carry = trips > 1 and not self_read and dt != "INT16" and g.p(0.3)  # a Vec tile summed over the trips (int16 could wrap)
     outer = str(g.wchoice([(3, "pl.spmd"), (1, "pl.range")]))  # range trips without carries run batched too
     g.tag(f"ew_loop:{outer}")
@@ -247,7 +247,7 @@ def fam_vec_ew(g: G) -> None:
     # float32 results round like the tile's arithmetic: the float64 result of one op on float32
     # values is exact here, so rounding it once to float32 is the device's rounding
     rnd = f".astype({npt}).astype(np.float64)" if dt == "FP32" else ""
-    for step in range(int(g.choice([1, 2, 3]))):  # type: ignore[call-overload]
+    for step in range(int(g.choice([1, 2, 3]))):
         exps = ["exp"] if dt == "FP32" and step == 0 else []  # of loaded data only: e**5 keeps all finite
         unary = unary_ops(dt)  # gen_unary.py: pl.neg / pl.abs
         op = str(g.choice([*(o for o in _EW if o != "mul" or muls), *(["cast"] if mids else []), *exps, *unary]))

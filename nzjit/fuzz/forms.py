@@ -38,13 +38,13 @@ def offset_form(g: G, t: Expr, T: int, length: int, align: int, name: str) -> tu
         e = floordiv(mul(t, lit(2 * T)), 2)
     elif f == "reassoc":
         q = g.choice([x for x in (1, 2, 4, 8, 16) if T % x == 0])
-        e = mul(mul(t, lit(T // q)), lit(q))  # type: ignore[operator]
+        e = mul(mul(t, lit(T // q)), lit(q))
     elif f == "diff":
         e = sub(mul(add(t, lit(1)), lit(T)), lit(T))
     elif f == "misalign":
         delta = g.choice([1, 4, 8, 16, 32])
-        e = add(mul(t, lit(T)), lit(delta))  # type: ignore[arg-type]
-        pad = int(delta)  # type: ignore[arg-type]
+        e = add(mul(t, lit(T)), lit(delta))
+        pad = int(delta)
     elif f == "scalar_add":
         e = add(mul(t, lit(T)), var("base", 1, False))
         g.tag("scalar_offset")
@@ -90,7 +90,7 @@ def iterate(g: G, lead: Sequence[int], nt: int, tile: int, length: int) -> Iter:
         g.emit(2, "lane = pl.get_block_idx()", "lane = _lane")
         lane = var("lane")
     elif s == "cores":
-        cores = int(g.choice([1, 2, 3, 4]))  # type: ignore[call-overload]
+        cores = int(g.choice([1, 2, 3, 4]))
         step = "pl.get_block_num()" if g.p(0.4) else str(cores)
         g.emit(1, f"for core in pl.spmd({cores}):", f"for core in range({cores}):")
         g.emit(2, f"for lane in pl.range(core, {total}, {step}):", f"for lane in range(core, {total}, {cores}):")
@@ -104,7 +104,7 @@ def iterate(g: G, lead: Sequence[int], nt: int, tile: int, length: int) -> Iter:
         lane = pyvar("lane")
     elif s == "direct":
         batch, ind = _nested_batch(g, lead)
-        start = tile * int(g.choice([0, 0, 1])) if nt > 1 else 0  # type: ignore[call-overload]
+        start = tile * int(g.choice([0, 0, 1])) if nt > 1 else 0
         g.emit(ind, f"for n0 in pl.range({start}, {nt * tile}, {tile}):", f"for n0 in range({start}, {nt * tile}, {tile}):")
         return Iter(ind + 1, batch, None, var("n0", math.gcd(start, tile), True))
     else:  # nested: one loop per leading axis, then the tiles
@@ -180,7 +180,7 @@ def load_ref(src: str, offs: Sequence[Expr], shape: Sequence[int]) -> str:
 def pick(g: G, xs: Sequence[int], ok: Callable[[int], bool]) -> int:
     """A random element of `xs` that satisfies `ok`."""
     good = [x for x in xs if ok(x)]
-    return int(g.choice(good))  # type: ignore[call-overload]
+    return int(g.choice(good))
 
 
 def out_target(g: G, acc: str, lead: Sequence[int], m: int, n: int, nz_prob: float) -> tuple[bool, str]:
@@ -188,7 +188,7 @@ def out_target(g: G, acc: str, lead: Sequence[int], m: int, n: int, nz_prob: flo
     nz = g.p(nz_prob)
     dt = "FP32" if nz else acc
     if nz and acc != "FP32":
-        dt = g.choice(["INT32", "FP32"]) if acc == "INT32" else "FP32"  # type: ignore[assignment]
+        dt = g.choice(["INT32", "FP32"]) if acc == "INT32" else "FP32"
         if dt == "FP32":  # an INT32 accumulator stored into FP32 GM: a dtype conversion
             g.refuse.add("S1b")
         else:

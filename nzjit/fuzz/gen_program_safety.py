@@ -48,8 +48,8 @@ def _mm(np_dtype: type, nz: bool) -> object:
     layout = (pl.NZ,) if nz else ()
 
     @pl.kernel
-    def mm(x: pl.Tensor[[32, 64], dt], w: pl.Tensor[[32, 64], dt, *layout],  # type: ignore[valid-type]
-           out: pl.Out[pl.Tensor[[32, 32], out_t]]):  # type: ignore[valid-type]
+    def mm(x: pl.Tensor[[32, 64], dt], w: pl.Tensor[[32, 64], dt, *layout],
+           out: pl.Out[pl.Tensor[[32, 32], out_t]]):
         out[:, :] = pl.matmul(x[:, :], w[:, :], b_trans=True)
 
     return mm

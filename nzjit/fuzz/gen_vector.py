@@ -23,9 +23,9 @@ _CVT_REF = {"rint": "np.rint({x})", "round": "np.sign({x}) * np.floor(np.abs({x}
 
 def fam_vec_alu(g: G) -> None:
     """One program of the family (see the module docstring)."""
-    lanes = int(g.choice([1, 2, 3, 4]))  # type: ignore[call-overload]
-    r = int(g.choice([8, 16]))  # type: ignore[call-overload]
-    c = int(g.choice([8, 16, 64]))  # type: ignore[call-overload]
+    lanes = int(g.choice([1, 2, 3, 4]))
+    r = int(g.choice([8, 16]))
+    c = int(g.choice([8, 16, 64]))
     g.tag("dtype:FP32", f"alu_lanes:{lanes}")
     for name in ("a", "b"):
         g.tensor(name, (lanes * r, c), "FP32")
@@ -35,14 +35,14 @@ def fam_vec_alu(g: G) -> None:
         g.emit(2, f"{nm} = pl.load({src}, [lane * {r}, 0], [{r}, {c}], target_memory=pl.Mem.Vec)",
                f"{nm} = win({src}, (lane * {r}, 0), ({r}, {c})).copy()")
     names, exact = ["x", "y"], True
-    for step in range(int(g.choice([1, 2, 3, 4]))):  # type: ignore[call-overload]
+    for step in range(int(g.choice([1, 2, 3, 4]))):
         kinds = ["scalar", "minmax", "row", "col", "unary", "full", "select"] + (["cvt", "sum", "div"] if exact else [])
         kind = str(g.choice(kinds))
         g.tag(f"alu:{kind}")
         a, b, t = str(g.choice(names)), str(g.choice(names)), f"t{step}"
         if kind == "scalar":
             op = str(g.choice(list(_SCALAR)))
-            s = float(g.choice([2.0, -1.0, 0.5]))  # type: ignore[arg-type]
+            s = float(g.choice([2.0, -1.0, 0.5]))
             g.emit(2, f"{t} = pl.{op}({a}, {s})", f"{t} = ({a} {_SCALAR[op]} {s}){_R32}")
         elif kind == "minmax":
             op = str(g.choice(["minimum", "maximum"]))
@@ -60,7 +60,7 @@ def fam_vec_alu(g: G) -> None:
             ref = {"abs": f"np.abs({a})", "neg": f"-{a}", "relu": f"np.maximum({a}, 0)"}[op]
             g.emit(2, f"{t} = pl.{op}({a})", f"{t} = {ref}")
         elif kind == "select":  # TCMP(S) + TSEL(S): a choice of existing values, exact
-            code = int(g.choice([0, 1, 2, 3, 4, 5]))  # type: ignore[call-overload]
+            code = int(g.choice([0, 1, 2, 3, 4, 5]))
             op = ("==", "!=", "<", "<=", ">", ">=")[code]
             if g.p(0.5):
                 tmp = ", pl.create_tile([1, 32], dtype=pl.UINT8)" if g.p(0.5) else ""
@@ -95,11 +95,11 @@ def fam_vec_mix(g: G) -> None:
     and sum exact in fp32."""
     kind = str(g.choice(["mm", "vec2mat", "pad", "win", "topk"]))
     g.target = str(g.choice(["pl.A2A3", "pl.A5"]))
-    lanes = int(g.choice([1, 2, 3]))  # type: ignore[call-overload]
+    lanes = int(g.choice([1, 2, 3]))
     g.tag(f"mix:{kind}", f"target:{g.target}")
     g.emit(1, f"for lane in pl.spmd({lanes}):", f"for lane in range({lanes}):")
     if kind in ("mm", "vec2mat"):
-        m, k, n = 16, int(g.choice([16, 32])), int(g.choice([16, 32]))  # type: ignore[call-overload]
+        m, k, n = 16, int(g.choice([16, 32])), int(g.choice([16, 32]))
         g.tensor("x", (lanes * m, k), "FP16")
         g.tensor("w", (k, n), "FP16")
         g.tensor("out", (lanes * m, n), "FP32", False, "out")
@@ -127,7 +127,7 @@ def fam_vec_mix(g: G) -> None:
         g.emit(2, f"pl.store(v, [lane * {m}, 0], out)", f"put(out, (lane * {m}, 0), ({m}, {n}), v)")
         return
     if kind == "topk":
-        n, k = int(g.choice([128, 512])), int(g.choice([8, 16]))  # type: ignore[call-overload]
+        n, k = int(g.choice([128, 512])), int(g.choice([8, 16]))
         g.tensor("s", (lanes, n), "INT32")
         g.tensor("vals", (lanes, k), "FP32", False, "out")
         g.tensor("idx", (lanes, k), "INT32", False, "out")
@@ -148,9 +148,9 @@ def fam_vec_mix(g: G) -> None:
         g.rl.append(f"        put(vals, (lane, 0), (1, {k}), row[order][None, :])")
         g.rl.append(f"        put(idx, (lane, 0), (1, {k}), order[None, :].astype(np.float64))")
         return
-    r, c = 8, int(g.choice([16, 32, 64]))  # type: ignore[call-overload]
+    r, c = 8, int(g.choice([16, 32, 64]))
     if kind == "pad":
-        vc = int(g.choice([v for v in (1, 5, 8, 13, c - 1) if 0 < v < c]))  # type: ignore[call-overload]
+        vc = int(g.choice([v for v in (1, 5, 8, 13, c - 1) if 0 < v < c]))
         pad = str(g.choice(["zero", "max", "min"]))
         fill = {"zero": "0.0", "max": "np.inf", "min": "-np.inf"}[pad]
         g.tensor("a", (lanes * r, c), "FP32")
@@ -167,7 +167,7 @@ def fam_vec_mix(g: G) -> None:
     g.tensor("out", (lanes * r, c), "FP32", False, "out")
     g.emit(2, f"s = pl.load(a, [lane * {r}, 0], [{r}, {2 * c}])", f"s = win(a, (lane * {r}, 0), ({r}, {2 * c})).copy()")
     g.emit(2, f"t = pl.add(s[:, 0:{c}], s[:, {c}:{2 * c}])", f"t = s[:, 0:{c}] + s[:, {c}:{2 * c}]")
-    row = int(g.choice(range(r)))  # type: ignore[call-overload]
+    row = int(g.choice(range(r)))
     g.emit(2, f"t[{row}:{row + 1}, 0:{half}] = pl.full([1, {half}], dtype=pl.FP32, value=-2.0)",
            f"t[{row}:{row + 1}, 0:{half}] = -2.0")
     if g.p(0.5):

@@ -8,8 +8,11 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from .expr import Expr
+
+_T = TypeVar("_T")
 
 # name -> (numpy dtype text, bits, data low, data high (exclusive))
 DTYPES: dict[str, tuple[str, int, int, int]] = {
@@ -83,14 +86,15 @@ class G:
         """True with probability `prob`."""
         return self.rnd.random() < prob
 
-    def choice(self, xs: Sequence[object]) -> object:
+    def choice(self, xs: Sequence[_T]) -> _T:
         """A uniformly random element of `xs`."""
         return self.rnd.choice(list(xs))
 
-    def wchoice(self, pairs: Sequence[tuple[float, object]]) -> object:
+    def wchoice(self, pairs: Sequence[tuple[float, _T]]) -> _T:
         """A random value of `(weight, value)` pairs, by weight."""
-        ws, vs = zip(*pairs)
-        return self.rnd.choices(list(vs), weights=list(ws))[0]
+        ws = [w for w, _ in pairs]
+        vs = [v for _, v in pairs]
+        return self.rnd.choices(vs, weights=ws)[0]
 
     def tag(self, *ts: str) -> None:
         """Record generator tags on the program (used by `--exclude` and the report)."""
@@ -152,7 +156,7 @@ class G:
 # ----------------------------------------------------------------------------------- helpers
 def data_dtype(g: G) -> str:
     """A random matmul data dtype (INT8, FP16, BF16 or FP32)."""
-    return g.wchoice([(3, "INT8"), (3, "FP16"), (2, "BF16"), (2, "FP32")])  # type: ignore[return-value]
+    return g.wchoice([(3, "INT8"), (3, "FP16"), (2, "BF16"), (2, "FP32")])
 
 
 def nz_shape_ok(shape: Sequence[int], dt: str) -> bool:

@@ -119,8 +119,9 @@ def open_if(t: Tracer) -> bool:
     if not leaves:
         return _open(st, _Branch(TraceFrame(st.top, src), kframe, ins[i].offset, target, t,
                                  dict(kframe.f_locals), src))
-    if_line = ins[i].positions.lineno if ins[i].positions is not None else None
-    else_line = ins[k].positions.lineno if ins[k].positions is not None else None
+    if_pos, else_pos = ins[i].positions, ins[k].positions
+    if_line = if_pos.lineno if if_pos is not None else None
+    else_line = else_pos.lineno if else_pos is not None else None
     if if_line is None or else_line is None or else_line <= if_line or not _has_else(kframe, if_line, else_line):
         if else_line is not None and if_line is not None and else_line == if_line:
             raise _refuse(src)  # `a if p else b`: a conditional expression
@@ -208,7 +209,8 @@ def _switch_to_else(st: TraceState, br: _Branch, kframe: FrameType, locs: dict[s
     br.then_frame, br.frame, br.phase = br.frame, TraceFrame(st.top, br.source), "else"
     br.frame.kind = "else"
     st.frames.append(br.frame)
-    kframe.f_lineno = br.else_line
+    # a trace function may set f_lineno (the jump to the else arm); typeshed declares it read-only
+    kframe.f_lineno = br.else_line  # type: ignore[misc]
 
 
 def finish(st: TraceState) -> None:
@@ -282,7 +284,8 @@ def _arm_graph(arm: TraceFrame, inits: list[Atom], news: list[Any], names: list[
                ) -> tuple[Graph, list[Var]]:
     """The body of one arm's `cond`: params `[pred, *captured, *carries]`, outputs the new values
     (a name the arm leaves alone passes its carry through). Returns it with the captured outer vars."""
-    params, outs = [], []
+    params: list[Var] = []
+    outs: list[Atom] = []
     for init, new, n in zip(inits, news, names):
         p = arm.captured.pop(init, None) if isinstance(init, Var) else None
         p = p or Var(init.type)
@@ -361,6 +364,7 @@ def _close_two(st: TraceState, br: _Branch, locs: dict[str, Any]) -> None:
                 raise CompileError(f"'{name}' is a {type(x).__name__} in one arm of the staged `if` and a "
                                    "traced value in the other; both arms must bind traced values of one type",
                                    br.source, help=f"make '{name}' a traced value in both arms")
+        init: Atom
         if old is MISSING:
             if isinstance(ty, TileType):  # both arms bind it (PyPTO's phi): the start value is never read
                 init = _placeholder_tile(parent, ty, br.source)

@@ -11,8 +11,9 @@ from ..errors import CompileError, user_source
 from ..tracing import Tracer, in_trace, staged_loop
 
 
-def range(*args: Any, init_values: tuple[Any, ...] | None = None) -> Iterator[Any]:  # noqa: A001 - pl.range
-    """pl.range(stop) or pl.range(start, stop, step=1): a sequential staged loop. With PyPTO's
+def range(*args: Any, init_values: tuple[Any, ...] | None = None) -> Iterator[Any]:  # noqa: A001 - the kernel language's pl.range
+    """pl.range(stop) or pl.range(start, stop, step=1): a sequential staged loop (in a
+    kernel, the index is traced; in an orchestration body, a host loop over ints). With PyPTO's
     `init_values=(v, ...)` the loop yields `(i, (carry, ...))` and its body ends with
     `results = pl.yield_(next, ...)`: the explicit carries (language/carries.py)."""
     if not 1 <= len(args) <= 3:

@@ -395,10 +395,10 @@ def transpose_view(tile: Tracer) -> Tracer:
 def cast(x: Any, dtype: dt.DType) -> Any:
     """pl.cast on a tile (element conversion) or an integer scalar (wraps to the new width)."""
     if _is_tile(x):
-        _check_tile_geometry("pl.cast", x.type.shape, dtype, x.type.memory)  # type: ignore[union-attr]
+        _check_tile_geometry("pl.cast", x.type.shape, dtype, x.type.memory)
         return bind(P.tile_cast_p, [[x]], {"dtype": dtype})[0]
     if isinstance(x, Tracer):
-        return bind(P.convert_p, [[x]], {"dtype": dtype}, dtype=x.type.dtype)[0]  # type: ignore[union-attr]
+        return bind(P.convert_p, [[x]], {"dtype": dtype}, dtype=x.type.dtype)[0]
     if isinstance(x, int) and dtype.is_int:
         current_state()
         tr = bind(P.convert_p, [[Literal(dt.INDEX.wrap(x), ScalarType(dt.INDEX))]], {"dtype": dtype})[0]

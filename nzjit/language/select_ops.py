@@ -38,16 +38,16 @@ def _mode(what: str, cmp_type: Any) -> str:
 
 def _dtype(what: str, tile: Tracer, table: dict[str, frozenset[np.dtype]]) -> None:
     target = current_state().target
-    d = tile.type.dtype  # type: ignore[union-attr]
+    d = tile.type.dtype
     if d.np_dtype not in table[target]:
-        names = ", ".join(sorted(dt.from_numpy(x).short for x in table[target]))  # type: ignore[attr-defined]
+        names = ", ".join(sorted(dt.from_numpy(x).short for x in table[target]))
         raise CompileError(f"{what}: the {target} vector unit compares or selects no {d!r} tiles (it takes {names})",
                            user_source(), help="pl.cast the tile first")
 
 
 def _int32_mode(what: str, tile: Tracer, mode: str) -> None:
     """pto-isa: A2/A3's int32 compare path runs EQ whatever the mode, so another mode would be wrong."""
-    if current_state().target == "A2A3" and tile.type.dtype is dt.INT32 and mode != "eq":  # type: ignore[union-attr]
+    if current_state().target == "A2A3" and tile.type.dtype is dt.INT32 and mode != "eq":
         raise CompileError(f"{what}: the A2A3 vector unit compares INT32 tiles for equality only (its int32 "
                            f"path runs EQ whatever the mode), so cmp_type {SP.CMP_MODES.index(mode)} "
                            f"({mode.upper()}) would be computed as EQ", user_source(),
@@ -81,7 +81,7 @@ def cmps(lhs: Any, rhs: Any, cmp_type: int = 0) -> Tracer:
     if not _is_scalar(rhs):
         raise CompileError(f"pl.cmps compares with a scalar, got {rhs!r}", user_source(),
                            help="use pl.cmp for two tiles")
-    return bind(SP.cmps_p, [[a], [rhs]], {"mode": mode}, dtype=a.type.dtype)[0]  # type: ignore[union-attr]
+    return bind(SP.cmps_p, [[a], [rhs]], {"mode": mode}, dtype=a.type.dtype)[0]
 
 
 def sel(mask: Any, lhs: Any, rhs: Any, tmp: Any = None) -> Tracer:
@@ -133,4 +133,4 @@ def sels(mask: Any, src: Any, tmp: Any = None, scalar: Any = None) -> Tracer:
                            help="pl.sels(mask, src, tmp, 0.0)")
     extra = [] if tmp is None else [as_tile(tmp, "pl.sels")]
     return bind(SP.sels_p, [[as_tile(mask, "pl.sels")], [a], extra, [scalar]],
-                dtype=a.type.dtype)[0]  # type: ignore[union-attr]
+                dtype=a.type.dtype)[0]

@@ -82,7 +82,7 @@ def _kernel_value(d: DynDim) -> Tracer:
                        user_source())
 
 
-DynDim.kernel_value = staticmethod(_kernel_value)  # type: ignore[assignment]
+DynDim.kernel_value = staticmethod(_kernel_value)
 
 
 def assemble(target: Any, source: Any, offset: Sequence[Any], *, atomic: Any = None) -> Tracer:

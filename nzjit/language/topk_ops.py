@@ -56,7 +56,7 @@ def gather(input: Any, dim: int | None = None, index: Any = None, *,  # noqa: A0
     index bits of value-index pairs) or `pl.gather(x, -1, index)` (`out[b, k] = x[b, index[b, k]]`)."""
     t = as_tile(input, "pl.gather")
     if mask_pattern is not None:
-        out = output_dtype or t.type.dtype  # type: ignore[union-attr]
+        out = output_dtype or t.type.dtype
         return bind(VP.gather_mask_p, [[t]], {"pattern": int(mask_pattern), "dtype": out})[0]
     if index is None or dim not in (-1, 1):
         raise CompileError("pl.gather takes mask_pattern=, or dim=-1 and an index tile", user_source())

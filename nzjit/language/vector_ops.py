@@ -23,7 +23,7 @@ from runtime import vector as RV
 
 from .. import prims as P
 from ..core import dtypes as dt
-from ..core.types import Mem, ScalarType, TensorType, TileType
+from ..core.types import Mem, ScalarType, TensorType, TileType, static_dim
 from ..errors import CompileError, user_source
 from ..prims import vector as VP
 from ..tracing import Tracer, bind, current_state
@@ -80,17 +80,17 @@ def as_tile(x: Any, what: str) -> Tracer:
         if t.rank != 2 or not t.is_static:
             raise _fail(f"{what} on a tensor needs a static 2-D window, got {t}",
                         help="slice a 2-D window (x[r0:r0 + R, :]) or pl.load it yourself")
-        return ops.load(x, [0, 0], list(t.shape), target_memory=Mem.Vec)
+        return ops.load(x, [0, 0], [static_dim(d) for d in t.shape], target_memory=Mem.Vec)
     raise _fail(f"{what} takes tiles or tensor windows, got {x!r}")
 
 
 def _check_dtype(what: str, op: str, tile: Tracer) -> None:
     """The kernel target's vector dtypes (runtime.vector's tables, pto-isa's lists)."""
     target = current_state().target
-    d = tile.type.dtype  # type: ignore[union-attr]
+    d = tile.type.dtype
     table = RV.MATH_DTYPES if op in _FLOAT_ONLY else RV.ALU_DTYPES
     if d.np_dtype not in table[target]:
-        names = ", ".join(sorted(dt.from_numpy(x).short for x in table[target]))  # type: ignore[attr-defined]
+        names = ", ".join(sorted(dt.from_numpy(x).short for x in table[target]))
         raise _fail(f"{what}: the {target} vector unit has no {d!r} {op} (it takes {names})",
                     help="pl.cast the tile to pl.FP32 first, and back after")
 
@@ -111,8 +111,8 @@ def binary(name: str, lhs: Any, rhs: Any) -> Tracer:
     what = f"pl.{name}"
     a = _vec(lhs, what, name)
     if _is_scalar(rhs):
-        _check_literal(what, rhs, a.type.dtype)  # type: ignore[union-attr]
-        return bind(VP.BINARY_SCALAR[name], [[a], [rhs]], dtype=a.type.dtype)[0]  # type: ignore[union-attr]
+        _check_literal(what, rhs, a.type.dtype)
+        return bind(VP.BINARY_SCALAR[name], [[a], [rhs]], dtype=a.type.dtype)[0]
     b = _vec(rhs, what, name)
     sa, sb = a.type.shape, b.type.shape  # type: ignore[union-attr]
     if sa != sb and len(sa) == 2 and len(sb) == 2:
@@ -218,7 +218,7 @@ def lrelu(x: Any, slope: Any) -> Tracer:
     t = _vec(x, "pl.tile.lrelu", "lrelu")
     if not _is_scalar(slope):
         raise _fail(f"pl.tile.lrelu: the slope must be a number or a pl.Scalar, got {slope!r}")
-    return bind(VP.lrelu_p, [[t], [slope]], dtype=t.type.dtype)[0]  # type: ignore[union-attr]
+    return bind(VP.lrelu_p, [[t], [slope]], dtype=t.type.dtype)[0]
 
 
 # ---------------------------------------------------------------------------------- conversion
@@ -244,7 +244,7 @@ def cast(x: Any, target_type: dt.DType | None = None, mode: Any = None, *, dtype
         return ops.cast(x, to)
     t = as_tile(x, "pl.cast")
     target = current_state().target
-    src = t.type.dtype  # type: ignore[union-attr]
+    src = t.type.dtype
     pairs = RV.CVT_PAIRS[target].get(src.np_dtype, frozenset())
     if to.np_dtype not in pairs:
         raise _fail(f"pl.cast: the {target} vector unit has no {src!r} -> {to!r} conversion (TCVT)",
@@ -255,8 +255,9 @@ def cast(x: Any, target_type: dt.DType | None = None, mode: Any = None, *, dtype
 # -------------------------------------------------------------------------- reductions / expands
 def _reduce(name: str, x: Any, tmp: Any) -> Tracer:
     t = _vec(x, f"pl.{name}", "reduce")
-    shape = t.type.shape  # type: ignore[union-attr]
-    d = t.type.dtype  # type: ignore[union-attr]
+    tt = t.type
+    assert isinstance(tt, TileType)  # _vec checked it is a Vec tile
+    shape, d = tt.shape, tt.dtype
     if name.startswith("row") and (shape[0] * d.itemsize) % 32:
         raise _fail(f"pl.{name}: the [{shape[0]}, 1] result is a DN column of {shape[0] * d.itemsize} bytes; a "
                     "Vec column is whole 32-byte blocks", help=f"reduce a multiple of {32 // d.itemsize} rows "
@@ -366,7 +367,7 @@ def _vec_shape(what: str, shape: Sequence[int], d: dt.DType) -> tuple[int, int]:
     elif (c * d.itemsize) % 32:
         raise _fail(f"{what}: a Vec tile row is whole 32-byte blocks; {c} {d!r} columns are {c * d.itemsize} bytes",
                     help=f"use a multiple of {32 // d.itemsize} columns")
-    return s  # type: ignore[return-value]
+    return s
 
 
 def create_tile(shape: Sequence[int], dtype: dt.DType, target_memory: Mem = Mem.Vec, **_: Any) -> Tracer:
@@ -403,7 +404,7 @@ def _pad(pad_value: Any) -> str:
         if pad_value == 0:
             return "zero"
         if math.isinf(pad_value):
-            return "max" if pad_value > 0 else "min"
+            return "max" if float(pad_value) > 0 else "min"
     raise _fail(f"pl.tile.fillpad: pad_value {pad_value!r} is not one the hardware has",
                 help="pass pl.PadValue.zero, pl.PadValue.max or pl.PadValue.min (or 0, math.inf, -math.inf)")
 
@@ -450,7 +451,7 @@ def move(tile: Any, target_memory: Mem, blayout: Any = None, slayout: Any = None
         to = dtype or (dt.FP16 if scale is not None else tt.dtype)
         quant = [] if scale is None else [scale]
         if scale is not None:
-            if not _is_scalar(scale) or isinstance(scale, Tracer) and not scale.type.dtype.is_float:  # type: ignore[union-attr]
+            if not _is_scalar(scale) or isinstance(scale, Tracer) and not scale.type.dtype.is_float:
                 raise _fail(f"pl.move: scale= is one float (the fixpipe's scalar dequant), got {scale!r}",
                             help="a per-channel scale is pl.col_expand_mul on the vector unit")
             if (tt.dtype, to) != (dt.INT32, dt.FP16):
@@ -502,7 +503,7 @@ def matmul(a: Any, b: Any, b_trans: bool = False, out_dtype: dt.DType | None = N
         if any(pypto.values()):
             raise _fail(f"pl.matmul of Left and Right tiles takes them as they are; {', '.join(pypto)} needs Mat "
                         "operands", help="pass the Mat tiles and let AutoTileMatmulL0 place L0")
-        acc = dt.INT32 if a.type.dtype is dt.INT8 else dt.FP32  # type: ignore[union-attr]
+        acc = dt.INT32 if a.type.dtype is dt.INT8 else dt.FP32
         return bind(P.tile_mad_p, [[a], [b]], {"out_dtype": out_dtype or acc})[0]
     return ops.matmul(a, b, b_trans=b_trans, out_dtype=out_dtype, **pypto)  # a_trans=, c_matrix_nz= (PyPTO's)
 

@@ -205,7 +205,7 @@ class _AutoTile(Rewriter):
         elif p in (P.tile_matmul_p, P.tile_matmul_acc_p):
             self.matmul(e)
         elif p is P.tile_store_p and e.inputs[0] in self.deferred:
-            self.split_store(self.deferred.pop(e.inputs[0]), e)  # type: ignore[arg-type]
+            self.split_store(self.deferred.pop(e.inputs[0]), e)
         elif p is P.tile_store_p and e.params.get("nz_partition") is not None:
             self.nz_store(e)
         else:
@@ -241,8 +241,9 @@ class _AutoTile(Rewriter):
         plan = self.plan(e, split=False)
         a, b = (self.atom(x) for x in e.inputs[-2:])
         acc = self.atom(e.inputs[0]) if e.primitive is P.tile_matmul_acc_p else None
-        res = self.block(a, b, acc, 0, 0, (m, P._squeeze2(a.type.shape)[1], n), plan, ot.dtype,  # type: ignore[union-attr]
-                         e.source)
+        a_t = a.type
+        assert isinstance(a_t, TileType)  # a matmul operand is a tile
+        res = self.block(a, b, acc, 0, 0, (m, P._squeeze2(a_t.shape)[1], n), plan, ot.dtype, e.source)
         res.hint = out.hint
         self.env[out] = res
 
@@ -266,7 +267,9 @@ class _AutoTile(Rewriter):
         m, n = out_t.shape
         plan = self.plan(mm, split=True)
         a, b = (self.atom(x) for x in mm.inputs)
-        k = P._squeeze2(a.type.shape)[1]  # type: ignore[union-attr]
+        a_t = a.type
+        assert isinstance(a_t, TileType)  # a matmul operand is a tile
+        k = P._squeeze2(a_t.shape)[1]
         offs = self.atoms(st.operands("offsets"))
         for mi in range(0, m, plan.mc):
             for ni in range(0, n, plan.nc):

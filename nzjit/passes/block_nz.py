@@ -96,7 +96,8 @@ class BlockNz(Rewriter):
         """The blocked coordinate: floordiv of the offset's value, never re-associated (NZ-17)."""
         if isinstance(x, Literal):
             return Literal(int(x.value) // d, x.type)
-        (q,) = self.emit(P.floordiv_p, [[x], [Literal(d, x.type)]], {}, [x.type], self.src)  # type: ignore[list-item]
+        assert isinstance(x.type, ScalarType)  # an offset
+        (q,) = self.emit(P.floordiv_p, [[x], [Literal(d, x.type)]], {}, [x.type], self.src)
         q.hint = hint
         return q
 
@@ -109,7 +110,8 @@ class BlockNz(Rewriter):
             if isinstance(x, Literal):
                 prod = Literal(int(x.value) * k, x.type)
             else:
-                (prod,) = self.emit(P.mul_p, [[x], [Literal(k, x.type)]], {}, [x.type], self.src)  # type: ignore[list-item]
+                assert isinstance(x.type, ScalarType)  # an offset
+                (prod,) = self.emit(P.mul_p, [[x], [Literal(k, x.type)]], {}, [x.type], self.src)
         return self.add(acc, prod, self.src)
 
     def fold_batch(self, logical: TensorType, offs: list[Atom]) -> Atom:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..core.dtypes import INDEX, DType
@@ -185,8 +186,8 @@ class Prover:
             return rule_unknown(dt, nm, f"{nm} is a kernel argument: nothing is known about its value")
         p = e.primitive.name
         if p in ("get_block_idx", "get_block_num"):
-            stop = self.lanes.get(x)
-            s = None if stop is None else self._fact(stop, budget)  # outside pl.spmd: one lane
+            lane_stop = self.lanes.get(x)
+            s = None if lane_stop is None else self._fact(lane_stop, budget)  # outside pl.spmd: one lane
             return (rule_block_idx if p == "get_block_idx" else rule_block_num)(s, nm, dt)
         if p == "for":
             return rule_unknown(dt, nm, f"{nm} is the result of a loop (loop-carried): never resolved")
@@ -272,12 +273,12 @@ class Prover:
             out[x] = range(lo, hi, st) if st > 0 else range(0)
             return True
         if x in self.lanes:
-            stop = self.lanes[x]
-            stop = self.root(stop) if stop is not None else Literal(1, ScalarType(INDEX))
-            if not isinstance(stop, Literal):
+            lane_stop = self.lanes[x]
+            n = self.root(lane_stop) if lane_stop is not None else Literal(1, ScalarType(INDEX))
+            if not isinstance(n, Literal):
                 return False
-            e = self.defs[x]
-            out[x] = range(int(stop.value)) if e.primitive.name == "get_block_idx" else range(int(stop.value), int(stop.value) + 1)
+            lane_eqn = self.defs[x]
+            out[x] = range(int(n.value)) if lane_eqn.primitive.name == "get_block_idx" else range(int(n.value), int(n.value) + 1)
             return True
         e = self.defs.get(x)
         if e is None or e.primitive.name not in _EVAL:
@@ -292,7 +293,7 @@ class Prover:
             return env[x]
         e = self.defs[x]
         args = [self._eval(a, env) for a in e.inputs]
-        return x.type.dtype.wrap(_EVAL[e.primitive.name](*args))  # type: ignore[union-attr]
+        return x.type.dtype.wrap(_EVAL[e.primitive.name](*args))
 
     def describe(self, x: Atom) -> str:
         """`n0 = nb * 256, nb in pl.spmd(4)`: the bindings a diagnostic or proof note shows
@@ -492,7 +493,7 @@ def _binary(p: str, a: Fact, b: Fact, rhs: Atom) -> Fact:
 #: Every rule the prover applies, by name. Each has a z3 query (nzjit/verify/prover_rules.py,
 #: tests/verify/test_prover_rules_smt.py) that the fact it claims holds for every value at the
 #: declared width satisfying its premises.
-RULES = {
+RULES: dict[str, Callable[..., Fact]] = {
     "constant": rule_constant,
     "unknown": rule_unknown,
     "copy": rule_copy,
@@ -512,7 +513,7 @@ RULES = {
 }
 
 
-_EVAL = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+_EVAL: dict[str, Callable[..., int]] = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
          "floordiv": lambda a, b: a // b if b else 0, "mod": lambda a, b: a % b if b else 0,
          "min": min, "max": max, "convert": lambda a: a}
 

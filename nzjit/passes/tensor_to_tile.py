@@ -21,7 +21,7 @@ from __future__ import annotations
 from .. import prims as P
 from ..core.dtypes import FP32, INDEX, INT32
 from ..core.ir import Atom, Eqn, Graph, Literal, Var
-from ..core.types import Mem, ScalarType, TensorType, TileType
+from ..core.types import Mem, ScalarType, TensorType, TileType, static_dim
 from ..errors import CompileError
 from .rewrite import Rewriter
 
@@ -107,7 +107,7 @@ class _Convert(Rewriter):
                                     "store the matmul result unreshaped into out viewed with pl.tensor.view")
         n = 1
         for d in rt.shape:
-            n *= int(d)
+            n *= static_dim(d)
         if n != at.shape[0] * at.shape[1]:
             raise CompileError(f"{_RESHAPED} of {list(at.shape)} assigned to {rt}: the element counts differ", e.source)
         view_t = TensorType(tuple(at.shape), rt.dtype, rt.layout)
@@ -120,7 +120,7 @@ class _Convert(Rewriter):
         p = e.primitive
         if any(isinstance(x, Var) and x in self.reshaped for x in e.inputs):
             if p is P.tensor_assign_p and e.inputs[1] in self.reshaped and e.inputs[0] not in self.reshaped:
-                self._store_reshaped(e, self.reshaped[e.inputs[1]])  # type: ignore[index]
+                self._store_reshaped(e, self.reshaped[e.inputs[1]])
                 return
             raise CompileError(f"{_RESHAPED} can only be assigned to a tensor (out[...] = pl.reshape(acc, shape)): "
                                "the Acc tile has no reshape of its own", e.source,

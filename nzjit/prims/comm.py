@@ -168,8 +168,8 @@ def _transfer(ins: Sequence[Type], arity: Sequence[int], what: str, window_role:
 def comm_put_p(*ins: Type, shape: tuple[int, ...], atomic: bool, arity: tuple[int, ...], **_: Any) -> list[Type]:
     """`pld.tensor.put`: copy the `shape` region of local `src` into `peer`'s window `dst`."""
     _transfer(ins, arity, "pld.tensor.put", "dst")
-    if atomic and ins[0].dtype not in ATOMIC_ADD_DTYPES:  # type: ignore[union-attr]
-        raise CompileError(f"pld.tensor.put atomic=AtomicType.Add is not supported for {ins[0].dtype!r}")  # type: ignore[union-attr]
+    if atomic and ins[0].dtype not in ATOMIC_ADD_DTYPES:
+        raise CompileError(f"pld.tensor.put atomic=AtomicType.Add is not supported for {ins[0].dtype!r}")
     return []
 
 

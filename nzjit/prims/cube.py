@@ -86,6 +86,7 @@ def tile_mad_acc_p(acc: Type, left: Type, right: Type, **_: Any) -> list[Type]:
     """MAD accumulating into an existing Acc tile (same rule as `tile.mad`, the accumulator's dtype)."""
     tc = _tile(acc, "tile.mad_acc")
     (want,) = tile_mad_p.type_rule(left, right, out_dtype=tc.dtype)
+    assert isinstance(want, TileType)  # tile.mad's rule makes an Acc tile
     if want.valid_shape is not None and tc.valid_shape != want.valid_shape:  # the valid rows of a decode batch's accumulator stay M
         raise _fail(f"tile.mad_acc: accumulator {tc} does not have the product's valid rows {want}")
     return [tc]

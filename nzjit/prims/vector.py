@@ -15,7 +15,7 @@ from typing import Any
 
 from ..core import dtypes as dt
 from ..core.primitives import Primitive, _elementwise, _tile, primitive
-from ..core.types import Mem, ScalarType, TensorType, TileType, Type
+from ..core.types import Mem, ScalarType, TensorType, TileType, Type, static_dim
 from ..errors import CompileError
 
 _NOTE = "load with target_memory=pl.Mem.Vec, or pl.move a cube result to pl.Mem.Vec"
@@ -236,7 +236,7 @@ def tpop_from_aiv_p(s: Type, **_: Any) -> list[Type]:
     """The cube side: wait for data-ready, load the slot into a Mat tile (ND -> NZ), free it."""
     if not isinstance(s, TensorType):
         raise CompileError(f"tile.tpop_from_aiv pops a pipe slot, got {s}")
-    return [TileType(tuple(s.shape), s.dtype, Mem.Mat)]
+    return [TileType(tuple(static_dim(d) for d in s.shape), s.dtype, Mem.Mat)]  # a slot has its tile's shape
 
 
 @primitive("tile.move_fixpipe", ("acc", "scale"))
@@ -263,7 +263,7 @@ def tile_slice_p(a: Type, *, shape: tuple[int, int], offsets: tuple[int, int], *
     vs = None
     if t.valid_shape is not None and not t.fully_valid:
         vs = tuple(None if v is None else max(0, min(n, v - o)) for v, n, o in zip(t.valid_shape, shape, offsets))
-    return [TileType(tuple(shape), t.dtype, Mem.Vec, vs)]  # type: ignore[arg-type]
+    return [TileType(tuple(shape), t.dtype, Mem.Vec, vs)]
 
 
 @primitive("tile.assemble", ("dst", "src"))
@@ -293,7 +293,7 @@ def tile_reshape_p(a: Type, *, shape: tuple[int, int], **_: Any) -> list[Type]:
     if (c == 1 and (r * t.dtype.itemsize) % 32) or (c != 1 and (c * t.dtype.itemsize) % 32):
         raise CompileError(f"pl.reshape of {t} to {list(shape)}: a Vec tile row (a [N, 1] column) is whole "
                            "32-byte blocks")
-    return [TileType(tuple(shape), t.dtype, Mem.Vec)]  # type: ignore[arg-type]
+    return [TileType(tuple(shape), t.dtype, Mem.Vec)]
 
 
 # ---------------------------------------------------------------------------------- top-k pieces
@@ -308,7 +308,7 @@ def ci_p(s: Type, *, shape: tuple[int, int], dtype: dt.DType, descending: bool =
         raise CompileError(f"pl.arange makes INT32 or INT16 tiles, got {dtype!r}")
     if len(shape) != 2 or shape[0] != 1:
         raise CompileError(f"pl.arange fills one row (TCI): the shape is [1, N], got {list(shape)}")
-    return [TileType(tuple(shape), dtype, Mem.Vec)]  # type: ignore[arg-type]
+    return [TileType(tuple(shape), dtype, Mem.Vec)]
 
 
 @primitive("tile.sort32", ("src", "idx"))

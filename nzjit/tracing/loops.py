@@ -297,7 +297,10 @@ def _close_loop(st: TraceState, body: TraceFrame, carries: list[Carry], loop: _L
                            f"{sorted(missing)}; the body must do the same on every trace", loop.source)
     inits: list[Atom] = [] if explicit is None else list(explicit.inits)
     carry_params: list[Var] = [] if explicit is None else list(explicit.params)
-    outs: list[Atom] = [] if explicit is None else [lift(v, body) for v in explicit.yielded]
+    outs: list[Atom] = []
+    if explicit is not None:
+        assert explicit.yielded is not None and explicit.handles is not None, "_check_yield runs first"
+        outs = [lift(v, body) for v in explicit.yielded]
     n_explicit = len(outs)
     for name, old, new in carries:
         if new.frame is not body and not loop.trips_at_least_one():
@@ -327,7 +330,7 @@ def _close_loop(st: TraceState, body: TraceFrame, carries: list[Carry], loop: _L
     if loop.stage is not None:
         params["stage"] = loop.stage
     res = bind(for_p, [loop.bounds, captured_outer, inits], params, loop.source)
-    if explicit is not None:
+    if explicit is not None and explicit.handles is not None:
         for handle, r in zip(explicit.handles, res[:n_explicit]):
             handle.var, handle.frame = r.var, r.frame  # what pl.yield_ returned is the loop's result
         res = res[n_explicit:]

@@ -58,7 +58,7 @@ class Tracer:
     @property
     def dtype(self) -> dt.DType:
         """The element dtype."""
-        return self.var.type.dtype  # type: ignore[union-attr]
+        return self.var.type.dtype
 
     def __repr__(self) -> str:
         return f"Tracer<{self.var.hint or '_'}:{self.var.type}>"
@@ -133,10 +133,10 @@ class Tracer:
     def __ge__(self, o: Any) -> Any:
         return self._bin("ge", o)
 
-    def __eq__(self, o: Any) -> Any:  # type: ignore[override]
+    def __eq__(self, o: Any) -> Any:
         return self._bin("eq", o)
 
-    def __ne__(self, o: Any) -> Any:  # type: ignore[override]
+    def __ne__(self, o: Any) -> Any:
         return self._bin("ne", o)
 
     __hash__ = object.__hash__

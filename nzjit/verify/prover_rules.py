@@ -20,7 +20,7 @@ so "the exact value" and "the value after the wrap" are both modelled exactly.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,7 +239,7 @@ def q_loop_var(n: int) -> Iterator[RuleCheck]:
                           [("start", start), ("stop", stop), ("step", step), ("iv", iv)])
 
 
-def _binary_queries(rule: str, op: Callable[[Any, Any], Any], n: int, extra: list[tuple[Fact, Fact]] = ()) -> Iterator[RuleCheck]:
+def _binary_queries(rule: str, op: Callable[[Any, Any], Any], n: int, extra: Sequence[tuple[Fact, Fact]] = ()) -> Iterator[RuleCheck]:
     fn = proofs.RULES[rule]
     for dt in WIDTHS:
         pairs = list(_pairs(dt, n, _rule_seed(rule, dt))) + list(extra if dt is D.INT32 else [])

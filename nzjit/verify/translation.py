@@ -29,7 +29,7 @@ from typing import Any
 
 from ..core.dtypes import DType, c0_of
 from ..core.ir import Atom, Eqn, Graph, Literal, Var
-from ..core.types import DynDim, Layout, ScalarType, TensorType, TileType
+from ..core.types import DynDim, Layout, ScalarType, TensorType, TileType, static_dim
 from . import require_z3
 
 MAX_LANES = (1 << 32) - 1  # a launch's block dim is a uint32
@@ -91,7 +91,7 @@ class _Sym:
         self.accesses: list[Eqn] = []
         self.context: dict[int, tuple[tuple[str, str, int], ...]] = {}  # id(access) -> enclosing loops
         self._stack: list[tuple[str, str, int]] = []
-        self.tensor_names: dict[Var, str] = {}
+        self.tensor_names: dict[Atom, str] = {}
         self.symbols: dict[str, Any] = {}
         self._opaque = 0
         self._arms = 0  # staged `if` arms walked so far
@@ -279,14 +279,14 @@ def _fold(coords: list[Any], dims: tuple[Any, ...]) -> Any:
 
 def _nz_offset(t: TensorType, lead: list[Any], r: Any, c: Any, z3: Any) -> Any:
     """The element offset of logical (lead, r, c) in the NZ bytes of `t` (nz-layout.md §2)."""
-    R, C = int(t.shape[-2]), int(t.shape[-1])
+    R, C = static_dim(t.shape[-2]), static_dim(t.shape[-1])
     c0 = c0_of(t.dtype)
     dims = tuple(_dim(z3, d) for d in t.shape[:-2])
     return _fold(lead, dims) * (R * C) + (c / c0) * (R * c0) + r * c0 + c % c0
 
 
 def _decode(t: TensorType, off: int) -> str:
-    R, C = int(t.shape[-2]), int(t.shape[-1])
+    R, C = static_dim(t.shape[-2]), static_dim(t.shape[-1])
     c0 = c0_of(t.dtype)
     b, rem = divmod(off, R * C)
     cb, rem = divmod(rem, R * c0)
@@ -300,7 +300,7 @@ def _strides(t: TensorType) -> list[int]:
     out, acc = [], 1
     for d in reversed(t.shape[1:]):
         out.append(acc)
-        acc *= int(d)
+        acc *= static_dim(d)
     return [acc, *reversed(out)]
 
 
@@ -403,7 +403,7 @@ class _Checker:
         c0 = c0_of(t.dtype)
         offs = [pre.get(o) for o in a.operands("offsets")]
         ext = list(a.params["shape"])
-        R, C = int(t.shape[-2]), int(t.shape[-1])
+        R, C = static_dim(t.shape[-2]), static_dim(t.shape[-1])
         lead_ext = [_dim(z3, d) for d in ext[:-2]]
         ls = [z3.Int(f"l{i}") for i in range(len(lead_ext))]
         r, c = z3.Ints("r c")
@@ -450,7 +450,8 @@ class _Checker:
         base_facts = self.facts(a)
         base_facts.append("window in the tensor: " + ("proven at compile time" if self.in_bounds_proven(prem, dyn)
                                                       else "assumed (the backend checks it at run time)"))
-        out, ni = [], 0
+        out: list[Access] = []
+        ni = 0
         widths = [b.params["nz_partition"][1] * b.params["nz_partition"][4] for b in bs]
         for b, n_k in zip(bs, widths):
             tb = b.inputs[-1].type
@@ -523,7 +524,9 @@ def validate_graphs(pre_g: Graph, post_g: Graph, kernel: str = "kernel") -> Vali
             continue
         if kind == "store":
             group, width = [], 0  # AutoTileMatmulL0 splits one store along N: its blocks follow in order
-            cols = int(a.inputs[0].type.shape[-1])
+            tile_t = a.inputs[0].type
+            assert isinstance(tile_t, TileType)  # a store's first operand is its tile
+            cols = int(tile_t.shape[-1])
             while (bi < len(b_list) and b_list[bi][0] == "store" and b_list[bi][1].source == a.source
                    and width < cols):
                 part = b_list[bi][1].params["nz_partition"]
@@ -545,4 +548,4 @@ def validate(low: Any) -> Validation:
     passes = ["trace", *low.passes]
     i = passes.index(PASS)
     name = getattr(getattr(low.kernel, "__wrapped__", None), "__name__", None) or getattr(low.kernel, "name", "kernel")
-    return validate_graphs(low.graphs[passes[i - 1]], low.final, name)
+    return validate_graphs(low.graphs[passes[i - 1]], low.final, str(name))

@@ -45,7 +45,7 @@ def test_ir_of_an_orchestration_prints_its_program(cli, write):
     assert lines[11:13] == ["", "# double [nz_tensor_views_blocked]"]  # then the one kernel it calls
 
 
-def test_ir_of_a_file_shows_kernels_then_programs(cli, write):
+def test_ir_of_a_file_shows_kernels_then_programs(cli, write, line_of):
     res = cli("ir", write("chain.py", CHAIN))
     assert res.code == 0, res.err
     out = res.out
@@ -55,8 +55,9 @@ def test_ir_of_a_file_shows_kernels_then_programs(cli, write):
     assert res.code == 0, res.err
     lines = res.out.splitlines()
     assert lines[2].startswith("12 intermediates, each on its rank")
-    assert lines[4] == "  gate_up(xe[0], wg[0], wu[0]) -> gate_up.g@rank0, gate_up.u@rank0  # tp_moe.py:80"
-    assert lines[6] == "  down(act.h@rank0, wd[0]) -> ye[0]  # tp_moe.py:82"
+    gate_up_line, down_line = line_of(EXAMPLE, "g, u = gate_up(xe[r]"), line_of(EXAMPLE, "down(h, wd[r]")
+    assert lines[4] == f"  gate_up(xe[0], wg[0], wu[0]) -> gate_up.g@rank0, gate_up.u@rank0  # tp_moe.py:{gate_up_line}"
+    assert lines[6] == f"  down(act.h@rank0, wd[0]) -> ye[0]  # tp_moe.py:{down_line}"
     assert lines[7] == ("  intermediates: gate_up.g@rank0 FP32[2, 64, 512], gate_up.u@rank0 FP32[2, 64, 512], "
                         "act.h@rank0 FP16[2, 64, 512]")
 

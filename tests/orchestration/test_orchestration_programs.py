@@ -44,10 +44,12 @@ def test_created_intermediates_chain_on_two_ranks_and_are_freed():
     assert [wk.gm.live_bytes for wk in cluster.workers] == live  # t, h and the host y[r] freed
 
 
-def test_the_program_as_text():
+def test_the_program_as_text(line_of):
     x, w = _data(2)
     text = program_text(chain.record(x, w, np.zeros((RANKS, T, N), np.float32)))
     f = "test_orchestration_programs.py"
+    # the lines of chain's statements, from its source (they move when the file is reformatted)
+    create, mm, dbl, dbl_y = (line_of(chain, m) for m in ("pl.create_tensor(", "mm_nd(", "h = double(", "double(h,"))
     lines = text.splitlines()
     assert lines[:8] == [
         "# orchestration chain: 6 kernel calls on 2 ranks",
@@ -55,12 +57,12 @@ def test_the_program_as_text():
         "4 intermediates, each on its rank and freed when the program ends; ranks run in parallel, each its "
         "calls in order",
         "rank 0:",
-        f"  mm_nd(x[0, 0], w[0, 0]) -> create_tensor@{f}:31@rank0  # {f}:32",
-        f"  double(create_tensor@{f}:31@rank0) -> double.y@rank0  # {f}:33",
-        f"  double(double.y@rank0) -> y[0]  # {f}:34",
-        f"  intermediates: create_tensor@{f}:31@rank0 FP32[16, 64], double.y@rank0 FP32[16, 64]",
+        f"  mm_nd(x[0, 0], w[0, 0]) -> create_tensor@{f}:{create}@rank0  # {f}:{mm}",
+        f"  double(create_tensor@{f}:{create}@rank0) -> double.y@rank0  # {f}:{dbl}",
+        f"  double(double.y@rank0) -> y[0]  # {f}:{dbl_y}",
+        f"  intermediates: create_tensor@{f}:{create}@rank0 FP32[16, 64], double.y@rank0 FP32[16, 64]",
     ]
-    assert lines[8] == "rank 1:" and lines[11] == f"  double(double.y@rank1) -> y[1]  # {f}:34"
+    assert lines[8] == "rank 1:" and lines[11] == f"  double(double.y@rank1) -> y[1]  # {f}:{dbl_y}"
     assert len(lines) == 13
 
 

@@ -36,7 +36,7 @@ def _refused(k, *phrases):
     with pytest.raises(nzjit.CompileError) as ei:
         k.lower()
     msg = str(ei.value)
-    assert msg.startswith(f"{__file__}:{_line(k, '# the load')}: "), msg
+    assert msg.startswith(f"{__file__}:{_line(k, 'pl.load(')}: "), msg  # the load's first line
     assert ei.value.rule == "NZ-25"
     for p in phrases:
         assert p in msg, (p, msg)

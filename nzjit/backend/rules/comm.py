@@ -9,6 +9,7 @@ passes the kernel line (`e.source`) as the site that hang and race reports name.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,7 @@ def site(e: Eqn) -> str:
     return str(e.source) if e.source is not None else e.primitive.name
 
 
-def _ints(xs: list[Any]) -> list[int]:
+def _ints(xs: Sequence[Any]) -> list[int]:
     return [int(x) for x in xs]
 
 
@@ -106,7 +107,7 @@ def _remote_load(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
                           site(e))
     out_t = e.outputs[0].type
     assert isinstance(out_t, TileType)
-    tile = alloc(ctx, out_t, valid)  # type: ignore[arg-type]
+    tile = alloc(ctx, out_t, valid)
     full = np.zeros(shape, data.dtype)  # past the valid extent: don't-care (zero here)
     full[: valid[0], : valid[1]] = data.reshape(valid)
     tile.set_logical(full)

@@ -102,7 +102,7 @@ def _specialize_extract(st: Step) -> Run | None:
             if type(src) is not TileBuf:
                 raise runtime.DeviceError(f"{e.source}: TEXTRACT source is a {type(src).__name__}")
             win = textract_window(ctx.onchip, geom, src, r0, c0, transpose)
-            if vr is not None:
+            if vr is not None and vc is not None:  # both or neither (static_valid)
                 win.valid_row, win.valid_col = vr, vc
             return win
 

@@ -65,7 +65,7 @@ def _specialize_scalar(st: Step) -> Run | None:
     (o,) = st.outs
     rng = _int_range(t)
     wrap = t.dtype.wrap
-    lo, hi = rng if rng is not None else (None, None)
+    lo, hi = rng if rng is not None else (None, 0)  # hi is read only where lo is not None
     if name in ("floordiv", "mod"):
 
         def run_div(ctx: Any, env: list[Any]) -> None:

@@ -13,7 +13,7 @@ import runtime
 
 from ... import prims as P
 from ...core.ir import Eqn
-from ...core.types import TensorType
+from ...core.types import TensorType, static_dim
 from ..lane_state import Fallback, LaneState, addresses
 from ..lane_values import LaneTensor
 from ..replay import element_offset
@@ -147,7 +147,7 @@ def _tensor_create(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     (tile.create: zeroed bytes, what alloc_tile gives), so every stage computes the same."""
     out_t = e.outputs[0].type
     assert isinstance(out_t, TensorType)
-    return [HostValue(np.zeros(tuple(int(d) for d in out_t.shape), out_t.dtype.np_dtype))]
+    return [HostValue(np.zeros(tuple(static_dim(d) for d in out_t.shape), out_t.dtype.np_dtype))]
 
 
 @rule(P.tensor_matmul_acc_p)

@@ -107,7 +107,7 @@ def _specialize_elementwise(st: Step) -> Run | None:
                 general(ctx, env)
                 return
             xa, xb = a.image.view(dt), b.image.view(dt)  # viewed before the result may alias one
-            onchip = ctx.onchip
+            onchip: runtime.OnChip = ctx.onchip
             r = b if reuse == 1 else a if reuse == 0 else None
             if r is not None and r.owner is onchip:
                 onchip.charge_transient(space, nbytes)  # the result's allocation, then the input's free

@@ -168,7 +168,8 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
                     args = [_stack(xs[j].g, n, xs[j].valid_row, xs[j].valid_col, datas[j]) if j in tiles else v
                             for j, v in enumerate(vals)]
                     out = _stack(g, n, vr, vc, data)
-                    op.compute(e, out, args, target, None if sg is None else _stack(sg, n, sg.rows, sg.cols, scratch))
+                    op.compute(e, out, args, target,
+                               None if sg is None or scratch is None else _stack(sg, n, sg.rows, sg.cols, scratch))
                     out_vr, out_vc = out.valid_row // n, out.valid_col
                 else:
                     for u in range(n):
@@ -176,7 +177,8 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
                                 if j in tiles else v for j, v in enumerate(vals)]
                         out = TileBuf.from_geometry(g, vr, vc, data[u])
                         op.compute(e, out, args, target,
-                                   None if sg is None else TileBuf.from_geometry(sg, None, None, scratch[u]))
+                                   None if sg is None or scratch is None
+                                   else TileBuf.from_geometry(sg, None, None, scratch[u]))
                     out_vr, out_vc = out.valid_row, out.valid_col
             except runtime.DeviceError as err:
                 raise Fallback(f"the vector instruction refuses: {err}") from err

@@ -17,7 +17,7 @@ from ...core.ir import Eqn
 from ...core.types import TensorType
 from ..pto_types import tensor_view_type
 from . import memory as _memory  # noqa: F401 - registers the tile store / load emitters reused below
-from .emitter import Emitter, View, pto_rules
+from .emitter import Emitter, Rule, View, pto_rules
 
 __all__ = ["COMM_PTO_RULES"]
 
@@ -111,7 +111,7 @@ def _collective(em: Emitter, e: Eqn) -> None:
     em.env[e.outputs[0]] = views[0] if e.primitive is P.comm_barrier_p else views[-2 if len(views) == 3 else 0]
 
 
-COMM_PTO_RULES = {
+COMM_PTO_RULES: dict[P.Primitive, Rule] = {
     P.comm_rank_p: _rank, P.comm_nranks_p: _rank, P.comm_notify_p: _notify, P.comm_wait_p: _wait,
     P.comm_remote_load_p: _remote_load, P.comm_remote_store_p: _remote_store,
     P.comm_put_p: lambda em, e: _transfer(em, e, "tput"), P.comm_get_p: lambda em, e: _transfer(em, e, "tget"),

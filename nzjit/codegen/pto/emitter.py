@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ... import prims as P
 from ...core.dtypes import INDEX, DType
@@ -214,12 +214,13 @@ class Emitter:
                   f"{tensor_view_type(t.rank, t.dtype)}")
         return View(ssa, name, t, ptr, tuple(strides), (0,) * t.rank, tuple(range(t.rank)))
 
-    def root_window(self, v: View, offsets: list[Dim], sizes: list[Dim]) -> tuple[list[Dim], list[Dim]]:
+    def root_window(self, v: View, offsets: Sequence[Dim], sizes: Sequence[Dim]) -> tuple[list[Dim], list[Dim]]:
         """Offsets and sizes on the root view's axes (a dropped axis has extent 1)."""
         if len(offsets) != len(v.axes) or len(sizes) != len(v.axes):
             raise InternalError(f"codegen: a window of rank {len(offsets)}/{len(sizes)} on a view of "
                                 f"{v.name} with {len(v.axes)} visible axes")
-        offs, szs = list(v.offsets), [1] * len(v.offsets)
+        offs: list[Dim] = list(v.offsets)
+        szs: list[Dim] = [1] * len(v.offsets)
         for j, axis in enumerate(v.axes):
             offs[axis] = self.binop("addi", offs[axis], offsets[j], f"{v.name}_off{axis}")
             szs[axis] = sizes[j]
@@ -241,8 +242,9 @@ class Emitter:
         """`%t = pto.alloc_tile : !pto.tile_buf<...>`: the destination of the instruction that follows."""
         t = v.type
         assert isinstance(t, TileType)
-        if valid is None and not t.fully_valid and all(isinstance(x, int) for x in t.valid_shape or ()):
-            valid = t.valid_shape  # static (a decode batch's Mat / Left / Acc tiles: M of 16 rows valid)
+        vs = t.valid_shape
+        if valid is None and not t.fully_valid and vs is not None and all(isinstance(x, int) for x in vs):
+            valid = cast("tuple[Dim, Dim]", vs)  # all ints (just checked); static (a decode batch's Mat / Left / Acc tiles: M of 16 rows valid)
         if valid is not None and all(isinstance(x, int) for x in valid):
             valid = None if tuple(valid) == tile_rows_cols(t) else valid
         tile = Tile(self.names.fresh(v.hint, "t"), t, TILE_LAYOUTS[t.memory], valid)

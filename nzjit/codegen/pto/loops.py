@@ -15,7 +15,7 @@ def _scalar_or_tile_type(em: Emitter, a: Atom) -> str:
     x = em.env.get(a) if isinstance(a, Var) else None
     if isinstance(x, Tile):
         return x.spelled
-    return a.type.dtype.short  # type: ignore[union-attr]
+    return a.type.dtype.short
 
 
 def _bind_like(em: Emitter, v: Var, init: Atom, ssa: str) -> None:
@@ -26,7 +26,7 @@ def _bind_like(em: Emitter, v: Var, init: Atom, ssa: str) -> None:
 
 def _bounds(em: Emitter, e: Eqn) -> tuple[str, str, str, str]:
     start, stop, step = (em.value(x) for x in e.inputs[:3])
-    d = e.inputs[0].type.dtype  # type: ignore[union-attr]
+    d = e.inputs[0].type.dtype
     return start, stop, step, "" if d is INDEX else f" : {d.short}"
 
 
@@ -114,7 +114,7 @@ def _lane_count(em: Emitter, e: Eqn) -> str:
     """stop - start, what get_block_num reports inside the lanes (backend/loops.py)."""
     start, stop = (em.value(x) for x in e.inputs[:2])
     out = em.names.fresh("lanes")
-    em.line(f"{out} = arith.subi {stop}, {start} : {e.inputs[0].type.dtype.short}")  # type: ignore[union-attr]
+    em.line(f"{out} = arith.subi {stop}, {start} : {e.inputs[0].type.dtype.short}")
     return out
 
 

@@ -25,20 +25,20 @@ def _arith_op(name: str, d: DType, e: Eqn) -> str:
 
 @rule(*(p for n, p in P.SCALAR_BINARY.items() if n != "mod"))
 def _scalar_binary(em: Emitter, e: Eqn) -> None:
-    _binary(em, e, _arith_op(e.primitive.name, e.outputs[0].type.dtype, e))  # type: ignore[union-attr]
+    _binary(em, e, _arith_op(e.primitive.name, e.outputs[0].type.dtype, e))
 
 
 def _binary(em: Emitter, e: Eqn, op: str) -> None:
     a, b = (em.value(x) for x in e.inputs)
     out = em.define(e.outputs[0])
-    em.line(f"{out} = arith.{op} {a}, {b} : {e.outputs[0].type.dtype.short}")  # type: ignore[union-attr]
+    em.line(f"{out} = arith.{op} {a}, {b} : {e.outputs[0].type.dtype.short}")
 
 
 @rule(P.mod_p)
 def _mod(em: Emitter, e: Eqn) -> None:
     """Floor modulo (NZ-19): `remsi` truncates toward zero; a non-zero remainder whose sign differs
     from the divisor's is moved into the divisor's range by adding the divisor once."""
-    d = e.outputs[0].type.dtype  # type: ignore[union-attr]
+    d = e.outputs[0].type.dtype
     if not (d.is_int and d.is_signed):  # unsigned: remui is already the floor modulo
         _binary(em, e, _arith_op("mod", d, e))
         return
@@ -65,7 +65,7 @@ _PRED = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne"}
 @rule(*P.COMPARE.values())
 def _compare(em: Emitter, e: Eqn) -> None:
     a, b = (em.value(x) for x in e.inputs)
-    d = e.inputs[0].type.dtype  # type: ignore[union-attr]
+    d = e.inputs[0].type.dtype
     rel = _PRED[e.primitive.name]
     if d.is_float:
         op, pred = "cmpf", f"o{rel}" if rel not in ("eq", "ne") else ("oeq" if rel == "eq" else "one")
@@ -92,7 +92,7 @@ def _convert_op(src: DType, dst: DType) -> str:
 @rule(P.convert_p)
 def _convert(em: Emitter, e: Eqn) -> None:
     (a,) = e.inputs
-    src, dst = a.type.dtype, e.params["dtype"]  # type: ignore[union-attr]
+    src, dst = a.type.dtype, e.params["dtype"]
     if src is dst:
         em.alias(e.outputs[0], a)
         return

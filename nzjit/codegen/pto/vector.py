@@ -50,7 +50,7 @@ def operands(em: Emitter, e: Eqn) -> tuple[list[str], list[str], Tile | None]:
             types.append(v.spelled)
         else:
             names.append(em.value(a))
-            types.append(a.type.dtype.short)  # type: ignore[union-attr]
+            types.append(a.type.dtype.short)
     return names, types, first
 
 
@@ -91,7 +91,7 @@ def _create(em: Emitter, e: Eqn) -> None:
 def _full(em: Emitter, e: Eqn) -> None:
     value = em.value(e.inputs[0])
     out = _alloc(em, e)
-    d = e.inputs[0].type.dtype.short  # type: ignore[union-attr]
+    d = e.inputs[0].type.dtype.short
     em.line(f"pto.texpands ins({value} : {d}) outs({out.ssa} : {out.spelled})")
 
 
@@ -99,10 +99,10 @@ def _fillpad(em: Emitter, e: Eqn) -> None:
     _instr(em, e, "pto.tfillpad", f" {{pad_value = #pto<pad_value {e.params['pad']}>}}")
 
 
-def _tpush(direction: str):  # type: ignore[no-untyped-def]
+def _tpush(direction: str):
     def emit(em: Emitter, e: Eqn) -> None:
         src = em.tile(e.inputs[0])
-        scale = [(em.value(a), a.type.dtype.short) for a in e.inputs[1:]]  # type: ignore[union-attr]
+        scale = [(em.value(a), a.type.dtype.short) for a in e.inputs[1:]]
         names = ", ".join([src.ssa, *(s for s, _ in scale)])
         types = ", ".join([src.spelled, *(t for _, t in scale)])
         quant = ", pre_quant = #pto<quant_mode DEQF16>" if scale else ""
@@ -112,7 +112,7 @@ def _tpush(direction: str):  # type: ignore[no-untyped-def]
     return emit
 
 
-def _tpop(direction: str):  # type: ignore[no-untyped-def]
+def _tpop(direction: str):
     def emit(em: Emitter, e: Eqn) -> None:
         t = e.outputs[0].type
         assert isinstance(t, TileType)
