@@ -21,7 +21,7 @@ import warnings
 import numpy as np
 
 import runtime
-from nzjit import pl, pld
+from nzjit import distributed, pl, pld
 from runtime.comm import CommHangError, CommRaceError, UnwrittenWindowReadWarning
 
 RANKS, SIZE = 2, 256
@@ -79,7 +79,7 @@ def orchestrate(kernel):
     return allreduce
 
 
-def demo(cluster: object) -> tuple[bool, str, str]:
+def demo(cluster: runtime.Cluster | distributed.RayCluster) -> tuple[bool, str, str]:
     """On `cluster` (a runtime.Cluster or a RayCluster of RANKS ranks): whether y == numpy, and the
     first lines of the hang and race reports of the two bugs."""
     x = np.random.default_rng(0).integers(-100, 101, (RANKS, 1, SIZE)).astype(np.float32)
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     if parser.parse_args(argv).ray:
         from nzjit.distributed import RayCluster
 
-        cluster: object = RayCluster(RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False,
+        cluster: runtime.Cluster | distributed.RayCluster = RayCluster(RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False,
                                      configure_logging=False)
     else:
         cluster = runtime.Cluster(RANKS)

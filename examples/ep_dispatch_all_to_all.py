@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 import runtime
-from nzjit import pl, pld
+from nzjit import distributed, pl, pld
 
 RANKS = 4  # = experts, one per rank
 TOKENS = 16  # per rank
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     if parser.parse_args(argv).ray:
         from nzjit.distributed import RayCluster
 
-        cluster: object = RayCluster(RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False,
+        cluster: runtime.Cluster | distributed.RayCluster = RayCluster(RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False,
                                      configure_logging=False)
     else:
         cluster = runtime.Cluster(RANKS)
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("ep_dispatch_all_to_all: MISMATCH")
 
 
-def run(cluster: object) -> bool:
+def run(cluster: runtime.Cluster | distributed.RayCluster) -> bool:
     """The layer on `cluster` (a runtime.Cluster or a RayCluster of RANKS ranks), printed; True when
     it equals numpy."""
     t_start = time.perf_counter()

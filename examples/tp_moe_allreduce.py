@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 import runtime
-from nzjit import pl, pld
+from nzjit import distributed, pl, pld
 
 RANKS, E = 2, 2  # tensor-parallel degree, experts (every rank holds a slice of every expert)
 TOKENS, TOP_K = 32, 1
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     if parser.parse_args(argv).ray:
         from nzjit.distributed import RayCluster
 
-        cluster: object = RayCluster(RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False,
+        cluster: runtime.Cluster | distributed.RayCluster = RayCluster(RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False,
                                      configure_logging=False)
     else:
         cluster = runtime.Cluster(RANKS)
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("tp_moe_allreduce: MISMATCH")
 
 
-def run(cluster: object) -> bool:
+def run(cluster: runtime.Cluster | distributed.RayCluster) -> bool:
     """The layer on `cluster` (a runtime.Cluster or a RayCluster of RANKS ranks), printed; True when
     it equals numpy."""
     t_start = time.perf_counter()
