@@ -27,6 +27,7 @@ from .core.types import Layout as _Layout
 from .core.types import Mem, Target
 from .language import branch as _branch  # noqa: F401 - stages an `if` on a traced value (sets the tracing hook)
 from .language.annotations import InOut, Out, Scalar, Tensor, dynamic
+from .language.cube_ops import gemv, gemv_acc, gemv_bias, matmul_bias
 from .language.kernel import kernel, orchestration
 from .language.loops import range, spmd
 from .language.ops import (
@@ -99,7 +100,9 @@ A5 = Target.A5
 tile = _types.SimpleNamespace(load=load, store=store, transpose_view=_transpose_view, create=create_tile, full=full,
                               fillpad=fillpad, relu=relu, lrelu=lrelu, cast=cast,
                               MaskPattern=_MaskPattern, gather=_tile_gather, gather_mask=_tile_gather_mask,
-                              sort32=sort32, mrgsort=mrgsort, assemble=_assemble)
+                              sort32=sort32, mrgsort=mrgsort, assemble=_assemble,
+                              matmul_bias=matmul_bias, gemv=gemv, gemv_acc=gemv_acc,
+                              gemv_bias=gemv_bias)
 tensor = _types.SimpleNamespace(view=_view, reinterpret_view=_reinterpret_view, slice=slice, reshape=reshape)
 
 __all__ = [
@@ -114,6 +117,8 @@ __all__ = [
     "row_expand_mul", "row_expand_div", "col_expand", "col_expand_add", "col_expand_sub", "col_expand_mul",
     "col_expand_div", "create_tile", "full", "fillpad", "PadValue", "MemorySpace", "move",
     "arange", "sort32", "mrgsort", "gather",
+    # the cube's variants (language/cube_ops.py)
+    "matmul_bias", "gemv", "gemv_acc", "gemv_bias",
     # PyPTO's loop, scope and decorator forms (language/pypto_forms.py)
     "parallel", "unroll", "at", "incore", "Level", "FunctionType", "function", "jit",
 ]

@@ -236,13 +236,13 @@ def split_nz_store(tiler: Any, mm: Eqn, st: Eqn) -> None:
         left, right = tiler.cap["Left"] // 1024, tiler.cap["Right"] // 1024
         raise _no_full_m_tile(m, n, cap, st.source, f"no K chunk of the {m}-row Left operand and its "
                               f"Right block fits L0A/L0B ({left}/{right} KiB)") from None
-    a, b = (tiler.atom(x) for x in mm.inputs)
+    _, a, b, bias = tiler.operands(mm)
     k = P._squeeze2(a.type.shape)[1]
     offs = tiler.atoms(st.operands("offsets"))
     dst = tiler.atom(st.inputs[-1])
     for ni in range(0, n, plan.nc):
         check_nz_store_emission(plan.mc, plan.nc, cap, st.source)
-        acc = tiler.block(a, b, None, 0, ni, (m, k, n), plan, out_t.dtype, mm.source)
+        acc = tiler.block(a, b, None, 0, ni, (m, k, n), plan, out_t.dtype, mm.source, bias)
         o = list(offs)
         o[1] = tiler.add(o[1], _lit(ni // ACC_C0, o[1]), st.source)
         params = {key: v for key, v in st.params.items() if key != "arity"}

@@ -68,7 +68,7 @@ def _batch_for(st: Step) -> Any:
                 if type(c) is not LaneAcc:
                     raise Fallback("carry copy")
                 s.reserve(c.g)
-                c = LaneAcc(c.g, s.copy(c.data), c.valid_row)
+                c = LaneAcc(c.g, s.copy(c.data), c.valid_row, c.valid_col)
             carries.append(c)
         for i in range(start, stop, step):
             carries = batched.run_lane_plan(s, body, [i, *captured, *carries])
