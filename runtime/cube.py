@@ -64,6 +64,8 @@ def tmov(
     """
     dst._live()
     src._live()
+    if dst.space == "Bias":  # the valid row count is no part of the cached plan's key
+        _bias_move_checks(dst, src)
     key = (dst._g, src._g, row_off, col_off, transpose, relu)
     plan = _MOV_PLANS.get(key)
     if plan is None:
