@@ -140,7 +140,10 @@ def _static_tile_shape(tt: TileType, what: str, src: Source | None) -> tuple[int
         raise CompileError(f"{what}: the accumulator tile {list(tt.shape)} must be static, positive and "
                            "2-D", src, rule="NZ-21")
     rows, cols = tt.shape
-    if tt.valid_shape is not None:
+    # a ragged N tile (valid columns from its rhs, all rows valid): the NZ store writes its whole
+    # 16-column blocks into the padded output, as it always has; the columns past the valid part
+    # hold no product
+    if tt.valid_shape is not None and tt.valid_shape[0] != rows:
         vs = tuple(tt.valid_shape)
         if any(v is None or isinstance(v, DynDim) for v in vs):
             raise CompileError(f"{what}: the accumulator tile's valid region {_show(vs)} is dynamic; the NZ "
