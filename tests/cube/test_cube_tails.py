@@ -182,3 +182,30 @@ def test_gemv_needs_a_one_row_lhs():
 
     with pytest.raises(CompileError, match=r"pl.tile.gemv needs a one-row lhs \[1, K\]"):
         k.lower()
+
+
+def test_pto_text_of_a_ragged_n_tile():  # the valid extents in the text: TMATMUL n = Right.validCol
+    M, K, N, NT = 16, 64, 200, 128
+
+    @pl.kernel
+    def ragged(x: pl.Tensor[[M, K], pl.FP16], w: pl.Tensor[[K, N], pl.FP16], out: pl.Out[pl.Tensor[[M, N], pl.FP32]]):
+        tx = pl.load(x, [0, 0], [M, K], target_memory=pl.Mem.Mat)
+        for j in pl.range(0, N, NT):
+            tw = pl.load(w, [0, j], [K, NT], target_memory=pl.Mem.Mat, clamp=True)
+            pl.store(pl.matmul(tx, tw), [0, j], out)
+
+    text = ragged.lower().pto()
+    assert "arith.minsi" in text  # the clamped valid columns, then the window's
+    assert "loc=right, dtype=f16, rows=64, cols=128, blayout=row_major, slayout=col_major, fractal=512, " \
+           "v_row=64, v_col=?>" in text
+    assert "outs(%t_2 : !pto.tile_buf<loc=acc, dtype=f32, rows=16, cols=128" in text and "v_row=16, v_col=?>)" in text
+    assert "!pto.partition_tensor_view<16x?xf32>" in text  # the store writes the valid columns only
+
+
+def test_pto_text_of_a_static_k_tail():
+    text = _gemv(128, 32, 100, 30, pl.FP16, pl.FP32).lower().pto()
+    assert "loc=left, dtype=f16, rows=16, cols=128, blayout=row_major, slayout=row_major, fractal=512, " \
+           "v_row=1, v_col=100>" in text
+    assert "loc=acc, dtype=f32, rows=16, cols=32, blayout=col_major, slayout=row_major, fractal=1024, " \
+           "v_row=1, v_col=30>" in text
+    assert "!pto.partition_tensor_view<1x30xf32>" in text
