@@ -209,3 +209,21 @@ def test_pto_text_of_a_static_k_tail():
     assert "loc=acc, dtype=f32, rows=16, cols=32, blayout=col_major, slayout=row_major, fractal=1024, " \
            "v_row=1, v_col=30>" in text
     assert "!pto.partition_tensor_view<1x30xf32>" in text
+
+
+def test_gemv_acc_accumulates_a_second_k_half():  # pl.tile.gemv_acc: acc[1, N] += a[1, K] @ b[K, N]
+    K, N = 128, 64
+
+    @pl.kernel
+    def k(a: pl.Tensor[[1, 2 * K], pl.INT8], b: pl.Tensor[[2 * K, N], pl.INT8], out: pl.Out[pl.Tensor[[1, N], pl.INT32]]):
+        acc = pl.tile.gemv(pl.load(a, [0, 0], [1, K], target_memory=pl.Mem.Mat),
+                           pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat), acc_phase="partial")
+        acc = pl.tile.gemv_acc(acc, pl.load(a, [0, K], [1, K], target_memory=pl.Mem.Mat),
+                               pl.load(b, [K, 0], [K, N], target_memory=pl.Mem.Mat), acc_phase="final")
+        pl.store(acc, [0, 0], out)
+
+    rng = np.random.default_rng(11)
+    a, b = _data(rng, (1, 2 * K), np.int8), _data(rng, (2 * K, N), np.int8)
+    for opts in PATHS:
+        with using(opts):
+            _check(k(a, b), a.astype(np.int64) @ b.astype(np.int64), np.int8)
