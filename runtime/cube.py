@@ -229,10 +229,12 @@ def tmatmul(
     *,
     debug: bool = False,
     bias: TileBuf | None = None,
+    gemv: bool = False,
 ) -> None:
     """TMATMUL (``accumulate=False``) / TMATMUL_ACC: ``C[i, j] (+)= sum_kk A[i, kk] B[kk, j]``.
     TMATMUL_BIAS (``bias``, a one-row Bias tile of the accumulator's dtype): ``C[i, j] = sum + bias[0, j]``,
     the bias added to the float32 (or wrapping int32) sum once.
+    TGEMV (``gemv``, pto-isa docs/isa/TGEMV.md): m = 1 exactly (not forced to 16), k = Right.validRow.
 
     m, k, n default to Left.validRow, Left.validCol, Right.validCol.  C(i, j) is written at L0C
     element ``(j//16)*ceil16(m)*16 + i*16 + j%16`` of the Acc tile -- the pitch defect -- for
@@ -248,14 +250,16 @@ def tmatmul(
         left._live()
         right._live()
     m = left.valid_row if m is None else int(m)
-    k = left.valid_col if k is None else int(k)
+    k = (right.valid_row if gemv else left.valid_col) if k is None else int(k)
+    if gemv and m != 1:
+        raise DeviceError(f"TGEMV m = {m}: the Left tile must have exactly one valid row")
     n = right.valid_col if n is None else int(n)
     for name, v in (("m", m), ("k", k), ("n", n)):
         if v < 1:
             raise DeviceError(f"TMATMUL {name} = {v} must be >= 1")
         if v > 4095:
             pto_assert(False, f"TMATMUL {name} = {v} in [1, 4095]", debug)
-    if m == 1:
+    if m == 1 and not gemv:
         m = 16  # non-GEMV mad computes a whole 16-row fractal from stale Left rows 1..15
     if m > left.rows or k > left.cols or k > right.rows or n > right.cols:
         raise DeviceError(

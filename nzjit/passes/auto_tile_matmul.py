@@ -181,10 +181,12 @@ class _AutoTile(Rewriter):
                          [TileType(shape, st.dtype, mem, None if valid is None else tuple(valid))], source)[0]
 
     def block(self, a: Atom, b: Atom, acc: Atom | None, mi: int, ni: int, shape: tuple[int, int, int],
-              plan: MatmulPlan, out_dtype: Any, source: Source | None, bias: Atom | None = None) -> Var:
+              plan: MatmulPlan, out_dtype: Any, source: Source | None, bias: Atom | None = None,
+              gemv: bool = False) -> Var:
         """acc (+)= a[mi:mi+mc, :] @ b[:, ni:ni+nc], K in chunks of plan.kc over the valid K; the last
         chunk of a K tail reads only its valid columns (TMATMUL k = Left.validCol, §6). With a
-        `bias` row the first chunk is TMATMUL_BIAS (the bias added once), the rest accumulate."""
+        `bias` row the first chunk is TMATMUL_BIAS (the bias added once), the rest accumulate.
+        `gemv` (pl.tile.gemv): the mads are TGEMV, whose k is the Right tile's valid rows."""
         m, k, n = plan.mc, shape[1], plan.nc
         kc = plan.kc
         at, bt = a.type, b.type
@@ -203,15 +205,18 @@ class _AutoTile(Rewriter):
 
         def chunk(src_a: Atom, src_b: Atom, k0: Atom, valid_k: int, cur: Atom | None) -> Var:
             left = self.extract(src_a, _lit(mi), k0, (m, kc), Mem.Left, source, (rows, valid_k))
-            right = self.extract(src_b, k0, _lit(ni), (kc, n), Mem.Right, source, (kc, cols))
+            # the Right tile's valid rows are the K the cube reads (TGEMV takes k from them)
+            right = self.extract(src_b, k0, _lit(ni), (kc, n), Mem.Right, source, (valid_k, cols))
             acc_t = TileType((m, n), out_dtype, Mem.Acc, None if (rows, cols) == (m, n) else (rows, cols))
+            flag = {"gemv": True} if gemv else {}
             if cur is None and bias is not None:
                 row = self.bias_row(bias, ni, n, source)
-                return self.emit(P.tile_mad_bias_p, [[left], [right], [row]], {"out_dtype": out_dtype}, [acc_t],
-                                 source)[0]
+                return self.emit(P.tile_mad_bias_p, [[left], [right], [row]], {"out_dtype": out_dtype, **flag},
+                                 [acc_t], source)[0]
             if cur is None:
-                return self.emit(P.tile_mad_p, [[left], [right]], {"out_dtype": out_dtype}, [acc_t], source)[0]
-            return self.emit(P.tile_mad_acc_p, [[cur], [left], [right]], {}, [acc_t], source)[0]
+                return self.emit(P.tile_mad_p, [[left], [right]], {"out_dtype": out_dtype, **flag}, [acc_t],
+                                 source)[0]
+            return self.emit(P.tile_mad_acc_p, [[cur], [left], [right]], flag, [acc_t], source)[0]
 
         cur = chunk(a, b, _lit(0), kc if n_chunks > 1 else tail, acc)
         full_end = (n_chunks - 1) * kc if tail < kc else n_chunks * kc
@@ -321,7 +326,7 @@ class _AutoTile(Rewriter):
             return
         plan = self.plan(e, split=False)
         res = self.block(a, b, acc, 0, 0, (m, P._squeeze2(a.type.shape)[1], n), plan, ot.dtype,  # type: ignore[union-attr]
-                         e.source, bias)
+                         e.source, bias, bool(e.params.get("gemv")))
         res.hint = out.hint
         self.env[out] = res
 
@@ -353,7 +358,8 @@ class _AutoTile(Rewriter):
             for ni in range(0, n, plan.nc):
                 if (vr is not None and mi >= vr) or (vc is not None and ni >= vc):
                     continue  # a block past the valid region: nothing of it is stored
-                blk = self.block(a, b, None, mi, ni, (m, k, n), plan, out_t.dtype, mm.source, bias)
+                blk = self.block(a, b, None, mi, ni, (m, k, n), plan, out_t.dtype, mm.source, bias,
+                                 bool(mm.params.get("gemv")))
                 o = list(offs)
                 o[-2] = self.add(o[-2], _lit(mi), st.source)
                 o[-1] = self.add(o[-1], _lit(ni), st.source)

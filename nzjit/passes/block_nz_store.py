@@ -245,7 +245,8 @@ def split_nz_store(tiler: Any, mm: Eqn, st: Eqn) -> None:
     dst = tiler.atom(st.inputs[-1])
     for ni in range(0, n, plan.nc):
         check_nz_store_emission(plan.mc, plan.nc, cap, st.source)
-        acc = tiler.block(a, b, None, 0, ni, (m, k, n), plan, out_t.dtype, mm.source, bias)
+        acc = tiler.block(a, b, None, 0, ni, (m, k, n), plan, out_t.dtype, mm.source, bias,
+                          bool(mm.params.get("gemv")))
         o = list(offs)
         o[1] = tiler.add(o[1], _lit(ni // ACC_C0, o[1]), st.source)
         params = {key: v for key, v in st.params.items() if key != "arity"}

@@ -73,8 +73,10 @@ def test_gemv_ir_facts_after_tiling():  # hw §6: m, k, n are the operands' vali
     final = str(low.ir())
     assert "f16[16,128]@Mat<valid 1,100> = tile.load" in final  # the one-row Left pads to a fractal
     assert "@Left<valid 1,100> = tile.extract[shape=(16, 128) memory=Left valid_shape=(1, 100)]" in final
-    assert "@Right<valid 128,30> = tile.extract[shape=(128, 32) memory=Right valid_shape=(128, 30)]" in final
-    assert "f32[16,32]@Acc<valid 1,30> = tile.mad[out_dtype=f32]" in final
+    # the Right tile's valid rows are the K the cube reads (TGEMV takes k from them)
+    assert "@Right<valid 100,30> = tile.extract[shape=(128, 32) memory=Right valid_shape=(100, 30)]" in final
+    assert "f32[16,32]@Acc<valid 1,30> = tile.mad[out_dtype=f32 gemv=True]" in final
+    assert "pto.tgemv ins(" in low.pto()  # pto-isa TGEMV: m = 1 exactly
 
 
 def test_a_k_tail_over_chunks_runs_whole_chunks_then_the_tail():  # hw §6: k per mad <= the chunk

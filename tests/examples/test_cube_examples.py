@@ -29,7 +29,10 @@ def test_the_ragged_gemv_reads_only_valid_k_and_n():
     ir = str(ns["gemv_ragged"].lower().ir())
     assert "tx:i8[16,1024]@Mat<valid 1,1000> = tile.load" in ir  # the row: one fractal, K tail 1000
     assert "@Left<valid 1,488> = tile.extract[shape=(16, 512) memory=Left valid_shape=(1, 488)]" in ir
-    assert "@Right<valid 512,?> = tile.extract" in ir and "@Acc<valid 1,?> = tile.mad_acc" in ir
+    assert "@Right<valid 512,?> = tile.extract" in ir and "@Acc<valid 1,?> = tile.mad_acc[gemv=True]" in ir
+    assert "@Right<valid 488,?> = tile.extract" in ir  # the K tail: TGEMV reads k = Right.validRow
+    text = ns["gemv_ragged"].lower().pto()
+    assert "pto.tgemv ins(" in text and "pto.tgemv.acc ins(" in text
 
 
 def test_the_bias_example_splits_n_to_fit_the_bias_table():

@@ -221,7 +221,7 @@ def _mad(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     t = e.outputs[0].type
     assert isinstance(t, TileType)
     acc = alloc(ctx, t, (left.valid_row, right.valid_col) if _dynamic(t) else None)
-    runtime.isa.tmatmul(acc, left, right, accumulate=False)
+    runtime.isa.tmatmul(acc, left, right, accumulate=False, gemv=bool(e.params.get("gemv")))
     return [acc]
 
 
@@ -233,7 +233,7 @@ def _mad_acc(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
         copy = alloc(ctx, t, (acc.valid_row, acc.valid_col))
         copy.data[:] = acc.data
         acc = copy
-    runtime.isa.tmatmul(acc, left, right, accumulate=True)
+    runtime.isa.tmatmul(acc, left, right, accumulate=True, gemv=bool(e.params.get("gemv")))
     return [acc]
 
 
@@ -244,6 +244,7 @@ def _specialize_mad(st: Step) -> Run | None:
     space, rows, cols, dt = tile_dims(t)
     vr, vc = static_valid(t)  # a decode batch's Acc tile: the store writes its M valid rows
     dyn = _dynamic(t)  # a ragged tile's valid extents are its operands' (TMATMUL m, n) at run time
+    gemv = bool(st.eqn.params.get("gemv"))  # TGEMV: m = 1 exactly, k = Right.validRow
     if st.eqn.primitive is P.tile_mad_p:
         s_l, s_r = st.ins
 
@@ -254,7 +255,7 @@ def _specialize_mad(st: Step) -> Run | None:
                                             valid_col=right.valid_col)
             else:
                 acc = ctx.onchip.alloc_tile(space, rows, cols, dt, valid_row=vr, valid_col=vc)
-            _tmatmul(acc, left, right, accumulate=False)
+            _tmatmul(acc, left, right, accumulate=False, gemv=gemv)
             return acc
 
         return finish(st, body)
@@ -267,7 +268,7 @@ def _specialize_mad(st: Step) -> Run | None:
             copy = ctx.onchip.alloc_tile(space, rows, cols, dt, valid_row=acc.valid_row, valid_col=acc.valid_col)
             copy.data[:] = acc.data
             acc = copy
-        _tmatmul(acc, env[s_l], env[s_r], accumulate=True)
+        _tmatmul(acc, env[s_l], env[s_r], accumulate=True, gemv=gemv)
         return acc
 
     return finish(st, body_acc)
@@ -290,6 +291,7 @@ def _batch_mad(st: Step) -> Any:
         return None
     ins = st.ins
     (o,) = st.outs
+    gemv = bool(e.params.get("gemv"))  # TGEMV: m = 1 exactly, k = Right.validRow
 
     def run(s: LaneState, env: list[Any]) -> None:
         if accumulate:
@@ -307,9 +309,9 @@ def _batch_mad(st: Step) -> Any:
         # m = Left.validRow, as TMATMUL takes it (m == 1 computes a whole fractal); the rows of
         # the accumulator past m keep no defined value, and a store writes its valid rows only
         m, k, n = left.valid_row, left.g.cols, right.valid_col
-        if m == 1:
+        if m == 1 and not gemv:
             m = 16
-        if left.valid_col != k or max(m, k, n) > 4095 or k > right.g.rows or n % 16 or ceil16(m) != geom.rows \
+        if (gemv and (m != 1 or right.valid_row != k)) or left.valid_col != k or max(m, k, n) > 4095 or k > right.g.rows or n % 16 or ceil16(m) != geom.rows \
                 or n > geom.cols or acc_rows > m or (accumulate and (acc.valid_row, acc.valid_col) != (acc_rows, n)):
             raise Fallback("not a whole-tile mad")
         is_int = geom.dtype == np.int32
@@ -340,7 +342,7 @@ def _mad_bias(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     t = e.outputs[0].type
     assert isinstance(t, TileType)
     acc = alloc(ctx, t, (left.valid_row, right.valid_col) if _dynamic(t) else None)
-    runtime.isa.tmatmul(acc, left, right, accumulate=False, bias=bias)
+    runtime.isa.tmatmul(acc, left, right, accumulate=False, bias=bias, gemv=bool(e.params.get("gemv")))
     return [acc]
 rule(P.tile_mad_acc_p, specialize=_specialize_mad, batch=_batch_mad)(_mad_acc)
 

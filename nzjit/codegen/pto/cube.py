@@ -80,16 +80,21 @@ def _extract(em: Emitter, e: Eqn) -> None:
             f"outs({out.ssa} : {out.spelled}){flag}")
 
 
+def _op(e: Eqn, suffix: str) -> str:
+    """`pto.tmatmul<suffix>`, or `pto.tgemv<suffix>` for a gemv (pto-isa docs/isa/TGEMV.md)."""
+    return ("pto.tgemv" if e.params.get("gemv") else "pto.tmatmul") + suffix
+
+
 @rule(P.tile_mad_p)
 def _mad(em: Emitter, e: Eqn) -> None:
-    _cube(em, e, "pto.tmatmul")
+    _cube(em, e, _op(e, ""))
 
 
 @rule(P.tile_mad_acc_p)
 def _mad_acc(em: Emitter, e: Eqn) -> None:
-    _cube(em, e, "pto.tmatmul.acc")
+    _cube(em, e, _op(e, ".acc"))
 
 
 @rule(P.tile_mad_bias_p)
 def _mad_bias(em: Emitter, e: Eqn) -> None:
-    _cube(em, e, "pto.tmatmul.bias")
+    _cube(em, e, _op(e, ".bias"))
