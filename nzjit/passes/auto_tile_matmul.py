@@ -204,13 +204,14 @@ class _AutoTile(Rewriter):
         tail = kv - (n_chunks - 1) * kc  # valid K of the last chunk
 
         def chunk(src_a: Atom, src_b: Atom, k0: Atom, valid_k: int, cur: Atom | None) -> Var:
+            # a bias row first: the Left / Right TEXTRACTs stay next to their mad (fused into it)
+            row = self.bias_row(bias, ni, n, source) if cur is None and bias is not None else None
             left = self.extract(src_a, _lit(mi), k0, (m, kc), Mem.Left, source, (rows, valid_k))
             # the Right tile's valid rows are the K the cube reads (TGEMV takes k from them)
             right = self.extract(src_b, k0, _lit(ni), (kc, n), Mem.Right, source, (valid_k, cols))
             acc_t = TileType((m, n), out_dtype, Mem.Acc, None if (rows, cols) == (m, n) else (rows, cols))
             flag = {"gemv": True} if gemv else {}
-            if cur is None and bias is not None:
-                row = self.bias_row(bias, ni, n, source)
+            if row is not None:
                 return self.emit(P.tile_mad_bias_p, [[left], [right], [row]], {"out_dtype": out_dtype, **flag},
                                  [acc_t], source)[0]
             if cur is None:

@@ -85,8 +85,8 @@ def test_ir_facts_and_pto_text():
     assert "f32[32,64]@Acc = tile.matmul_bias[b_trans=False] ta tb tbias" in trace
     final = str(low.ir())
     assert "tbias:f32[16,64]@Mat<valid 1,64> = tile.load" in final  # one valid row of a Mat fractal
-    assert "e:f32[1,64]@Bias = tile.extract[shape=(1, 64) memory=Bias] tbias 0 0" in final
-    assert "f:f32[32,64]@Acc = tile.mad_bias[out_dtype=f32] c d e" in final
+    assert "c:f32[1,64]@Bias = tile.extract[shape=(1, 64) memory=Bias] tbias 0 0" in final
+    assert "f:f32[32,64]@Acc = tile.mad_bias[out_dtype=f32] d e c" in final
     pto = low.pto()
     assert "pto.tmatmul.bias ins(" in pto and "loc=bias, dtype=f32, rows=1, cols=64" in pto
     assert "pto.tmov ins(%tbias" in pto

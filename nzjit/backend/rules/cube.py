@@ -19,7 +19,7 @@ from runtime.dma import ceil16
 
 from ... import prims as P
 from ...core.ir import Eqn
-from ...core.types import TileType
+from ...core.types import Mem, TileType
 from ..lane_cube import mad_lanes
 from ..lane_state import Fallback, LaneState, uniform
 from ..lane_values import LaneAcc, LaneTile, LaneWindow
@@ -171,7 +171,11 @@ def _specialize_extract(st: Step) -> Run | None:
 def _batch_extract(st: Step) -> Any:
     """TEXTRACT of a Left / Right tile that only the next mad reads: checked as the instruction does,
     charged on chip, kept as a `LaneWindow` of its source (no bytes move). Only a fused TEXTRACT
-    has a batched form. A ragged tile's valid extents come from its source, uniform over the group."""
+    has a batched form, and the TMOV of a bias row (`_batch_bias_row`). A ragged tile's valid
+    extents come from its source, uniform over the group."""
+    t0 = st.eqn.outputs[0].type
+    if isinstance(t0, TileType) and t0.memory is Mem.Bias:
+        return _batch_bias_row(st)
     if not st.window:
         return None
     t = st.eqn.outputs[0].type
@@ -280,6 +284,7 @@ def _batch_mad(st: Step) -> Any:
     ragged N tile (n = Right.validCol, whole 16-column blocks) writes its valid columns only."""
     e = st.eqn
     accumulate = e.primitive is P.tile_mad_acc_p
+    with_bias = e.primitive is P.tile_mad_bias_p
     in_place = accumulate and 0 in st.consumed
     t = e.outputs[0].type
     geom = result_geometry(t)
@@ -294,10 +299,15 @@ def _batch_mad(st: Step) -> Any:
     gemv = bool(e.params.get("gemv"))  # TGEMV: m = 1 exactly, k = Right.validRow
 
     def run(s: LaneState, env: list[Any]) -> None:
+        bias = None
         if accumulate:
             acc, left, right = (env[i] for i in ins)
             if type(acc) is not LaneAcc or acc.freed:
                 raise Fallback("accumulator")
+        elif with_bias:
+            left, right, bias = (env[i] for i in ins)
+            if type(bias) is not LaneTile or bias.freed or bias.g.space != "Bias" or bias.g.dtype != geom.dtype:
+                raise Fallback("bias row")
         else:
             left, right = (env[i] for i in ins)
         if type(left) is not LaneWindow or type(right) is not LaneWindow or left.freed or right.freed:
@@ -327,6 +337,10 @@ def _batch_mad(st: Step) -> Any:
         if n < geom.cols:
             data = data[:, :, :n]
         mad_lanes(s, left, right, m, k, n, data, accumulate, is_int)
+        if bias is not None:
+            if n > bias.valid_col:
+                raise Fallback("bias row narrower than n")
+            _add_bias_rows(acc, bias, m, n)
         env[o] = acc
 
     return run
@@ -335,7 +349,6 @@ def _batch_mad(st: Step) -> Any:
 rule(P.tile_mad_p, specialize=_specialize_mad, batch=_batch_mad)(_mad)
 
 
-@rule(P.tile_mad_bias_p)
 def _mad_bias(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     """TMATMUL_BIAS: a fresh accumulator, the one-row Bias tile added to every row."""
     left, right, bias = ins
@@ -344,6 +357,52 @@ def _mad_bias(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     acc = alloc(ctx, t, (left.valid_row, right.valid_col) if _dynamic(t) else None)
     runtime.isa.tmatmul(acc, left, right, accumulate=False, bias=bias, gemv=bool(e.params.get("gemv")))
     return [acc]
+
+
+def _specialize_mad_bias(st: Step) -> Run | None:
+    """The impl as a step (so its Left / Right TEXTRACTs fuse into it as windows, plan.py)."""
+    e = st.eqn
+
+    def body(ctx: Any, env: list[Any]) -> Any:
+        return _mad_bias(ctx, e, [env[i] for i in st.ins])[0]
+
+    return finish(st, body)
+
+
+def _batch_bias_row(st: Step) -> Any:
+    """TMOV Mat -> Bias of every lane's bias row: one Bias image per distinct source image (the
+    lanes that load the same bias window share it), each moved by the instruction itself."""
+    t = st.eqn.outputs[0].type
+    geom = result_geometry(t)
+    if geom is None or not isinstance(t, TileType):
+        return None
+    s_src, s_r, s_c = st.ins
+    (o,) = st.outs
+
+    def run(s: LaneState, env: list[Any]) -> None:
+        src, r0, c0 = env[s_src], uniform(env[s_r]), uniform(env[s_c])
+        if type(src) is not LaneTile or src.freed:
+            raise Fallback("bias row source")
+        vr, vc = _window_valid(t, src, r0, c0) if _dynamic(t) else (geom.rows, geom.cols)
+        images = np.zeros((src.n_images, geom.nbytes), np.uint8)
+        for u in range(src.n_images):  # one TMOV per distinct bias row (not per element)
+            try:
+                runtime.isa.tmov(TileBuf.from_geometry(geom, vr, vc, images[u]), src.image(u), r0, c0)
+            except runtime.DeviceError:
+                raise Fallback("refused bias move") from None
+        s.reserve(geom)
+        env[o] = LaneTile(geom, vr, vc, images, src.row)
+
+    return run
+
+
+def _add_bias_rows(acc: LaneAcc, bias: Any, m: int, n: int) -> None:
+    """Every lane's accumulator += its bias row (after the product, as TMATMUL_BIAS adds it)."""
+    rows = np.stack([bias.image(u).window(0, 0, 1, n)[0] for u in range(bias.n_images)])
+    acc.data[:, :m, :n] += rows[bias.row][:, None, :]  # int32 wraps like the accumulator
+
+
+rule(P.tile_mad_bias_p, specialize=_specialize_mad_bias, batch=_batch_mad)(_mad_bias)
 rule(P.tile_mad_acc_p, specialize=_specialize_mad, batch=_batch_mad)(_mad_acc)
 
 
