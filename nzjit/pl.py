@@ -28,6 +28,7 @@ from .core.types import Mem, Target
 from .language import branch as _branch  # noqa: F401 - stages an `if` on a traced value (sets the tracing hook)
 from .language.annotations import InOut, Out, Scalar, Tensor, dynamic
 from .language.carries import yield_
+from .language.cube_ops import gemv, gemv_acc, gemv_bias, matmul_bias
 from .language.kernel import kernel, orchestration
 from .language.loops import range, spmd
 from .language.ops import (
@@ -104,7 +105,8 @@ tile = _types.SimpleNamespace(load=load, store=store, transpose_view=_transpose_
                               MaskPattern=_MaskPattern, gather=_tile_gather, gather_mask=_tile_gather_mask,
                               sort32=sort32, mrgsort=mrgsort, assemble=_assemble,
                               cmp=cmp, cmps=cmps, sel=sel, sels=sels, set_validshape=set_validshape,
-                              transpose=transpose)
+                              transpose=transpose, matmul_bias=matmul_bias, gemv=gemv, gemv_acc=gemv_acc,
+                              gemv_bias=gemv_bias)
 tensor = _types.SimpleNamespace(view=_view, reinterpret_view=_reinterpret_view, slice=slice, reshape=reshape,
                                 dim=dim, read=read, write=write,
                                 assemble=assemble, set_validshape=set_validshape)
@@ -125,6 +127,8 @@ __all__ = [
     "cmp", "cmps", "sel", "sels", "set_validshape", "transpose",
     # tensor queries and scalar access (language/tensor_ops.py)
     "dim", "read", "write", "assemble",
+    # the cube's variants (language/cube_ops.py)
+    "matmul_bias", "gemv", "gemv_acc", "gemv_bias",
     # PyPTO's loop, scope and decorator forms (language/pypto_forms.py)
     "parallel", "unroll", "at", "incore", "Level", "FunctionType", "function", "jit", "yield_",
 ]

@@ -40,7 +40,11 @@ _F32_EXACT_K = 2**24 // (128 * 128)
 F32_EXACT_K = _F32_EXACT_K
 _F64_EXACT_K = 2**53 // (128 * 128)
 
-_MOVES = {("Mat", "Left"), ("Mat", "Right"), ("Acc", "Vec"), ("Vec", "Vec"), ("Vec", "Mat")}
+_MOVES = {("Mat", "Left"), ("Mat", "Right"), ("Mat", "Bias"), ("Acc", "Vec"), ("Vec", "Vec"), ("Vec", "Mat")}
+#: TMOV Mat -> Bias dtype pairs on A2/A3 (pto-isa docs/isa/TMOV.md): the bias table holds the
+#: accumulator's dtype.
+_BIAS_MOVES = {(np.dtype(np.int32), np.dtype(np.int32)), (np.dtype(np.float32), np.dtype(np.float32)),
+               (np.dtype(np.float16), np.dtype(np.float32))}
 
 
 def tmov(
@@ -63,6 +67,8 @@ def tmov(
     """
     dst._live()
     src._live()
+    if dst.space == "Bias":  # the valid row count is no part of the cached plan's key
+        _bias_move_checks(dst, src)
     key = (dst._g, src._g, row_off, col_off, transpose, relu)
     plan = _MOV_PLANS.get(key)
     if plan is None:
@@ -98,12 +104,25 @@ def _mov_checks(dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpos
             )
     if src.space == "Acc":
         check_acc_pair(src.dtype, dst.dtype)
+    elif dst.space == "Bias":
+        _bias_move_checks(dst, src)
     else:
         static_check(
             src.dtype.itemsize == dst.dtype.itemsize and src.dtype == dst.dtype,
             lambda: f"TMOV {src.dtype.name} -> {dst.dtype.name} changes the dtype",
         )
         static_check(not relu, lambda: "relu exists on the fixpipe (Acc -> Vec) path only")
+
+
+def _bias_move_checks(dst: TileBuf, src: TileBuf) -> None:
+    """TMOV Mat -> Bias (pto-isa TMOV.md, A2/A3): one row, an allowed dtype pair, 64-byte rows."""
+    static_check((src.dtype, dst.dtype) in _BIAS_MOVES,
+                 lambda: f"TMOV Mat -> Bias {src.dtype.name} -> {dst.dtype.name} is not an allowed pair "
+                         "(int32 -> int32, float32 -> float32, float16 -> float32)")
+    static_check(dst.rows == 1 and src.valid_row == 1,
+                 lambda: f"TMOV Mat -> Bias moves one row, got a {src.valid_row}-row source into {dst.rows} rows")
+    static_check((dst.cols * src.dtype.itemsize) % 64 == 0,
+                 lambda: f"TMOV Mat -> Bias: {dst.cols} {src.dtype.name} columns are not whole 64-byte blocks")
 
 
 def mov_checks(dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpose: bool = False,
@@ -120,6 +139,8 @@ def _tmov_window(dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpo
     win = src.window(row_off, col_off, nrows, ncols)
     if src.space == "Acc":
         win = fixpipe_convert(win, dst.dtype, relu)
+    elif dst.space == "Bias":
+        win = win.astype(dst.dtype)  # half -> float32 widens exactly
     dst.set_logical(win.T if transpose else win)
 
 
@@ -133,7 +154,7 @@ def _mov_plan(dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpose:
     _mov_checks(dst, src, row_off, col_off, transpose, relu)
     nrows, ncols = (dst.cols, dst.rows) if transpose else (dst.rows, dst.cols)
     src._check_window(row_off, col_off, nrows, ncols)
-    if src.space == "Acc" or src.dtype != dst.dtype:
+    if src.space == "Acc" or src.dtype != dst.dtype or dst.space == "Bias":
         return _GENERIC
     sg, dg = src._g, dst._g
     # dst rows come from src rows (or src cols when transposed), likewise dst cols
@@ -216,8 +237,13 @@ def tmatmul(
     n: int | None = None,
     *,
     debug: bool = False,
+    bias: TileBuf | None = None,
+    gemv: bool = False,
 ) -> None:
     """TMATMUL (``accumulate=False``) / TMATMUL_ACC: ``C[i, j] (+)= sum_kk A[i, kk] B[kk, j]``.
+    TMATMUL_BIAS (``bias``, a one-row Bias tile of the accumulator's dtype): ``C[i, j] = sum + bias[0, j]``,
+    the bias added to the float32 (or wrapping int32) sum once.
+    TGEMV (``gemv``, pto-isa docs/isa/TGEMV.md): m = 1 exactly (not forced to 16), k = Right.validRow.
 
     m, k, n default to Left.validRow, Left.validCol, Right.validCol.  C(i, j) is written at L0C
     element ``(j//16)*ceil16(m)*16 + i*16 + j%16`` of the Acc tile -- the pitch defect -- for
@@ -233,20 +259,23 @@ def tmatmul(
         left._live()
         right._live()
     m = left.valid_row if m is None else int(m)
-    k = left.valid_col if k is None else int(k)
+    k = (right.valid_row if gemv else left.valid_col) if k is None else int(k)
+    if gemv and m != 1:
+        raise DeviceError(f"TGEMV m = {m}: the Left tile must have exactly one valid row")
     n = right.valid_col if n is None else int(n)
     for name, v in (("m", m), ("k", k), ("n", n)):
         if v < 1:
             raise DeviceError(f"TMATMUL {name} = {v} must be >= 1")
         if v > 4095:
             pto_assert(False, f"TMATMUL {name} = {v} in [1, 4095]", debug)
-    if m == 1:
+    if m == 1 and not gemv:
         m = 16  # non-GEMV mad computes a whole 16-row fractal from stale Left rows 1..15
     if m > left.rows or k > left.cols or k > right.rows or n > right.cols:
         raise DeviceError(
             f"TMATMUL m={m}, k={k}, n={n} exceeds Left {left.rows}x{left.cols} "
             f"or Right {right.rows}x{right.cols}"
         )
+    brow = None if bias is None else _bias_row(acc, bias, n, accumulate)
     m16, E = ceil16(m), acc.dtype.itemsize
     nfull, rem = divmod(n, 16)
     nblk = nfull + (rem > 0)
@@ -256,6 +285,8 @@ def tmatmul(
         logical = acc._data.view(acc.dtype).reshape(m, n)
         if not accumulate:
             _product_windows(left, right, m, k, n, out=logical)
+            if brow is not None:
+                np.add(logical, brow, out=logical)
             acc._logical = True
             return
         if acc._logical:
@@ -264,6 +295,8 @@ def tmatmul(
     view = acc.view(0, (nblk, m, 16 * E), (m16 * 16 * E, 16 * E, 1)).view(acc.dtype)
     if not rem:  # whole 16-column blocks: the product is added / written through the L0C view
         c = _product_windows(left, right, m, k, n)
+        if brow is not None:
+            c = c + brow
         # C's 16-column runs (64 bytes) move as single items: C(i, j) lands in block j // 16, row i
         line = np.dtype(f"V{16 * E}")
         src = c.reshape(-1).view(line).reshape(m, nblk).T
@@ -279,10 +312,25 @@ def tmatmul(
         old = np.ascontiguousarray(view.transpose(1, 0, 2)).reshape(m, nblk * 16)[:, :n]
         c = old.astype(c.dtype) + c
     new = c.astype(acc.dtype)  # int64 -> int32 wraps mod 2**32, like the int32 accumulator
+    if brow is not None:
+        new = new + brow
     if nfull:
         write_in_order(view[:nfull], new[:, : nfull * 16].reshape(m, nfull, 16).transpose(1, 0, 2))
     if rem:
         view[nfull, :, :rem] = new[:, nfull * 16 :]
+
+
+def _bias_row(acc: TileBuf, bias: TileBuf, n: int, accumulate: bool) -> np.ndarray:
+    """The first n entries of a TMATMUL_BIAS bias table row (pto-isa TMATMUL_BIAS.md, A2/A3)."""
+    bias._live()
+    static_check(not accumulate, "TMATMUL_BIAS initialises the accumulator; there is no accumulating form")
+    static_check(bias.space == "Bias" and bias.rows == 1,
+                 lambda: f"TMATMUL_BIAS bias must be a one-row Bias tile, got {bias!r}")
+    static_check(bias.dtype == acc.dtype,
+                 lambda: f"TMATMUL_BIAS bias dtype {bias.dtype.name} must be the accumulator's {acc.dtype.name}")
+    if n > bias.cols:
+        raise DeviceError(f"TMATMUL_BIAS n = {n} exceeds the bias tile's {bias.cols} columns")
+    return bias.window(0, 0, 1, n)
 
 
 _CHECKED: set[tuple[object, ...]] = set()

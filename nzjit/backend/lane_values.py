@@ -86,12 +86,15 @@ class LaneWindow:
     """A TEXTRACT fused into its mad: window (`r0`, `c0`, possibly transposed) of a `LaneTile`, read by the
     mad without a copy."""
 
-    __slots__ = ("g", "src", "r0", "c0", "transpose", "freed", "valid_row")
+    __slots__ = ("g", "src", "r0", "c0", "transpose", "freed", "valid_row", "valid_col")
 
-    def __init__(self, g: Any, src: LaneTile, r0: int, c0: int, transpose: bool, valid_row: int | None = None) -> None:
+    def __init__(self, g: Any, src: LaneTile, r0: int, c0: int, transpose: bool, valid_row: int | None = None,
+                 valid_col: int | None = None) -> None:
         self.g, self.src, self.r0, self.c0, self.transpose, self.freed = g, src, r0, c0, transpose, False
-        #: the window tile's valid rows (a decode batch's M), as TEXTRACT gives them to TMATMUL
+        #: the window tile's valid rows (a decode batch's M) and columns (a ragged N tile's), as
+        #: TEXTRACT gives them to TMATMUL
         self.valid_row = g.rows if valid_row is None else valid_row
+        self.valid_col = g.cols if valid_col is None else valid_col
 
     def operand(self, u: int, r: int, c: int, ft: type) -> np.ndarray:
         """`TileWindow.operand` of image `u` of the source."""
@@ -188,18 +191,20 @@ class LaneAcc:
     """An accumulator over lanes: one logical matrix per lane, as `runtime.cube.tmatmul` keeps whole-tile
     accumulators."""
 
-    __slots__ = ("g", "data", "freed", "valid_row")
+    __slots__ = ("g", "data", "freed", "valid_row", "valid_col")
 
-    def __init__(self, g: Any, data: np.ndarray, valid_row: int | None = None) -> None:
+    def __init__(self, g: Any, data: np.ndarray, valid_row: int | None = None, valid_col: int | None = None) -> None:
         self.g, self.data, self.freed = g, data, False  # data: (L, rows, cols) logical matrices
-        #: valid rows (a decode batch's M): rows past them hold no defined value and are never stored
+        #: valid rows (a decode batch's M) and columns (a ragged N tile's): the rest holds no defined
+        #: value and is never stored
         self.valid_row = g.rows if valid_row is None else valid_row
+        self.valid_col = g.cols if valid_col is None else valid_col
 
     def lane_tile(self, lane: int) -> TileBuf:
         """Lane `lane`'s accumulator as a `TileBuf` that holds its logical matrix (laid out as the ACC image
         on first byte access)."""
         # the buffer holds the logical matrix (runtime.cube.tmatmul's form)
-        return TileBuf.from_geometry(self.g, self.valid_row, self.g.cols,
+        return TileBuf.from_geometry(self.g, self.valid_row, self.valid_col,
                                      self.data[lane].reshape(-1).view(np.uint8), logical=True)
 
 

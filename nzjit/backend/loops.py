@@ -12,6 +12,7 @@ from runtime.dispatch import check_trips
 
 from ..core.ir import Eqn
 from . import batched
+from .double_buffers import held_bytes, prefetch_buffers
 
 
 def copy_tile(ctx: Any, t: Any) -> Any:
@@ -50,6 +51,23 @@ def run_loop(ctx: Any, e: Eqn, ins: list[Any], consumed: frozenset[int], body_pl
             ctx.block_idx, ctx.block_num = saved
         return []
     trips = range(start, stop, step)
+    prefetch = prefetch_buffers(e) if len(trips) >= 2 else []
+    if prefetch:  # a pipeline's extra stage buffers, held while it runs (double_buffers.py)
+        held: list[tuple[str, int]] = []
+        try:
+            for space, nbytes in held_bytes(prefetch):
+                ctx.onchip.reserve(space, nbytes)
+                held.append((space, nbytes))
+            return _run_trips_or_carries(ctx, e, trips, captured, carries, body_plan, nk, batch)
+        finally:
+            for space, n in held:
+                ctx.onchip.release(space, n)
+    return _run_trips_or_carries(ctx, e, trips, captured, carries, body_plan, nk, batch)
+
+
+def _run_trips_or_carries(ctx: Any, e: Eqn, trips: range, captured: list[Any], carries: list[Any],
+                          body_plan: Callable[[int], Any], nk: int, batch: bool) -> list[Any]:
+    """The trips of a range / pipeline loop: batched when independent and exact, else one by one."""
     plan = body_plan(nk)
     if batch and nk == 0 and len(trips) > 1:  # independent trips: batched when exact
         if batched.try_run_spmd(ctx, plan, trips, len(trips), captured, spmd=False):

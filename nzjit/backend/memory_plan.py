@@ -8,7 +8,9 @@ its equation runs. A transposed view shares its source's bytes. A `matmul_acc` /
 accumulator dies there updates it in place; otherwise it works on a copy. Every value is released
 after its last use (`plan.liveness`, the same table the executor frees by). A loop's carries are
 copied when they are read after the loop. Every trip of a body starts with the same live bytes, so
-one trip's peak is the loop's. An `if` arm counts as taken. With those rules the plan equals the
+one trip's peak is the loop's, plus a pipeline's extra stage buffers of the tiles its body loads
+(double_buffers.py: S - 1 more copies each for `stage=S`, held for the loop). The bias table is a
+space like the others (TMOV Mat -> Bias of a bias matmul). An `if` arm counts as taken. With those rules the plan equals the
 simulator's run-time peak of a call that takes every arm, and bounds it otherwise.
 `tests/backend/test_memory_plan.py` checks this on every example.
 """
@@ -23,16 +25,13 @@ from .. import prims as P
 from ..core.ir import Eqn, Graph, Var
 from ..core.types import TileType
 from ..errors import CompileError, Source
+from .double_buffers import charge, prefetch_buffers, trips_at_least_two
 from .plan import liveness
 from .rules.vector_alu import reduce_scratch
 from .rules.vector_select import sel_scratch
 
 _IN_PLACE = (P.tile_matmul_acc_p, P.tile_mad_acc_p)  # update the accumulator (input 0) when it dies
 _VIEWS = (P.tile_transpose_view_p,)
-
-
-def _charge(t: TileType) -> int:
-    return -(-t.nbytes // 32) * 32
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,7 @@ class _Walk:
         t = v.type
         assert isinstance(t, TileType)
         space = t.memory.value
-        b = Buffer(v.hint or "_", t, _charge(t), e.source if e is not None else None)
+        b = Buffer(v.hint or "_", t, charge(t), e.source if e is not None else None)
         self.buffers[v] = b
         self.owner[v] = v
         self.live[space] = self.live.get(space, 0) + b.nbytes
@@ -153,6 +152,18 @@ class _Walk:
             self.release(tmp)
 
     def body(self, e: Eqn, body: Graph, consumed: set[Var]) -> None:
+        # a pipeline's extra stage buffers of the tiles its body loads, held for the whole loop
+        stages = []
+        if trips_at_least_two(e):
+            for v, copies, load in prefetch_buffers(e):
+                for i in range(copies):
+                    stages.append(Var(v.type, f"{v.hint or '_'} (stage {i + 2} buffer)"))
+                    self.alloc(stages[-1], load)
+        self.loop(e, body, consumed)
+        for v in stages:
+            self.release(v)
+
+    def loop(self, e: Eqn, body: Graph, consumed: set[Var]) -> None:
         nb, nc, nk = e.params["arity"]
         for p, a in zip(body.params[1 : 1 + nc], e.inputs[nb : nb + nc]):
             if isinstance(a, Var):

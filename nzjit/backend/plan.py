@@ -83,7 +83,7 @@ def liveness(g: Graph, n_owned_params: int) -> dict[int, list[Var]]:
     return free
 
 
-_MADS = (P.tile_mad_p, P.tile_mad_acc_p)
+_MADS = (P.tile_mad_p, P.tile_mad_acc_p, P.tile_mad_bias_p)  # a bias row's TMOV comes before the extracts
 
 
 def window_extracts(g: Graph, free: dict[int, list[Var]]) -> set[int]:

@@ -31,6 +31,7 @@ TILE_LAYOUTS: dict[Mem, TileLayout] = {
     Mem.Left: TileLayout("row_major", "row_major", 512),  # Zz, L0A
     Mem.Right: TileLayout("row_major", "col_major", 512),  # Zn, L0B
     Mem.Acc: TileLayout("col_major", "row_major", 1024),  # Nz with 16 x 16 fractals, L0C
+    Mem.Bias: TileLayout("row_major", "none_box", 512),  # one ND row, the bias table
 }
 
 Dim = int | str  # a static extent, or the SSA name of a dynamic one

@@ -76,6 +76,7 @@ class Mem(enum.Enum):
     Left = "Left"
     Right = "Right"
     Acc = "Acc"
+    Bias = "Bias"  # the bias table (BT) TMATMUL_BIAS adds from: one row, 1 KiB on A2/A3
 
     def __repr__(self) -> str:
         return f"pl.Mem.{self.value}"

@@ -20,6 +20,8 @@ Families (weights in FAMILIES):
   windows, lanes reading bytes other lanes store): the lane-batched path against lane order.
 - prover: the offset forms where a wrong prover rule is silently wrong (fam_prover.py): unaligned
   and negative loop starts, odd divisors, symbolic steps, INT32 wraps, lane-count bounds.
+- cube_tail: one-row and small-M matmuls with K and N tails (`clamp=True`), gemv, the bias row
+  (TMATMUL_BIAS), ragged N tiles stored into exact-size outputs (fam_cube.py).
 - probe: one refusal of the §7 table each (or its accepted neighbour): ranks, dynamic axes,
   sub-byte and 64-bit dtypes, views, plane slices, target memory, the NZ-25 gap guard.
 
@@ -34,6 +36,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
+from .fam_cube import fam_cube_tail
 from .fam_mm import fam_tensor_mm, fam_tile_mm
 from .fam_probe import fam_probe
 from .fam_prover import fam_prover
@@ -63,6 +66,8 @@ FAMILIES: dict[str, tuple[float, Callable[[G], None]]] = {
 # the vector unit's families (issue 22) live in gen_vector.py, which does not import this module
 FAMILIES["vec_alu"] = (6, fam_vec_alu)
 FAMILIES["vec_mix"] = (4, fam_vec_mix)
+# the cube's variants (issue 23): K / N tails, ragged stores, the bias row (fam_cube.py)
+FAMILIES["cube_tail"] = (6, fam_cube_tail)
 
 
 def generate(seed: int, index: int, family: str | None = None, exclude: Sequence[str] = ()) -> Program:

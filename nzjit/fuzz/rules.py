@@ -59,8 +59,9 @@ ROWS: tuple[Row, ...] = (
     Row("X4", "§4", "load window spanning several batches", ("NZ-12",), r"spans several batches"),
     Row("X5", "§9", "leading-axis window not contiguous once folded (NZ-28)", ("NZ-28",),
         r"a window on one leading axis only"),
-    Row("X6", "§7", "tile.load valid_shape columns dynamic or not a multiple of c0", ("NZ-12",),
-        r"valid_shape columns"),
+    Row("X6", "§7", "tile.load valid_shape columns dynamic or not a multiple of c0 (a matmul operand's "
+        "dynamic valid K is refused first, by its type rule)", ("NZ-12", "none"),
+        r"valid_shape columns|a dynamic valid K \(contraction\) extent"),
     Row("X7", "§7", "tile.load static valid_shape rows not a multiple of 16", ("NZ-12",),
         r"valid_shape rows \d+ must be a multiple of 16"),
     Row("X8", "§4", "load window past the tensor's extent (a static bound)", ("NZ-12",),

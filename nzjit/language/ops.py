@@ -113,13 +113,14 @@ def _offsets(xs: Sequence[Any], what: str) -> list[Any]:
     return [x if isinstance(x, Tracer) else int(x) for x in xs]
 
 
-def _check_window(what: str, offsets: Sequence[Any], extents: Sequence[Any], shape: Sequence[Any]) -> None:
+def _check_window(what: str, offsets: Sequence[Any], extents: Sequence[Any], shape: Sequence[Any],
+                  help: str | None = None) -> None:  # noqa: A002 - CompileError's own name
     """A window whose offset and extent are static must lie inside the tensor (checked when built:
     the device would read or write past the tensor)."""
     for axis, (o, n, d) in enumerate(zip(offsets, extents, shape)):
         if isinstance(o, int) and isinstance(n, int) and isinstance(d, int) and o + n > d:
             raise CompileError(f"{what} window [{o}, {o + n}) on axis {axis} is out of bounds for the "
-                               f"dimension {d} of {list(shape)}", user_source())
+                               f"dimension {d} of {list(shape)}", user_source(), help=help)
 
 
 def _static_extent(start: Any, stop: Any, dim: Any, axis: int) -> Any:
@@ -297,25 +298,46 @@ def tensor_reinterpret_view(t: Tracer, dtype: dt.DType, shape: Sequence[int] | N
 
 # ---------------------------------------------------------------------------------- tile level
 def load(tensor: Tracer, offsets: Sequence[Index], shapes: Sequence[int], target_memory: Mem | None = None,
-         valid_shape: Sequence[Index] | None = None) -> Tracer:
-    """pl.load(tensor, offsets, shapes, target_memory=pl.Mem.Vec, valid_shape=None) -> Tile."""
+         valid_shape: Sequence[Index] | None = None, *, clamp: bool = False) -> Tracer:
+    """pl.load(tensor, offsets, shapes, target_memory=pl.Mem.Vec, valid_shape=None, clamp=False) -> Tile.
+
+    The window may run past the tensor when its valid part does not (a ragged last tile: TLOAD
+    reads only the valid part). PyPTO's `clamp=True` cuts the valid extent back to the tensor's
+    edge: `min(valid, dim - offset)` per axis (a traced `pl.min` for a traced offset)."""
     if not isinstance(tensor, Tracer) or not isinstance(tensor.type, TensorType):
         raise CompileError("pl.load reads a tensor", user_source())
     offsets = _offsets(offsets, "pl.load")
     valid = list(valid_shape) if valid_shape is not None else []
+    if not isinstance(clamp, bool):
+        raise CompileError(f"pl.load clamp must be a bool, got {clamp!r}", user_source())
+    if clamp:
+        valid = _clamped(offsets, valid or list(shapes), tensor.type.shape)
     if valid and len(valid) != len(shapes):
         raise CompileError("pl.load valid_shape must have one entry per window axis", user_source())
     for v, s in zip(valid, shapes):
         if isinstance(v, int) and not 0 < v <= s:
             raise CompileError(f"pl.load valid_shape {list(valid)} must lie within shapes {list(shapes)}",
                                user_source())
-    _check_window("pl.load", offsets, valid or shapes, tensor.type.shape)
+    _check_window("pl.load", offsets, valid or shapes, tensor.type.shape,
+                  help="a ragged tile reads only its valid part: give it a valid_shape inside the tensor, "
+                       "or pass clamp=True")
     valid_static = tuple(v if isinstance(v, int) else None for v in valid) if valid else None
     memory = Mem.Vec if target_memory is None else target_memory
     _check_tile_geometry("pl.load", tuple(shapes), tensor.type.dtype, memory)
     params = {"shape": tuple(shapes), "memory": memory, "valid_static": valid_static,
               "memory_given": target_memory is not None}
     return bind(P.tile_load_p, [[tensor], list(offsets), valid], params)[0]
+
+
+def _clamped(offsets: Sequence[Any], valid: list[Any], shape: Sequence[Any]) -> list[Any]:
+    """The valid extents of a clamped load: each cut back to the tensor's edge (static dims only;
+    a dynamic dim stays as given and is checked at run time)."""
+    out = []
+    for o, v, d in zip(offsets, valid, shape):
+        if isinstance(d, int):
+            v = min(v, d - o) if isinstance(o, int) and isinstance(v, int) else scalar_binary("min", v, d - o)
+        out.append(v)
+    return out
 
 
 def store(tile: Tracer, offsets: Sequence[Index], out: Tracer, **attrs: Any) -> Tracer:

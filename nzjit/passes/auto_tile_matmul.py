@@ -51,10 +51,13 @@ def _chunks(total: int, align: int) -> list[int]:
 
 
 def plan_matmul(m: int, k: int, n: int, esize: int, align_k: int, cap: dict[str, int], *,
-                split_m: bool, split_n: bool) -> MatmulPlan | None:
-    """The largest output block (then K chunk) whose Left, Right and Acc tiles fit their spaces."""
+                split_m: bool, split_n: bool, max_n: int | None = None) -> MatmulPlan | None:
+    """The largest output block (then K chunk) whose Left, Right and Acc tiles fit their spaces
+    (and, for a bias matmul, whose N block's bias row fits the bias table: `max_n` columns)."""
     ms = _chunks(m, 16) if split_m else [m]
     ns = _chunks(n, 16) if split_n else [n]
+    if max_n is not None and split_n:
+        ns = [d for d in ns if d <= max_n]
     best: MatmulPlan | None = None
     for mc in ms:
         for nc in ns:
@@ -105,16 +108,36 @@ def left_only_values(g: Graph) -> set[Var]:
                         root[p] = root.get(a, a)
                 walk(body)
                 continue
-            left = len(e.inputs) - 2 if e.primitive in (P.tile_matmul_p, P.tile_matmul_acc_p) else -1
+            # a bias row pads like a decode batch's Left operand: one valid row of a 16-row fractal
+            left = _row_paddable(e)
             for i, a in enumerate(e.inputs):
                 if isinstance(a, Var):
-                    roles[root.get(a, a)].add("left" if i == left else "other")
+                    roles[root.get(a, a)].add("left" if i in left else "other")
         for a in graph.outputs:  # a carried value is also read by the next trip / after the loop
             if isinstance(a, Var):
                 roles[root.get(a, a)].add("other")
 
     walk(g)
     return {v for v, r in roles.items() if r == {"left"}}
+
+
+def _row_paddable(e: Eqn) -> tuple[int, ...]:
+    """The operands of a matmul whose Mat tile may have fewer rows than whole fractals: the Left
+    operand (a decode batch) and a bias row."""
+    if e.primitive in (P.tile_matmul_p, P.tile_matmul_acc_p):
+        return (len(e.inputs) - 2,)
+    if e.primitive is P.tile_matmul_bias_p:
+        return (0, 2)
+    return ()
+
+
+def mm_operands(e: Eqn) -> tuple[Atom | None, Atom, Atom, Atom | None]:
+    """(accumulator, a, b, bias) of a tile matmul equation (None where it has none)."""
+    if e.primitive is P.tile_matmul_bias_p:
+        return None, e.inputs[0], e.inputs[1], e.inputs[2]
+    if e.primitive is P.tile_matmul_acc_p:
+        return e.inputs[0], e.inputs[1], e.inputs[2], None
+    return None, e.inputs[0], e.inputs[1], None
 
 
 class _AutoTile(Rewriter):
@@ -124,6 +147,10 @@ class _AutoTile(Rewriter):
         self.deferred: dict[Var, Eqn] = {}
         self.uses: list[Counter[Var]] = []
         self.left_only: set[Var] = set()
+
+    def operands(self, e: Eqn) -> tuple[Any, Any, Any, Any]:
+        """The rewritten (accumulator, a, b, bias) atoms of a tile matmul (None where it has none)."""
+        return tuple(None if x is None else self.atom(x) for x in mm_operands(e))  # type: ignore[return-value]
 
     def run(self, g: Graph) -> Graph:
         self.left_only = left_only_values(g)
@@ -140,53 +167,106 @@ class _AutoTile(Rewriter):
 
     # ------------------------------------------------------------------------------ emission
     def extract(self, src: Atom, r0: Atom, c0: Atom, shape: tuple[int, int], mem: Mem,
-                source: Source | None, rows: int | None = None) -> Var:
-        """TEXTRACT of whole fractals; `rows` valid rows of a decode batch's Left tile (else all)."""
+                source: Source | None, valid: tuple[int | None, int | None] | None = None) -> Var:
+        """TEXTRACT of whole fractals; `valid` the part the cube reads (a decode batch's rows, a K or
+        N tail; None entries: the source's run-time valid extent past the window's start)."""
         st = src.type
         assert isinstance(st, TileType)
         params: dict[str, Any] = {"shape": shape, "memory": mem}
-        valid = _valid(shape, rows)
+        if valid is not None and tuple(valid) == tuple(shape):
+            valid = None
         if valid is not None:
-            params["valid_shape"] = valid
-        return self.emit(P.tile_extract_p, [[src], [r0, c0]], params, [TileType(shape, st.dtype, mem, valid)],
-                         source)[0]
+            params["valid_shape"] = tuple(valid)
+        return self.emit(P.tile_extract_p, [[src], [r0, c0]], params,
+                         [TileType(shape, st.dtype, mem, None if valid is None else tuple(valid))], source)[0]
 
     def block(self, a: Atom, b: Atom, acc: Atom | None, mi: int, ni: int, shape: tuple[int, int, int],
-              plan: MatmulPlan, out_dtype: Any, source: Source | None) -> Var:
-        """acc (+)= a[mi:mi+mc, :] @ b[:, ni:ni+nc], K in chunks of plan.kc."""
+              plan: MatmulPlan, out_dtype: Any, source: Source | None, bias: Atom | None = None,
+              gemv: bool = False) -> Var:
+        """acc (+)= a[mi:mi+mc, :] @ b[:, ni:ni+nc], K in chunks of plan.kc over the valid K; the last
+        chunk of a K tail reads only its valid columns (TMATMUL k = Left.validCol, §6). With a
+        `bias` row the first chunk is TMATMUL_BIAS (the bias added once), the rest accumulate.
+        `gemv` (pl.tile.gemv): the mads are TGEMV, whose k is the Right tile's valid rows."""
         m, k, n = plan.mc, shape[1], plan.nc
         kc = plan.kc
-        total = decode_rows(a.type)
-        rows = None if total is None else min(m, total - mi)  # this block's valid rows of a decode batch
-        left = self.extract(a, _lit(mi), _lit(0), (m, kc), Mem.Left, source, rows)
-        right = self.extract(b, _lit(0), _lit(ni), (kc, n), Mem.Right, source)
-        acc_t = TileType((m, n), out_dtype, Mem.Acc, _valid((m, n), rows))
-        if acc is None:
-            (cur,) = self.emit(P.tile_mad_p, [[left], [right]], {"out_dtype": out_dtype}, [acc_t], source)
-        else:
-            (cur,) = self.emit(P.tile_mad_acc_p, [[acc], [left], [right]], {}, [acc_t], source)
-        if k == kc:
-            return cur
-        # the remaining K chunks: a pipelined loop carrying the accumulator
-        iv, a_in, b_in, acc_in = Var(ScalarType(INDEX), "kk"), Var(a.type), Var(b.type), Var(acc_t, "acc")
-        saved, self.out = self.out, []
-        left = self.extract(a_in, _lit(mi), iv, (m, kc), Mem.Left, source, rows)
-        right = self.extract(b_in, iv, _lit(ni), (kc, n), Mem.Right, source)
-        (nxt,) = self.emit(P.tile_mad_acc_p, [[acc_in], [left], [right]], {}, [acc_t], source)
-        body = Graph([iv, a_in, b_in, acc_in], self.out, [nxt], name="k_loop")
-        self.out = saved
-        (res,) = self.emit(P.for_p, [[_lit(kc), _lit(k), _lit(kc)], [a, b], [cur]],
-                           {"kind": "pipeline", "stage": 2, "body": body}, [acc_t], source)
-        return res
+        at, bt = a.type, b.type
+        assert isinstance(at, TileType) and isinstance(bt, TileType)
+        total = decode_rows(at)
+        rows: int | None = m if total is None else min(m, total - mi)  # this block's valid rows
+        if total is None and not at.fully_valid:
+            vr = at.valid_shape[-2]  # type: ignore[index]
+            rows = None if vr is None else max(0, min(m, vr - mi))
+        kv = k if at.fully_valid else at.valid_shape[-1]  # type: ignore[index]
+        assert isinstance(kv, int)  # a dynamic K is refused by the matmul's type rule
+        nv = bt.shape[-1] if bt.fully_valid else bt.valid_shape[-1]  # type: ignore[index]
+        cols = None if nv is None else min(n, nv - ni)
+        n_chunks = -(-kv // kc)
+        tail = kv - (n_chunks - 1) * kc  # valid K of the last chunk
+
+        def chunk(src_a: Atom, src_b: Atom, k0: Atom, valid_k: int, cur: Atom | None) -> Var:
+            # a bias row first: the Left / Right TEXTRACTs stay next to their mad (fused into it)
+            row = self.bias_row(bias, ni, n, source) if cur is None and bias is not None else None
+            left = self.extract(src_a, _lit(mi), k0, (m, kc), Mem.Left, source, (rows, valid_k))
+            # the Right tile's valid rows are the K the cube reads (TGEMV takes k from them)
+            right = self.extract(src_b, k0, _lit(ni), (kc, n), Mem.Right, source, (valid_k, cols))
+            acc_t = TileType((m, n), out_dtype, Mem.Acc, None if (rows, cols) == (m, n) else (rows, cols))
+            flag = {"gemv": True} if gemv else {}
+            if row is not None:
+                return self.emit(P.tile_mad_bias_p, [[left], [right], [row]], {"out_dtype": out_dtype, **flag},
+                                 [acc_t], source)[0]
+            if cur is None:
+                return self.emit(P.tile_mad_p, [[left], [right]], {"out_dtype": out_dtype, **flag}, [acc_t],
+                                 source)[0]
+            return self.emit(P.tile_mad_acc_p, [[cur], [left], [right]], flag, [acc_t], source)[0]
+
+        cur = chunk(a, b, _lit(0), kc if n_chunks > 1 else tail, acc)
+        full_end = (n_chunks - 1) * kc if tail < kc else n_chunks * kc
+        if full_end > kc:  # the whole chunks after the first: a pipelined loop carrying the accumulator
+            acc_t = cur.type
+            iv, a_in, b_in, acc_in = Var(ScalarType(INDEX), "kk"), Var(at), Var(bt), Var(acc_t, "acc")
+            saved, self.out = self.out, []
+            nxt = chunk(a_in, b_in, iv, kc, acc_in)
+            body = Graph([iv, a_in, b_in, acc_in], self.out, [nxt], name="k_loop")
+            self.out = saved
+            (cur,) = self.emit(P.for_p, [[_lit(kc), _lit(full_end), _lit(kc)], [a, b], [cur]],
+                               {"kind": "pipeline", "stage": 2, "body": body}, [acc_t], source)
+        if n_chunks > 1 and tail < kc:  # the K tail: one more mad over its valid columns
+            cur = chunk(a, b, _lit((n_chunks - 1) * kc), tail, cur)
+        return cur
+
+    def bias_row(self, bias: Atom, ni: int, n: int, source: Source | None) -> Atom:
+        """The bias table row of output columns [ni, ni + n): TMOV Mat -> Bias of that window, or
+        the Bias tile itself when it already is one and covers exactly those columns."""
+        t = bias.type
+        assert isinstance(t, TileType)
+        if t.memory is Mem.Bias:
+            if ni or t.shape[-1] != n:
+                raise CompileError(f"tile.matmul_bias: the output is split along N ([{ni}, {ni + n}) of "
+                                   f"{t.shape[-1]} columns), but the bias {t} already sits in the bias table, "
+                                   "which TMOV cannot window", source,
+                                   help="pass the bias as the Mat tile it was loaded into")
+            return bias
+        vc = t.shape[-1] if t.fully_valid else t.valid_shape[-1]  # type: ignore[index]
+        valid = (1, None if vc is None else max(0, min(n, vc - ni)))
+        return self.extract(bias, _lit(0), _lit(ni), (1, n), Mem.Bias, source, valid)
 
     def plan(self, e: Eqn, split: bool, split_m: bool = True) -> MatmulPlan:
-        a, b = (self.atom(x) for x in e.inputs[-2:])
+        _, a, b, bias = self.operands(e)
         at, bt = a.type, b.type
         assert isinstance(at, TileType) and isinstance(bt, TileType)
         m, k = P._squeeze2(at.shape)
         n = P._squeeze2(bt.shape)[1]
         align = max(16, c0_of(at.dtype))
-        p = plan_matmul(m, k, n, at.dtype.itemsize, align, self.cap, split_m=split and split_m, split_n=split)
+        cap = self.cap
+        if bias is not None:  # every N block's bias row must fit the bias table
+            if not split and n * 4 > self.cap["Bias"]:
+                raise CompileError(
+                    f"tile.matmul_bias [{m}x{k}] x [{k}x{n}]: its bias row needs {n * 4} bytes of the bias table "
+                    f"(capacity {self.cap['Bias']} B, {self.cap['Bias'] // 4} FP32 / INT32 entries)", e.source,
+                    rule="memory plan",
+                    help="store the result directly (pl.store) so it can be split along N, or split N yourself")
+        p = plan_matmul(m, k, n, at.dtype.itemsize, align, cap, split_m=split and split_m, split_n=split,
+                        max_n=self.cap["Bias"] // 4 if bias is not None else None)
         if p is None:
             acc_kib = m * n * 4 // 1024
             full_m = " with the full M" if split and not split_m else ""
@@ -202,7 +282,7 @@ class _AutoTile(Rewriter):
         p = e.primitive
         if p is P.tile_load_p and e.params.get("window_2d"):  # ND -> NZ: the Mat tile the cube reads
             self.nd2nz_load(e)
-        elif p in (P.tile_matmul_p, P.tile_matmul_acc_p):
+        elif p in (P.tile_matmul_p, P.tile_matmul_acc_p, P.tile_matmul_bias_p):
             self.matmul(e)
         elif p is P.tile_store_p and e.inputs[0] in self.deferred:
             self.split_store(self.deferred.pop(e.inputs[0]), e)
@@ -216,7 +296,9 @@ class _AutoTile(Rewriter):
         multiple of 16, is padded to ceil16(M) rows with valid_shape (M, K) (module docstring)."""
         t = e.outputs[0].type
         assert isinstance(t, TileType)
-        pad = e.outputs[0] in self.left_only and t.fully_valid and len(t.shape) == 2
+        # a K tail (valid_shape narrowing only K) pads like a fully valid window: its rows are all valid
+        pad = e.outputs[0] in self.left_only and len(t.shape) == 2 and (
+            t.fully_valid or t.valid_shape[0] == t.shape[0])  # type: ignore[index]
         check_mat_fractals("ND -> NZ load into Mat", t.shape, t.dtype, e.source, partial_rows=pad)
         rows = t.shape[0]
         if not pad or not rows % 16:
@@ -232,18 +314,22 @@ class _AutoTile(Rewriter):
         ot = out.type
         assert isinstance(ot, TileType)
         m, n = ot.shape
-        if decode_rows(self.atom(e.inputs[-2]).type) is not None:
+        acc, a, b, bias = self.operands(e)
+        assert a is not None and b is not None
+        if decode_rows(a.type) is not None:
             m = ceil16(m)  # a decode batch's accumulator is whole 16-row fractals in L0C
         fits = m * n * 4 <= self.cap["Acc"] and max(m, n) <= MAX_CUBE_EXTENT
-        if not fits and e.primitive is P.tile_matmul_p and self.uses[-1][out] == 1 and self._stored(out):
+        if bias is not None:
+            fits = fits and n * 4 <= self.cap["Bias"]
+        fresh = e.primitive in (P.tile_matmul_p, P.tile_matmul_bias_p)
+        if not fits and fresh and self.uses[-1][out] == 1 and self._stored(out):
             self.deferred[out] = e
             return
         plan = self.plan(e, split=False)
-        a, b = (self.atom(x) for x in e.inputs[-2:])
-        acc = self.atom(e.inputs[0]) if e.primitive is P.tile_matmul_acc_p else None
         a_t = a.type
         assert isinstance(a_t, TileType)  # a matmul operand is a tile
-        res = self.block(a, b, acc, 0, 0, (m, P._squeeze2(a_t.shape)[1], n), plan, ot.dtype, e.source)
+        res = self.block(a, b, acc, 0, 0, (m, P._squeeze2(a_t.shape)[1], n), plan, ot.dtype,
+                         e.source, bias, bool(e.params.get("gemv")))
         res.hint = out.hint
         self.env[out] = res
 
@@ -266,14 +352,19 @@ class _AutoTile(Rewriter):
         assert isinstance(out_t, TileType)
         m, n = out_t.shape
         plan = self.plan(mm, split=True)
-        a, b = (self.atom(x) for x in mm.inputs)
+        _, a, b, bias = self.operands(mm)
+        assert a is not None and b is not None
         a_t = a.type
         assert isinstance(a_t, TileType)  # a matmul operand is a tile
         k = P._squeeze2(a_t.shape)[1]
         offs = self.atoms(st.operands("offsets"))
+        vr, vc = (m, n) if out_t.fully_valid else out_t.valid_shape  # type: ignore[misc]
         for mi in range(0, m, plan.mc):
             for ni in range(0, n, plan.nc):
-                blk = self.block(a, b, None, mi, ni, (m, k, n), plan, out_t.dtype, mm.source)
+                if (vr is not None and mi >= vr) or (vc is not None and ni >= vc):
+                    continue  # a block past the valid region: nothing of it is stored
+                blk = self.block(a, b, None, mi, ni, (m, k, n), plan, out_t.dtype, mm.source, bias,
+                                 bool(mm.params.get("gemv")))
                 o = list(offs)
                 o[-2] = self.add(o[-2], _lit(mi), st.source)
                 o[-1] = self.add(o[-1], _lit(ni), st.source)
@@ -288,7 +379,8 @@ def padded_mat_tile(t: TileType) -> TileType:
     The pass gives a Left-only window this type; the backend runs the earlier stages' M x K
     tile on it too, so `low.run(after=...)` of every stage computes the same rows."""
     rows, cols = t.shape
-    return TileType((ceil16(rows), cols), t.dtype, t.memory, (rows, cols))
+    vcols = cols if t.fully_valid else t.valid_shape[1]  # type: ignore[index]
+    return TileType((ceil16(rows), cols), t.dtype, t.memory, (rows, vcols))
 
 
 def auto_tile_matmul_l0(g: Graph, target: str = "A2A3") -> Graph:

@@ -140,7 +140,10 @@ def _static_tile_shape(tt: TileType, what: str, src: Source | None) -> tuple[int
         raise CompileError(f"{what}: the accumulator tile {list(tt.shape)} must be static, positive and "
                            "2-D", src, rule="NZ-21")
     rows, cols = tt.shape
-    if tt.valid_shape is not None:
+    # a ragged N tile (valid columns from its rhs, all rows valid): the NZ store writes its whole
+    # 16-column blocks into the padded output, as it always has; the columns past the valid part
+    # hold no product
+    if tt.valid_shape is not None and tt.valid_shape[0] != rows:
         vs = tuple(tt.valid_shape)
         if any(v is None or isinstance(v, DynDim) for v in vs):
             raise CompileError(f"{what}: the accumulator tile's valid region {_show(vs)} is dynamic; the NZ "
@@ -236,13 +239,14 @@ def split_nz_store(tiler: Any, mm: Eqn, st: Eqn) -> None:
         left, right = tiler.cap["Left"] // 1024, tiler.cap["Right"] // 1024
         raise _no_full_m_tile(m, n, cap, st.source, f"no K chunk of the {m}-row Left operand and its "
                               f"Right block fits L0A/L0B ({left}/{right} KiB)") from None
-    a, b = (tiler.atom(x) for x in mm.inputs)
+    _, a, b, bias = tiler.operands(mm)
     k = P._squeeze2(a.type.shape)[1]
     offs = tiler.atoms(st.operands("offsets"))
     dst = tiler.atom(st.inputs[-1])
     for ni in range(0, n, plan.nc):
         check_nz_store_emission(plan.mc, plan.nc, cap, st.source)
-        acc = tiler.block(a, b, None, 0, ni, (m, k, n), plan, out_t.dtype, mm.source)
+        acc = tiler.block(a, b, None, 0, ni, (m, k, n), plan, out_t.dtype, mm.source, bias,
+                          bool(mm.params.get("gemv")))
         o = list(offs)
         o[1] = tiler.add(o[1], _lit(ni // ACC_C0, o[1]), st.source)
         params = {key: v for key, v in st.params.items() if key != "arity"}

@@ -12,17 +12,22 @@ from ..core.ir import Eqn, Graph
 from ..core.types import TileType
 from .rewrite import Rewriter
 
+#: The index of `b` among each tile matmul's inputs.
+_B_INDEX = {P.tile_matmul_p: 1, P.tile_matmul_acc_p: 2, P.tile_matmul_bias_p: 1}
+
 
 class _Lower(Rewriter):
     def rewrite(self, e: Eqn) -> None:
-        if e.primitive in (P.tile_matmul_p, P.tile_matmul_acc_p) and e.params.get("b_trans"):
-            ins = self.atoms(e.inputs)
-            b = ins[-1]
+        if e.primitive in _B_INDEX and e.params.get("b_trans"):
+            ins = list(self.atoms(e.inputs))
+            ib = _B_INDEX[e.primitive]
+            b = ins[ib]
             bt = b.type
             assert isinstance(bt, TileType)
             (vt,) = P.tile_transpose_view_p.type_rule(bt)  # keeps a valid_shape, transposed
             (view,) = self.emit(P.tile_transpose_view_p, [[b]], {}, [vt], e.source)
-            groups = [[x] for x in ins[:-1]] + [[view]]
+            ins[ib] = view
+            groups = [[x] for x in ins]
             params = {k: v for k, v in e.params.items() if k != "arity"}
             params["b_trans"] = False
             outs = [self.fresh(v) for v in e.outputs]

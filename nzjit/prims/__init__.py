@@ -65,8 +65,10 @@ from .cube import (
     tensor_matmul_p,
     tile_extract_p,
     tile_mad_acc_p,
+    tile_mad_bias_p,
     tile_mad_p,
     tile_matmul_acc_p,
+    tile_matmul_bias_p,
     tile_matmul_p,
 )
 from .memory import (
@@ -147,7 +149,7 @@ __all__ = [
     "_static_bits", "_tensor", "_tile",
     "for_p", "cond_p",
     "tensor_matmul_p", "tensor_matmul_acc_p", "tile_matmul_p", "tile_matmul_acc_p", "tile_extract_p",
-    "tile_mad_p", "tile_mad_acc_p",
+    "tile_mad_p", "tile_mad_acc_p", "tile_matmul_bias_p", "tile_mad_bias_p",
     "vector", "BINARY", "BINARY_SCALAR", "UNARY", "REDUCE", "EXPAND",
     "tile_cast_p", "lrelu_p", "cvt_p", "create_p", "full_p", "fillpad_p", "tpush_to_aiv_p", "tpop_from_aic_p",
     "tpush_to_aic_p", "tpop_from_aiv_p", "move_fixpipe_p", "tile_slice_p", "tile_assemble_p", "tile_reshape_p",

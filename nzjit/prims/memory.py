@@ -100,8 +100,13 @@ def tile_load_p(src: Type, *rest: Type, shape: tuple[int, ...], memory: Mem, ari
         if not isinstance(d, int) or d <= 0:
             raise _fail(f"pl.load shapes must be positive static ints, got {list(shape)}")
         sd = s.shape[i]
-        if isinstance(sd, int) and d > sd:
-            raise _fail(f"pl.load window {list(shape)} exceeds the tensor shape {list(s.shape)} on axis {i}")
+        # a window past the tensor is a ragged tile: only its valid part is read (TLOAD moves
+        # validRow x validCol), so the valid extent, not the window, must lie inside the tensor
+        v_i = None if valid_static is None else valid_static[i]
+        has_valid = arity[2] > 0 and (v_i is None or not isinstance(sd, int) or v_i <= sd)
+        if isinstance(sd, int) and d > sd and not has_valid:
+            raise _fail(f"pl.load window {list(shape)} exceeds the tensor shape {list(s.shape)} on axis {i}",
+                        help="give the ragged tile a valid_shape inside the tensor, or pass clamp=True")
     return [TileType(tuple(shape), s.dtype, memory, valid_static)]
 
 

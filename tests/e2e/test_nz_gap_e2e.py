@@ -113,18 +113,22 @@ def test_static_partial_load_reads_only_the_valid_rows():  # §7 valid_shape, NZ
     np.testing.assert_array_equal(out[:, :32], _ref(x, w[768:800]))
 
 
-def test_partial_columns():  # §7 valid_shape, NZ-26: fewer column blocks
+def test_partial_columns():  # §7 valid_shape, NZ-26: fewer column blocks; hw §6 k = Left.validCol
+    """The weight's valid K is 48 of its 64 columns: the lhs says so too (its valid K is the cube's
+    k), so the unread columns of the weight tile are never multiplied. A lhs whose valid K is wider
+    than the weight's would multiply bytes the load never wrote (garbage on a device, NaN * 0 is
+    NaN) and is refused (test_cube_tails.py::test_a_rhs_whose_valid_k_does_not_cover_the_lhs_is_refused)."""
     R, K, M = 64, 128, 16
 
     @pl.kernel
     def k(x: pl.Tensor[[M, 64], pl.FP16], w: pl.Tensor[[R, K], pl.FP16, pl.NZ],
           out: pl.Out[pl.Tensor[[M, 32], pl.FP32]]):
         wt = pl.load(w, [32, 32], [32, 64], target_memory=pl.Mem.Mat, valid_shape=[32, 48])
-        xt = pl.load(x, [0, 0], [M, 64], target_memory=pl.Mem.Mat)
+        xt = pl.load(x, [0, 0], [M, 64], target_memory=pl.Mem.Mat, valid_shape=[M, 48])
         pl.store(pl.matmul(xt, wt, b_trans=True), [0, 0], out)
 
     x = RNG.integers(-4, 4, (M, 64)).astype(np.float16)
-    x[:, 48:] = 0  # the unread columns of the tile meet zeros of x: the result is exact either way
+    x[:, 48:] = np.nan  # past the valid K: never read
     w = RNG.integers(-4, 4, (R, K)).astype(np.float16)
     ref = x[:, :48].astype(np.float64) @ w[32:64, 32:80].T.astype(np.float64)
     np.testing.assert_array_equal(k(x, runtime.pack_nz(w)), ref.astype(np.float32))

@@ -8,6 +8,7 @@ from typing import Any
 from ... import prims as P
 from ...core.ir import Eqn
 from .. import batched
+from ..double_buffers import held_bytes, prefetch_buffers
 from ..lane_state import Fallback, LaneState, uniform
 from ..lane_values import LANE_VALUES, LaneAcc, LaneTile
 from ..loops import copy_tile, run_loop
@@ -54,7 +55,7 @@ def copy_carries(s: LaneState, vals: list[Any], first: int, consumed: frozenset[
         if (first + i) not in consumed and type(c) in LANE_VALUES:
             if type(c) is LaneAcc:
                 s.reserve(c.g)
-                c = LaneAcc(c.g, s.copy(c.data), c.valid_row)
+                c = LaneAcc(c.g, s.copy(c.data), c.valid_row, c.valid_col)
             elif type(c) is LaneTile and not c.freed:
                 s.reserve(c.g)
                 c = LaneTile(c.g, c.valid_row, c.valid_col, s.copy(c.data), c.row)
@@ -76,14 +77,22 @@ def _batch_for(st: Step) -> Any:
     if body.lanes is None:
         return None
     ins, outs, consumed = st.ins, st.outs, st.consumed
+    prefetch = prefetch_buffers(e)
 
     def run(s: LaneState, env: list[Any]) -> None:
         vals = [env[i] for i in ins]
         start, stop, step = (uniform(x) for x in vals[:3])
         captured = vals[nb : nb + nc]
         carries = copy_carries(s, vals, nb + nc, consumed)
-        for i in range(start, stop, step):
+        trips = range(start, stop, step)
+        # a pipeline's extra stage buffers (double_buffers.py); a fallback restores the accounting
+        held = held_bytes(prefetch) if len(trips) >= 2 else []
+        for space, nbytes in held:
+            s.ctx.onchip.reserve(space, nbytes)
+        for i in trips:
             carries = batched.run_lane_plan(s, body, [i, *captured, *carries])
+        for space, nbytes in held:
+            s.ctx.onchip.release(space, nbytes)
         for slot, v in zip(outs, carries):
             env[slot] = v
 

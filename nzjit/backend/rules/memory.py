@@ -373,7 +373,7 @@ def _batch_store(st: Step) -> Any:
         if type(dst) not in (TensorVal, LaneTensor) or dst.nz is not None:
             raise Fallback("store target")
         if type(tile) is LaneAcc and not tile.freed:
-            vr, vc = tile.valid_row, tile.g.cols
+            vr, vc = tile.valid_row, tile.valid_col
             s.pinned.add(id(tile.data))  # stored at the end: later mads must not update it in place
             get: Callable[[int], TileBuf] = (lambda acc: lambda lane: acc.lane_tile(lane))(tile)
             get.sums = tile.data  # type: ignore[attr-defined]

@@ -1,0 +1,74 @@
+"""The cube's variants, with PyPTO's names and signatures (`pypto.language.tile`): the bias matmul
+(`pl.tile.matmul_bias`, TMATMUL_BIAS), and the one-row forms (`pl.tile.gemv`, `gemv_acc`, `gemv_bias`).
+
+A gemv is the one-row matmul marked `gemv=True`: a `[1, K]` lhs (its Mat tile padded to one 16-row
+fractal, as a decode batch's is) through TGEMV (pto-isa docs/isa/TGEMV.md: m = 1 exactly, k = the
+Right tile's valid rows, n = its valid columns), where a plain one-row TMATMUL would compute the
+whole fractal (m = 1 is forced to 16 on A2/A3, hardware-model.md §6). K and N tails are the operands' valid shapes:
+k = the lhs's valid K, n = the rhs's valid N (`pl.load(..., valid_shape=..., clamp=True)`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import prims as P
+from ..core.types import TileType
+from ..errors import CompileError, user_source
+from ..tracing import Tracer, bind
+
+#: PyPTO's `acc_phase` values (tile.gemv*): a scheduling hint for split accumulation. The A2/A3
+#: cube model computes the same bits in every phase, so the hint is checked and kept on the IR.
+ACC_PHASES = ("unspecified", "partial", "final")
+
+
+def _tile_operand(x: Any, what: str, name: str) -> TileType:
+    if not isinstance(x, Tracer) or not isinstance(x.type, TileType):
+        raise CompileError(f"{what}: `{name}` must be a tile, got {x!r}", user_source(),
+                           help="load it first: pl.load(x, offsets, shape, target_memory=pl.Mem.Mat)")
+    return x.type
+
+
+def matmul_bias(lhs: Tracer, rhs: Tracer, bias: Tracer, b_trans: bool = False, *, _gemv: bool = False) -> Tracer:
+    """`pl.tile.matmul_bias(lhs, rhs, bias)`: `lhs @ rhs + bias` on Mat tiles; `bias` a `[1, N]`
+    tile of the accumulator's dtype (FP32, INT32 for INT8 operands), Mat (loaded like the
+    operands) or Bias. The cube adds it to every row (TMATMUL_BIAS); a split K adds it once."""
+    for x, name in ((lhs, "lhs"), (rhs, "rhs"), (bias, "bias")):
+        _tile_operand(x, "pl.tile.matmul_bias", name)
+    params: dict[str, Any] = {"b_trans": b_trans}
+    if _gemv:
+        params["gemv"] = True
+    return bind(P.tile_matmul_bias_p, [[lhs], [rhs], [bias]], params)[0]
+
+
+def _check_gemv(lhs: Any, acc_phase: Any, what: str) -> None:
+    t = _tile_operand(lhs, what, "lhs")
+    if t.rank != 2 or t.shape[0] != 1:
+        raise CompileError(f"{what} needs a one-row lhs [1, K], got {t}", user_source(),
+                           help="use pl.matmul for a lhs of several rows")
+    if acc_phase not in ACC_PHASES:
+        raise CompileError(f"{what}: acc_phase must be one of {', '.join(ACC_PHASES)}, got {acc_phase!r}",
+                           user_source())
+
+
+def gemv(lhs: Tracer, rhs: Tracer, acc_phase: str = "unspecified") -> Tracer:
+    """`pl.tile.gemv(lhs, rhs)`: `C[1, N] = lhs[1, K] @ rhs[K, N]`, the one-row matmul."""
+    _check_gemv(lhs, acc_phase, "pl.tile.gemv")
+    _tile_operand(rhs, "pl.tile.gemv", "rhs")
+    return bind(P.tile_matmul_p, [[lhs], [rhs]], {"b_trans": False, "out_dtype": None, "gemv": True})[0]
+
+
+def gemv_acc(acc: Tracer, lhs: Tracer, rhs: Tracer, acc_phase: str = "unspecified") -> Tracer:
+    """`pl.tile.gemv_acc(acc, lhs, rhs)`: `acc[1, N] += lhs[1, K] @ rhs[K, N]`."""
+    _check_gemv(lhs, acc_phase, "pl.tile.gemv_acc")
+    _tile_operand(rhs, "pl.tile.gemv_acc", "rhs")
+    return bind(P.tile_matmul_acc_p, [[acc], [lhs], [rhs]], {"b_trans": False, "gemv": True})[0]
+
+
+def gemv_bias(lhs: Tracer, rhs: Tracer, bias: Tracer, acc_phase: str = "unspecified") -> Tracer:
+    """`pl.tile.gemv_bias(lhs, rhs, bias)`: `lhs[1, K] @ rhs[K, N] + bias[1, N]`."""
+    _check_gemv(lhs, acc_phase, "pl.tile.gemv_bias")
+    return matmul_bias(lhs, rhs, bias, _gemv=True)
+
+
+__all__ = ["ACC_PHASES", "gemv", "gemv_acc", "gemv_bias", "matmul_bias"]
