@@ -178,6 +178,8 @@ def _batch_elementwise(st: Step) -> Any:
     dt = geom.dtype
     ins = st.ins
     (o,) = st.outs
+    t = e.outputs[0].type
+    donors = tuple(j for j in sorted(st.consumed) if e.inputs[j].type == t)  # may lend their images
 
     def run(s: LaneState, env: list[Any]) -> None:
         xs = [env[i] for i in ins]
@@ -190,7 +192,8 @@ def _batch_elementwise(st: Step) -> Any:
                 raise Fallback("operands of different valid shapes (the reference refuses)")
         s.reserve(geom)
         rows = [x.row for x in xs]
-        if all(r is rows[0] or np.array_equal(r, rows[0]) for r in rows):  # same images per lane
+        shared = all(r is rows[0] or np.array_equal(r, rows[0]) for r in rows)
+        if shared:  # same images per lane
             args = [x.data.view(dt).reshape(len(x.data), x.g.rows, x.g.cols) for x in xs]
             row = rows[0]
         else:
@@ -198,7 +201,10 @@ def _batch_elementwise(st: Step) -> Any:
             row = np.arange(s.L)
         n = len(args[0])
         partial = (vr, vc) != (geom.rows, geom.cols)  # outside the valid region: a fresh tile's zeros
-        data = s.zeros(n, geom.nbytes, zero=partial)
+        # wholly valid: in place over a dying operand's images (a ufunc is safe in place), else fresh
+        data = next((d for j in donors if shared and not partial and (d := s.adopt(xs[j])) is not None), None)
+        if data is None:
+            data = s.zeros(n, geom.nbytes, zero=partial)
         ufunc(*(a[:, :vr, :vc] for a in args), out=data.view(dt).reshape(n, geom.rows, geom.cols)[:, :vr, :vc])
         env[o] = LaneTile(geom, vr, vc, data, row)
 
