@@ -151,3 +151,34 @@ def test_dynamic_valid_shapes_that_differ_are_refused_at_run_time():
             with pytest.raises(runtime.DeviceError, match="TSUB: source valid shape 4x64 differs from the "
                                                           "destination's 8x64"):
                 k(x, 8, 4, y)
+
+
+def test_a_result_in_place_over_a_stored_operand_leaves_the_store_its_bytes(attempts):
+    # LaneState.adopt: `t` dies at the add, but its deferred store still reads its images; the
+    # result must not take them over (y gets t, z gets t + t), on every path
+    R, C = 16, 64
+
+    @pl.kernel
+    def k(x: pl.Tensor[[64, C], pl.FP32], y: pl.Out[pl.Tensor[[64, C], pl.FP32]],
+          z: pl.Out[pl.Tensor[[64, C], pl.FP32]]):
+        for lane in pl.spmd(4):
+            t = pl.exp(pl.load(x, [lane * R, 0], [R, C], target_memory=pl.Mem.Vec))
+            pl.store(t, [lane * R, 0], y)
+            u = pl.row_expand_sub(t, pl.row_max(t))
+            pl.store(pl.add(u, u), [lane * R, 0], z)
+
+    x = RNG.standard_normal((64, C)).astype(np.float32)
+    e = np.exp(x)
+    u = e - e.max(axis=1, keepdims=True)
+    outs = []
+    for o in PATHS:
+        attempts.clear()
+        with using(o):
+            y, z = np.zeros_like(x), np.zeros_like(x)
+            k(x, y, z)
+        if o is PATHS[0]:
+            assert attempts and attempts[0] is True
+        np.testing.assert_allclose(y, e, rtol=1e-6)
+        np.testing.assert_allclose(z, u + u, rtol=1e-6, atol=1e-6)
+        outs.append(y.tobytes() + z.tobytes())
+    assert outs[0] == outs[1] == outs[2]
