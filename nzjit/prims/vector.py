@@ -196,12 +196,23 @@ def fillpad_p(a: Type, *, pad: str, **_: Any) -> list[Type]:
 
 # ------------------------------------------------------------------------------- cross-core moves
 def _fixpipe_scale(a: TileType, dtype: dt.DType, scale: tuple[Type, ...]) -> None:
-    """The fixpipe's scalar dequantisation (DEQF16): an INT32 Acc tile to FP16 times one FP32 scale."""
+    """The fixpipe's dequantisation: an INT32 Acc tile to FP16 times one FP32 scale (DEQF16) or one
+    FP32 scale per column, an FP32 tensor of the tile's columns (VDEQF16)."""
     if scale and (a.dtype is not dt.INT32 or dtype is not dt.FP16):
         raise CompileError(f"the fixpipe's dequant scale converts an INT32 Acc tile to FP16, not {a.dtype!r} -> {dtype!r}")
     for s in scale:
-        if not (isinstance(s, ScalarType) and s.dtype.is_float):
-            raise CompileError(f"the fixpipe's dequant scale is a float scalar, got {s}")
+        per_channel = isinstance(s, TensorType) and s.dtype is dt.FP32 and s.shape[-1] == a.shape[-1] \
+            and all(d == 1 for d in s.shape[:-1])
+        if not (isinstance(s, ScalarType) and s.dtype.is_float) and not per_channel:
+            raise CompileError(f"the fixpipe's dequant scale is a float scalar or an FP32 tensor of one scale per "
+                               f"column, got {s}")
+
+
+def quant_mode(scale: tuple[Type, ...]) -> str | None:
+    """The fixpipe's pre-quantisation mode of an Acc -> Vec move with operands `scale`."""
+    if not scale:
+        return None
+    return "VDEQF16" if isinstance(scale[0], TensorType) else "DEQF16"
 
 
 @primitive("tile.tpush_to_aiv", ("acc", "scale"))

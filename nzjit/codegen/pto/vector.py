@@ -9,9 +9,11 @@ pto-isa's TROW* instructions write: `blayout=col_major`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...core.dtypes import INDEX
 from ...core.ir import Eqn
-from ...core.types import Mem, TileType
+from ...core.types import Mem, TensorType, TileType
 from ...prims import vector as VP
 from ..pto_types import TILE_LAYOUTS, TileLayout
 from .emitter import Emitter, Tile, pto_rules
@@ -92,13 +94,23 @@ def _fillpad(em: Emitter, e: Eqn) -> None:
     _instr(em, e, "pto.tfillpad", f" {{pad_value = #pto<pad_value {e.params['pad']}>}}")
 
 
+def _scale_operand(em: Emitter, a: Any) -> tuple[str, str]:
+    """A dequant scale operand: a scalar (DEQF16), or the per-channel scales' tensor as a partition
+    view of its one row (VDEQF16: the fixpipe reads them through its buffer)."""
+    if isinstance(a.type, TensorType):
+        n = a.type.shape[-1]
+        return em.partition(em.view(a), [0] * a.type.rank, [*([1] * (a.type.rank - 1)), n])
+    return em.value(a), a.type.dtype.short
+
+
 def _tpush(direction: str):  # type: ignore[no-untyped-def]
     def emit(em: Emitter, e: Eqn) -> None:
         src = em.tile(e.inputs[0])
-        scale = [(em.value(a), a.type.dtype.short) for a in e.inputs[1:]]  # type: ignore[union-attr]
+        scale = [_scale_operand(em, a) for a in e.inputs[1:]]
         names = ", ".join([src.ssa, *(s for s, _ in scale)])
         types = ", ".join([src.spelled, *(t for _, t in scale)])
-        quant = ", pre_quant = #pto<quant_mode DEQF16>" if scale else ""
+        mode = VP.quant_mode(tuple(a.type for a in e.inputs[1:]))
+        quant = f", pre_quant = #pto<quant_mode {mode}>" if mode else ""
         em.line(f"pto.tpush_to_{direction} ins({names} : {types}) {{split = 0{quant}}}")
         em.env[e.outputs[0]] = src  # the slot stands for the pushed tile until its pop
 
@@ -119,7 +131,14 @@ def _tpop(direction: str):  # type: ignore[no-untyped-def]
 
 
 def _move_fixpipe(em: Emitter, e: Eqn) -> None:
-    _instr(em, e, "pto.tmov", " {acc_to_vec_mode = #pto<acc_to_vec_mode SingleModeVec0>}")
+    mode = " {acc_to_vec_mode = #pto<acc_to_vec_mode SingleModeVec0>}"
+    if VP.quant_mode(tuple(a.type for a in e.inputs[1:])) != "VDEQF16":
+        _instr(em, e, "pto.tmov", mode)
+        return
+    src = em.tile(e.inputs[0])  # TMOV_FP: the vector-quant move, its scales read through the fixpipe
+    fp, fp_type = _scale_operand(em, e.inputs[1])
+    out = _alloc(em, e, src)
+    em.line(f"pto.tmov.fp ins({src.ssa}, {fp} : {src.spelled}, {fp_type}) outs({out.ssa} : {out.spelled}){mode}")
 
 
 def _slice(em: Emitter, e: Eqn) -> None:
