@@ -192,15 +192,27 @@ def binary_scalar(op: str, dst: TileBuf, a: TileBuf, scalar: float | int, target
         _write(dst, BINARY_OPS[op](valid_region(a).astype(c, copy=False), s))
 
 
-def unary(op: str, dst: TileBuf, src: TileBuf, target: str = "A2A3") -> None:
-    """TEXP / TLOG / TSQRT / TRSQRT / TRECIP / TABS / TNEG / TRELU over dst's valid region."""
+def unary(op: str, dst: TileBuf, src: TileBuf, target: str = "A2A3", high_precision: bool = False) -> None:
+    """TEXP / TLOG / TSQRT / TRSQRT / TRECIP / TABS / TNEG / TRELU over dst's valid region.
+
+    `high_precision` TRSQRT is pto-isa's documented high-precision form (the A2/A3 overload with a
+    tmp tile; A5's HIGH_PRECISION algorithm): a correctly rounded square root, then a correctly
+    rounded division of 1 by it, each rounded to the tile dtype (TSQRT then TDIV). The default is
+    the device's approximate TRSQRT (A2/A3 vrsqrt), modelled as 1 / sqrt rounded once."""
     what = f"T{op.upper()}"
     check_vec(dst, what)
     check_vec(src, what)
     _same_dtype(what, dst, src)
     _dtypes(what, op, dst.dtype, target)
     _same_valid(what, dst, src)
-    _apply(dst, UNARY_OPS[op], valid_region(src).astype(_compute_dtype(dst.dtype), copy=False))
+    c = _compute_dtype(dst.dtype)
+    x = valid_region(src).astype(c, copy=False)
+    if high_precision and op == "rsqrt":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            root = np.sqrt(x).astype(dst.dtype).astype(c, copy=False)  # TSQRT's rounded result
+        _apply(dst, np.divide, np.ones((), c), root)
+        return
+    _apply(dst, UNARY_OPS[op], x)
 
 
 def lrelu(dst: TileBuf, src: TileBuf, slope: float, target: str = "A2A3") -> None:

@@ -353,6 +353,27 @@ def mrgsort_p(a: Type, *, block_len: int, **_: Any) -> list[Type]:
     return [src]
 
 
+@primitive("tile.mrgsort_format2", ("srcs", "tmp"))
+def mrgsort2_p(*ts: Type, exhausted: bool = False, **_: Any) -> list[Type]:
+    """`pl.mrgsort(src0, src1[, src2[, src3]], tmp=)` (TMRGSORT format 2): 2-4 sorted one-row lists of
+    value-index pairs merged into one row of their total length (`tmp`'s)."""
+    *srcs, tmp = [vec_tile(t, "pl.mrgsort") for t in ts]
+    if not 2 <= len(srcs) <= 4:
+        raise CompileError(f"pl.mrgsort merges 2 to 4 lists (format 2), got {len(srcs)}")
+    d = srcs[0].dtype
+    for t in (*srcs, tmp):
+        if t.dtype is not d or d not in (dt.FP32, dt.FP16) or t.shape[0] != 1:
+            raise CompileError(f"pl.mrgsort merges one-row FP32 / FP16 value-index pair tiles of one dtype, got {t}")
+    total = sum(t.shape[1] for t in srcs)
+    if tmp.shape[1] != total:
+        raise CompileError(f"pl.mrgsort: tmp has {tmp.shape[1]} columns, the lists {total}",
+                           help=f"pass a [1, {total}] tmp tile (GETMRGSORTTMPSIZE: the lists' columns)")
+    if exhausted:
+        raise CompileError("pl.mrgsort(..., exhausted=True): the suspending merge (stops when a list runs out) "
+                           "is not modelled", help="merge with exhausted=False")
+    return [TileType((1, total), d, Mem.Vec)]
+
+
 @primitive("tile.gather_mask", ("src",))
 def gather_mask_p(a: Type, *, pattern: int, dtype: dt.DType, **_: Any) -> list[Type]:
     """`pl.gather(src, mask_pattern=, output_dtype=)` (TGATHER mask form)."""
@@ -384,6 +405,6 @@ def gather_p(a: Type, i: Type, *, rowwise: bool = True, **_: Any) -> list[Type]:
 ALL: tuple[Primitive, ...] = (
     *ELEMENTWISE.values(), tile_cast_p, *BINARY.values(), *BINARY_SCALAR.values(), *UNARY.values(), lrelu_p, cvt_p, *REDUCE.values(),
     *EXPAND.values(), create_p, full_p, fillpad_p, tpush_to_aiv_p, tpop_from_aic_p, tpush_to_aic_p,
-    tpop_from_aiv_p, move_fixpipe_p, tile_slice_p, tile_assemble_p, tile_reshape_p, ci_p, sort32_p, mrgsort_p,
+    tpop_from_aiv_p, move_fixpipe_p, tile_slice_p, tile_assemble_p, tile_reshape_p, ci_p, sort32_p, mrgsort_p, mrgsort2_p,
     gather_mask_p, gather_p,
 )

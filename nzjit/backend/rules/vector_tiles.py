@@ -127,6 +127,18 @@ def _sort32(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [out]
 
 
+def _mrgsort2(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
+    VS.tmrgsort_lists(out, ins[:-1], ins[-1])
+
+
+def _mrgsort2_valid(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
+    return 1, sum(x.valid_col for x in ins[:-1])
+
+
+_MRGSORT2 = VecOp(_mrgsort2, _mrgsort2_valid, row_local=False)  # one-row lists: never stacked
+register((VP.mrgsort2_p,), Rule(impl_of(_MRGSORT2), batch=lanes_of(_MRGSORT2)))
+
+
 @rule(VP.mrgsort_p)
 def _mrgsort(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     out = like(ctx, e, ins[0])
