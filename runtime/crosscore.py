@@ -133,11 +133,27 @@ class CrossCorePipe:
         want = "Vec" if slot.direction == "c2v" else "Mat"
         if tile.space != want:
             raise DeviceError(f"TPOP of a {slot.direction} slot lands in {want}, got a {tile.space} tile")
+        self._ready(slot)
+        tile.valid_row, tile.valid_col = slot.shape
+        tload(self.gm, slot.view(), tile)
+        self.release(slot)
+
+    def _ready(self, slot: PipeSlot) -> None:
         if not slot.ready:
             raise DeviceError(f"TPOP ({slot.direction}) of a slot whose data-ready flag is not set (popped "
                               "twice, or never pushed): the consumer core would wait forever")
-        tile.valid_row, tile.valid_col = slot.shape
-        tload(self.gm, slot.view(), tile)
+
+    def reserve(self, direction: str, shape: tuple[int, int], dtype: np.dtype) -> PipeSlot:
+        """TPUSH's FIFO and GM accounting without its bytes, data-ready set: the slot one lane pushes,
+        standing for every lane's in a batched run whose caller carries the lanes' values (each lane
+        is its own core pair with its own FIFO; the lanes' accounting is the same)."""
+        slot = self._slot(direction, shape, dtype)
+        slot.ready = True
+        return slot
+
+    def release(self, slot: PipeSlot) -> None:
+        """TPOP's wait and TFREE without the load (the counterpart of `reserve`; `pop` ends with it)."""
+        self._ready(slot)
         slot.ready = False
         self.in_flight[slot.direction] -= 1
         self.gm.free(slot.addr)

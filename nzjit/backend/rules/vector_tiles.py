@@ -18,6 +18,7 @@ from runtime.crosscore import dequant_fp16, pipe_of, vector_quant_scale
 
 from ...core.ir import Eqn
 from ...prims import vector as VP
+from .. import lane_pipe
 from ..rule import Rule, register, rule
 from ..steps import alloc
 from ..values import TensorVal
@@ -37,18 +38,18 @@ def _fixpipe_scale(ctx: Any, e: Eqn, ins: list[Any]) -> float | np.ndarray | Non
     return float(scalar_operand(e, 1, s))
 
 
-@rule(VP.tpush_to_aiv_p)
+@rule(VP.tpush_to_aiv_p, batch=lane_pipe.batch_push_acc)
 def _tpush_to_aiv(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     scale = _fixpipe_scale(ctx, e, ins)
     return [pipe_of(ctx.gm).push_acc(ins[0], e.params["dtype"].np_dtype, bool(e.params.get("relu")), scale)]
 
 
-@rule(VP.tpush_to_aic_p)
+@rule(VP.tpush_to_aic_p, batch=lane_pipe.batch_push_vec)
 def _tpush_to_aic(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [pipe_of(ctx.gm).push_vec(ins[0])]
 
 
-@rule(VP.tpop_from_aic_p)
+@rule(VP.tpop_from_aic_p, batch=lane_pipe.batch_pop)
 def _tpop_from_aic(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     slot = ins[0]
     out = alloc(ctx, out_type(e), slot.shape)
@@ -56,7 +57,7 @@ def _tpop_from_aic(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [out]
 
 
-@rule(VP.tpop_from_aiv_p)
+@rule(VP.tpop_from_aiv_p, batch=lane_pipe.batch_pop)
 def _tpop_from_aiv(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     slot = ins[0]
     t = out_type(e)
