@@ -14,7 +14,6 @@ import pytest
 import nzjit
 import runtime
 from nzjit import pl
-from nzjit.backend import batched
 from nzjit.backend.options import Options, using
 from runtime import vector as V
 
@@ -34,20 +33,6 @@ def seen(monkeypatch):
 
     monkeypatch.setattr(V, "fillpad", spy)
     return got
-
-
-@pytest.fixture
-def attempts(monkeypatch):
-    ok: list[bool] = []
-    real = batched.try_run_spmd
-
-    def spy(*a, **k):
-        r = real(*a, **k)
-        ok.append(r)
-        return r
-
-    monkeypatch.setattr(batched, "try_run_spmd", spy)
-    return ok
 
 
 def _lanes(seen, rows):

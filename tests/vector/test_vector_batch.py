@@ -10,10 +10,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from nzjit import pl
-from nzjit.backend import batched
 from nzjit.backend.options import Options, using
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -22,21 +20,6 @@ import row_softmax as sm  # noqa: E402
 
 RNG = np.random.default_rng(22)
 PATHS = (Options(strict=True), Options(batch=False), Options(fast=False))
-
-
-@pytest.fixture
-def attempts(monkeypatch):
-    """The results of every batched SPMD attempt (True: it ran batched)."""
-    seen: list[bool] = []
-    real = batched.try_run_spmd
-
-    def spy(*a, **k):
-        ok = real(*a, **k)
-        seen.append(ok)
-        return ok
-
-    monkeypatch.setattr(batched, "try_run_spmd", spy)
-    return seen
 
 
 def _on_every_path(k, *args):
