@@ -69,11 +69,11 @@ def fam_vec_alu(g: G) -> None:
             half = f"({a} * 0.5)"
             g.emit(2, f"{t} = pl.cast(pl.cast(pl.mul({a}, 0.5), pl.INT32, mode={mode!r}), pl.FP32, mode='rint')",
                    f"{t} = " + _CVT_REF[mode].format(x=half))
-        elif kind == "rsqrt":  # TSQRT then TDIV, each rounded to fp32: within rounding of the float64 value
+        elif kind == "rsqrt":  # TSQRT then TDIV, each rounded to fp32 (the default's model is the same)
             exact = False
             hp = g.p(0.5)
             g.emit(2, f"{t} = pl.rsqrt(pl.add(pl.abs({a}), 1.0), high_precision={hp})",
-                   f"{t} = (1.0 / np.sqrt(np.abs({a}) + 1.0)){_R32}")
+                   f"{t} = (1.0 / np.sqrt((np.abs({a}) + 1.0){_R32}){_R32}){_R32}")
         else:  # div
             exact = False
             g.emit(2, f"{t} = pl.div({a}, pl.add(pl.abs({b}), 1.0))",
