@@ -8,9 +8,14 @@ same data, ratios measured side by side in one run (interleaved best-of-N).
   math in float32 from the same int8 / fp16 arrays (int8 products are exact in float32 here).
 
 The target is 1.5x of numpy. The vector rules have batch forms (backend/rules/vector_lanes.py):
-the softmax body runs once for all 16 lanes (each instruction on the lanes' stacked images). The
-fused expert's cross-core moves (tpush / tpop through the GM pipe) have none yet, so its four
-lanes still run one by one; the ratios say how far each is.
+the softmax body runs once for all 16 lanes (each instruction on the lanes' stacked images, in
+place over the images of the operand that dies there). The fused expert's cross-core moves
+(tpush / tpop through the GM pipe) run batched too (backend/lane_pipe.py), so its four lanes run
+as one; the ratios say how far each still is.
+
+Run it from the repository root with the worktree first on the path (`PYTHONPATH=. python
+benchmarks/bench_vector.py`): the script's own directory comes first otherwise, and an installed
+nzjit would be the one measured.
 
     python benchmarks/bench_vector.py
 """

@@ -27,20 +27,43 @@ from .memory import GlobalMemory
 from .store import tstore
 from .tile import TileBuf
 
-__all__ = ["PipeSlot", "CrossCorePipe", "pipe_of", "SLOT_NUM", "dequant_fp16"]
+__all__ = ["PipeSlot", "CrossCorePipe", "pipe_of", "SLOT_NUM", "F16_MAX", "dequant_fp16", "vector_quant_scale"]
 
 #: PTOAS's default slot count of a one-way pipe.
 SLOT_NUM = 8
 
 
-def dequant_fp16(acc: np.ndarray, scale: float, relu: bool = False) -> np.ndarray:
-    """The fixpipe's scalar dequantisation (DEQF16): int32 sums times an fp32 scale, rounded once to
-    fp16 (RNE; the product is formed exactly, in float64). Pre-ReLU applies to the sums."""
-    v = acc.astype(np.int64)
-    if relu:
-        v = np.maximum(v, 0)
+#: The largest finite fp16: DEQF16 / VDEQF16 saturate to it.
+F16_MAX = 65504.0
+
+
+def vector_quant_scale(scales: np.ndarray) -> np.ndarray:
+    """The per-channel fp32 scales as the fixpipe's vector quantisation (VDEQF16) applies them: its
+    parameter keeps 19 bits of each scale (bits 13..31 of the fp32: sign, 8 exponent bits, the top
+    10 mantissa bits), so a scale is truncated to 11 significant bits; a zero exponent and mantissa
+    is 0, any other exponent e reads as (1 + m / 1024) * 2^(e - 127) (pto-isa's reference model)."""
+    bits = np.ascontiguousarray(scales, np.float32).view(np.uint32) >> np.uint32(13)
+    sign = np.where((bits >> 18) & 1, -1.0, 1.0)
+    exponent = ((bits >> 10) & 0xFF).astype(np.int64)
+    mantissa = (bits & 0x3FF).astype(np.float64)
     with np.errstate(over="ignore"):
-        return (v.astype(np.float64) * float(np.float32(scale))).astype(np.float16)
+        v = sign * (1.0 + mantissa / 1024.0) * np.exp2(exponent - 127.0)
+        v = v.astype(np.float32)  # exact for every exponent but 255 (2^128: inf, as in fp32)
+    return np.where((exponent == 0) & (mantissa == 0), np.float32(0), v).astype(np.float32)
+
+
+def dequant_fp16(acc: np.ndarray, scale: float | np.ndarray, relu: bool = False) -> np.ndarray:
+    """The fixpipe's int32 -> fp16 dequantisation, as pto-isa's reference model computes it: each sum
+    converted to fp32 (RNE), times the fp32 scale in fp32 (RNE), saturated to +-65504 (NaN stays
+    NaN), then the optional ReLU (NaN -> 0), rounded to fp16 (RNE). `scale` is one float (DEQF16,
+    the scalar mode) or one fp32 per column (VDEQF16: pass it through `vector_quant_scale` first)."""
+    s = np.asarray(scale, np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = acc.astype(np.float32) * s
+        v = np.where(np.isnan(v), v, np.clip(v, -F16_MAX, F16_MAX)).astype(np.float32)
+        if relu:
+            v = np.where(v > 0, v, np.float32(0))
+        return v.astype(np.float16)
 
 
 @dataclass
@@ -75,16 +98,21 @@ class CrossCorePipe:
         self.in_flight[direction] += 1
         return PipeSlot(self.gm.alloc(max(nbytes, 32)), shape, np.dtype(dtype), direction)
 
-    def push_acc(self, acc: TileBuf, dtype: np.dtype, relu: bool = False, scale: float | None = None) -> PipeSlot:
+    def push_acc(self, acc: TileBuf, dtype: np.dtype, relu: bool = False,
+                 scale: float | np.ndarray | None = None) -> PipeSlot:
         """TPUSH of an Acc tile (cube -> vector): the fixpipe stores its valid region, converted to
-        `dtype` (int32 -> fp16 through `scale`, DEQF16), into a fresh slot and sets data-ready."""
+        `dtype` (int32 -> fp16 through `scale`: one float, DEQF16, or one fp32 per valid column,
+        VDEQF16), into a fresh slot and sets data-ready."""
         if acc.space != "Acc":
             raise DeviceError(f"TPUSH to the vector core takes an Acc tile, got {acc.space}")
         if scale is not None and (acc.dtype != np.int32 or np.dtype(dtype) != np.float16):
             raise DeviceError(f"the fixpipe dequantises int32 to fp16, not {acc.dtype.name} -> {np.dtype(dtype).name}")
+        if isinstance(scale, np.ndarray) and scale.shape != (acc.valid_col,):
+            raise DeviceError(f"VDEQF16: {scale.size} per-channel scales for {acc.valid_col} valid columns")
         slot = self._slot("c2v", (acc.valid_row, acc.valid_col), dtype)
         if scale is not None:
-            vals = dequant_fp16(acc.logical()[: acc.valid_row, : acc.valid_col], scale, relu)
+            per = vector_quant_scale(scale) if isinstance(scale, np.ndarray) else scale
+            vals = dequant_fp16(acc.logical()[: acc.valid_row, : acc.valid_col], per, relu)
             self.gm.write(slot.addr, np.ascontiguousarray(vals).view(np.uint8).reshape(-1))
         else:
             tstore(self.gm, slot.view(), acc, relu=relu)
@@ -105,11 +133,27 @@ class CrossCorePipe:
         want = "Vec" if slot.direction == "c2v" else "Mat"
         if tile.space != want:
             raise DeviceError(f"TPOP of a {slot.direction} slot lands in {want}, got a {tile.space} tile")
+        self._ready(slot)
+        tile.valid_row, tile.valid_col = slot.shape
+        tload(self.gm, slot.view(), tile)
+        self.release(slot)
+
+    def _ready(self, slot: PipeSlot) -> None:
         if not slot.ready:
             raise DeviceError(f"TPOP ({slot.direction}) of a slot whose data-ready flag is not set (popped "
                               "twice, or never pushed): the consumer core would wait forever")
-        tile.valid_row, tile.valid_col = slot.shape
-        tload(self.gm, slot.view(), tile)
+
+    def reserve(self, direction: str, shape: tuple[int, int], dtype: np.dtype) -> PipeSlot:
+        """TPUSH's FIFO and GM accounting without its bytes, data-ready set: the slot one lane pushes,
+        standing for every lane's in a batched run whose caller carries the lanes' values (each lane
+        is its own core pair with its own FIFO; the lanes' accounting is the same)."""
+        slot = self._slot(direction, shape, dtype)
+        slot.ready = True
+        return slot
+
+    def release(self, slot: PipeSlot) -> None:
+        """TPOP's wait and TFREE without the load (the counterpart of `reserve`; `pop` ends with it)."""
+        self._ready(slot)
         slot.ready = False
         self.in_flight[slot.direction] -= 1
         self.gm.free(slot.addr)

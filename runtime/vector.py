@@ -192,16 +192,27 @@ def binary_scalar(op: str, dst: TileBuf, a: TileBuf, scalar: float | int, target
         _write(dst, BINARY_OPS[op](valid_region(a).astype(c, copy=False), s))
 
 
-def unary(op: str, dst: TileBuf, src: TileBuf, target: str = "A2A3") -> None:
-    """TEXP / TLOG / TSQRT / TRSQRT / TRECIP / TABS / TNEG / TRELU over dst's valid region."""
+def unary(op: str, dst: TileBuf, src: TileBuf, target: str = "A2A3", high_precision: bool = False) -> None:
+    """TEXP / TLOG / TSQRT / TRSQRT / TRECIP / TABS / TNEG / TRELU over dst's valid region.
+
+    `high_precision` TRSQRT is pto-isa's documented high-precision form (the A2/A3 overload with a
+    tmp tile; A5's HIGH_PRECISION algorithm): a correctly rounded square root, then a correctly
+    rounded division of 1 by it, each rounded to the tile dtype (TSQRT then TDIV). The default is
+    the device's approximate TRSQRT (A2/A3 vrsqrt), modelled as 1 / sqrt rounded once."""
     what = f"T{op.upper()}"
     check_vec(dst, what)
     check_vec(src, what)
     _same_dtype(what, dst, src)
     _dtypes(what, op, dst.dtype, target)
     _same_valid(what, dst, src)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        _write(dst, UNARY_OPS[op](valid_region(src).astype(_compute_dtype(dst.dtype), copy=False)))
+    c = _compute_dtype(dst.dtype)
+    x = valid_region(src).astype(c, copy=False)
+    if high_precision and op == "rsqrt":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            root = np.sqrt(x).astype(dst.dtype).astype(c, copy=False)  # TSQRT's rounded result
+        _apply(dst, np.divide, np.ones((), c), root)
+        return
+    _apply(dst, UNARY_OPS[op], x)
 
 
 def lrelu(dst: TileBuf, src: TileBuf, slope: float, target: str = "A2A3") -> None:
@@ -227,18 +238,26 @@ def expands(dst: TileBuf, value: float | int) -> None:
 
 # ---------------------------------------------------------------------------------- reductions
 def _tree(x: np.ndarray, axis: int, dtype: np.dtype) -> np.ndarray:
-    """Sum along `axis` as a binary tree, rounding to `dtype` at each level (vcgadd / vcadd)."""
+    """Sum along `axis` as a binary tree, rounding to `dtype` at each level (vcgadd / vcadd): level
+    by level, element i + the element half a level on (an odd level's last element carried on), in
+    one buffer of half the length (the sums written over the terms they replace)."""
     c = _compute_dtype(dtype)
     x = np.moveaxis(x.astype(c, copy=False), axis, -1)
     n = x.shape[-1]
+    if n <= 1:
+        return x[..., 0].copy()
+    half = n // 2
+    buf = np.empty(x.shape[:-1] + (half + n % 2,), c)
+    src = x
     while n > 1:
-        half = n // 2
-        pair = x[..., :half] + x[..., half : 2 * half]
+        half, odd = n // 2, n % 2
+        np.add(src[..., :half], src[..., half : 2 * half], out=buf[..., :half])
         if c != dtype:  # fp16: every level rounds to the tile dtype
-            pair = pair.astype(dtype).astype(c)
-        x = np.concatenate([pair, x[..., 2 * half :]], axis=-1) if n % 2 else pair
-        n = x.shape[-1]
-    return x[..., 0]
+            buf[..., :half] = buf[..., :half].astype(dtype)
+        if odd:
+            buf[..., half] = src[..., 2 * half]
+        src, n = buf, half + odd
+    return buf[..., 0].copy()
 
 
 def reduce_values(op: str, x: np.ndarray, axis: int, dtype: np.dtype) -> np.ndarray:
@@ -443,13 +462,17 @@ def fillpad(dst: TileBuf, src: TileBuf, pad: str) -> None:
                           f"region {src.valid_row}x{src.valid_col}")
     full = dst.data.view(dst.dtype).reshape(dst.rows, dst.cols)
     keep = valid_region(src)
-    if np.shares_memory(keep, full):  # in place: keep the values before the pad overwrites them
-        keep = keep.copy()
     vr, vc = keep.shape
+    # in place over the same bytes and shape: the valid region is already where it belongs
+    same = keep.dtype.itemsize == full.dtype.itemsize and keep.strides == full.strides and \
+        keep.__array_interface__["data"][0] == full.__array_interface__["data"][0]
+    if not same and np.shares_memory(keep, full):  # keep the values before the pad overwrites them
+        keep = keep.copy()
     value = np.asarray(pad_scalar(dst.dtype, pad)).astype(dst.dtype)
     full[:vr, vc:] = value  # the pad around the valid region, then the region itself
     full[vr:, :] = value
-    full[:vr, :vc] = keep.view(dst.dtype)
+    if not same:
+        full[:vr, :vc] = keep.view(dst.dtype)
     dst.valid_row, dst.valid_col = dst.rows, dst.cols
 
 

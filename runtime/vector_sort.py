@@ -13,9 +13,10 @@ import numpy as np
 
 from .errors import DeviceError
 from .tile import TileBuf
-from .vector import check_vec, valid_region
+from .vector import UB_BYTES, check_vec, valid_region
 
-__all__ = ["MASK_PATTERNS", "SORT_DTYPES", "tci", "tsort32", "tmrgsort", "gather_mask", "gather", "pair_elems"]
+__all__ = ["MASK_PATTERNS", "SORT_DTYPES", "tci", "tsort32", "tmrgsort", "tmrgsort_lists", "gather_mask", "gather",
+           "pair_elems"]
 
 #: pl.tile.MaskPattern codes -> (start, stride) of the selected positions along a row.
 MASK_PATTERNS = {1: (0, 2), 2: (1, 2), 3: (0, 4), 4: (1, 4), 5: (2, 4), 6: (3, 4), 7: (0, 1)}
@@ -104,6 +105,34 @@ def tmrgsort(dst: TileBuf, src: TileBuf, block_len: int) -> None:
     order = np.argsort(-v, axis=-1, kind="stable")  # the blocks sit in order: ties keep block order
     merged = np.take_along_axis(raw.reshape(-1, per_run), order, -1)
     valid_region(dst)[...] = merged.reshape(1, -1).view(dst.dtype)
+
+
+def tmrgsort_lists(dst: TileBuf, srcs: list[TileBuf], tmp: TileBuf) -> None:
+    """TMRGSORT format 2 (not exhausted): 2-4 separate sorted lists of value-index pairs (one row each)
+    merged descending into `dst` (ties: the earlier list first). On the device vmrgsort4 writes the
+    merge into the workspace `tmp` and copies it to dst; here tmp is checked (its size) but left as
+    it was, since a kernel's tiles are values: nothing reads a workspace after the instruction."""
+    what = "TMRGSORT"
+    for t in (dst, tmp, *srcs):
+        check_vec(t, what)
+    if not 2 <= len(srcs) <= 4:
+        raise DeviceError(f"{what}: format 2 merges 2 to 4 lists, got {len(srcs)}")
+    if any(t.dtype != dst.dtype for t in (tmp, *srcs)) or dst.dtype not in SORT_DTYPES:
+        raise DeviceError(f"{what}: every list, tmp and dst are fp32 or fp16 of one dtype")
+    if any(t.rows != 1 for t in (dst, tmp, *srcs)):
+        raise DeviceError(f"{what}: format 2 tiles are one row each")
+    total = sum(t.valid_col for t in srcs)
+    if tmp.cols < total:
+        raise DeviceError(f"{what}: tmp has {tmp.cols} columns, the lists {total} (GETMRGSORTTMPSIZE)")
+    if (sum(t.cols for t in srcs) + tmp.cols) * dst.dtype.itemsize >= UB_BYTES:
+        raise DeviceError(f"{what}: the lists and tmp exceed the unified buffer ({UB_BYTES} bytes)")
+    if (dst.valid_row, dst.valid_col) != (1, total):
+        raise DeviceError(f"{what}: dst valid shape {dst.valid_row}x{dst.valid_col} != 1x{total}")
+    parts = [_pairs(t, what) for t in srcs]
+    vals = np.concatenate([v.reshape(-1) for v, _, _ in parts])
+    raw = np.concatenate([r.reshape(-1) for _, _, r in parts])
+    order = np.argsort(-vals, kind="stable")  # the lists in order: ties keep list order
+    valid_region(dst)[...] = raw[order].reshape(1, -1).view(dst.dtype)
 
 
 def gather_mask(dst: TileBuf, src: TileBuf, pattern: int) -> None:

@@ -92,6 +92,17 @@ class LaneState:
             a.fill(0)
         return a
 
+    def adopt(self, x: LaneTile) -> np.ndarray | None:
+        """The images of `x`, a tile that dies at this step, for the step's result to be written over
+        in place (a result of the same geometry that writes every byte of every image: the bytes
+        are those of a fresh result, without fresh, cache-cold memory); None when they are not this
+        attempt's own buffer or a deferred store still reads them."""
+        d = x.held
+        if d is None or id(d) in self.pinned or self.owned.get(id(d)) is not d:
+            return None
+        x.disown()
+        return d
+
     def release(self, v: Any) -> None:
         """Free lane value `v` on chip; its images serve the next `empty` unless a deferred store
         reads them."""

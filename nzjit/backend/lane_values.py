@@ -60,6 +60,11 @@ class LaneTile:
         """The materialised images, or None while the tile is still lazy (nothing copied)."""
         return self._held
 
+    def disown(self) -> None:
+        """Give the images up to the result of the step this tile dies at (`LaneState.adopt`): the
+        tile is dead, and releasing it must not recycle bytes its successor now holds."""
+        self._held = self._fill = self.gm_images = None
+
     @property
     def n_images(self) -> int:
         """How many distinct images the lanes share (materialising nothing)."""

@@ -183,6 +183,8 @@ def _check_partition(s: Statement, views: dict[str, _View]) -> str:
 def _check_ssa(stmts: list[Statement]) -> None:
     defined: set[str] = set()
     for s in stmts:
+        if s.op == "func.func":
+            defined = set()  # a function's values are its own (a mixed kernel is two functions)
         for u in s.operands:
             if u not in defined:
                 raise PtoasError(f"use of undefined value '{u}', at {_where(s)}")
@@ -239,6 +241,8 @@ def check_ptoas(text: str, version: str = "0.61") -> None:
     views: dict[str, _View] = {}
     types: dict[str, str] = {}
     for s in stmts:
+        if s.op == "func.func":  # each function's views and tiles are its own
+            views, types = {}, {}
         if s.op == "pto.make_tensor_view":
             views[s.results[0]] = v = _view(s)
             _check_view(v, ver)

@@ -174,6 +174,10 @@ def _elementwise(name: str, nargs: int, dtypes: tuple[dt.DType, ...] | None = No
                             help=f"pl.cast the tile to {dtypes[0].name} first")
             if t.shape != t0.shape or t.dtype is not t0.dtype:
                 raise _fail(f"pl.{name} operands differ: {t0} and {t}")
+            if t.valid_shape != t0.valid_shape and not (t.fully_valid and t0.fully_valid):
+                raise _fail(f"pl.{name} operands have different valid shapes: {t0} and {t}",
+                            help="the vector unit computes dst's valid region from sources of that same "
+                                 "valid shape; pl.tile.fillpad the smaller one")
         return [t0]
 
     return rule

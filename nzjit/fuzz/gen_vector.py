@@ -36,7 +36,7 @@ def fam_vec_alu(g: G) -> None:
                f"{nm} = win({src}, (lane * {r}, 0), ({r}, {c})).copy()")
     names, exact = ["x", "y"], True
     for step in range(int(g.choice([1, 2, 3, 4]))):
-        kinds = ["scalar", "minmax", "row", "col", "unary", "full", "select"] + (["cvt", "sum", "div"] if exact else [])
+        kinds = ["scalar", "minmax", "row", "col", "unary", "full", "select"] + (["cvt", "sum", "div", "rsqrt"] if exact else [])
         kind = str(g.choice(kinds))
         g.tag(f"alu:{kind}")
         a, b, t = str(g.choice(names)), str(g.choice(names)), f"t{step}"
@@ -79,6 +79,11 @@ def fam_vec_alu(g: G) -> None:
             half = f"({a} * 0.5)"
             g.emit(2, f"{t} = pl.cast(pl.cast(pl.mul({a}, 0.5), pl.INT32, mode={mode!r}), pl.FP32, mode='rint')",
                    f"{t} = " + _CVT_REF[mode].format(x=half))
+        elif kind == "rsqrt":  # TSQRT then TDIV, each rounded to fp32 (the default's model is the same)
+            exact = False
+            hp = g.p(0.5)
+            g.emit(2, f"{t} = pl.rsqrt(pl.add(pl.abs({a}), 1.0), high_precision={hp})",
+                   f"{t} = (1.0 / np.sqrt((np.abs({a}) + 1.0){_R32}){_R32}){_R32}")
         else:  # div
             exact = False
             g.emit(2, f"{t} = pl.div({a}, pl.add(pl.abs({b}), 1.0))",
@@ -133,9 +138,15 @@ def fam_vec_mix(g: G) -> None:
         g.tensor("idx", (lanes, k), "INT32", False, "out")
         g.emit(2, f"t = pl.cast(pl.load(s, [lane, 0], [1, {n}]), pl.FP32, mode='rint')", None)
         g.emit(2, f"p = pl.sort32(t, pl.arange(0, [1, {n}], dtype=pl.INT32))", None)
+        lists = g.p(0.5)  # the last merge as format 2: the row's four sorted runs as four lists
+        g.tag(f"mrgsort:{'format2' if lists else 'format1'}")
         bl = 64
-        while bl * 4 <= 2 * n:
+        while bl * (16 if lists else 4) <= 2 * n:
             g.emit(2, f"p = pl.mrgsort(p, block_len={bl})", None)
+            bl *= 4
+        if lists:
+            runs = ", ".join(f"p[:, {i * bl}:{(i + 1) * bl}]" for i in range(4))
+            g.emit(2, f"p = pl.mrgsort({runs}, pl.create_tile([1, {4 * bl}], dtype=pl.FP32))", None)
             bl *= 4
         if bl < 2 * n:  # the last merge: runs of bl elements, 2n / bl of them
             g.unknown = True  # (not generated: n is 128 or 512, 2n a power of 4 times 64)

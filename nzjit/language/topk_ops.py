@@ -42,12 +42,19 @@ def sort32(src: Any, idx: Any) -> Tracer:
 def mrgsort(src0: Any, src1: Any = None, src2: Any = None, src3: Any = None, tmp: Any = None,
             exhausted: bool = False, *, block_len: int | None = None) -> Tracer:
     """`pl.mrgsort(src, block_len=)` (TMRGSORT format 1): runs of 4 sorted blocks of `block_len`
-    elements merged into sorted runs of 4 * block_len. (Format 2, merging 2-4 separate tiles, is
-    not built.)"""
-    if block_len is None or src1 is not None:
-        raise CompileError("pl.mrgsort: only format 1 (one tile, block_len=) is supported", user_source(),
-                           help="keep the lists in one row and merge with pl.mrgsort(src, block_len=...)")
-    return bind(VP.mrgsort_p, [[as_tile(src0, "pl.mrgsort")]], {"block_len": int(block_len)})[0]
+    elements merged into sorted runs of 4 * block_len; `pl.mrgsort(src0, src1[, src2[, src3]],
+    tmp=)` (format 2): 2-4 separate sorted one-row lists merged into one row (`tmp` is the
+    instruction's workspace of their total length; `exhausted=True` is refused)."""
+    if block_len is not None:
+        if any(x is not None for x in (src1, src2, src3, tmp)):
+            raise CompileError("pl.mrgsort: format 1 (block_len=) and format 2 (src1, ..., tmp=) are exclusive",
+                               user_source())
+        return bind(VP.mrgsort_p, [[as_tile(src0, "pl.mrgsort")]], {"block_len": int(block_len)})[0]
+    if src1 is None or tmp is None:
+        raise CompileError("pl.mrgsort takes block_len= (format 1) or src0, src1[, src2[, src3]] and tmp= "
+                           "(format 2)", user_source(), help="e.g. pl.mrgsort(a, b, tmp=pl.create_tile(...))")
+    lists = [as_tile(x, "pl.mrgsort") for x in (src0, src1, src2, src3) if x is not None]
+    return bind(VP.mrgsort2_p, [lists, [as_tile(tmp, "pl.mrgsort")]], {"exhausted": bool(exhausted)})[0]
 
 
 def gather(input: Any, dim: int | None = None, index: Any = None, *,  # noqa: A002 - PyPTO's name

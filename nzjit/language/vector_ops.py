@@ -430,8 +430,9 @@ def move(tile: Any, target_memory: Mem, blayout: Any = None, slayout: Any = None
     """`pl.move(tile, target_memory=...)`, lowered the way the target moves the bytes:
 
     - Acc -> Vec (`dtype=` picks the fixpipe's conversion: fp32 -> fp32 / fp16 / bf16, int32 ->
-      int32, and int32 -> fp16 times a float `scale=`, the fixpipe's DEQF16 dequantisation;
-      `relu=True` its pre-ReLU). On A2/A3 the cube and vector cores are separate: the move
+      int32, and int32 -> fp16 times a float `scale=`, the fixpipe's DEQF16 dequantisation, or
+      times one fp32 per column, `scale=` an FP32 `[C]` / `[1, C]` tensor: VDEQF16, whose scales
+      keep 11 significant bits; `relu=True` its ReLU). On A2/A3 the cube and vector cores are separate: the move
       is PyPTO's cross-core pair, `tile.tpush_to_aiv` (fixpipe store into a GM FIFO slot, then the
       data-ready flag) and `tile.tpop_from_aic` (wait, load the slot into UB, free it). On A5 it is
       the direct `TMOV` (`tile.move_fixpipe`).
@@ -451,9 +452,16 @@ def move(tile: Any, target_memory: Mem, blayout: Any = None, slayout: Any = None
         to = dtype or (dt.FP16 if scale is not None else tt.dtype)
         quant = [] if scale is None else [scale]
         if scale is not None:
-            if not _is_scalar(scale) or isinstance(scale, Tracer) and not scale.type.dtype.is_float:
-                raise _fail(f"pl.move: scale= is one float (the fixpipe's scalar dequant), got {scale!r}",
-                            help="a per-channel scale is pl.col_expand_mul on the vector unit")
+            if _is_tensor(scale):  # VDEQF16: one fp32 scale per column, read by the fixpipe
+                st = scale.type
+                if st.dtype is not dt.FP32 or st.shape[-1] != tt.shape[-1] or math.prod(st.shape) != st.shape[-1]:
+                    raise _fail(f"pl.move: a per-channel scale= is a [{tt.shape[-1]}] or [1, {tt.shape[-1]}] FP32 "
+                                f"tensor (one scale per column of the Acc tile), got {st}",
+                                help="index the scale tensor down to the row of this tile, e.g. scales[e]")
+            elif not _is_scalar(scale) or isinstance(scale, Tracer) and not scale.type.dtype.is_float:
+                raise _fail(f"pl.move: scale= is one float (the fixpipe's scalar dequant, DEQF16) or an FP32 "
+                            f"tensor of one scale per column (VDEQF16), got {scale!r}",
+                            help="a per-channel scale in a Vec tile is pl.col_expand_mul on the vector unit")
             if (tt.dtype, to) != (dt.INT32, dt.FP16):
                 raise _fail(f"pl.move: the fixpipe dequantises an INT32 Acc tile to pl.FP16, not {tt.dtype!r} -> "
                             f"{to!r}")
@@ -487,6 +495,10 @@ def move(tile: Any, target_memory: Mem, blayout: Any = None, slayout: Any = None
     raise _fail(f"pl.move: no {src.value} -> {target_memory.value} move on {target}",
                 help="the moves are Acc -> Vec, Vec -> Mat, Mat -> Left / Right and Vec -> Vec; an Acc result "
                      "reaches GM with pl.store")
+
+
+def _is_tensor(x: Any) -> bool:
+    return isinstance(x, Tracer) and isinstance(x.type, TensorType)
 
 
 def _is_l0(x: Any) -> bool:

@@ -196,12 +196,23 @@ def fillpad_p(a: Type, *, pad: str, **_: Any) -> list[Type]:
 
 # ------------------------------------------------------------------------------- cross-core moves
 def _fixpipe_scale(a: TileType, dtype: dt.DType, scale: tuple[Type, ...]) -> None:
-    """The fixpipe's scalar dequantisation (DEQF16): an INT32 Acc tile to FP16 times one FP32 scale."""
+    """The fixpipe's dequantisation: an INT32 Acc tile to FP16 times one FP32 scale (DEQF16) or one
+    FP32 scale per column, an FP32 tensor of the tile's columns (VDEQF16)."""
     if scale and (a.dtype is not dt.INT32 or dtype is not dt.FP16):
         raise CompileError(f"the fixpipe's dequant scale converts an INT32 Acc tile to FP16, not {a.dtype!r} -> {dtype!r}")
     for s in scale:
-        if not (isinstance(s, ScalarType) and s.dtype.is_float):
-            raise CompileError(f"the fixpipe's dequant scale is a float scalar, got {s}")
+        per_channel = isinstance(s, TensorType) and s.dtype is dt.FP32 and s.shape[-1] == a.shape[-1] \
+            and all(d == 1 for d in s.shape[:-1])
+        if not (isinstance(s, ScalarType) and s.dtype.is_float) and not per_channel:
+            raise CompileError(f"the fixpipe's dequant scale is a float scalar or an FP32 tensor of one scale per "
+                               f"column, got {s}")
+
+
+def quant_mode(scale: tuple[Type, ...]) -> str | None:
+    """The fixpipe's pre-quantisation mode of an Acc -> Vec move with operands `scale`."""
+    if not scale:
+        return None
+    return "VDEQF16" if isinstance(scale[0], TensorType) else "DEQF16"
 
 
 @primitive("tile.tpush_to_aiv", ("acc", "scale"))
@@ -342,6 +353,27 @@ def mrgsort_p(a: Type, *, block_len: int, **_: Any) -> list[Type]:
     return [src]
 
 
+@primitive("tile.mrgsort_format2", ("srcs", "tmp"))
+def mrgsort2_p(*ts: Type, exhausted: bool = False, **_: Any) -> list[Type]:
+    """`pl.mrgsort(src0, src1[, src2[, src3]], tmp=)` (TMRGSORT format 2): 2-4 sorted one-row lists of
+    value-index pairs merged into one row of their total length (`tmp`'s)."""
+    *srcs, tmp = [vec_tile(t, "pl.mrgsort") for t in ts]
+    if not 2 <= len(srcs) <= 4:
+        raise CompileError(f"pl.mrgsort merges 2 to 4 lists (format 2), got {len(srcs)}")
+    d = srcs[0].dtype
+    for t in (*srcs, tmp):
+        if t.dtype is not d or d not in (dt.FP32, dt.FP16) or t.shape[0] != 1:
+            raise CompileError(f"pl.mrgsort merges one-row FP32 / FP16 value-index pair tiles of one dtype, got {t}")
+    total = sum(t.shape[1] for t in srcs)
+    if tmp.shape[1] != total:
+        raise CompileError(f"pl.mrgsort: tmp has {tmp.shape[1]} columns, the lists {total}",
+                           help=f"pass a [1, {total}] tmp tile (GETMRGSORTTMPSIZE: the lists' columns)")
+    if exhausted:
+        raise CompileError("pl.mrgsort(..., exhausted=True): the suspending merge (stops when a list runs out) "
+                           "is not modelled", help="merge with exhausted=False")
+    return [TileType((1, total), d, Mem.Vec)]
+
+
 @primitive("tile.gather_mask", ("src",))
 def gather_mask_p(a: Type, *, pattern: int, dtype: dt.DType, **_: Any) -> list[Type]:
     """`pl.gather(src, mask_pattern=, output_dtype=)` (TGATHER mask form)."""
@@ -373,6 +405,6 @@ def gather_p(a: Type, i: Type, *, rowwise: bool = True, **_: Any) -> list[Type]:
 ALL: tuple[Primitive, ...] = (
     *ELEMENTWISE.values(), tile_cast_p, *BINARY.values(), *BINARY_SCALAR.values(), *UNARY.values(), lrelu_p, cvt_p, *REDUCE.values(),
     *EXPAND.values(), create_p, full_p, fillpad_p, tpush_to_aiv_p, tpop_from_aic_p, tpush_to_aic_p,
-    tpop_from_aiv_p, move_fixpipe_p, tile_slice_p, tile_assemble_p, tile_reshape_p, ci_p, sort32_p, mrgsort_p,
+    tpop_from_aiv_p, move_fixpipe_p, tile_slice_p, tile_assemble_p, tile_reshape_p, ci_p, sort32_p, mrgsort_p, mrgsort2_p,
     gather_mask_p, gather_p,
 )

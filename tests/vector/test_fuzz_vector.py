@@ -16,7 +16,7 @@ def test_vec_alu_programs_are_equal_and_cover_every_step():
         assert o.cls == "equal", (o, p.source)
         seen.update(t for t in p.tags if t.startswith("alu:"))
     assert seen == {f"alu:{k}" for k in ("scalar", "minmax", "row", "col", "unary", "full", "select", "cvt", "sum",
-                                                       "div")}
+                                                       "div", "rsqrt")}
 
 
 def test_vec_mix_programs_are_equal_and_cover_every_kind():
@@ -35,3 +35,18 @@ def test_vec_alu_wrong_reference_is_caught():
     broken = p.__class__(**{**p.__dict__, "source": p.source.replace("put(out,", "put(out, ", 1).replace(
         "    return outs", "    outs['out'] += 1\n    return outs", 1)})
     assert classify(broken).cls == "wrong"
+
+
+def test_vec_mix_top_k_merges_with_both_mrgsort_formats():
+    # the last merge of a row top-k as TMRGSORT format 1 (one tile) or format 2 (four lists)
+    seen: set[str] = set()
+    for i in range(120):
+        p = generate(20261203, i, "vec_mix")
+        if "mix:topk" not in p.tags:
+            continue
+        o = classify(p)
+        assert o.cls == "equal", (o, p.source)
+        seen.update(t for t in p.tags if t.startswith("mrgsort:"))
+        if "mrgsort:format2" in p.tags:
+            assert "pl.create_tile([1, " in p.source and "p[:, 0:" in p.source
+    assert seen == {"mrgsort:format1", "mrgsort:format2"}

@@ -10,10 +10,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from nzjit import pl
-from nzjit.backend import batched
 from nzjit.backend.options import Options, using
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -22,21 +20,6 @@ import row_softmax as sm  # noqa: E402
 
 RNG = np.random.default_rng(22)
 PATHS = (Options(strict=True), Options(batch=False), Options(fast=False))
-
-
-@pytest.fixture
-def attempts(monkeypatch):
-    """The results of every batched SPMD attempt (True: it ran batched)."""
-    seen: list[bool] = []
-    real = batched.try_run_spmd
-
-    def spy(*a, **k):
-        ok = real(*a, **k)
-        seen.append(ok)
-        return ok
-
-    monkeypatch.setattr(batched, "try_run_spmd", spy)
-    return seen
 
 
 def _on_every_path(k, *args):
@@ -134,3 +117,45 @@ def test_partial_valid_rows_run_per_image(attempts):
     want = np.zeros((4, R, C), np.float32)
     want[:, :12] = np.exp(v - 1) / v.sum(axis=2, keepdims=True)
     np.testing.assert_allclose(outs[0].reshape(4, R, C), want, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_expert_runs_its_cross_core_moves_batched(attempts):
+    # backend/lane_pipe.py: TPUSH / TPOP (Acc -> Vec through the GM pipe, dequant, Vec -> Mat) for
+    # all four expert lanes at once, byte for byte the lanes one by one and the reference impls
+    import fused_moe_expert as fm
+
+    import runtime
+
+    x, wg, wu, sg, su, wd, xs = fm.data()
+    args = (x, runtime.pack_nz(wg), runtime.pack_nz(wu), sg, su, runtime.pack_nz(wd), float(xs))
+    outs = _on_every_path(fm.moe_expert, *args)
+    _same_bytes(outs)
+    assert attempts and attempts[0] is True
+    ref = fm.reference(x, wg, wu, sg, su, wd, float(xs))
+    assert np.abs(outs[0] - ref).max() <= 2e-3 * np.abs(ref).max()
+
+
+def test_per_channel_dequant_and_a_vec_to_mat_move_batched(attempts):
+    # VDEQF16 with one scale row for every lane, and a partial-valid Acc -> Vec pop, batched
+    M, K, N = 16, 32, 64
+
+    @pl.kernel
+    def k(a: pl.Tensor[[4 * M, K], pl.INT8], b: pl.Tensor[[K, N], pl.INT8], s: pl.Tensor[[1, N], pl.FP32],
+          w: pl.Tensor[[N, N], pl.FP16], y: pl.Out[pl.Tensor[[4 * M, N], pl.FP32]]):
+        for lane in pl.spmd(4):
+            acc = pl.matmul(pl.load(a, [lane * M, 0], [M, K], target_memory=pl.Mem.Mat),
+                            pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat))
+            h = pl.move(acc, target_memory=pl.Mem.Vec, dtype=pl.FP16, scale=s, relu=True)
+            o = pl.matmul(pl.move(h, target_memory=pl.Mem.Mat), pl.load(w, [0, 0], [N, N], target_memory=pl.Mem.Mat))
+            pl.store(o, [lane * M, 0], y)
+
+    a = RNG.integers(-128, 128, (4 * M, K)).astype(np.int8)
+    b = RNG.integers(-128, 128, (K, N)).astype(np.int8)
+    s = (RNG.random((1, N)) * 1e-3).astype(np.float32)
+    w = (RNG.standard_normal((N, N)) * 0.1).astype(np.float16)
+    outs = _on_every_path(k, a, b, s, w)
+    _same_bytes(outs)
+    assert attempts and attempts[0] is True
+    per = (s[0].view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+    h = np.maximum((a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32) * per, 0).astype(np.float16)
+    np.testing.assert_allclose(outs[0], h.astype(np.float32) @ w.astype(np.float32), rtol=2e-3, atol=1e-3)

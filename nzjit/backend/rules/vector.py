@@ -1,10 +1,13 @@
 """Rules of the vector family: elementwise ops on Vec tiles (`tile.add` ... `tile.exp`), casts and
 TMOV between tiles.
 
-The specialised elementwise step runs the ufunc straight on the tiles' byte images (same
-geometry, ND): an input that dies here, of the result's type, lends its image to the result
-(still reserved before that input is released: the same on-chip accounting, no buffer moves).
-The batched form runs the ufunc once over every lane's images.
+Every form computes the valid region only, as the device does (pto-isa: an instruction iterates
+over dst's valid rows x columns; sources of another valid shape are refused): a result's bytes
+outside it are those of a fresh tile (zero). The specialised elementwise step runs the ufunc
+straight on the tiles' byte images (same geometry, ND): for wholly valid operands an input that
+dies here, of the result's type, lends its image to the result (still reserved before that input
+is released: the same on-chip accounting, no buffer moves). The batched form runs the ufunc once
+over every lane's valid regions.
 """
 
 from __future__ import annotations
@@ -32,14 +35,32 @@ ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
 }
 
 
+#: The device instruction of each elementwise primitive (its name in a refusal).
+_INSTR = {"tile.add": "TADD", "tile.sub": "TSUB", "tile.mul": "TMUL", "tile.maximum": "TMAX",
+          "tile.exp": "TEXP", "tile.neg": "TNEG", "tile.abs": "TABS"}
+
+
+def same_valid(e: Eqn, xs: list[Any]) -> tuple[int, int]:
+    """The valid region every operand of `e` shares (the result's), else the device's refusal: an
+    elementwise instruction runs over dst's valid region and needs sources of that same shape."""
+    vr, vc = xs[0].valid_row, xs[0].valid_col
+    for x in xs[1:]:
+        if (x.valid_row, x.valid_col) != (vr, vc):
+            raise runtime.DeviceError(f"{_INSTR[e.primitive.name]}: source valid shape {x.valid_row}x{x.valid_col} "
+                                      f"differs from the destination's {vr}x{vc}")
+    return vr, vc
+
+
 def _elementwise(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    """The reference: the ufunc over the valid region only; the result's bytes outside it are those
+    of a fresh tile (zero), as the device leaves a destination it does not write."""
     t = e.outputs[0].type
     assert isinstance(t, TileType)
-    first: TileBuf = ins[0]
-    out = alloc(ctx, t, (first.valid_row, first.valid_col))
+    vr, vc = same_valid(e, ins)
+    out = alloc(ctx, t, (vr, vc))
     with np.errstate(over="ignore", invalid="ignore"):
-        res = ELEMENTWISE[e.primitive.name](*(x.logical() for x in ins))
-    out.set_logical(res.astype(t.dtype.np_dtype))
+        res = ELEMENTWISE[e.primitive.name](*(x.window(0, 0, vr, vc) for x in ins))
+    out.set_window(0, 0, res.astype(t.dtype.np_dtype))
     return [out]
 
 
@@ -74,25 +95,34 @@ def _specialize_elementwise(st: Step) -> Run | None:
     free = tile_free(st)
 
     def result(ctx: Any, xs: list[Any]) -> Any:
-        """The result tile: the dying input's, or a fresh one."""
-        first, onchip = xs[0], ctx.onchip
+        """The wholly valid result tile: the dying input's, or a fresh one."""
+        onchip = ctx.onchip
         if reuse is not None:
             r = xs[reuse]
             if r.geometry is geom and r.owner is onchip:
                 onchip.charge_transient(space, nbytes)  # the result's allocation, then the input's free
-                r.valid_row, r.valid_col = first.valid_row, first.valid_col
+                r.valid_row, r.valid_col = rows, cols
                 return r
-        return onchip.alloc_geometry(geom, first.valid_row, first.valid_col, zero=False)  # all written
+        return onchip.alloc_geometry(geom, rows, cols, zero=False)  # all written
 
     def body(ctx: Any, env: list[Any]) -> Any:
-        """The op on same-dtype ND tiles of any geometry (views of their images), else None."""
+        """The op on same-dtype ND tiles of any geometry (views of their valid regions), else None
+        (operands of different valid shapes too: the reference refuses them)."""
         xs = [env[i] for i in ins]
         for x in xs:
             if type(x) is not TileBuf or x.layout != "ND" or x.dtype != dt or x.freed or x.holds_logical:
                 return None
-        views = [x.image.view(dt).reshape(x.rows, x.cols) for x in xs]  # before the result may alias one
-        out = result(ctx, xs)
-        ufunc(*views, out=out.image.view(dt).reshape(shape2))
+        vr, vc = xs[0].valid_row, xs[0].valid_col
+        for x in xs:
+            if x.valid_row != vr or x.valid_col != vc:
+                return None
+        # viewed before the result may alias one
+        views = [x.image.view(dt).reshape(x.rows, x.cols)[:vr, :vc] for x in xs]
+        if (vr, vc) == shape2:
+            out = result(ctx, xs)
+        else:  # a fresh zeroed tile: only the valid region is written, as the reference leaves it
+            out = ctx.onchip.alloc_geometry(geom, vr, vc)
+        ufunc(*views, out=out.image.view(dt).reshape(shape2)[:vr, :vc])
         return out
 
     general = finish_or_generic(st, body)
@@ -103,18 +133,19 @@ def _specialize_elementwise(st: Step) -> Run | None:
         def run2(ctx: Any, env: list[Any]) -> None:
             a, b = env[i0], env[i1]
             if not (type(a) is TileBuf and type(b) is TileBuf and a.geometry is geom and b.geometry is geom
-                    and not (a.freed or b.freed or a.holds_logical or b.holds_logical)):
-                general(ctx, env)
+                    and not (a.freed or b.freed or a.holds_logical or b.holds_logical)
+                    and a.valid_row == rows and a.valid_col == cols and b.valid_row == rows
+                    and b.valid_col == cols):
+                general(ctx, env)  # a partial valid region (or another geometry): `body`
                 return
             xa, xb = a.image.view(dt), b.image.view(dt)  # viewed before the result may alias one
             onchip: runtime.OnChip = ctx.onchip
             r = b if reuse == 1 else a if reuse == 0 else None
             if r is not None and r.owner is onchip:
                 onchip.charge_transient(space, nbytes)  # the result's allocation, then the input's free
-                r.valid_row, r.valid_col = a.valid_row, a.valid_col
                 ufunc(xa, xb, out=xb if reuse == 1 else xa)
             else:
-                r = onchip.alloc_geometry(geom, a.valid_row, a.valid_col, zero=False)  # all written
+                r = onchip.alloc_geometry(geom, rows, cols, zero=False)  # all written
                 ufunc(xa, xb, out=r.image.view(dt))
             env[o] = r
             if free:
@@ -125,8 +156,8 @@ def _specialize_elementwise(st: Step) -> Run | None:
     def run(ctx: Any, env: list[Any]) -> None:
         xs = [env[i] for i in ins]
         images = [x.image_of(geom) if type(x) is TileBuf else None for x in xs]
-        if any(v is None for v in images):  # not every input a live image of the result's geometry
-            general(ctx, env)
+        if any(v is None for v in images) or any(x.valid_row != rows or x.valid_col != cols for x in xs):
+            general(ctx, env)  # not every input a live, wholly valid image of the result's geometry
             return
         views = [v.view(dt) for v in images]  # type: ignore[union-attr]
         r = result(ctx, xs)
@@ -147,24 +178,35 @@ def _batch_elementwise(st: Step) -> Any:
     dt = geom.dtype
     ins = st.ins
     (o,) = st.outs
+    t = e.outputs[0].type
+    donors = tuple(j for j in sorted(st.consumed) if e.inputs[j].type == t)  # may lend their images
 
     def run(s: LaneState, env: list[Any]) -> None:
         xs = [env[i] for i in ins]
         for x in xs:
             if type(x) is not LaneTile or x.freed or x.g.layout != "ND" or x.g.dtype != dt:
                 raise Fallback("elementwise operands")
-        first = xs[0]
+        vr, vc = xs[0].valid_row, xs[0].valid_col
+        for x in xs:
+            if x.valid_row != vr or x.valid_col != vc:
+                raise Fallback("operands of different valid shapes (the reference refuses)")
         s.reserve(geom)
         rows = [x.row for x in xs]
-        if all(r is rows[0] or np.array_equal(r, rows[0]) for r in rows):  # same images per lane
+        shared = all(r is rows[0] or np.array_equal(r, rows[0]) for r in rows)
+        if shared:  # same images per lane
             args = [x.data.view(dt).reshape(len(x.data), x.g.rows, x.g.cols) for x in xs]
             row = rows[0]
         else:
             args = [x.data.view(dt).reshape(len(x.data), x.g.rows, x.g.cols)[x.row] for x in xs]
             row = np.arange(s.L)
-        data = s.empty((len(args[0]), geom.nbytes), np.uint8)
-        ufunc(*args, out=data.view(dt).reshape(len(args[0]), geom.rows, geom.cols))
-        env[o] = LaneTile(geom, first.valid_row, first.valid_col, data, row)
+        n = len(args[0])
+        partial = (vr, vc) != (geom.rows, geom.cols)  # outside the valid region: a fresh tile's zeros
+        # wholly valid: in place over a dying operand's images (a ufunc is safe in place), else fresh
+        data = next((d for j in donors if shared and not partial and (d := s.adopt(xs[j])) is not None), None)
+        if data is None:
+            data = s.zeros(n, geom.nbytes, zero=partial)
+        ufunc(*(a[:, :vr, :vc] for a in args), out=data.view(dt).reshape(n, geom.rows, geom.cols)[:, :vr, :vc])
+        env[o] = LaneTile(geom, vr, vc, data, row)
 
     return run
 
@@ -174,8 +216,8 @@ register(tuple(P.ELEMENTWISE.values()), Rule(_elementwise, _specialize_elementwi
 
 # ------------------------------------------------------------------------------------- cast
 def _batch_cast(st: Step) -> Any:
-    """`pl.cast` of an ND tile: every image converted at once, as the per-lane impl converts its
-    whole logical matrix. A conversion numpy defines for every value (to a float type, or to an
+    """`pl.cast` of an ND tile: every image's valid region converted at once, as the per-lane impl
+    converts its valid region. A conversion numpy defines for every value (to a float type, or to an
     integer type that holds the source's) always; a float -> int one (quantisation) only when
     every value converts in range - out of range is undefined in C, and one long conversion need
     not give the bits of many short ones."""
@@ -198,15 +240,16 @@ def _batch_cast(st: Step) -> Any:
                 or (x.g.rows, x.g.cols) != (geom.rows, geom.cols):
             raise Fallback("cast operand")
         n = len(x.data)
-        src = x.data.view(src_dt).reshape(n, geom.rows, geom.cols)
-        if bounds is not None:  # NaN fails both comparisons: it falls back too
+        vr, vc = x.valid_row, x.valid_col
+        src = x.data.view(src_dt).reshape(n, geom.rows, geom.cols)[:, :vr, :vc]
+        if bounds is not None and src.size:  # NaN fails both comparisons: it falls back too
             lo, hi = np.min(src), np.max(src)
             if not (lo >= bounds[0] and hi <= bounds[1]):
                 raise Fallback("a float -> int cast out of range")
         s.reserve(geom)
-        data = s.empty((n, geom.nbytes), np.uint8)
-        np.copyto(data.view(dst_dt).reshape(n, geom.rows, geom.cols), src, casting="unsafe")
-        env[o] = LaneTile(geom, x.valid_row, x.valid_col, data, x.row)
+        data = s.zeros(n, geom.nbytes, zero=(vr, vc) != (geom.rows, geom.cols))  # outside: a fresh tile's
+        np.copyto(data.view(dst_dt).reshape(n, geom.rows, geom.cols)[:, :vr, :vc], src, casting="unsafe")
+        env[o] = LaneTile(geom, vr, vc, data, x.row)
 
     return run
 
@@ -216,8 +259,9 @@ def _cast(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     src: TileBuf = ins[0]
     t = e.outputs[0].type
     assert isinstance(t, TileType)
-    out = alloc(ctx, t, (src.valid_row, src.valid_col))
-    out.set_logical(src.logical().astype(t.dtype.np_dtype))
+    vr, vc = src.valid_row, src.valid_col
+    out = alloc(ctx, t, (vr, vc))  # zeroed: only the valid region is converted, as on the device
+    out.set_window(0, 0, src.window(0, 0, vr, vc).astype(t.dtype.np_dtype))
     return [out]
 
 

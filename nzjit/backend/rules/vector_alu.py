@@ -70,7 +70,7 @@ def _binary_scalar(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: A
 
 
 def _unary(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
-    V.unary(e.primitive.name.split(".")[1], out, ins[0], target)
+    V.unary(e.primitive.name.split(".")[1], out, ins[0], target, bool(e.params.get("high_precision")))
 
 
 def _lrelu(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:

@@ -17,7 +17,9 @@ The batch form (`lanes_of`) runs the instruction once for the lanes of an SPMD b
 
 Either way the bytes are those of one instruction per lane: the same instruction code on the same
 element values, and the stacked checks (valid shapes, dtypes, the scratch size) scale with U.
-A DeviceError (a refusal) abandons the attempt (`Fallback`): the lanes then run one by one and
+A wholly valid result (it writes every byte) takes over the images of an operand of its type that
+dies here, when no deferred store reads them (`LaneState.adopt`): the instructions are safe in
+place, and the buffer just read is still in cache. A DeviceError (a refusal) abandons the attempt (`Fallback`): the lanes then run one by one and
 refuse exactly as the reference does. On-chip accounting is one lane's, as everywhere in batched.py.
 """
 
@@ -112,6 +114,10 @@ def _stack(g: Any, n: int, vr: int, vc: int, data: np.ndarray) -> TileBuf:
     return TileBuf.from_geometry(sg, n * vr, vc, data.reshape(-1))
 
 
+def _same_bytes(a: Any, b: TileType) -> bool:
+    return isinstance(a, TileType) and (a.shape, a.dtype, a.memory) == (b.shape, b.dtype, b.memory)
+
+
 def lanes_of(op: VecOp) -> Callable[[Step], Any]:
     """The `batch` form of `op` (module docstring)."""
 
@@ -125,6 +131,9 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
             return None
         ins = st.ins
         tiles = tuple(j for j, a in enumerate(e.inputs) if isinstance(a.type, TileType))
+        # operands dying here whose images the result may take over (same geometry: the type but
+        # for the valid shape, which the result's own replaces)
+        donors = tuple(j for j in sorted(st.consumed) if j in tiles and _same_bytes(e.inputs[j].type, t))
         (o,) = st.outs
 
         def run(s: LaneState, env: list[Any]) -> None:
@@ -137,7 +146,8 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
             if tiles:
                 rows = [xs[j].row for j in tiles]
                 r0 = rows[0]
-                if all(r is r0 or np.array_equal(r, r0) for r in rows):  # the same images per lane
+                shared = all(r is r0 or np.array_equal(r, r0) for r in rows)
+                if shared:  # the same images per lane
                     datas = {j: xs[j].data for j in tiles}
                     row = r0
                 else:
@@ -145,7 +155,7 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
                     row = np.arange(s.L)
                 n = len(next(iter(datas.values())))
             else:  # TEXPANDS of a uniform scalar: one image for every lane
-                datas, row, n = {}, np.zeros(s.L, np.int64), 1
+                datas, row, n, shared = {}, np.zeros(s.L, np.int64), 1, False
             views = [_View(x) if j in tiles else x for j, x in enumerate(vals)]
             target = s.ctx.onchip.target
             vr, vc = op.valid(e, views)
@@ -156,8 +166,12 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
             if stype is not None and sg is None:
                 raise Fallback("scratch geometry")
             s.reserve(g)
-            # alloc_tile's zeroed bytes outside the valid region (an instruction writes its valid region)
-            data = s.zeros(n, g.nbytes, zero=(vr, vc) != (g.rows, g.cols))
+            whole = (vr, vc) == (g.rows, g.cols)
+            # a wholly valid result writes every byte: in place over a dying operand's images (its
+            # views above are taken), else fresh bytes, alloc_tile's zeros outside the valid region
+            data = next((d for j in donors if shared and whole and (d := s.adopt(xs[j])) is not None), None)
+            if data is None:
+                data = s.zeros(n, g.nbytes, zero=not whole)
             stacked = op.row_local and vr == g.rows and all(xs[j].valid_row == xs[j].g.rows for j in tiles)
             try:
                 if sg is not None:  # the scratch tile's allocation and free, as the impl's

@@ -8,33 +8,48 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 import runtime
 from runtime import TileBuf
 from runtime import vector as V
 from runtime import vector_sort as VS
-from runtime.crosscore import dequant_fp16, pipe_of
+from runtime.crosscore import dequant_fp16, pipe_of, vector_quant_scale
 
 from ...core.ir import Eqn
 from ...prims import vector as VP
+from .. import lane_pipe
 from ..rule import Rule, register, rule
 from ..steps import alloc
+from ..values import TensorVal
 from .vector_alu import like, scalar_operand
 from .vector_alu import whole as _whole
 from .vector_lanes import VecOp, impl_of, lanes_of, out_type
 
 
-@rule(VP.tpush_to_aiv_p)
+def _fixpipe_scale(ctx: Any, e: Eqn, ins: list[Any]) -> float | np.ndarray | None:
+    """The dequant scale operand of an Acc -> Vec move: one float (DEQF16), or the per-channel
+    scales of the valid columns read from their GM tensor (VDEQF16), or None."""
+    if len(ins) < 2:
+        return None
+    s = ins[1]
+    if isinstance(s, TensorVal):
+        return s.read(ctx.gm).reshape(-1)[: ins[0].valid_col].astype(np.float32)
+    return float(scalar_operand(e, 1, s))
+
+
+@rule(VP.tpush_to_aiv_p, batch=lane_pipe.batch_push_acc)
 def _tpush_to_aiv(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    scale = float(scalar_operand(e, 1, ins[1])) if len(ins) > 1 else None
+    scale = _fixpipe_scale(ctx, e, ins)
     return [pipe_of(ctx.gm).push_acc(ins[0], e.params["dtype"].np_dtype, bool(e.params.get("relu")), scale)]
 
 
-@rule(VP.tpush_to_aic_p)
+@rule(VP.tpush_to_aic_p, batch=lane_pipe.batch_push_vec)
 def _tpush_to_aic(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [pipe_of(ctx.gm).push_vec(ins[0])]
 
 
-@rule(VP.tpop_from_aic_p)
+@rule(VP.tpop_from_aic_p, batch=lane_pipe.batch_pop)
 def _tpop_from_aic(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     slot = ins[0]
     out = alloc(ctx, out_type(e), slot.shape)
@@ -42,7 +57,7 @@ def _tpop_from_aic(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [out]
 
 
-@rule(VP.tpop_from_aiv_p)
+@rule(VP.tpop_from_aiv_p, batch=lane_pipe.batch_pop)
 def _tpop_from_aiv(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     slot = ins[0]
     t = out_type(e)
@@ -56,9 +71,11 @@ def _tpop_from_aiv(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
 def _move_fixpipe(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     acc: TileBuf = ins[0]
     out = alloc(ctx, out_type(e), (acc.valid_row, acc.valid_col))
-    if len(ins) > 1:  # DEQF16: the fixpipe's scalar dequantisation
-        V.valid_region(out)[...] = dequant_fp16(acc.logical()[: acc.valid_row, : acc.valid_col],
-                                                float(scalar_operand(e, 1, ins[1])), bool(e.params.get("relu")))
+    scale = _fixpipe_scale(ctx, e, ins)
+    if scale is not None:  # DEQF16 / VDEQF16: the fixpipe's dequantisation
+        per = vector_quant_scale(scale) if isinstance(scale, np.ndarray) else scale
+        V.valid_region(out)[...] = dequant_fp16(acc.logical()[: acc.valid_row, : acc.valid_col], per,
+                                                bool(e.params.get("relu")))
         return [out]
     runtime.isa.tmov(out, acc, relu=bool(e.params.get("relu")))
     return [out]
@@ -109,6 +126,18 @@ def _sort32(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     out = alloc(ctx, out_type(e), (src.valid_row, src.valid_col * VS.pair_elems(src.dtype)))
     VS.tsort32(out, src, idx)
     return [out]
+
+
+def _mrgsort2(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
+    VS.tmrgsort_lists(out, ins[:-1], ins[-1])
+
+
+def _mrgsort2_valid(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
+    return 1, sum(x.valid_col for x in ins[:-1])
+
+
+_MRGSORT2 = VecOp(_mrgsort2, _mrgsort2_valid, row_local=False)  # one-row lists: never stacked
+register((VP.mrgsort2_p,), Rule(impl_of(_MRGSORT2), batch=lanes_of(_MRGSORT2)))
 
 
 @rule(VP.mrgsort_p)

@@ -7,6 +7,8 @@ the backend's `impl_rules`, written one module per primitive family: `scalar`, `
 (pld's communication, issue 28); `emitter` holds the per-function state they write through. The text it
 writes, and why:
 
+- A mixed cube + vector kernel on A2/A3 (one with cross-core pipe equations) is two functions,
+  `@<kernel>_aic` and `@<kernel>_aiv`, with the pipe setup (split.py); every other kernel is one:
 - `func.func @<kernel>(%arg<i>: !pto.ptr<dt>, %<name>: <type>, ..., %<dim>: index)`: tensor
   parameter i is the pointer `%arg<i>`, a scalar parameter keeps its kernel name, and each dynamic
   dimension (`pl.dynamic("B")`) is a trailing `index` argument `%B`.
@@ -48,7 +50,7 @@ from ...core.ir import Graph, Var
 from ...core.types import DynDim, ScalarType, TensorType, Type
 from ...errors import InternalError
 from ..pto_types import pointer_type
-from . import comm, control, cube, elementwise, memory, scalar, select, vector  # noqa: F401 - each registers its family's pto_rules
+from . import comm, control, cube, elementwise, memory, scalar, select, split, vector  # noqa: F401 - each registers its family's pto_rules
 from .emitter import Emitter, Lane, Tile, View, pto_rules, rule
 from .loops import launch_loop
 
@@ -83,14 +85,32 @@ def _type(t: Type) -> str:
 
 
 def emit_pto(graph: Graph, kernel: Any = None) -> str:
-    """The PTO text of one kernel (see the module docstring for every choice it makes)."""
-    em = Emitter()
+    """The PTO text of one kernel (see the module docstring for every choice it makes); a mixed
+    cube + vector kernel on A2/A3 is its AIC and AIV functions (split.py)."""
     name = getattr(kernel, "__name__", None) or graph.name
+    sides = split.split(graph)
+    if sides is not None:
+        pipe = split.pipe_of(graph)
+        assert pipe is not None
+        return split.emit_split(name, sides, pipe, _function)
+    return _function(graph, name)
+
+
+def _function(graph: Graph, name: str, kind: str | None = None, setup: Any = None) -> str:
+    """One `func.func`: a whole kernel, or one side (`kind` cube / vector, `setup` its pipe setup)."""
+    em = Emitter()
     args = _signature(em, graph)
+    if kind is not None:
+        args.append(f"{split.GM_PIPE_BUFFER}: !pto.ptr<f32>")
     em.launch = launch_loop(graph)
+    if setup is not None:
+        setup(em)
     em.eqns(graph.eqns)
-    attrs = ""
+    attrs = []
     if em.launch is not None:
-        attrs = f" attributes {{pto.block_dim = {int(em.launch.inputs[1].value)} : i64}}"  # type: ignore[union-attr]
-    head = f"func.func @{name}({', '.join(args)}){attrs} {{"
+        attrs.append(f"pto.block_dim = {int(em.launch.inputs[1].value)} : i64")  # type: ignore[union-attr]
+    if kind is not None:
+        attrs.append(f"pto.kernel_kind = #pto.kernel_kind<{kind}>")
+    spelled = f" attributes {{{', '.join(attrs)}}}" if attrs else ""
+    head = f"func.func @{name}({', '.join(args)}){spelled} {{"
     return "\n".join([head, *em.const_lines, *em.lines, "  return", "}"]) + "\n"

@@ -9,9 +9,11 @@ pto-isa's TROW* instructions write: `blayout=col_major`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...core.dtypes import INDEX
 from ...core.ir import Eqn
-from ...core.types import Mem, TileType
+from ...core.types import Mem, TensorType, TileType
 from ...prims import vector as VP
 from ..pto_types import TILE_LAYOUTS, TileLayout
 from .emitter import Emitter, Tile, pto_rules
@@ -66,7 +68,21 @@ def _named(em: Emitter, e: Eqn) -> None:
     if e.primitive in VP.REDUCE.values() and name.startswith("tile.row") and len(e.inputs) == 1:
         _row_reduce_with_scratch(em, e)
         return
+    if name == "tile.rsqrt" and e.params.get("high_precision"):
+        _rsqrt_high_precision(em, e)
+        return
     _instr(em, e, _INSTR.get(name) or "pto.t" + name.split(".")[1].replace("_", ""))
+
+
+def _rsqrt_high_precision(em: Emitter, e: Eqn) -> None:
+    """TRSQRT's high-precision overload takes a tmp tile (on A2/A3 one 32-byte block that holds the
+    1.0 it divides: TSQRT then TDIV); without it the instruction is the approximate vrsqrt."""
+    src = em.tile(e.inputs[0])
+    block = TileType((1, 32 // src.type.dtype.itemsize), src.type.dtype, Mem.Vec)
+    tmp = Tile(em.names.fresh("tmp", "t"), block, TILE_LAYOUTS[Mem.Vec], None)
+    em.line(f"{tmp.ssa} = pto.alloc_tile : {tmp.spelled}")
+    out = _alloc(em, e, src)
+    em.line(f"pto.trsqrt ins({src.ssa}, {tmp.ssa} : {src.spelled}, {tmp.spelled}) outs({out.ssa} : {out.spelled})")
 
 
 def _row_reduce_with_scratch(em: Emitter, e: Eqn) -> None:
@@ -99,13 +115,23 @@ def _fillpad(em: Emitter, e: Eqn) -> None:
     _instr(em, e, "pto.tfillpad", f" {{pad_value = #pto<pad_value {e.params['pad']}>}}")
 
 
+def _scale_operand(em: Emitter, a: Any) -> tuple[str, str]:
+    """A dequant scale operand: a scalar (DEQF16), or the per-channel scales' tensor as a partition
+    view of its one row (VDEQF16: the fixpipe reads them through its buffer)."""
+    if isinstance(a.type, TensorType):
+        n = a.type.shape[-1]
+        return em.partition(em.view(a), [0] * a.type.rank, [*([1] * (a.type.rank - 1)), n])
+    return em.value(a), a.type.dtype.short
+
+
 def _tpush(direction: str):
     def emit(em: Emitter, e: Eqn) -> None:
         src = em.tile(e.inputs[0])
-        scale = [(em.value(a), a.type.dtype.short) for a in e.inputs[1:]]
+        scale = [_scale_operand(em, a) for a in e.inputs[1:]]
         names = ", ".join([src.ssa, *(s for s, _ in scale)])
         types = ", ".join([src.spelled, *(t for _, t in scale)])
-        quant = ", pre_quant = #pto<quant_mode DEQF16>" if scale else ""
+        mode = VP.quant_mode(tuple(a.type for a in e.inputs[1:]))
+        quant = f", pre_quant = #pto<quant_mode {mode}>" if mode else ""
         em.line(f"pto.tpush_to_{direction} ins({names} : {types}) {{split = 0{quant}}}")
         em.env[e.outputs[0]] = src  # the slot stands for the pushed tile until its pop
 
@@ -126,7 +152,14 @@ def _tpop(direction: str):
 
 
 def _move_fixpipe(em: Emitter, e: Eqn) -> None:
-    _instr(em, e, "pto.tmov", " {acc_to_vec_mode = #pto<acc_to_vec_mode SingleModeVec0>}")
+    mode = " {acc_to_vec_mode = #pto<acc_to_vec_mode SingleModeVec0>}"
+    if VP.quant_mode(tuple(a.type for a in e.inputs[1:])) != "VDEQF16":
+        _instr(em, e, "pto.tmov", mode)
+        return
+    src = em.tile(e.inputs[0])  # TMOV_FP: the vector-quant move, its scales read through the fixpipe
+    fp, fp_type = _scale_operand(em, e.inputs[1])
+    out = _alloc(em, e, src)
+    em.line(f"pto.tmov.fp ins({src.ssa}, {fp} : {src.spelled}, {fp_type}) outs({out.ssa} : {out.spelled}){mode}")
 
 
 def _slice(em: Emitter, e: Eqn) -> None:
@@ -164,6 +197,16 @@ def _ci(em: Emitter, e: Eqn) -> None:
     em.line(f"pto.tci ins({start} : {e.inputs[0].type.dtype.short}) outs({out.ssa} : {out.spelled}){flag}")
 
 
+def _mrgsort2(em: Emitter, e: Eqn) -> None:
+    """TMRGSORT format 2: the lists and tmp in, dst and the per-list executed counts out."""
+    tiles = [em.tile(a) for a in e.inputs]
+    executed = em.names.fresh("executed_vec")
+    em.line(f"{executed} = arith.constant dense<0> : vector<4xi16>")
+    out = _alloc(em, e, tiles[0])
+    em.line(f"pto.tmrgsort ins({', '.join(t.ssa for t in tiles)} {{exhausted = false}} : "
+            f"{', '.join(t.spelled for t in tiles)}) outs({out.ssa}, {executed} : {out.spelled}, vector<4xi16>)")
+
+
 def _mrgsort(em: Emitter, e: Eqn) -> None:
     src = em.tile(e.inputs[0])
     bl = em.const(e.params["block_len"], INDEX)
@@ -184,7 +227,7 @@ def _register() -> None:
         VP.tpush_to_aiv_p: _tpush("aiv"), VP.tpop_from_aic_p: _tpop("aic"), VP.tpush_to_aic_p: _tpush("aic"),
         VP.tpop_from_aiv_p: _tpop("aiv"), VP.move_fixpipe_p: _move_fixpipe, VP.tile_slice_p: _slice,
         VP.tile_assemble_p: _assemble, VP.tile_reshape_p: _reshape, VP.ci_p: _ci, VP.sort32_p: _named,
-        VP.mrgsort_p: _mrgsort, VP.gather_mask_p: _gather_mask, VP.gather_p: _named,
+        VP.mrgsort_p: _mrgsort, VP.mrgsort2_p: _mrgsort2, VP.gather_mask_p: _gather_mask, VP.gather_p: _named,
     })
 
 

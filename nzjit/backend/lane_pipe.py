@@ -1,0 +1,122 @@
+"""The cube <-> vector pipe of a mixed kernel, lane-batched (see batched.py): TPUSH / TPOP of every
+lane of an SPMD body at once (the A2/A3 lowering of `pl.move` Acc -> Vec and Vec -> Mat).
+
+Per lane the move is a fixpipe (or UB) store into a GM FIFO slot, then a load of that slot into
+the destination tile. Batched, the slot carries the lanes' converted values themselves
+(`LaneSlot`): the bytes a lane's TPOP loads are exactly its slot's, which are exactly the
+converted values its TPUSH stored (an ND row-major window of the source's valid shape). The FIFO
+and the GM slot are charged as one lane's (`CrossCorePipe.reserve` / `release`), as on-chip
+accounting is everywhere in batched.py, so a full FIFO or a pop without a push is refused the
+same way. What is not plainly that - a lane-dependent dequant scale tensor, a partial Mat slot -
+falls back to the lanes one by one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from runtime.convert import fixpipe_convert
+from runtime.crosscore import dequant_fp16, pipe_of, vector_quant_scale
+
+from ..core.types import TileType
+from .lane_state import Fallback, LaneState
+from .lane_values import LaneAcc, LaneTile
+from .rule import Step
+from .steps import result_geometry
+from .values import TensorVal
+
+
+class LaneSlot:
+    """A pipe slot over lanes: the values each lane's TPUSH stored, ``(n, rows, cols)`` of the slot's
+    dtype with the lane -> image map `row`, and the one lane's runtime slot that accounts for it."""
+
+    __slots__ = ("values", "row", "slot")
+
+    def __init__(self, values: np.ndarray, row: np.ndarray, slot: Any) -> None:
+        self.values, self.row, self.slot = values, row, slot
+
+
+def _uniform_scale(s: LaneState, e: Any, x: Any) -> float | np.ndarray:
+    if isinstance(x, TensorVal):  # VDEQF16: one scale row for every lane
+        return x.read(s.ctx.gm).reshape(-1).astype(np.float32)
+    if isinstance(x, np.ndarray):
+        v = x.flat[0]
+        if not (x == v).all():
+            raise Fallback("a lane-dependent dequant scale")
+        x = v.item()
+    if isinstance(x, (int, float, np.floating, np.integer)):
+        return float(np.asarray(x).astype(e.inputs[1].type.dtype.np_dtype))
+    raise Fallback("a dequant scale of another kind")
+
+
+def batch_push_acc(st: Step) -> Any:
+    """TPUSH of an Acc tile (cube -> vector): every lane's accumulator converted by the fixpipe."""
+    e = st.eqn
+    out = np.dtype(e.params["dtype"].np_dtype)
+    relu = bool(e.params.get("relu"))
+    ins, (o,) = st.ins, st.outs
+
+    def run(s: LaneState, env: list[Any]) -> None:
+        acc = env[ins[0]]
+        if type(acc) is not LaneAcc or acc.freed:
+            raise Fallback("pipe operand")
+        vals = acc.data[:, : acc.valid_row, :]
+        if len(ins) > 1:
+            scale = _uniform_scale(s, e, env[ins[1]])
+            if isinstance(scale, np.ndarray):
+                scale = vector_quant_scale(scale[: vals.shape[-1]])
+            conv = dequant_fp16(vals, scale, relu)
+        else:
+            conv = fixpipe_convert(vals, out, relu)
+        slot = pipe_of(s.ctx.gm).reserve("c2v", conv.shape[1:], out)
+        env[o] = LaneSlot(conv, np.arange(len(conv)), slot)
+
+    return run
+
+
+def batch_push_vec(st: Step) -> Any:
+    """TPUSH of a Vec tile (vector -> cube): every image's valid region, as the UB store writes it."""
+    (a,), (o,) = st.ins, st.outs
+
+    def run(s: LaneState, env: list[Any]) -> None:
+        x = env[a]
+        if type(x) is not LaneTile or x.freed or x.g.layout != "ND":
+            raise Fallback("pipe operand")
+        g = x.g
+        d = x.data
+        vals = d.view(g.dtype).reshape(len(d), g.rows, g.cols)[:, : x.valid_row, : x.valid_col].copy()
+        slot = pipe_of(s.ctx.gm).reserve("v2c", vals.shape[1:], g.dtype)
+        env[o] = LaneSlot(vals, x.row, slot)
+
+    return run
+
+
+def batch_pop(st: Step) -> Any:
+    """TPOP into Vec (ND) or Mat (NZ): each image the load of its slot's values into a fresh tile."""
+    t = st.eqn.outputs[0].type
+    assert isinstance(t, TileType)
+    g = result_geometry(t)  # as alloc builds the per-lane result
+    (a,), (o,) = st.ins, st.outs
+
+    def run(s: LaneState, env: list[Any]) -> None:
+        sl = env[a]
+        if type(sl) is not LaneSlot or g is None:
+            raise Fallback("pipe slot")
+        n, vr, vc = sl.values.shape
+        if g.layout != "ND" and (vr, vc) != (g.rows, g.cols):
+            raise Fallback("a partial Mat slot")
+        pipe_of(s.ctx.gm).release(sl.slot)
+        s.reserve(g)
+        data = s.zeros(n, g.nbytes, zero=(vr, vc) != (g.rows, g.cols))
+        if g.layout == "ND":
+            data.view(g.dtype).reshape(n, g.rows, g.cols)[:, :vr, :vc] = sl.values
+        else:  # the ND -> NZ load: the logical matrix in the tile's fractal order
+            b = g.blk
+            images = data.view(g.dtype).reshape(n, *g.phys).transpose(0, *(i + 1 for i in g.inv))
+            images[...] = sl.values.reshape(n, vr // b.ir, b.ir, vc // b.ic, b.ic)
+        env[o] = LaneTile(g, vr, vc, data, sl.row)
+
+    return run
+
