@@ -13,7 +13,7 @@ from typing import Any
 
 from ...core.dtypes import INDEX
 from ...core.ir import Eqn
-from ...core.types import Mem, TensorType, TileType
+from ...core.types import Mem, TensorType, TileType, static_dim
 from ...prims import vector as VP
 from ..pto_types import TILE_LAYOUTS, TileLayout
 from .emitter import Emitter, Tile, pto_rules
@@ -119,7 +119,7 @@ def _scale_operand(em: Emitter, a: Any) -> tuple[str, str]:
     """A dequant scale operand: a scalar (DEQF16), or the per-channel scales' tensor as a partition
     view of its one row (VDEQF16: the fixpipe reads them through its buffer)."""
     if isinstance(a.type, TensorType):
-        n = a.type.shape[-1]
+        n = static_dim(a.type.shape[-1])  # one scale per column of a static Acc tile
         return em.partition(em.view(a), [0] * a.type.rank, [*([1] * (a.type.rank - 1)), n])
     return em.value(a), a.type.dtype.short
 
