@@ -23,6 +23,7 @@ from ..core.ir import Graph, Literal, Var
 from ..errors import InternalError
 from . import rules as _rules  # noqa: F401 - registers every rule
 from .batched import with_frees
+from .lane_log import logging_run
 from .options import Options
 from .rule import Run, Step, rule_of
 from .steps import generic_run, release
@@ -41,6 +42,9 @@ class Plan:
     lanes: tuple[Any, ...] | None = None
     #: batched attempts that fell back in a row (after `batched.MAX_FAILS` none is tried again)
     lane_fails: int = 0
+    #: the steps that note their GM window in a launch's lane-race log (lane_log.py): a load or
+    #: store the compiler did not prove race-free; a proven one runs unwrapped
+    logged: tuple[int, ...] = ()
 
     def run(self, ctx: Any, args: Sequence[Any]) -> list[Any]:
         """Run the plan on `args` in `ctx`; returns the values of its output slots."""
@@ -84,6 +88,7 @@ def liveness(g: Graph, n_owned_params: int) -> dict[int, list[Var]]:
 
 
 _MADS = (P.tile_mad_p, P.tile_mad_acc_p)
+_ACCESSES = (P.tile_load_p, P.tile_store_p)
 
 
 def window_extracts(g: Graph, free: dict[int, list[Var]]) -> set[int]:
@@ -152,6 +157,7 @@ def build_plan(g: Graph, n_owned_params: int, options: Options) -> Plan:
     param_slots = tuple(slot(p) for p in g.params)
     steps: list[Step] = []
     runs: list[Run] = []
+    logged: list[int] = []
     lanes: list[Any] | None = [] if options.fast and options.batch else None
     for i, e in enumerate(g.eqns):
         r = rule_of(e.primitive)
@@ -171,6 +177,11 @@ def build_plan(g: Graph, n_owned_params: int, options: Options) -> Plan:
         st.generic = generic_run(st)
         run = r.specialize(st) if options.fast and r.specialize is not None else None
         run = run or st.generic
+        if e.primitive in _ACCESSES:
+            wrapped = logging_run(st, run)
+            if wrapped is not run:
+                logged.append(i)
+                run = wrapped
         runs.append(_then_free(run, dead) if dead else run)
         if lanes is not None:
             lane = r.batch(st) if r.batch is not None else None
@@ -187,7 +198,7 @@ def build_plan(g: Graph, n_owned_params: int, options: Options) -> Plan:
     if unread:
         runs.insert(0, lambda ctx, env: release(ctx, env, unread, ()))
     lane_steps = None if lanes is None else tuple(with_frees(*x) for x in lanes)
-    return Plan(steps, template, param_slots, out_slots, tuple(runs), lane_steps)
+    return Plan(steps, template, param_slots, out_slots, tuple(runs), lane_steps, logged=tuple(logged))
 
 
 def _then_free(run: Run, dead: tuple[int, ...]) -> Run:
