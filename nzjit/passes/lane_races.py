@@ -32,7 +32,10 @@ def _trips(e: Eqn) -> int | None:
 
 
 def _atomic(e: Eqn) -> bool:
-    return any("atomic" in k and v not in (None, False, "none", "None") for k, v in e.params.items())
+    """An atomic store (`pl.store(..., atomic=True)`: its attrs), or an `atomic*` parameter."""
+    attrs = e.params.get("attrs") or {}
+    items = [*e.params.items(), *attrs.items()] if isinstance(attrs, dict) else list(e.params.items())
+    return any("atomic" in k and v not in (None, False, "none", "None") for k, v in items)
 
 
 def _varies(x: object, tainted: set[Var], prover: Prover) -> bool:

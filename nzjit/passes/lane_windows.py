@@ -44,6 +44,7 @@ LANE_LOG = "lane_log"
 #: Lane counts up to this are proven by checking every pair of lanes (compile time, numpy).
 MAX_PAIRWISE = 2048
 _ACCESSES = (P.tile_load_p, P.tile_store_p)
+_BOUND = 1 << 48  # offsets and their intervals proven with are within this (no int64 wrap)
 _LANE_OPS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum, "max": np.maximum,
     "floordiv": lambda a, b: np.floor_divide(a, np.where(b == 0, 1, b)) * (b != 0),
@@ -117,6 +118,8 @@ class _Launch:
     def _combine(self, op: str, a: _Part, b: _Part) -> _Part | None:
         vals = None if a.values is None or b.values is None else (a.values, b.values)
         if op in ("add", "sub"):
+            if _peak(a) + _peak(b) >= _BOUND:
+                return None  # could wrap in int64: not split
             sign = 1 if op == "add" else -1
             coef = None if a.coef is None or b.coef is None else a.coef + sign * b.coef
             lo, hi = (a.lo + b.lo, a.hi + b.hi) if op == "add" else (a.lo - b.hi, a.hi - b.lo)
@@ -125,11 +128,15 @@ class _Launch:
             for p, q in ((a, b), (b, a)):  # a lane part times a constant (no lane part, one value)
                 if q.coef == 0 and q.lo == q.hi and (q.values is None or not q.values.any()):
                     c = q.lo
+                    if abs(c) * (_peak(p) + 1) >= _BOUND:
+                        return None  # the product could wrap in int64: not split
                     return _Part(None if p.coef is None else p.coef * c,
                                  None if p.values is None else p.values * c, min(p.lo * c, p.hi * c),
                                  max(p.lo * c, p.hi * c))
         # anything else: exact only on lane parts alone (no rest), evaluated over the lanes
         if vals is None or a.lo != a.hi or b.lo != b.hi:
+            return None
+        if _peak(a) * _peak(b) >= _BOUND:
             return None
         av, bv = vals[0] + a.lo, vals[1] + b.lo
         return _Part(None, _LANE_OPS[op](av, bv), 0, 0)
@@ -152,10 +159,20 @@ class _Launch:
         return self.rest(x)
 
 
+def _peak(p: _Part) -> int:
+    """The largest magnitude a part takes (lane values and rest), as a Python int."""
+    v = int(np.abs(p.values).max()) if p.values is not None and len(p.values) else 0
+    return v + max(abs(p.lo), abs(p.hi)) + (abs(p.coef) << 32 if p.coef else 0)
+
+
 def _separated(x: _Access, y: _Access, lanes: np.ndarray | None) -> bool:
     """No lane's window of `x` meets another lane's window of `y` (see the module docstring)."""
     if x.axes is None or y.axes is None or len(x.axes) != len(y.axes):
         return False
+    for p, _ in (*x.axes, *y.axes):  # beyond this, int64 sums could wrap: nothing is proven
+        if not -_BOUND < p.lo <= p.hi < _BOUND or (p.values is not None and len(p.values)
+                                                   and np.abs(p.values).max() >= _BOUND):
+            return False
     for (px, sx), (py, sy) in zip(x.axes, y.axes):
         if px.coef is not None and px.coef == py.coef and px.coef != 0:
             if max(px.hi + sx, py.hi + sy) - min(px.lo, py.lo) <= abs(px.coef):
