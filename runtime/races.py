@@ -35,6 +35,8 @@ _LANE_SHIFT = 40  # GM addresses stay below 2**40: lane * 2**40 + address orders
 class LaneRaceError(DeviceError):
     """Two lanes of one SPMD launch write overlapping GM bytes, or one reads what another writes."""
 
+    rule = "lane-race"  # the rule id of the compile-time refusal of the same race (when provable)
+
     def __init__(self, message: str, lanes: tuple[int, int] = (-1, -1), tensor: str = "",
                  windows: tuple[Any, Any] = ((0, 0), (0, 0)), lines: tuple[str, str] = ("", "")) -> None:
         super().__init__(message)
@@ -221,11 +223,10 @@ class LaneWriteLog:
                   if v1.tensor == v2.tensor and len(o1) == len(o2) and all(a < b for a, b in both)
                   else f"{hi - lo} bytes")
         raise LaneRaceError(
-            f"{v1.line}: lane race in {self.launch}: lane {l1} {what1} {v1.text(o1)} ({v1.line}) and lane {l2} "
-            f"{what2} {v2.text(o2)} ({v2.line}); they share {common}. The lanes run "
-            "concurrently, so the result would depend on their order; the call is refused and its outputs "
-            f"are unchanged. {help_}", (l1, l2), repr(v1.tensor), ((o1, v1.sizes), (o2, v2.sizes)),
-            (v1.line, v2.line))
+            f"{v1.line}: [lane-race] lane race in {self.launch}: lane {l1} {what1} {v1.text(o1)} ({v1.line}) and "
+            f"lane {l2} {what2} {v2.text(o2)} ({v2.line}); they share {common}. The lanes run concurrently, so "
+            f"the result would depend on their order; the call is refused and its outputs are unchanged.\n{help_}",
+            (l1, l2), repr(v1.tensor), ((o1, v1.sizes), (o2, v2.sizes)), (v1.line, v2.line))
 
 
 def _overlaps(lo: np.ndarray, hi: np.ndarray, blo_sorted: np.ndarray, bhi_sorted: np.ndarray) -> np.ndarray:

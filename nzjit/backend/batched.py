@@ -155,7 +155,8 @@ def _run_lanes(s: LaneState, plan: Any, all_lanes: np.ndarray, captured: list[An
         return False
     plan.lane_fails = 0
     # the logged accesses into the launch's lane-race log: a race raises before any store lands
-    lane_log.feed(s, s.notes)
+    if s.notes:
+        lane_log.feed(s, s.notes)
     # every lane's stores, in per-lane program order (loads never see them: checked above)
     gm = ctx.gm
     for stores in groups:

@@ -38,7 +38,7 @@ from .rule import Run, Step
 from .steps import operand_groups
 from .values import HostValue, TensorVal
 
-__all__ = ["logged_name", "launch_logged", "open_log", "snapshot", "restore", "logging_run", "window_of",
+__all__ = ["LANE_LOG", "logged_name", "launch_logged", "open_log", "snapshot", "restore", "logging_run", "window_of",
            "note", "feed"]
 
 
@@ -90,7 +90,8 @@ class _Windows:
     """The `Window`s of one access, by geometry (the valid extents may differ between trips)."""
 
     def __init__(self, e: Eqn, name: str) -> None:
-        self.name, self.line = name, str(e.source) if e.source is not None else "<kernel>"
+        src = e.source  # file:line:col of the kernel line, as CompileError shows it
+        self.name, self.line = name, f"{src.file}:{src.line}:{src.col + 1}" if src is not None else "<kernel>"
         self.cache: dict[tuple[Any, ...], Window] = {}
 
     def get(self, sizes: tuple[int, ...], t: TensorVal) -> Window:

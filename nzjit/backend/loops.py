@@ -12,7 +12,7 @@ from runtime.dispatch import check_trips
 
 from ..core.ir import Eqn
 from . import batched
-from .lane_log import launch_logged, open_log, restore, snapshot
+from .lane_log import LANE_LOG, open_log, restore, snapshot
 
 
 def copy_tile(ctx: Any, t: Any) -> Any:
@@ -43,7 +43,8 @@ def run_loop(ctx: Any, e: Eqn, ins: list[Any], consumed: frozenset[int], body_pl
         # issue 24 item 2: a launch whose accesses the compiler could not prove race-free logs them
         # (lane_log.py); a launch inside a logged lane belongs to that lane (and is not batched)
         nested = ctx.lane_log is not None
-        log = open_log(n) if not nested and n > 1 and launch_logged(e) else None
+        # (inline, not lane_log.launch_logged: a proven launch pays one dict lookup per launch)
+        log = open_log(n) if not nested and n > 1 and e.params.get(LANE_LOG) is not False else None
         saved_bytes = []
         if log is not None:
             ctx.lane_log = log

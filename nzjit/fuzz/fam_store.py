@@ -87,11 +87,11 @@ def fam_acc_store(g: G) -> None:
     pidx: list[Expr] = []
     if panels:
         kind = g.choice(["pl.range", "range", "pl.spmd"])
-        g.emit(1, f"for p in {kind}({panels}):", f"for p in range({panels}):")
+        g.emit(1, f"for p in {kind}({panels}):", f"for p in {'lanes' if kind == 'pl.spmd' else 'range'}({panels}):")
         pidx = [var("p") if kind != "range" else pyvar("p")]
         ind = 2
     kind = g.choice(["pl.range", "range"] if panels else ["pl.spmd", "pl.range", "range"])
-    g.emit(ind, f"for nb in {kind}({nt}):", f"for nb in range({nt}):")
+    g.emit(ind, f"for nb in {kind}({nt}):", f"for nb in {'lanes' if kind == 'pl.spmd' else 'range'}({nt}):")
     t = var("nb") if kind != "range" else pyvar("nb")
     ind += 1
     if mut == "col_const4":  # a literal column offset that is not a multiple of c0 = 8
@@ -219,7 +219,7 @@ def fam_vec_ew(g: G) -> None:
     g.tag(f"ew_loop:{outer}")
     if outer == "pl.spmd" and dst_pat == "same":  # concurrent lanes writing one window race (issue 24)
         g.refuse.add("R1")
-    g.emit(1, f"for lane in {outer}({lanes}):", f"for lane in range({lanes}):")
+    g.emit(1, f"for lane in {outer}({lanes}):", f"for lane in {'lanes' if outer == 'pl.spmd' else 'range'}({lanes}):")
     ind, it = 2, "0"
 
     def block(pat: str) -> str:
