@@ -43,6 +43,10 @@ class LaneRaceError(DeviceError):
         # windows: ((offsets, extents) of each lane's access), or byte spans from the byte-span API
         self.lanes, self.tensor, self.windows, self.lines = lanes, tensor, windows, lines
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a rank in another process (RayCluster) sends it back whole: lanes, tensor, windows too
+        return (type(self), (str(self), self.lanes, self.tensor, self.windows, self.lines))
+
 
 class Window:
     """The geometry of one access, for the log and its messages: the tensor's name, the kernel line,

@@ -264,3 +264,23 @@ def test_a_lane_reading_back_its_own_window_is_proven_and_runs():
     own(b)
     np.testing.assert_array_equal(b, 2 * buf)
 
+
+
+def test_a_race_on_one_rank_of_an_orchestration_leaves_every_output_untouched():
+    """Rank 1's call races (step 32), rank 0's does not: the program fails as a whole with the
+    lane race, and neither a host output nor a resident stacked output changes."""
+    cluster = runtime.Cluster(2)
+
+    @pl.orchestration
+    def prog(x: pl.Tensor[[2, 16, 512], pl.FP32], out: pl.Out[pl.Tensor[[2, 16, 512], pl.FP32]]):
+        for r in range(2):
+            strided(x[r], out[r], 64 if r == 0 else 32, device=r)
+
+    x = np.ones((2, 16, 512), np.float32)
+    host = np.full((2, 16, 512), 5, np.float32)
+    resident = cluster.alloc_stacked_tensor(np.full((2, 16, 512), 5, np.float32))
+    for out in (host, resident):
+        with pytest.raises(LaneRaceError, match=r"^rank 1: strided .*lane 0 writes out\[0:16, 0:64\]") as info:
+            prog(x, out, cluster=cluster)
+        assert info.value.lanes == (0, 1) and info.value.windows == (((0, 0), (16, 64)), ((0, 32), (16, 64)))
+    assert (host == 5).all() and (cluster.copy_stacked_from(resident) == 5).all()
