@@ -43,8 +43,9 @@ class Ctx:
         return self.step is not None and i in self.step.consumed
 
     def plan_of(self, g: Graph, n_owned_params: int = 0) -> Plan:
-        """The cached plan of `g` under this call's options."""
-        return plan_of(g, n_owned_params, self.options)
+        """The cached plan of `g` under this call's options (a body run while a launch's lane-race
+        log is open: the plan that logs its unproven accesses)."""
+        return plan_of(g, n_owned_params, self.options, self.lane_log is not None)
 
 
 def run_plan(ctx: Ctx, plan: Plan, args: Sequence[Any]) -> list[Any]:

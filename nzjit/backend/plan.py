@@ -134,8 +134,10 @@ def _fast(p: P.Primitive) -> bool:
 
 
 # -------------------------------------------------------------------------------- building
-def build_plan(g: Graph, n_owned_params: int, options: Options) -> Plan:
-    """Compile `g` (only the trailing `n_owned_params` params are owned by it) under `options`."""
+def build_plan(g: Graph, n_owned_params: int, options: Options, in_launch: bool = False) -> Plan:
+    """Compile `g` (only the trailing `n_owned_params` params are owned by it) under `options`;
+    `in_launch`: `g` runs inside a pl.spmd launch (a body of it, or nested deeper), so its GM
+    accesses the compiler did not prove race-free note their windows in the launch's log."""
     free = liveness(g, n_owned_params)
     windows = window_extracts(g, free) if options.fast else set()
     slot_of: dict[Var, int] = {}
@@ -150,9 +152,6 @@ def build_plan(g: Graph, n_owned_params: int, options: Options) -> Plan:
             s = slot_of[a] = len(template)
             template.append(None)
         return s
-
-    def body_plan(body: Graph, n_owned: int) -> Plan:
-        return plan_of(body, n_owned, options)
 
     param_slots = tuple(slot(p) for p in g.params)
     steps: list[Step] = []
@@ -172,12 +171,17 @@ def build_plan(g: Graph, n_owned_params: int, options: Options) -> Plan:
         results = set(e.outputs)
         read_last = tuple(v for v in dying if v not in results)  # a step keeps one it returns
         dead = tuple(slot_of[v] for v in dying if v in results)  # results nobody reads
+        inner = in_launch or e.params.get("kind") == "spmd"  # a loop body's plan: inside a launch?
+
+        def body_plan(body: Graph, n_owned: int, inner: bool = inner) -> Plan:
+            return plan_of(body, n_owned, options, inner)
+
         st = Step(e, r.impl, read_last, consumed, ins, outs, tuple(slot_of[v] for v in read_last),
                   window=i in windows, options=options, plan_of=body_plan)
         st.generic = generic_run(st)
         run = r.specialize(st) if options.fast and r.specialize is not None else None
         run = run or st.generic
-        if e.primitive in _ACCESSES:
+        if in_launch and e.primitive in _ACCESSES:  # outside every launch no lane can race
             wrapped = logging_run(st, run)
             if wrapped is not run:
                 logged.append(i)
@@ -213,19 +217,19 @@ def _then_free(run: Run, dead: tuple[int, ...]) -> Run:
 
 
 # ----------------------------------------------------------------------------------- cache
-_PLANS: weakref.WeakKeyDictionary[Graph, dict[tuple[int, Options], Plan]] = weakref.WeakKeyDictionary()
+_PLANS: weakref.WeakKeyDictionary[Graph, dict[tuple[int, Options, bool], Plan]] = weakref.WeakKeyDictionary()
 
 
-def plan_of(g: Graph, n_owned_params: int, options: Options) -> Plan:
+def plan_of(g: Graph, n_owned_params: int, options: Options, in_launch: bool = False) -> Plan:
     """The cached plan of `g` under `options` (a plan references its equations, not its graph,
-    so the weak key keeps no graph alive)."""
+    so the weak key keeps no graph alive); `in_launch` as for `build_plan`."""
     per = _PLANS.get(g)
     if per is None:
         per = _PLANS[g] = {}
-    key = (n_owned_params, options)
+    key = (n_owned_params, options, in_launch)
     plan = per.get(key)
     if plan is None:
-        plan = per[key] = build_plan(g, n_owned_params, options)
+        plan = per[key] = build_plan(g, n_owned_params, options, in_launch)
     return plan
 
 

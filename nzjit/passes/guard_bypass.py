@@ -11,13 +11,15 @@ import threading
 from collections.abc import Iterator
 
 _REGISTRY: list[GuardBypass] = []
-_on_anywhere = [0]  # bypasses on, over all threads: the caches ask the thread only when nonzero
+#: bypasses on, over all threads: a call asks `active_bypasses` only when nonzero (no call at all
+#: in library use: the hot paths read this list)
+ON_ANYWHERE = [0]
 _lock = threading.Lock()
 
 
 def active_bypasses() -> tuple[int, ...]:
     """The bypasses on in this thread (their registration numbers): () in every library call."""
-    if not _on_anywhere[0]:
+    if not ON_ANYWHERE[0]:
         return ()
     return tuple(i for i, b in enumerate(_REGISTRY) if b.active)
 
@@ -40,10 +42,10 @@ class GuardBypass:
         saved = self.active
         self._state.on = True
         with _lock:
-            _on_anywhere[0] += 1
+            ON_ANYWHERE[0] += 1
         try:
             yield
         finally:
             self._state.on = saved
             with _lock:
-                _on_anywhere[0] -= 1
+                ON_ANYWHERE[0] -= 1

@@ -1,13 +1,15 @@
 """MarkLaneWindows (issue 24 item 2): which GM accesses of a `pl.spmd` launch the simulator must log
 to catch lane races at run time, and which are proven race-free at compile time and cost nothing.
 
-Every `tile.load` / `tile.store` gets the hidden parameter ``lane_log``: False when no race with
-another lane of the launch is possible (outside any launch, a one-lane launch, or proven below),
+Every `tile.load` / `tile.store` inside a launch gets the hidden parameter ``lane_log``: False
+when no race with another lane of the launch is possible (a one-lane launch, or proven below),
 else the name of the tensor it touches (the executor logs its bytes per lane, `runtime.races`).
+Accesses outside every launch are left alone: the plans outside launches never log
+(backend/plan.py, `in_launch`), and a kernel without `pl.spmd` is returned unchanged.
 Every `pl.spmd` loop gets ``lane_log``: False when nothing inside it is logged (it opens no log),
 else the positions among its captured operands of the tensors its stores write (snapshotted when
 the launch opens its log, restored on a race). An equation without the parameter (a graph built after this pass)
-is logged: the safe default.
+inside a launch is logged: the safe default.
 
 The proof. An offset `o` on axis d is split into ``f(lane) + r``: `f` a function of the lane index
 alone (the spmd variable, `pl.get_block_idx()`, and constants through + - * // % min max), `r` the
@@ -327,8 +329,6 @@ def _written(e: Eqn, accesses: list[_Access], prover: Prover) -> tuple[int, ...]
 def _collect(g: Graph, prover: Prover, marks: dict[Eqn, Any]) -> None:
     for e in g.eqns:
         body = e.params.get("body")
-        if e.primitive in _ACCESSES:
-            marks.setdefault(e, False)  # outside every launch: one lane, no race
         if not isinstance(body, Graph):
             continue
         if e.params.get("kind") == "spmd":
@@ -351,8 +351,8 @@ class _Marker(Rewriter):
 
 def mark_lane_windows(g: Graph) -> Graph:
     """`g` with every GM access and every pl.spmd loop marked `lane_log` (see the module docstring)."""
+    if not any(e.params.get("kind") == "spmd" for e in g.walk()):
+        return g  # no launch: nothing to mark (the executor logs only inside launches)
     marks: dict[Eqn, Any] = {}
     _collect(g, Prover(g), marks)
-    if not marks:
-        return g
     return _Marker(marks).graph(g)

@@ -214,7 +214,7 @@ def test_the_grouped_matmul_is_proven_race_free_and_its_plan_logs_nothing(monkey
     assert _marks(low) == [("for", False), ("tile.load", False), ("tile.load", False),
                            ("tile.load", False), ("tile.load", False), ("tile.store", False)]
     for options in PATHS:
-        assert plan_of(_spmd_body(low), 0, options).logged == ()
+        assert plan_of(_spmd_body(low), 0, options, True).logged == ()
     monkeypatch.setattr(lane_log, "LaneWriteLog", None)  # a log opened would fail the call
     rng = np.random.default_rng(1)
     x = rng.integers(-128, 128, (2, 16, 128)).astype(np.int8)
@@ -245,7 +245,7 @@ def test_unproven_windows_are_marked_with_their_tensor_and_their_steps_log():
     nb, nc, _ = spmd.params["arity"]
     written = spmd.inputs[nb:nb + nc][spmd.params["lane_log"][0]]
     assert _marks(low)[1:] == [("tile.load", False), ("tile.store", "out")] and written.hint == "out"
-    plan = plan_of(_spmd_body(low), 0, Options(batch=False))
+    plan = plan_of(_spmd_body(low), 0, Options(batch=False), True)
     assert [plan.steps[i].eqn.primitive.name for i in plan.logged] == ["tile.store"]
     low = neighbour.lower()
     assert ("tile.load", "buf") in _marks(low)
