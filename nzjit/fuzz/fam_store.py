@@ -187,6 +187,27 @@ _BLOCKS = {"own": "{l} * {t} + {i}", "gapped": "({l} + {l} // 4) * {t} + {i}", "
 _EW = {"add": "np.add", "sub": "np.subtract", "maximum": "np.maximum", "mul": "np.multiply"}
 
 
+#: `_BLOCKS` evaluated: (lane, trips, trip, lanes) -> the row block
+_BLOCK_OF = {"own": lambda ln, t, i, n: ln * t + i, "gapped": lambda ln, t, i, n: (ln + ln // 4) * t + i,
+             "shared": lambda ln, t, i, n: (ln // 2) * t + i, "reversed": lambda ln, t, i, n: (n - 1 - ln) * t + i,
+             "same": lambda ln, t, i, n: i}
+
+
+def _block(pat: str, lane: int, i: int, trips: int, lanes: int) -> int:
+    return int(_BLOCK_OF[pat](lane, trips, i, lanes))
+
+
+def _reads_anothers_block(read: str, write: str, lanes: int, trips: int) -> bool:
+    """Does some lane read (pattern `read`) a row block that another lane writes (`write`), at any
+    trip? Brute force over lanes and trips (issue 24: a lane race)."""
+    writer: dict[int, set[int]] = {}
+    for lane in range(lanes):
+        for i in range(trips):
+            writer.setdefault(_block(write, lane, i, trips, lanes), set()).add(lane)
+    return any(writer.get(_block(read, lane, i, trips, lanes), set()) - {lane}
+               for lane in range(lanes) for i in range(trips))
+
+
 def fam_vec_ew(g: G) -> None:
     """Family vec_ew: SPMD lanes, with range trips inside, load Vec windows, combine them with
     elementwise ops and store the result, or sum it over the trips in a loop-carried tile. Windows
@@ -274,6 +295,8 @@ def fam_vec_ew(g: G) -> None:
         names.append(f"t{step}")
     if self_read:  # `to` enters once, linearly, so values grow at most by one lane's term per lane
         pat = str(g.choice(list(_BLOCKS)))
+        if outer == "pl.spmd" and dst_pat != "same" and _reads_anothers_block(pat, dst_pat, lanes, trips):
+            g.refuse.add("R2")  # a lane reads a block another lane stores: a lane race at run time
         g.emit(ind, f"to = pl.load(out, [{block(pat)}, {c_off}], [{tr}, {tc}], target_memory=pl.Mem.Vec)",
                f"to = win(out, ({block(pat)}, {c_off}), ({tr}, {tc})).copy()")
         op = str(g.choice(["maximum"] if dt == "INT16" else ["add", "sub", "maximum"]))

@@ -138,3 +138,21 @@ def test_the_reference_harness_finds_lane_races_by_brute_force():
     x = np.ones((4, 16))
     for _lane in lanes(4):  # every lane reading one input: not a race
         win(x, (0, 0), (4, 16))
+
+
+def test_vec_ew_predicts_the_lane_races_of_lanes_reading_the_output():
+    """fam_vec_ew: a lane that reads (an InOut output) a block another lane stores is a lane race,
+    predicted as row R2; its own block, or reads in a pl.range loop, are not."""
+    from nzjit.fuzz.fam_store import _reads_anothers_block
+
+    assert _reads_anothers_block("reversed", "own", 3, 1)  # lane 0 reads block 2, lane 2 writes it
+    assert not _reads_anothers_block("own", "own", 4, 2)  # each lane its own rows
+    assert _reads_anothers_block("shared", "own", 4, 1)  # lane 1 reads block 0, lane 0 writes it
+    assert not _reads_anothers_block("reversed", "reversed", 5, 3)
+    from nzjit.fuzz.classify import classify
+    from nzjit.fuzz.gen import generate
+
+    p = generate(5, 2, family="vec_ew")
+    assert "ew:self_read" in p.tags and "R2" in p.expect_rows
+    o = classify(p)
+    assert (o.cls, o.rows, o.surprise) == ("refused", ("R2",), "")
