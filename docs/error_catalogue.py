@@ -267,6 +267,24 @@ ENTRIES: tuple[Entry, ...] = (
         "        out[:, lane * 64:lane * 64 + 64] = t + t\n",
     ),
     Entry(
+        "lane-race",
+        "two lanes of a pl.spmd touch the same bytes at run time",
+        "import numpy as np\n\n\n@pl.kernel\n"
+        "def k(x: pl.Tensor[[16, 256], pl.FP32], out: pl.Out[pl.Tensor[[16, 320], pl.FP32]],\n"
+        "      step: pl.Scalar[pl.INDEX]):\n"
+        "    for lane in pl.spmd(4):\n        t = pl.load(x, [0, lane * 64], [16, 64])\n"
+        "        pl.store(t + t, [0, lane * step], out)  # a window from an argument: checked at run time\n\n\n"
+        "def main():\n    k(np.ones((16, 256), np.float32), np.zeros((16, 320), np.float32), 32)\n",
+        "give each lane its own bytes: here a step of at least the window's 64 columns (the call is refused, "
+        "and its outputs are unchanged, whenever two lanes' windows meet)",
+        "import numpy as np\n\n\n@pl.kernel\n"
+        "def k(x: pl.Tensor[[16, 256], pl.FP32], out: pl.Out[pl.Tensor[[16, 320], pl.FP32]],\n"
+        "      step: pl.Scalar[pl.INDEX]):\n"
+        "    for lane in pl.spmd(4):\n        t = pl.load(x, [0, lane * 64], [16, 64])\n"
+        "        pl.store(t + t, [0, lane * step], out)\n\n\n"
+        "def main():\n    k(np.ones((16, 256), np.float32), np.zeros((16, 320), np.float32), 64)\n",
+    ),
+    Entry(
         "ND2NZ-pitch",
         "an ND -> NZ load's row pitch must fit 16 bits",
         "@pl.kernel\ndef k(x: pl.Tensor[[16, 65536], pl.INT8], w: pl.Tensor[[32, 64], pl.INT8, pl.NZ],\n"
@@ -314,9 +332,11 @@ def full_source(body: str) -> str:
 
 def _refusal(source: str, workdir: str) -> BaseException | None:
     """Run the module, then its `main()` (a call with arguments) or else `k.lower()`; the refusal
-    (CompileError, or runtime.DispatchError for an argument), or None when nothing is refused."""
+    (CompileError, runtime.DispatchError for an argument, runtime.races.LaneRaceError for lanes that
+    race at run time), or None when nothing is refused."""
     import nzjit
     import runtime
+    from runtime.races import LaneRaceError
 
     path = os.path.join(workdir, "kernel.py")
     with open(path, "w") as f:
@@ -327,7 +347,7 @@ def _refusal(source: str, workdir: str) -> BaseException | None:
     try:
         ns = runpy.run_path(path, run_name="nzjit_catalogue")
         ns["main"]() if "main" in ns else ns["k"].lower()
-    except (nzjit.CompileError, runtime.DispatchError) as e:
+    except (nzjit.CompileError, runtime.DispatchError, LaneRaceError) as e:
         return e
     return None
 

@@ -16,6 +16,7 @@ from .gmview import GmView
 from .layout_marks import NzArray
 from .memory import GlobalMemory, OnChip
 from .nz import as_nz, nz_blocked_shape, pack_nz, unpack_nz
+from .races import LaneRaceError
 from .tile import TileBuf
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "Cluster",
     "DispatchError",
     "DeviceError",
+    "LaneRaceError",
     "SimulatorLimitError",
     "HardwareDefectWarning",
     "GmView",

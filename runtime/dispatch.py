@@ -278,6 +278,7 @@ def _reraise(rank: int, e: BaseException) -> None:
     except Exception:  # exotic constructor signature
         e.add_note(f"rank {rank}")
         raise e from None
+    new.__dict__.update(e.__dict__)  # its fields too (a LaneRaceError's lanes, tensor, windows)
     raise new from e
 
 

@@ -55,7 +55,7 @@ import numpy as np
 import runtime
 from runtime import TileBuf
 
-from . import lane_gm
+from . import lane_gm, lane_log
 from .lane_state import Fallback, LaneDependent, LaneState, Step
 from .lane_values import LANE_VALUES
 
@@ -126,6 +126,7 @@ def _run_lanes(s: LaneState, plan: Any, all_lanes: np.ndarray, captured: list[An
                 s.lanes = all_lanes[base : base + size]
                 s.L, s.base, s.stores, s.alloc_bytes = len(s.lanes), base, [], 0
                 group_live, n_loaded, n_stored = dict(onchip.live), len(s.loaded), len(s.stored)
+                n_notes = len(s.notes)
                 s.group_loads = n_loaded
                 try:
                     run_lane_plan(s, plan, [s.lanes, *captured])
@@ -136,7 +137,7 @@ def _run_lanes(s: LaneState, plan: Any, all_lanes: np.ndarray, captured: list[An
                         raise
                     splits += 1
                     onchip.live.update(group_live)
-                    del s.loaded[n_loaded:], s.stored[n_stored:]
+                    del s.loaded[n_loaded:], s.stored[n_stored:], s.notes[n_notes:]
                     size = s.L // 2
                     continue
                 groups.append(s.stores)
@@ -153,6 +154,9 @@ def _run_lanes(s: LaneState, plan: Any, all_lanes: np.ndarray, captured: list[An
         plan.lane_fails += 1  # a body that keeps failing is not retried
         return False
     plan.lane_fails = 0
+    # the logged accesses into the launch's lane-race log: a race raises before any store lands
+    if s.notes:
+        lane_log.feed(s, s.notes)
     # every lane's stores, in per-lane program order (loads never see them: checked above)
     gm = ctx.gm
     for stores in groups:

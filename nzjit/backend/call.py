@@ -159,6 +159,7 @@ def _reraise_in(call: KernelCall, e: Exception) -> None:
     except Exception:  # a constructor that takes other arguments: keep the original, add a note
         e.add_note(f"in {call_name(call)}")
         raise e from None
+    new.__dict__.update(e.__dict__)  # its fields too (a LaneRaceError's lanes, tensor, windows)
     raise new from e
 
 

@@ -25,7 +25,7 @@ from .values import TransposedTile
 @dataclass
 class Ctx:
     """Run-time state of one kernel call on one rank: GM, on-chip accounting, dynamic dims, the
-    options, the current SPMD lane and the step being run."""
+    options, the current SPMD lane, the step being run and the launch's lane-race log."""
 
     gm: GlobalMemory
     onchip: OnChip
@@ -34,14 +34,18 @@ class Ctx:
     block_idx: int = 0
     block_num: int = 1
     step: Step | None = None
+    #: the open lane-race log of the running pl.spmd launch (lane_log.py) and the lane it is in
+    lane_log: Any = None
+    lane: int = 0
 
     def consumes(self, e: Eqn, i: int) -> bool:
         """True when input `i` of the running step dies there, so the impl may update it in place."""
         return self.step is not None and i in self.step.consumed
 
     def plan_of(self, g: Graph, n_owned_params: int = 0) -> Plan:
-        """The cached plan of `g` under this call's options."""
-        return plan_of(g, n_owned_params, self.options)
+        """The cached plan of `g` under this call's options (a body run while a launch's lane-race
+        log is open: the plan that logs its unproven accesses)."""
+        return plan_of(g, n_owned_params, self.options, self.lane_log is not None)
 
 
 def run_plan(ctx: Ctx, plan: Plan, args: Sequence[Any]) -> list[Any]:

@@ -37,6 +37,7 @@ class LaneState:
         self.loaded: list[tuple[np.ndarray, int, int]] = []  # (addresses, lo, hi) relative spans
         self.stored: list[tuple[np.ndarray, int, int]] = []
         self.pinned: set[int] = set()  # ids of images and sums a deferred store still reads
+        self.notes: list[tuple[Any, ...]] = []  # logged accesses for the lane-race log (lane_log.py)
         self.bufs: dict[tuple[object, ...], np.ndarray] = {}
         self.owned: dict[int, np.ndarray] = {}  # the buffers this attempt holds, by id
         self.spares = _spares()  # this thread's: a helper thread allocating for it takes from here

@@ -13,6 +13,7 @@ from runtime.dispatch import check_trips
 from ..core.ir import Eqn
 from . import batched
 from .double_buffers import held_bytes, prefetch_buffers
+from .lane_log import LANE_LOG, open_log, restore, snapshot
 
 
 def copy_tile(ctx: Any, t: Any) -> Any:
@@ -38,17 +39,34 @@ def run_loop(ctx: Any, e: Eqn, ins: list[Any], consumed: frozenset[int], body_pl
     options = ctx.options
     batch = options.fast and options.batch
     if e.params["kind"] == "spmd":
-        saved = (ctx.block_idx, ctx.block_num)
+        saved = (ctx.block_idx, ctx.block_num, ctx.lane_log, ctx.lane)
         n = max(0, stop - start)
+        # issue 24 item 2: a launch whose accesses the compiler could not prove race-free logs them
+        # (lane_log.py); a launch inside a logged lane belongs to that lane (and is not batched)
+        nested = ctx.lane_log is not None
+        # (inline, not lane_log.launch_logged: a proven launch pays one dict lookup per launch)
+        log = open_log(n) if not nested and n > 1 and e.params.get(LANE_LOG) is not False else None
+        saved_bytes = []
+        if log is not None:
+            ctx.lane_log = log
+            saved_bytes = snapshot(ctx, e, captured)
         try:
             plan = body_plan(0)
-            if batch and n > 1 and batched.try_run_spmd(ctx, plan, range(start, stop, step), n, captured):
+            if batch and n > 1 and not nested and batched.try_run_spmd(
+                    ctx, plan, range(start, stop, step), n, captured):
                 return []
             for lane in range(start, stop, step):
                 ctx.block_idx, ctx.block_num = lane, n
+                if log is not None:
+                    ctx.lane = lane
                 plan.run(ctx, [lane, *captured])
+            if log is not None:
+                log.check()  # before the call returns: its outputs are restored on a race
+        except BaseException:
+            restore(ctx, saved_bytes)  # the tensors this launch wrote hold their bytes again
+            raise
         finally:
-            ctx.block_idx, ctx.block_num = saved
+            ctx.block_idx, ctx.block_num, ctx.lane_log, ctx.lane = saved
         return []
     trips = range(start, stop, step)
     prefetch = prefetch_buffers(e) if len(trips) >= 2 else []

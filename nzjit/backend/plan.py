@@ -23,6 +23,7 @@ from ..core.ir import Graph, Literal, Var
 from ..errors import InternalError
 from . import rules as _rules  # noqa: F401 - registers every rule
 from .batched import with_frees
+from .lane_log import logging_run
 from .options import Options
 from .rule import Run, Step, rule_of
 from .steps import generic_run, release
@@ -41,6 +42,9 @@ class Plan:
     lanes: tuple[Any, ...] | None = None
     #: batched attempts that fell back in a row (after `batched.MAX_FAILS` none is tried again)
     lane_fails: int = 0
+    #: the steps that note their GM window in a launch's lane-race log (lane_log.py): a load or
+    #: store the compiler did not prove race-free; a proven one runs unwrapped
+    logged: tuple[int, ...] = ()
 
     def run(self, ctx: Any, args: Sequence[Any]) -> list[Any]:
         """Run the plan on `args` in `ctx`; returns the values of its output slots."""
@@ -84,6 +88,7 @@ def liveness(g: Graph, n_owned_params: int) -> dict[int, list[Var]]:
 
 
 _MADS = (P.tile_mad_p, P.tile_mad_acc_p, P.tile_mad_bias_p)  # a bias row's TMOV comes before the extracts
+_ACCESSES = (P.tile_load_p, P.tile_store_p)
 
 
 def window_extracts(g: Graph, free: dict[int, list[Var]]) -> set[int]:
@@ -129,8 +134,10 @@ def _fast(p: P.Primitive) -> bool:
 
 
 # -------------------------------------------------------------------------------- building
-def build_plan(g: Graph, n_owned_params: int, options: Options) -> Plan:
-    """Compile `g` (only the trailing `n_owned_params` params are owned by it) under `options`."""
+def build_plan(g: Graph, n_owned_params: int, options: Options, in_launch: bool = False) -> Plan:
+    """Compile `g` (only the trailing `n_owned_params` params are owned by it) under `options`;
+    `in_launch`: `g` runs inside a pl.spmd launch (a body of it, or nested deeper), so its GM
+    accesses the compiler did not prove race-free note their windows in the launch's log."""
     free = liveness(g, n_owned_params)
     windows = window_extracts(g, free) if options.fast else set()
     slot_of: dict[Var, int] = {}
@@ -146,12 +153,10 @@ def build_plan(g: Graph, n_owned_params: int, options: Options) -> Plan:
             template.append(None)
         return s
 
-    def body_plan(body: Graph, n_owned: int) -> Plan:
-        return plan_of(body, n_owned, options)
-
     param_slots = tuple(slot(p) for p in g.params)
     steps: list[Step] = []
     runs: list[Run] = []
+    logged: list[int] = []
     lanes: list[Any] | None = [] if options.fast and options.batch else None
     for i, e in enumerate(g.eqns):
         r = rule_of(e.primitive)
@@ -166,11 +171,21 @@ def build_plan(g: Graph, n_owned_params: int, options: Options) -> Plan:
         results = set(e.outputs)
         read_last = tuple(v for v in dying if v not in results)  # a step keeps one it returns
         dead = tuple(slot_of[v] for v in dying if v in results)  # results nobody reads
+        inner = in_launch or e.params.get("kind") == "spmd"  # a loop body's plan: inside a launch?
+
+        def body_plan(body: Graph, n_owned: int, inner: bool = inner) -> Plan:
+            return plan_of(body, n_owned, options, inner)
+
         st = Step(e, r.impl, read_last, consumed, ins, outs, tuple(slot_of[v] for v in read_last),
                   window=i in windows, options=options, plan_of=body_plan)
         st.generic = generic_run(st)
         run = r.specialize(st) if options.fast and r.specialize is not None else None
         run = run or st.generic
+        if in_launch and e.primitive in _ACCESSES:  # outside every launch no lane can race
+            wrapped = logging_run(st, run)
+            if wrapped is not run:
+                logged.append(i)
+                run = wrapped
         runs.append(_then_free(run, dead) if dead else run)
         if lanes is not None:
             lane = r.batch(st) if r.batch is not None else None
@@ -187,7 +202,7 @@ def build_plan(g: Graph, n_owned_params: int, options: Options) -> Plan:
     if unread:
         runs.insert(0, lambda ctx, env: release(ctx, env, unread, ()))
     lane_steps = None if lanes is None else tuple(with_frees(*x) for x in lanes)
-    return Plan(steps, template, param_slots, out_slots, tuple(runs), lane_steps)
+    return Plan(steps, template, param_slots, out_slots, tuple(runs), lane_steps, logged=tuple(logged))
 
 
 def _then_free(run: Run, dead: tuple[int, ...]) -> Run:
@@ -202,19 +217,19 @@ def _then_free(run: Run, dead: tuple[int, ...]) -> Run:
 
 
 # ----------------------------------------------------------------------------------- cache
-_PLANS: weakref.WeakKeyDictionary[Graph, dict[tuple[int, Options], Plan]] = weakref.WeakKeyDictionary()
+_PLANS: weakref.WeakKeyDictionary[Graph, dict[tuple[int, Options, bool], Plan]] = weakref.WeakKeyDictionary()
 
 
-def plan_of(g: Graph, n_owned_params: int, options: Options) -> Plan:
+def plan_of(g: Graph, n_owned_params: int, options: Options, in_launch: bool = False) -> Plan:
     """The cached plan of `g` under `options` (a plan references its equations, not its graph,
-    so the weak key keeps no graph alive)."""
+    so the weak key keeps no graph alive); `in_launch` as for `build_plan`."""
     per = _PLANS.get(g)
     if per is None:
         per = _PLANS[g] = {}
-    key = (n_owned_params, options)
+    key = (n_owned_params, options, in_launch)
     plan = per.get(key)
     if plan is None:
-        plan = per[key] = build_plan(g, n_owned_params, options)
+        plan = per[key] = build_plan(g, n_owned_params, options, in_launch)
     return plan
 
 

@@ -175,7 +175,7 @@ def _param(v: Any) -> str:
     return str(v)
 
 
-_HIDDEN = {"arity", "body", "proofs", "memory_given", "out_type", "valid_static"}
+_HIDDEN = {"arity", "body", "proofs", "memory_given", "out_type", "valid_static", "lane_log"}
 
 
 def _eqn(e: Eqn, names: _Namer, indent: str, lines: list[str]) -> None:

@@ -106,6 +106,7 @@ def _with_prefix(e: BaseException, prefix: str) -> BaseException:
     except Exception:  # a constructor that takes other arguments: keep it, add a note
         e.add_note(prefix.rstrip(": "))
         return e
+    new.__dict__.update(e.__dict__)  # its fields too (a LaneRaceError's lanes, tensor, windows)
     new.__cause__ = e
     return new
 

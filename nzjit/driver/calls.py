@@ -29,6 +29,7 @@ from ..backend.call import (
 from ..backend.direct_call import MAX_PLANS, MISS, CallPlan, direct_key
 from ..backend.options import Options, current
 from ..core.ir import Graph
+from ..passes.guard_bypass import ON_ANYWHERE, active_bypasses
 
 #: the orchestration body recording on this thread (orchestration.py sets `.program`)
 recording = threading.local()
@@ -55,7 +56,7 @@ def _call(kernel: Any, args: Sequence[Any], device: int | None, low: Any, graph:
     residents = [r for r in refs if isinstance(r, DeviceRef)]
     run_program([KernelCall(kernel, refs, int(rank), graph=graph, low=low, dims=dims)], residents=residents,
                 rank_prefix=False, options=options)
-    if low is None:  # keep the call plan for the next call with this signature
+    if low is None and not (ON_ANYWHERE[0] and active_bypasses()):  # keep the call plan for the next call
         key = direct_key(args, device, options)
         plans = kernel.cache.call_plans
         if key is not None and key not in plans and len(plans) < MAX_PLANS:
@@ -78,7 +79,7 @@ def call_kernel(kernel: Any, args: Sequence[Any], device: int | None = None) -> 
     if prog is not None:
         return prog.record(kernel, args, device)
     options = current()
-    key = direct_key(args, device, options)
+    key = None if ON_ANYWHERE[0] and active_bypasses() else direct_key(args, device, options)  # bypass: no plan
     plan = kernel.cache.call_plans.get(key) if key is not None else None
     if plan is not None:
         out = plan.call(args)

@@ -1,7 +1,8 @@
 """Run one generated program and classify it: equal, refused, wrong or crash.
 
 - equal: the kernel ran and every checked output element equals the numpy reference.
-- refused: `nzjit.CompileError` or `runtime.DispatchError` (counted per NZ rule and table row).
+- refused: `nzjit.CompileError`, `runtime.DispatchError` or a lane race found at run time
+  (`runtime.races.LaneRaceError`, issue 24), counted per NZ rule and table row.
 - wrong: a mismatch, or a program whose reference has no value (an out-of-bounds or negative
   window) that ran anyway. Always a bug.
 - crash: any other exception (DeviceError, InternalError, KeyError, ...). Also a bug, counted
@@ -24,6 +25,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import runtime
+from runtime.races import LaneRaceError
 
 from ..errors import CompileError
 from .gen import Program
@@ -97,9 +99,12 @@ def _execute(path: str, modname: str) -> Outcome:
     try:
         mod = _load(path, modname)
         got, expected, must_refuse = mod.execute()  # type: ignore[attr-defined]
-    except (CompileError, runtime.DispatchError) as e:
+    except (CompileError, runtime.DispatchError, LaneRaceError) as e:
         rule = rule_of(e)
-        return Outcome("refused", rule, rows_of(rule, str(e)), _first_line(e))
+        out = Outcome("refused", rule, rows_of(rule, str(e)), _first_line(e))
+        if isinstance(e, LaneRaceError):
+            out.detail = _reference_race(mod)
+        return out
     except Exception as e:  # anything else is a crash: the promise allows only equal or refused
         tb = traceback.extract_tb(e.__traceback__)
         frames = " <- ".join(f"{os.path.basename(f.filename)}:{f.lineno}" for f in reversed(tb[-4:]))
@@ -112,8 +117,25 @@ def _execute(path: str, modname: str) -> Outcome:
     return Outcome("equal")
 
 
+def _reference_race(mod: object) -> str:
+    """After a run-time lane race: does the reference see it too? Its `lanes` loops record what
+    every lane touches (harness.py); the windows depend on the inputs only, not on the values."""
+    import numpy as np
+
+    try:
+        outs = {n: np.zeros(shape) for n, (shape, _dt, _nz) in mod.OUTS.items()}  # type: ignore[attr-defined]
+        mod.reference(mod.inputs(), outs)  # type: ignore[attr-defined]
+    except Exception as e:
+        if "lane race" in str(e):
+            return "the reference races too"
+        return f"the reference fails otherwise: {type(e).__name__}"
+    return "the reference has no lane race"
+
+
 def surprise(p: Program, o: Outcome) -> str:
     """Where the outcome disagrees with what the spec predicts (reported, not a failure)."""
+    if o.rule == "lane-race" and o.cls == "refused" and o.detail:  # decided by the reference's lanes
+        return "" if o.detail == "the reference races too" else f"refused a lane race: {o.detail}"
     if p.expect == "ok" and o.cls == "refused":
         return f"spec accepts, refused by {o.rule}"
     if p.expect == "refuse" and o.cls == "equal":

@@ -171,7 +171,7 @@ def fam_tile_mm(g: G) -> None:
         it = Iter(1, [var("layer", 1, False)], None)
         g.emit(1, "wl = w[layer]", "wl = win(w, (layer, 0, 0), (None, w.shape[1], w.shape[2]))")
         loop = g.choice(["pl.range", "pl.spmd", "range"])
-        g.emit(1, f"for nb in {loop}({nt}):", f"for nb in range({nt}):")
+        g.emit(1, f"for nb in {loop}({nt}):", f"for nb in {'lanes' if loop == 'pl.spmd' else 'range'}({nt}):")
         it = Iter(2, it.batch, pyvar("nb") if loop == "range" else var("nb"))
     else:
         it = iterate(g, lead, nt, tn, nt * tn)

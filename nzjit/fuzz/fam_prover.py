@@ -149,7 +149,7 @@ def _lanes(g: G) -> None:
     g.tag(f"lanes:{form}", f"lane_count:{lanes}")
     rows = 16 * lanes + (16 if form == "num_fits" else 0)
     _, tk = _setup(g, max(rows, 16), lanes)
-    g.emit(1, f"for lane in pl.spmd({lanes}):", f"for lane in range({lanes}):")
+    g.emit(1, f"for lane in pl.spmd({lanes}):", f"for lane in lanes({lanes}):")
     g.emit(2, "col = lane * 16", "")
     if form in ("num", "num_fits"):
         _body(g, 2, "pl.get_block_num() * 16", f"{lanes} * 16", "col", tk)

@@ -87,11 +87,11 @@ def fam_acc_store(g: G) -> None:
     pidx: list[Expr] = []
     if panels:
         kind = g.choice(["pl.range", "range", "pl.spmd"])
-        g.emit(1, f"for p in {kind}({panels}):", f"for p in range({panels}):")
+        g.emit(1, f"for p in {kind}({panels}):", f"for p in {'lanes' if kind == 'pl.spmd' else 'range'}({panels}):")
         pidx = [var("p") if kind != "range" else pyvar("p")]
         ind = 2
     kind = g.choice(["pl.range", "range"] if panels else ["pl.spmd", "pl.range", "range"])
-    g.emit(ind, f"for nb in {kind}({nt}):", f"for nb in range({nt}):")
+    g.emit(ind, f"for nb in {kind}({nt}):", f"for nb in {'lanes' if kind == 'pl.spmd' else 'range'}({nt}):")
     t = var("nb") if kind != "range" else pyvar("nb")
     ind += 1
     if mut == "col_const4":  # a literal column offset that is not a multiple of c0 = 8
@@ -187,6 +187,27 @@ _BLOCKS = {"own": "{l} * {t} + {i}", "gapped": "({l} + {l} // 4) * {t} + {i}", "
 _EW = {"add": "np.add", "sub": "np.subtract", "maximum": "np.maximum", "mul": "np.multiply"}
 
 
+#: `_BLOCKS` evaluated: (lane, trips, trip, lanes) -> the row block
+_BLOCK_OF = {"own": lambda ln, t, i, n: ln * t + i, "gapped": lambda ln, t, i, n: (ln + ln // 4) * t + i,
+             "shared": lambda ln, t, i, n: (ln // 2) * t + i, "reversed": lambda ln, t, i, n: (n - 1 - ln) * t + i,
+             "same": lambda ln, t, i, n: i}
+
+
+def _block(pat: str, lane: int, i: int, trips: int, lanes: int) -> int:
+    return int(_BLOCK_OF[pat](lane, trips, i, lanes))
+
+
+def _reads_anothers_block(read: str, write: str, lanes: int, trips: int) -> bool:
+    """Does some lane read (pattern `read`) a row block that another lane writes (`write`), at any
+    trip? Brute force over lanes and trips (issue 24: a lane race)."""
+    writer: dict[int, set[int]] = {}
+    for lane in range(lanes):
+        for i in range(trips):
+            writer.setdefault(_block(write, lane, i, trips, lanes), set()).add(lane)
+    return any(writer.get(_block(read, lane, i, trips, lanes), set()) - {lane}
+               for lane in range(lanes) for i in range(trips))
+
+
 def fam_vec_ew(g: G) -> None:
     """Family vec_ew: SPMD lanes, with range trips inside, load Vec windows, combine them with
     elementwise ops and store the result, or sum it over the trips in a loop-carried tile. Windows
@@ -219,7 +240,7 @@ def fam_vec_ew(g: G) -> None:
     g.tag(f"ew_loop:{outer}")
     if outer == "pl.spmd" and dst_pat == "same":  # concurrent lanes writing one window race (issue 24)
         g.refuse.add("R1")
-    g.emit(1, f"for lane in {outer}({lanes}):", f"for lane in range({lanes}):")
+    g.emit(1, f"for lane in {outer}({lanes}):", f"for lane in {'lanes' if outer == 'pl.spmd' else 'range'}({lanes}):")
     ind, it = 2, "0"
 
     def block(pat: str) -> str:
@@ -274,6 +295,8 @@ def fam_vec_ew(g: G) -> None:
         names.append(f"t{step}")
     if self_read:  # `to` enters once, linearly, so values grow at most by one lane's term per lane
         pat = str(g.choice(list(_BLOCKS)))
+        if outer == "pl.spmd" and dst_pat != "same" and _reads_anothers_block(pat, dst_pat, lanes, trips):
+            g.refuse.add("R2")  # a lane reads a block another lane stores: a lane race at run time
         g.emit(ind, f"to = pl.load(out, [{block(pat)}, {c_off}], [{tr}, {tc}], target_memory=pl.Mem.Vec)",
                f"to = win(out, ({block(pat)}, {c_off}), ({tr}, {tc})).copy()")
         op = str(g.choice(["maximum"] if dt == "INT16" else ["add", "sub", "maximum"]))

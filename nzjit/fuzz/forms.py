@@ -83,16 +83,16 @@ def iterate(g: G, lead: Sequence[int], nt: int, tile: int, length: int) -> Iter:
     g.tag(f"loop:{s}")
     ind = 2
     if s == "lane":
-        g.emit(1, f"for lane in pl.spmd({total}):", f"for lane in range({total}):")
+        g.emit(1, f"for lane in pl.spmd({total}):", f"for lane in lanes({total}):")
         lane = var("lane")
     elif s == "block_idx":
-        g.emit(1, f"for _lane in pl.spmd({total}):", f"for _lane in range({total}):")
+        g.emit(1, f"for _lane in pl.spmd({total}):", f"for _lane in lanes({total}):")
         g.emit(2, "lane = pl.get_block_idx()", "lane = _lane")
         lane = var("lane")
     elif s == "cores":
         cores = int(g.choice([1, 2, 3, 4]))
         step = "pl.get_block_num()" if g.p(0.4) else str(cores)
-        g.emit(1, f"for core in pl.spmd({cores}):", f"for core in range({cores}):")
+        g.emit(1, f"for core in pl.spmd({cores}):", f"for core in lanes({cores}):")
         g.emit(2, f"for lane in pl.range(core, {total}, {step}):", f"for lane in range(core, {total}, {cores}):")
         lane = var("lane")
         ind = 3
@@ -127,11 +127,17 @@ def iterate(g: G, lead: Sequence[int], nt: int, tile: int, length: int) -> Iter:
     return Iter(ind, batch, t)
 
 
+def _ref_loop(kind: str) -> str:
+    """The reference's loop for a kernel loop of `kind`: `lanes` (the harness records what each
+    lane of a pl.spmd touches, to find lane races) or `range`."""
+    return "lanes" if kind == "pl.spmd" else "range"
+
+
 def _nested_batch(g: G, lead: Sequence[int]) -> tuple[list[Expr], int]:
     ind, batch = 1, []
     for i, d in enumerate(lead):
         kind = "pl.spmd" if ind == 1 and g.p(0.3) else g.choice(["pl.range", "range"])
-        g.emit(ind, f"for b{i} in {kind}({d}):", f"for b{i} in range({d}):")
+        g.emit(ind, f"for b{i} in {kind}({d}):", f"for b{i} in {_ref_loop(kind)}({d}):")
         batch.append(var(f"b{i}") if kind != "range" else pyvar(f"b{i}"))
         ind += 1
     return batch, ind

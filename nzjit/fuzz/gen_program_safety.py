@@ -1,15 +1,17 @@
 """Safety probes for the campaign (issue 24 item 10): random calls that a user gets wrong - an
 unpacked weight for an NZ parameter, a packed array for an ND one, packing twice, an output
 aliasing an input (the same array, overlapping views, one DeviceTensor), lanes of a pl.spmd that
-all store one window - each classified as `refused` (the documented error, every output and
-input byte-identical afterwards) or `equal` (the numpy reference). Anything else is `wrong`.
+all store one window, lanes whose windows depend on the lane and may overlap (offsets from a
+scalar argument, pl.min / pl.max of the lane index), lanes reading another lane's block - each
+classified as `refused` (the documented error class, every output and input byte-identical
+afterwards) or `equal` (the numpy reference). Anything else is `wrong`. Whether lane windows
+overlap is decided here by brute force over the lanes' column ranges, independently of the
+compiler's proof and the simulator's log; the lane probes run on a random execution path
+(batched, lane by lane, the reference interpreter; host arrays or DeviceTensors).
 
 Standalone: `python -m nzjit.fuzz.gen_program_safety [SEED] [N]` prints the classes; the
-test suite runs it (tests/fuzz/test_safety_campaign.py). Not yet part of `campaign.py`'s
-programs (a hook for the lead: run `safety_campaign` next to the generated programs).
-
-Lane windows that depend on the lane and overlap are not generated: the compiler cannot prove
-them and the executor does not feed `runtime.races.LaneWriteLog` yet (docs/safety.md)."""
+campaign runs them with `--safety N` and the test suite pins them
+(tests/fuzz/test_safety_campaign.py)."""
 
 # no `from __future__ import annotations`: the kernels' annotations use local dtypes and must be
 # evaluated where the kernel is defined
@@ -21,8 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 import runtime
+from runtime.races import LaneRaceError
 
 from .. import pl
+from ..backend.options import Options, using
 from ..errors import CompileError
 
 __all__ = ["SafetyCase", "safety_cases", "run_case", "safety_campaign"]
@@ -40,6 +44,7 @@ class SafetyCase:
     run: Callable[[], list[np.ndarray]]
     ref: Callable[[], list[np.ndarray]]
     watched: tuple[np.ndarray, ...]
+    error: type[BaseException] | None = None  # the class a refusal must have (None: any of _REFUSALS)
 
 
 def _mm(np_dtype: type, nz: bool) -> object:
@@ -147,10 +152,115 @@ def _lane_case(rng: np.random.Generator, i: int) -> SafetyCase:
                       lambda: [2 * x], (out, x))
 
 
+#: the windows of the lane-dependent probes: lane -> first column of its 64 (`arg` a scalar)
+_OFFSETS: dict[str, Callable[[int, int], int]] = {
+    "lane * step": lambda lane, arg: lane * arg,
+    "min(lane, c) * 64": lambda lane, arg: min(lane, arg) * 64,
+    "max(lane - c, 0) * 64": lambda lane, arg: max(lane - arg, 0) * 64,
+}
+_LANES, _COLS = 4, 320  # 4 lanes of 64 columns, room for steps up to 80
+
+
+def _moving(form: str) -> object:
+    @pl.kernel
+    def moving(x: pl.Tensor[[16, 256], pl.FP32], out: pl.Out[pl.Tensor[[16, 320], pl.FP32]],
+               arg: pl.Scalar[pl.INDEX]):
+        for lane in pl.spmd(4):
+            t = pl.load(x, [0, lane * 64], [16, 64])
+            if form == "lane * step":
+                col = lane * arg
+            elif form == "min(lane, c) * 64":
+                col = pl.min(lane, arg) * 64
+            else:
+                col = pl.max(lane - arg, 0) * 64
+            pl.store(t + t, [0, col], out)
+
+    return moving
+
+
+@pl.kernel
+def _neighbours(buf: pl.InOut[pl.Tensor[[16, 256], pl.FP32]], d: pl.Scalar[pl.INDEX]):
+    for lane in pl.spmd(4):
+        t = pl.load(buf, [0, (lane + d) % 4 * 64], [16, 64])
+        pl.store(t + t, [0, lane * 64], buf)
+
+
+_PATHS = (Options(), Options(batch=False), Options(fast=False), Options(lane_group=1))
+
+
+def _overlap(starts: list[int], width: int) -> bool:
+    """Do two of the column ranges [s, s + width) meet (brute force over the pairs)?"""
+    return any(a < b + width and b < a + width for i, a in enumerate(starts) for b in starts[i + 1:])
+
+
+def _on_device(k: object, args: list[object], outs: list[np.ndarray], device: bool) -> None:
+    """Call `k` on host arrays, or on DeviceTensors (the outputs copied back into `outs`)."""
+    if not device:
+        k(*args)  # type: ignore[operator]
+        return
+    dev = runtime.Worker(0)
+    placed = [dev.alloc_tensor(a.shape, a.dtype, init=a) if isinstance(a, np.ndarray) else a for a in args]
+    try:
+        k(*placed)  # type: ignore[operator]
+    finally:
+        for o in outs:
+            i = next(j for j, a in enumerate(args) if a is o)
+            o[...] = dev.copy_from(placed[i])  # type: ignore[arg-type]  # placed[i] is the DeviceTensor of output o
+
+
+def _moving_case(rng: np.random.Generator, i: int) -> SafetyCase:
+    form = str(rng.choice(list(_OFFSETS)))
+    arg = int(rng.choice([0, 16, 32, 48, 64, 80])) if form == "lane * step" else int(rng.integers(0, _LANES))
+    starts = [_OFFSETS[form](lane, arg) for lane in range(_LANES)]
+    options, device = _PATHS[int(rng.integers(len(_PATHS)))], bool(rng.integers(2))
+    x = rng.standard_normal((16, 256)).astype(np.float32)
+    out = np.full((16, _COLS), 7, np.float32)
+    k = _kernel(("moving", form), lambda: _moving(form))
+    race = _overlap(starts, 64)  # a scalar argument decides: only the run-time log can tell
+
+    def run() -> list[np.ndarray]:
+        with using(options):
+            _on_device(k, [x, out, arg], [out], device)
+        return [out]
+
+    def ref() -> list[np.ndarray]:
+        want = np.full((16, _COLS), 7, np.float32)
+        for lane, s in enumerate(starts):
+            want[:, s:s + 64] = 2 * x[:, lane * 64:lane * 64 + 64]
+        return [want]
+
+    where = f"{'device' if device else 'host'}, {options}"
+    return SafetyCase(f"{i}: lane windows {form}, arg {arg}, {where}", "refused" if race else "equal", run, ref,
+                      (out, x), LaneRaceError)
+
+
+def _neighbour_case(rng: np.random.Generator, i: int) -> SafetyCase:
+    d = int(rng.integers(0, _LANES))  # lane reads block lane + d: another lane's unless d == 0
+    options, device = _PATHS[int(rng.integers(len(_PATHS)))], bool(rng.integers(2))
+    buf = rng.standard_normal((16, 256)).astype(np.float32)
+    src = buf.copy()
+
+    def run() -> list[np.ndarray]:
+        with using(options):
+            _on_device(_neighbours, [buf, d], [buf], device)
+        return [buf]
+
+    def ref() -> list[np.ndarray]:
+        want = src.copy()
+        for lane in range(_LANES):
+            b = (lane + d) % _LANES
+            want[:, lane * 64:lane * 64 + 64] = 2 * src[:, b * 64:b * 64 + 64]
+        return [want]
+
+    where = f"{'device' if device else 'host'}, {options}"
+    return SafetyCase(f"{i}: lane reads block lane + {d}, {where}", "refused" if d else "equal", run, ref,
+                      (buf,), LaneRaceError)
+
+
 def safety_cases(seed: int, n: int) -> list[SafetyCase]:
     """`n` random probes of campaign `seed` (deterministic)."""
     rng = np.random.default_rng(seed)
-    makers = (_nz_case, _alias_case, _lane_case)
+    makers = (_nz_case, _alias_case, _lane_case, _moving_case, _neighbour_case)
     return [makers[int(rng.integers(len(makers)))](rng, i) for i in range(n)]
 
 
@@ -162,6 +272,8 @@ def run_case(case: SafetyCase) -> tuple[str, str]:
     except _REFUSALS as e:
         if case.expect != "refused":
             return "wrong", f"refused ({type(e).__name__}: {e}) a call that should run"
+        if case.error is not None and not isinstance(e, case.error):
+            return "wrong", f"refused with {type(e).__name__}, not {case.error.__name__}: {e}"
         if [a.tobytes() for a in case.watched] != before:
             return "wrong", "refused, but bytes changed"
         return "refused", type(e).__name__

@@ -30,7 +30,7 @@ def fam_vec_alu(g: G) -> None:
     for name in ("a", "b"):
         g.tensor(name, (lanes * r, c), "FP32")
     g.tensor("out", (lanes * r, c), "FP32", False, "out")
-    g.emit(1, f"for lane in pl.spmd({lanes}):", f"for lane in range({lanes}):")
+    g.emit(1, f"for lane in pl.spmd({lanes}):", f"for lane in lanes({lanes}):")
     for nm, src in (("x", "a"), ("y", "b")):
         g.emit(2, f"{nm} = pl.load({src}, [lane * {r}, 0], [{r}, {c}], target_memory=pl.Mem.Vec)",
                f"{nm} = win({src}, (lane * {r}, 0), ({r}, {c})).copy()")
@@ -102,7 +102,7 @@ def fam_vec_mix(g: G) -> None:
     g.target = str(g.choice(["pl.A2A3", "pl.A5"]))
     lanes = int(g.choice([1, 2, 3]))
     g.tag(f"mix:{kind}", f"target:{g.target}")
-    g.emit(1, f"for lane in pl.spmd({lanes}):", f"for lane in range({lanes}):")
+    g.emit(1, f"for lane in pl.spmd({lanes}):", f"for lane in lanes({lanes}):")
     if kind in ("mm", "vec2mat"):
         m, k, n = 16, int(g.choice([16, 32])), int(g.choice([16, 32]))
         g.tensor("x", (lanes * m, k), "FP16")

@@ -9,7 +9,9 @@ A generated module defines `kernel` (a @pl.kernel), `SEED`, `PARAMS`, `OUTS`, `i
   returns (got, expected, must_refuse).
 - `reference` works on logical float64 copies of the inputs, through `win` / `put`, which raise
   `MustRefuse` for a window numpy would silently truncate or wrap (out of bounds, negative): such a
-  program has no reference, so the only correct outcome is a refusal.
+  program has no reference, so the only correct outcome is a refusal. The lanes of a `pl.spmd`
+  loop run as `for lane in lanes(n)`: the elements each lane reads and writes are recorded, and two
+  lanes touching one element, one writing it, is a race (issue 24): `MustRefuse` as well.
 - Expected values are float64; NaN marks "don't care" (e.g. output columns computed from rows
   outside a load's valid_shape, whose tile contents the hardware leaves stale).
 - `main()` asserts the reference: a reproducer file is this module run with plain python.
@@ -40,7 +42,72 @@ def nz_unpack(a):
     return np.ascontiguousarray(np.swapaxes(blocks, -3, -2)).reshape(a.shape)
 
 
-def win(a, starts, sizes):
+_LANE = [None]  # the lane of the pl.spmd loop the reference runs (None: outside any launch)
+_TOUCHED = []  # (lane, "r" / "w", root array, element byte offsets) of that launch
+
+
+def lanes(n):
+    """range(n) for the lanes of a pl.spmd: they run concurrently, so two lanes touching one element,
+    one of them writing it, race (issue 24) and the program must be refused. A launch inside a
+    lane belongs to that lane."""
+    if _LANE[0] is not None:
+        yield from range(n)
+        return
+    _TOUCHED.clear()
+    try:
+        for lane in range(n):
+            _LANE[0] = lane
+            yield lane
+    finally:
+        _LANE[0] = None
+    race = _lane_race()
+    _TOUCHED.clear()
+    if race:
+        raise MustRefuse(race)
+
+
+def _touch(view, kind):
+    root = view
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    start = view.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    offs = np.full((1,) * view.ndim, start, np.int64)
+    for axis, (n, st) in enumerate(zip(view.shape, view.strides)):
+        shape = [1] * view.ndim
+        shape[axis] = n
+        offs = offs + (np.arange(n, dtype=np.int64) * st).reshape(shape)
+    _TOUCHED.append((_LANE[0], kind, root, offs.reshape(-1)))
+
+
+def _lane_race():
+    """The first cross-lane overlap of the launch (write-write or read-write), by brute force over
+    elements: every (element, lane) pair, vectorised; '' when none."""
+    roots = {}
+    for lane, kind, root, offs in _TOUCHED:
+        roots.setdefault(id(root), []).append((lane, kind, offs))
+    for acc in roots.values():
+        w = [(np.full(len(o), lane), o) for lane, k, o in acc if k == "w"]
+        if not w:
+            continue
+        wl, wo = np.concatenate([x for x, _ in w]), np.concatenate([o for _, o in w])
+        pairs = np.unique(np.stack([wo, wl]), axis=1)  # (element, lane) once each, by element
+        elems, first, count = np.unique(pairs[0], return_index=True, return_counts=True)
+        if (count > 1).any():
+            e = int(elems[count > 1][0])
+            return f"lane race: two lanes write the element at byte {e} (lanes {sorted(set(pairs[1][pairs[0] == e].tolist()))[:2]})"
+        lane_of = pairs[1][first]  # the one lane writing each written element
+        for lane, k, o in acc:
+            if k != "r":
+                continue
+            pos = np.searchsorted(elems, o)
+            hit = (pos < len(elems)) & (elems[np.minimum(pos, len(elems) - 1)] == o)
+            other = hit & (lane_of[np.minimum(pos, len(elems) - 1)] != lane)
+            if other.any():
+                return f"lane race: lane {lane} reads an element another lane writes"
+    return ""
+
+
+def win(a, starts, sizes, _kind="r"):
     """a[window] where a size of None indexes (drops) the axis; refuses what numpy would clip."""
     idx = []
     for axis, (s, n) in enumerate(zip(starts, sizes)):
@@ -53,12 +120,17 @@ def win(a, starts, sizes):
             if s < 0 or s + n > dim:
                 raise MustRefuse(f"window [{s}, {s + n}) out of bounds for axis {axis} of extent {dim}")
             idx.append(slice(s, s + n))
-    return a[tuple(idx)]
+    view = a[tuple(idx)]
+    if _LANE[0] is not None and _kind and isinstance(view, np.ndarray):
+        _touch(view, _kind)
+    return view
 
 
 def put(out, starts, sizes, value):
-    """out[window] = value (leading unit axes of value squeezed)."""
-    view = win(out, starts, sizes)
+    """out[window] = value (leading unit axes of value squeezed); a scalar NaN marks elements
+    "don't care" (the kernel does not write them: not a write of the lane)."""
+    dont_care = np.ndim(value) == 0 and np.isnan(value)
+    view = win(out, starts, sizes, "" if dont_care else "w")
     view[...] = value if np.ndim(value) == 0 else np.reshape(value, view.shape)
 
 

@@ -90,6 +90,9 @@ ROWS: tuple[Row, ...] = (
         r"Vec or Mat source|A2/A3 backend only|is dynamic; the NZ store|partially valid"),
     Row("R1", "issue 24", "every SPMD lane stores the same window (offsets independent of the lane)", ("lane-race",),
         r"every lane of pl\.spmd\(\d+\) stores this window"),
+    Row("R2", "issue 24", "two lanes of one launch touch one byte, one writing it (lane-dependent windows "
+        "the compiler cannot prove disjoint): refused at run time, runtime.races.LaneRaceError", ("lane-race",),
+        r"lane race in pl\.spmd\(\d+\)"),
 )
 
 BY_ID = {r.id: r for r in ROWS}

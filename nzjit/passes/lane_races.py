@@ -9,7 +9,9 @@ Lane dependence is a taint: the spmd index and `pl.get_block_idx()` are lane-dep
 everything computed from them, a loop index whose bounds are, and a loop body parameter bound to a
 lane-dependent operand (body parameter i + 1 is loop operand nb + i: the index comes first).
 Windows that do depend on the lane are left to the run-time check (`runtime.races`), which is
-exact. Reads of another lane's bytes are not proven here either."""
+exact; so are stores under lane-dependent control (a loop whose bounds or an `if` whose predicate
+vary with the lane: some lanes may not store at all, `pl.range(core, 1, ...)`). Reads of another
+lane's bytes are not proven here either."""
 
 from __future__ import annotations
 
@@ -32,7 +34,10 @@ def _trips(e: Eqn) -> int | None:
 
 
 def _atomic(e: Eqn) -> bool:
-    return any("atomic" in k and v not in (None, False, "none", "None") for k, v in e.params.items())
+    """An atomic store (`pl.store(..., atomic=True)`: its attrs), or an `atomic*` parameter."""
+    attrs = e.params.get("attrs") or {}
+    items = [*e.params.items(), *attrs.items()] if isinstance(attrs, dict) else list(e.params.items())
+    return any("atomic" in k and v not in (None, False, "none", "None") for k, v in items)
 
 
 def _varies(x: object, tainted: set[Var], prover: Prover) -> bool:
@@ -46,16 +51,18 @@ def _varies(x: object, tainted: set[Var], prover: Prover) -> bool:
     return f.exhausted or f.lo != f.hi
 
 
-def _scan(g: Graph, tainted: set[Var], n: int, prover: Prover) -> None:
+def _scan(g: Graph, tainted: set[Var], n: int, prover: Prover, guarded: bool = False) -> None:
+    """`guarded`: `g` runs under lane-dependent control (a loop whose bounds, or an `if` whose
+    predicate, depend on the lane), so some lanes may not store at all: nothing is provable."""
     for e in g.eqns:
         ins = e.inputs
-        if e.primitive is P.tensor_write_p and not any(_varies(x, tainted, prover) for x in ins[:-1]):
+        if e.primitive is P.tensor_write_p and not guarded and not any(_varies(x, tainted, prover) for x in ins[:-1]):
             raise CompileError(
                 f"every lane of pl.spmd({n}) writes this element of the same tensor (its indices do not depend on "
                 "the lane index): the lanes run concurrently and race, the last to land wins", e.source,
                 rule="lane-race", help="compute the index from the lane index, or move the pl.write out of the "
                                        "pl.spmd loop")
-        if e.primitive is P.tile_store_p:
+        if e.primitive is P.tile_store_p and not guarded:
             dst, offs = ins[-1], ins[1:-1]
             if not _atomic(e) and not any(_varies(x, tainted, prover) for x in (dst, *offs)):
                 raise CompileError(
@@ -67,12 +74,13 @@ def _scan(g: Graph, tainted: set[Var], n: int, prover: Prover) -> None:
         body = e.params.get("body")
         if isinstance(body, Graph):
             nb = e.params.get("arity", (3, 0, 0))[0]
+            control = any(_varies(x, tainted, prover) for x in ins[:nb])
             if any(x in tainted for x in ins[:nb]) and body.params:
                 tainted.add(body.params[0])
             for p, a in zip(body.params[1:], ins[nb:]):
                 if a in tainted:
                     tainted.add(p)
-            _scan(body, tainted, n, prover)
+            _scan(body, tainted, n, prover, guarded or control)
         if e.primitive is P.get_block_idx_p or any(x in tainted for x in ins):
             tainted.update(e.outputs)
 

@@ -11,6 +11,7 @@ from .auto_tile_matmul import auto_tile_matmul_l0
 from .block_nz import block_nz_tensor_views
 from .flatten_2d import flatten_tile_nd_to_2d
 from .lane_races import check_lane_races
+from .lane_windows import mark_lane_windows
 from .lower_composite import lower_composite_ops
 from .nd_pitch_guard import check_nd_row_pitch
 from .strides import materialize_tensor_strides
@@ -34,8 +35,10 @@ def pipeline(target: str) -> list[tuple[str, Pass]]:
         ("BlockNzTensorViews", lambda g: block_nz_tensor_views(g, target)),
         ("LegalizeTileCast", legalize_tile_cast),
         ("AutoTileMatmulL0", lambda g: auto_tile_matmul_l0(g, target)),
-        # issue 24: the ND row-pitch guard and the lane-race proof check the final graph (strides known)
-        ("MaterializeTensorStrides", lambda g: check_lane_races(check_nd_row_pitch(materialize_tensor_strides(g)))),
+        # issue 24: the ND row-pitch guard and the lane-race proof check the final graph (strides
+        # known); then the GM accesses that lanes could race on are marked for the run-time log
+        ("MaterializeTensorStrides",
+         lambda g: mark_lane_windows(check_lane_races(check_nd_row_pitch(materialize_tensor_strides(g))))),
     ]
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from nzjit import pl
 from nzjit.backend.options import Options, using
-from tests.vector.test_vector_batch import attempts  # noqa: F401 - the fixture (every batched attempt)
+from tests.vector.conftest import attempts  # noqa: F401 - the fixture (every batched attempt)
 
 RNG = np.random.default_rng(31)
 PATHS = (Options(strict=True), Options(batch=False), Options(fast=False))

@@ -101,8 +101,9 @@ def test_right_images_of_many_column_blocks_gather_in_slices(spy, monkeypatch, d
 
 
 def test_lanes_reading_what_other_lanes_store_fall_back(spy):
-    """Lane i copies block i into block i+1: per lane, block 0 propagates to every block; a
-    batched run would copy the original blocks. The load/store overlap forces the fallback."""
+    """Lane i copies block i into block i+1: lane i reads what lane i - 1 writes, a lane race
+    (issue 24 item 2). The load/store overlap forces the fallback, and the lanes run one by one
+    detect the race: refused, `buf` unchanged, the same message on both paths."""
     R, C, L = 16, 16, 6
 
     @pl.kernel
@@ -114,12 +115,33 @@ def test_lanes_reading_what_other_lanes_store_fall_back(spy):
     buf = np.arange((L + 1) * R * C, dtype=np.float32).reshape((L + 1) * R, C)
     got = _compare(chain, buf)
     assert spy == [False]
-    res = np.frombuffer(got[0][0], np.float32).reshape(buf.shape)
-    np.testing.assert_array_equal(res, np.tile(buf[:R], (L + 1, 1)))
+    assert got[0][0] == buf.tobytes()
+    assert "lane race in pl.spmd(6): lane 1 reads buf[16:32, 0:16]" in got[1]
+    assert "and lane 0 writes buf[16:32, 0:16]" in got[1]
 
 
-def test_overlapping_stores_keep_lane_order(spy):
-    """Every lane writes the same window (no lane reads it): the last lane's bytes win."""
+def test_lanes_rewriting_their_own_window_fall_back_and_are_exact(spy):
+    """Lane i reads block i and writes it back doubled: the load/store overlap forces the
+    fallback (a batched run must not let loads see deferred stores), and no lane touches another
+    lane's bytes: no race, the per-lane result."""
+    R, C, L = 16, 16, 6
+
+    @pl.kernel
+    def double(buf: pl.InOut[pl.Tensor[[L * R, C], pl.FP32]]):
+        for lane in pl.spmd(L):
+            t = pl.load(buf, [lane * R, 0], [R, C])
+            pl.store(pl.add(t, t), [lane * R, 0], buf)
+
+    buf = np.arange(L * R * C, dtype=np.float32).reshape(L * R, C)
+    got = _compare(double, buf)
+    assert spy == [False] and got[1] is None
+    np.testing.assert_array_equal(np.frombuffer(got[0][0], np.float32).reshape(buf.shape), 2 * buf)
+
+
+def test_overlapping_stores_are_refused_on_both_paths(spy):
+    """Every lane writes the same window (no lane reads it): refused at compile time; compiled
+    without that proof, the run-time log refuses it on the batched and the per-lane path alike
+    (issue 24 item 2), before any store lands: `out`, an input written in place, is unchanged."""
     R, C, L = 16, 16, 5
 
     @pl.kernel
@@ -130,10 +152,12 @@ def test_overlapping_stores_keep_lane_order(spy):
     a = np.arange(L * R * C, dtype=np.float32).reshape(L * R, C)
     with pytest.raises(CompileError, match="lane-race"):  # issue 24: the compiler refuses the race
         last_wins.lower()
-    with lane_races._bypass_for_tests():  # the executor still keeps lane order on such a program
-        got = _compare(last_wins, a, np.zeros((R, C), np.float32))
-    assert spy == [True]
-    np.testing.assert_array_equal(np.frombuffer(got[0][1], np.float32).reshape(R, C), a[-R:])
+    with lane_races._bypass_for_tests():  # the run-time check refuses it too
+        got = _compare(last_wins, a, np.full((R, C), 7, np.float32))
+    assert spy == []  # the batched attempt raised (no fallback), before applying any store
+    assert got[0][1] == np.full((R, C), 7, np.float32).tobytes()
+    assert "lane race in pl.spmd(5): lane 0 writes out[0:16, 0:16]" in got[1]
+    assert "and lane 1 writes out[0:16, 0:16]" in got[1] and "they share out[0:16, 0:16]" in got[1]
 
 
 @pytest.mark.parametrize("L,max_splits,runs_batched", [(4, 16, True), (40, 3, False)])
@@ -504,9 +528,9 @@ def test_acc_stores_over_lanes_batched_equal_per_lane(spy, acc_store_spy, attrs,
     np.testing.assert_allclose(res, want.astype(np_out).astype(np.float32), rtol=2e-2, atol=2e-2)
 
 
-def test_acc_stores_of_lanes_into_one_window_keep_lane_order(spy, acc_store_spy):
-    """Every lane stores its accumulator into the same window: no single assignment can say
-    which lane wins, so the stores replay lane by lane and the last lane's sums are left."""
+def test_acc_stores_of_lanes_into_one_window_are_refused(spy, acc_store_spy):
+    """Every lane stores its accumulator into the same window: a lane race (issue 24 item 2),
+    refused on both paths before any store lands (the batched attempt applies no store)."""
     T, K, N, L = 16, 32, 32, 3
 
     @pl.kernel
@@ -522,11 +546,11 @@ def test_acc_stores_of_lanes_into_one_window_keep_lane_order(spy, acc_store_spy)
     w = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
     with pytest.raises(CompileError, match="lane-race"):  # issue 24: the compiler refuses the race
         same_window.lower()
-    with lane_races._bypass_for_tests():  # the executor still keeps lane order on such a program
+    with lane_races._bypass_for_tests():  # the run-time check refuses it too
         got = _compare(same_window, x.reshape(L * T, K), runtime.pack_nz(w), np.zeros((T, N), np.float32))
-    assert spy == [True] and acc_store_spy == [False]
-    want = x[-1].astype(np.float32) @ w.astype(np.float32).T
-    np.testing.assert_allclose(np.frombuffer(got[0][2], np.float32).reshape(T, N), want, rtol=1e-5, atol=1e-4)
+    assert spy == [] and acc_store_spy == []
+    assert got[0][2] == np.zeros((T, N), np.float32).tobytes()
+    assert "lane race in pl.spmd(3): lane 0 writes out[0:16, 0:32]" in got[1]
 
 
 def test_vec_stores_over_several_address_runs_are_strided_assignments(spy, monkeypatch):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import runtime
-from nzjit import pl
+from nzjit import CompileError, pl
 from nzjit.passes.nz_gap_guard import _bypass_for_tests
 
 RNG = np.random.default_rng(5)
@@ -63,11 +63,13 @@ def weight():
 def test_without_the_guard_the_device_reads_the_wrong_fractals(weight, r0):  # NZ-25, hw §2.3
     w, packed = weight
     eye = np.eye(64, dtype=np.int8)
-    with _bypass_for_tests():
-        k = _tile_probe(R_WRAP, 64, 16, r0)
-        k.lower()  # compiled without the guard; the guard itself refuses it (tests/passes)
-    with pytest.warns(runtime.HardwareDefectWarning, match="pto-isa#317"):
-        tile = k(eye, packed).T
+    with _bypass_for_tests():  # compiled and called without the guard (the bypass keys its own
+        k = _tile_probe(R_WRAP, 64, 16, r0)  # cache entry); the guard itself refuses it (tests/passes)
+        k.lower()
+        with pytest.warns(runtime.HardwareDefectWarning, match="pto-isa#317"):
+            tile = k(eye, packed).T
+    with pytest.raises(CompileError, match="NZ-25"):  # outside the bypass: the guard's refusal
+        k(eye, packed)
     np.testing.assert_array_equal(tile, _device_tile(packed, r0, 16, 64))  # what the device does
     np.testing.assert_array_equal(tile[:, :32], w[r0:r0 + 16, :32])  # column block 0: right
     assert not np.array_equal(tile[:, 32:], w[r0:r0 + 16, 32:])  # column block 1: wrong fractal

@@ -89,3 +89,46 @@ def test_an_offset_proven_constant_across_lanes_is_lane_independent():
 
     with pytest.raises(CompileError, match=r"pl.spmd\(4\) stores this window"):
         k.lower()
+
+
+def test_a_store_under_lane_dependent_control_is_left_to_the_run_time_check():
+    """Found by the campaign (seed 12, program 8): `pl.range(core, 1, ...)` runs only in lane 0, so
+    its lane-independent window is stored by one lane only: no race, not refused."""
+
+    @pl.kernel
+    def k(x: pl.Tensor[[16, 256], pl.FP32], out: pl.Out[pl.Tensor[[16, 256], pl.FP32]]):
+        for core in pl.spmd(4):
+            for i in pl.range(core, 1, 1):
+                t = pl.load(x, [0, i * 64], [16, 64])
+                pl.store(t + t, [0, i * 64], out)
+
+    x = np.arange(16 * 256, dtype=np.float32).reshape(16, 256)
+    out = np.full((16, 256), 7, np.float32)
+    k(x, out)
+    np.testing.assert_array_equal(out[:, :64], 2 * x[:, :64])
+    assert (out[:, 64:] == 7).all()
+
+
+def test_a_kernel_compiled_inside_a_guard_bypass_is_not_served_outside_it():
+    """The guards' test bypass is part of the compile-cache key: the unchecked graph compiled
+    inside it (and its call plan) never answers a call outside it, which is refused as before."""
+    from nzjit.passes import lane_races
+
+    @pl.kernel
+    def k(x: pl.Tensor[[16, 256], pl.FP32], out: pl.Out[pl.Tensor[[16, 256], pl.FP32]]):
+        for lane in pl.spmd(4):
+            t = pl.load(x, [0, lane * 64], [16, 64])
+            pl.store(t + t, [0, 0], out)
+
+    x = np.ones((16, 256), np.float32)
+    with lane_races._bypass_for_tests():
+        with pytest.raises(runtime.LaneRaceError):  # compiled unchecked: the run-time log refuses it
+            k(x, np.zeros((16, 256), np.float32))
+        low = k.lower(x, np.zeros((16, 256), np.float32))
+    for _ in range(2):
+        with pytest.raises(CompileError, match="lane-race"):
+            k(x, np.zeros((16, 256), np.float32))
+        with pytest.raises(CompileError, match="lane-race"):
+            k.lower(x, np.zeros((16, 256), np.float32))
+    with lane_races._bypass_for_tests():
+        assert k.lower(x, np.zeros((16, 256), np.float32)) is low

@@ -88,3 +88,13 @@ def test_random_spans_agree_with_all_pairs():
         assert got == _brute(spans), spans
         seen.add(got)
     assert seen == {True, False}
+
+
+def test_the_error_crosses_processes_whole():
+    """A rank in another process (RayCluster) pickles it: every field survives."""
+    import pickle
+
+    e = LaneRaceError("msg", (1, 2), "'out'", (((0, 32), (16, 64)), ((0, 0), (16, 64))), ("k.py:3:5", "k.py:3:5"))
+    back = pickle.loads(pickle.dumps(e))
+    assert (str(back), back.lanes, back.tensor, back.windows, back.lines) == \
+        ("msg", (1, 2), "'out'", (((0, 32), (16, 64)), ((0, 0), (16, 64))), ("k.py:3:5", "k.py:3:5"))

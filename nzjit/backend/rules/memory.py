@@ -28,7 +28,7 @@ from ...core.ir import Eqn
 from ...core.types import Mem, TileType
 from ...passes.auto_tile_matmul import padded_mat_tile
 from ...passes.block_nz_store import ACC_COL_ALIGN, MAX_STORE_COLS
-from .. import lane_gm
+from .. import lane_gm, lane_log
 from ..lane_state import Fallback, LaneState, addresses, distinct, lanes_of, uniform, view_span
 from ..lane_values import LaneAcc, LaneTensor, LaneTile
 from ..replay import element_offset, offsets_getter, same_layout, window_bytes
@@ -201,6 +201,7 @@ def _batch_load(st: Step) -> Any:
     shape = tuple(e.params["shape"])
     blocked = bool(e.params.get("blocked"))
     (o,) = st.outs
+    wins = lane_log.window_of(e)  # None: proven race-free (or outside a launch), never noted
 
     def run(s: LaneState, env: list[Any]) -> None:
         src = env[s_src]
@@ -215,6 +216,8 @@ def _batch_load(st: Step) -> Any:
         if len(sizes) > 5:
             raise Fallback("rank > 5 window")
         addr = lanes_of(addresses(src, [env[i] for i in offs], s.L, sizes), s.L)
+        if wins is not None and not s.spmd and s.ctx.lane_log is not None:  # trips of one logged lane
+            lane_log.note(s, "read", wins, src, [env[i] for i in offs], sizes, addr)
         uniq, row = distinct(addr)
         s.reserve(geom)
         probe = TileBuf.from_geometry(geom, vr, vc, s.scratch((geom.nbytes,), np.uint8, "probe"))
@@ -367,6 +370,8 @@ def _batch_store(st: Step) -> Any:
     attrs = e.params.get("attrs", {})
     flags = dict(atomic_add=bool(attrs.get("atomic")), relu=bool(attrs.get("pre_relu")))
     (o,) = st.outs
+    wins = lane_log.window_of(e)  # None: proven race-free (or outside a launch), never noted
+    kind = "atomic" if flags["atomic_add"] else "write"
 
     def run(s: LaneState, env: list[Any]) -> None:
         tile, dst = env[s_tile], env[s_dst]
@@ -406,6 +411,8 @@ def _batch_store(st: Step) -> Any:
         if lane_gm.overlap(s.loaded[s.group_loads :], s.stored[-1:]):
             raise Fallback("a lane loads bytes that the body stores")
         s.stores.append((plan, addr, get))
+        if wins is not None and s.ctx.lane_log is not None:
+            lane_log.note(s, kind, wins, dst, [env[i] for i in offs], sizes[-len(dst.shape):], addr)
         env[o] = dst
 
     return run
