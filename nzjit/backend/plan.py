@@ -57,6 +57,10 @@ class Plan:
 
 
 # ------------------------------------------------------------------------------- liveness
+def _no_step(s: Any, env: list[Any]) -> None:
+    """A lane step that does nothing (with_frees adds the releases around it)."""
+
+
 def liveness(g: Graph, n_owned_params: int) -> dict[int, list[Var]]:
     """Last uses: a value dies after the last equation that reads it (a transposed view keeps its
     source alive). Only the trailing `n_owned_params` params (loop carries) are owned by `g`:
@@ -202,6 +206,8 @@ def build_plan(g: Graph, n_owned_params: int, options: Options, in_launch: bool 
     if unread:
         runs.insert(0, lambda ctx, env: release(ctx, env, unread, ()))
     lane_steps = None if lanes is None else tuple(with_frees(*x) for x in lanes)
+    if unread and lane_steps is not None:  # the same on the batched path: its on-chip peak is the trip's
+        lane_steps = (with_frees(_no_step, unread, ()), *lane_steps)
     return Plan(steps, template, param_slots, out_slots, tuple(runs), lane_steps, logged=tuple(logged))
 
 

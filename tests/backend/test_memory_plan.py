@@ -15,7 +15,7 @@ import runtime
 from nzjit import CompileError, pl
 from nzjit.backend.executor import Ctx, run_graph
 from nzjit.backend.launch import tensor_value
-from nzjit.backend.options import current
+from nzjit.backend.options import Options, current, using
 from nzjit.driver.kernel import Kernel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,3 +183,29 @@ def test_cli_ir_memory_prints_the_plan(tmp_path, capsys) -> None:
     assert "on-chip memory plan (A2A3): peak bytes per space" in out
     assert "Vec   (UB )    65536 /   196608 B" in out  # a and the sum live together
     assert f"a: f32[64,128]@Vec  32768 B  ({path}:5)" in out
+
+
+@pl.kernel
+def rebinds_in_an_arm(x: pl.Tensor[[16, 512], pl.FP16], w: pl.Tensor[[128, 512], pl.FP16],
+                      y: pl.Out[pl.Tensor[[16, 256], pl.FP32]]):
+    for nb in pl.spmd(2):
+        acc = pl.matmul(pl.load(x, [0, 0], [16, 128], target_memory=pl.Mem.Mat),
+                        pl.load(w, [0, 0], [128, 128], target_memory=pl.Mem.Mat))
+        for kb in pl.range(4):
+            a = pl.load(x, [0, kb * 128], [16, 128], target_memory=pl.Mem.Mat)
+            b = pl.load(w, [0, kb * 128], [128, 128], target_memory=pl.Mem.Mat)
+            if kb == 0:  # the arm never reads the carry: it dies on entry, on every path
+                acc = pl.matmul(a, b)
+            else:
+                acc = pl.matmul_acc(acc, a, b)
+        pl.store(acc, [0, nb * 128], y)
+
+
+@pytest.mark.parametrize("options", [Options(), Options(batch=False), Options(fast=False)], ids=str)
+def test_a_carry_an_arm_never_reads_is_freed_on_entry_on_every_path(options) -> None:
+    # the batched path once held the old accumulator through the arm: two Acc tiles at run time
+    # where the plan (and the per-lane path) counted one (examples/qwen3_decode_proj.py)
+    args = (np.ones((16, 512), np.float16), np.ones((128, 512), np.float16), np.zeros((16, 256), np.float32))
+    with using(options):
+        assert runtime_peak(rebinds_in_an_arm, args) == planned(rebinds_in_an_arm, args)
+    assert planned(rebinds_in_an_arm, args)["Acc"] == 16 * 128 * 4
