@@ -200,3 +200,27 @@ def test_indices_from_a_scalar_are_logged_and_race_only_when_they_meet(options):
     assert str(info.value) == _message("lane 0 writes out[0:1] @strided-write", "lane 1 writes out[0:1] @strided-write",
                                        "out[0:1]")
     _race(info, (0, 1), "out", (((0,), (1,)), ((0,), (1,))))
+
+
+@pl.kernel
+def scatter(idx: pl.Tensor[[4], pl.INT32], x: pl.Tensor[[4], pl.FP32], out: pl.InOut[pl.Tensor[[8], pl.FP32]]):
+    for lane in pl.spmd(4):
+        pl.write(out, [pl.cast(pl.read(idx, [lane]), pl.INDEX)], pl.read(x, [lane]))  # scatter-write
+
+
+@pytest.mark.parametrize("options", PATHS, ids=IDS)
+def test_an_index_read_from_the_call_data_races_only_on_a_repeated_index(options):
+    """The index is data (unknown when compiled): logged. Distinct indices scatter exactly; a repeated
+    one (lanes 1 and 3 both write out[5]) is refused and `out` (InOut) keeps its bytes."""
+    assert _marks(scatter)[1:] == [("tensor.read", False), ("tensor.read", False), ("tensor.write", "out")]
+    x = np.array([1.5, 2.5, 3.5, 4.5], np.float32)
+    out = np.zeros(8, np.float32)
+    with using(options):
+        scatter(np.array([6, 5, 0, 2], np.int32), x, out)
+        np.testing.assert_array_equal(out, [3.5, 0, 4.5, 0, 0, 2.5, 1.5, 0])
+        with pytest.raises(LaneRaceError) as info:
+            scatter(np.array([6, 5, 0, 5], np.int32), x, out)
+    assert str(info.value) == _message("lane 1 writes out[5:6] @scatter-write", "lane 3 writes out[5:6] @scatter-write",
+                                       "out[5:6]")
+    _race(info, (1, 3), "out", (((5,), (1,)), ((5,), (1,))))
+    np.testing.assert_array_equal(out, [3.5, 0, 4.5, 0, 0, 2.5, 1.5, 0])
