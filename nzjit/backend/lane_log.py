@@ -9,7 +9,8 @@ compiler proved it unneeded: the plan wraps only the marked steps (`logging_run`
 forms note only marked accesses.
 
 * Per trip (the compiled steps and the reference impls alike): `logging_run` notes the window
-  before the step runs it.
+  before the step runs it; a `pl.read` / `pl.write` notes its one element (kind read / write).
+  Those have no batched form: a body with one runs lane by lane, so this is their only path.
 * Lane-batched (batched.py): the batched load / store forms append their accesses to
   `LaneState.notes` (all lanes of one step at once); when the attempt succeeds they are fed to the
   log - for an SPMD attempt its stores, with their lanes, checked before any store is applied
@@ -135,6 +136,8 @@ def logging_run(st: Step, run: Run) -> Run:
     if wins is None:
         return run
     g = operand_groups(e, st.ins)
+    if e.primitive in (P.tensor_read_p, P.tensor_write_p):
+        return _scalar_logging_run(e, g, wins, run)
     store = e.primitive is P.tile_store_p
     kind = "atomic" if store and bool((e.params.get("attrs") or {}).get("atomic")) else "write" if store else "read"
     (s_t,) = g["dst"] if store else g["src"]
@@ -158,6 +161,30 @@ def logging_run(st: Step, run: Run) -> Run:
                     for o, s in zip(offs, t.strides):
                         delta += o * s
                     log.access(kind, ctx.lane, t.addr + delta * t.dtype.itemsize, offs, wins.get(sizes, t))
+        run(ctx, env)
+
+    return logged
+
+
+def _scalar_logging_run(e: Eqn, g: dict[str, tuple[int, ...]], wins: _Windows, run: Run) -> Run:
+    """`logging_run` of a `pl.read` / `pl.write`: its window is the one element at its indices. An
+    index outside the view is not noted: the step itself refuses it (rules/tensor_scalar.py)."""
+    write = e.primitive is P.tensor_write_p
+    kind = "write" if write else "read"
+    (s_t,) = g["dst"] if write else g["src"]
+    idx_slots = g["indices"]
+
+    def logged(ctx: Any, env: list[Any]) -> None:
+        log = ctx.lane_log
+        if log is not None:
+            t = env[s_t]
+            if type(t) is TensorVal and t.nz is None:
+                idx = tuple(int(env[i]) for i in idx_slots)
+                if all(0 <= i < d for i, d in zip(idx, t.shape)):
+                    delta = 0
+                    for i, s in zip(idx, t.strides):
+                        delta += i * s
+                    log.access(kind, ctx.lane, t.addr + delta * t.dtype.itemsize, idx, wins.get((1,) * len(idx), t))
         run(ctx, env)
 
     return logged

@@ -43,7 +43,7 @@ class Plan:
     #: batched attempts that fell back in a row (after `batched.MAX_FAILS` none is tried again)
     lane_fails: int = 0
     #: the steps that note their GM window in a launch's lane-race log (lane_log.py): a load or
-    #: store the compiler did not prove race-free; a proven one runs unwrapped
+    #: store (tile or scalar) the compiler did not prove race-free; a proven one runs unwrapped
     logged: tuple[int, ...] = ()
 
     def run(self, ctx: Any, args: Sequence[Any]) -> list[Any]:
@@ -92,7 +92,7 @@ def liveness(g: Graph, n_owned_params: int) -> dict[int, list[Var]]:
 
 
 _MADS = (P.tile_mad_p, P.tile_mad_acc_p, P.tile_mad_bias_p)  # a bias row's TMOV comes before the extracts
-_ACCESSES = (P.tile_load_p, P.tile_store_p)
+_ACCESSES = (P.tile_load_p, P.tile_store_p, P.tensor_read_p, P.tensor_write_p)  # GM accesses a lane logs
 
 
 def window_extracts(g: Graph, free: dict[int, list[Var]]) -> set[int]:

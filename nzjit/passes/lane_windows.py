@@ -1,7 +1,9 @@
 """MarkLaneWindows (issue 24 item 2): which GM accesses of a `pl.spmd` launch the simulator must log
 to catch lane races at run time, and which are proven race-free at compile time and cost nothing.
 
-Every `tile.load` / `tile.store` inside a launch gets the hidden parameter ``lane_log``: False
+Every `tile.load` / `tile.store` and every scalar access (`pl.read` / `pl.write`: `tensor.read` /
+`tensor.write`, a one-element window at its indices) inside a launch gets the hidden parameter
+``lane_log``: False
 when no race with another lane of the launch is possible (a one-lane launch, or proven below),
 else the name of the tensor it touches (the executor logs its bytes per lane, `runtime.races`).
 Accesses outside every launch are left alone: the plans outside launches never log
@@ -45,7 +47,9 @@ __all__ = ["mark_lane_windows", "LANE_LOG", "MAX_PAIRWISE"]
 LANE_LOG = "lane_log"
 #: Lane counts up to this are proven by checking every pair of lanes (compile time, numpy).
 MAX_PAIRWISE = 2048
-_ACCESSES = (P.tile_load_p, P.tile_store_p)
+_ACCESSES = (P.tile_load_p, P.tile_store_p, P.tensor_read_p, P.tensor_write_p)
+#: the accesses whose result is the tensor they write (an alias of it), by the operand it aliases
+_WRITES = {P.tile_store_p: -1, P.tensor_write_p: 0}
 _BOUND = 1 << 48  # offsets and their intervals proven with are within this (no int64 wrap)
 _LANE_OPS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum, "max": np.maximum,
@@ -216,15 +220,20 @@ class _Collector:
                 self.scan(body)
 
     def access(self, e: Eqn, prover: Prover) -> _Access | None:
-        store = e.primitive is P.tile_store_p
-        tensor = e.inputs[-1] if store else e.inputs[0]
+        store = e.primitive in _WRITES
+        tensor = e.inputs[_WRITES.get(e.primitive, 0)]
         if isinstance(tensor.type, P.DistributedTensorType):
             return None  # a pld window: the comm world's race detector (issue 28)
         root, name = _root(tensor, prover)
         atomic = store and _atomic(e)
         kind = "atomic" if atomic else "store" if store else "load"
-        offsets = e.operands("offsets")
-        sizes = _store_sizes(e, len(offsets)) if store else _load_sizes(e, prover)
+        sizes: tuple[int, ...] | None
+        if e.primitive in (P.tensor_read_p, P.tensor_write_p):  # one element at its indices
+            offsets = e.operands("indices")
+            sizes = (1,) * len(offsets)
+        else:
+            offsets = e.operands("offsets")
+            sizes = _store_sizes(e, len(offsets)) if store else _load_sizes(e, prover)
         axes: list[tuple[_Part, int]] | None = None
         if sizes is not None:
             parts = [self.launch.part(o) for o in offsets]
@@ -239,17 +248,17 @@ def _atomic(e: Eqn) -> bool:
 
 
 def _root(x: Atom, prover: Prover) -> tuple[Var | None, str]:
-    """The kernel parameter a tensor value is (through captures and the results of stores into it),
-    and its name; (None, name) for a view or anything else."""
+    """The kernel parameter a tensor value is (through captures and the results of stores and
+    pl.writes into it), and its name; (None, name) for a view or anything else."""
     for _ in range(1024):
         x = prover.root(x)
         e = prover.defs.get(x) if isinstance(x, Var) else None
-        if e is not None and e.primitive is P.tile_store_p:
-            x = e.inputs[-1]
+        if e is not None and e.primitive in _WRITES:
+            x = e.inputs[_WRITES[e.primitive]]
             continue
         if isinstance(x, Var) and e is None and x not in prover.carries and x not in prover.loop_vars:
             return x, x.hint or "a tensor"
-        if e is not None and e.inputs and e.primitive is not P.tile_store_p:
+        if e is not None and e.inputs:
             _, name = _root(e.inputs[0], prover)
             return None, name
         break
