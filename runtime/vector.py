@@ -37,10 +37,36 @@ from .memory import CAPACITIES
 from .tile import TileBuf
 
 __all__ = [
-    "UB_BYTES", "ALU_DTYPES", "MATH_DTYPES", "ROUND_MODES", "CVT_PAIRS", "BINARY_OPS", "UNARY_OPS",
-    "REDUCE_OPS", "PAD_VALUES", "valid_region", "check_vec", "binary", "binary_scalar", "unary", "lrelu",
-    "row_reduce", "col_reduce", "row_expand", "col_expand", "expands", "cvt", "convert", "fillpad",
-    "pad_scalar", "round_to", "BINARY_INSTR", "extract", "insert", "reshape", "reduce_values",
+    "UB_BYTES",
+    "ALU_DTYPES",
+    "MATH_DTYPES",
+    "ROUND_MODES",
+    "CVT_PAIRS",
+    "BINARY_OPS",
+    "UNARY_OPS",
+    "REDUCE_OPS",
+    "PAD_VALUES",
+    "valid_region",
+    "check_vec",
+    "binary",
+    "binary_scalar",
+    "unary",
+    "lrelu",
+    "row_reduce",
+    "col_reduce",
+    "row_expand",
+    "col_expand",
+    "expands",
+    "cvt",
+    "convert",
+    "fillpad",
+    "pad_scalar",
+    "round_to",
+    "BINARY_INSTR",
+    "extract",
+    "insert",
+    "reshape",
+    "reduce_values",
 ]
 
 F16, F32, BF16 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)
@@ -55,7 +81,10 @@ ALU_DTYPES: dict[str, frozenset[np.dtype]] = {
     "A5": frozenset({F32, F16, BF16, I32, I16, I8, U8, I64}),
 }
 #: dtypes of the float-only instructions (TDIV, TEXP, TLOG, TSQRT, TRSQRT, TRECIP).
-MATH_DTYPES: dict[str, frozenset[np.dtype]] = {"A2A3": frozenset({F32, F16}), "A5": frozenset({F32, F16, BF16})}
+MATH_DTYPES: dict[str, frozenset[np.dtype]] = {
+    "A2A3": frozenset({F32, F16}),
+    "A5": frozenset({F32, F16, BF16}),
+}
 
 #: pto::RoundMode, by PyPTO's names (code = position).
 ROUND_MODES = ("none", "rint", "round", "floor", "ceil", "trunc", "odd")
@@ -86,15 +115,26 @@ CVT_PAIRS: dict[str, dict[np.dtype, frozenset[np.dtype]]] = {
 
 
 BINARY_OPS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-    "max": np.maximum, "min": np.minimum,
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "max": np.maximum,
+    "min": np.minimum,
 }
 #: pto-isa instruction of each binary op (tile-tile, tile-scalar, row broadcast, column broadcast).
-BINARY_INSTR = {op: (f"T{op.upper()}", f"T{op.upper()}S", f"TROWEXPAND{op.upper()}", f"TCOLEXPAND{op.upper()}")
-                for op in BINARY_OPS}
+BINARY_INSTR = {
+    op: (f"T{op.upper()}", f"T{op.upper()}S", f"TROWEXPAND{op.upper()}", f"TCOLEXPAND{op.upper()}")
+    for op in BINARY_OPS
+}
 UNARY_OPS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "recip": lambda x: 1.0 / x, "abs": np.abs, "neg": np.negative,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "recip": lambda x: 1.0 / x,
+    "abs": np.abs,
+    "neg": np.negative,
     "relu": lambda x: np.maximum(x, x.dtype.type(0)),
 }
 _FLOAT_ONLY = frozenset({"div", "exp", "log", "sqrt", "rsqrt", "recip"})
@@ -109,8 +149,10 @@ def check_vec(t: TileBuf, what: str) -> None:
     if t.space != "Vec":
         raise DeviceError(f"{what}: operands live in the unified buffer (Vec), got a {t.space} tile")
     if t.layout != "ND" and not (t.layout == "DN" and t.cols == 1):
-        raise DeviceError(f"{what}: the tile must be row-major (ND) or a one-column DN tile, got "
-                          f"{t.layout} {t.rows}x{t.cols}")
+        raise DeviceError(
+            f"{what}: the tile must be row-major (ND) or a one-column DN tile, got "
+            f"{t.layout} {t.rows}x{t.cols}"
+        )
 
 
 def valid_region(t: TileBuf) -> np.ndarray:
@@ -126,15 +168,19 @@ def _dtypes(what: str, op: str, d: np.dtype, target: str) -> None:
         raise DeviceError(f"unknown target {target!r}")
     if d not in allowed:
         names = ", ".join(sorted(x.name for x in allowed))
-        raise DeviceError(f"{what}: {d.name} is not a {op} dtype of the {target} vector unit ({names}); "
-                          "convert with TCVT first")
+        raise DeviceError(
+            f"{what}: {d.name} is not a {op} dtype of the {target} vector unit ({names}); "
+            "convert with TCVT first"
+        )
 
 
 def _same_valid(what: str, dst: TileBuf, *srcs: TileBuf) -> None:
     for s in srcs:
         if (s.valid_row, s.valid_col) != (dst.valid_row, dst.valid_col):
-            raise DeviceError(f"{what}: source valid shape {s.valid_row}x{s.valid_col} differs from the "
-                              f"destination's {dst.valid_row}x{dst.valid_col}")
+            raise DeviceError(
+                f"{what}: source valid shape {s.valid_row}x{s.valid_col} differs from the "
+                f"destination's {dst.valid_row}x{dst.valid_col}"
+            )
 
 
 def _same_dtype(what: str, *ts: TileBuf) -> None:
@@ -187,7 +233,11 @@ def binary_scalar(op: str, dst: TileBuf, a: TileBuf, scalar: float | int, target
     _dtypes(what, op, dst.dtype, target)
     _same_valid(what, dst, a)
     c = _compute_dtype(dst.dtype)
-    s = np.asarray(scalar).astype(dst.dtype).astype(c, copy=False) if dst.dtype.kind == "f" else np.asarray(scalar).astype(c, copy=False)
+    s = (
+        np.asarray(scalar).astype(dst.dtype).astype(c, copy=False)
+        if dst.dtype.kind == "f"
+        else np.asarray(scalar).astype(c, copy=False)
+    )
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         _write(dst, BINARY_OPS[op](valid_region(a).astype(c, copy=False), s))
 
@@ -281,15 +331,23 @@ def row_reduce(op: str, dst: TileBuf, src: TileBuf, tmp: TileBuf | None = None, 
     if src.valid_row == 0 or src.valid_col == 0:
         raise DeviceError(f"{what}: the source valid region is empty")
     if dst.valid_row != src.valid_row:
-        raise DeviceError(f"{what}: destination valid rows {dst.valid_row} != source valid rows {src.valid_row}")
+        raise DeviceError(
+            f"{what}: destination valid rows {dst.valid_row} != source valid rows {src.valid_row}"
+        )
     if target == "A2A3":
         if tmp is None:
             raise DeviceError(f"{what}: A2/A3 needs a tmp tile (scratch of the reduction)")
         check_vec(tmp, what)
-        need = src.valid_row * 32 if src.dtype.kind in "iu" else src.valid_row * src.valid_col * src.dtype.itemsize
+        need = (
+            src.valid_row * 32
+            if src.dtype.kind in "iu"
+            else src.valid_row * src.valid_col * src.dtype.itemsize
+        )
         if tmp.nbytes < need:
-            raise DeviceError(f"{what}: tmp holds {tmp.nbytes} bytes, the reduction needs {need} "
-                              "(the source's valid shape for floats, one 32-byte block per row for ints)")
+            raise DeviceError(
+                f"{what}: tmp holds {tmp.nbytes} bytes, the reduction needs {need} "
+                "(the source's valid shape for floats, one 32-byte block per row for ints)"
+            )
     values = reduce_values(op, valid_region(src), -1, src.dtype)
     dst.data.view(dst.dtype).reshape(dst.rows, dst.cols)[: dst.valid_row, 0] = values.astype(dst.dtype)
 
@@ -312,11 +370,15 @@ def _per_row(what: str, row: TileBuf, dst: TileBuf) -> np.ndarray:
     """The expanded operand of TROWEXPAND*: mode 1, ``[R, 1]`` one scalar per row; mode 2, a
     row-major 32-byte block per row (its first element is the row's value: the block repeats)."""
     if row.valid_row != dst.valid_row:
-        raise DeviceError(f"{what}: the per-row operand has {row.valid_row} valid rows, the tile {dst.valid_row}")
+        raise DeviceError(
+            f"{what}: the per-row operand has {row.valid_row} valid rows, the tile {dst.valid_row}"
+        )
     block = 32 // row.dtype.itemsize
     if row.valid_col not in (1, block):
-        raise DeviceError(f"{what}: the per-row operand must be [R, 1] (one value per row) or one 32-byte "
-                          f"block ({block} elements) per row, got {row.valid_row}x{row.valid_col}")
+        raise DeviceError(
+            f"{what}: the per-row operand must be [R, 1] (one value per row) or one 32-byte "
+            f"block ({block} elements) per row, got {row.valid_row}x{row.valid_col}"
+        )
     v = row.data.view(row.dtype).reshape(row.rows, row.cols)[: row.valid_row, : row.valid_col]
     if row.valid_col == 1:
         return v
@@ -326,8 +388,9 @@ def _per_row(what: str, row: TileBuf, dst: TileBuf) -> np.ndarray:
 
 def _per_col(what: str, col: TileBuf, dst: TileBuf) -> np.ndarray:
     if col.valid_col != dst.valid_col:
-        raise DeviceError(f"{what}: the per-column operand has {col.valid_col} valid columns, the tile "
-                          f"{dst.valid_col}")
+        raise DeviceError(
+            f"{what}: the per-column operand has {col.valid_col} valid columns, the tile {dst.valid_col}"
+        )
     return col.data.view(col.dtype).reshape(col.rows, col.cols)[:1, : col.valid_col]
 
 
@@ -344,8 +407,15 @@ def col_expand(op: str, dst: TileBuf, a: TileBuf | None, col: TileBuf, target: s
     _broadcast(what, op, dst, a, col, target, _per_col)
 
 
-def _broadcast(what: str, op: str, dst: TileBuf, a: TileBuf | None, v: TileBuf, target: str,
-               expanded: Callable[[str, TileBuf, TileBuf], np.ndarray]) -> None:
+def _broadcast(
+    what: str,
+    op: str,
+    dst: TileBuf,
+    a: TileBuf | None,
+    v: TileBuf,
+    target: str,
+    expanded: Callable[[str, TileBuf, TileBuf], np.ndarray],
+) -> None:
     check_vec(dst, what)
     check_vec(v, what)
     _same_dtype(what, dst, v)
@@ -431,8 +501,10 @@ def cvt(dst: TileBuf, src: TileBuf, mode: str = "round", target: str = "A2A3") -
         raise DeviceError(f"TCVT: unknown round mode {mode!r}; expected one of {ROUND_MODES}")
     pairs = CVT_PAIRS[target].get(src.dtype, frozenset())
     if dst.dtype not in pairs:
-        raise DeviceError(f"TCVT: {src.dtype.name} -> {dst.dtype.name} is not a conversion of the {target} "
-                          f"vector unit (from {src.dtype.name}: {', '.join(sorted(p.name for p in pairs)) or 'none'})")
+        raise DeviceError(
+            f"TCVT: {src.dtype.name} -> {dst.dtype.name} is not a conversion of the {target} "
+            f"vector unit (from {src.dtype.name}: {', '.join(sorted(p.name for p in pairs)) or 'none'})"
+        )
     _same_valid("TCVT", dst, src)
     valid_region(dst)[...] = convert(valid_region(src), dst.dtype, mode)
 
@@ -458,14 +530,19 @@ def fillpad(dst: TileBuf, src: TileBuf, pad: str) -> None:
     if dst.dtype.itemsize != src.dtype.itemsize or dst.dtype.itemsize not in (1, 2, 4):
         raise DeviceError("TFILLPAD: source and destination elements must be the same 1, 2 or 4 bytes")
     if dst.rows < src.valid_row or dst.cols < src.valid_col:
-        raise DeviceError(f"TFILLPAD: the destination {dst.rows}x{dst.cols} is smaller than the source's valid "
-                          f"region {src.valid_row}x{src.valid_col}")
+        raise DeviceError(
+            f"TFILLPAD: the destination {dst.rows}x{dst.cols} is smaller than the source's valid "
+            f"region {src.valid_row}x{src.valid_col}"
+        )
     full = dst.data.view(dst.dtype).reshape(dst.rows, dst.cols)
     keep = valid_region(src)
     vr, vc = keep.shape
     # in place over the same bytes and shape: the valid region is already where it belongs
-    same = keep.dtype.itemsize == full.dtype.itemsize and keep.strides == full.strides and \
-        keep.__array_interface__["data"][0] == full.__array_interface__["data"][0]
+    same = (
+        keep.dtype.itemsize == full.dtype.itemsize
+        and keep.strides == full.strides
+        and keep.__array_interface__["data"][0] == full.__array_interface__["data"][0]
+    )
     if not same and np.shares_memory(keep, full):  # keep the values before the pad overwrites them
         keep = keep.copy()
     value = np.asarray(pad_scalar(dst.dtype, pad)).astype(dst.dtype)
@@ -479,10 +556,14 @@ def fillpad(dst: TileBuf, src: TileBuf, pad: str) -> None:
 # ------------------------------------------------------------------------------ tiles as values
 def _check_window(what: str, t: TileBuf, r0: int, c0: int, rows: int, cols: int) -> None:
     if r0 < 0 or c0 < 0 or r0 + rows > t.rows or c0 + cols > t.cols:
-        raise DeviceError(f"{what}: window ({r0}, {c0}) + {rows}x{cols} is outside the {t.rows}x{t.cols} tile")
+        raise DeviceError(
+            f"{what}: window ({r0}, {c0}) + {rows}x{cols} is outside the {t.rows}x{t.cols} tile"
+        )
     if (c0 * t.dtype.itemsize) % 32:
-        raise DeviceError(f"{what}: column offset {c0} is {c0 * t.dtype.itemsize} bytes; a Vec window starts on a "
-                          "32-byte block")
+        raise DeviceError(
+            f"{what}: column offset {c0} is {c0 * t.dtype.itemsize} bytes; a Vec window starts on a "
+            "32-byte block"
+        )
 
 
 def extract(dst: TileBuf, src: TileBuf, r0: int, c0: int) -> None:
@@ -510,8 +591,12 @@ def reshape(dst: TileBuf, src: TileBuf) -> None:
     check_vec(dst, "TRESHAPE")
     check_vec(src, "TRESHAPE")
     if dst.nbytes != src.nbytes or dst.dtype != src.dtype:
-        raise DeviceError(f"TRESHAPE: {src.rows}x{src.cols} {src.dtype.name} and {dst.rows}x{dst.cols} "
-                          f"{dst.dtype.name} are not the same bytes")
+        raise DeviceError(
+            f"TRESHAPE: {src.rows}x{src.cols} {src.dtype.name} and {dst.rows}x{dst.cols} "
+            f"{dst.dtype.name} are not the same bytes"
+        )
     if (src.valid_row, src.valid_col) != (src.rows, src.cols):
-        raise DeviceError("TRESHAPE: the source has a partial valid region; its bytes outside it are not data")
+        raise DeviceError(
+            "TRESHAPE: the source has a partial valid region; its bytes outside it are not data"
+        )
     dst.data[...] = src.data

@@ -38,8 +38,18 @@ from .rule import Run, Step
 from .steps import operand_groups
 from .values import HostValue, TensorVal
 
-__all__ = ["LANE_LOG", "logged_name", "launch_logged", "open_log", "snapshot", "restore", "logging_run", "window_of",
-           "note", "feed"]
+__all__ = [
+    "LANE_LOG",
+    "logged_name",
+    "launch_logged",
+    "open_log",
+    "snapshot",
+    "restore",
+    "logging_run",
+    "window_of",
+    "note",
+    "feed",
+]
 
 
 def logged_name(e: Eqn) -> str | None:
@@ -136,7 +146,13 @@ def logging_run(st: Step, run: Run) -> Run:
         return run
     g = operand_groups(e, st.ins)
     store = e.primitive is P.tile_store_p
-    kind = "atomic" if store and bool((e.params.get("attrs") or {}).get("atomic")) else "write" if store else "read"
+    kind = (
+        "atomic"
+        if store and bool((e.params.get("attrs") or {}).get("atomic"))
+        else "write"
+        if store
+        else "read"
+    )
     (s_t,) = g["dst"] if store else g["src"]
     offs_slots = g["offsets"]
     s_tile = g["tile"][0] if store else -1  # -1: a load has no tile operand
@@ -163,8 +179,9 @@ def logging_run(st: Step, run: Run) -> Run:
     return logged
 
 
-def note(s: Any, kind: str, wins: _Windows, t: Any, offs: list[Any], sizes: tuple[int, ...],
-         addr: np.ndarray) -> None:
+def note(
+    s: Any, kind: str, wins: _Windows, t: Any, offs: list[Any], sizes: tuple[int, ...], addr: np.ndarray
+) -> None:
     """A batched step's access of all the attempt's lanes (`addr`: each lane's first byte)."""
     L = s.L
     o = np.empty((L, len(offs)), np.int64)

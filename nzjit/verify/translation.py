@@ -52,7 +52,9 @@ class Access:
         head = f"{self.where}: {self.kind} of NZ tensor '{self.tensor}': {self.status}"
         lines = [head] + [f"    - {f}" for f in self.facts]
         if self.counterexample:
-            lines.append("    counterexample: " + ", ".join(f"{k} = {v}" for k, v in self.counterexample.items()))
+            lines.append(
+                "    counterexample: " + ", ".join(f"{k} = {v}" for k, v in self.counterexample.items())
+            )
         return "\n".join(lines)
 
 
@@ -71,8 +73,10 @@ class Validation:
 
     def __str__(self) -> str:
         n = sum(a.status == "proven" for a in self.accesses)
-        head = (f"translation validation of {self.kernel} ({PASS}): {n}/{len(self.accesses)} NZ accesses "
-                f"proven" + ("" if self.ok else " -- FAILED"))
+        head = (
+            f"translation validation of {self.kernel} ({PASS}): {n}/{len(self.accesses)} NZ accesses "
+            f"proven" + ("" if self.ok else " -- FAILED")
+        )
         return "\n".join([head, *self.errors, *(str(a) for a in self.accesses)])
 
 
@@ -96,7 +100,9 @@ class _Sym:
         self._opaque = 0
         self._arms = 0  # staged `if` arms walked so far
         self._shared: set[Atom] = set()  # values that depend on the kernel's arguments and literals only
-        self._queries: dict[tuple[str, str], int] = {}  # (primitive, source) -> occurrences of an input-free query
+        self._queries: dict[
+            tuple[str, str], int
+        ] = {}  # (primitive, source) -> occurrences of an input-free query
         for i, p in enumerate(g.params):
             if isinstance(p.type, TensorType):
                 self.tensor_names[p] = p.hint or f"arg{i}"
@@ -144,10 +150,18 @@ class _Sym:
                 continue
             out = e.outputs[0]
             if p == "get_block_idx":
-                self.val[out], self.rng[out] = (lanes[0], (0, MAX_LANES - 1)) if lanes else (self.z3.IntVal(0), (0, 0))
+                self.val[out], self.rng[out] = (
+                    (lanes[0], (0, MAX_LANES - 1)) if lanes else (self.z3.IntVal(0), (0, 0))
+                )
             elif p == "get_block_num":
-                self.val[out], self.rng[out] = (lanes[1], (1, MAX_LANES)) if lanes else (self.z3.IntVal(1), (1, 1))
-            elif p in _ARITH and len(e.inputs) == 2 and all(isinstance(a, Literal) or a in self.val for a in e.inputs):
+                self.val[out], self.rng[out] = (
+                    (lanes[1], (1, MAX_LANES)) if lanes else (self.z3.IntVal(1), (1, 1))
+                )
+            elif (
+                p in _ARITH
+                and len(e.inputs) == 2
+                and all(isinstance(a, Literal) or a in self.val for a in e.inputs)
+            ):
                 self._arith(p, out, *e.inputs)
             elif p == "convert" and (isinstance(e.inputs[0], Literal) or e.inputs[0] in self.val):
                 x, (lo, hi) = self.get(e.inputs[0]), self.range_of(e.inputs[0])
@@ -215,10 +229,15 @@ class _Sym:
             lo, hi = (sl, eh - 1) if tl >= 1 else (min(sl, el + 1), max(sh, eh - 1))
             iv = self._leaf(iv_v, name, lo, max(lo, hi))
             trip = z3.Int(f"trip#loop{k}")
-            self.premises += [trip >= 0, iv == start + step * trip,
-                              z3.If(step > 0, iv < stop, z3.If(step < 0, iv > stop, z3.And(trip == 0, iv < stop)))]
-            text = (f"{iv_v.hint or 'iv'} = {_show(e.inputs[0])} + i * {_show(e.inputs[2])}, i >= 0, short of "
-                    f"{_show(e.inputs[1])} (pl.{kind})")
+            self.premises += [
+                trip >= 0,
+                iv == start + step * trip,
+                z3.If(step > 0, iv < stop, z3.If(step < 0, iv > stop, z3.And(trip == 0, iv < stop))),
+            ]
+            text = (
+                f"{iv_v.hint or 'iv'} = {_show(e.inputs[0])} + i * {_show(e.inputs[2])}, i >= 0, short of "
+                f"{_show(e.inputs[1])} (pl.{kind})"
+            )
         self.loops[key] = (kind, iv, start, stop, step, text)
         self._body(e, body, lanes, key, k)
 
@@ -313,8 +332,17 @@ class _Checker:
         """The ranges of the loops and lanes around `e`: the premises of its proof."""
         return [self.pre.loops[k][-1] for k in self.pre.context.get(id(e), ())]
 
-    def prove(self, kind: str, name: str, where: str, extra: list[Any], goal: Any, show: dict[str, Any],
-              facts: list[str], decode: tuple[TensorType, Any, Any] | None) -> Access:
+    def prove(
+        self,
+        kind: str,
+        name: str,
+        where: str,
+        extra: list[Any],
+        goal: Any,
+        show: dict[str, Any],
+        facts: list[str],
+        decode: tuple[TensorType, Any, Any] | None,
+    ) -> Access:
         z3 = self.z3
         s = z3.Solver()
         s.set("timeout", 30000)
@@ -330,7 +358,9 @@ class _Checker:
         for nm, x in {**self.pre.symbols, **show}.items():
             if "#" in nm and ("loop" in nm or "arg" in nm) or nm in show:
                 v = m.eval(x, model_completion=True)
-                cex[nm.split("#")[0] if nm not in show else nm] = v.as_long() if z3.is_int_value(v) else str(v)
+                cex[nm.split("#")[0] if nm not in show else nm] = (
+                    v.as_long() if z3.is_int_value(v) else str(v)
+                )
         if decode is not None:
             t, exp, got = decode
             e_v = m.eval(exp, model_completion=True).as_long()
@@ -371,14 +401,25 @@ class _Checker:
         ext = [z3.IntVal(int(n)) for n in shape[:-2]] + [vr, vc]
         prem, dyn = self.window_premise(t, offs, ext)
         facts = self.facts(a)
-        facts.append(f"window [{', '.join(map(str, shape))}] in the tensor {list(t.shape)}: "
-                     + ("proven at compile time" if self.in_bounds_proven(prem, dyn) else
-                        "assumed (the backend checks it at run time)"))
+        facts.append(
+            f"window [{', '.join(map(str, shape))}] in the tensor {list(t.shape)}: "
+            + (
+                "proven at compile time"
+                if self.in_bounds_proven(prem, dyn)
+                else "assumed (the backend checks it at run time)"
+            )
+        )
         sizes = tuple(int(x) for x in b.params["shape"])
         want = (1, tc_n // c0, tr_n // 16, 16, c0)
         if sizes != want:
-            return Access("load", name, where, "counterexample", facts,
-                          {"partition": list(sizes), "window needs": list(want)})
+            return Access(
+                "load",
+                name,
+                where,
+                "counterexample",
+                facts,
+                {"partition": list(sizes), "window needs": list(want)},
+            )
         p = [post.get(o) for o in b.operands("offsets")]
         pv = [post.get(v) for v in b.operands("valid")]
         j = [z3.IntVal(0), tc / c0, tr / 16, tr % 16, tc % c0]
@@ -389,9 +430,11 @@ class _Checker:
         in_blocked = z3.And(*(ji < vi for ji, vi in zip(j, pv))) if pv else z3.BoolVal(True)
         inb = z3.And(*(z3.And(pi + ji >= 0, pi + ji < di) for pi, ji, di in zip(p, j, dims)))
         goal = z3.And(in_logical == in_blocked, z3.Implies(in_logical, z3.And(addr == exp, inb)))
-        facts.append(f"for every element (tr, tc) < ({tr_n}, {tc_n}){' inside valid_shape' if valid else ''}: the "
-                     f"partition [1, {tc_n // c0}, {tr_n // 16}, 16, {c0}] at its offsets addresses the element's NZ "
-                     "position, in bounds" + ("; the blocked valid region is exactly the logical one" if valid else ""))
+        facts.append(
+            f"for every element (tr, tc) < ({tr_n}, {tc_n}){' inside valid_shape' if valid else ''}: the "
+            f"partition [1, {tc_n // c0}, {tr_n // 16}, 16, {c0}] at its offsets addresses the element's NZ "
+            "position, in bounds" + ("; the blocked valid region is exactly the logical one" if valid else "")
+        )
         extra = [*prem, *dyn, tr >= 0, tr < tr_n, tc >= 0, tc < tc_n]
         return self.prove("load", name, where, extra, goal, {"tr": tr, "tc": tc}, facts, (t, exp, addr))
 
@@ -409,8 +452,14 @@ class _Checker:
         r, c = z3.Ints("r c")
         prem, dyn = self.window_premise(t, offs, [_dim(z3, d) for d in ext])
         facts = self.facts(a)
-        facts.append("window in the tensor: " + ("proven at compile time" if self.in_bounds_proven(prem, dyn)
-                                                 else "assumed (the backend checks it at run time)"))
+        facts.append(
+            "window in the tensor: "
+            + (
+                "proven at compile time"
+                if self.in_bounds_proven(prem, dyn)
+                else "assumed (the backend checks it at run time)"
+            )
+        )
         p = [post.get(o) for o in b.operands("offsets")]
         j = [_fold(ls, tuple(lead_ext)), c / c0, r / 16, r % 16, c % c0]
         dims = [_dim(z3, d) for d in tb.shape]
@@ -419,11 +468,29 @@ class _Checker:
         inb = z3.And(*(z3.And(pi + ji >= 0, pi + ji < di) for pi, ji, di in zip(p, j, dims)))
         sizes = [_dim(z3, d) for d in b.params["shape"]]
         in_part = z3.And(*(ji < zi for ji, zi in zip(j, sizes)))
-        extra = [*prem, *dyn, r >= 0, r < R, c >= 0, c < C, *(z3.And(li >= 0, li < n) for li, n in zip(ls, lead_ext))]
-        facts.append(f"for every element of the {list(ext)} view: the batch-slot slice addresses its NZ position "
-                     "in the parent, in bounds")
-        return self.prove("slice", name, where, extra, z3.And(addr == exp, inb, in_part),
-                          {"r": r, "c": c, **{f"l{i}": x for i, x in enumerate(ls)}}, facts, (t, exp, addr))
+        extra = [
+            *prem,
+            *dyn,
+            r >= 0,
+            r < R,
+            c >= 0,
+            c < C,
+            *(z3.And(li >= 0, li < n) for li, n in zip(ls, lead_ext)),
+        ]
+        facts.append(
+            f"for every element of the {list(ext)} view: the batch-slot slice addresses its NZ position "
+            "in the parent, in bounds"
+        )
+        return self.prove(
+            "slice",
+            name,
+            where,
+            extra,
+            z3.And(addr == exp, inb, in_part),
+            {"r": r, "c": c, **{f"l{i}": x for i, x in enumerate(ls)}},
+            facts,
+            (t, exp, addr),
+        )
 
     def reshape(self, a: Eqn, b: Eqn) -> Access:
         t, tb = a.inputs[0].type, b.inputs[0].type
@@ -431,11 +498,19 @@ class _Checker:
         name, where = self.pre.tensor_names.get(a.inputs[0], "?"), str(a.source)
         n = _prod(t.shape)
         got = tuple(b.params["shape"])
-        facts = [f"flatten of the whole tensor: [{n}] elements, element i is the NZ element i "
-                 f"(blocked {list(tb.shape)} holds {_prod(tb.shape)})"]
+        facts = [
+            f"flatten of the whole tensor: [{n}] elements, element i is the NZ element i "
+            f"(blocked {list(tb.shape)} holds {_prod(tb.shape)})"
+        ]
         ok = got == (n,) and _prod(tb.shape) == n and tuple(a.params["shape"]) == (n,)
-        return Access("reshape", name, where, "proven" if ok else "counterexample", facts,
-                      None if ok else {"expected": [n], "addressed": list(got)})
+        return Access(
+            "reshape",
+            name,
+            where,
+            "proven" if ok else "counterexample",
+            facts,
+            None if ok else {"expected": [n], "addressed": list(got)},
+        )
 
     def store(self, a: Eqn, bs: list[Eqn]) -> list[Access]:
         z3, pre, post = self.z3, self.pre, self.post
@@ -448,8 +523,14 @@ class _Checker:
         lead = [z3.IntVal(1)] * (len(t.shape) - 2)
         prem, dyn = self.window_premise(t, offs, [*lead, z3.IntVal(rows), z3.IntVal(cols)])
         base_facts = self.facts(a)
-        base_facts.append("window in the tensor: " + ("proven at compile time" if self.in_bounds_proven(prem, dyn)
-                                                      else "assumed (the backend checks it at run time)"))
+        base_facts.append(
+            "window in the tensor: "
+            + (
+                "proven at compile time"
+                if self.in_bounds_proven(prem, dyn)
+                else "assumed (the backend checks it at run time)"
+            )
+        )
         out: list[Access] = []
         ni = 0
         widths = [b.params["nz_partition"][1] * b.params["nz_partition"][4] for b in bs]
@@ -458,25 +539,55 @@ class _Checker:
             assert isinstance(tb, TensorType)
             part = tuple(int(x) for x in b.params["nz_partition"])
             m_k = part[2] * part[3]
-            facts = base_facts + [f"store {len(out) + 1}/{len(bs)}: accumulator columns [{ni}, {ni + n_k}) of "
-                                  f"{cols}, written densely from its base as the A2/A3 store does (NZ-23)"]
+            facts = base_facts + [
+                f"store {len(out) + 1}/{len(bs)}: accumulator columns [{ni}, {ni + n_k}) of "
+                f"{cols}, written densely from its base as the A2/A3 store does (NZ-23)"
+            ]
             if m_k != rows or sum(widths) != cols:
-                out.append(Access("store", name, where, "counterexample", facts,
-                                  {"partition rows": m_k, "tile rows": rows, "columns stored": sum(widths),
-                                   "tile columns": cols}))
+                out.append(
+                    Access(
+                        "store",
+                        name,
+                        where,
+                        "counterexample",
+                        facts,
+                        {
+                            "partition rows": m_k,
+                            "tile rows": rows,
+                            "columns stored": sum(widths),
+                            "tile columns": cols,
+                        },
+                    )
+                )
                 ni += n_k
                 continue
             tr, tc = z3.Ints("tr tc")
             p = [post.get(o) for o in b.operands("offsets")]
-            dense = [part[1] * part[2] * part[3] * part[4], part[2] * part[3] * part[4], part[3] * part[4], part[4], 1]
+            dense = [
+                part[1] * part[2] * part[3] * part[4],
+                part[2] * part[3] * part[4],
+                part[3] * part[4],
+                part[4],
+                1,
+            ]
             j = [0, tc / part[4], tr / 16, tr % 16, tc % part[4]]
             addr = sum(pi * si for pi, si in zip(p, _strides(tb))) + sum(ji * di for ji, di in zip(j, dense))
             exp = _nz_offset(t, offs[:-2], offs[-2] + tr, offs[-1] + ni + tc, z3)
             total = _prod(tb.shape) if all(isinstance(d, int) for d in tb.shape) else None
             inb = z3.And(addr >= 0, addr < total) if total is not None else addr >= 0
             extra = [*prem, *dyn, tr >= 0, tr < m_k, tc >= 0, tc < n_k]
-            out.append(self.prove("store", name, where, extra, z3.And(addr == exp, inb), {"tr": tr, "tc": tc},
-                                  facts, (t, exp, addr)))
+            out.append(
+                self.prove(
+                    "store",
+                    name,
+                    where,
+                    extra,
+                    z3.And(addr == exp, inb),
+                    {"tr": tr, "tc": tc},
+                    facts,
+                    (t, exp, addr),
+                )
+            )
             ni += n_k
         return out
 
@@ -520,15 +631,21 @@ def validate_graphs(pre_g: Graph, post_g: Graph, kernel: str = "kernel") -> Vali
     bi = 0
     for kind, a in a_list:
         if bi >= len(b_list) or b_list[bi][0] != kind:
-            errors.append(f"{a.source}: the {kind} of an NZ tensor has no blocked counterpart in the lowered graph")
+            errors.append(
+                f"{a.source}: the {kind} of an NZ tensor has no blocked counterpart in the lowered graph"
+            )
             continue
         if kind == "store":
             group, width = [], 0  # AutoTileMatmulL0 splits one store along N: its blocks follow in order
             tile_t = a.inputs[0].type
             assert isinstance(tile_t, TileType)  # a store's first operand is its tile
             cols = int(tile_t.shape[-1])
-            while (bi < len(b_list) and b_list[bi][0] == "store" and b_list[bi][1].source == a.source
-                   and width < cols):
+            while (
+                bi < len(b_list)
+                and b_list[bi][0] == "store"
+                and b_list[bi][1].source == a.source
+                and width < cols
+            ):
                 part = b_list[bi][1].params["nz_partition"]
                 group.append(b_list[bi][1])
                 width += part[1] * part[4]
@@ -547,5 +664,7 @@ def validate(low: Any) -> Validation:
     """Translation validation of a `Lowered` kernel (module docstring)."""
     passes = ["trace", *low.passes]
     i = passes.index(PASS)
-    name = getattr(getattr(low.kernel, "__wrapped__", None), "__name__", None) or getattr(low.kernel, "name", "kernel")
+    name = getattr(getattr(low.kernel, "__wrapped__", None), "__name__", None) or getattr(
+        low.kernel, "name", "kernel"
+    )
     return validate_graphs(low.graphs[passes[i - 1]], low.final, str(name))
