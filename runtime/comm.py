@@ -33,20 +33,20 @@ numbers, shapes and numpy arrays), so the world's state can later live behind a 
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .comm_clock import ByteTracker, Conflict, new_clock
-from .device import DeviceTensor, Worker
-from .errors import DeviceError
+from .comm_errors import CommError, CommHangError, CommRaceError, UnwrittenWindowReadWarning
+from .comm_state import PendingCollective, RankState, key_text, notify_history
+from .comm_window import Window, region_bytes
+from .device import Worker
 
 __all__ = [
     "CommWorld",
@@ -69,22 +69,6 @@ REDUCE_OPS = ("sum", "max", "min", "prod")
 _CMP_TEXT = {"eq": "==", "ge": ">="}
 
 
-class CommError(DeviceError):
-    """A communication error of the simulated world (a bad region, mismatched collectives...)."""
-
-
-class CommHangError(CommError):
-    """Every live rank is blocked and none can proceed: on the device the program would hang."""
-
-
-class CommRaceError(CommError):
-    """Two accesses of window bytes by different ranks that no synchronisation orders."""
-
-
-class UnwrittenWindowReadWarning(UserWarning):
-    """A remote read of window bytes that no rank wrote since the window was allocated."""
-
-
 _local = threading.local()
 
 
@@ -105,82 +89,6 @@ def bound(endpoint: Any) -> Any:
         _local.endpoint = prev
 
 
-@dataclass(eq=False)
-class Window:
-    """One window buffer: `nbytes` bytes on every rank, each rank's allocation its own memory."""
-
-    name: str
-    nbytes: int
-    tensors: dict[int, DeviceTensor]  # rank -> that rank's bytes (uint8 [nbytes])
-    trackers: dict[int, ByteTracker]
-    shadows: dict[int, np.ndarray]  # rank -> the bytes as the world last knew them
-    grain: int = 1  # element size: a local store found by comparison is dated element by element
-
-    def address(self, rank: int) -> int:
-        """The window's base address in `rank`'s GM."""
-        return self.tensors[rank].address
-
-    def tensor(self, rank: int, shape: Sequence[int], dtype: Any) -> DeviceTensor:
-        """`rank`'s window seen as a dense `shape` / `dtype` tensor (it must fit the window)."""
-        dtype = np.dtype(dtype)
-        need = math.prod(shape) * dtype.itemsize
-        if need > self.nbytes:
-            raise CommError(
-                f"window {self.name!r} of {self.nbytes} bytes cannot hold a {list(shape)} "
-                f"{dtype.name} view ({need} bytes)"
-            )
-        base = self.tensors[rank]
-        return DeviceTensor(base.worker, base.address, tuple(int(d) for d in shape), dtype)
-
-    def _bytes(self, rank: int) -> np.ndarray:
-        t = self.tensors[rank]
-        return t.worker.gm.view(t.address, (self.nbytes,), (1,))
-
-
-@dataclass
-class _State:
-    kind: str = (
-        "idle"  # idle (runs no kernel) | pending (not started) | running | wait | collective | done | failed
-    )
-    site: str = ""
-    describe: Callable[[], str] = lambda: ""
-    ready: Callable[[], bool] = lambda: False
-    progress: float = field(default_factory=time.monotonic)
-
-
-@dataclass(eq=False)
-class _Collective:
-    kind: str
-    key: tuple[Any, ...]  # what every rank must agree on (op, shapes, dtypes)
-    first_rank: int
-    first_site: str
-    args: dict[int, dict[str, Any]] = field(default_factory=dict)
-    done: bool = False
-    results: dict[int, Any] = field(default_factory=dict)
-
-
-def region_bytes(
-    shape: Sequence[int], itemsize: int, offsets: Sequence[int], box: Sequence[int], what: str
-) -> np.ndarray:
-    """Flat byte indices of the box at `offsets` of extent `box` in a dense row-major `shape` view."""
-    if len(offsets) != len(shape) or len(box) != len(shape):
-        raise CommError(
-            f"{what}: a rank-{len(shape)} window view needs {len(shape)} offsets and extents, got "
-            f"offsets {list(offsets)} and shape {list(box)}"
-        )
-    for axis, (o, b, d) in enumerate(zip(offsets, box, shape)):
-        if o < 0 or b < 0 or o + b > d:
-            raise CommError(
-                f"{what}: the region [{o}, {o + b}) on axis {axis} is outside the window view "
-                f"{list(shape)}; the region must fit inside the window at its offsets"
-            )
-    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
-    idx = np.zeros((), np.intp)
-    for o, b, s in zip(offsets, box, strides):
-        idx = idx[..., None] + (np.arange(b, dtype=np.intp) + o) * s
-    return ((idx.reshape(-1, 1) * itemsize) + np.arange(itemsize, dtype=np.intp)).reshape(-1)
-
-
 class CommWorld:
     """The communication state of one program run: `workers` maps rank -> Worker (ranks 0..n-1).
 
@@ -199,12 +107,12 @@ class CommWorld:
         self._cond = threading.Condition(threading.RLock())
         # `active`: the ranks that will run kernels; until a rank starts it counts as making progress
         act = set(self.workers) if active is None else set(active)
-        self._states = {r: _State("pending" if r in act else "idle") for r in self.workers}
+        self._states = {r: RankState("pending" if r in act else "idle") for r in self.workers}
         self._clocks = {r: new_clock(r, self.n_ranks) for r in self.workers}
         self._cell_clocks: dict[tuple[int, int, int], np.ndarray] = {}
         # (window, rank, byte) -> the notifies that reached the cell: (rank, op, value, site), for hang reports
         self._cell_log: dict[tuple[int, int, int], list[tuple[int, str, int, str]]] = {}
-        self._collectives: dict[int, _Collective] = {}
+        self._collectives: dict[int, PendingCollective] = {}
         self._failure: CommError | None = None
         self._endpoints = {r: Endpoint(self, r) for r in self.workers}
 
@@ -264,7 +172,7 @@ class CommWorld:
         """Rank `rank` starts its kernels (`running`'s entry; a rank in another process calls it
         through runtime/comm_remote.py)."""
         with self._cond:
-            self._states[rank] = _State("running")
+            self._states[rank] = RankState("running")
 
     def finish(self, rank: int, error: BaseException | None) -> BaseException | None:
         """Rank `rank`'s kernels returned (`error` None) or failed; peers waiting on it are diagnosed.
@@ -278,7 +186,7 @@ class CommWorld:
         warnings.warn(message, UnwrittenWindowReadWarning, stacklevel=3)
 
     # ------------------------------------------------------------------------- blocking core
-    def _block(self, rank: int, state: _State) -> None:
+    def _block(self, rank: int, state: RankState) -> None:
         """Block rank `rank` (lock held) until `state.ready()`, a failure elsewhere, or a hang."""
         self._states[rank] = state
         try:
@@ -290,7 +198,7 @@ class CommWorld:
                     continue
                 self._cond.wait(timeout=0.05)
         finally:
-            self._states[rank] = _State("running")
+            self._states[rank] = RankState("running")
         self._cond.notify_all()
 
     def _check_stuck(self) -> None:
@@ -406,7 +314,7 @@ class Endpoint:
                     w._scan_local(self.rank, "the end of its kernels")
                 except CommError as e:
                     error = e
-            st = _State("done") if error is None else _State("failed")
+            st = RankState("done") if error is None else RankState("failed")
             if error is not None:
                 st.describe = lambda: f"{type(error).__name__}: {str(error).splitlines()[0]}"
             w._states[self.rank] = st
@@ -480,7 +388,7 @@ class Endpoint:
                 return (
                     f"waits at {site} for signal[{cell_txt}] of window {win.name!r} to be "
                     f"{_CMP_TEXT[cmp]} {exp} (WaitCmp.{cmp.capitalize()}); it holds {int(cell[0])}"
-                    + _history(w._cell_log.get((id(win), self.rank, byte), []))
+                    + notify_history(w._cell_log.get((id(win), self.rank, byte), []))
                     + (
                         " - it is past the expected value and counters only grow: WaitCmp.Eq never holds "
                         "again, wait with WaitCmp.Ge"
@@ -489,7 +397,7 @@ class Endpoint:
                     )
                 )
 
-            w._block(self.rank, _State("wait", site, describe, ready))
+            w._block(self.rank, RankState("wait", site, describe, ready))
             joined = w._cell_clocks.get((id(win), self.rank, byte))
             if joined is not None:
                 np.maximum(w._clocks[self.rank], joined, out=w._clocks[self.rank])
@@ -633,13 +541,13 @@ class Endpoint:
             self._seq += 1
             col = w._collectives.get(seq)
             if col is None:
-                col = w._collectives[seq] = _Collective(kind, key, self.rank, site)
+                col = w._collectives[seq] = PendingCollective(kind, key, self.rank, site)
             elif (col.kind, col.key) != (kind, key):
                 raise w._fail(
                     CommError(
                         f"collective #{seq + 1} differs between ranks: rank {col.first_rank} entered {col.kind} "
-                        f"{_key_text(col.key)} at {col.first_site}, rank {self.rank} entered {kind} "
-                        f"{_key_text(key)} at {site}\nhelp: every rank must call the same collectives, in the same "
+                        f"{key_text(col.key)} at {col.first_site}, rank {self.rank} entered {kind} "
+                        f"{key_text(key)} at {site}\nhelp: every rank must call the same collectives, in the same "
                         "order, with the same op and shapes"
                     )
                 )
@@ -667,7 +575,7 @@ class Endpoint:
                         f"{', '.join(map(str, missing))}, which never entered it"
                     )
 
-                w._block(self.rank, _State("collective", site, describe, lambda: col.done))
+                w._block(self.rank, RankState("collective", site, describe, lambda: col.done))
             return col.results.get(self.rank)
 
     def write_window(self, win: Window, rank: int, idx: np.ndarray, data: np.ndarray, site: str) -> None:
@@ -681,21 +589,3 @@ class Endpoint:
     def read_window(self, win: Window, rank: int, idx: np.ndarray) -> np.ndarray:
         """A collective's read of bytes `idx` of `rank`'s window (every rank is stopped in it)."""
         return win._bytes(rank)[idx].copy()
-
-
-def _history(log: list[tuple[int, str, int, str]]) -> str:
-    """What reached a cell, for a hang report: who notified it, how, and the likely mistake."""
-    if not log:
-        return "; no rank notified it"
-    names = {"set": "Set", "atomic_add": "AtomicAdd"}
-    text = "; notified by " + ", ".join(
-        f"rank {r} ({names[op]} {v} at {site})" for r, op, v, site in sorted(log)
-    )
-    setters = {r for r, op, _, _ in log if op == "set"}
-    if len(setters) > 1:
-        text += " - several ranks Set this cell and the last Set wins: count them with NotifyOp.AtomicAdd"
-    return text
-
-
-def _key_text(key: tuple[Any, ...]) -> str:
-    return "(" + ", ".join(str(k) for k in key) + ")"
