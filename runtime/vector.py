@@ -20,7 +20,7 @@ Precision (what the hardware documents, and what we fix where it does not):
 * bf16 has no arithmetic on A2/A3 (TADD & co. take int32, int16, half, float there): convert
   to fp32 first. A5 adds bf16.
 
-The value functions (BINARY_OPS, UNARY_OPS, ``reduce_values``, ``convert``, ``round_to``) take
+The value functions (BINARY_OPS, UNARY_OPS, ``reduce_values``, ``convert``, ``round_to`` of runtime/rounding.py) take
 arrays of any rank whose last two axes are a valid region: the leading axes (e.g. SPMD lanes)
 are independent, so a batched form computes exactly what one instruction per lane computes.
 """
@@ -34,6 +34,7 @@ import numpy as np
 
 from .errors import DeviceError
 from .memory import CAPACITIES
+from .rounding import ROUND_MODES, convert, round_to
 from .tile import TileBuf
 
 __all__ = [
@@ -85,9 +86,6 @@ MATH_DTYPES: dict[str, frozenset[np.dtype]] = {
     "A2A3": frozenset({F32, F16}),
     "A5": frozenset({F32, F16, BF16}),
 }
-
-#: pto::RoundMode, by PyPTO's names (code = position).
-ROUND_MODES = ("none", "rint", "round", "floor", "ceil", "trunc", "odd")
 
 #: TCVT's source -> destination pairs on A2/A3 (pto-isa docs/isa/TCVT.md); A5 has more.
 CVT_PAIRS: dict[str, dict[np.dtype, frozenset[np.dtype]]] = {
@@ -433,66 +431,6 @@ def _broadcast(
 
 
 # ----------------------------------------------------------------------------------- conversion
-def _bits(d: np.dtype) -> np.dtype:
-    by_size: dict[int, np.dtype] = {2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
-    return by_size[d.itemsize]
-
-
-def round_to(x: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
-    """``x`` (any real dtype) rounded to the float `dtype` with a pto::RoundMode: rint (nearest,
-    ties to even), round (nearest, ties away), floor, ceil, trunc (toward zero), odd (round to odd)."""
-    x64 = x.astype(np.float64)
-    r = x64.astype(dtype)  # nearest, ties to even
-    if mode in ("rint", "none"):
-        return r
-    r64 = r.astype(np.float64)
-    inexact = (x64 != r64) & np.isfinite(r64)
-    up = np.abs(x64) > np.abs(r64)  # the other neighbour has the larger magnitude
-    bits = r.view(_bits(dtype)).astype(np.int64)
-    other = np.where(up, bits + 1, bits - 1).astype(_bits(dtype)).view(dtype)
-    o64 = other.astype(np.float64)
-    if mode == "round":
-        tie = inexact & (np.abs(o64 - x64) == np.abs(x64 - r64))
-        pick = tie & up
-    elif mode == "trunc":
-        pick = ~up
-    elif mode == "floor":
-        pick = o64 < r64
-    elif mode == "ceil":
-        pick = o64 > r64
-    elif mode == "odd":
-        pick = (bits & 1) == 0
-    else:
-        raise DeviceError(f"unknown round mode {mode!r}; expected one of {ROUND_MODES}")
-    out = np.where(inexact & pick, other, r)
-    return out.astype(dtype)
-
-
-def _round_int(x: np.ndarray, mode: str) -> np.ndarray:
-    if mode in ("rint", "none"):
-        return np.rint(x)
-    if mode == "round":
-        return np.sign(x) * np.floor(np.abs(x) + 0.5)
-    if mode in ("floor", "ceil", "trunc"):
-        return {"floor": np.floor, "ceil": np.ceil, "trunc": np.trunc}[mode](x)
-    raise DeviceError(f"round mode {mode!r} does not apply to a float -> integer conversion")
-
-
-def convert(x: np.ndarray, dtype: np.dtype, mode: str = "round") -> np.ndarray:
-    """The element conversion TCVT performs: float targets rounded with `mode`; integer targets
-    rounded with `mode` and saturated (NaN -> 0), the target-default saturation of the device."""
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f" or dtype == BF16:
-        return round_to(x, dtype, mode)
-    info = np.iinfo(dtype)
-    if x.dtype.kind in "iu":
-        return np.clip(x.astype(np.int64), info.min, info.max).astype(dtype)
-    with np.errstate(invalid="ignore"):
-        v = _round_int(x.astype(np.float64), mode)
-        v = np.where(np.isnan(v), 0, v)
-        return np.clip(v, info.min, info.max).astype(dtype)
-
-
 def cvt(dst: TileBuf, src: TileBuf, mode: str = "round", target: str = "A2A3") -> None:
     """TCVT: ``dst = convert(src)`` over the valid region with pto::RoundMode `mode`."""
     check_vec(dst, "TCVT")
