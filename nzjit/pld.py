@@ -33,6 +33,7 @@ from .errors import CompileError, user_source
 from .language.annotations import Tensor as _Tensor
 from .language.annotations import TensorAnnotation
 from .language.ops import _check_tile_geometry, _check_window, _offsets
+from .pld_enums import AtomicType, NotifyOp, ReduceOp, WaitCmp
 from .prims import comm as PC
 from .tracing import Tracer, bind, in_trace, literal
 
@@ -55,37 +56,6 @@ __all__ = [
     "remote_load",
     "remote_store",
 ]
-
-
-class NotifyOp(enum.Enum):
-    """How `notify` deposits its value: `AtomicAdd` adds it to the peer's cell (several writers of
-    one cell, barriers), `Set` overwrites it (one writer per cell)."""
-
-    AtomicAdd = "atomic_add"
-    Set = "set"
-
-
-class WaitCmp(enum.Enum):
-    """The condition `wait` blocks on: `Eq` cell == expected, `Ge` cell >= expected."""
-
-    Eq = "eq"
-    Ge = "ge"
-
-
-class ReduceOp(enum.Enum):
-    """The reduction of a collective (`reduce_scatter` accepts only `Sum`)."""
-
-    Sum = "sum"
-    Max = "max"
-    Min = "min"
-    Prod = "prod"
-
-
-class AtomicType(enum.Enum):
-    """How a remote store combines: `None_` overwrites, `Add` adds to the peer's bytes."""
-
-    None_ = "none"
-    Add = "add"
 
 
 # ------------------------------------------------------------------------------------ types
