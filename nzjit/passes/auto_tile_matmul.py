@@ -366,8 +366,8 @@ class _AutoTile(Rewriter):
         pad = (
             e.outputs[0] in self.left_only
             and len(t.shape) == 2
-            and (t.fully_valid or t.valid_shape[0] == t.shape[0])
-        )  # type: ignore[index]
+            and (t.fully_valid or t.valid_shape[0] == t.shape[0])  # type: ignore[index]
+        )
         check_mat_fractals("ND -> NZ load into Mat", t.shape, t.dtype, e.source, partial_rows=pad)
         rows = t.shape[0]
         if not pad or not rows % 16:
