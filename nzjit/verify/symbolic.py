@@ -57,11 +57,13 @@ class SymbolicGraph:
         return x
 
     def get(self, a: Atom) -> Any:
+        """The z3 term of `a`: a literal's value, or the term its defining equation gave it."""
         if isinstance(a, Literal):
             return self.z3.IntVal(int(a.value))
         return self.val[a]
 
     def range_of(self, a: Atom) -> tuple[int, int]:
+        """The interval `a` lies in: a literal's value, the range computed for it, else its dtype's."""
         if isinstance(a, Literal):
             return int(a.value), int(a.value)
         return self.rng.get(a, _range(a))
