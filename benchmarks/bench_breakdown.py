@@ -48,6 +48,7 @@ def _lines(fn: Callable[..., object]) -> tuple[str, int, int]:
 
 def _parts() -> list[tuple[str, Callable[[tuple[str, int, str]], bool], bool]]:
     """(part, which profile entries, cumulative?) - cumulative entries hold their callees."""
+
     def fn(f: Callable[..., object]) -> Callable[[tuple[str, int, str]], bool]:
         file, lo, hi = _lines(f)
         return lambda k: k[0] == file and lo <= k[1] < hi
@@ -69,6 +70,7 @@ def _noop() -> None:
 
 def profiler_cost(n: int = 200_000) -> float:
     """CPU seconds the profiler adds to one Python function call (calibrated on a trivial one)."""
+
     def loop() -> None:
         for _ in range(n):
             _noop()
@@ -117,11 +119,20 @@ PROFILER_COST = [0.0]
 def rows_of(title: str, call: Callable[[], object], ref: Callable[[], object]) -> list[dict[str, str]]:
     total, parts = profile(call)
     t_ref = cpu(ref)
-    rows = [harness.row(f"{title}: CPU per call, one thread", harness.fmt_time(total),
-                        harness.fmt_time(t_ref), f"{total / t_ref:.2f}x", "-")]
+    rows = [
+        harness.row(
+            f"{title}: CPU per call, one thread",
+            harness.fmt_time(total),
+            harness.fmt_time(t_ref),
+            f"{total / t_ref:.2f}x",
+            "-",
+        )
+    ]
     rest = total - sum(parts.values())
     for name, t in [*parts.items(), ("the Python rest (loads, stores, interpretation, bookkeeping)", rest)]:
-        rows.append(harness.row(f"  {name}", harness.fmt_time(max(t, 0.0)), "-", f"{max(t, 0.0) / total:.0%}", "-"))
+        rows.append(
+            harness.row(f"  {name}", harness.fmt_time(max(t, 0.0)), "-", f"{max(t, 0.0) / total:.0%}", "-")
+        )
     return rows
 
 

@@ -33,8 +33,11 @@ R, C, N_UNROLL = 16, 16, 250  # 4 equations per unrolled step: 1000 equations
 
 
 @pl.kernel
-def unrolled(a: pl.Tensor[[N_UNROLL * R, C], pl.FP32], b: pl.Tensor[[N_UNROLL * R, C], pl.FP32],
-             out: pl.Out[pl.Tensor[[N_UNROLL * R, C], pl.FP32]]):
+def unrolled(
+    a: pl.Tensor[[N_UNROLL * R, C], pl.FP32],
+    b: pl.Tensor[[N_UNROLL * R, C], pl.FP32],
+    out: pl.Out[pl.Tensor[[N_UNROLL * R, C], pl.FP32]],
+):
     for i in range(N_UNROLL):  # a plain Python range: unrolled at trace time
         ta = pl.load(a, [i * R, 0], [R, C])
         tb = pl.load(b, [i * R, 0], [R, C])
@@ -63,8 +66,12 @@ def first_call(repeat: int = 7) -> tuple[float, float, float, float]:
     kern = nd_weight_kernel(M, N, K, NT, KT, pl.BF16, pl.FP32)
     rng = np.random.default_rng(0)
     w = runtime.Worker(0)
-    xd = w.alloc_tensor((M, K), ml_dtypes.bfloat16, init=rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16))
-    wd = w.alloc_tensor((K, N), ml_dtypes.bfloat16, init=rng.standard_normal((K, N)).astype(ml_dtypes.bfloat16))
+    xd = w.alloc_tensor(
+        (M, K), ml_dtypes.bfloat16, init=rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    )
+    wd = w.alloc_tensor(
+        (K, N), ml_dtypes.bfloat16, init=rng.standard_normal((K, N)).astype(ml_dtypes.bfloat16)
+    )
     od = w.alloc_tensor((M, N), np.float32)
     kern(xd, wd, od)  # the process's first run of anything pays imports and page faults
     firsts, cacheds, lowers = [], [], []
@@ -86,10 +93,19 @@ def run() -> list[dict[str, str]]:
         unrolled.clear_cache()
         unrolled.lower(a, a)
 
-    t_compile = best_of(compile_fresh, repeat=15)  # this shared machine halves its speed for seconds at a time
+    t_compile = best_of(
+        compile_fresh, repeat=15
+    )  # this shared machine halves its speed for seconds at a time
     n_eqns = sum(1 for _ in unrolled.lower(a, a).ir("trace").walk())
-    rows.append(row(f"trace + all passes, {n_eqns}-equation kernel", fmt_time(t_compile), "50 ms",
-                    f"{t_compile / 50e-3:.2f}x", "< 1x (of 50 ms)"))
+    rows.append(
+        row(
+            f"trace + all passes, {n_eqns}-equation kernel",
+            fmt_time(t_compile),
+            "50 ms",
+            f"{t_compile / 50e-3:.2f}x",
+            "< 1x (of 50 ms)",
+        )
+    )
 
     from nzjit.backend.launch import tensor_value
     from nzjit.backend.executor import Ctx, run_graph
@@ -100,27 +116,66 @@ def run() -> list[dict[str, str]]:
     small(xd, od)
     assert np.array_equal(w.copy_from(od), x)
     graph = small.lower(xd, od).final
-    vals = [tensor_value(p.type, t, {}, bool(graph.attrs.get("nz_tensor_views_blocked")))
-            for p, t in zip(small.params, (xd, od))]
+    vals = [
+        tensor_value(p.type, t, {}, bool(graph.attrs.get("nz_tensor_views_blocked")))
+        for p, t in zip(small.params, (xd, od))
+    ]
 
     def execute() -> None:
         run_graph(Ctx(w.gm, runtime.OnChip(w.target), {}), graph, vals)
 
     t = interleaved({"call": lambda: small(xd, od), "exec": execute}, repeat=200)
     over = max(0.0, t["call"] - t["exec"])
-    rows.append(row("cached call overhead (resident tensors)", fmt_time(over), "50 us", f"{over / 50e-6:.2f}x",
-                    "< 1x (of 50 us)"))
-    rows.append(row("  cached call / plan execution alone", fmt_time(t["call"]), fmt_time(t["exec"]),
-                    f"{t['call'] / t['exec']:.2f}x", "-"))
+    rows.append(
+        row(
+            "cached call overhead (resident tensors)",
+            fmt_time(over),
+            "50 us",
+            f"{over / 50e-6:.2f}x",
+            "< 1x (of 50 us)",
+        )
+    )
+    rows.append(
+        row(
+            "  cached call / plan execution alone",
+            fmt_time(t["call"]),
+            fmt_time(t["exec"]),
+            f"{t['call'] / t['exec']:.2f}x",
+            "-",
+        )
+    )
     th = best_of(lambda: small(x), repeat=200)
-    rows.append(row("  cached call with a host array (upload, download)", fmt_time(th), fmt_time(t["exec"]),
-                    f"{th / t['exec']:.2f}x", "-"))
+    rows.append(
+        row(
+            "  cached call with a host array (upload, download)",
+            fmt_time(th),
+            fmt_time(t["exec"]),
+            f"{th / t['exec']:.2f}x",
+            "-",
+        )
+    )
     extra, first, cached, lowered = first_call()
-    rows.append(row("first call of a 16x8192x8192 ND-weight projection: trace + lower + plan", fmt_time(extra),
-                    "0.3 s", f"{extra / 0.3:.2f}x", "< 1x (of 0.3 s)"))
-    rows.append(row("  its first call / the same call cached (CPU time)", fmt_time(first), fmt_time(cached),
-                    f"{first / cached:.2f}x", "-"))
-    rows.append(row("  trace + lower alone (CPU time)", fmt_time(lowered), "0.3 s", f"{lowered / 0.3:.2f}x", "-"))
+    rows.append(
+        row(
+            "first call of a 16x8192x8192 ND-weight projection: trace + lower + plan",
+            fmt_time(extra),
+            "0.3 s",
+            f"{extra / 0.3:.2f}x",
+            "< 1x (of 0.3 s)",
+        )
+    )
+    rows.append(
+        row(
+            "  its first call / the same call cached (CPU time)",
+            fmt_time(first),
+            fmt_time(cached),
+            f"{first / cached:.2f}x",
+            "-",
+        )
+    )
+    rows.append(
+        row("  trace + lower alone (CPU time)", fmt_time(lowered), "0.3 s", f"{lowered / 0.3:.2f}x", "-")
+    )
     return rows
 
 

@@ -25,7 +25,12 @@ which a shared machine's load moves far less than wall time).
 
 from __future__ import annotations
 
-from harness import fmt_time, interleaved, interleaved_clocks, row  # first: pins BLAS threads before numpy loads
+from harness import (
+    fmt_time,
+    interleaved,
+    interleaved_clocks,
+    row,
+)  # first: pins BLAS threads before numpy loads
 
 import sys  # noqa: E402
 from collections.abc import Callable  # noqa: E402
@@ -43,15 +48,19 @@ REPEAT = 3
 
 def nz_weight_kernel(M: int, N: int, K: int, NT: int, KT: int, dtype: Any, out_dtype: Any) -> Any:
     """``out = x @ w.T`` with w an NZ [N, K] weight: one lane per NT columns, K pipelined by KT."""
+
     @pl.kernel
-    def nz_matmul(x: pl.Tensor[[M, K], dtype], w: pl.Tensor[[N, K], dtype, pl.NZ],
-                  out: pl.Out[pl.Tensor[[M, N], out_dtype]]):
+    def nz_matmul(
+        x: pl.Tensor[[M, K], dtype],
+        w: pl.Tensor[[N, K], dtype, pl.NZ],
+        out: pl.Out[pl.Tensor[[M, N], out_dtype]],
+    ):
         for lane in pl.spmd(N // NT):
             n0 = lane * NT
-            acc = pl.matmul(x[:, 0:KT], w[n0:n0 + NT, 0:KT], b_trans=True)
+            acc = pl.matmul(x[:, 0:KT], w[n0 : n0 + NT, 0:KT], b_trans=True)
             for k0 in pl.pipeline(KT, K, KT, stage=2):
-                acc = pl.matmul_acc(acc, x[:, k0:k0 + KT], w[n0:n0 + NT, k0:k0 + KT], b_trans=True)
-            out[:, n0:n0 + NT] = acc
+                acc = pl.matmul_acc(acc, x[:, k0 : k0 + KT], w[n0 : n0 + NT, k0 : k0 + KT], b_trans=True)
+            out[:, n0 : n0 + NT] = acc
 
     return nz_matmul
 
@@ -59,15 +68,17 @@ def nz_weight_kernel(M: int, N: int, K: int, NT: int, KT: int, dtype: Any, out_d
 def nd_weight_kernel(M: int, N: int, K: int, NT: int, KT: int, dtype: Any, out_dtype: Any) -> Any:
     """``out = x @ w`` with w an ND [K, N] weight (as checkpoints store it): one lane per NT
     columns, K in chunks of KT, each chunk loaded ND -> NZ."""
+
     @pl.kernel
-    def nd_matmul(x: pl.Tensor[[M, K], dtype], w: pl.Tensor[[K, N], dtype],
-                  out: pl.Out[pl.Tensor[[M, N], out_dtype]]):
+    def nd_matmul(
+        x: pl.Tensor[[M, K], dtype], w: pl.Tensor[[K, N], dtype], out: pl.Out[pl.Tensor[[M, N], out_dtype]]
+    ):
         for lane in pl.spmd(N // NT):
             n0 = lane * NT
-            acc = pl.matmul(x[:, 0:KT], w[0:KT, n0:n0 + NT])
+            acc = pl.matmul(x[:, 0:KT], w[0:KT, n0 : n0 + NT])
             for k0 in pl.pipeline(KT, K, KT, stage=2):
-                acc = pl.matmul_acc(acc, x[:, k0:k0 + KT], w[k0:k0 + KT, n0:n0 + NT])
-            out[:, n0:n0 + NT] = acc
+                acc = pl.matmul_acc(acc, x[:, k0 : k0 + KT], w[k0 : k0 + KT, n0 : n0 + NT])
+            out[:, n0 : n0 + NT] = acc
 
     return nd_matmul
 
@@ -103,12 +114,14 @@ def setup(name: str) -> tuple[Callable[[], object], Callable[[], np.ndarray], Ca
     od = worker.alloc_tensor((M, N), out_np)
     xf, wf = x.astype(ft), w.astype(ft)
     if layout == "ND":
+
         def user() -> np.ndarray:
             return x.astype(ft) @ w.astype(ft)
 
         def blas() -> np.ndarray:
             return xf @ wf
     else:
+
         def user() -> np.ndarray:
             return x.astype(ft) @ w.astype(ft).T
 
@@ -144,10 +157,20 @@ def case_rows(name: str, repeat: int = REPEAT) -> list[dict[str, str]]:
     c = {k: cpu for k, (_, cpu) in both.items()}
     return [
         row(title, fmt_time(t["ours"]), fmt_time(t["user"]), f"{t['ours'] / t['user']:.2f}x", TARGET),
-        row("  same in CPU time (the process's, helper threads included)", fmt_time(c["ours"]),
-            fmt_time(c["user"]), f"{c['ours'] / c['user']:.2f}x", "-"),
-        row("  same vs the BLAS call alone on operands converted beforehand", fmt_time(t["ours"]),
-            fmt_time(t["blas"]), f"{t['ours'] / t['blas']:.2f}x", "-"),
+        row(
+            "  same in CPU time (the process's, helper threads included)",
+            fmt_time(c["ours"]),
+            fmt_time(c["user"]),
+            f"{c['ours'] / c['user']:.2f}x",
+            "-",
+        ),
+        row(
+            "  same vs the BLAS call alone on operands converted beforehand",
+            fmt_time(t["ours"]),
+            fmt_time(t["blas"]),
+            f"{t['ours'] / t['blas']:.2f}x",
+            "-",
+        ),
     ]
 
 

@@ -34,24 +34,31 @@ E, T, N, K, NT, KT = 8, 128, 2048, 2048, 128, 512
 
 def make(dtype, out_dtype):  # one kernel per dtype: the annotations are part of the kernel
     @pl.kernel
-    def gmm(x: pl.Tensor[[E, T, K], dtype], w: pl.Tensor[[E, N, K], dtype, pl.NZ],
-            out: pl.Out[pl.Tensor[[E, T, N], out_dtype]]):
+    def gmm(
+        x: pl.Tensor[[E, T, K], dtype],
+        w: pl.Tensor[[E, N, K], dtype, pl.NZ],
+        out: pl.Out[pl.Tensor[[E, T, N], out_dtype]],
+    ):
         for lane in pl.spmd(E * (N // NT)):
             e = lane // (N // NT)
             n0 = (lane % (N // NT)) * NT
-            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
+            acc = pl.matmul(x[e, :, 0:KT], w[e, n0 : n0 + NT, 0:KT], b_trans=True)
             for k0 in pl.pipeline(KT, K, KT):
-                acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
-            out[e, :, n0:n0 + NT] = acc
+                acc = pl.matmul_acc(
+                    acc, x[e, :, k0 : k0 + KT], w[e, n0 : n0 + NT, k0 : k0 + KT], b_trans=True
+                )
+            out[e, :, n0 : n0 + NT] = acc
 
     return gmm
 
 
 def _l0_depth(kern, x: np.ndarray, w: np.ndarray) -> tuple[int, int, int]:
     """(m, k, n) of the kernel's mads after AutoTileMatmulL0 (all the same here)."""
-    shapes = {(e.inputs[-2].type.shape[0], e.inputs[-2].type.shape[1], e.inputs[-1].type.shape[1])
-              for e in kern.lower(x, runtime.pack_nz(w)).final.walk()
-              if e.primitive.name in ("tile.mad", "tile.mad_acc")}
+    shapes = {
+        (e.inputs[-2].type.shape[0], e.inputs[-2].type.shape[1], e.inputs[-1].type.shape[1])
+        for e in kern.lower(x, runtime.pack_nz(w)).final.walk()
+        if e.primitive.name in ("tile.mad", "tile.mad_acc")
+    }
     (shape,) = shapes
     return tuple(int(d) for d in shape)  # type: ignore[return-value]
 
@@ -96,29 +103,67 @@ def _setup(dtype, out_np, x: np.ndarray, w: np.ndarray, ref_fn, exact: bool, nam
     return kern, lambda: kern(xd, wd, od), wp
 
 
-def _case(name: str, dtype, out_np, x: np.ndarray, w: np.ndarray, ref_fn, repeat: int,
-          exact: bool, target: str, resident: dict[str, float] | None = None,
-          one_thread: dict[str, float] | None = None, floor: bool = False) -> list[dict[str, str]]:
+def _case(
+    name: str,
+    dtype,
+    out_np,
+    x: np.ndarray,
+    w: np.ndarray,
+    ref_fn,
+    repeat: int,
+    exact: bool,
+    target: str,
+    resident: dict[str, float] | None = None,
+    one_thread: dict[str, float] | None = None,
+    floor: bool = False,
+) -> list[dict[str, str]]:
     """The rows of one dtype.  `resident`: times of the resident call measured elsewhere (the
     median of fresh processes); measured here when None.  `one_thread`: the same on one thread
     ("ours1"), measured elsewhere, reported in the row after it."""
     kern, call, wp = _setup(dtype, out_np, x, w, ref_fn, exact, name)
     t = resident or interleaved({"ours": call, "ref": ref_fn}, repeat=repeat)
     how = f", median of {PROCESSES} processes" if resident else ""
-    rows = [row(f"grouped matmul {name} E{E} T{T} N{N} K{K} (resident{how})", fmt_time(t["ours"]),
-                fmt_time(t["ref"]), f"{t['ours'] / t['ref']:.2f}x", target)]
+    rows = [
+        row(
+            f"grouped matmul {name} E{E} T{T} N{N} K{K} (resident{how})",
+            fmt_time(t["ours"]),
+            fmt_time(t["ref"]),
+            f"{t['ours'] / t['ref']:.2f}x",
+            target,
+        )
+    ]
     if one_thread:
-        rows.append(row("  same, one thread (no helper converting the next operands)",
-                        fmt_time(one_thread["ours1"]), fmt_time(one_thread["ref"]),
-                        f"{one_thread['ours1'] / one_thread['ref']:.2f}x", "-"))
+        rows.append(
+            row(
+                "  same, one thread (no helper converting the next operands)",
+                fmt_time(one_thread["ours1"]),
+                fmt_time(one_thread["ref"]),
+                f"{one_thread['ours1'] / one_thread['ref']:.2f}x",
+                "-",
+            )
+        )
     if floor:
         m, k, n = _l0_depth(kern, x, w)
         tf = interleaved({"floor": _tile_products(m, k, n), "ref": ref_fn}, repeat=repeat)
-        rows.append(row(f"  its {E * N // NT * K // k} tile products {m}x{k} @ {k}x{n} alone (in cache)",
-                        fmt_time(tf["floor"]), fmt_time(tf["ref"]), f"{tf['floor'] / tf['ref']:.2f}x", "-"))
+        rows.append(
+            row(
+                f"  its {E * N // NT * K // k} tile products {m}x{k} @ {k}x{n} alone (in cache)",
+                fmt_time(tf["floor"]),
+                fmt_time(tf["ref"]),
+                f"{tf['floor'] / tf['ref']:.2f}x",
+                "-",
+            )
+        )
     th = interleaved({"ours": lambda: kern(x, wp), "ref": ref_fn}, repeat=max(1, repeat - 2))
-    rows.append(row(f"grouped matmul {name}, host arrays (upload+download)", fmt_time(th["ours"]),
-                    fmt_time(th["ref"]), f"{th['ours'] / th['ref']:.2f}x", "-"))
+    rows.append(
+        row(
+            f"grouped matmul {name}, host arrays (upload+download)",
+            fmt_time(th["ours"]),
+            fmt_time(th["ref"]),
+            f"{th['ours'] / th['ref']:.2f}x",
+            "-",
+        )
+    )
     return rows
 
 
@@ -161,8 +206,20 @@ def run() -> list[dict[str, str]]:
     resident = median_run(runs, lambda t: t["ours"] / t["ref"])
     xb, wb, ref_bf16 = _bf16()
     one = median_run(runs, lambda t: t["ours1"] / t["ref"])
-    rows = _case("bf16->fp32", pl.BF16, np.float32, xb, wb, ref_bf16, 9, False, "<= 1.0x",
-                 resident=resident, one_thread=one, floor=True)
+    rows = _case(
+        "bf16->fp32",
+        pl.BF16,
+        np.float32,
+        xb,
+        wb,
+        ref_bf16,
+        9,
+        False,
+        "<= 1.0x",
+        resident=resident,
+        one_thread=one,
+        floor=True,
+    )
     rng = np.random.default_rng(1)
     xi = rng.integers(-128, 128, (E, T, K), dtype=np.int8)
     wi = rng.integers(-128, 128, (E, N, K), dtype=np.int8)

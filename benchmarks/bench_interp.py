@@ -24,8 +24,11 @@ EQNS_PER_TRIP = 6
 
 
 @pl.kernel
-def small_tiles(a: pl.Tensor[[NIT * R, C], pl.FP32], b: pl.Tensor[[NIT * R, C], pl.FP32],
-                out: pl.Out[pl.Tensor[[NIT * R, C], pl.FP32]]):
+def small_tiles(
+    a: pl.Tensor[[NIT * R, C], pl.FP32],
+    b: pl.Tensor[[NIT * R, C], pl.FP32],
+    out: pl.Out[pl.Tensor[[NIT * R, C], pl.FP32]],
+):
     for i in pl.range(NIT):
         r0 = i * R
         ta = pl.load(a, [r0, 0], [R, C])
@@ -60,17 +63,33 @@ def run() -> list[dict[str, str]]:
         with using(per_trip_options):
             small_tiles(ad, bd, od)
 
-    t = interleaved({"ours": lambda: small_tiles(ad, bd, od), "trips": trip_by_trip, "ref": numpy_loop},
-                    repeat=21)  # spans the seconds-long slow stretches of this shared machine
+    t = interleaved(
+        {"ours": lambda: small_tiles(ad, bd, od), "trips": trip_by_trip, "ref": numpy_loop}, repeat=21
+    )  # spans the seconds-long slow stretches of this shared machine
     executed = NIT * EQNS_PER_TRIP
     per, per_trip, ref_per = t["ours"] / executed, t["trips"] / executed, t["ref"] / executed
     return [
-        row(f"interpreter, per executed equation ({executed} eqns, trips batched)", fmt_time(per), "5.0 us",
-            f"{per / 5e-6:.2f}x", "< 1x (of 5 us)"),
-        row("  same, trip by trip (Options(batch=False): the per-equation interpreter)", fmt_time(per_trip), "5.0 us",
-            f"{per_trip / 5e-6:.2f}x", "< 1x (of 5 us)"),
-        row("  per equation vs the same work in a numpy loop", fmt_time(per), fmt_time(ref_per),
-            f"{per / ref_per:.2f}x", "-"),
+        row(
+            f"interpreter, per executed equation ({executed} eqns, trips batched)",
+            fmt_time(per),
+            "5.0 us",
+            f"{per / 5e-6:.2f}x",
+            "< 1x (of 5 us)",
+        ),
+        row(
+            "  same, trip by trip (Options(batch=False): the per-equation interpreter)",
+            fmt_time(per_trip),
+            "5.0 us",
+            f"{per_trip / 5e-6:.2f}x",
+            "< 1x (of 5 us)",
+        ),
+        row(
+            "  per equation vs the same work in a numpy loop",
+            fmt_time(per),
+            fmt_time(ref_per),
+            f"{per / ref_per:.2f}x",
+            "-",
+        ),
     ]
 
 

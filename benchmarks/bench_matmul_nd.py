@@ -22,8 +22,15 @@ def run() -> list[dict[str, str]]:
     rows = []
     t_ours = best_of(lambda: ex.matmul_nd(x, w))
     t_ref = best_of(lambda: x32 @ w32.T)
-    rows.append(row(f"matmul_nd int8 {ex.M}x{ex.K}x{ex.N}", fmt_time(t_ours), fmt_time(t_ref),
-                    f"{t_ours / t_ref:.2f}x", "numpy int32 matmul"))
+    rows.append(
+        row(
+            f"matmul_nd int8 {ex.M}x{ex.K}x{ex.N}",
+            fmt_time(t_ours),
+            fmt_time(t_ref),
+            f"{t_ours / t_ref:.2f}x",
+            "numpy int32 matmul",
+        )
+    )
 
     def compile_fresh() -> None:
         ex.matmul_nd.clear_cache()

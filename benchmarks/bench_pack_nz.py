@@ -88,15 +88,32 @@ def run() -> list[dict[str, str]]:
         name = f"{np.dtype(dtype).name}{list(shape)}"
         how = "" if runs[0]["compiled"] else " (numpy: runtime._lines not built)"
         for op, copy in (("pack", "copy"), ("unpack", "unpack_copy")):
-            for suffix, label in (("", f"{op}_nz(out=) {name}, {runs[0]['threads']:.0f} threads{how}"),
-                                  ("1", "  same, one thread"), ("np", "  same, numpy's copies (no compiled swap)")):
+            for suffix, label in (
+                ("", f"{op}_nz(out=) {name}, {runs[0]['threads']:.0f} threads{how}"),
+                ("1", "  same, one thread"),
+                ("np", "  same, numpy's copies (no compiled swap)"),
+            ):
                 t = median_run(runs, lambda t, s=suffix, op=op, copy=copy: t[copy + s] / t[op + s])
                 ratio = t[copy + suffix] / t[op + suffix]
-                rows.append(row(label, _cell(t[op + suffix], nbytes), _cell(t[copy + suffix], nbytes),
-                                f"{ratio:.2f}x bw", ">= 0.5x bw" if suffix == "" else "-"))
+                rows.append(
+                    row(
+                        label,
+                        _cell(t[op + suffix], nbytes),
+                        _cell(t[copy + suffix], nbytes),
+                        f"{ratio:.2f}x bw",
+                        ">= 0.5x bw" if suffix == "" else "-",
+                    )
+                )
         t = median_run(runs, lambda t: t["swap"] / t["swap_pack"])
-        rows.append(row(f"  pack_nz (one thread) vs numpy's own axis swap of {name}", _cell(t["swap_pack"], nbytes),
-                        _cell(t["swap"], nbytes), f"{t['swap'] / t['swap_pack']:.2f}x bw", "-"))
+        rows.append(
+            row(
+                f"  pack_nz (one thread) vs numpy's own axis swap of {name}",
+                _cell(t["swap_pack"], nbytes),
+                _cell(t["swap"], nbytes),
+                f"{t['swap'] / t['swap_pack']:.2f}x bw",
+                "-",
+            )
+        )
     return rows
 
 

@@ -44,12 +44,15 @@ CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os
 
 def one_rank(r: int):
     """The example's program for rank r alone."""
+
     @pl.orchestration
-    def rank_r(xe: pl.Tensor[[m.RANKS, m.E_LOCAL, m.CAP, m.H], pl.FP16],
-               wg: pl.Tensor[[m.RANKS, m.E_LOCAL, m.F, m.H], pl.FP16, pl.NZ],
-               wu: pl.Tensor[[m.RANKS, m.E_LOCAL, m.F, m.H], pl.FP16, pl.NZ],
-               wd: pl.Tensor[[m.RANKS, m.E_LOCAL, m.H, m.F], pl.FP16, pl.NZ],
-               ye: pl.InOut[pl.Tensor[[m.RANKS, m.E_LOCAL, m.CAP, m.H], pl.FP32]]):
+    def rank_r(
+        xe: pl.Tensor[[m.RANKS, m.E_LOCAL, m.CAP, m.H], pl.FP16],
+        wg: pl.Tensor[[m.RANKS, m.E_LOCAL, m.F, m.H], pl.FP16, pl.NZ],
+        wu: pl.Tensor[[m.RANKS, m.E_LOCAL, m.F, m.H], pl.FP16, pl.NZ],
+        wd: pl.Tensor[[m.RANKS, m.E_LOCAL, m.H, m.F], pl.FP16, pl.NZ],
+        ye: pl.InOut[pl.Tensor[[m.RANKS, m.E_LOCAL, m.CAP, m.H], pl.FP32]],
+    ):
         g, u = m.gate_up(xe[r], wg[r], wu[r], device=r)
         h = m.act(g, u, device=r)
         m.down(h, wd[r], ye[r], device=r)
@@ -62,11 +65,19 @@ def inputs(cluster):
     small = lambda *shape: rng.choice(np.array([-1, 0, 1], np.float16), size=shape, p=[0.25, 0.5, 0.25])
     x = small(m.TOKENS, m.H)
     w_router = rng.standard_normal((m.H, m.E)).astype(np.float32)
-    ws = [small(m.RANKS, m.E_LOCAL, m.F, m.H), small(m.RANKS, m.E_LOCAL, m.F, m.H),
-          small(m.RANKS, m.E_LOCAL, m.H, m.F)]
+    ws = [
+        small(m.RANKS, m.E_LOCAL, m.F, m.H),
+        small(m.RANKS, m.E_LOCAL, m.F, m.H),
+        small(m.RANKS, m.E_LOCAL, m.H, m.F),
+    ]
     experts, _ = m.route(x, w_router)
     xe, _ = m.dispatch(x, experts)
-    return xe, [cluster.alloc_stacked_tensor(runtime.pack_nz(w)) for w in ws], m.reference_experts(xe, *ws), ws
+    return (
+        xe,
+        [cluster.alloc_stacked_tensor(runtime.pack_nz(w)) for w in ws],
+        m.reference_experts(xe, *ws),
+        ws,
+    )
 
 
 def timed(fns: dict[str, object], repeat: int = 5) -> dict[str, tuple[float, float]]:
@@ -110,23 +121,49 @@ def local_rows(repeat: int = 5) -> list[dict[str, str]]:
     best = timed({"serial": serial, "4 ranks": lambda: m.moe_experts(xe, *ws, ye)}, repeat)
     assert np.array_equal(ye, ref), "4 ranks: not numpy's numbers"
     assert np.array_equal(numpy_experts(xe, *host), ref), "numpy's experts: not the example's reference"
-    vs = harness.interleaved({"ours": lambda: m.moe_experts(xe, *ws, ye), "numpy": lambda: numpy_experts(xe, *host)},
-                             repeat=3)
+    vs = harness.interleaved(
+        {"ours": lambda: m.moe_experts(xe, *ws, ye), "numpy": lambda: numpy_experts(xe, *host)}, repeat=3
+    )
     (wall4, cpu4), (wall1, cpu1) = best["4 ranks"], best["serial"]
     bound = cpu1 / CORES
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     got = cpu4 / wall4  # cores the call got: CORES on a quiet machine if the ranks never wait
     return [
-        harness.row("4 ranks tp_moe vs numpy (the same expert FFNs)", harness.fmt_time(vs["ours"]),
-                    harness.fmt_time(vs["numpy"]), f"{vs['ours'] / vs['numpy']:.2f}x", "<= 1.5x"),
-        harness.row(f"4 ranks tp_moe vs cores bound ({CORES} cores)", harness.fmt_time(wall4),
-                    harness.fmt_time(bound), f"{wall4 / bound:.2f}x", "<= 1.1x"),
-        harness.row("4 ranks tp_moe vs ranks one after another", harness.fmt_time(wall4),
-                    harness.fmt_time(wall1), f"{wall4 / wall1:.2f}x", "<= 1.0x"),
-        harness.row("  CPU time: 4 ranks side by side / one after another", harness.fmt_time(cpu4),
-                    harness.fmt_time(cpu1), f"{cpu4 / cpu1:.2f}x", "~1.0x"),
-        harness.row(f"  cores the 4 ranks got (load average {load:.1f})", f"{got:.2f}", f"{CORES}",
-                    f"{got / CORES:.2f}", "1.0 on a quiet machine"),
+        harness.row(
+            "4 ranks tp_moe vs numpy (the same expert FFNs)",
+            harness.fmt_time(vs["ours"]),
+            harness.fmt_time(vs["numpy"]),
+            f"{vs['ours'] / vs['numpy']:.2f}x",
+            "<= 1.5x",
+        ),
+        harness.row(
+            f"4 ranks tp_moe vs cores bound ({CORES} cores)",
+            harness.fmt_time(wall4),
+            harness.fmt_time(bound),
+            f"{wall4 / bound:.2f}x",
+            "<= 1.1x",
+        ),
+        harness.row(
+            "4 ranks tp_moe vs ranks one after another",
+            harness.fmt_time(wall4),
+            harness.fmt_time(wall1),
+            f"{wall4 / wall1:.2f}x",
+            "<= 1.0x",
+        ),
+        harness.row(
+            "  CPU time: 4 ranks side by side / one after another",
+            harness.fmt_time(cpu4),
+            harness.fmt_time(cpu1),
+            f"{cpu4 / cpu1:.2f}x",
+            "~1.0x",
+        ),
+        harness.row(
+            f"  cores the 4 ranks got (load average {load:.1f})",
+            f"{got:.2f}",
+            f"{CORES}",
+            f"{got / CORES:.2f}",
+            "1.0 on a quiet machine",
+        ),
     ]
 
 
@@ -146,8 +183,15 @@ def default_blas_rows(repeat: int = 3) -> list[dict[str, str]]:
     finally:
         blas.set_blas_threads(before or 1)
     assert np.array_equal(ye, ref), "4 ranks: not numpy's numbers"
-    return [harness.row(f"  4 ranks with {CORES} BLAS threads vs 1", harness.fmt_time(wide[0]),
-                        harness.fmt_time(one[0]), f"{wide[0] / one[0]:.2f}x", "~1.0x")]
+    return [
+        harness.row(
+            f"  4 ranks with {CORES} BLAS threads vs 1",
+            harness.fmt_time(wide[0]),
+            harness.fmt_time(one[0]),
+            f"{wide[0] / one[0]:.2f}x",
+            "~1.0x",
+        )
+    ]
 
 
 def ray_rows() -> list[dict[str, str]]:
@@ -156,16 +200,26 @@ def ray_rows() -> list[dict[str, str]]:
     from nzjit.distributed import RayCluster
 
     try:  # RayCluster starts the local Ray itself: its actors then import this checkout's nzjit
-        remote = RayCluster(m.RANKS, num_cpus=CORES, include_dashboard=False, log_to_driver=False,
-                            configure_logging=False)
+        remote = RayCluster(
+            m.RANKS, num_cpus=CORES, include_dashboard=False, log_to_driver=False, configure_logging=False
+        )
         local = runtime.Cluster(m.RANKS)
         (xe, ws_l, ref, _), (_, ws_r, _, _) = inputs(local), inputs(remote)
         y_l, y_r = np.zeros_like(ref), np.zeros_like(ref)
-        best = harness.interleaved({"local": lambda: m.moe_experts(xe, *ws_l, y_l),
-                                    "ray": lambda: m.moe_experts(xe, *ws_r, y_r)}, repeat=3)
+        best = harness.interleaved(
+            {"local": lambda: m.moe_experts(xe, *ws_l, y_l), "ray": lambda: m.moe_experts(xe, *ws_r, y_r)},
+            repeat=3,
+        )
         assert np.array_equal(y_r, ref) and np.array_equal(y_l, ref), "RayCluster: not numpy's numbers"
-        return [harness.row("4 ranks tp_moe: RayCluster vs Cluster", harness.fmt_time(best["ray"]),
-                            harness.fmt_time(best["local"]), f"{best['ray'] / best['local']:.2f}x", "overhead")]
+        return [
+            harness.row(
+                "4 ranks tp_moe: RayCluster vs Cluster",
+                harness.fmt_time(best["ray"]),
+                harness.fmt_time(best["local"]),
+                f"{best['ray'] / best['local']:.2f}x",
+                "overhead",
+            )
+        ]
     finally:
         ray.shutdown()
 

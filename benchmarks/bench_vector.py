@@ -66,8 +66,15 @@ def run() -> list[dict[str, str]]:
     sm.row_softmax(xd, yd)
     np.testing.assert_allclose(w.copy_from(yd)[:, : sm.COLS], numpy_softmax(x), rtol=1e-5, atol=1e-9)
     t = interleaved({"nzjit": lambda: sm.row_softmax(xd, yd), "numpy": lambda: numpy_softmax(x)}, repeat=15)
-    rows.append(row(f"row softmax {sm.ROWS}x{sm.COLS} fp32", fmt_time(t["nzjit"]), fmt_time(t["numpy"]),
-                    f"{t['nzjit'] / t['numpy']:.2f}x", TARGET))
+    rows.append(
+        row(
+            f"row softmax {sm.ROWS}x{sm.COLS} fp32",
+            fmt_time(t["nzjit"]),
+            fmt_time(t["numpy"]),
+            f"{t['nzjit'] / t['numpy']:.2f}x",
+            TARGET,
+        )
+    )
 
     x8, wg, wu, sg, su, wd, xs = fm.data()
     args = [x8, runtime.pack_nz(wg), runtime.pack_nz(wu), sg, su, runtime.pack_nz(wd)]
@@ -76,10 +83,22 @@ def run() -> list[dict[str, str]]:
     fm.moe_expert(*devs, float(xs), out)
     ref = numpy_expert(x8, wg, wu, sg, su, wd, xs)
     assert np.abs(w.copy_from(out) - ref).max() <= 2e-3 * np.abs(ref).max()
-    t = interleaved({"nzjit": lambda: fm.moe_expert(*devs, float(xs), out),
-                     "numpy": lambda: numpy_expert(x8, wg, wu, sg, su, wd, xs)}, repeat=15)
-    rows.append(row(f"fused MoE expert E={fm.E} T={fm.T} H={fm.H} F={fm.F}", fmt_time(t["nzjit"]),
-                    fmt_time(t["numpy"]), f"{t['nzjit'] / t['numpy']:.2f}x", TARGET))
+    t = interleaved(
+        {
+            "nzjit": lambda: fm.moe_expert(*devs, float(xs), out),
+            "numpy": lambda: numpy_expert(x8, wg, wu, sg, su, wd, xs),
+        },
+        repeat=15,
+    )
+    rows.append(
+        row(
+            f"fused MoE expert E={fm.E} T={fm.T} H={fm.H} F={fm.F}",
+            fmt_time(t["nzjit"]),
+            fmt_time(t["numpy"]),
+            f"{t['nzjit'] / t['numpy']:.2f}x",
+            TARGET,
+        )
+    )
     return rows
 
 

@@ -68,24 +68,37 @@ def ensure_tree(base: Path | None, commit: str | None) -> Path:
 def build_swap(tree: Path) -> None:
     """The compiled NZ line swap of `tree` (setup.py build_ext), when it has none yet."""
     if not list((tree / "runtime").glob("_lines*.so")) and (tree / "setup.py").exists():
-        subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace", "-q"], cwd=tree, check=False,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "setup.py", "build_ext", "--inplace", "-q"],
+            cwd=tree,
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
 
 def run_module(tree: Path, module: str, clock: str) -> list[dict[str, str]]:
     """`module.run()` of `tree`'s benchmarks in a fresh process: its rows."""
     env = dict(os.environ)
     if clock == "cpu":
-        env["PYTHONPATH"] = os.pathsep.join([str(HERE / "cpu_clock"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join([str(HERE / "cpu_clock"), env.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        )
         env["NZJIT_BENCH_CLOCK"] = "cpu"
         env["NZJIT_THREADS"] = "1"
     call = "run(with_ray=False)" if module == "bench_ranks" else "run()"  # Ray actors' CPU is not ours
     code = f"import harness, json, {module}; print({_RESULT!r} + json.dumps({module}.{call}))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=tree / "benchmarks", env=env, check=True,
-                         stdout=subprocess.PIPE, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tree / "benchmarks",
+        env=env,
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout
     for line in out.splitlines():
         if line.startswith(_RESULT):
-            return json.loads(line[len(_RESULT):])
+            return json.loads(line[len(_RESULT) :])
     raise RuntimeError(f"{tree}: {module}.{call} returned nothing")
 
 
@@ -162,17 +175,21 @@ def quotient(a: float | None, b: float | None) -> str:
 
 
 def table(order: list[tuple[str, str]], before: dict[str, Cells], after: dict[str, Cells]) -> list[str]:
-    out = ["| benchmark | before: nzjit (ratio) | after: nzjit (ratio) | after / before, time "
-           "| after / before, ratio | spread before / after |",
-           "| --- | --- | --- | --- | --- | --- |"]
+    out = [
+        "| benchmark | before: nzjit (ratio) | after: nzjit (ratio) | after / before, time "
+        "| after / before, ratio | spread before / after |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for title, module in order:
         out.append(f"| **{title}** | | | | | |")
         b, a = before[module], after[module]
         for nb, na in pair_rows(b.names(), a.names()):
             t_b, t_a = (b.best_time(nb) if nb else None), (a.best_time(na) if na else None)
             r_b, r_a = (b.median_ratio(nb) if nb else None), (a.median_ratio(na) if na else None)
-            out.append(f"| {na or nb} | {cell(b, nb)} | {cell(a, na)} | {quotient(t_a, t_b)} | "
-                       f"{quotient(r_a, r_b)} | {b.spread(nb) if nb else '-'} / {a.spread(na) if na else '-'} |")
+            out.append(
+                f"| {na or nb} | {cell(b, nb)} | {cell(a, na)} | {quotient(t_a, t_b)} | "
+                f"{quotient(r_a, r_b)} | {b.spread(nb) if nb else '-'} / {a.spread(na) if na else '-'} |"
+            )
     return out
 
 
@@ -194,9 +211,14 @@ def block_of(text: str) -> str:
 
 
 def commit_of(tree: Path) -> str:
-    r = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE, text=True)
-    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
-                           stdout=subprocess.PIPE, text=True).stdout.strip()
+    r = subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE, text=True
+    )
+    dirty = subprocess.run(
+        ["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout.strip()
     return r.stdout.strip() + (" + uncommitted changes" if dirty else "")
 
 
@@ -230,10 +252,14 @@ def main(argv: list[str] | None = None) -> str:
                 print(f"round {rnd + 1}/{args.rounds}: {module} ({side})", file=sys.stderr, flush=True)
                 cells[side][module].add(run_module(trees[side], module, args.clock))
     load1 = os.getloadavg()
-    clock = ("CPU time of each benchmark process (time.process_time for time.perf_counter), NZJIT_THREADS=1"
-             if args.clock == "cpu" else "wall time (time.perf_counter), the simulator's default threads")
+    clock = (
+        "CPU time of each benchmark process (time.process_time for time.perf_counter), NZJIT_THREADS=1"
+        if args.clock == "cpu"
+        else "wall time (time.perf_counter), the simulator's default threads"
+    )
     lines = [
-        "## Before / after, side by side (benchmarks/compare_commits.py)", "",
+        "## Before / after, side by side (benchmarks/compare_commits.py)",
+        "",
         f"- before: {base} at {commit_of(base)}; after: {ROOT} at {commit_of(ROOT)}",
         f"- {args.rounds} rounds, fresh processes, the two trees alternating (order flipped every round); "
         f"clock: {clock}",

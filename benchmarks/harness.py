@@ -20,8 +20,9 @@ from typing import Any  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def best_of(fn: Callable[[], object], repeat: int = 5, warmup: int = 1,
-            clock: Callable[[], float] | None = None) -> float:
+def best_of(
+    fn: Callable[[], object], repeat: int = 5, warmup: int = 1, clock: Callable[[], float] | None = None
+) -> float:
     """The best time of `repeat` runs after `warmup` (seconds): wall time, or `clock`'s (e.g.
     `time.thread_time`, the calling thread's CPU time)."""
     clock = clock or time.perf_counter  # looked up per call: compare_commits may swap perf_counter
@@ -64,8 +65,9 @@ def interleaved(fns: dict[str, Callable[[], object]], repeat: int = 5, warmup: i
     return best
 
 
-def interleaved_clocks(fns: dict[str, Callable[[], object]], repeat: int = 5,
-                       warmup: int = 1) -> dict[str, tuple[float, float]]:
+def interleaved_clocks(
+    fns: dict[str, Callable[[], object]], repeat: int = 5, warmup: int = 1
+) -> dict[str, tuple[float, float]]:
     """`interleaved`, timing each run on two clocks at once: (best wall time, best CPU time of the
     whole process, every thread included: `time.process_time`). On a shared machine the CPU time
     is the work done; wall time also counts the neighbours."""
@@ -96,12 +98,13 @@ def in_fresh_process(module: str, call: str, echo: bool = False) -> Any:
     """Evaluate ``module.call`` (e.g. ``"run()"``) in a fresh Python process and return its
     JSON-able result; with `echo`, what the process prints is printed here too."""
     code = f"import harness, json, {module}; print({_RESULT!r} + json.dumps({module}.{call}))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, check=True,
-                         stdout=subprocess.PIPE, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=Path(__file__).parent, check=True, stdout=subprocess.PIPE, text=True
+    ).stdout
     result, found = None, False
     for line in out.splitlines():
         if line.startswith(_RESULT):
-            result, found = json.loads(line[len(_RESULT):]), True
+            result, found = json.loads(line[len(_RESULT) :]), True
         elif echo:
             print(line)
     if not found:

@@ -93,13 +93,22 @@ GEOMEAN_TARGET = 1.1
 
 def geomean_row(sections: list[tuple[str, list[dict[str, str]]]]) -> dict[str, str] | None:
     """The geometric mean of the ratios of every row with one of `NUMPY_TARGETS`, as a row."""
-    ratios = [float(r["ratio"].rstrip("x")) for _, rows in sections for r in rows
-              if r["target"] in NUMPY_TARGETS and r["ratio"].endswith("x")]
+    ratios = [
+        float(r["ratio"].rstrip("x"))
+        for _, rows in sections
+        for r in rows
+        if r["target"] in NUMPY_TARGETS and r["ratio"].endswith("x")
+    ]
     if not ratios:
         return None
     g = float(np.exp(np.mean(np.log(ratios))))
-    return {"benchmark": f"geometric mean of the {len(ratios)} rows against numpy (targets <= 1.5x / 1.0x)",
-            "nzjit": "-", "reference": "-", "ratio": f"{g:.2f}x", "target": f"<= {GEOMEAN_TARGET}x"}
+    return {
+        "benchmark": f"geometric mean of the {len(ratios)} rows against numpy (targets <= 1.5x / 1.0x)",
+        "nzjit": "-",
+        "reference": "-",
+        "ratio": f"{g:.2f}x",
+        "target": f"<= {GEOMEAN_TARGET}x",
+    }
 
 
 def table(sections: list[tuple[str, list[dict[str, str]]]]) -> list[str]:
@@ -151,7 +160,9 @@ def main(write: bool = True) -> str:
     print(text)
     if write:
         results = Path(__file__).with_name("RESULTS.md")
-        kept = compare_commits.block_of(results.read_text()) if results.exists() else ""  # the before / after table
+        kept = (
+            compare_commits.block_of(results.read_text()) if results.exists() else ""
+        )  # the before / after table
         results.write_text(text + (f"\n{kept}\n" if kept else ""))
         uname = platform.uname()
         cpu = next((h.split(", ", 1)[1].rstrip(")") for h in head if h.startswith("- platform:")), "?")

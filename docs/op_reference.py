@@ -267,7 +267,9 @@ def spellings() -> dict[str, list[str]]:
     import nzjit.pld as pld
     import nzjit.prims as prims
 
-    attr_of.update({id(v): k for k, v in vars(prims).items() if hasattr(v, "type_rule") and hasattr(v, "groups")})
+    attr_of.update(
+        {id(v): k for k, v in vars(prims).items() if hasattr(v, "type_rule") and hasattr(v, "groups")}
+    )
     entries += [(f"pld.{k}", getattr(pld, k)) for k in pld.__all__]
     for ns in ("system", "tensor", "tile"):
         entries += [(f"pld.{ns}.{k}", v) for k, v in vars(getattr(pld, ns)).items() if not k.startswith("_")]

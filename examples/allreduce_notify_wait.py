@@ -28,9 +28,12 @@ RANKS, SIZE = 2, 256
 
 
 @pl.kernel
-def allreduce_step(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
-                   data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
-                   signal: pl.InOut[pld.DistributedTensor[[RANKS, 1], pl.INT32]]):
+def allreduce_step(
+    x: pl.Tensor[[1, SIZE], pl.FP32],
+    y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+    data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+    signal: pl.InOut[pld.DistributedTensor[[RANKS, 1], pl.INT32]],
+):
     ctx = pld.get_comm_ctx(data)
     me = pld.rank(ctx)
     peer = (me + 1) % pld.nranks(ctx)
@@ -43,9 +46,12 @@ def allreduce_step(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZ
 
 
 @pl.kernel
-def forgot_notify(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
-                  data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
-                  signal: pl.InOut[pld.DistributedTensor[[RANKS, 1], pl.INT32]]):
+def forgot_notify(
+    x: pl.Tensor[[1, SIZE], pl.FP32],
+    y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+    data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+    signal: pl.InOut[pld.DistributedTensor[[RANKS, 1], pl.INT32]],
+):
     ctx = pld.get_comm_ctx(data)
     me = pld.rank(ctx)
     peer = (me + 1) % pld.nranks(ctx)
@@ -56,9 +62,12 @@ def forgot_notify(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE
 
 
 @pl.kernel
-def forgot_wait(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
-                data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
-                signal: pl.InOut[pld.DistributedTensor[[RANKS, 1], pl.INT32]]):
+def forgot_wait(
+    x: pl.Tensor[[1, SIZE], pl.FP32],
+    y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+    data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+    signal: pl.InOut[pld.DistributedTensor[[RANKS, 1], pl.INT32]],
+):
     ctx = pld.get_comm_ctx(data)
     peer = (pld.rank(ctx) + 1) % pld.nranks(ctx)
     local = pl.load(x, [0, 0], [1, SIZE])
@@ -102,17 +111,22 @@ def demo(cluster: runtime.Cluster | distributed.RayCluster) -> tuple[bool, str, 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="A 2-rank all-reduce with notify / wait / remote_load")
-    parser.add_argument("--ray", action="store_true", help="run the ranks as Ray actors (pip install 'nzjit[ray]')")
+    parser.add_argument(
+        "--ray", action="store_true", help="run the ranks as Ray actors (pip install 'nzjit[ray]')"
+    )
     if parser.parse_args(argv).ray:
         from nzjit.distributed import RayCluster
 
-        cluster: runtime.Cluster | distributed.RayCluster = RayCluster(RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False,
-                                     configure_logging=False)
+        cluster: runtime.Cluster | distributed.RayCluster = RayCluster(
+            RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
+        )
     else:
         cluster = runtime.Cluster(RANKS)
     ok, hang, race = demo(cluster)
-    print(f"allreduce_notify_wait: {RANKS} ranks x {SIZE} fp32 on {type(cluster).__name__}, y == numpy on every "
-          f"rank: {ok}")
+    print(
+        f"allreduce_notify_wait: {RANKS} ranks x {SIZE} fp32 on {type(cluster).__name__}, y == numpy on every "
+        f"rank: {ok}"
+    )
     print(f"  without the notify : {hang}")
     print(f"  without the wait   : {race}")
     if not (ok and hang.startswith("rank 0: waits at") and race.startswith("communication race")):

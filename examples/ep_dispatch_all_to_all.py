@@ -36,31 +36,45 @@ H, N = 128, 128  # model width, expert output width
 
 
 @pl.kernel
-def dispatch(send: pl.Tensor[[RANKS, CAP, H], pl.FP16], recv_out: pl.Out[pl.Tensor[[RANKS, CAP, H], pl.FP16]],
-             recv: pld.DistributedTensor[[RANKS, CAP, H], pl.FP16], signal: pld.DistributedTensor[[RANKS, 1], pl.INT32]):
+def dispatch(
+    send: pl.Tensor[[RANKS, CAP, H], pl.FP16],
+    recv_out: pl.Out[pl.Tensor[[RANKS, CAP, H], pl.FP16]],
+    recv: pld.DistributedTensor[[RANKS, CAP, H], pl.FP16],
+    signal: pld.DistributedTensor[[RANKS, 1], pl.INT32],
+):
     recv = pld.tensor.all_to_all(send, recv, signal)
     for s in pl.range(RANKS):
         pl.store(pl.load(recv, [s, 0, 0], [1, CAP, H]), [s, 0, 0], recv_out)
 
 
 @pl.kernel
-def expert(xr: pl.Tensor[[RANKS, CAP, H], pl.FP16], w: pl.Tensor[[1, N, H], pl.FP16, pl.NZ],
-           yo: pl.Out[pl.Tensor[[RANKS, CAP, N], pl.FP32]]):
+def expert(
+    xr: pl.Tensor[[RANKS, CAP, H], pl.FP16],
+    w: pl.Tensor[[1, N, H], pl.FP16, pl.NZ],
+    yo: pl.Out[pl.Tensor[[RANKS, CAP, N], pl.FP32]],
+):
     for s in pl.spmd(RANKS):
         yo[s, :, :] = pl.matmul(xr[s, :, :], w[0, :, :], b_trans=True)
 
 
 @pl.kernel
-def combine(yo: pl.Tensor[[RANKS, CAP, N], pl.FP32], back_out: pl.Out[pl.Tensor[[RANKS, CAP, N], pl.FP32]],
-            back: pld.DistributedTensor[[RANKS, CAP, N], pl.FP32], signal: pld.DistributedTensor[[RANKS, 1], pl.INT32]):
+def combine(
+    yo: pl.Tensor[[RANKS, CAP, N], pl.FP32],
+    back_out: pl.Out[pl.Tensor[[RANKS, CAP, N], pl.FP32]],
+    back: pld.DistributedTensor[[RANKS, CAP, N], pl.FP32],
+    signal: pld.DistributedTensor[[RANKS, 1], pl.INT32],
+):
     back = pld.tensor.all_to_all(yo, back, signal)
     for d in pl.range(RANKS):
         pl.store(pl.load(back, [d, 0, 0], [1, CAP, N]), [d, 0, 0], back_out)
 
 
 @pl.orchestration
-def ep_layer(send: pl.Tensor[[RANKS, RANKS, CAP, H], pl.FP16], w: pl.Tensor[[RANKS, 1, N, H], pl.FP16, pl.NZ],
-             out: pl.Out[pl.Tensor[[RANKS, RANKS, CAP, N], pl.FP32]]):
+def ep_layer(
+    send: pl.Tensor[[RANKS, RANKS, CAP, H], pl.FP16],
+    w: pl.Tensor[[RANKS, 1, N, H], pl.FP16, pl.NZ],
+    out: pl.Out[pl.Tensor[[RANKS, RANKS, CAP, N], pl.FP32]],
+):
     recv_buf = pld.alloc_window_buffer([RANKS, CAP, H], dtype=pl.FP16)
     back_buf = pld.alloc_window_buffer([RANKS, CAP, N], dtype=pl.FP32)
     signal_buf = pld.alloc_window_buffer([RANKS, 1], dtype=pl.INT32)
@@ -95,13 +109,18 @@ def unpack(out: np.ndarray, slots: list[list[list[int]]]) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="An expert-parallel token dispatch with pld.tensor.all_to_all")
-    parser.add_argument("--ray", action="store_true", help="run the ranks as Ray actors (pip install 'nzjit[ray]')")
+    parser = argparse.ArgumentParser(
+        description="An expert-parallel token dispatch with pld.tensor.all_to_all"
+    )
+    parser.add_argument(
+        "--ray", action="store_true", help="run the ranks as Ray actors (pip install 'nzjit[ray]')"
+    )
     if parser.parse_args(argv).ray:
         from nzjit.distributed import RayCluster
 
-        cluster: runtime.Cluster | distributed.RayCluster = RayCluster(RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False,
-                                     configure_logging=False)
+        cluster: runtime.Cluster | distributed.RayCluster = RayCluster(
+            RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
+        )
     else:
         cluster = runtime.Cluster(RANKS)
     if not run(cluster):
@@ -121,7 +140,9 @@ def run(cluster: runtime.Cluster | distributed.RayCluster) -> bool:
     w_d = cluster.alloc_stacked_tensor(runtime.pack_nz(w[:, None]))  # [RANKS, 1, N, H]: expert r on rank r
     send, slots = pack(x, experts)
     y = unpack(ep_layer(send, w_d, cluster=cluster), slots)
-    y_ref = np.einsum("rth,rtnh->rtn", x.astype(np.float32), w[experts].astype(np.float32))  # w[experts]: [r, t, N, H]
+    y_ref = np.einsum(
+        "rth,rtnh->rtn", x.astype(np.float32), w[experts].astype(np.float32)
+    )  # w[experts]: [r, t, N, H]
     ok = np.array_equal(y, y_ref)
     load = np.bincount(experts.reshape(-1), minlength=RANKS)
     print(f"ep_dispatch_all_to_all: {RANKS} ranks = {RANKS} experts, {TOKENS} tokens per rank, H={H} N={N}")

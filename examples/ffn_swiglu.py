@@ -25,17 +25,23 @@ T, H, F, B = 64, 256, 256, 16
 
 
 @pl.kernel
-def ffn(x: pl.Tensor[[T, H], pl.FP16], wg: pl.Tensor[[F, H], pl.FP16, pl.NZ], wu: pl.Tensor[[F, H], pl.FP16, pl.NZ],
-        wd: pl.Tensor[[H, F], pl.FP16, pl.NZ], gate: pl.Out[pl.Tensor[[T, F], pl.FP32]],
-        up: pl.Out[pl.Tensor[[T, F], pl.FP32]], h: pl.Out[pl.Tensor[[T, F], pl.FP16]],
-        out: pl.Out[pl.Tensor[[T, H], pl.FP32]]):
+def ffn(
+    x: pl.Tensor[[T, H], pl.FP16],
+    wg: pl.Tensor[[F, H], pl.FP16, pl.NZ],
+    wu: pl.Tensor[[F, H], pl.FP16, pl.NZ],
+    wd: pl.Tensor[[H, F], pl.FP16, pl.NZ],
+    gate: pl.Out[pl.Tensor[[T, F], pl.FP32]],
+    up: pl.Out[pl.Tensor[[T, F], pl.FP32]],
+    h: pl.Out[pl.Tensor[[T, F], pl.FP16]],
+    out: pl.Out[pl.Tensor[[T, H], pl.FP32]],
+):
     gate[:, :] = pl.matmul(x[:, :], wg[:, :], b_trans=True)
     up[:, :] = pl.matmul(x[:, :], wu[:, :], b_trans=True)
     for lane in pl.spmd(T // B):
         r0 = lane * B
-        g = gate[r0:r0 + B, :]
+        g = gate[r0 : r0 + B, :]
         silu = pl.div(g, pl.add(pl.exp(pl.neg(g)), 1.0))
-        h[r0:r0 + B, :] = pl.cast(pl.mul(silu, up[r0:r0 + B, :]), pl.FP16, mode="rint")
+        h[r0 : r0 + B, :] = pl.cast(pl.mul(silu, up[r0 : r0 + B, :]), pl.FP16, mode="rint")
     out[:, :] = pl.matmul(h[:, :], wd[:, :], b_trans=True)
 
 
@@ -56,8 +62,10 @@ def main() -> None:
     ref = reference(x, wg, wu, wd)
     err = np.abs(out - ref).max() / np.abs(ref).max()
     assert err < 2e-3, err
-    print(f"FFN SwiGLU T={T} H={H} F={F} through intermediate tensors: max error {err:.1e} of max |out| "
-          "(tolerance 2e-3)")
+    print(
+        f"FFN SwiGLU T={T} H={H} F={F} through intermediate tensors: max error {err:.1e} of max |out| "
+        "(tolerance 2e-3)"
+    )
 
 
 if __name__ == "__main__":

@@ -27,8 +27,12 @@ SCALE = 1.0 / math.sqrt(D)
 
 
 @pl.kernel
-def attention(q: pl.Tensor[[SQ, D], pl.FP16], k: pl.Tensor[[SKV, D], pl.FP16], v: pl.Tensor[[SKV, D], pl.FP16],
-              out: pl.Out[pl.Tensor[[SQ, D], pl.FP32]]):
+def attention(
+    q: pl.Tensor[[SQ, D], pl.FP16],
+    k: pl.Tensor[[SKV, D], pl.FP16],
+    v: pl.Tensor[[SKV, D], pl.FP16],
+    out: pl.Out[pl.Tensor[[SQ, D], pl.FP32]],
+):
     qm = pl.load(q, [0, 0], [SQ, D], target_memory=pl.Mem.Mat)
     m = pl.full([SQ, 1], dtype=pl.FP32, value=-math.inf)
     l = pl.full([SQ, 1], dtype=pl.FP32, value=0.0)  # noqa: E741 - the softmax denominator
@@ -41,8 +45,10 @@ def attention(q: pl.Tensor[[SQ, D], pl.FP16], k: pl.Tensor[[SKV, D], pl.FP16], v
         alpha = pl.exp(pl.sub(m, m_new))
         l = pl.add(pl.mul(l, alpha), pl.row_sum(p))  # noqa: E741
         pm = pl.move(pl.cast(p, pl.FP16, mode="rint"), target_memory=pl.Mem.Mat)
-        pv = pl.move(pl.matmul(pm, pl.load(v, [j * BK, 0], [BK, D], target_memory=pl.Mem.Mat)),
-                     target_memory=pl.Mem.Vec)
+        pv = pl.move(
+            pl.matmul(pm, pl.load(v, [j * BK, 0], [BK, D], target_memory=pl.Mem.Mat)),
+            target_memory=pl.Mem.Vec,
+        )
         o = pl.add(pl.row_expand_mul(o, alpha), pv)
         m = m_new
     pl.store(pl.row_expand_div(o, l), [0, 0], out)
@@ -62,8 +68,10 @@ def main() -> None:
     ref = reference(q, k, v)
     err = np.abs(out - ref).max() / np.abs(ref).max()
     assert err < 2e-3, err
-    print(f"flash attention block SQ={SQ} SKV={SKV} D={D} (blocks of {BK}): max error {err:.1e} of max |out| "
-          "(tolerance 2e-3)")
+    print(
+        f"flash attention block SQ={SQ} SKV={SKV} D={D} (blocks of {BK}): max error {err:.1e} of max |out| "
+        "(tolerance 2e-3)"
+    )
 
 
 if __name__ == "__main__":

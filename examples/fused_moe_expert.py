@@ -28,19 +28,29 @@ E, T, H, F = 4, 32, 256, 128  # experts, tokens per expert, hidden, intermediate
 
 
 @pl.kernel
-def moe_expert(x: pl.Tensor[[E, T, H], pl.INT8], wg: pl.Tensor[[E, F, H], pl.INT8, pl.NZ],
-               wu: pl.Tensor[[E, F, H], pl.INT8, pl.NZ], sg: pl.Tensor[[E, F], pl.FP32],
-               su: pl.Tensor[[E, F], pl.FP32], wd: pl.Tensor[[E, H, F], pl.FP16, pl.NZ],
-               x_scale: pl.Scalar[pl.FP32], out: pl.Out[pl.Tensor[[E, T, H], pl.FP32]]):
+def moe_expert(
+    x: pl.Tensor[[E, T, H], pl.INT8],
+    wg: pl.Tensor[[E, F, H], pl.INT8, pl.NZ],
+    wu: pl.Tensor[[E, F, H], pl.INT8, pl.NZ],
+    sg: pl.Tensor[[E, F], pl.FP32],
+    su: pl.Tensor[[E, F], pl.FP32],
+    wd: pl.Tensor[[E, H, F], pl.FP16, pl.NZ],
+    x_scale: pl.Scalar[pl.FP32],
+    out: pl.Out[pl.Tensor[[E, T, H], pl.FP32]],
+):
     for e in pl.spmd(E):
         xm = pl.load(x[e], [0, 0], [T, H], target_memory=pl.Mem.Mat)
         acc_g = pl.matmul(xm, pl.load(wg[e], [0, 0], [F, H], target_memory=pl.Mem.Mat), b_trans=True)
         acc_u = pl.matmul(xm, pl.load(wu[e], [0, 0], [F, H], target_memory=pl.Mem.Mat), b_trans=True)
         # dequantise: int32 -> fp32, per-channel weight scale, per-tensor activation scale
-        gate = pl.col_expand_mul(pl.cast(pl.move(acc_g, target_memory=pl.Mem.Vec), pl.FP32, mode="rint"),
-                                 pl.load(sg, [e, 0], [1, F]))
-        up = pl.col_expand_mul(pl.cast(pl.move(acc_u, target_memory=pl.Mem.Vec), pl.FP32, mode="rint"),
-                               pl.load(su, [e, 0], [1, F]))
+        gate = pl.col_expand_mul(
+            pl.cast(pl.move(acc_g, target_memory=pl.Mem.Vec), pl.FP32, mode="rint"),
+            pl.load(sg, [e, 0], [1, F]),
+        )
+        up = pl.col_expand_mul(
+            pl.cast(pl.move(acc_u, target_memory=pl.Mem.Vec), pl.FP32, mode="rint"),
+            pl.load(su, [e, 0], [1, F]),
+        )
         gate = pl.mul(gate, x_scale)
         up = pl.mul(up, x_scale)
         # SwiGLU: silu(gate) * up, silu(g) = g / (1 + exp(-g))
@@ -78,8 +88,10 @@ def main() -> None:
     ref = reference(x, wg, wu, sg, su, wd, float(xs))
     err = np.abs(out - ref).max() / np.abs(ref).max()
     assert err < 2e-3, err
-    print(f"fused MoE expert E={E} T={T} H={H} F={F} (int8 NZ gate/up + dequant + SwiGLU + fp16 down): "
-          f"max error {err:.1e} of max |out| (tolerance 2e-3)")
+    print(
+        f"fused MoE expert E={E} T={T} H={H} F={F} (int8 NZ gate/up + dequant + SwiGLU + fp16 down): "
+        f"max error {err:.1e} of max |out| (tolerance 2e-3)"
+    )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ KW, NT = 1024, 128  # the tile windows: K rounded up to whole fractals, N in til
 
 
 @pl.kernel
-def gemv_ragged(x: pl.Tensor[[1, K], pl.INT8], w: pl.Tensor[[K, N], pl.INT8],
-                y: pl.Out[pl.Tensor[[1, N], pl.INT32]]):
+def gemv_ragged(
+    x: pl.Tensor[[1, K], pl.INT8], w: pl.Tensor[[K, N], pl.INT8], y: pl.Out[pl.Tensor[[1, N], pl.INT32]]
+):
     tx = pl.load(x, [0, 0], [1, KW], target_memory=pl.Mem.Mat, clamp=True)  # valid [1, 1000]
     for n0 in pl.range(0, N, NT):
         tw = pl.load(w, [0, n0], [KW, NT], target_memory=pl.Mem.Mat, clamp=True)  # valid [1000, <= 128]

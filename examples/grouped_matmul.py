@@ -19,16 +19,20 @@ def make(dtype):  # one kernel per dtype: the annotations are part of the kernel
     out_dtype = pl.INT32 if dtype is pl.INT8 else pl.FP32
 
     @pl.kernel
-    def grouped_matmul(x: pl.Tensor[[E, T, K], dtype], w: pl.Tensor[[E, N, K], dtype, pl.NZ],
-                       out: pl.Out[pl.Tensor[[E, T, N], out_dtype]]):
+    def grouped_matmul(
+        x: pl.Tensor[[E, T, K], dtype],
+        w: pl.Tensor[[E, N, K], dtype, pl.NZ],
+        out: pl.Out[pl.Tensor[[E, T, N], out_dtype]],
+    ):
         for lane in pl.spmd(E * (N // N_TILE)):
             e = lane // (N // N_TILE)
             n0 = (lane % (N // N_TILE)) * N_TILE
-            acc = pl.matmul(x[e, :, 0:K_TILE], w[e, n0:n0 + N_TILE, 0:K_TILE], b_trans=True)
+            acc = pl.matmul(x[e, :, 0:K_TILE], w[e, n0 : n0 + N_TILE, 0:K_TILE], b_trans=True)
             for k0 in pl.pipeline(K_TILE, K, K_TILE):
-                acc = pl.matmul_acc(acc, x[e, :, k0:k0 + K_TILE], w[e, n0:n0 + N_TILE, k0:k0 + K_TILE],
-                                    b_trans=True)
-            out[e, :, n0:n0 + N_TILE] = acc
+                acc = pl.matmul_acc(
+                    acc, x[e, :, k0 : k0 + K_TILE], w[e, n0 : n0 + N_TILE, k0 : k0 + K_TILE], b_trans=True
+                )
+            out[e, :, n0 : n0 + N_TILE] = acc
 
     return grouped_matmul
 

@@ -19,8 +19,12 @@ M, K, N = 64, 256, 512
 
 
 @pl.kernel
-def linear_bias(x: pl.Tensor[[M, K], pl.FP16], w: pl.Tensor[[N, K], pl.FP16, pl.NZ],
-                b: pl.Tensor[[1, N], pl.FP32], y: pl.Out[pl.Tensor[[M, N], pl.FP32]]):
+def linear_bias(
+    x: pl.Tensor[[M, K], pl.FP16],
+    w: pl.Tensor[[N, K], pl.FP16, pl.NZ],
+    b: pl.Tensor[[1, N], pl.FP32],
+    y: pl.Out[pl.Tensor[[M, N], pl.FP32]],
+):
     tx = pl.load(x, [0, 0], [M, K], target_memory=pl.Mem.Mat)
     tw = pl.load(w, [0, 0], [N, K], target_memory=pl.Mem.Mat)
     tb = pl.load(b, [0, 0], [1, N], target_memory=pl.Mem.Mat)

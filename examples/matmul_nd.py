@@ -1,6 +1,6 @@
 """An SPMD int8 matmul with a pipelined K loop that carries its accumulator (ND weights).
 
-    python examples/matmul_nd.py
+python examples/matmul_nd.py
 """
 
 from __future__ import annotations
@@ -14,14 +14,17 @@ N_TILE, K_TILE = 128, 256
 
 
 @pl.kernel
-def matmul_nd(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[N, K], pl.INT8],
-              out: pl.Out[pl.Tensor[[M, N], pl.INT32]]):
+def matmul_nd(
+    x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[N, K], pl.INT8], out: pl.Out[pl.Tensor[[M, N], pl.INT32]]
+):
     for nb in pl.spmd(N // N_TILE):  # one lane per N tile
         n0 = nb * N_TILE
-        acc = pl.matmul(x[:, 0:K_TILE], w[n0:n0 + N_TILE, 0:K_TILE], b_trans=True)
+        acc = pl.matmul(x[:, 0:K_TILE], w[n0 : n0 + N_TILE, 0:K_TILE], b_trans=True)
         for k0 in pl.pipeline(K_TILE, K, K_TILE, stage=2):
-            acc = pl.matmul_acc(acc, x[:, k0:k0 + K_TILE], w[n0:n0 + N_TILE, k0:k0 + K_TILE], b_trans=True)
-        out[:, n0:n0 + N_TILE] = acc
+            acc = pl.matmul_acc(
+                acc, x[:, k0 : k0 + K_TILE], w[n0 : n0 + N_TILE, k0 : k0 + K_TILE], b_trans=True
+            )
+        out[:, n0 : n0 + N_TILE] = acc
 
 
 def main() -> None:

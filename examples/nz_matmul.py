@@ -16,14 +16,19 @@ N_TILE, K_TILE = 256, 512
 
 
 @pl.kernel
-def nz_matmul(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[N, K], pl.INT8, pl.NZ],
-              out: pl.Out[pl.Tensor[[M, N], pl.INT32]]):
+def nz_matmul(
+    x: pl.Tensor[[M, K], pl.INT8],
+    w: pl.Tensor[[N, K], pl.INT8, pl.NZ],
+    out: pl.Out[pl.Tensor[[M, N], pl.INT32]],
+):
     for nb in pl.spmd(N // N_TILE):
         n0 = nb * N_TILE  # proven: a multiple of 16 and non-negative -> row fractal n0 // 16
-        acc = pl.matmul(x[:, 0:K_TILE], w[n0:n0 + N_TILE, 0:K_TILE], b_trans=True)
+        acc = pl.matmul(x[:, 0:K_TILE], w[n0 : n0 + N_TILE, 0:K_TILE], b_trans=True)
         for k0 in pl.pipeline(K_TILE, K, K_TILE, stage=2):  # k0 // 32 is the C0 column block
-            acc = pl.matmul_acc(acc, x[:, k0:k0 + K_TILE], w[n0:n0 + N_TILE, k0:k0 + K_TILE], b_trans=True)
-        out[:, n0:n0 + N_TILE] = acc
+            acc = pl.matmul_acc(
+                acc, x[:, k0 : k0 + K_TILE], w[n0 : n0 + N_TILE, k0 : k0 + K_TILE], b_trans=True
+            )
+        out[:, n0 : n0 + N_TILE] = acc
 
 
 def main() -> None:

@@ -21,13 +21,19 @@ NT, KT = 128, 512
 
 
 @pl.kernel
-def decode_proj(x: pl.Tensor[[T, HIDDEN], pl.BF16], w: pl.Tensor[[OUT, HIDDEN], pl.BF16, pl.NZ],
-                y: pl.Out[pl.Tensor[[T, OUT], pl.FP32]]):
+def decode_proj(
+    x: pl.Tensor[[T, HIDDEN], pl.BF16],
+    w: pl.Tensor[[OUT, HIDDEN], pl.BF16, pl.NZ],
+    y: pl.Out[pl.Tensor[[T, OUT], pl.FP32]],
+):
     for nb in pl.spmd(OUT // NT):
         n0 = nb * NT
         # the accumulator needs a value of its type before the loop (the arm not taken yields it)
-        acc = pl.matmul(pl.load(x, [0, 0], [T, KT], target_memory=pl.Mem.Mat),
-                        pl.load(w, [n0, 0], [NT, KT], target_memory=pl.Mem.Mat), b_trans=True)
+        acc = pl.matmul(
+            pl.load(x, [0, 0], [T, KT], target_memory=pl.Mem.Mat),
+            pl.load(w, [n0, 0], [NT, KT], target_memory=pl.Mem.Mat),
+            b_trans=True,
+        )
         for kb in pl.range(HIDDEN // KT):
             k0 = kb * KT
             a = pl.load(x, [0, k0], [T, KT], target_memory=pl.Mem.Mat)
@@ -47,7 +53,9 @@ def main() -> None:
     ref = x.astype(np.float64) @ w.astype(np.float64).T
     np.testing.assert_allclose(y, ref, rtol=1e-3, atol=5e-2)  # bf16 products summed in float32
     assert "scf.if" in decode_proj.lower(x, runtime.pack_nz(w)).pto()
-    print(f"decode_proj [{T}, {HIDDEN}] @ [{HIDDEN}, {OUT}] bf16 -> fp32: within float32 accumulation of numpy")
+    print(
+        f"decode_proj [{T}, {HIDDEN}] @ [{HIDDEN}, {OUT}] bf16 -> fp32: within float32 accumulation of numpy"
+    )
 
 
 if __name__ == "__main__":

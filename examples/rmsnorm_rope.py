@@ -25,9 +25,13 @@ EPS = 1e-6
 
 
 @pl.kernel
-def rmsnorm_rope(x: pl.Tensor[[T, D], pl.FP16], gamma: pl.Tensor[[1, D], pl.FP32],
-                 cos: pl.Tensor[[T, HALF], pl.FP32], sin: pl.Tensor[[T, HALF], pl.FP32],
-                 y: pl.Out[pl.Tensor[[T, D], pl.FP16]]):
+def rmsnorm_rope(
+    x: pl.Tensor[[T, D], pl.FP16],
+    gamma: pl.Tensor[[1, D], pl.FP32],
+    cos: pl.Tensor[[T, HALF], pl.FP32],
+    sin: pl.Tensor[[T, HALF], pl.FP32],
+    y: pl.Out[pl.Tensor[[T, D], pl.FP16]],
+):
     for lane in pl.spmd(T // BLOCK):
         r0 = lane * BLOCK
         v = pl.cast(pl.load(x, [r0, 0], [BLOCK, D]), pl.FP32, mode="rint")

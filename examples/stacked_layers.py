@@ -16,8 +16,12 @@ LAYERS, T, N, K = 6, 32, 256, 512
 
 
 @pl.kernel
-def one_layer(x: pl.Tensor[[T, K], pl.FP16], w: pl.Tensor[[LAYERS, N, K], pl.FP16, pl.NZ],
-              layer: pl.Scalar[pl.INT32], out: pl.Out[pl.Tensor[[T, N], pl.FP32]]):
+def one_layer(
+    x: pl.Tensor[[T, K], pl.FP16],
+    w: pl.Tensor[[LAYERS, N, K], pl.FP16, pl.NZ],
+    layer: pl.Scalar[pl.INT32],
+    out: pl.Out[pl.Tensor[[T, N], pl.FP32]],
+):
     wl = w[layer]  # [N, K] NZ view of one layer
     xt = pl.load(x, [0, 0], [T, K], target_memory=pl.Mem.Mat)
     for nb in pl.range(N // 128):

@@ -24,14 +24,17 @@ TOKENS, EXPERTS, K = 8, 512, 16
 
 
 @pl.kernel
-def topk(scores: pl.Tensor[[TOKENS, EXPERTS], pl.FP32], values: pl.Out[pl.Tensor[[TOKENS, K], pl.FP32]],
-         index: pl.Out[pl.Tensor[[TOKENS, K], pl.INT32]]):
+def topk(
+    scores: pl.Tensor[[TOKENS, EXPERTS], pl.FP32],
+    values: pl.Out[pl.Tensor[[TOKENS, K], pl.FP32]],
+    index: pl.Out[pl.Tensor[[TOKENS, K], pl.INT32]],
+):
     for t in pl.spmd(TOKENS):
         s = pl.load(scores, [t, 0], [1, EXPERTS])
         pairs = pl.sort32(s, pl.arange(0, [1, EXPERTS], dtype=pl.INT32))
         pairs = pl.mrgsort(pairs, block_len=64)
         pairs = pl.mrgsort(pairs, block_len=256)
-        top = pairs[:, 0:2 * K]
+        top = pairs[:, 0 : 2 * K]
         pl.store(pl.gather(top, mask_pattern=pl.tile.MaskPattern.P0101), [t, 0], values)
         pl.store(pl.gather(top, mask_pattern=pl.tile.MaskPattern.P1010, output_dtype=pl.INT32), [t, 0], index)
 

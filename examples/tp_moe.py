@@ -36,19 +36,26 @@ FT, HT, FK = 128, 128, 256  # kernel tiles: FFN columns, model columns, FFN redu
 
 
 @pl.kernel
-def gate_up(x: pl.Tensor[[E_LOCAL, CAP, H], pl.FP16],
-            wg: pl.Tensor[[E_LOCAL, F, H], pl.FP16, pl.NZ], wu: pl.Tensor[[E_LOCAL, F, H], pl.FP16, pl.NZ],
-            g: pl.Out[pl.Tensor[[E_LOCAL, CAP, F], pl.FP32]], u: pl.Out[pl.Tensor[[E_LOCAL, CAP, F], pl.FP32]]):
+def gate_up(
+    x: pl.Tensor[[E_LOCAL, CAP, H], pl.FP16],
+    wg: pl.Tensor[[E_LOCAL, F, H], pl.FP16, pl.NZ],
+    wu: pl.Tensor[[E_LOCAL, F, H], pl.FP16, pl.NZ],
+    g: pl.Out[pl.Tensor[[E_LOCAL, CAP, F], pl.FP32]],
+    u: pl.Out[pl.Tensor[[E_LOCAL, CAP, F], pl.FP32]],
+):
     for e in pl.spmd(E_LOCAL):
         for fb in pl.range(F // FT):
             f0 = fb * FT
-            g[e, :, f0:f0 + FT] = pl.matmul(x[e, :, :], wg[e, f0:f0 + FT, :], b_trans=True)
-            u[e, :, f0:f0 + FT] = pl.matmul(x[e, :, :], wu[e, f0:f0 + FT, :], b_trans=True)
+            g[e, :, f0 : f0 + FT] = pl.matmul(x[e, :, :], wg[e, f0 : f0 + FT, :], b_trans=True)
+            u[e, :, f0 : f0 + FT] = pl.matmul(x[e, :, :], wu[e, f0 : f0 + FT, :], b_trans=True)
 
 
 @pl.kernel
-def act(g: pl.Tensor[[E_LOCAL, CAP, F], pl.FP32], u: pl.Tensor[[E_LOCAL, CAP, F], pl.FP32],
-        h: pl.Out[pl.Tensor[[E_LOCAL, CAP, F], pl.FP16]]):
+def act(
+    g: pl.Tensor[[E_LOCAL, CAP, F], pl.FP32],
+    u: pl.Tensor[[E_LOCAL, CAP, F], pl.FP32],
+    h: pl.Out[pl.Tensor[[E_LOCAL, CAP, F], pl.FP16]],
+):
     for e in pl.spmd(E_LOCAL):
         for fb in pl.range(F // FT):
             f0 = fb * FT
@@ -59,23 +66,30 @@ def act(g: pl.Tensor[[E_LOCAL, CAP, F], pl.FP32], u: pl.Tensor[[E_LOCAL, CAP, F]
 
 
 @pl.kernel
-def down(h: pl.Tensor[[E_LOCAL, CAP, F], pl.FP16], wd: pl.Tensor[[E_LOCAL, H, F], pl.FP16, pl.NZ],
-         y: pl.Out[pl.Tensor[[E_LOCAL, CAP, H], pl.FP32]]):
+def down(
+    h: pl.Tensor[[E_LOCAL, CAP, F], pl.FP16],
+    wd: pl.Tensor[[E_LOCAL, H, F], pl.FP16, pl.NZ],
+    y: pl.Out[pl.Tensor[[E_LOCAL, CAP, H], pl.FP32]],
+):
     for e in pl.spmd(E_LOCAL):
         for hb in pl.range(H // HT):
             h0 = hb * HT
-            acc = pl.matmul(h[e, :, 0:FK], wd[e, h0:h0 + HT, 0:FK], b_trans=True)
+            acc = pl.matmul(h[e, :, 0:FK], wd[e, h0 : h0 + HT, 0:FK], b_trans=True)
             for k0 in pl.pipeline(FK, F, FK):
-                acc = pl.matmul_acc(acc, h[e, :, k0:k0 + FK], wd[e, h0:h0 + HT, k0:k0 + FK], b_trans=True)
-            y[e, :, h0:h0 + HT] = acc
+                acc = pl.matmul_acc(
+                    acc, h[e, :, k0 : k0 + FK], wd[e, h0 : h0 + HT, k0 : k0 + FK], b_trans=True
+                )
+            y[e, :, h0 : h0 + HT] = acc
 
 
 @pl.orchestration
-def moe_experts(xe: pl.Tensor[[RANKS, E_LOCAL, CAP, H], pl.FP16],
-                wg: pl.Tensor[[RANKS, E_LOCAL, F, H], pl.FP16, pl.NZ],
-                wu: pl.Tensor[[RANKS, E_LOCAL, F, H], pl.FP16, pl.NZ],
-                wd: pl.Tensor[[RANKS, E_LOCAL, H, F], pl.FP16, pl.NZ],
-                ye: pl.Out[pl.Tensor[[RANKS, E_LOCAL, CAP, H], pl.FP32]]):
+def moe_experts(
+    xe: pl.Tensor[[RANKS, E_LOCAL, CAP, H], pl.FP16],
+    wg: pl.Tensor[[RANKS, E_LOCAL, F, H], pl.FP16, pl.NZ],
+    wu: pl.Tensor[[RANKS, E_LOCAL, F, H], pl.FP16, pl.NZ],
+    wd: pl.Tensor[[RANKS, E_LOCAL, H, F], pl.FP16, pl.NZ],
+    ye: pl.Out[pl.Tensor[[RANKS, E_LOCAL, CAP, H], pl.FP32]],
+):
     for r in range(RANKS):
         g, u = gate_up(xe[r], wg[r], wu[r], device=r)  # intermediates stay on rank r
         h = act(g, u, device=r)
@@ -129,7 +143,9 @@ def make_cluster(use_ray: bool) -> tuple[runtime.Cluster | distributed.RayCluste
     from nzjit.distributed import RayCluster
 
     # a local Ray, started by RayCluster (its actors import this checkout's nzjit; keywords go to ray.init)
-    cluster = RayCluster(RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    cluster = RayCluster(
+        RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
+    )
     return cluster, "RayCluster (Ray actors)"
 
 
@@ -143,7 +159,9 @@ def upload_counts(cluster: object) -> list[tuple[int, int]]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="A 4-rank expert-parallel MoE layer, checked against numpy")
-    parser.add_argument("--ray", action="store_true", help="run the ranks as Ray actors (pip install 'nzjit[ray]')")
+    parser.add_argument(
+        "--ray", action="store_true", help="run the ranks as Ray actors (pip install 'nzjit[ray]')"
+    )
     opts = parser.parse_args(argv)
     t_start = time.perf_counter()
     rng = np.random.default_rng(7)
@@ -174,13 +192,17 @@ def main(argv: list[str] | None = None) -> None:
     resident_ok = all(nb == xe[r].nbytes for r, (_, nb) in enumerate(uploads)) and np.array_equal(ye2, ye)
 
     per_expert = [len(s) for s in slots]
-    print(f"tp_moe: {RANKS} ranks x {E_LOCAL} experts (E={E}), {TOKENS} tokens top-{TOP_K}, "
-          f"H={H} F={F}, fp16 NZ weights {list(wg.shape)}, on {where}")
+    print(
+        f"tp_moe: {RANKS} ranks x {E_LOCAL} experts (E={E}), {TOKENS} tokens top-{TOP_K}, "
+        f"H={H} F={F}, fp16 NZ weights {list(wg.shape)}, on {where}"
+    )
     print(f"  tokens per expert      : {per_expert}")
     print(f"  expert outputs == numpy: {experts_ok}   (max |y| = {np.abs(ye).max():.0f})")
     print(f"  layer output   == numpy: {layer_ok}")
-    print(f"  second call            : {t_call:.2f} s, uploads per rank {[n for n, _ in uploads]}, "
-          f"bytes {[b for _, b in uploads]} (routed tokens only, no weights): {resident_ok}")
+    print(
+        f"  second call            : {t_call:.2f} s, uploads per rank {[n for n, _ in uploads]}, "
+        f"bytes {[b for _, b in uploads]} (routed tokens only, no weights): {resident_ok}"
+    )
     print(f"  total                  : {time.perf_counter() - t_start:.2f} s")
     if not (experts_ok and layer_ok and resident_ok):
         raise SystemExit("tp_moe: MISMATCH")

@@ -38,17 +38,24 @@ HT = 128
 
 
 @pl.kernel
-def gate_up(x: pl.Tensor[[E, CAP, H], pl.FP16],
-            wg: pl.Tensor[[E, FL, H], pl.FP16, pl.NZ], wu: pl.Tensor[[E, FL, H], pl.FP16, pl.NZ],
-            g: pl.Out[pl.Tensor[[E, CAP, FL], pl.FP32]], u: pl.Out[pl.Tensor[[E, CAP, FL], pl.FP32]]):
+def gate_up(
+    x: pl.Tensor[[E, CAP, H], pl.FP16],
+    wg: pl.Tensor[[E, FL, H], pl.FP16, pl.NZ],
+    wu: pl.Tensor[[E, FL, H], pl.FP16, pl.NZ],
+    g: pl.Out[pl.Tensor[[E, CAP, FL], pl.FP32]],
+    u: pl.Out[pl.Tensor[[E, CAP, FL], pl.FP32]],
+):
     for e in pl.spmd(E):
         g[e, :, :] = pl.matmul(x[e, :, :], wg[e, :, :], b_trans=True)
         u[e, :, :] = pl.matmul(x[e, :, :], wu[e, :, :], b_trans=True)
 
 
 @pl.kernel
-def act(g: pl.Tensor[[E, CAP, FL], pl.FP32], u: pl.Tensor[[E, CAP, FL], pl.FP32],
-        h: pl.Out[pl.Tensor[[E, CAP, FL], pl.FP16]]):
+def act(
+    g: pl.Tensor[[E, CAP, FL], pl.FP32],
+    u: pl.Tensor[[E, CAP, FL], pl.FP32],
+    h: pl.Out[pl.Tensor[[E, CAP, FL], pl.FP16]],
+):
     for e in pl.spmd(E):
         gt = pl.load(g, [e, 0, 0], [1, CAP, FL])
         ut = pl.load(u, [e, 0, 0], [1, CAP, FL])
@@ -57,18 +64,24 @@ def act(g: pl.Tensor[[E, CAP, FL], pl.FP32], u: pl.Tensor[[E, CAP, FL], pl.FP32]
 
 
 @pl.kernel
-def down(h: pl.Tensor[[E, CAP, FL], pl.FP16], wd: pl.Tensor[[E, H, FL], pl.FP16, pl.NZ],
-         y: pl.Out[pl.Tensor[[E, CAP, H], pl.FP32]]):
+def down(
+    h: pl.Tensor[[E, CAP, FL], pl.FP16],
+    wd: pl.Tensor[[E, H, FL], pl.FP16, pl.NZ],
+    y: pl.Out[pl.Tensor[[E, CAP, H], pl.FP32]],
+):
     for e in pl.spmd(E):
         for hb in pl.range(H // HT):
             h0 = hb * HT
-            y[e, :, h0:h0 + HT] = pl.matmul(h[e, :, :], wd[e, h0:h0 + HT, :], b_trans=True)
+            y[e, :, h0 : h0 + HT] = pl.matmul(h[e, :, :], wd[e, h0 : h0 + HT, :], b_trans=True)
 
 
 @pl.kernel
-def reduce_partials(partial: pl.Tensor[[E, CAP, H], pl.FP32], out: pl.Out[pl.Tensor[[E, CAP, H], pl.FP32]],
-                    data: pl.InOut[pld.DistributedTensor[[E, CAP, H], pl.FP32]],
-                    signal: pl.InOut[pld.DistributedTensor[[RANKS, 1], pl.INT32]]):
+def reduce_partials(
+    partial: pl.Tensor[[E, CAP, H], pl.FP32],
+    out: pl.Out[pl.Tensor[[E, CAP, H], pl.FP32]],
+    data: pl.InOut[pld.DistributedTensor[[E, CAP, H], pl.FP32]],
+    signal: pl.InOut[pld.DistributedTensor[[RANKS, 1], pl.INT32]],
+):
     for e in pl.range(E):
         pl.store(pl.load(partial, [e, 0, 0], [1, CAP, H]), [e, 0, 0], data)
     data = pld.tensor.allreduce(data, signal, op=pld.ReduceOp.Sum)  # every rank: the sum of the partials
@@ -77,17 +90,26 @@ def reduce_partials(partial: pl.Tensor[[E, CAP, H], pl.FP32], out: pl.Out[pl.Ten
 
 
 @pl.orchestration
-def tp_moe(xe: pl.Tensor[[E, CAP, H], pl.FP16],
-           wg: pl.Tensor[[RANKS, E, FL, H], pl.FP16, pl.NZ], wu: pl.Tensor[[RANKS, E, FL, H], pl.FP16, pl.NZ],
-           wd: pl.Tensor[[RANKS, E, H, FL], pl.FP16, pl.NZ], ye: pl.Out[pl.Tensor[[RANKS, E, CAP, H], pl.FP32]]):
+def tp_moe(
+    xe: pl.Tensor[[E, CAP, H], pl.FP16],
+    wg: pl.Tensor[[RANKS, E, FL, H], pl.FP16, pl.NZ],
+    wu: pl.Tensor[[RANKS, E, FL, H], pl.FP16, pl.NZ],
+    wd: pl.Tensor[[RANKS, E, H, FL], pl.FP16, pl.NZ],
+    ye: pl.Out[pl.Tensor[[RANKS, E, CAP, H], pl.FP32]],
+):
     data_buf = pld.alloc_window_buffer([E, CAP, H], dtype=pl.FP32)
     signal_buf = pld.alloc_window_buffer([pld.world_size(), 1], dtype=pl.INT32)
     for r in range(pld.world_size()):
         g, u = gate_up(xe, wg[r], wu[r], device=r)  # every rank: all tokens, its slice of F
         h = act(g, u, device=r)
         partial = down(h, wd[r], device=r)
-        reduce_partials(partial, ye[r], pld.window(data_buf, [E, CAP, H], dtype=pl.FP32),
-                        pld.window(signal_buf, [RANKS, 1], dtype=pl.INT32), device=r)
+        reduce_partials(
+            partial,
+            ye[r],
+            pld.window(data_buf, [E, CAP, H], dtype=pl.FP32),
+            pld.window(signal_buf, [RANKS, 1], dtype=pl.INT32),
+            device=r,
+        )
 
 
 # ------------------------------------------------------------------------------------ host side
@@ -135,12 +157,15 @@ def shard(w: np.ndarray, axis: int) -> np.ndarray:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="A tensor-parallel MoE layer with pld.tensor.allreduce")
-    parser.add_argument("--ray", action="store_true", help="run the ranks as Ray actors (pip install 'nzjit[ray]')")
+    parser.add_argument(
+        "--ray", action="store_true", help="run the ranks as Ray actors (pip install 'nzjit[ray]')"
+    )
     if parser.parse_args(argv).ray:
         from nzjit.distributed import RayCluster
 
-        cluster: runtime.Cluster | distributed.RayCluster = RayCluster(RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False,
-                                     configure_logging=False)
+        cluster: runtime.Cluster | distributed.RayCluster = RayCluster(
+            RANKS, num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
+        )
     else:
         cluster = runtime.Cluster(RANKS)
     if not run(cluster):
@@ -166,8 +191,10 @@ def run(cluster: runtime.Cluster | distributed.RayCluster) -> bool:
     ye_ref = reference(xe, wg, wu, wd)
     ranks_ok = all(np.array_equal(ye[r], ye_ref) for r in range(RANKS))
     layer_ok = np.array_equal(combine(ye[0], slots, weights), combine(ye_ref, slots, weights))
-    print(f"tp_moe_allreduce: {RANKS} ranks, {E} experts split along F={F} ({FL} per rank), {TOKENS} tokens "
-          f"top-{TOP_K}, H={H}, fp16 NZ weights")
+    print(
+        f"tp_moe_allreduce: {RANKS} ranks, {E} experts split along F={F} ({FL} per rank), {TOKENS} tokens "
+        f"top-{TOP_K}, H={H}, fp16 NZ weights"
+    )
     print(f"  tokens per expert               : {[len(s) for s in slots]}")
     print(f"  all-reduced outputs == numpy    : {ranks_ok} on every rank (max |y| = {np.abs(ye).max():.0f})")
     print(f"  layer output        == numpy    : {layer_ok}")

@@ -135,8 +135,9 @@ def kernel_from_expression(namespace: dict[str, Any], expr: str) -> tuple[str, K
     return expr, value
 
 
-def _kernels_of(path: str, name: str | None, orchestrations: list[tuple[str, Orchestration]] | None = None
-                ) -> list[tuple[str, Kernel]]:
+def _kernels_of(
+    path: str, name: str | None, orchestrations: list[tuple[str, Orchestration]] | None = None
+) -> list[tuple[str, Kernel]]:
     """The kernels to show. `--kernel ORCH` prints the orchestration's program first and gives the
     kernels it calls; with no `--kernel`, the file's orchestrations are added to `orchestrations`
     (when given) for the caller to print after the kernels, and a file may then have no kernel."""

@@ -20,7 +20,10 @@ from mypy.types import AnyType, Type, TypeOfAny
 #: The annotation factories of nzjit.language.annotations (re-exported as pl.Tensor, ...) and
 #: the window parameter of nzjit.pld.
 ANNOTATIONS = frozenset(
-    [*(f"nzjit.language.annotations.{n}" for n in ("Tensor", "Out", "InOut", "Scalar")), "nzjit.pld.DistributedTensor"]
+    [
+        *(f"nzjit.language.annotations.{n}" for n in ("Tensor", "Out", "InOut", "Scalar")),
+        "nzjit.pld.DistributedTensor",
+    ]
 )
 TRACER = "nzjit.tracing.Tracer"
 

@@ -25,10 +25,12 @@ from typing import Any
 __all__ = ["blas_threads", "one_thread", "set_blas_threads"]
 
 # (set, get) entry points, by the prefix of each OpenBLAS build numpy may load
-_NAMES = (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
-          ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
-          ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
-          ("openblas_set_num_threads", "openblas_get_num_threads"))
+_NAMES = (
+    ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
+    ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
+    ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
+    ("openblas_set_num_threads", "openblas_get_num_threads"),
+)
 
 _lock = threading.Lock()
 _users = 0  # callers inside `one_thread` now
@@ -43,7 +45,9 @@ def _openblas() -> tuple[Any, Any] | None:
         _api = None
         try:
             with open("/proc/self/maps") as f:
-                paths = sorted({line.split()[-1] for line in f if "openblas" in line.lower() and ".so" in line})
+                paths = sorted(
+                    {line.split()[-1] for line in f if "openblas" in line.lower() and ".so" in line}
+                )
         except OSError:
             paths = []
         for path in paths:

@@ -33,44 +33,40 @@ numbers, shapes and numpy arrays), so the world's state can later live behind a 
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .comm_clock import ByteTracker, Conflict, new_clock
-from .device import DeviceTensor, Worker
-from .errors import DeviceError
+from .comm_errors import CommError, CommHangError, CommRaceError, UnwrittenWindowReadWarning
+from .comm_state import PendingCollective, RankState, key_text, notify_history
+from .comm_window import Window, region_bytes
+from .device import Worker
 
-__all__ = ["CommWorld", "Window", "Endpoint", "CommError", "CommHangError", "CommRaceError",
-           "UnwrittenWindowReadWarning", "current_endpoint", "bound", "NOTIFY_OPS", "WAIT_CMPS", "REDUCE_OPS"]
+__all__ = [
+    "CommWorld",
+    "Window",
+    "Endpoint",
+    "CommError",
+    "CommHangError",
+    "CommRaceError",
+    "UnwrittenWindowReadWarning",
+    "current_endpoint",
+    "bound",
+    "NOTIFY_OPS",
+    "WAIT_CMPS",
+    "REDUCE_OPS",
+]
 
 NOTIFY_OPS = ("atomic_add", "set")
 WAIT_CMPS = ("eq", "ge")
 REDUCE_OPS = ("sum", "max", "min", "prod")
 _CMP_TEXT = {"eq": "==", "ge": ">="}
-
-
-class CommError(DeviceError):
-    """A communication error of the simulated world (a bad region, mismatched collectives...)."""
-
-
-class CommHangError(CommError):
-    """Every live rank is blocked and none can proceed: on the device the program would hang."""
-
-
-class CommRaceError(CommError):
-    """Two accesses of window bytes by different ranks that no synchronisation orders."""
-
-
-class UnwrittenWindowReadWarning(UserWarning):
-    """A remote read of window bytes that no rank wrote since the window was allocated."""
 
 
 _local = threading.local()
@@ -93,81 +89,15 @@ def bound(endpoint: Any) -> Any:
         _local.endpoint = prev
 
 
-@dataclass(eq=False)
-class Window:
-    """One window buffer: `nbytes` bytes on every rank, each rank's allocation its own memory."""
-
-    name: str
-    nbytes: int
-    tensors: dict[int, DeviceTensor]  # rank -> that rank's bytes (uint8 [nbytes])
-    trackers: dict[int, ByteTracker]
-    shadows: dict[int, np.ndarray]  # rank -> the bytes as the world last knew them
-    grain: int = 1  # element size: a local store found by comparison is dated element by element
-
-    def address(self, rank: int) -> int:
-        """The window's base address in `rank`'s GM."""
-        return self.tensors[rank].address
-
-    def tensor(self, rank: int, shape: Sequence[int], dtype: Any) -> DeviceTensor:
-        """`rank`'s window seen as a dense `shape` / `dtype` tensor (it must fit the window)."""
-        dtype = np.dtype(dtype)
-        need = math.prod(shape) * dtype.itemsize
-        if need > self.nbytes:
-            raise CommError(f"window {self.name!r} of {self.nbytes} bytes cannot hold a {list(shape)} "
-                            f"{dtype.name} view ({need} bytes)")
-        base = self.tensors[rank]
-        return DeviceTensor(base.worker, base.address, tuple(int(d) for d in shape), dtype)
-
-    def _bytes(self, rank: int) -> np.ndarray:
-        t = self.tensors[rank]
-        return t.worker.gm.view(t.address, (self.nbytes,), (1,))
-
-
-@dataclass
-class _State:
-    kind: str = "idle"  # idle (runs no kernel) | pending (not started) | running | wait | collective | done | failed
-    site: str = ""
-    describe: Callable[[], str] = lambda: ""
-    ready: Callable[[], bool] = lambda: False
-    progress: float = field(default_factory=time.monotonic)
-
-
-@dataclass(eq=False)
-class _Collective:
-    kind: str
-    key: tuple[Any, ...]  # what every rank must agree on (op, shapes, dtypes)
-    first_rank: int
-    first_site: str
-    args: dict[int, dict[str, Any]] = field(default_factory=dict)
-    done: bool = False
-    results: dict[int, Any] = field(default_factory=dict)
-
-
-def region_bytes(shape: Sequence[int], itemsize: int, offsets: Sequence[int], box: Sequence[int],
-                 what: str) -> np.ndarray:
-    """Flat byte indices of the box at `offsets` of extent `box` in a dense row-major `shape` view."""
-    if len(offsets) != len(shape) or len(box) != len(shape):
-        raise CommError(f"{what}: a rank-{len(shape)} window view needs {len(shape)} offsets and extents, got "
-                        f"offsets {list(offsets)} and shape {list(box)}")
-    for axis, (o, b, d) in enumerate(zip(offsets, box, shape)):
-        if o < 0 or b < 0 or o + b > d:
-            raise CommError(f"{what}: the region [{o}, {o + b}) on axis {axis} is outside the window view "
-                            f"{list(shape)}; the region must fit inside the window at its offsets")
-    strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
-    idx = np.zeros((), np.intp)
-    for o, b, s in zip(offsets, box, strides):
-        idx = idx[..., None] + (np.arange(b, dtype=np.intp) + o) * s
-    return ((idx.reshape(-1, 1) * itemsize) + np.arange(itemsize, dtype=np.intp)).reshape(-1)
-
-
 class CommWorld:
     """The communication state of one program run: `workers` maps rank -> Worker (ranks 0..n-1).
 
     Use :meth:`alloc_window` before the ranks start, :meth:`running` around each rank's thread,
     :meth:`close` at the end (frees the windows)."""
 
-    def __init__(self, workers: Mapping[int, Worker], timeout: float = 60.0,
-                 active: Sequence[int] | None = None) -> None:
+    def __init__(
+        self, workers: Mapping[int, Worker], timeout: float = 60.0, active: Sequence[int] | None = None
+    ) -> None:
         self.workers = dict(workers)
         self.n_ranks = len(self.workers)
         if sorted(self.workers) != list(range(self.n_ranks)):
@@ -177,12 +107,12 @@ class CommWorld:
         self._cond = threading.Condition(threading.RLock())
         # `active`: the ranks that will run kernels; until a rank starts it counts as making progress
         act = set(self.workers) if active is None else set(active)
-        self._states = {r: _State("pending" if r in act else "idle") for r in self.workers}
+        self._states = {r: RankState("pending" if r in act else "idle") for r in self.workers}
         self._clocks = {r: new_clock(r, self.n_ranks) for r in self.workers}
         self._cell_clocks: dict[tuple[int, int, int], np.ndarray] = {}
         # (window, rank, byte) -> the notifies that reached the cell: (rank, op, value, site), for hang reports
         self._cell_log: dict[tuple[int, int, int], list[tuple[int, str, int, str]]] = {}
-        self._collectives: dict[int, _Collective] = {}
+        self._collectives: dict[int, PendingCollective] = {}
         self._failure: CommError | None = None
         self._endpoints = {r: Endpoint(self, r) for r in self.workers}
 
@@ -191,12 +121,22 @@ class CommWorld:
         """A window of `nbytes` bytes on every rank, zeroed (signal cells rely on it). `grain`: the
         element size of its data, so a local store of 1.0f (bytes 00 00 80 3f) counts all 4 bytes."""
         if isinstance(nbytes, bool) or not isinstance(nbytes, int | np.integer) or nbytes <= 0:
-            raise CommError(f"alloc_window_buffer {name!r}: the size is a positive number of bytes, got {nbytes!r}")
+            raise CommError(
+                f"alloc_window_buffer {name!r}: the size is a positive number of bytes, got {nbytes!r}"
+            )
         n = int(nbytes)
         # zeroed explicitly: fresh device memory holds the poison pattern (runtime.memory.POISON_BYTE)
-        tensors = {r: w.alloc_tensor((n,), np.uint8, init=np.zeros(n, np.uint8)) for r, w in self.workers.items()}
-        win = Window(name, n, tensors, {r: ByteTracker(n, self.n_ranks) for r in self.workers},
-                     {r: np.zeros(n, np.uint8) for r in self.workers}, max(1, int(grain)))
+        tensors = {
+            r: w.alloc_tensor((n,), np.uint8, init=np.zeros(n, np.uint8)) for r, w in self.workers.items()
+        }
+        win = Window(
+            name,
+            n,
+            tensors,
+            {r: ByteTracker(n, self.n_ranks) for r in self.workers},
+            {r: np.zeros(n, np.uint8) for r in self.workers},
+            max(1, int(grain)),
+        )
         self.windows.append(win)
         return win
 
@@ -232,7 +172,7 @@ class CommWorld:
         """Rank `rank` starts its kernels (`running`'s entry; a rank in another process calls it
         through runtime/comm_remote.py)."""
         with self._cond:
-            self._states[rank] = _State("running")
+            self._states[rank] = RankState("running")
 
     def finish(self, rank: int, error: BaseException | None) -> BaseException | None:
         """Rank `rank`'s kernels returned (`error` None) or failed; peers waiting on it are diagnosed.
@@ -246,7 +186,7 @@ class CommWorld:
         warnings.warn(message, UnwrittenWindowReadWarning, stacklevel=3)
 
     # ------------------------------------------------------------------------- blocking core
-    def _block(self, rank: int, state: _State) -> None:
+    def _block(self, rank: int, state: RankState) -> None:
         """Block rank `rank` (lock held) until `state.ready()`, a failure elsewhere, or a hang."""
         self._states[rank] = state
         try:
@@ -258,7 +198,7 @@ class CommWorld:
                     continue
                 self._cond.wait(timeout=0.05)
         finally:
-            self._states[rank] = _State("running")
+            self._states[rank] = RankState("running")
         self._cond.notify_all()
 
     def _check_stuck(self) -> None:
@@ -287,9 +227,11 @@ class CommWorld:
                 lines.append(f"  rank {r}: runs no kernel in this program")
             else:
                 lines.append(f"  rank {r}: running")
-        lines.append("help: every wait needs a notify on a peer that brings its cell to the expected value "
-                     "(NotifyOp.AtomicAdd where several ranks add to one cell, Set for one writer), and "
-                     "every rank must enter the same collectives in the same order")
+        lines.append(
+            "help: every wait needs a notify on a peer that brings its cell to the expected value "
+            "(NotifyOp.AtomicAdd where several ranks add to one cell, Set for one writer), and "
+            "every rank must enter the same collectives in the same order"
+        )
         self._failure = CommHangError("\n".join(lines))
         self._cond.notify_all()
 
@@ -304,7 +246,7 @@ class CommWorld:
     def _scan_local(self, rank: int, site: str, only: Window | None = None) -> None:
         """Date the bytes `rank` stored into its own windows since the world last looked (lock held)."""
         clock = self._clocks[rank]
-        for win in ([only] if only is not None else self.windows):
+        for win in [only] if only is not None else self.windows:
             cur, shadow = win._bytes(rank), win.shadows[rank]
             changed = np.flatnonzero(cur != shadow)
             if changed.size == 0:
@@ -330,11 +272,13 @@ class CommWorld:
         a = (rank, kind, what)
         b = (c.other_rank, c.other_kind, c.other_site)
         first, second = sorted((a, b), key=lambda x: (x[1] != "write", x[0]))
-        lines = [f"communication race on window {win.name!r} of rank {owner}, byte {c.byte}: rank {first[0]}'s "
-                 f"{first[2]} and rank {second[0]}'s {second[2]} are not ordered; no notify/wait chain (or "
-                 "collective) orders the two",
-                 f"help: make rank {first[0]} notify after its {first[1]} and rank {second[0]} wait for that notify "
-                 f"before its {second[1]} (or put a pld.tensor.barrier between them)"]
+        lines = [
+            f"communication race on window {win.name!r} of rank {owner}, byte {c.byte}: rank {first[0]}'s "
+            f"{first[2]} and rank {second[0]}'s {second[2]} are not ordered; no notify/wait chain (or "
+            "collective) orders the two",
+            f"help: make rank {first[0]} notify after its {first[1]} and rank {second[0]} wait for that notify "
+            f"before its {second[1]} (or put a pld.tensor.barrier between them)",
+        ]
         return self._fail(CommRaceError("\n".join(lines)))
 
 
@@ -354,8 +298,12 @@ class Endpoint:
 
     def _peer(self, peer: int, what: str, site: str) -> int:
         if isinstance(peer, bool) or not 0 <= int(peer) < self.world.n_ranks:
-            raise self.world._fail(CommError(f"{site}: {what}: peer {peer} is not a rank of the world "
-                                             f"(ranks 0..{self.world.n_ranks - 1})"))
+            raise self.world._fail(
+                CommError(
+                    f"{site}: {what}: peer {peer} is not a rank of the world "
+                    f"(ranks 0..{self.world.n_ranks - 1})"
+                )
+            )
         return int(peer)
 
     def _finish(self, error: BaseException | None) -> BaseException | None:
@@ -366,7 +314,7 @@ class Endpoint:
                     w._scan_local(self.rank, "the end of its kernels")
                 except CommError as e:
                     error = e
-            st = _State("done") if error is None else _State("failed")
+            st = RankState("done") if error is None else RankState("failed")
             if error is not None:
                 st.describe = lambda: f"{type(error).__name__}: {str(error).splitlines()[0]}"
             w._states[self.rank] = st
@@ -376,13 +324,22 @@ class Endpoint:
         return error
 
     # ------------------------------------------------------------------------------ signals
-    def _cell(self, win: Window, rank: int, view_shape: Sequence[int], offsets: Sequence[int],
-              what: str, site: str) -> tuple[int, np.ndarray]:
+    def _cell(
+        self, win: Window, rank: int, view_shape: Sequence[int], offsets: Sequence[int], what: str, site: str
+    ) -> tuple[int, np.ndarray]:
         idx = region_bytes(view_shape, 4, offsets, [1] * len(view_shape), f"{site}: {what}")
-        return int(idx[0]), win._bytes(rank)[idx[0]: idx[0] + 4].view(np.int32)
+        return int(idx[0]), win._bytes(rank)[idx[0] : idx[0] + 4].view(np.int32)
 
-    def notify(self, win: Window, peer: int, view_shape: Sequence[int], offsets: Sequence[int], value: int,
-               op: str, site: str) -> None:
+    def notify(
+        self,
+        win: Window,
+        peer: int,
+        view_shape: Sequence[int],
+        offsets: Sequence[int],
+        value: int,
+        op: str,
+        site: str,
+    ) -> None:
         """Deposit `value` into the INT32 signal cell `offsets` of `peer`'s window: `op` "atomic_add"
         adds it, "set" overwrites. Publishes this rank's clock with the cell, then ticks it."""
         w = self.world
@@ -405,8 +362,15 @@ class Endpoint:
             clock[self.rank] += 1
             w._cond.notify_all()
 
-    def wait(self, win: Window, view_shape: Sequence[int], offsets: Sequence[int], expected: int, cmp: str,
-             site: str) -> None:
+    def wait(
+        self,
+        win: Window,
+        view_shape: Sequence[int],
+        offsets: Sequence[int],
+        expected: int,
+        cmp: str,
+        site: str,
+    ) -> None:
         """Block until this rank's INT32 signal cell `offsets` satisfies `cmp` ("eq" / "ge")
         `expected`; then this rank is ordered after every notify that reached the cell."""
         w = self.world
@@ -421,20 +385,34 @@ class Endpoint:
 
             def describe() -> str:
                 cell_txt = ", ".join(map(str, offsets))
-                return (f"waits at {site} for signal[{cell_txt}] of window {win.name!r} to be "
-                        f"{_CMP_TEXT[cmp]} {exp} (WaitCmp.{cmp.capitalize()}); it holds {int(cell[0])}"
-                        + _history(w._cell_log.get((id(win), self.rank, byte), []))
-                        + (" - it is past the expected value and counters only grow: WaitCmp.Eq never holds "
-                           "again, wait with WaitCmp.Ge" if cmp == "eq" and int(cell[0]) > exp else ""))
+                return (
+                    f"waits at {site} for signal[{cell_txt}] of window {win.name!r} to be "
+                    f"{_CMP_TEXT[cmp]} {exp} (WaitCmp.{cmp.capitalize()}); it holds {int(cell[0])}"
+                    + notify_history(w._cell_log.get((id(win), self.rank, byte), []))
+                    + (
+                        " - it is past the expected value and counters only grow: WaitCmp.Eq never holds "
+                        "again, wait with WaitCmp.Ge"
+                        if cmp == "eq" and int(cell[0]) > exp
+                        else ""
+                    )
+                )
 
-            w._block(self.rank, _State("wait", site, describe, ready))
+            w._block(self.rank, RankState("wait", site, describe, ready))
             joined = w._cell_clocks.get((id(win), self.rank, byte))
             if joined is not None:
                 np.maximum(w._clocks[self.rank], joined, out=w._clocks[self.rank])
 
     # --------------------------------------------------------------------------------- RMA
-    def remote_load(self, win: Window, peer: int, view_shape: Sequence[int], dtype: Any,
-                    offsets: Sequence[int], box: Sequence[int], site: str) -> np.ndarray:
+    def remote_load(
+        self,
+        win: Window,
+        peer: int,
+        view_shape: Sequence[int],
+        dtype: Any,
+        offsets: Sequence[int],
+        box: Sequence[int],
+        site: str,
+    ) -> np.ndarray:
         """A copy of the `box` at `offsets` of `peer`'s window (as a `view_shape` `dtype` view)."""
         w = self.world
         dtype = np.dtype(dtype)
@@ -453,15 +431,26 @@ class Endpoint:
             fresh = tr.unwritten(idx)
             if fresh.size:
                 first = int(fresh[0]) // dtype.itemsize
-                w.warn(self.rank, f"{site}: rank {self.rank} remote_loads {fresh.size} bytes of window {win.name!r} "
-                       f"of rank {peer} that no rank has written since allocation (first: element "
-                       f"{tuple(int(i) for i in np.unravel_index(first, tuple(view_shape)))}); it reads the "
-                       "allocation's zeros - check that its offsets and shape match what the peer stored")
+                w.warn(
+                    self.rank,
+                    f"{site}: rank {self.rank} remote_loads {fresh.size} bytes of window {win.name!r} "
+                    f"of rank {peer} that no rank has written since allocation (first: element "
+                    f"{tuple(int(i) for i in np.unravel_index(first, tuple(view_shape)))}); it reads the "
+                    "allocation's zeros - check that its offsets and shape match what the peer stored",
+                )
             tr.record_read(idx, self.rank, int(clock[self.rank]), what)
             return win._bytes(peer)[idx].view(dtype).reshape(tuple(box)).copy()
 
-    def remote_store(self, win: Window, peer: int, view_shape: Sequence[int], offsets: Sequence[int],
-                     data: np.ndarray, atomic: bool, site: str) -> None:
+    def remote_store(
+        self,
+        win: Window,
+        peer: int,
+        view_shape: Sequence[int],
+        offsets: Sequence[int],
+        data: np.ndarray,
+        atomic: bool,
+        site: str,
+    ) -> None:
         """Write `data` at `offsets` of `peer`'s window (`atomic`: add to what is there, in its dtype)."""
         w = self.world
         data = np.ascontiguousarray(data)
@@ -487,8 +476,15 @@ class Endpoint:
             tr.record_write(idx, self.rank, int(clock[self.rank]), what, atomic)
 
     # ---------------------------------------------------------------- this rank's own window
-    def local_store(self, win: Window, view_shape: Sequence[int], itemsize: int, offsets: Sequence[int],
-                    box: Sequence[int], site: str) -> None:
+    def local_store(
+        self,
+        win: Window,
+        view_shape: Sequence[int],
+        itemsize: int,
+        offsets: Sequence[int],
+        box: Sequence[int],
+        site: str,
+    ) -> None:
         """Record that this rank's kernel stored the `box` at `offsets` of its own window (the bytes are
         already in memory): a race when a peer's read or write of them is not ordered before."""
         w = self.world
@@ -503,8 +499,15 @@ class Endpoint:
             tr.record_write(idx, self.rank, int(clock[self.rank]), what)
             win.shadows[self.rank][idx] = win._bytes(self.rank)[idx]
 
-    def local_load(self, win: Window, view_shape: Sequence[int], itemsize: int, offsets: Sequence[int],
-                   box: Sequence[int], site: str) -> None:
+    def local_load(
+        self,
+        win: Window,
+        view_shape: Sequence[int],
+        itemsize: int,
+        offsets: Sequence[int],
+        box: Sequence[int],
+        site: str,
+    ) -> None:
         """Record that this rank's kernel loaded the `box` at `offsets` of its own window: a race when
         a peer wrote those bytes (remote_store, put, notify aside) without an ordering chain."""
         w = self.world
@@ -519,8 +522,14 @@ class Endpoint:
             tr.record_read(idx, self.rank, int(clock[self.rank]), what)
 
     # ----------------------------------------------------------------------------- collectives
-    def collective(self, kind: str, key: tuple[Any, ...], site: str, args: dict[str, Any],
-                   run: Callable[[Endpoint, dict[int, dict[str, Any]]], dict[int, Any]]) -> Any:
+    def collective(
+        self,
+        kind: str,
+        key: tuple[Any, ...],
+        site: str,
+        args: dict[str, Any],
+        run: Callable[[Endpoint, dict[int, dict[str, Any]]], dict[int, Any]],
+    ) -> Any:
         """Enter this rank's next collective. Every rank must enter the same `kind` with the same
         `key`; the last one to arrive runs `run(its endpoint, args by rank) -> result by rank` (`run`
         reaches the windows only through that endpoint: it may be shipped to another process) with every rank
@@ -532,13 +541,16 @@ class Endpoint:
             self._seq += 1
             col = w._collectives.get(seq)
             if col is None:
-                col = w._collectives[seq] = _Collective(kind, key, self.rank, site)
+                col = w._collectives[seq] = PendingCollective(kind, key, self.rank, site)
             elif (col.kind, col.key) != (kind, key):
-                raise w._fail(CommError(
-                    f"collective #{seq + 1} differs between ranks: rank {col.first_rank} entered {col.kind} "
-                    f"{_key_text(col.key)} at {col.first_site}, rank {self.rank} entered {kind} "
-                    f"{_key_text(key)} at {site}\nhelp: every rank must call the same collectives, in the same "
-                    "order, with the same op and shapes"))
+                raise w._fail(
+                    CommError(
+                        f"collective #{seq + 1} differs between ranks: rank {col.first_rank} entered {col.kind} "
+                        f"{key_text(col.key)} at {col.first_site}, rank {self.rank} entered {kind} "
+                        f"{key_text(key)} at {site}\nhelp: every rank must call the same collectives, in the same "
+                        "order, with the same op and shapes"
+                    )
+                )
             col.args[self.rank] = args
             if len(col.args) == w.n_ranks:
                 for r in range(w.n_ranks):
@@ -555,12 +567,15 @@ class Endpoint:
                 col.done = True
                 w._cond.notify_all()
             else:
+
                 def describe() -> str:
                     missing = [r for r in range(w.n_ranks) if r not in col.args]
-                    return (f"entered {kind} (collective #{seq + 1}) at {site}; waiting for rank(s) "
-                            f"{', '.join(map(str, missing))}, which never entered it")
+                    return (
+                        f"entered {kind} (collective #{seq + 1}) at {site}; waiting for rank(s) "
+                        f"{', '.join(map(str, missing))}, which never entered it"
+                    )
 
-                w._block(self.rank, _State("collective", site, describe, lambda: col.done))
+                w._block(self.rank, RankState("collective", site, describe, lambda: col.done))
             return col.results.get(self.rank)
 
     def write_window(self, win: Window, rank: int, idx: np.ndarray, data: np.ndarray, site: str) -> None:
@@ -574,19 +589,3 @@ class Endpoint:
     def read_window(self, win: Window, rank: int, idx: np.ndarray) -> np.ndarray:
         """A collective's read of bytes `idx` of `rank`'s window (every rank is stopped in it)."""
         return win._bytes(rank)[idx].copy()
-
-
-def _history(log: list[tuple[int, str, int, str]]) -> str:
-    """What reached a cell, for a hang report: who notified it, how, and the likely mistake."""
-    if not log:
-        return "; no rank notified it"
-    names = {"set": "Set", "atomic_add": "AtomicAdd"}
-    text = "; notified by " + ", ".join(f"rank {r} ({names[op]} {v} at {site})" for r, op, v, site in sorted(log))
-    setters = {r for r, op, _, _ in log if op == "set"}
-    if len(setters) > 1:
-        text += " - several ranks Set this cell and the last Set wins: count them with NotifyOp.AtomicAdd"
-    return text
-
-
-def _key_text(key: tuple[Any, ...]) -> str:
-    return "(" + ", ".join(str(k) for k in key) + ")"

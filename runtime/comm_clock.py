@@ -75,7 +75,9 @@ class ByteTracker:
         bad = (w != NEVER) & (w != reader) & (self.epoch[idx] > known)
         return self._first(idx, bad, w, self.write_site[idx], "write")
 
-    def write_conflict(self, idx: np.ndarray, writer: int, clock: np.ndarray, atomic: bool) -> Conflict | None:
+    def write_conflict(
+        self, idx: np.ndarray, writer: int, clock: np.ndarray, atomic: bool
+    ) -> Conflict | None:
         """An earlier write (not both atomic adds) or read of another rank to bytes `idx` that this
         write (by `writer` at `clock`) is not ordered after, else None."""
         w = self.writer[idx]
@@ -94,8 +96,9 @@ class ByteTracker:
             return Conflict(r, "read", self.sites[int(self.read_site[r, idx[j]])], int(idx[j]))
         return None
 
-    def _first(self, idx: np.ndarray, bad: np.ndarray, who: np.ndarray, site: np.ndarray,
-               kind: str) -> Conflict | None:
+    def _first(
+        self, idx: np.ndarray, bad: np.ndarray, who: np.ndarray, site: np.ndarray, kind: str
+    ) -> Conflict | None:
         if not bad.any():
             return None
         j = int(np.argmax(bad))

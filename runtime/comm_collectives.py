@@ -38,7 +38,9 @@ def _reduce(parts: list[np.ndarray], op: str) -> np.ndarray:
 
 def _rows(view_shape: Sequence[int], n: int, what: str) -> None:
     if len(view_shape) < 1 or view_shape[0] != n:
-        raise CommError(f"{what} needs a target of shape [NR, ...] with NR = {n} ranks, got {list(view_shape)}")
+        raise CommError(
+            f"{what} needs a target of shape [NR, ...] with NR = {n} ranks, got {list(view_shape)}"
+        )
 
 
 def allreduce(ep: Endpoint, win: Window, view_shape: Sequence[int], dtype: Any, op: str, site: str) -> None:
@@ -58,28 +60,36 @@ def allreduce(ep: Endpoint, win: Window, view_shape: Sequence[int], dtype: Any, 
     ep.collective("allreduce", (op, tuple(view_shape), dtype.name), site, {"win": win, "site": site}, run)
 
 
-def allgather(ep: Endpoint, local: np.ndarray, win: Window, view_shape: Sequence[int], dtype: Any,
-              site: str) -> None:
+def allgather(
+    ep: Endpoint, local: np.ndarray, win: Window, view_shape: Sequence[int], dtype: Any, site: str
+) -> None:
     """Row `src` of every rank's `[NR, ...]` target becomes rank src's `local` chunk."""
     dtype = np.dtype(dtype)
     _rows(view_shape, ep.n_ranks, f"{site}: allgather")
     row = tuple(view_shape[1:])
     chunk = np.ascontiguousarray(local, dtype).reshape(-1)
     if chunk.size != int(np.prod(row)):
-        raise CommError(f"{site}: allgather: the local chunk of {chunk.size} elements does not fill one row "
-                        f"{list(row)} of the target")
+        raise CommError(
+            f"{site}: allgather: the local chunk of {chunk.size} elements does not fill one row "
+            f"{list(row)} of the target"
+        )
 
     def run(io: Endpoint, args: dict[int, dict[str, Any]]) -> dict[int, Any]:
         gathered = np.concatenate([args[r]["chunk"] for r in sorted(args)])
         for r in args:
-            io.write_window(args[r]["win"], r, _whole(view_shape, dtype), gathered, f"allgather at {args[r]['site']}")
+            io.write_window(
+                args[r]["win"], r, _whole(view_shape, dtype), gathered, f"allgather at {args[r]['site']}"
+            )
         return {}
 
-    ep.collective("allgather", (tuple(view_shape), dtype.name), site,
-                  {"win": win, "chunk": chunk, "site": site}, run)
+    ep.collective(
+        "allgather", (tuple(view_shape), dtype.name), site, {"win": win, "chunk": chunk, "site": site}, run
+    )
 
 
-def reduce_scatter(ep: Endpoint, win: Window, view_shape: Sequence[int], dtype: Any, op: str, site: str) -> None:
+def reduce_scatter(
+    ep: Endpoint, win: Window, view_shape: Sequence[int], dtype: Any, op: str, site: str
+) -> None:
     """Row `r` of rank r's `[NR, ...]` target becomes the `op` reduction of row r over all ranks
     (PyPTO accepts only sum); the other rows are left as they were."""
     dtype = np.dtype(dtype)
@@ -91,39 +101,54 @@ def reduce_scatter(ep: Endpoint, win: Window, view_shape: Sequence[int], dtype: 
 
     def run(io: Endpoint, args: dict[int, dict[str, Any]]) -> dict[int, Any]:
         for dst in sorted(args):
-            idx = region_bytes(view_shape, dtype.itemsize, [dst] + [0] * (len(view_shape) - 1), row, "reduce_scatter")
+            idx = region_bytes(
+                view_shape, dtype.itemsize, [dst] + [0] * (len(view_shape) - 1), row, "reduce_scatter"
+            )
             parts = [io.read_window(args[r]["win"], r, idx).view(dtype) for r in sorted(args)]
-            io.write_window(args[dst]["win"], dst, idx, _reduce(parts, op), f"reduce_scatter at {args[dst]['site']}")
+            io.write_window(
+                args[dst]["win"], dst, idx, _reduce(parts, op), f"reduce_scatter at {args[dst]['site']}"
+            )
         return {}
 
-    ep.collective("reduce_scatter", (op, tuple(view_shape), dtype.name), site, {"win": win, "site": site}, run)
+    ep.collective(
+        "reduce_scatter", (op, tuple(view_shape), dtype.name), site, {"win": win, "site": site}, run
+    )
 
 
-def all_to_all(ep: Endpoint, local: np.ndarray, win: Window, view_shape: Sequence[int], dtype: Any,
-               site: str) -> None:
+def all_to_all(
+    ep: Endpoint, local: np.ndarray, win: Window, view_shape: Sequence[int], dtype: Any, site: str
+) -> None:
     """Row `src` of rank d's `[NR, ...]` target becomes row d of rank src's `local` `[NR, ...]` input."""
     dtype = np.dtype(dtype)
     n = ep.n_ranks
     _rows(view_shape, n, f"{site}: all_to_all")
     data = np.ascontiguousarray(local, dtype)
     if data.shape != tuple(view_shape):
-        raise CommError(f"{site}: all_to_all: the input {list(data.shape)} and the target {list(view_shape)} "
-                        "differ in shape")
+        raise CommError(
+            f"{site}: all_to_all: the input {list(data.shape)} and the target {list(view_shape)} "
+            "differ in shape"
+        )
 
     def run(io: Endpoint, args: dict[int, dict[str, Any]]) -> dict[int, Any]:
         for d in sorted(args):
             received = np.stack([args[s]["data"][d] for s in sorted(args)])
-            io.write_window(args[d]["win"], d, _whole(view_shape, dtype), received, f"all_to_all at {args[d]['site']}")
+            io.write_window(
+                args[d]["win"], d, _whole(view_shape, dtype), received, f"all_to_all at {args[d]['site']}"
+            )
         return {}
 
-    ep.collective("all_to_all", (tuple(view_shape), dtype.name), site, {"win": win, "data": data, "site": site}, run)
+    ep.collective(
+        "all_to_all", (tuple(view_shape), dtype.name), site, {"win": win, "data": data, "site": site}, run
+    )
 
 
 def broadcast(ep: Endpoint, win: Window, view_shape: Sequence[int], dtype: Any, root: int, site: str) -> None:
     """Every rank's window view becomes rank `root`'s."""
     dtype = np.dtype(dtype)
     if not 0 <= root < ep.n_ranks:
-        raise CommError(f"{site}: broadcast root {root} is not a rank of the world (ranks 0..{ep.n_ranks - 1})")
+        raise CommError(
+            f"{site}: broadcast root {root} is not a rank of the world (ranks 0..{ep.n_ranks - 1})"
+        )
     idx = _whole(view_shape, dtype)
 
     def run(io: Endpoint, args: dict[int, dict[str, Any]]) -> dict[int, Any]:

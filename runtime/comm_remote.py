@@ -77,8 +77,13 @@ class WorldHost:
     (name, bytes per rank, grain) in the order every link numbers them. Thread-safe: each rank's
     call may run on its own thread (a `wait` blocks only its caller)."""
 
-    def __init__(self, workers: Mapping[int, Worker], windows: Sequence[tuple[str, int, int]], timeout: float,
-                 active: Sequence[int]) -> None:
+    def __init__(
+        self,
+        workers: Mapping[int, Worker],
+        windows: Sequence[tuple[str, int, int]],
+        timeout: float,
+        active: Sequence[int],
+    ) -> None:
         self.world = CommWorld(workers, timeout=timeout, active=active)
         self.world.warn = self._warn  # type: ignore[method-assign]  # sent back to the reading rank
         self.windows: list[Window] = [self.world.alloc_window(n, name, grain) for name, n, grain in windows]
@@ -172,8 +177,13 @@ class RankLink:
     `send(rank, pushed, op, args) -> Reply`. Same methods as `runtime.comm.Endpoint` (the backend's
     comm rules call either); `world` is itself, so `world.windows` lists this rank's windows."""
 
-    def __init__(self, rank: int, n_ranks: int, windows: Sequence[tuple[str, DeviceTensor]],
-                 send: Callable[[int, list[Delta], str, list[Any]], Reply]) -> None:
+    def __init__(
+        self,
+        rank: int,
+        n_ranks: int,
+        windows: Sequence[tuple[str, DeviceTensor]],
+        send: Callable[[int, list[Delta], str, list[Any]], Reply],
+    ) -> None:
         self.rank = rank
         self.n_ranks = n_ranks
         self.world = self
@@ -240,8 +250,14 @@ class RankLink:
         """`Endpoint.local_load`."""
         self._call("local_load", win, *args)
 
-    def collective(self, kind: str, key: tuple[Any, ...], site: str, args: dict[str, Any],
-                   run: Callable[..., dict[int, Any]]) -> Any:
+    def collective(
+        self,
+        kind: str,
+        key: tuple[Any, ...],
+        site: str,
+        args: dict[str, Any],
+        run: Callable[..., dict[int, Any]],
+    ) -> Any:
         """`Endpoint.collective`: `run` goes to the host (it reaches windows only through the
         endpoint it is given there)."""
         return self._call("collective", kind, key, site, args, run)

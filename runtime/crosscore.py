@@ -27,7 +27,15 @@ from .memory import GlobalMemory
 from .store import tstore
 from .tile import TileBuf
 
-__all__ = ["PipeSlot", "CrossCorePipe", "pipe_of", "SLOT_NUM", "F16_MAX", "dequant_fp16", "vector_quant_scale"]
+__all__ = [
+    "PipeSlot",
+    "CrossCorePipe",
+    "pipe_of",
+    "SLOT_NUM",
+    "F16_MAX",
+    "dequant_fp16",
+    "vector_quant_scale",
+]
 
 #: PTOAS's default slot count of a one-way pipe.
 SLOT_NUM = 8
@@ -92,21 +100,26 @@ class CrossCorePipe:
 
     def _slot(self, direction: str, shape: tuple[int, int], dtype: np.dtype) -> PipeSlot:
         if self.in_flight[direction] >= self.slot_num:
-            raise DeviceError(f"TPUSH ({direction}): all {self.slot_num} FIFO slots hold data nobody popped; "
-                              "the producer core would wait for a free slot forever")
+            raise DeviceError(
+                f"TPUSH ({direction}): all {self.slot_num} FIFO slots hold data nobody popped; "
+                "the producer core would wait for a free slot forever"
+            )
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
         self.in_flight[direction] += 1
         return PipeSlot(self.gm.alloc(max(nbytes, 32)), shape, np.dtype(dtype), direction)
 
-    def push_acc(self, acc: TileBuf, dtype: np.dtype, relu: bool = False,
-                 scale: float | np.ndarray | None = None) -> PipeSlot:
+    def push_acc(
+        self, acc: TileBuf, dtype: np.dtype, relu: bool = False, scale: float | np.ndarray | None = None
+    ) -> PipeSlot:
         """TPUSH of an Acc tile (cube -> vector): the fixpipe stores its valid region, converted to
         `dtype` (int32 -> fp16 through `scale`: one float, DEQF16, or one fp32 per valid column,
         VDEQF16), into a fresh slot and sets data-ready."""
         if acc.space != "Acc":
             raise DeviceError(f"TPUSH to the vector core takes an Acc tile, got {acc.space}")
         if scale is not None and (acc.dtype != np.int32 or np.dtype(dtype) != np.float16):
-            raise DeviceError(f"the fixpipe dequantises int32 to fp16, not {acc.dtype.name} -> {np.dtype(dtype).name}")
+            raise DeviceError(
+                f"the fixpipe dequantises int32 to fp16, not {acc.dtype.name} -> {np.dtype(dtype).name}"
+            )
         if isinstance(scale, np.ndarray) and scale.shape != (acc.valid_col,):
             raise DeviceError(f"VDEQF16: {scale.size} per-channel scales for {acc.valid_col} valid columns")
         slot = self._slot("c2v", (acc.valid_row, acc.valid_col), dtype)
@@ -140,8 +153,10 @@ class CrossCorePipe:
 
     def _ready(self, slot: PipeSlot) -> None:
         if not slot.ready:
-            raise DeviceError(f"TPOP ({slot.direction}) of a slot whose data-ready flag is not set (popped "
-                              "twice, or never pushed): the consumer core would wait forever")
+            raise DeviceError(
+                f"TPOP ({slot.direction}) of a slot whose data-ready flag is not set (popped "
+                "twice, or never pushed): the consumer core would wait forever"
+            )
 
     def reserve(self, direction: str, shape: tuple[int, int], dtype: np.dtype) -> PipeSlot:
         """TPUSH's FIFO and GM accounting without its bytes, data-ready set: the slot one lane pushes,

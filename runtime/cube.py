@@ -43,8 +43,11 @@ _F64_EXACT_K = 2**53 // (128 * 128)
 _MOVES = {("Mat", "Left"), ("Mat", "Right"), ("Mat", "Bias"), ("Acc", "Vec"), ("Vec", "Vec"), ("Vec", "Mat")}
 #: TMOV Mat -> Bias dtype pairs on A2/A3 (pto-isa docs/isa/TMOV.md): the bias table holds the
 #: accumulator's dtype.
-_BIAS_MOVES = {(np.dtype(np.int32), np.dtype(np.int32)), (np.dtype(np.float32), np.dtype(np.float32)),
-               (np.dtype(np.float16), np.dtype(np.float32))}
+_BIAS_MOVES = {
+    (np.dtype(np.int32), np.dtype(np.int32)),
+    (np.dtype(np.float32), np.dtype(np.float32)),
+    (np.dtype(np.float16), np.dtype(np.float32)),
+}
 
 
 def tmov(
@@ -116,17 +119,26 @@ def _mov_checks(dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpos
 
 def _bias_move_checks(dst: TileBuf, src: TileBuf) -> None:
     """TMOV Mat -> Bias (pto-isa TMOV.md, A2/A3): one row, an allowed dtype pair, 64-byte rows."""
-    static_check((src.dtype, dst.dtype) in _BIAS_MOVES,
-                 lambda: f"TMOV Mat -> Bias {src.dtype.name} -> {dst.dtype.name} is not an allowed pair "
-                         "(int32 -> int32, float32 -> float32, float16 -> float32)")
-    static_check(dst.rows == 1 and src.valid_row == 1,
-                 lambda: f"TMOV Mat -> Bias moves one row, got a {src.valid_row}-row source into {dst.rows} rows")
-    static_check((dst.cols * src.dtype.itemsize) % 64 == 0,
-                 lambda: f"TMOV Mat -> Bias: {dst.cols} {src.dtype.name} columns are not whole 64-byte blocks")
+    static_check(
+        (src.dtype, dst.dtype) in _BIAS_MOVES,
+        lambda: (
+            f"TMOV Mat -> Bias {src.dtype.name} -> {dst.dtype.name} is not an allowed pair "
+            "(int32 -> int32, float32 -> float32, float16 -> float32)"
+        ),
+    )
+    static_check(
+        dst.rows == 1 and src.valid_row == 1,
+        lambda: f"TMOV Mat -> Bias moves one row, got a {src.valid_row}-row source into {dst.rows} rows",
+    )
+    static_check(
+        (dst.cols * src.dtype.itemsize) % 64 == 0,
+        lambda: f"TMOV Mat -> Bias: {dst.cols} {src.dtype.name} columns are not whole 64-byte blocks",
+    )
 
 
-def mov_checks(dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpose: bool = False,
-               relu: bool = False) -> None:
+def mov_checks(
+    dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpose: bool = False, relu: bool = False
+) -> None:
     """Every check TMOV / TEXTRACT of `src` at (row_off, col_off) into `dst` makes before it moves
     a byte (spaces, fractal-grid offsets, dtypes, shapes; DeviceError with the instruction's
     message); the tiles' bytes are not read, so shape-only probes may stand in for them."""
@@ -148,7 +160,9 @@ def _split(a: int, b: int) -> tuple[int, int]:
     return max(a, b), min(a, b)
 
 
-def _mov_plan(dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpose: bool, relu: bool) -> _MovPlan:
+def _mov_plan(
+    dst: TileBuf, src: TileBuf, row_off: int, col_off: int, transpose: bool, relu: bool
+) -> _MovPlan:
     """Check a TMOV once per geometry; return a direct strided copy when both layouts express
     the window as one 6-D view each (the common TEXTRACT case), else the reference path."""
     _mov_checks(dst, src, row_off, col_off, transpose, relu)
@@ -324,10 +338,14 @@ def _bias_row(acc: TileBuf, bias: TileBuf, n: int, accumulate: bool) -> np.ndarr
     """The first n entries of a TMATMUL_BIAS bias table row (pto-isa TMATMUL_BIAS.md, A2/A3)."""
     bias._live()
     static_check(not accumulate, "TMATMUL_BIAS initialises the accumulator; there is no accumulating form")
-    static_check(bias.space == "Bias" and bias.rows == 1,
-                 lambda: f"TMATMUL_BIAS bias must be a one-row Bias tile, got {bias!r}")
-    static_check(bias.dtype == acc.dtype,
-                 lambda: f"TMATMUL_BIAS bias dtype {bias.dtype.name} must be the accumulator's {acc.dtype.name}")
+    static_check(
+        bias.space == "Bias" and bias.rows == 1,
+        lambda: f"TMATMUL_BIAS bias must be a one-row Bias tile, got {bias!r}",
+    )
+    static_check(
+        bias.dtype == acc.dtype,
+        lambda: f"TMATMUL_BIAS bias dtype {bias.dtype.name} must be the accumulator's {acc.dtype.name}",
+    )
     if n > bias.cols:
         raise DeviceError(f"TMATMUL_BIAS n = {n} exceeds the bias tile's {bias.cols} columns")
     return bias.window(0, 0, 1, n)

@@ -26,8 +26,9 @@ from .nz import nz_blocked_shape
 
 __all__ = ["Worker", "DeviceTensor", "NzDeviceTensor", "StackedDeviceTensor", "Cluster"]
 
-_LAYOUT_HELP = ("pack a logical array with runtime.pack_nz(a), or declare bytes that are already NZ "
-                "with runtime.as_nz(a)")
+_LAYOUT_HELP = (
+    "pack a logical array with runtime.pack_nz(a), or declare bytes that are already NZ with runtime.as_nz(a)"
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,7 +53,9 @@ class DeviceTensor:
         try:
             shape = tuple(operator.index(d) for d in self.shape)
         except TypeError:
-            raise DispatchError(f"DeviceTensor shape must be a sequence of ints, got {self.shape!r}") from None
+            raise DispatchError(
+                f"DeviceTensor shape must be a sequence of ints, got {self.shape!r}"
+            ) from None
         if any(d < 0 for d in shape):
             raise DispatchError(f"DeviceTensor: negative dimension in shape {shape}")
         object.__setattr__(self, "shape", shape)
@@ -121,7 +124,10 @@ class Worker:
         return f"Worker(device_id={self.device_id}, target={self.target!r})"
 
     def alloc_tensor(
-        self, shape: Sequence[int], dtype: np.dtype | type, init: np.ndarray | None = None,
+        self,
+        shape: Sequence[int],
+        dtype: np.dtype | type,
+        init: np.ndarray | None = None,
         layout: str | None = None,
     ) -> DeviceTensor:
         """Allocate a tensor; ``init`` (same shape, same dtype) is uploaded, else the memory holds
@@ -146,8 +152,9 @@ class Worker:
         if given is not None and given != layout:
             raise DispatchError(
                 f"alloc_tensor: layout={layout!r} but init is {'an NZ-marked' if given == 'NZ' else 'a plain (ND)'} "
-                f"array; {_LAYOUT_HELP}" if layout == "NZ" else
-                "alloc_tensor: layout='ND' but init is NZ-marked (pack_nz / as_nz output); "
+                f"array; {_LAYOUT_HELP}"
+                if layout == "NZ"
+                else "alloc_tensor: layout='ND' but init is NZ-marked (pack_nz / as_nz output); "
                 "pass the logical array, or runtime.unpack_nz(init)"
             )
         cls = NzDeviceTensor if layout == "NZ" else DeviceTensor
@@ -164,7 +171,11 @@ class Worker:
         if layout_of(data) != t.layout:
             raise DispatchError(
                 f"write_tensor: {t!r} is {t.layout}, the data is {layout_of(data)}; "
-                + (_LAYOUT_HELP if t.layout == "NZ" else "pass the logical array (runtime.unpack_nz of NZ bytes)")
+                + (
+                    _LAYOUT_HELP
+                    if t.layout == "NZ"
+                    else "pass the logical array (runtime.unpack_nz of NZ bytes)"
+                )
             )
         self.gm.write(t.address, self._host_array(data, t.shape, t.dtype, "write_tensor"))
 

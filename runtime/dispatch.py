@@ -23,9 +23,19 @@ from .errors import DispatchError, SimulatorLimitError
 from .layout_marks import layout_of
 from .nz import nz_blocked_shape
 
-__all__ = ["ParamSpec", "check_args", "check_arg", "check_aliasing", "find_alias", "check_device", "check_trips",
-           "check_rank_flow",
-           "MAX_TRIPS", "blocked_view_shape", "run_ranks"]
+__all__ = [
+    "ParamSpec",
+    "check_args",
+    "check_arg",
+    "check_aliasing",
+    "find_alias",
+    "check_device",
+    "check_trips",
+    "check_rank_flow",
+    "MAX_TRIPS",
+    "blocked_view_shape",
+    "run_ranks",
+]
 
 #: The most trips one loop (or lanes one pl.spmd) may run on the simulator: ~1 us per trip at
 #: best, so a longer loop would not finish, and its lane table alone would not fit in memory.
@@ -113,10 +123,14 @@ def _check_layout(spec: ParamSpec, arg: object) -> None:
     who = f"parameter {spec.name!r}"
     kind = "array" if isinstance(arg, np.ndarray) else type(arg).__name__
     if spec.layout == "NZ":
-        fix = ("upload runtime.pack_nz(a) (alloc_tensor(..., init=runtime.pack_nz(a)))"
-               if not isinstance(arg, np.ndarray) else
-               "pass runtime.pack_nz(a) of the logical array, or runtime.as_nz(a) if its bytes are already NZ")
-        raise DispatchError(f"{who} is NZ (pl.NZ) and got a plain (ND) {kind}, whose bytes are row-major: {fix}")
+        fix = (
+            "upload runtime.pack_nz(a) (alloc_tensor(..., init=runtime.pack_nz(a)))"
+            if not isinstance(arg, np.ndarray)
+            else "pass runtime.pack_nz(a) of the logical array, or runtime.as_nz(a) if its bytes are already NZ"
+        )
+        raise DispatchError(
+            f"{who} is NZ (pl.NZ) and got a plain (ND) {kind}, whose bytes are row-major: {fix}"
+        )
     raise DispatchError(
         f"{who} is ND and got an NZ {kind} (pack_nz / as_nz bytes): pass the logical array "
         "(runtime.unpack_nz(a) of NZ bytes), or annotate the parameter pl.NZ"
@@ -214,7 +228,7 @@ def find_alias(items: Sequence[tuple[str, object, bool]]) -> str | None:
     once: the kernel would read the bytes it is writing."""
     spans = [(name, is_out, _spans(arg)) for name, arg, is_out in items]
     for i, (n1, out1, s1) in enumerate(spans):
-        for n2, out2, s2 in spans[i + 1:]:
+        for n2, out2, s2 in spans[i + 1 :]:
             if not (out1 or out2) or not s1 or not s2:
                 continue
             for m1, lo1, hi1 in s1:
@@ -222,9 +236,11 @@ def find_alias(items: Sequence[tuple[str, object, bool]]) -> str | None:
                     if m1 == m2 and lo1 < hi2 and lo2 < hi1:  # memories compare as values (memory_span)
                         lo, hi = max(lo1, lo2), min(hi1, hi2)
                         both = "outputs" if out1 and out2 else "an input and an output"
-                        return (f"parameters {n1!r} and {n2!r} share memory ({hi - lo} bytes overlap): {both} "
-                                "must not alias (the kernel would read bytes it is writing); pass separate "
-                                "arrays / tensors, or make the parameter pl.InOut and pass the tensor once")
+                        return (
+                            f"parameters {n1!r} and {n2!r} share memory ({hi - lo} bytes overlap): {both} "
+                            "must not alias (the kernel would read bytes it is writing); pass separate "
+                            "arrays / tensors, or make the parameter pl.InOut and pass the tensor once"
+                        )
     return None
 
 
@@ -235,8 +251,9 @@ def check_aliasing(items: Sequence[tuple[str, object, bool]]) -> None:
         raise DispatchError(msg)
 
 
-def check_rank_flow(writes: Sequence[tuple[int | None, int, str]], index: int | None, rank: int,
-                    pname: str, name: str) -> None:
+def check_rank_flow(
+    writes: Sequence[tuple[int | None, int, str]], index: int | None, rank: int, pname: str, name: str
+) -> None:
     """Refuse (DispatchError) a read on `rank` of a host array (plane `index`, None = all of it)
     that an earlier call of the same orchestration on another rank writes (`writes`: (plane,
     rank, name) of each earlier write, in call order). Ranks run in parallel, each on the copy of
@@ -254,7 +271,9 @@ def check_rank_flow(writes: Sequence[tuple[int | None, int, str]], index: int | 
 def check_device(device: object) -> int:
     """``device=`` of a direct call: a non-negative int rank (not a bool, str or float); DispatchError."""
     if isinstance(device, bool) or not isinstance(device, int | np.integer) or int(device) < 0:
-        raise DispatchError(f"device= must be a non-negative int rank, got {device!r} ({type(device).__name__})")
+        raise DispatchError(
+            f"device= must be a non-negative int rank, got {device!r} ({type(device).__name__})"
+        )
     return int(device)
 
 

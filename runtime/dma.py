@@ -290,8 +290,17 @@ class _CopyPlan:
     A side whose bytes are dense and in view order (a whole-row burst family) is viewed as one
     flat slice, which is much cheaper than a strided view; two such sides copy flat."""
 
-    __slots__ = ("shape", "s_strides", "d_strides", "s_span", "d_span", "ordered", "add_dtype", "s_dense",
-                 "d_dense")
+    __slots__ = (
+        "shape",
+        "s_strides",
+        "d_strides",
+        "s_span",
+        "d_span",
+        "ordered",
+        "add_dtype",
+        "s_dense",
+        "d_dense",
+    )
 
     def __init__(
         self,

@@ -267,8 +267,14 @@ def nd2nz_load(gm: GlobalMemory, src: GmView, tile: TileBuf, debug: bool = False
 
     if recording():  # decoded: only the copy is replayed (the checks above depend on geometry only)
         if whole:  # then exactly one burst copy: column block b, row r -> tile line (b, r)
-            record_copy_call(copy, n_burst=n_rows, nbytes=32, src_pitch=pitch * E, dst_pitch=32,
-                             batch=((nblk, 32, tile.rows * 32),))
+            record_copy_call(
+                copy,
+                n_burst=n_rows,
+                nbytes=32,
+                src_pitch=pitch * E,
+                dst_pitch=32,
+                batch=((nblk, 32, tile.rows * 32),),
+            )
         else:
             record_call(copy)
         return

@@ -93,7 +93,9 @@ def _held(a: _Allocation, lo: int, hi: int) -> np.ndarray:
     or has already cleared them (then this is a use after free, refused)."""
     data = a.data
     if data is None:
-        raise DeviceError(f"GM access to bytes [{lo:#x}, {hi:#x}): allocation at {a.base:#x} was freed (use after free)")
+        raise DeviceError(
+            f"GM access to bytes [{lo:#x}, {hi:#x}): allocation at {a.base:#x} was freed (use after free)"
+        )
     return data
 
 
@@ -188,8 +190,11 @@ class GlobalMemory:
             # only a buffer nobody else holds is reused: a live view of it (an in-flight call on
             # another thread, a failed call's rollback snapshot) would otherwise write into the
             # next allocation's bytes. References here: `data` and getrefcount's argument.
-            if (a.nbytes >= _GM_POOL_MIN and self._pool_bytes + a.nbytes <= _GM_POOL_BYTES
-                    and sys.getrefcount(data) <= 2):
+            if (
+                a.nbytes >= _GM_POOL_MIN
+                and self._pool_bytes + a.nbytes <= _GM_POOL_BYTES
+                and sys.getrefcount(data) <= 2
+            ):
                 self._pool.setdefault(a.nbytes, []).append(data)
                 self._pool_bytes += a.nbytes
 

@@ -157,12 +157,16 @@ def _native_parts(src: np.ndarray, dst: np.ndarray, n: int) -> list[Callable[[],
     assert _native is not None
     swap = _native.swap
     if B >= n:
-        return [functools.partial(swap, src[b0:b1], dst[b0:b1], b1 - b0, n_i, n_j, 0, n_i)
-                for b0, b1 in _split(B, n)]
+        return [
+            functools.partial(swap, src[b0:b1], dst[b0:b1], b1 - b0, n_i, n_j, 0, n_i)
+            for b0, b1 in _split(B, n)
+        ]
     band = _native.BAND
     bands = -(-n_i // band)
-    return [functools.partial(swap, src, dst, B, n_i, n_j, lo * band, min(hi * band, n_i))
-            for lo, hi in _split(bands, n)]
+    return [
+        functools.partial(swap, src, dst, B, n_i, n_j, lo * band, min(hi * band, n_i))
+        for lo, hi in _split(bands, n)
+    ]
 
 
 def _parts(logical: np.ndarray, nz: np.ndarray, to_nz: bool, n: int) -> list[Callable[[], None]]:
@@ -176,15 +180,19 @@ def _parts(logical: np.ndarray, nz: np.ndarray, to_nz: bool, n: int) -> list[Cal
         perm = _plane_permutation(n_i, n_j)
         src2, dst2 = src.reshape(B, -1), dst.reshape(B, -1)
         if B >= n:  # whole planes per part
-            return [functools.partial(np.take, src2[b0:b1], perm, axis=1, out=dst2[b0:b1], mode="wrap")
-                    for b0, b1 in _split(B, n)]
+            return [
+                functools.partial(np.take, src2[b0:b1], perm, axis=1, out=dst2[b0:b1], mode="wrap")
+                for b0, b1 in _split(B, n)
+            ]
         # few planes: each part gathers one range of output lines of every plane (a range of
         # a plane is contiguous, as np.take's out= must be to be written in place)
         return [functools.partial(_gather_range, src2, dst2, perm, lo, hi) for lo, hi in _split(perm.size, n)]
     rb, jb = _tile_shape(R, J, _PACK_TILE if to_nz else _UNPACK_TILE)
     tiles = [(b, r, j) for b in range(B) for r in range(0, R, rb) for j in range(0, J, jb)]
-    return [functools.partial(_copy_tiles, logical, nz, to_nz, rb, jb, tiles[t0:t1])
-            for t0, t1 in _split(len(tiles), n)]
+    return [
+        functools.partial(_copy_tiles, logical, nz, to_nz, rb, jb, tiles[t0:t1])
+        for t0, t1 in _split(len(tiles), n)
+    ]
 
 
 def _split(size: int, n: int) -> list[tuple[int, int]]:
@@ -199,8 +207,9 @@ def _gather_range(src: np.ndarray, dst: np.ndarray, perm: np.ndarray, lo: int, h
         np.take(src[b], perm[lo:hi], out=dst[b, lo:hi], mode="wrap")
 
 
-def _copy_tiles(logical: np.ndarray, nz: np.ndarray, to_nz: bool, rb: int, jb: int,
-                tiles: list[tuple[int, int, int]]) -> None:
+def _copy_tiles(
+    logical: np.ndarray, nz: np.ndarray, to_nz: bool, rb: int, jb: int, tiles: list[tuple[int, int, int]]
+) -> None:
     for b, r, j in tiles:
         lg = logical[b, r : r + rb, j : j + jb]
         nt = nz[b, j : j + jb, r : r + rb].T

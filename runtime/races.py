@@ -37,8 +37,14 @@ class LaneRaceError(DeviceError):
 
     rule = "lane-race"  # the rule id of the compile-time refusal of the same race (when provable)
 
-    def __init__(self, message: str, lanes: tuple[int, int] = (-1, -1), tensor: str = "",
-                 windows: tuple[Any, Any] = ((0, 0), (0, 0)), lines: tuple[str, str] = ("", "")) -> None:
+    def __init__(
+        self,
+        message: str,
+        lanes: tuple[int, int] = (-1, -1),
+        tensor: str = "",
+        windows: tuple[Any, Any] = ((0, 0), (0, 0)),
+        lines: tuple[str, str] = ("", ""),
+    ) -> None:
         super().__init__(message)
         # windows: ((offsets, extents) of each lane's access), or byte spans from the byte-span API
         self.lanes, self.tensor, self.windows, self.lines = lanes, tensor, windows, lines
@@ -55,8 +61,9 @@ class Window:
 
     __slots__ = ("tensor", "line", "sizes", "starts", "run")
 
-    def __init__(self, tensor: str, line: str, sizes: tuple[int, ...], strides: tuple[int, ...],
-                 itemsize: int) -> None:
+    def __init__(
+        self, tensor: str, line: str, sizes: tuple[int, ...], strides: tuple[int, ...], itemsize: int
+    ) -> None:
         self.tensor, self.line, self.sizes = tensor, line, tuple(int(n) for n in sizes)
         dims = [(int(n), int(st) * itemsize) for n, st in zip(sizes, strides) if n != 1]
         run = itemsize
@@ -90,8 +97,14 @@ class _Record:
 
     def arrays(self) -> tuple[np.ndarray, ...]:
         nd = len(self.window.sizes)
-        parts = [(np.asarray(self.lanes, np.int64), np.asarray(self.addrs, np.int64),
-                  np.asarray(self.offsets, np.int64).reshape(-1, nd), np.asarray(self.seq, np.int64))]
+        parts = [
+            (
+                np.asarray(self.lanes, np.int64),
+                np.asarray(self.addrs, np.int64),
+                np.asarray(self.offsets, np.int64).reshape(-1, nd),
+                np.asarray(self.seq, np.int64),
+            )
+        ]
         parts.extend(self.chunks)  # type: ignore[arg-type]  # each chunk: the same four int64 arrays
         return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))
 
@@ -128,13 +141,19 @@ class LaneWriteLog:
         r.seq.append(self._seq)
         self._seq += 1
 
-    def access_lanes(self, kind: str, lanes: np.ndarray, addrs: np.ndarray, offsets: np.ndarray,
-                     window: Window) -> None:
+    def access_lanes(
+        self, kind: str, lanes: np.ndarray, addrs: np.ndarray, offsets: np.ndarray, window: Window
+    ) -> None:
         """`access` of ``lanes[i]`` at ``addrs[i]`` and ``offsets[i]`` (one step of many lanes)."""
         n = len(lanes)
-        self._record(window, kind).chunks.append((
-            np.asarray(lanes, np.int64).reshape(n), np.asarray(addrs, np.int64).reshape(n),
-            np.asarray(offsets, np.int64).reshape(n, len(window.sizes)), np.full(n, self._seq, np.int64)))
+        self._record(window, kind).chunks.append(
+            (
+                np.asarray(lanes, np.int64).reshape(n),
+                np.asarray(addrs, np.int64).reshape(n),
+                np.asarray(offsets, np.int64).reshape(n, len(window.sizes)),
+                np.full(n, self._seq, np.int64),
+            )
+        )
         self._seq += 1
 
     def write(self, lane: int, lo: int, hi: int, atomic: bool = False) -> None:
@@ -145,7 +164,9 @@ class LaneWriteLog:
         """Lane `lane` reads GM bytes ``[lo, hi)``."""
         self.read_lanes(np.array([lane]), np.array([lo]), 0, hi - lo)
 
-    def write_lanes(self, lanes: np.ndarray, addrs: np.ndarray, lo: int, hi: int, atomic: bool = False) -> None:
+    def write_lanes(
+        self, lanes: np.ndarray, addrs: np.ndarray, lo: int, hi: int, atomic: bool = False
+    ) -> None:
         """Lane ``lanes[i]`` writes ``[addrs[i] + lo, addrs[i] + hi)``: one store step of many lanes."""
         self._bytes("atomic" if atomic else "write", lanes, addrs, lo, hi)
 
@@ -159,7 +180,8 @@ class LaneWriteLog:
         lanes = np.asarray(lanes, np.int64).reshape(-1)
         a = np.asarray(addrs, np.int64).reshape(-1) + lo
         self._record(_BYTES, kind, hi - lo).chunks.append(
-            (lanes, a, np.zeros((len(a), 1), np.int64), np.full(len(a), self._seq, np.int64)))
+            (lanes, a, np.zeros((len(a), 1), np.int64), np.full(len(a), self._seq, np.int64))
+        )
         self._seq += 1
 
     # ---------------------------------------------------------------- checking
@@ -190,8 +212,12 @@ class LaneWriteLog:
         """Raise LaneRaceError for the first race found (write-write, atomic-plain, read-write,
         read-atomic), the same one whatever order the lanes were logged in."""
         w, a, r = self._spans(("write",)), self._spans(("atomic",)), self._spans(("read",))
-        for (x, xw), (y, yw) in (((w, "writes"), (w, "writes")), ((a, "atomically writes"), (w, "writes")),
-                                 ((r, "reads"), (w, "writes")), ((r, "reads"), (a, "atomically writes"))):
+        for (x, xw), (y, yw) in (
+            ((w, "writes"), (w, "writes")),
+            ((a, "atomically writes"), (w, "writes")),
+            ((r, "reads"), (w, "writes")),
+            ((r, "reads"), (a, "atomically writes")),
+        ):
             hit = _first_cross(x, y)
             if hit is not None:
                 self._raise(x, hit[0], xw, y, hit[1], yw)
@@ -203,34 +229,47 @@ class LaneWriteLog:
         b = max(bases)
         return repr(self.names[b]), b
 
-    def _raise(self, x: tuple[np.ndarray, ...], i: int, what1: str, y: tuple[np.ndarray, ...], k: int,
-               what2: str) -> None:
+    def _raise(
+        self, x: tuple[np.ndarray, ...], i: int, what1: str, y: tuple[np.ndarray, ...], k: int, what2: str
+    ) -> None:
         l1, l2 = int(x[0][i]), int(y[0][k])
         w1, w2 = (int(x[1][i]), int(x[2][i])), (int(y[1][k]), int(y[2][k]))
         recs = list(self._records.values())
         r1, r2 = recs[int(x[4][i])], recs[int(y[4][k])]
         lo, hi = max(w1[0], w2[0]), min(w1[1], w2[1])
-        help_ = ("help: give each lane its own window (offsets from the lane index), or use an atomic store "
-                 "to accumulate")
+        help_ = (
+            "help: give each lane its own window (offsets from the lane index), or use an atomic store "
+            "to accumulate"
+        )
         if r1.hi or r2.hi:  # the byte-span API: byte windows of the named tensor
             name, base = self._name(lo)
             b1, b2 = (w1[0] - base, w1[1] - base), (w2[0] - base, w2[1] - base)
             raise LaneRaceError(
                 f"lane race in {self.launch}: lane {l1} {what1} bytes [{b1[0]}, {b1[1]}) of {name} and lane {l2} "
                 f"{what2} bytes [{b2[0]}, {b2[1]}) (they share [{lo - base}, {hi - base})); lanes run concurrently, "
-                f"so the result would depend on their order. {help_}", (l1, l2), name, (b1, b2))
+                f"so the result would depend on their order. {help_}",
+                (l1, l2),
+                name,
+                (b1, b2),
+            )
         o1 = tuple(int(v) for v in r1.arrays()[2][int(x[5][i])])
         o2 = tuple(int(v) for v in r2.arrays()[2][int(y[5][k])])
         v1, v2 = r1.window, r2.window
         both = [(max(a, b), min(a + m, b + n)) for a, m, b, n in zip(o1, v1.sizes, o2, v2.sizes)]
-        common = (f"{v1.tensor}[" + ", ".join(f"{a}:{b}" for a, b in both) + "]"
-                  if v1.tensor == v2.tensor and len(o1) == len(o2) and all(a < b for a, b in both)
-                  else f"{hi - lo} bytes")
+        common = (
+            f"{v1.tensor}[" + ", ".join(f"{a}:{b}" for a, b in both) + "]"
+            if v1.tensor == v2.tensor and len(o1) == len(o2) and all(a < b for a, b in both)
+            else f"{hi - lo} bytes"
+        )
         raise LaneRaceError(
             f"{v1.line}: [lane-race] lane race in {self.launch}: lane {l1} {what1} {v1.text(o1)} ({v1.line}) and "
             f"lane {l2} {what2} {v2.text(o2)} ({v2.line}); they share {common}. The lanes run concurrently, so "
             f"the result would depend on their order; the call is refused and its outputs are unchanged.\n{help_}",
-            (l1, l2), repr(v1.tensor), ((o1, v1.sizes), (o2, v2.sizes)), (v1.line, v2.line))
+            (l1, l2),
+            repr(v1.tensor),
+            ((o1, v1.sizes), (o2, v2.sizes)),
+            (v1.line, v2.line),
+        )
 
 
 def _overlaps(lo: np.ndarray, hi: np.ndarray, blo_sorted: np.ndarray, bhi_sorted: np.ndarray) -> np.ndarray:

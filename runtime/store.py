@@ -145,7 +145,12 @@ def tstore_model(
                 _nd_acc_write(gm, dst._trusted(addr, shape), tile, m, n, src_stride, relu, atomic_add)
 
             write.acc_nd = AccNdTransfer(  # type: ignore[attr-defined]
-                m, n, dst.strides5[3] * dst.itemsize, dst.dtype, relu, atomic_add,
+                m,
+                n,
+                dst.strides5[3] * dst.itemsize,
+                dst.dtype,
+                relu,
+                atomic_add,
                 src_stride == tile.rows and m <= tile.rows and n <= tile.cols,
             )
             record_call(write)
@@ -263,7 +268,14 @@ def _nz_acc_fields(dst: GmView, tile: TileBuf, compact: bool, debug: bool) -> tu
 
 
 def _nz_acc_write(
-    gm: GlobalMemory, dst: GmView, tile: TileBuf, m: int, n: int, src_stride: int, relu: bool, atomic_add: bool
+    gm: GlobalMemory,
+    dst: GmView,
+    tile: TileBuf,
+    m: int,
+    n: int,
+    src_stride: int,
+    relu: bool,
+    atomic_add: bool,
 ) -> None:
     """The Acc -> NZ store's transfer, its checks done (`_nz_acc_fields`). Without the defect
     warning, the bytes written are exactly those of the view."""
@@ -329,7 +341,14 @@ def _nd_acc_fields(dst: GmView, tile: TileBuf, compact: bool, debug: bool) -> tu
 
 
 def _nd_acc_write(
-    gm: GlobalMemory, dst: GmView, tile: TileBuf, m: int, n: int, src_stride: int, relu: bool, atomic_add: bool
+    gm: GlobalMemory,
+    dst: GmView,
+    tile: TileBuf,
+    m: int,
+    n: int,
+    src_stride: int,
+    relu: bool,
+    atomic_add: bool,
 ) -> None:
     """The Acc -> ND store's transfer, its checks done (`_nd_acc_fields`): ``AccNdTransfer``."""
     if m == 0 or n == 0:

@@ -191,6 +191,7 @@ def _pool(workers: int) -> cf.ThreadPoolExecutor:
         pools = _pools[1]
         pool = pools.get(workers)
         if pool is None:
-            pool = pools[workers] = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nzjit",
-                                                          initializer=_mark_helper)
+            pool = pools[workers] = cf.ThreadPoolExecutor(
+                max_workers=workers, thread_name_prefix="nzjit", initializer=_mark_helper
+            )
         return pool

@@ -181,8 +181,10 @@ def _geometry(space: str, dtype: np.dtype | type, rows: int, cols: int, layout: 
             f"{c * dt.itemsize} bytes; rows must be whole 32-byte blocks"
         )
     if lay == "DN" and (r * dt.itemsize) % C0_BYTES:
-        raise DeviceError(f"{space} DN tile column of {r} {dt.name} is {r * dt.itemsize} bytes; "
-                          "columns must be whole 32-byte blocks")
+        raise DeviceError(
+            f"{space} DN tile column of {r} {dt.name} is {r * dt.itemsize} bytes; "
+            "columns must be whole 32-byte blocks"
+        )
     g = _Geometry(space, dt, r, c, lay)
     if len(_GEOMETRIES) < 4096:
         _GEOMETRIES[key] = g
@@ -196,7 +198,9 @@ def _geometry(space: str, dtype: np.dtype | type, rows: int, cols: int, layout: 
 TileGeometry = _Geometry
 
 
-def tile_geometry(space: str, dtype: np.dtype | type, rows: int, cols: int, layout: str | None = None) -> TileGeometry:
+def tile_geometry(
+    space: str, dtype: np.dtype | type, rows: int, cols: int, layout: str | None = None
+) -> TileGeometry:
     """The cached, validated geometry of a ``rows x cols`` tile of `dtype` in `space` (`layout`
     None: the space's default). Raises DeviceError, as the TileBuf constructor would, for a
     geometry the hardware cannot hold."""
@@ -246,7 +250,12 @@ class TileBuf:
         self._init(g, valid_row, valid_col, np.zeros(g.nbytes, dtype=np.uint8))
 
     def _init(
-        self, g: _Geometry, valid_row: int | None, valid_col: int | None, data: np.ndarray, owner: object = None
+        self,
+        g: _Geometry,
+        valid_row: int | None,
+        valid_col: int | None,
+        data: np.ndarray,
+        owner: object = None,
     ) -> None:
         """Fill a tile from a validated geometry (the constructor and the OnChip allocator)."""
         self.space, self.dtype, self.rows, self.cols, self.layout = g.space, g.dtype, g.rows, g.cols, g.layout
@@ -269,7 +278,12 @@ class TileBuf:
 
     @classmethod
     def from_geometry(
-        cls, g: TileGeometry, valid_row: int | None, valid_col: int | None, data: np.ndarray, *,
+        cls,
+        g: TileGeometry,
+        valid_row: int | None,
+        valid_col: int | None,
+        data: np.ndarray,
+        *,
         logical: bool = False,
     ) -> TileBuf:
         """A tile of geometry `g` over the existing uint8 buffer `data` (``g.nbytes`` bytes, not
@@ -282,11 +296,15 @@ class TileBuf:
 
     # read-only views of slots that change (a freed tile drops its buffer), as properties over C
     # getters: no Python frame per access (a compiler's fast paths read them per instruction)
-    image = property(operator.attrgetter("_data"),
-                     doc="The buffer behind the tile as it is now, without laying out a logical Acc matrix "
-                         "(see `holds_logical`); `data` is the byte image.")
-    holds_logical = property(operator.attrgetter("_logical"),
-                             doc="True while the buffer holds the logical matrix of whole-tile mads, not the image.")
+    image = property(
+        operator.attrgetter("_data"),
+        doc="The buffer behind the tile as it is now, without laying out a logical Acc matrix "
+        "(see `holds_logical`); `data` is the byte image.",
+    )
+    holds_logical = property(
+        operator.attrgetter("_logical"),
+        doc="True while the buffer holds the logical matrix of whole-tile mads, not the image.",
+    )
 
     def image_of(self, g: TileGeometry) -> np.ndarray | None:
         """The byte image when this tile is live, of geometry `g` and holds bytes (not a logical

@@ -20,7 +20,7 @@ Precision (what the hardware documents, and what we fix where it does not):
 * bf16 has no arithmetic on A2/A3 (TADD & co. take int32, int16, half, float there): convert
   to fp32 first. A5 adds bf16.
 
-The value functions (BINARY_OPS, UNARY_OPS, ``reduce_values``, ``convert``, ``round_to``) take
+The value functions (BINARY_OPS, UNARY_OPS, ``reduce_values``, ``convert``, ``round_to`` of runtime/rounding.py) take
 arrays of any rank whose last two axes are a valid region: the leading axes (e.g. SPMD lanes)
 are independent, so a batched form computes exactly what one instruction per lane computes.
 """
@@ -34,13 +34,40 @@ import numpy as np
 
 from .errors import DeviceError
 from .memory import CAPACITIES
+from .rounding import ROUND_MODES, convert, round_to
 from .tile import TileBuf
 
 __all__ = [
-    "UB_BYTES", "ALU_DTYPES", "MATH_DTYPES", "ROUND_MODES", "CVT_PAIRS", "BINARY_OPS", "UNARY_OPS",
-    "REDUCE_OPS", "PAD_VALUES", "valid_region", "check_vec", "binary", "binary_scalar", "unary", "lrelu",
-    "row_reduce", "col_reduce", "row_expand", "col_expand", "expands", "cvt", "convert", "fillpad",
-    "pad_scalar", "round_to", "BINARY_INSTR", "extract", "insert", "reshape", "reduce_values",
+    "UB_BYTES",
+    "ALU_DTYPES",
+    "MATH_DTYPES",
+    "ROUND_MODES",
+    "CVT_PAIRS",
+    "BINARY_OPS",
+    "UNARY_OPS",
+    "REDUCE_OPS",
+    "PAD_VALUES",
+    "valid_region",
+    "check_vec",
+    "binary",
+    "binary_scalar",
+    "unary",
+    "lrelu",
+    "row_reduce",
+    "col_reduce",
+    "row_expand",
+    "col_expand",
+    "expands",
+    "cvt",
+    "convert",
+    "fillpad",
+    "pad_scalar",
+    "round_to",
+    "BINARY_INSTR",
+    "extract",
+    "insert",
+    "reshape",
+    "reduce_values",
 ]
 
 F16, F32, BF16 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)
@@ -55,10 +82,10 @@ ALU_DTYPES: dict[str, frozenset[np.dtype]] = {
     "A5": frozenset({F32, F16, BF16, I32, I16, I8, U8, I64}),
 }
 #: dtypes of the float-only instructions (TDIV, TEXP, TLOG, TSQRT, TRSQRT, TRECIP).
-MATH_DTYPES: dict[str, frozenset[np.dtype]] = {"A2A3": frozenset({F32, F16}), "A5": frozenset({F32, F16, BF16})}
-
-#: pto::RoundMode, by PyPTO's names (code = position).
-ROUND_MODES = ("none", "rint", "round", "floor", "ceil", "trunc", "odd")
+MATH_DTYPES: dict[str, frozenset[np.dtype]] = {
+    "A2A3": frozenset({F32, F16}),
+    "A5": frozenset({F32, F16, BF16}),
+}
 
 #: TCVT's source -> destination pairs on A2/A3 (pto-isa docs/isa/TCVT.md); A5 has more.
 CVT_PAIRS: dict[str, dict[np.dtype, frozenset[np.dtype]]] = {
@@ -86,15 +113,26 @@ CVT_PAIRS: dict[str, dict[np.dtype, frozenset[np.dtype]]] = {
 
 
 BINARY_OPS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-    "max": np.maximum, "min": np.minimum,
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "max": np.maximum,
+    "min": np.minimum,
 }
 #: pto-isa instruction of each binary op (tile-tile, tile-scalar, row broadcast, column broadcast).
-BINARY_INSTR = {op: (f"T{op.upper()}", f"T{op.upper()}S", f"TROWEXPAND{op.upper()}", f"TCOLEXPAND{op.upper()}")
-                for op in BINARY_OPS}
+BINARY_INSTR = {
+    op: (f"T{op.upper()}", f"T{op.upper()}S", f"TROWEXPAND{op.upper()}", f"TCOLEXPAND{op.upper()}")
+    for op in BINARY_OPS
+}
 UNARY_OPS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "recip": lambda x: 1.0 / x, "abs": np.abs, "neg": np.negative,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "recip": lambda x: 1.0 / x,
+    "abs": np.abs,
+    "neg": np.negative,
     "relu": lambda x: np.maximum(x, x.dtype.type(0)),
 }
 _FLOAT_ONLY = frozenset({"div", "exp", "log", "sqrt", "rsqrt", "recip"})
@@ -109,8 +147,10 @@ def check_vec(t: TileBuf, what: str) -> None:
     if t.space != "Vec":
         raise DeviceError(f"{what}: operands live in the unified buffer (Vec), got a {t.space} tile")
     if t.layout != "ND" and not (t.layout == "DN" and t.cols == 1):
-        raise DeviceError(f"{what}: the tile must be row-major (ND) or a one-column DN tile, got "
-                          f"{t.layout} {t.rows}x{t.cols}")
+        raise DeviceError(
+            f"{what}: the tile must be row-major (ND) or a one-column DN tile, got "
+            f"{t.layout} {t.rows}x{t.cols}"
+        )
 
 
 def valid_region(t: TileBuf) -> np.ndarray:
@@ -126,15 +166,19 @@ def _dtypes(what: str, op: str, d: np.dtype, target: str) -> None:
         raise DeviceError(f"unknown target {target!r}")
     if d not in allowed:
         names = ", ".join(sorted(x.name for x in allowed))
-        raise DeviceError(f"{what}: {d.name} is not a {op} dtype of the {target} vector unit ({names}); "
-                          "convert with TCVT first")
+        raise DeviceError(
+            f"{what}: {d.name} is not a {op} dtype of the {target} vector unit ({names}); "
+            "convert with TCVT first"
+        )
 
 
 def _same_valid(what: str, dst: TileBuf, *srcs: TileBuf) -> None:
     for s in srcs:
         if (s.valid_row, s.valid_col) != (dst.valid_row, dst.valid_col):
-            raise DeviceError(f"{what}: source valid shape {s.valid_row}x{s.valid_col} differs from the "
-                              f"destination's {dst.valid_row}x{dst.valid_col}")
+            raise DeviceError(
+                f"{what}: source valid shape {s.valid_row}x{s.valid_col} differs from the "
+                f"destination's {dst.valid_row}x{dst.valid_col}"
+            )
 
 
 def _same_dtype(what: str, *ts: TileBuf) -> None:
@@ -187,7 +231,11 @@ def binary_scalar(op: str, dst: TileBuf, a: TileBuf, scalar: float | int, target
     _dtypes(what, op, dst.dtype, target)
     _same_valid(what, dst, a)
     c = _compute_dtype(dst.dtype)
-    s = np.asarray(scalar).astype(dst.dtype).astype(c, copy=False) if dst.dtype.kind == "f" else np.asarray(scalar).astype(c, copy=False)
+    s = (
+        np.asarray(scalar).astype(dst.dtype).astype(c, copy=False)
+        if dst.dtype.kind == "f"
+        else np.asarray(scalar).astype(c, copy=False)
+    )
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         _write(dst, BINARY_OPS[op](valid_region(a).astype(c, copy=False), s))
 
@@ -281,15 +329,23 @@ def row_reduce(op: str, dst: TileBuf, src: TileBuf, tmp: TileBuf | None = None, 
     if src.valid_row == 0 or src.valid_col == 0:
         raise DeviceError(f"{what}: the source valid region is empty")
     if dst.valid_row != src.valid_row:
-        raise DeviceError(f"{what}: destination valid rows {dst.valid_row} != source valid rows {src.valid_row}")
+        raise DeviceError(
+            f"{what}: destination valid rows {dst.valid_row} != source valid rows {src.valid_row}"
+        )
     if target == "A2A3":
         if tmp is None:
             raise DeviceError(f"{what}: A2/A3 needs a tmp tile (scratch of the reduction)")
         check_vec(tmp, what)
-        need = src.valid_row * 32 if src.dtype.kind in "iu" else src.valid_row * src.valid_col * src.dtype.itemsize
+        need = (
+            src.valid_row * 32
+            if src.dtype.kind in "iu"
+            else src.valid_row * src.valid_col * src.dtype.itemsize
+        )
         if tmp.nbytes < need:
-            raise DeviceError(f"{what}: tmp holds {tmp.nbytes} bytes, the reduction needs {need} "
-                              "(the source's valid shape for floats, one 32-byte block per row for ints)")
+            raise DeviceError(
+                f"{what}: tmp holds {tmp.nbytes} bytes, the reduction needs {need} "
+                "(the source's valid shape for floats, one 32-byte block per row for ints)"
+            )
     values = reduce_values(op, valid_region(src), -1, src.dtype)
     dst.data.view(dst.dtype).reshape(dst.rows, dst.cols)[: dst.valid_row, 0] = values.astype(dst.dtype)
 
@@ -312,11 +368,15 @@ def _per_row(what: str, row: TileBuf, dst: TileBuf) -> np.ndarray:
     """The expanded operand of TROWEXPAND*: mode 1, ``[R, 1]`` one scalar per row; mode 2, a
     row-major 32-byte block per row (its first element is the row's value: the block repeats)."""
     if row.valid_row != dst.valid_row:
-        raise DeviceError(f"{what}: the per-row operand has {row.valid_row} valid rows, the tile {dst.valid_row}")
+        raise DeviceError(
+            f"{what}: the per-row operand has {row.valid_row} valid rows, the tile {dst.valid_row}"
+        )
     block = 32 // row.dtype.itemsize
     if row.valid_col not in (1, block):
-        raise DeviceError(f"{what}: the per-row operand must be [R, 1] (one value per row) or one 32-byte "
-                          f"block ({block} elements) per row, got {row.valid_row}x{row.valid_col}")
+        raise DeviceError(
+            f"{what}: the per-row operand must be [R, 1] (one value per row) or one 32-byte "
+            f"block ({block} elements) per row, got {row.valid_row}x{row.valid_col}"
+        )
     v = row.data.view(row.dtype).reshape(row.rows, row.cols)[: row.valid_row, : row.valid_col]
     if row.valid_col == 1:
         return v
@@ -326,8 +386,9 @@ def _per_row(what: str, row: TileBuf, dst: TileBuf) -> np.ndarray:
 
 def _per_col(what: str, col: TileBuf, dst: TileBuf) -> np.ndarray:
     if col.valid_col != dst.valid_col:
-        raise DeviceError(f"{what}: the per-column operand has {col.valid_col} valid columns, the tile "
-                          f"{dst.valid_col}")
+        raise DeviceError(
+            f"{what}: the per-column operand has {col.valid_col} valid columns, the tile {dst.valid_col}"
+        )
     return col.data.view(col.dtype).reshape(col.rows, col.cols)[:1, : col.valid_col]
 
 
@@ -344,8 +405,15 @@ def col_expand(op: str, dst: TileBuf, a: TileBuf | None, col: TileBuf, target: s
     _broadcast(what, op, dst, a, col, target, _per_col)
 
 
-def _broadcast(what: str, op: str, dst: TileBuf, a: TileBuf | None, v: TileBuf, target: str,
-               expanded: Callable[[str, TileBuf, TileBuf], np.ndarray]) -> None:
+def _broadcast(
+    what: str,
+    op: str,
+    dst: TileBuf,
+    a: TileBuf | None,
+    v: TileBuf,
+    target: str,
+    expanded: Callable[[str, TileBuf, TileBuf], np.ndarray],
+) -> None:
     check_vec(dst, what)
     check_vec(v, what)
     _same_dtype(what, dst, v)
@@ -363,66 +431,6 @@ def _broadcast(what: str, op: str, dst: TileBuf, a: TileBuf | None, v: TileBuf, 
 
 
 # ----------------------------------------------------------------------------------- conversion
-def _bits(d: np.dtype) -> np.dtype:
-    by_size: dict[int, np.dtype] = {2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
-    return by_size[d.itemsize]
-
-
-def round_to(x: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
-    """``x`` (any real dtype) rounded to the float `dtype` with a pto::RoundMode: rint (nearest,
-    ties to even), round (nearest, ties away), floor, ceil, trunc (toward zero), odd (round to odd)."""
-    x64 = x.astype(np.float64)
-    r = x64.astype(dtype)  # nearest, ties to even
-    if mode in ("rint", "none"):
-        return r
-    r64 = r.astype(np.float64)
-    inexact = (x64 != r64) & np.isfinite(r64)
-    up = np.abs(x64) > np.abs(r64)  # the other neighbour has the larger magnitude
-    bits = r.view(_bits(dtype)).astype(np.int64)
-    other = np.where(up, bits + 1, bits - 1).astype(_bits(dtype)).view(dtype)
-    o64 = other.astype(np.float64)
-    if mode == "round":
-        tie = inexact & (np.abs(o64 - x64) == np.abs(x64 - r64))
-        pick = tie & up
-    elif mode == "trunc":
-        pick = ~up
-    elif mode == "floor":
-        pick = o64 < r64
-    elif mode == "ceil":
-        pick = o64 > r64
-    elif mode == "odd":
-        pick = (bits & 1) == 0
-    else:
-        raise DeviceError(f"unknown round mode {mode!r}; expected one of {ROUND_MODES}")
-    out = np.where(inexact & pick, other, r)
-    return out.astype(dtype)
-
-
-def _round_int(x: np.ndarray, mode: str) -> np.ndarray:
-    if mode in ("rint", "none"):
-        return np.rint(x)
-    if mode == "round":
-        return np.sign(x) * np.floor(np.abs(x) + 0.5)
-    if mode in ("floor", "ceil", "trunc"):
-        return {"floor": np.floor, "ceil": np.ceil, "trunc": np.trunc}[mode](x)
-    raise DeviceError(f"round mode {mode!r} does not apply to a float -> integer conversion")
-
-
-def convert(x: np.ndarray, dtype: np.dtype, mode: str = "round") -> np.ndarray:
-    """The element conversion TCVT performs: float targets rounded with `mode`; integer targets
-    rounded with `mode` and saturated (NaN -> 0), the target-default saturation of the device."""
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f" or dtype == BF16:
-        return round_to(x, dtype, mode)
-    info = np.iinfo(dtype)
-    if x.dtype.kind in "iu":
-        return np.clip(x.astype(np.int64), info.min, info.max).astype(dtype)
-    with np.errstate(invalid="ignore"):
-        v = _round_int(x.astype(np.float64), mode)
-        v = np.where(np.isnan(v), 0, v)
-        return np.clip(v, info.min, info.max).astype(dtype)
-
-
 def cvt(dst: TileBuf, src: TileBuf, mode: str = "round", target: str = "A2A3") -> None:
     """TCVT: ``dst = convert(src)`` over the valid region with pto::RoundMode `mode`."""
     check_vec(dst, "TCVT")
@@ -431,8 +439,10 @@ def cvt(dst: TileBuf, src: TileBuf, mode: str = "round", target: str = "A2A3") -
         raise DeviceError(f"TCVT: unknown round mode {mode!r}; expected one of {ROUND_MODES}")
     pairs = CVT_PAIRS[target].get(src.dtype, frozenset())
     if dst.dtype not in pairs:
-        raise DeviceError(f"TCVT: {src.dtype.name} -> {dst.dtype.name} is not a conversion of the {target} "
-                          f"vector unit (from {src.dtype.name}: {', '.join(sorted(p.name for p in pairs)) or 'none'})")
+        raise DeviceError(
+            f"TCVT: {src.dtype.name} -> {dst.dtype.name} is not a conversion of the {target} "
+            f"vector unit (from {src.dtype.name}: {', '.join(sorted(p.name for p in pairs)) or 'none'})"
+        )
     _same_valid("TCVT", dst, src)
     valid_region(dst)[...] = convert(valid_region(src), dst.dtype, mode)
 
@@ -458,14 +468,19 @@ def fillpad(dst: TileBuf, src: TileBuf, pad: str) -> None:
     if dst.dtype.itemsize != src.dtype.itemsize or dst.dtype.itemsize not in (1, 2, 4):
         raise DeviceError("TFILLPAD: source and destination elements must be the same 1, 2 or 4 bytes")
     if dst.rows < src.valid_row or dst.cols < src.valid_col:
-        raise DeviceError(f"TFILLPAD: the destination {dst.rows}x{dst.cols} is smaller than the source's valid "
-                          f"region {src.valid_row}x{src.valid_col}")
+        raise DeviceError(
+            f"TFILLPAD: the destination {dst.rows}x{dst.cols} is smaller than the source's valid "
+            f"region {src.valid_row}x{src.valid_col}"
+        )
     full = dst.data.view(dst.dtype).reshape(dst.rows, dst.cols)
     keep = valid_region(src)
     vr, vc = keep.shape
     # in place over the same bytes and shape: the valid region is already where it belongs
-    same = keep.dtype.itemsize == full.dtype.itemsize and keep.strides == full.strides and \
-        keep.__array_interface__["data"][0] == full.__array_interface__["data"][0]
+    same = (
+        keep.dtype.itemsize == full.dtype.itemsize
+        and keep.strides == full.strides
+        and keep.__array_interface__["data"][0] == full.__array_interface__["data"][0]
+    )
     if not same and np.shares_memory(keep, full):  # keep the values before the pad overwrites them
         keep = keep.copy()
     value = np.asarray(pad_scalar(dst.dtype, pad)).astype(dst.dtype)
@@ -479,10 +494,14 @@ def fillpad(dst: TileBuf, src: TileBuf, pad: str) -> None:
 # ------------------------------------------------------------------------------ tiles as values
 def _check_window(what: str, t: TileBuf, r0: int, c0: int, rows: int, cols: int) -> None:
     if r0 < 0 or c0 < 0 or r0 + rows > t.rows or c0 + cols > t.cols:
-        raise DeviceError(f"{what}: window ({r0}, {c0}) + {rows}x{cols} is outside the {t.rows}x{t.cols} tile")
+        raise DeviceError(
+            f"{what}: window ({r0}, {c0}) + {rows}x{cols} is outside the {t.rows}x{t.cols} tile"
+        )
     if (c0 * t.dtype.itemsize) % 32:
-        raise DeviceError(f"{what}: column offset {c0} is {c0 * t.dtype.itemsize} bytes; a Vec window starts on a "
-                          "32-byte block")
+        raise DeviceError(
+            f"{what}: column offset {c0} is {c0 * t.dtype.itemsize} bytes; a Vec window starts on a "
+            "32-byte block"
+        )
 
 
 def extract(dst: TileBuf, src: TileBuf, r0: int, c0: int) -> None:
@@ -510,8 +529,12 @@ def reshape(dst: TileBuf, src: TileBuf) -> None:
     check_vec(dst, "TRESHAPE")
     check_vec(src, "TRESHAPE")
     if dst.nbytes != src.nbytes or dst.dtype != src.dtype:
-        raise DeviceError(f"TRESHAPE: {src.rows}x{src.cols} {src.dtype.name} and {dst.rows}x{dst.cols} "
-                          f"{dst.dtype.name} are not the same bytes")
+        raise DeviceError(
+            f"TRESHAPE: {src.rows}x{src.cols} {src.dtype.name} and {dst.rows}x{dst.cols} "
+            f"{dst.dtype.name} are not the same bytes"
+        )
     if (src.valid_row, src.valid_col) != (src.rows, src.cols):
-        raise DeviceError("TRESHAPE: the source has a partial valid region; its bytes outside it are not data")
+        raise DeviceError(
+            "TRESHAPE: the source has a partial valid region; its bytes outside it are not data"
+        )
     dst.data[...] = src.data

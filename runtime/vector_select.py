@@ -26,23 +26,44 @@ from .errors import DeviceError
 from .tile import TileBuf
 from .vector import check_vec, valid_region
 
-__all__ = ["CMP_MODES", "CMP_DTYPES", "CMPS_DTYPES", "SEL_DTYPES", "mask_cols", "tcmp", "tcmps", "tsel", "tsels"]
+__all__ = [
+    "CMP_MODES",
+    "CMP_DTYPES",
+    "CMPS_DTYPES",
+    "SEL_DTYPES",
+    "mask_cols",
+    "tcmp",
+    "tcmps",
+    "tsel",
+    "tsels",
+]
 
 #: PyPTO's cmp_type codes, by position: EQ=0, NE=1, LT=2, LE=3, GT=4, GE=5.
 CMP_MODES = ("eq", "ne", "lt", "le", "gt", "ge")
-_CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
-        "ge": np.greater_equal}
+_CMP = {
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+}
 
 _F16, _F32, _BF16 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)
 _I8, _U8, _I16, _U16, _I32, _U32, _I64, _U64 = (
-    np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64))
+    np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64)
+)
 
 #: Source dtypes of TCMP / TCMPS / TSEL(S), per target.
-CMP_DTYPES = {"A2A3": frozenset({_I32, _F16, _F32}),
-              "A5": frozenset({_U32, _I32, _I64, _U64, _U16, _I16, _U8, _I8, _F32, _F16, _BF16})}
+CMP_DTYPES = {
+    "A2A3": frozenset({_I32, _F16, _F32}),
+    "A5": frozenset({_U32, _I32, _I64, _U64, _U16, _I16, _U8, _I8, _F32, _F16, _BF16}),
+}
 CMPS_DTYPES = {"A2A3": frozenset({_I32, _F32, _F16, _U16, _I16}), "A5": CMP_DTYPES["A5"]}
-SEL_DTYPES = {"A2A3": frozenset({_I16, _U16, _I32, _U32, _F16, _BF16, _F32}),
-              "A5": frozenset({_I8, _U8, _I16, _U16, _I32, _U32, _I64, _U64, _F16, _BF16, _F32})}
+SEL_DTYPES = {
+    "A2A3": frozenset({_I16, _U16, _I32, _U32, _F16, _BF16, _F32}),
+    "A5": frozenset({_I8, _U8, _I16, _U16, _I32, _U32, _I64, _U64, _F16, _BF16, _F32}),
+}
 
 
 def mask_cols(cols: int) -> int:
@@ -68,8 +89,10 @@ def _check_mask_tile(what: str, mask: TileBuf) -> None:
 def _write_mask(what: str, dst: TileBuf, pred: np.ndarray) -> None:
     vr, vc = pred.shape
     if (dst.valid_row, dst.valid_col) != (vr, mask_cols(vc)):
-        raise DeviceError(f"{what}: the mask's valid shape {dst.valid_row}x{dst.valid_col} is not the packed shape "
-                          f"{vr}x{mask_cols(vc)} of a {vr}x{vc} comparison")
+        raise DeviceError(
+            f"{what}: the mask's valid shape {dst.valid_row}x{dst.valid_col} is not the packed shape "
+            f"{vr}x{mask_cols(vc)} of a {vr}x{vc} comparison"
+        )
     valid_region(dst)[...] = np.packbits(pred, axis=-1, bitorder="little")
 
 
@@ -88,8 +111,9 @@ def tcmp(dst: TileBuf, a: TileBuf, b: TileBuf, mode: str, target: str = "A2A3") 
         raise DeviceError(f"TCMP: source dtypes differ ({a.dtype.name} and {b.dtype.name})")
     _dtype("TCMP", a.dtype, CMP_DTYPES, target)
     if (b.valid_row, b.valid_col) != (a.valid_row, a.valid_col):
-        raise DeviceError(f"TCMP: source valid shapes differ ({a.valid_row}x{a.valid_col} and "
-                          f"{b.valid_row}x{b.valid_col})")
+        raise DeviceError(
+            f"TCMP: source valid shapes differ ({a.valid_row}x{a.valid_col} and {b.valid_row}x{b.valid_col})"
+        )
     op = _CMP[_mode("TCMP", mode, a.dtype, target)]
     _write_mask("TCMP", dst, op(valid_region(a), valid_region(b)))
 
@@ -109,8 +133,10 @@ def _predicates(what: str, mask: TileBuf, rows: int, cols: int) -> np.ndarray:
     """The `rows x cols` booleans of `mask` (its valid bytes must cover them)."""
     _check_mask_tile(what, mask)
     if mask.valid_row < rows or mask.valid_col * 8 < cols:
-        raise DeviceError(f"{what}: the mask's valid {mask.valid_row}x{mask.valid_col} bytes do not cover the "
-                          f"{rows}x{cols} selection (a row of {cols} elements needs {mask_cols(cols)} bytes)")
+        raise DeviceError(
+            f"{what}: the mask's valid {mask.valid_row}x{mask.valid_col} bytes do not cover the "
+            f"{rows}x{cols} selection (a row of {cols} elements needs {mask_cols(cols)} bytes)"
+        )
     bits = valid_region(mask)[:rows, : mask_cols(cols)]
     return np.unpackbits(bits, axis=-1, count=cols, bitorder="little").astype(bool)
 
@@ -121,8 +147,10 @@ def _check_sel(what: str, dst: TileBuf, srcs: tuple[TileBuf, ...], tmp: TileBuf 
         if t.dtype != dst.dtype:
             raise DeviceError(f"{what}: operand dtypes differ ({dst.dtype.name} and {t.dtype.name})")
         if t.valid_row < dst.valid_row or t.valid_col < dst.valid_col:
-            raise DeviceError(f"{what}: a source's valid {t.valid_row}x{t.valid_col} does not cover the destination's "
-                              f"{dst.valid_row}x{dst.valid_col}")
+            raise DeviceError(
+                f"{what}: a source's valid {t.valid_row}x{t.valid_col} does not cover the destination's "
+                f"{dst.valid_row}x{dst.valid_col}"
+            )
     _dtype(what, dst.dtype, SEL_DTYPES, target)
     if target == "A2A3":
         if tmp is None:
@@ -132,7 +160,9 @@ def _check_sel(what: str, dst: TileBuf, srcs: tuple[TileBuf, ...], tmp: TileBuf 
             raise DeviceError(f"{what}: the tmp tile holds a 16-byte compare mask, it has {tmp.nbytes} bytes")
 
 
-def tsel(dst: TileBuf, mask: TileBuf, a: TileBuf, b: TileBuf, tmp: TileBuf | None, target: str = "A2A3") -> None:
+def tsel(
+    dst: TileBuf, mask: TileBuf, a: TileBuf, b: TileBuf, tmp: TileBuf | None, target: str = "A2A3"
+) -> None:
     """TSEL: `dst = a where mask else b` over dst's valid region."""
     _check_sel("TSEL", dst, (a, b), tmp, target)
     vr, vc = dst.valid_row, dst.valid_col
@@ -140,8 +170,9 @@ def tsel(dst: TileBuf, mask: TileBuf, a: TileBuf, b: TileBuf, tmp: TileBuf | Non
     valid_region(dst)[...] = np.where(pred, valid_region(a)[:vr, :vc], valid_region(b)[:vr, :vc])
 
 
-def tsels(dst: TileBuf, mask: TileBuf, a: TileBuf, tmp: TileBuf | None, scalar: float | int,
-          target: str = "A2A3") -> None:
+def tsels(
+    dst: TileBuf, mask: TileBuf, a: TileBuf, tmp: TileBuf | None, scalar: float | int, target: str = "A2A3"
+) -> None:
     """TSELS: `dst = a where mask else scalar` (the scalar converted to dst's dtype)."""
     _check_sel("TSELS", dst, (a,), tmp, target)
     vr, vc = dst.valid_row, dst.valid_col

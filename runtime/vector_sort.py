@@ -15,8 +15,17 @@ from .errors import DeviceError
 from .tile import TileBuf
 from .vector import UB_BYTES, check_vec, valid_region
 
-__all__ = ["MASK_PATTERNS", "SORT_DTYPES", "tci", "tsort32", "tmrgsort", "tmrgsort_lists", "gather_mask", "gather",
-           "pair_elems"]
+__all__ = [
+    "MASK_PATTERNS",
+    "SORT_DTYPES",
+    "tci",
+    "tsort32",
+    "tmrgsort",
+    "tmrgsort_lists",
+    "gather_mask",
+    "gather",
+    "pair_elems",
+]
 
 #: pl.tile.MaskPattern codes -> (start, stride) of the selected positions along a row.
 MASK_PATTERNS = {1: (0, 2), 2: (1, 2), 3: (0, 4), 4: (1, 4), 5: (2, 4), 6: (3, 4), 7: (0, 1)}
@@ -60,12 +69,16 @@ def tsort32(dst: TileBuf, src: TileBuf, idx: TileBuf) -> None:
     for t in (dst, src, idx):
         check_vec(t, "TSORT32")
     if src.dtype not in SORT_DTYPES or dst.dtype != src.dtype:
-        raise DeviceError(f"TSORT32: src and dst are fp32 or fp16 of one dtype, got {src.dtype.name} -> {dst.dtype.name}")
+        raise DeviceError(
+            f"TSORT32: src and dst are fp32 or fp16 of one dtype, got {src.dtype.name} -> {dst.dtype.name}"
+        )
     if idx.dtype.itemsize != 4:
         raise DeviceError(f"TSORT32: indices are 32-bit, got {idx.dtype.name}")
     r, c = src.valid_row, src.valid_col
     if c % 32:
-        raise DeviceError(f"TSORT32: {c} valid columns are not whole 32-element blocks (the tmp form pads them)")
+        raise DeviceError(
+            f"TSORT32: {c} valid columns are not whole 32-element blocks (the tmp form pads them)"
+        )
     if (idx.valid_row, idx.valid_col) != (r, c):
         raise DeviceError(f"TSORT32: idx valid shape {idx.valid_row}x{idx.valid_col} != src {r}x{c}")
     pe = pair_elems(src.dtype)
@@ -96,7 +109,9 @@ def tmrgsort(dst: TileBuf, src: TileBuf, block_len: int) -> None:
         raise DeviceError(f"TMRGSORT: block_len {block_len} must be a positive multiple of 64")
     c = src.valid_col
     if c % (4 * block_len) or not 1 <= c // (4 * block_len) <= 255:
-        raise DeviceError(f"TMRGSORT: {c} valid columns are not 1..255 runs of 4 x block_len = {4 * block_len}")
+        raise DeviceError(
+            f"TMRGSORT: {c} valid columns are not 1..255 runs of 4 x block_len = {4 * block_len}"
+        )
     if (dst.valid_row, dst.valid_col) != (1, c):
         raise DeviceError(f"TMRGSORT: dst valid shape {dst.valid_row}x{dst.valid_col} != 1x{c}")
     vals, _, raw = _pairs(src, "TMRGSORT")
@@ -157,7 +172,11 @@ def gather(dst: TileBuf, src: TileBuf, idx: TileBuf, rowwise: bool = True) -> No
     would read other UB bytes)."""
     for t in (dst, src, idx):
         check_vec(t, "TGATHER")
-    if dst.dtype != src.dtype or idx.dtype not in (np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.int16)):
+    if dst.dtype != src.dtype or idx.dtype not in (
+        np.dtype(np.int32),
+        np.dtype(np.uint32),
+        np.dtype(np.int16),
+    ):
         raise DeviceError("TGATHER: dst has src's dtype and the indices are int32 / int16")
     ix = valid_region(idx).astype(np.int64)
     if (dst.valid_row, dst.valid_col) != ix.shape:
@@ -165,8 +184,10 @@ def gather(dst: TileBuf, src: TileBuf, idx: TileBuf, rowwise: bool = True) -> No
     s = valid_region(src)
     limit = s.shape[1] if rowwise else s.size
     if ix.size and (ix.min() < 0 or ix.max() >= limit):
-        raise DeviceError(f"TGATHER: index {int(ix.max()) if ix.max() >= limit else int(ix.min())} is outside "
-                          f"the source's {limit} valid elements")
+        raise DeviceError(
+            f"TGATHER: index {int(ix.max()) if ix.max() >= limit else int(ix.min())} is outside "
+            f"the source's {limit} valid elements"
+        )
     if rowwise:
         if s.shape[0] != ix.shape[0]:
             raise DeviceError(f"TGATHER: {s.shape[0]} source rows, {ix.shape[0]} index rows")

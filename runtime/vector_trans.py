@@ -17,8 +17,20 @@ from .vector import check_vec, valid_region
 
 __all__ = ["TRANS_DTYPES", "tmp_bytes", "ttrans"]
 
-TRANS_DTYPES = frozenset(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16, np.float16, ml_dtypes.bfloat16,
-                                               np.uint32, np.int32, np.float32))
+TRANS_DTYPES = frozenset(
+    np.dtype(t)
+    for t in (
+        np.uint8,
+        np.int8,
+        np.uint16,
+        np.int16,
+        np.float16,
+        ml_dtypes.bfloat16,
+        np.uint32,
+        np.int32,
+        np.float32,
+    )
+)
 
 
 def tmp_bytes(rows: int, cols: int, dtype: np.dtype) -> int:
@@ -32,11 +44,15 @@ def ttrans(dst: TileBuf, src: TileBuf, tmp: TileBuf | None) -> None:
     check_vec(dst, "TTRANS")
     check_vec(src, "TTRANS")
     if src.dtype != dst.dtype or src.dtype not in TRANS_DTYPES:
-        raise DeviceError(f"TTRANS: {src.dtype.name} -> {dst.dtype.name} is not a transpose of a 1-, 2- or 4-byte type")
+        raise DeviceError(
+            f"TTRANS: {src.dtype.name} -> {dst.dtype.name} is not a transpose of a 1-, 2- or 4-byte type"
+        )
     vr, vc = src.valid_row, src.valid_col
     if (dst.valid_row, dst.valid_col) != (vc, vr):
-        raise DeviceError(f"TTRANS: the destination's valid {dst.valid_row}x{dst.valid_col} is not the transpose "
-                          f"of the source's {vr}x{vc}")
+        raise DeviceError(
+            f"TTRANS: the destination's valid {dst.valid_row}x{dst.valid_col} is not the transpose "
+            f"of the source's {vr}x{vc}"
+        )
     need = tmp_bytes(vr, vc, src.dtype)
     if tmp is not None and tmp.nbytes < need:
         raise DeviceError(f"TTRANS: the tmp tile has {tmp.nbytes} bytes, a {vr}x{vc} transpose needs {need}")

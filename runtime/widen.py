@@ -28,15 +28,20 @@ def widen_bf16(out: np.ndarray, src: np.ndarray) -> None:
     """``out[...] = src`` for a bf16 view `src` (any strides) and a C-contiguous float32 `out` of
     the same shape: exact, the same bits as ``np.copyto(out, src, casting="unsafe")``."""
     if src.dtype != _BF16 or out.dtype != np.float32 or out.shape != src.shape or not out.flags.c_contiguous:
-        raise ValueError(f"widen_bf16: a bf16 view and a C-contiguous float32 array of its shape, got "
-                         f"{src.dtype}{src.shape} -> {out.dtype}{out.shape}")
+        raise ValueError(
+            f"widen_bf16: a bf16 view and a C-contiguous float32 array of its shape, got "
+            f"{src.dtype}{src.shape} -> {out.dtype}{out.shape}"
+        )
     axes = _merged(src.shape, src.strides)
-    if _native is None or axes is None or axes[-1][1] == src.itemsize:  # contiguous runs: numpy's cast is fast
+    if (
+        _native is None or axes is None or axes[-1][1] == src.itemsize
+    ):  # contiguous runs: numpy's cast is fast
         np.copyto(out, src, casting="unsafe")
         return
     shape = tuple(n for n, _ in axes)
-    _native.widen_bf16(as_strided(src.view(np.uint16), shape, tuple(s for _, s in axes)),
-                       out.view(np.uint32).reshape(shape))
+    _native.widen_bf16(
+        as_strided(src.view(np.uint16), shape, tuple(s for _, s in axes)), out.view(np.uint32).reshape(shape)
+    )
 
 
 def _merged(shape: tuple[int, ...], strides: tuple[int, ...]) -> list[tuple[int, int]] | None:

@@ -63,8 +63,9 @@ def _absolute(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join([*base, node.module] if node.module else base)
 
 
-def _imported_modules(module: str, is_package: bool, tree: ast.Module,
-                      known: set[str]) -> Iterator[tuple[str, int]]:
+def _imported_modules(
+    module: str, is_package: bool, tree: ast.Module, known: set[str]
+) -> Iterator[tuple[str, int]]:
     """(target, line) for every module of `known` that `module`'s source imports, anywhere in the
     file. `import a.b.c` imports `a.b.c`; `from a.b import c` imports `a.b.c` when that is a module,
     else `a.b` (the name comes from the package). The packages on the way (`a`, `a.b`) run too but
@@ -182,11 +183,15 @@ def line_count(path: Path) -> int:
     return len(path.read_text(encoding="utf-8").splitlines())
 
 
-def oversized_files(root: Path, packages: tuple[str, ...] = PACKAGES,
-                    limit: int = MAX_FILE_LINES) -> dict[str, int]:
+def oversized_files(
+    root: Path, packages: tuple[str, ...] = PACKAGES, limit: int = MAX_FILE_LINES
+) -> dict[str, int]:
     """Files (relative paths) of more than `limit` lines, with their line counts."""
-    return {str(p.relative_to(root)): n for p in module_files(root, packages).values()
-            if (n := line_count(p)) > limit}
+    return {
+        str(p.relative_to(root)): n
+        for p in module_files(root, packages).values()
+        if (n := line_count(p)) > limit
+    }
 
 
 def package_lines(root: Path, package: str) -> int:
@@ -212,23 +217,43 @@ def runtime_private_attributes(root: Path) -> set[str]:
                 for stmt in node.body:
                     if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and _is_private(stmt.name):
                         names.add(stmt.name)
-                    targets = (stmt.targets if isinstance(stmt, ast.Assign)
-                               else [stmt.target] if isinstance(stmt, ast.AnnAssign) else [])
+                    targets = (
+                        stmt.targets
+                        if isinstance(stmt, ast.Assign)
+                        else [stmt.target]
+                        if isinstance(stmt, ast.AnnAssign)
+                        else []
+                    )
                     for t in targets:
                         if isinstance(t, ast.Name) and t.id == "__slots__" and stmt.value is not None:
-                            names.update(c.value for c in ast.walk(stmt.value)
-                                         if isinstance(c, ast.Constant) and isinstance(c.value, str)
-                                         and _is_private(c.value))
+                            names.update(
+                                c.value
+                                for c in ast.walk(stmt.value)
+                                if isinstance(c, ast.Constant)
+                                and isinstance(c.value, str)
+                                and _is_private(c.value)
+                            )
                         elif isinstance(t, ast.Name) and _is_private(t.id):
                             names.add(t.id)
-            elif (isinstance(node, ast.Call) and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
-                  and isinstance(node.args[1].value, str) and _is_private(node.args[1].value)
-                  and ((isinstance(node.func, ast.Name) and node.func.id == "setattr")
-                       or (isinstance(node.func, ast.Attribute) and node.func.attr == "__setattr__"))):
+            elif (
+                isinstance(node, ast.Call)
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and isinstance(node.args[1].value, str)
+                and _is_private(node.args[1].value)
+                and (
+                    (isinstance(node.func, ast.Name) and node.func.id == "setattr")
+                    or (isinstance(node.func, ast.Attribute) and node.func.attr == "__setattr__")
+                )
+            ):
                 names.add(node.args[1].value)
-            elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
-                  and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
-                  and _is_private(node.attr)):
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in ("self", "cls")
+                and _is_private(node.attr)
+            ):
                 names.add(node.attr)
     return names
 
@@ -276,15 +301,27 @@ def private_runtime_uses(root: Path, client: str = "nzjit") -> list[PrivateUse]:
                 for a in node.names:
                     if a.name == "runtime" or a.name.startswith("runtime."):
                         if (p := _private_in_path(a.name)) is not None:
-                            uses.append(PrivateUse(rel, node.lineno, f"import of private runtime module {a.name} ({p})"))
+                            uses.append(
+                                PrivateUse(
+                                    rel, node.lineno, f"import of private runtime module {a.name} ({p})"
+                                )
+                            )
                         bound.add(a.asname or a.name.partition(".")[0])
-            elif isinstance(node, ast.ImportFrom) and not node.level and node.module and (
-                    node.module == "runtime" or node.module.startswith("runtime.")):
+            elif (
+                isinstance(node, ast.ImportFrom)
+                and not node.level
+                and node.module
+                and (node.module == "runtime" or node.module.startswith("runtime."))
+            ):
                 if (p := _private_in_path(node.module)) is not None:
-                    uses.append(PrivateUse(rel, node.lineno, f"import from private runtime module {node.module}"))
+                    uses.append(
+                        PrivateUse(rel, node.lineno, f"import from private runtime module {node.module}")
+                    )
                 for a in node.names:
                     if _is_private(a.name):
-                        uses.append(PrivateUse(rel, node.lineno, f"import of private name {node.module}.{a.name}"))
+                        uses.append(
+                            PrivateUse(rel, node.lineno, f"import of private name {node.module}.{a.name}")
+                        )
                     bound.add(a.asname or a.name)
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and _is_private(node.attr):
@@ -293,14 +330,34 @@ def private_runtime_uses(root: Path, client: str = "nzjit") -> list[PrivateUse]:
                     root_name = root_name.value
                 owner = node.value
                 if isinstance(root_name, ast.Name) and root_name.id in bound:
-                    uses.append(PrivateUse(rel, node.lineno, f"private attribute {ast.unparse(node)} of runtime"))
-                elif node.attr in private_attrs and not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
-                    uses.append(PrivateUse(rel, node.lineno, f"runtime's private attribute {node.attr} in {ast.unparse(node)}"))
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                  and node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) >= 2
-                  and isinstance(node.args[1], ast.Constant) and node.args[1].value in private_attrs):
-                uses.append(PrivateUse(rel, node.lineno, f"runtime's private attribute {node.args[1].value} "
-                                                         f"through {node.func.id}"))
+                    uses.append(
+                        PrivateUse(rel, node.lineno, f"private attribute {ast.unparse(node)} of runtime")
+                    )
+                elif node.attr in private_attrs and not (
+                    isinstance(owner, ast.Name) and owner.id in ("self", "cls")
+                ):
+                    uses.append(
+                        PrivateUse(
+                            rel,
+                            node.lineno,
+                            f"runtime's private attribute {node.attr} in {ast.unparse(node)}",
+                        )
+                    )
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value in private_attrs
+            ):
+                uses.append(
+                    PrivateUse(
+                        rel,
+                        node.lineno,
+                        f"runtime's private attribute {node.args[1].value} through {node.func.id}",
+                    )
+                )
     return sorted(set(uses), key=lambda u: (u.path, u.line, u.what))
 
 
@@ -310,9 +367,13 @@ def device_imports_of_compiler(root: Path) -> list[Import]:
     out = []
     for mod, path in mods.items():
         for node in ast.walk(_parse(path)):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [_absolute(mod, path.name == "__init__.py", node)] if isinstance(node, ast.ImportFrom)
-                     else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [_absolute(mod, path.name == "__init__.py", node)]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             out.extend(Import(mod, n, node.lineno) for n in names if n == "nzjit" or n.startswith("nzjit."))
     return out
 
@@ -320,8 +381,10 @@ def device_imports_of_compiler(root: Path) -> list[Import]:
 # ------------------------------------------------------------------------------ the tree's rules
 def test_no_import_cycles() -> None:
     cycles = import_cycles(ROOT)
-    assert not cycles, "import cycles (break them by ownership, not by moving imports into functions):\n" + \
-        describe_cycles(cycles)
+    assert not cycles, (
+        "import cycles (break them by ownership, not by moving imports into functions):\n"
+        + describe_cycles(cycles)
+    )
 
 
 def test_no_file_over_600_lines() -> None:
@@ -331,14 +394,17 @@ def test_no_file_over_600_lines() -> None:
 
 def test_core_is_at_most_800_lines() -> None:
     n = package_lines(ROOT, "nzjit/core")
-    assert n <= MAX_CORE_LINES, (f"nzjit/core is {n} lines, more than {MAX_CORE_LINES}: core is the IR; "
-                                 "primitive definitions live in nzjit/prims, passes in nzjit/passes")
+    assert n <= MAX_CORE_LINES, (
+        f"nzjit/core is {n} lines, more than {MAX_CORE_LINES}: core is the IR; "
+        "primitive definitions live in nzjit/prims, passes in nzjit/passes"
+    )
 
 
 def test_compiler_uses_only_public_runtime_names() -> None:
     uses = private_runtime_uses(ROOT)
-    assert not uses, "nzjit uses private names of runtime (make them public API of runtime):\n" + \
-        "\n".join(map(str, uses))
+    assert not uses, "nzjit uses private names of runtime (make them public API of runtime):\n" + "\n".join(
+        map(str, uses)
+    )
 
 
 def test_device_does_not_import_compiler() -> None:
@@ -361,16 +427,20 @@ def layer_violations(root: Path) -> list[Import]:
     bad = []
     for e in import_edges(root):
         for layer, allowed in LAYER_IMPORTS.items():
-            if (e.source == layer or e.source.startswith(layer + ".")) and e.target.startswith("nzjit") \
-                    and not any(e.target == a or e.target.startswith(a + ".") for a in allowed):
+            if (
+                (e.source == layer or e.source.startswith(layer + "."))
+                and e.target.startswith("nzjit")
+                and not any(e.target == a or e.target.startswith(a + ".") for a in allowed)
+            ):
                 bad.append(e)
     return bad
 
 
 def test_layers_import_only_what_is_below_them() -> None:
     bad = layer_violations(ROOT)
-    assert not bad, "a layer imports above itself (passes see only core and prims):\n" + \
-        "\n".join(f"{e.source} -> {e.target} (line {e.line})" for e in bad)
+    assert not bad, "a layer imports above itself (passes see only core and prims):\n" + "\n".join(
+        f"{e.source} -> {e.target} (line {e.line})" for e in bad
+    )
 
 
 # ----------------------------------------------------------------- the checkers on planted trees
@@ -386,40 +456,61 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_checker_finds_a_cycle_through_a_function_level_relative_import(tmp_path: Path) -> None:
-    root = _tree(tmp_path, {
-        "nzjit/core/__init__.py": "",
-        "nzjit/core/ir.py": "from . import types\n\ndef show(g):\n    from .printer import pr\n    return pr(g)\n",
-        "nzjit/core/printer.py": "from .ir import Graph\n",
-        "nzjit/core/types.py": "",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "nzjit/core/__init__.py": "",
+            "nzjit/core/ir.py": "from . import types\n\ndef show(g):\n    from .printer import pr\n    return pr(g)\n",
+            "nzjit/core/printer.py": "from .ir import Graph\n",
+            "nzjit/core/types.py": "",
+        },
+    )
     cycles = import_cycles(root)
     assert [[(e.source, e.target, e.line) for e in c] for c in cycles] == [
-        [("nzjit.core.ir", "nzjit.core.printer", 4), ("nzjit.core.printer", "nzjit.core.ir", 1)]]
+        [("nzjit.core.ir", "nzjit.core.printer", 4), ("nzjit.core.printer", "nzjit.core.ir", 1)]
+    ]
     assert "nzjit.core.ir -> nzjit.core.printer  (line 4)" in describe_cycles(cycles)
 
 
 def test_checker_resolves_parent_relative_and_package_imports(tmp_path: Path) -> None:
     # `from .. import x` from a subpackage's __init__, `from pkg import module`, `import a.b`, and a
     # three-module cycle across runtime and nzjit
-    root = _tree(tmp_path, {
-        "nzjit/a/__init__.py": "from .. import b\n",
-        "nzjit/b.py": "import runtime.dev\n",
-        "runtime/dev.py": "from nzjit import a\n",
-        "nzjit/c.py": "from nzjit.a import thing\nimport nzjit.b\n",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "nzjit/a/__init__.py": "from .. import b\n",
+            "nzjit/b.py": "import runtime.dev\n",
+            "runtime/dev.py": "from nzjit import a\n",
+            "nzjit/c.py": "from nzjit.a import thing\nimport nzjit.b\n",
+        },
+    )
     edges = {(e.source, e.target) for e in import_edges(root)}
-    assert {("nzjit.a", "nzjit.b"), ("nzjit.b", "runtime.dev"), ("runtime.dev", "nzjit.a"),
-            ("nzjit.c", "nzjit.a"), ("nzjit.c", "nzjit.b")} <= edges
+    assert {
+        ("nzjit.a", "nzjit.b"),
+        ("nzjit.b", "runtime.dev"),
+        ("runtime.dev", "nzjit.a"),
+        ("nzjit.c", "nzjit.a"),
+        ("nzjit.c", "nzjit.b"),
+    } <= edges
     (cycle,) = import_cycles(root)
     assert {e.source for e in cycle} == {"nzjit.a", "nzjit.b", "runtime.dev"}
-    assert [(e.source, e.target, e.line) for e in device_imports_of_compiler(root)] == [("runtime.dev", "nzjit", 1)]
+    assert [(e.source, e.target, e.line) for e in device_imports_of_compiler(root)] == [
+        ("runtime.dev", "nzjit", 1)
+    ]
 
 
 def test_checker_accepts_a_tree_without_cycles(tmp_path: Path) -> None:
     # `from . import _lines` in runtime/nz.py imports the compiled runtime._lines, not runtime itself
-    root = _tree(tmp_path, {"nzjit/a.py": "from . import b\n", "nzjit/b.py": "import runtime\n",
-                            "runtime/__init__.py": "from . import nz\n", "runtime/_lines.c": "",
-                            "runtime/nz.py": "try:\n    from . import _lines\nexcept ImportError:\n    pass\n"})
+    root = _tree(
+        tmp_path,
+        {
+            "nzjit/a.py": "from . import b\n",
+            "nzjit/b.py": "import runtime\n",
+            "runtime/__init__.py": "from . import nz\n",
+            "runtime/_lines.c": "",
+            "runtime/nz.py": "try:\n    from . import _lines\nexcept ImportError:\n    pass\n",
+        },
+    )
     assert import_cycles(root) == []
     assert device_imports_of_compiler(root) == []
 
@@ -431,19 +522,26 @@ def test_checker_finds_an_oversized_file_and_core_lines(tmp_path: Path) -> None:
 
 
 def test_checker_finds_every_kind_of_private_runtime_use(tmp_path: Path) -> None:
-    root = _tree(tmp_path, {
-        "runtime/tile.py": ("class TileBuf:\n    __slots__ = ('_data', 'shape')\n"
-                            "    def __init__(self):\n        self._g = 1\n"
-                            "    def _from_geometry(self):\n        pass\n"
-                            "class Frozen:\n    _cache: int\n    def __post_init__(self):\n"
-                            "        object.__setattr__(self, '_frozen', 1)\n"),
-        "nzjit/use.py": ("import runtime\nfrom runtime._strided import f\nfrom runtime import _lines, tile\n"
-                         "from runtime.tile import TileBuf, _geometry\n\n"
-                         "def run(t, x):\n    runtime._strided.f()\n    tile._geometry(1)\n"
-                         "    TileBuf._from_geometry()\n    a = t._data\n    t._g = 2\n"
-                         "    getattr(x, '_data')\n    x._frozen, x._cache\n    return runtime.tile.public\n"),
-        "nzjit/own.py": "class C:\n    def __init__(self):\n        self._data = 1\n        self.__dict__\n",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "runtime/tile.py": (
+                "class TileBuf:\n    __slots__ = ('_data', 'shape')\n"
+                "    def __init__(self):\n        self._g = 1\n"
+                "    def _from_geometry(self):\n        pass\n"
+                "class Frozen:\n    _cache: int\n    def __post_init__(self):\n"
+                "        object.__setattr__(self, '_frozen', 1)\n"
+            ),
+            "nzjit/use.py": (
+                "import runtime\nfrom runtime._strided import f\nfrom runtime import _lines, tile\n"
+                "from runtime.tile import TileBuf, _geometry\n\n"
+                "def run(t, x):\n    runtime._strided.f()\n    tile._geometry(1)\n"
+                "    TileBuf._from_geometry()\n    a = t._data\n    t._g = 2\n"
+                "    getattr(x, '_data')\n    x._frozen, x._cache\n    return runtime.tile.public\n"
+            ),
+            "nzjit/own.py": "class C:\n    def __init__(self):\n        self._data = 1\n        self.__dict__\n",
+        },
+    )
     assert runtime_private_attributes(root) == {"_data", "_g", "_from_geometry", "_cache", "_frozen"}
     got = [(u.path, u.line) for u in private_runtime_uses(root)]
     assert got == [("nzjit/use.py", n) for n in (2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 13)]
@@ -451,6 +549,13 @@ def test_checker_finds_every_kind_of_private_runtime_use(tmp_path: Path) -> None
 
 
 def test_checker_finds_a_pass_importing_the_backend(tmp_path: Path) -> None:
-    root = _tree(tmp_path, {"nzjit/passes/p.py": "from ..backend import run\n", "nzjit/backend/__init__.py": "",
-                            "nzjit/passes/__init__.py": "", "nzjit/core/__init__.py": ""})
+    root = _tree(
+        tmp_path,
+        {
+            "nzjit/passes/p.py": "from ..backend import run\n",
+            "nzjit/backend/__init__.py": "",
+            "nzjit/passes/__init__.py": "",
+            "nzjit/core/__init__.py": "",
+        },
+    )
     assert [(e.source, e.target) for e in layer_violations(root)] == [("nzjit.passes.p", "nzjit.backend")]

@@ -16,10 +16,17 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import compare_commits as cc  # noqa: E402
 
 
-@pytest.mark.parametrize("cell,seconds", [
-    ("138.37 ms", 138.37e-3), ("18.0 us", 18e-6), ("3.51 ms 9.5 GB/s", 3.51e-3), ("2.44 s", 2.44),
-    ("0.78", None), ("-", None),
-])
+@pytest.mark.parametrize(
+    "cell,seconds",
+    [
+        ("138.37 ms", 138.37e-3),
+        ("18.0 us", 18e-6),
+        ("3.51 ms 9.5 GB/s", 3.51e-3),
+        ("2.44 s", 2.44),
+        ("0.78", None),
+        ("-", None),
+    ],
+)
 def test_seconds_reads_the_first_time_of_a_cell(cell, seconds):
     got = cc.seconds(cell)
     assert got == pytest.approx(seconds) if seconds is not None else got is None
@@ -62,7 +69,8 @@ def _fake_tree(root: Path, ms: float) -> Path:
         "import time\n"
         "def run():\n"
         f"    return [{{'benchmark': 'fake row', 'nzjit': '{ms} ms', 'reference': '1 ms', 'ratio': '{ms}x',\n"
-        "             'target': '-', 'clock': 'cpu' if time.perf_counter is time.process_time else 'wall'}]\n")
+        "             'target': '-', 'clock': 'cpu' if time.perf_counter is time.process_time else 'wall'}]\n"
+    )
     return root
 
 
@@ -85,8 +93,11 @@ def test_a_run_on_two_trees_prints_the_before_after_table(tmp_path, monkeypatch)
 
 
 def test_the_script_refuses_a_tree_without_benchmarks(tmp_path):
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare_commits.py"), "--base", str(tmp_path)],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "compare_commits.py"), "--base", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode != 0 and "is not a checkout with benchmarks/run_all.py" in p.stderr
 
 
@@ -95,8 +106,12 @@ def test_run_all_takes_the_geometric_mean_of_the_rows_against_numpy():
     # rows (budgets, sub-rows) do not count
     import run_all
 
-    rows = [{"ratio": "1.44x", "target": "<= 1.5x"}, {"ratio": "0.81x", "target": "<= 1.0x"},
-            {"ratio": "9.00x", "target": "-"}, {"ratio": "0.50x", "target": "< 1x (of 50 ms)"}]
+    rows = [
+        {"ratio": "1.44x", "target": "<= 1.5x"},
+        {"ratio": "0.81x", "target": "<= 1.0x"},
+        {"ratio": "9.00x", "target": "-"},
+        {"ratio": "0.50x", "target": "< 1x (of 50 ms)"},
+    ]
     row = run_all.geomean_row([("(z)", rows)])
     assert row is not None and row["ratio"] == "1.08x" and row["target"] == "<= 1.1x"
     assert "of the 2 rows" in row["benchmark"]

@@ -28,8 +28,11 @@ def _undocumented() -> list[str]:
                     missing.append(f"{rel}:{node.lineno} {node.name}")
                 if isinstance(node, ast.ClassDef):
                     for sub in node.body:
-                        if (isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef)
-                                and not sub.name.startswith("_") and ast.get_docstring(sub) is None):
+                        if (
+                            isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef)
+                            and not sub.name.startswith("_")
+                            and ast.get_docstring(sub) is None
+                        ):
                             missing.append(f"{rel}:{sub.lineno} {node.name}.{sub.name}")
     return missing
 

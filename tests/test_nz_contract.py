@@ -16,11 +16,14 @@ M, N, K = 32, 256, 512
 
 
 @pl.kernel
-def logical_slices(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[N, K], pl.INT8, pl.NZ],
-                   out: pl.Out[pl.Tensor[[M, N], pl.INT32]]):
+def logical_slices(
+    x: pl.Tensor[[M, K], pl.INT8],
+    w: pl.Tensor[[N, K], pl.INT8, pl.NZ],
+    out: pl.Out[pl.Tensor[[M, N], pl.INT32]],
+):
     for nb in pl.spmd(2):
         n0 = nb * 128
-        out[:, n0:n0 + 128] = pl.matmul(x[:, 128:384], w[n0:n0 + 128, 128:384], b_trans=True)
+        out[:, n0 : n0 + 128] = pl.matmul(x[:, 128:384], w[n0 : n0 + 128, 128:384], b_trans=True)
 
 
 def _tile_loads(g):
@@ -32,7 +35,11 @@ def test_author_writes_logical_shapes_and_slices():  # NZ-2
     traced = logical_slices.lower().ir("trace")
     w = traced.params[1]
     assert w.type.shape == (N, K) and w.type.layout is Layout.NZ
-    slices = [e for e in traced.walk() if e.primitive.name == "tensor.slice" and e.inputs[0].type.layout is Layout.NZ]
+    slices = [
+        e
+        for e in traced.walk()
+        if e.primitive.name == "tensor.slice" and e.inputs[0].type.layout is Layout.NZ
+    ]
     assert [e.params["shape"] for e in slices] == [(128, 256)]
     # the compiler supplies the physical description: rank 5 after BlockNzTensorViews
     assert logical_slices.lower().ir().params[1].type.shape == (1, K // 32, N // 16, 16, 32)

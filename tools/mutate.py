@@ -40,24 +40,50 @@ from dataclasses import asdict, dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-PASS_TESTS = ["tests/passes/test_nz_block_views.py", "tests/passes/test_nz_refusals.py", "tests/passes/test_nz_store.py",
-              "tests/passes/test_nz_valid_shape.py", "tests/passes/test_nz_bounds.py",
-              "tests/passes/test_nz_prover_refusals.py", "tests/passes/test_nz_proofs.py",
-              "tests/passes/test_decode_rows.py", "tests/verify/test_translation_validation.py",
-              "tests/e2e/test_nz_load_e2e.py", "tests/e2e/test_nz_store_e2e.py"]
+PASS_TESTS = [
+    "tests/passes/test_nz_block_views.py",
+    "tests/passes/test_nz_refusals.py",
+    "tests/passes/test_nz_store.py",
+    "tests/passes/test_nz_valid_shape.py",
+    "tests/passes/test_nz_bounds.py",
+    "tests/passes/test_nz_prover_refusals.py",
+    "tests/passes/test_nz_proofs.py",
+    "tests/passes/test_decode_rows.py",
+    "tests/verify/test_translation_validation.py",
+    "tests/e2e/test_nz_load_e2e.py",
+    "tests/e2e/test_nz_store_e2e.py",
+]
 TESTS: dict[str, list[str]] = {
-    "nzjit/passes/proofs.py": ["tests/passes/test_nz_prover_refusals.py", "tests/passes/test_nz_proofs.py",
-                               "tests/passes/test_nz_bounds.py", "tests/verify/test_prover_rules_smt.py"],
+    "nzjit/passes/proofs.py": [
+        "tests/passes/test_nz_prover_refusals.py",
+        "tests/passes/test_nz_proofs.py",
+        "tests/passes/test_nz_bounds.py",
+        "tests/verify/test_prover_rules_smt.py",
+    ],
     "nzjit/passes/block_nz.py": PASS_TESTS,
     "nzjit/passes/block_nz_store.py": PASS_TESTS,
     "nzjit/passes/nz_gap_guard.py": ["tests/passes/test_nz_gap_guard.py", "tests/e2e/test_nz_gap_e2e.py"],
-    "runtime/nz.py": ["tests/runtime/test_rt_campaign_gaps.py", "tests/runtime/test_rt_nz.py",
-                      "tests/runtime/test_rt_nz_threads.py", "tests/test_nz_contract.py"],
-    "runtime/load.py": ["tests/runtime/test_rt_campaign_gaps.py", "tests/runtime/test_rt_nz_load.py",
-                        "tests/runtime/test_rt_gmview_dma.py", "tests/runtime/test_rt_other_paths.py",
-                        "tests/runtime/test_rt_tile.py", "tests/e2e/test_nz_load_e2e.py", "tests/e2e/test_nd_ops.py"],
-    "runtime/store.py": ["tests/runtime/test_rt_campaign_gaps.py", "tests/runtime/test_rt_acc_store.py",
-                         "tests/runtime/test_rt_other_paths.py", "tests/e2e/test_nz_store_e2e.py"],
+    "runtime/nz.py": [
+        "tests/runtime/test_rt_campaign_gaps.py",
+        "tests/runtime/test_rt_nz.py",
+        "tests/runtime/test_rt_nz_threads.py",
+        "tests/test_nz_contract.py",
+    ],
+    "runtime/load.py": [
+        "tests/runtime/test_rt_campaign_gaps.py",
+        "tests/runtime/test_rt_nz_load.py",
+        "tests/runtime/test_rt_gmview_dma.py",
+        "tests/runtime/test_rt_other_paths.py",
+        "tests/runtime/test_rt_tile.py",
+        "tests/e2e/test_nz_load_e2e.py",
+        "tests/e2e/test_nd_ops.py",
+    ],
+    "runtime/store.py": [
+        "tests/runtime/test_rt_campaign_gaps.py",
+        "tests/runtime/test_rt_acc_store.py",
+        "tests/runtime/test_rt_other_paths.py",
+        "tests/e2e/test_nz_store_e2e.py",
+    ],
 }
 TIMEOUT = 240  # seconds per mutant: a mutant that hangs the tests is killed
 
@@ -96,8 +122,21 @@ SURVIVORS: dict[str, str] = {
     "runtime/store.py:167": "g0 > 1 -> g0 >= 1: a batch loop of one trip is the single burst",
 }
 
-_BIN = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.FloorDiv, ast.FloorDiv: ast.Mult, ast.Mod: ast.FloorDiv}
-_CMP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
+_BIN = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.FloorDiv,
+    ast.FloorDiv: ast.Mult,
+    ast.Mod: ast.FloorDiv,
+}
+_CMP = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+}
 _BOOL = {ast.And: ast.Or, ast.Or: ast.And}
 
 
@@ -133,11 +172,21 @@ def _sites(tree: ast.AST) -> list[tuple[ast.AST, str, object]]:
         if isinstance(n, ast.BinOp) and type(n.op) in _BIN:
             out.append((n, f"{type(n.op).__name__} -> {_BIN[type(n.op)].__name__}", ("op", _BIN[type(n.op)])))
         elif isinstance(n, ast.AugAssign) and type(n.op) in _BIN:
-            out.append((n, f"{type(n.op).__name__}= -> {_BIN[type(n.op)].__name__}=", ("op", _BIN[type(n.op)])))
+            out.append(
+                (n, f"{type(n.op).__name__}= -> {_BIN[type(n.op)].__name__}=", ("op", _BIN[type(n.op)]))
+            )
         elif isinstance(n, ast.Compare) and len(n.ops) == 1 and type(n.ops[0]) in _CMP:
-            out.append((n, f"{type(n.ops[0]).__name__} -> {_CMP[type(n.ops[0])].__name__}", ("cmp", _CMP[type(n.ops[0])])))
+            out.append(
+                (
+                    n,
+                    f"{type(n.ops[0]).__name__} -> {_CMP[type(n.ops[0])].__name__}",
+                    ("cmp", _CMP[type(n.ops[0])]),
+                )
+            )
         elif isinstance(n, ast.BoolOp):
-            out.append((n, f"{type(n.op).__name__} -> {_BOOL[type(n.op)].__name__}", ("bool", _BOOL[type(n.op)])))
+            out.append(
+                (n, f"{type(n.op).__name__} -> {_BOOL[type(n.op)].__name__}", ("bool", _BOOL[type(n.op)]))
+            )
         elif isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
             out.append((n, "drop `not`", ("not", None)))
         elif isinstance(n, ast.Constant) and type(n.value) is int:
@@ -146,8 +195,12 @@ def _sites(tree: ast.AST) -> list[tuple[ast.AST, str, object]]:
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("min", "max"):
             other = "max" if n.func.id == "min" else "min"
             out.append((n, f"{n.func.id} -> {other}", ("call", other)))
-        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "gcd"
-              and len(n.args) == 2):
+        elif (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "gcd"
+            and len(n.args) == 2
+        ):
             out.append((n, "gcd(a, b) -> b", ("gcd", None)))
     return out
 
@@ -168,8 +221,12 @@ def _apply(tree: ast.Module, index: int) -> str:
     elif kind == "gcd":
         node.args = [node.args[1], node.args[1]]  # type: ignore[attr-defined]
     elif kind == "not":
-        parent = next(p for p in ast.walk(tree) for f, v in ast.iter_fields(p)
-                      if v is node or (isinstance(v, list) and any(x is node for x in v)))
+        parent = next(
+            p
+            for p in ast.walk(tree)
+            for f, v in ast.iter_fields(p)
+            if v is node or (isinstance(v, list) and any(x is node for x in v))
+        )
         for f, v in ast.iter_fields(parent):
             if v is node:
                 setattr(parent, f, node.operand)  # type: ignore[attr-defined]
@@ -196,8 +253,11 @@ def mutated_text(m: Mutant) -> str:
 
 def _copy_repo(dst: str) -> None:
     for d in ("nzjit", "runtime", "tests", "examples"):
-        shutil.copytree(os.path.join(ROOT, d), os.path.join(dst, d),
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis"))
+        shutil.copytree(
+            os.path.join(ROOT, d),
+            os.path.join(dst, d),
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis"),
+        )
     for f in ("pyproject.toml", "README.md"):
         shutil.copy(os.path.join(ROOT, f), dst)
 
@@ -209,8 +269,17 @@ def _run(m: Mutant, text: str | None, work: str) -> Mutant:
         with open(path, "w") as fh:
             fh.write(text)
     t0 = time.perf_counter()
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--hypothesis-seed=0",
-           *TESTS[m.file]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-x",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--hypothesis-seed=0",
+        *TESTS[m.file],
+    ]
     try:
         r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=TIMEOUT)
         m.status = "survived" if r.returncode == 0 else "killed"
@@ -250,21 +319,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="mutation-results.json")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--show", metavar="ID")
-    ap.add_argument("--ids", default="", help="comma-separated mutant ids to run (e.g. the survivors of a run)")
+    ap.add_argument(
+        "--ids", default="", help="comma-separated mutant ids to run (e.g. the survivors of a run)"
+    )
     args = ap.parse_args(argv)
     files = args.files.split(",")
     allm = mutants(files)
     if args.show:
         m = next(x for x in allm if x.id == args.show)
         a = ast.unparse(ast.parse(open(os.path.join(ROOT, m.file)).read())).splitlines()
-        print("\n".join(difflib.unified_diff(a, mutated_text(m).splitlines(), m.file, m.id, lineterm="", n=2)))
+        print(
+            "\n".join(difflib.unified_diff(a, mutated_text(m).splitlines(), m.file, m.id, lineterm="", n=2))
+        )
         return 0
     chosen: list[Mutant] = []
     rnd = random.Random(args.seed)
     for f in files:
         ms = [m for m in allm if m.file == f]
-        chosen += sorted(rnd.sample(ms, args.sample), key=lambda m: int(m.id.rsplit(":", 1)[1])) \
-            if args.sample and len(ms) > args.sample else ms
+        chosen += (
+            sorted(rnd.sample(ms, args.sample), key=lambda m: int(m.id.rsplit(":", 1)[1]))
+            if args.sample and len(ms) > args.sample
+            else ms
+        )
     if args.ids:
         want = set(args.ids.split(","))
         chosen = [m for m in allm if m.id in want]
@@ -277,8 +353,11 @@ def main(argv: list[str] | None = None) -> int:
     work = tempfile.mkdtemp(prefix="nzjit_mutate_base_")
     _copy_repo(work)
     for f in files:
-        base = _run(Mutant(f"{f}:base", f, 0, "baseline"),
-                    ast.unparse(ast.parse(open(os.path.join(ROOT, f)).read())) + "\n", work)
+        base = _run(
+            Mutant(f"{f}:base", f, 0, "baseline"),
+            ast.unparse(ast.parse(open(os.path.join(ROOT, f)).read())) + "\n",
+            work,
+        )
         print(f"baseline {f}: {base.status} ({base.seconds} s)", flush=True)
         if base.status != "survived":
             print(base.killer)
@@ -288,8 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     with cf.ProcessPoolExecutor(args.jobs, initializer=_worker_init) as ex:
         for m in ex.map(_job, chosen):
             done.append(m)
-            print(f"{m.status:9s} {m.id:40s} line {m.line:4d} {m.what:24s} {m.seconds:6.1f}s {m.killer[:80]}",
-                  flush=True)
+            print(
+                f"{m.status:9s} {m.id:40s} line {m.line:4d} {m.what:24s} {m.seconds:6.1f}s {m.killer[:80]}",
+                flush=True,
+            )
     with open(args.out, "w") as fh:
         json.dump([asdict(m) for m in done], fh, indent=1)
     for f in files:

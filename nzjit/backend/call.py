@@ -51,15 +51,19 @@ def split_args(entry: Any, args: Sequence[Any]) -> tuple[list[Any], bool]:
     if len(args) == n_all:
         for p, a in zip(entry.params, args):  # None stands for an omitted Out (allocated and returned)
             if a is None and not p.is_pure_output:
-                raise DispatchError(f"parameter {p.name!r} got None; only an Out parameter may be None "
-                                    "(allocated and returned), an input needs its data")
+                raise DispatchError(
+                    f"parameter {p.name!r} got None; only an Out parameter may be None "
+                    "(allocated and returned), an input needs its data"
+                )
         return list(args), False
     if len(args) == n_in:
         it = iter(args)
         return [None if p.is_pure_output else next(it) for p in entry.params], True
     names = ", ".join(p.name for p in entry.params)
-    raise DispatchError(f"{entry.__name__} takes {n_all} arguments ({names}), or {n_in} with "
-                        f"the Out parameters omitted; got {len(args)}")
+    raise DispatchError(
+        f"{entry.__name__} takes {n_all} arguments ({names}), or {n_in} with "
+        f"the Out parameters omitted; got {len(args)}"
+    )
 
 
 def param_spec(p: Any) -> runtime.dispatch.ParamSpec:
@@ -86,7 +90,11 @@ def check_scalar(name: str, a: Any, dtype: Any) -> None:
     if isinstance(a, bool) or not isinstance(a, int | np.integer):
         raise DispatchError(f"parameter {name!r} expects an int scalar, got {type(a).__name__}")
     if dtype.wrap(int(a)) != int(a):
-        lo, hi = (-(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1) if dtype.is_signed else (0, (1 << dtype.bits) - 1)
+        lo, hi = (
+            (-(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1)
+            if dtype.is_signed
+            else (0, (1 << dtype.bits) - 1)
+        )
         raise DispatchError(f"parameter {name!r} is {dtype.name}: {int(a)} is outside [{lo}, {hi}]")
 
 
@@ -95,18 +103,26 @@ def check_stacked(name: str, st: StackedDeviceTensor) -> None:
     who = f"parameter {name!r}"
     shards, ids, full = tuple(st.shards), tuple(st.worker_ids), tuple(st.full_shape)
     if not full or not (len(shards) == full[0] == len(ids)):
-        raise DispatchError(f"{who}: StackedDeviceTensor has {len(shards)} shards, full_shape {full} and "
-                            f"{len(ids)} worker ids; they must agree")
+        raise DispatchError(
+            f"{who}: StackedDeviceTensor has {len(shards)} shards, full_shape {full} and "
+            f"{len(ids)} worker ids; they must agree"
+        )
     for i, (s, w) in enumerate(zip(shards, ids)):
         if not isinstance(s, DeviceTensor):
             raise DispatchError(f"{who}: shard {i} is a {type(s).__name__}, expected a DeviceTensor")
         if tuple(s.shape) != full[1:]:
-            raise DispatchError(f"{who}: shard {i} has shape {tuple(s.shape)}, shard shapes must all be "
-                                f"full_shape[1:] = {full[1:]}")
+            raise DispatchError(
+                f"{who}: shard {i} has shape {tuple(s.shape)}, shard shapes must all be "
+                f"full_shape[1:] = {full[1:]}"
+            )
         if s.dtype != shards[0].dtype:
-            raise DispatchError(f"{who}: shard {i} has dtype {s.dtype.name}, shard 0 has {shards[0].dtype.name}")
+            raise DispatchError(
+                f"{who}: shard {i} has dtype {s.dtype.name}, shard 0 has {shards[0].dtype.name}"
+            )
         if s.worker.device_id != w:
-            raise DispatchError(f"{who}: shard {i} lives on worker {s.worker.device_id}, worker_ids[{i}] says {w}")
+            raise DispatchError(
+                f"{who}: shard {i} lives on worker {s.worker.device_id}, worker_ids[{i}] says {w}"
+            )
         if s.freed:
             raise DispatchError(f"{who}: shard {i} of {st!r} was freed (use after free)")
 
@@ -120,9 +136,11 @@ def check_entry(entry: Any, full: list[Any], allow_stacked: bool) -> dict[str, i
             continue
         if isinstance(a, StackedDeviceTensor):
             if not allow_stacked:
-                raise DispatchError(f"parameter {p.name!r} got a StackedDeviceTensor, which spans ranks; a "
-                                    "kernel receives one shard: call it from a @pl.orchestration as "
-                                    f"kernel(..., {p.name}[r], ..., device=r)")
+                raise DispatchError(
+                    f"parameter {p.name!r} got a StackedDeviceTensor, which spans ranks; a "
+                    "kernel receives one shard: call it from a @pl.orchestration as "
+                    f"kernel(..., {p.name}[r], ..., device=r)"
+                )
             check_stacked(p.name, a)
         if a is not None:
             specs.append(param_spec(p))
@@ -138,8 +156,9 @@ def out_shape(p: Any, dims: dict[str, int]) -> tuple[int, ...]:
     """The shape of an omitted Out parameter; its dynamic dims must be bound by the other arguments."""
     for d in p.type.shape:
         if isinstance(d, DynDim) and d.name not in dims:
-            raise DispatchError(f"Out parameter {p.name!r} has dynamic dim {d.name} that no argument binds; "
-                                "pass the output")
+            raise DispatchError(
+                f"Out parameter {p.name!r} has dynamic dim {d.name} that no argument binds; pass the output"
+            )
     return tuple(dims[d.name] if isinstance(d, DynDim) else int(d) for d in p.type.shape)
 
 
@@ -239,17 +258,22 @@ def _rank_workers(calls: Sequence[KernelCall], cluster: Any, residents: Sequence
     devices = sorted({c.device for c in calls})
     if cluster is not None:
         if not isinstance(cluster, runtime.Cluster):
-            raise DispatchError(f"cluster= expects a runtime.Cluster or an nzjit.distributed.RayCluster, got "
-                                f"{type(cluster).__name__}")
+            raise DispatchError(
+                f"cluster= expects a runtime.Cluster or an nzjit.distributed.RayCluster, got "
+                f"{type(cluster).__name__}"
+            )
         for name, t in resident_tensors(residents):
             d = t.worker.device_id
             if not (0 <= d < cluster.n_ranks and cluster.workers[d] is t.worker):
-                raise DispatchError(f"parameter {name.split('[')[0]!r}: {name} lives on worker {d} of another "
-                                    "cluster, not on the cluster given as cluster=")
+                raise DispatchError(
+                    f"parameter {name.split('[')[0]!r}: {name} lives on worker {d} of another "
+                    "cluster, not on the cluster given as cluster="
+                )
         bad = [d for d in devices if not 0 <= d < cluster.n_ranks]
         if bad:
-            raise DispatchError(f"device={bad[0]} is not a rank of the given cluster "
-                                f"(ranks 0..{cluster.n_ranks - 1})")
+            raise DispatchError(
+                f"device={bad[0]} is not a rank of the given cluster (ranks 0..{cluster.n_ranks - 1})"
+            )
         return dict(enumerate(cluster.workers))
     found: dict[int, tuple[Worker, str]] = {}
     stacked = False
@@ -258,15 +282,19 @@ def _rank_workers(calls: Sequence[KernelCall], cluster: Any, residents: Sequence
     for name, t in resident_tensors(residents):
         w, first = found.setdefault(t.worker.device_id, (t.worker, name))
         if w is not t.worker:
-            raise DispatchError(f"{name} and {first} live on two different workers with device id "
-                                f"{w.device_id} (two clusters); put the arguments on one cluster")
+            raise DispatchError(
+                f"{name} and {first} live on two different workers with device id "
+                f"{w.device_id} (two clusters); put the arguments on one cluster"
+            )
     ranks = {d: w for d, (w, _) in found.items()}
     for c in calls:
         if c.device in ranks:
             continue
         if stacked:
-            raise DispatchError(f"device={c.device} is not a rank of the cluster the StackedDeviceTensor "
-                                f"arguments live on (ranks {sorted(ranks)}); pass cluster=")
+            raise DispatchError(
+                f"device={c.device} is not a rank of the cluster the StackedDeviceTensor "
+                f"arguments live on (ranks {sorted(ranks)}); pass cluster="
+            )
         ranks[c.device] = default_worker(c.kernel.target.value, c.device)
     return ranks
 
@@ -274,11 +302,16 @@ def _rank_workers(calls: Sequence[KernelCall], cluster: Any, residents: Sequence
 def _check_resident(pname: str, name: str, t: DeviceTensor, worker: Worker, rank: int) -> None:
     if t.worker is worker or t.freed:
         return  # freed: check_args names it
-    where = (f"worker {t.worker.device_id} of another cluster" if t.worker.device_id == worker.device_id
-             else f"worker {t.worker.device_id}")
+    where = (
+        f"worker {t.worker.device_id} of another cluster"
+        if t.worker.device_id == worker.device_id
+        else f"worker {t.worker.device_id}"
+    )
     got = f"{name}, a DeviceTensor" if name != pname else "a DeviceTensor"
-    raise DispatchError(f"parameter {pname!r} got {got} of {where}; the call runs on worker "
-                        f"{worker.device_id} (device={rank}): pass rank {rank}'s shard or copy it over")
+    raise DispatchError(
+        f"parameter {pname!r} got {got} of {where}; the call runs on worker "
+        f"{worker.device_id} (device={rank}): pass rank {rank}'s shard or copy it over"
+    )
 
 
 _Access = tuple[np.ndarray, Any, int, bool, str]  # (view, key, rank, written, name) of a host array
@@ -295,23 +328,30 @@ def _check_host_flow(p: Any, a: HostRef, v: np.ndarray, rank: int, seen: list[_A
         if not (w or written) or not np.may_share_memory(view, v):
             continue
         if r != rank and w and written:
-            raise DispatchError(f"parameter {p.name!r}: rank {r} writes {what} and rank {rank} writes {a.name} "
-                                "of the same host array; give each rank its own plane (out[r])")
+            raise DispatchError(
+                f"parameter {p.name!r}: rank {r} writes {what} and rank {rank} writes {a.name} "
+                "of the same host array; give each rank its own plane (out[r])"
+            )
         if r != rank and w:
-            raise DispatchError(f"parameter {p.name!r}: rank {rank} reads {a.name}, which rank {r} writes "
-                                f"({what}) earlier in this orchestration; ranks run in parallel on the host "
-                                f"arrays as they were uploaded, so rank {rank} would read the stale bytes. help: "
-                                f"run both calls on rank {r}, keep the data on one rank (an intermediate), or "
-                                "split the orchestration in two (the second one sees the first one's results)")
+            raise DispatchError(
+                f"parameter {p.name!r}: rank {rank} reads {a.name}, which rank {r} writes "
+                f"({what}) earlier in this orchestration; ranks run in parallel on the host "
+                f"arrays as they were uploaded, so rank {rank} would read the stale bytes. help: "
+                f"run both calls on rank {r}, keep the data on one rank (an intermediate), or "
+                "split the orchestration in two (the second one sees the first one's results)"
+            )
         if r == rank and key != a.key:
-            raise DispatchError(f"parameter {p.name!r}: {a.name} and {what} overlap in one host array and one "
-                                f"of them is written on rank {rank}; a rank uploads each view once, so one "
-                                "would not see the other's bytes: use the same view for both")
+            raise DispatchError(
+                f"parameter {p.name!r}: {a.name} and {what} overlap in one host array and one "
+                f"of them is written on rank {rank}; a rank uploads each view once, so one "
+                "would not see the other's bytes: use the same view for both"
+            )
     seen.append((v, a.key, rank, written, a.name))
 
 
-def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[_Access]]
-               ) -> tuple[list[Any], dict[str, int]]:
+def _call_args(
+    call: KernelCall, worker: Worker, writes: dict[int, list[_Access]]
+) -> tuple[list[Any], dict[str, int]]:
     """Check one call's arguments on its worker; return the values compile keys on, and its dims."""
     specs, tensor_args, keyed = [], [], []
     for p, a in zip(call.kernel.params, call.args):
@@ -320,16 +360,20 @@ def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[_Access]
             keyed.append(a)
             continue
         if isinstance(a, StackedRef):
-            raise DispatchError(f"parameter {p.name!r} got the whole StackedDeviceTensor {a.name}, which spans "
-                                f"ranks; pass one rank's shard, {a.name}[r]")
+            raise DispatchError(
+                f"parameter {p.name!r} got the whole StackedDeviceTensor {a.name}, which spans "
+                f"ranks; pass one rank's shard, {a.name}[r]"
+            )
         if isinstance(a, HostRef):
             v: Any = a.array
             _check_host_flow(p, a, v, call.device, writes.setdefault(id(a.root), []))
         elif isinstance(a, DeviceRef | PendingRef):
             if isinstance(a, PendingRef) and a.device != call.device:
-                raise DispatchError(f"parameter {p.name!r} got {a.name}, an intermediate of rank {a.device}; the "
-                                    f"call runs on rank {call.device}, and ranks do not share memory: write it to "
-                                    "an Out of the orchestration and pass it in a second call")
+                raise DispatchError(
+                    f"parameter {p.name!r} got {a.name}, an intermediate of rank {a.device}; the "
+                    f"call runs on rank {call.device}, and ranks do not share memory: write it to "
+                    "an Out of the orchestration and pass it in a second call"
+                )
             if isinstance(a, PendingRef) and a.tensor is None:
                 a.tensor = worker.alloc_tensor(a.shape, a.dtype)  # freed with the program
             assert a.tensor is not None
@@ -347,8 +391,9 @@ def _call_args(call: KernelCall, worker: Worker, writes: dict[int, list[_Access]
     return keyed, runtime.dispatch.check_args(specs, tensor_args, worker)
 
 
-def plan_program(calls: Sequence[KernelCall], ranks: dict[int, Any], rank_prefix: bool, options: Options
-                 ) -> dict[int, RankPlan]:
+def plan_program(
+    calls: Sequence[KernelCall], ranks: dict[int, Any], rank_prefix: bool, options: Options
+) -> dict[int, RankPlan]:
     """Validate every call and compile every kernel; nothing runs yet. `ranks` maps each rank to
     its worker: a `runtime.Worker`, or the driver's stand-in for a rank in another process (a
     RayCluster's), which answers the same questions (device id, target, allocation, liveness)."""
@@ -358,8 +403,10 @@ def plan_program(calls: Sequence[KernelCall], ranks: dict[int, Any], rank_prefix
         worker = ranks[call.device]
         try:
             if worker.target != call.kernel.target.value:
-                raise DispatchError(f"kernel {call.kernel.__name__} targets {call.kernel.target.value}, "
-                                    f"worker {worker.device_id} is {worker.target}")
+                raise DispatchError(
+                    f"kernel {call.kernel.__name__} targets {call.kernel.target.value}, "
+                    f"worker {worker.device_id} is {worker.target}"
+                )
             keyed, dims = _call_args(call, worker, writes)
         except DispatchError as e:
             if not rank_prefix:
@@ -371,12 +418,19 @@ def plan_program(calls: Sequence[KernelCall], ranks: dict[int, Any], rank_prefix
             low.check_memory()
         rk = plan.setdefault(call.device, RankPlan(call.device, worker))
         fresh = [isinstance(a, HostRef) and a.fresh for a in call.args]
-        rk.launches.append(Launch(call, LaunchPlan(call.kernel, graph, dims, options, values_of(call), fresh)))
+        rk.launches.append(
+            Launch(call, LaunchPlan(call.kernel, graph, dims, options, values_of(call), fresh))
+        )
     return plan
 
 
-def run_program(calls: Sequence[KernelCall], cluster: Any = None, residents: Sequence[Any] = (),
-                rank_prefix: bool = True, options: Options | None = None) -> None:
+def run_program(
+    calls: Sequence[KernelCall],
+    cluster: Any = None,
+    residents: Sequence[Any] = (),
+    rank_prefix: bool = True,
+    options: Options | None = None,
+) -> None:
     """Validate all `calls`, run each rank's calls on its worker (ranks in parallel), then copy
     host outputs back; on any failure no output changes. `residents` are the entry's resident
     arguments (they pick the cluster); `rank_prefix` prefixes errors with "rank r: "; `options`
@@ -420,6 +474,28 @@ def run_program(calls: Sequence[KernelCall], cluster: Any = None, residents: Seq
                 p.tensor.worker.free_tensor(p.tensor)
 
 
-__all__ = ["DeviceRef", "HostRef", "KernelCall", "Launch", "PendingRef", "RankPlan", "Ref", "StackedRef", "as_ref",
-           "call_name", "check_entry", "check_scalar", "check_stacked", "default_device", "out_shape", "param_spec",
-           "pending_refs", "plan_program", "resident_tensors", "results", "run_program", "split_args", "values_of"]
+__all__ = [
+    "DeviceRef",
+    "HostRef",
+    "KernelCall",
+    "Launch",
+    "PendingRef",
+    "RankPlan",
+    "Ref",
+    "StackedRef",
+    "as_ref",
+    "call_name",
+    "check_entry",
+    "check_scalar",
+    "check_stacked",
+    "default_device",
+    "out_shape",
+    "param_spec",
+    "pending_refs",
+    "plan_program",
+    "resident_tensors",
+    "results",
+    "run_program",
+    "split_args",
+    "values_of",
+]

@@ -31,8 +31,20 @@ from ..core import dtypes as dt
 from ..prims import DistributedTensorType
 from .comm_instrument import instrument
 
-__all__ = ["WindowBuffer", "WindowView", "window_buffers", "world_ranks", "cause_of", "open_world", "window_tensor", "run_ranks", "close_world", "sizing", "world_size_hint",
-           "DEFAULT_TIMEOUT"]
+__all__ = [
+    "WindowBuffer",
+    "WindowView",
+    "window_buffers",
+    "world_ranks",
+    "cause_of",
+    "open_world",
+    "window_tensor",
+    "run_ranks",
+    "close_world",
+    "sizing",
+    "world_size_hint",
+    "DEFAULT_TIMEOUT",
+]
 
 #: seconds a blocked rank may see no progress before the world stops it (`NZJIT_COMM_TIMEOUT`)
 DEFAULT_TIMEOUT = float(os.environ.get("NZJIT_COMM_TIMEOUT", "60"))
@@ -84,8 +96,10 @@ def window_tensor(view: WindowView, rank: int) -> runtime.DeviceTensor:
     """Rank `rank`'s memory of `view` (its program's world must be open)."""
     win = view.buffer.window
     if win is None:
-        raise DispatchError(f"window {view.name!r} belongs to another orchestration run; allocate window buffers "
-                            "in the orchestration body that uses them")
+        raise DispatchError(
+            f"window {view.name!r} belongs to another orchestration run; allocate window buffers "
+            "in the orchestration body that uses them"
+        )
     return win.tensor(rank, view.view_shape, view.dtype)
 
 
@@ -137,12 +151,16 @@ def _check_params(calls: Sequence[Any]) -> None:
         for p, a in zip(c.kernel.params, c.args):
             is_dist = isinstance(p.type, DistributedTensorType)
             if is_dist and not isinstance(a, WindowView):
-                raise DispatchError(f"rank {c.device}: {c.kernel.__name__}: parameter {p.name!r} is a "
-                                    f"pld.DistributedTensor: pass a window (pld.window(buf, shape, dtype=...) of a "
-                                    f"pld.alloc_window_buffer in an orchestration body), got {type(a).__name__}")
+                raise DispatchError(
+                    f"rank {c.device}: {c.kernel.__name__}: parameter {p.name!r} is a "
+                    f"pld.DistributedTensor: pass a window (pld.window(buf, shape, dtype=...) of a "
+                    f"pld.alloc_window_buffer in an orchestration body), got {type(a).__name__}"
+                )
             if not is_dist and isinstance(a, WindowView):
-                raise DispatchError(f"rank {c.device}: {c.kernel.__name__}: parameter {p.name!r} got the window "
-                                    f"{a.name!r}; a window goes to a pld.DistributedTensor parameter")
+                raise DispatchError(
+                    f"rank {c.device}: {c.kernel.__name__}: parameter {p.name!r} got the window "
+                    f"{a.name!r}; a window goes to a pld.DistributedTensor parameter"
+                )
 
 
 def window_buffers(calls: Sequence[Any]) -> list[WindowBuffer]:
@@ -153,8 +171,10 @@ def window_buffers(calls: Sequence[Any]) -> list[WindowBuffer]:
     for v in views:
         need = math.prod(v.view_shape) * v.dtype.itemsize
         if need > v.buffer.nbytes:
-            raise DispatchError(f"pld.window({v.name}, {list(v.view_shape)}, dtype={v.pl_dtype!r}) needs {need} bytes; "
-                                f"the buffer has {v.buffer.nbytes} bytes per rank")
+            raise DispatchError(
+                f"pld.window({v.name}, {list(v.view_shape)}, dtype={v.pl_dtype!r}) needs {need} bytes; "
+                f"the buffer has {v.buffer.nbytes} bytes per rank"
+            )
     return list({id(v.buffer): v.buffer for v in views}.values())
 
 
@@ -162,8 +182,10 @@ def world_ranks(calls: Sequence[Any], ranks: Mapping[int, Any], cluster: Any) ->
     """The ranks of the comm world: the cluster's, else the program's; they must be 0..n-1."""
     workers = dict(enumerate(cluster.workers)) if hasattr(cluster, "workers") else dict(ranks)
     if sorted(workers) != list(range(len(workers))):
-        raise DispatchError(f"ranks that communicate are 0..n-1; this program dispatches to ranks {sorted(workers)}: "
-                            "pass cluster=runtime.Cluster(n)")
+        raise DispatchError(
+            f"ranks that communicate are 0..n-1; this program dispatches to ranks {sorted(workers)}: "
+            "pass cluster=runtime.Cluster(n)"
+        )
     return workers
 
 
@@ -197,6 +219,7 @@ def run_ranks(world: CommWorld, plan: Mapping[int, Any]) -> None:
             except BaseException as e:
                 failed[r] = e
                 raise
+
         return go
 
     try:

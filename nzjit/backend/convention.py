@@ -73,8 +73,9 @@ class ArgSlot:
 
     __slots__ = ("pos", "kind", "is_output", "shape", "dtype", "layout", "nbytes", "wrap", "check", "upload")
 
-    def __init__(self, pos: int, kind: int, param: Any, shape: Any, layout: Any, gparam: Any,
-                 upload: bool = True) -> None:
+    def __init__(
+        self, pos: int, kind: int, param: Any, shape: Any, layout: Any, gparam: Any, upload: bool = True
+    ) -> None:
         self.pos = pos  # index into the values of a call (-1: an omitted Out)
         self.kind = kind
         self.is_output = param.is_output
@@ -94,9 +95,17 @@ class LaunchPlan:
     needs no upload. `compact`: the values a run is given skip the omitted parameters (the
     arguments of a direct call), else they are in parameter order."""
 
-    def __init__(self, kernel: Any, graph: Graph, dims: dict[str, int], options: Options,
-                 values: Sequence[Any], fresh: Sequence[bool] = (), omitted: Sequence[bool] = (),
-                 compact: bool = False) -> None:
+    def __init__(
+        self,
+        kernel: Any,
+        graph: Graph,
+        dims: dict[str, int],
+        options: Options,
+        values: Sequence[Any],
+        fresh: Sequence[bool] = (),
+        omitted: Sequence[bool] = (),
+        compact: bool = False,
+    ) -> None:
         self.kernel, self.graph, self.dims, self.options = kernel, graph, dims, options
         blocked = bool(graph.attrs.get("nz_tensor_views_blocked"))
         self.slots: list[ArgSlot] = []
@@ -105,8 +114,13 @@ class LaunchPlan:
             if omitted and omitted[i]:
                 kind, at = OMITTED, -1
             else:
-                kind = (SCALAR if isinstance(p.type, ScalarType) else
-                        RESIDENT if isinstance(a, DeviceTensor) else HOST)
+                kind = (
+                    SCALAR
+                    if isinstance(p.type, ScalarType)
+                    else RESIDENT
+                    if isinstance(a, DeviceTensor)
+                    else HOST
+                )
                 at = pos if compact else i
                 pos += 1
             shape = None if kind == SCALAR else tuple(a.shape)
@@ -116,7 +130,9 @@ class LaunchPlan:
         self._vals: dict[tuple[int, int], TensorVal] = {}
 
     # ------------------------------------------------------------------------------ steps
-    def snapshot(self, gm: GlobalMemory, args: Sequence[Any], seen: list[Any]) -> list[tuple[np.ndarray, np.ndarray]]:
+    def snapshot(
+        self, gm: GlobalMemory, args: Sequence[Any], seen: list[Any]
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Host copies of the resident outputs' GM bytes not in `seen` (appended to it)."""
         snaps = []
         for s in self.resident_outputs:
@@ -127,9 +143,14 @@ class LaunchPlan:
                 snaps.append((view, view.copy()))
         return snaps
 
-    def place(self, args: Sequence[Any], gm: GlobalMemory, placed: dict[Any, int], temps: list[int],
-              keys: Sequence[Any] | None = None
-              ) -> tuple[list[Any], list[tuple[int, np.ndarray | None, int, ArgSlot]], list[Any]]:
+    def place(
+        self,
+        args: Sequence[Any],
+        gm: GlobalMemory,
+        placed: dict[Any, int],
+        temps: list[int],
+        keys: Sequence[Any] | None = None,
+    ) -> tuple[list[Any], list[tuple[int, np.ndarray | None, int, ArgSlot]], list[Any]]:
         """The graph's argument values, the host outputs to download (index in the results, host
         array or None for an omitted Out, GM address, slot) and the results. A host array is
         uploaded once per `placed` (keyed by `keys[pos]`, else by the array itself); omitted Outs
@@ -181,8 +202,9 @@ def restore(snapshots: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
         view[...] = saved
 
 
-def download(gm: GlobalMemory, host_outputs: Sequence[tuple[int, np.ndarray | None, int, ArgSlot]],
-             outs: list[Any]) -> None:
+def download(
+    gm: GlobalMemory, host_outputs: Sequence[tuple[int, np.ndarray | None, int, ArgSlot]], outs: list[Any]
+) -> None:
     """Copy the host outputs back: into the caller's array, or as the new array of an omitted Out."""
     for i, arr, addr, s in host_outputs:
         if arr is None:  # an omitted Out: the download is the new array
@@ -208,8 +230,14 @@ class Entry:
         self.params = list(params)
 
 
-def launch_resident(params: Sequence[Any], graph: Graph, dims: dict[str, int], options: Options,
-                    worker: Any, args: Sequence[Any]) -> None:
+def launch_resident(
+    params: Sequence[Any],
+    graph: Graph,
+    dims: dict[str, int],
+    options: Options,
+    worker: Any,
+    args: Sequence[Any],
+) -> None:
     """One launch whose tensor arguments all live on `worker` already (DeviceTensors, scalars as
     ints): the calling convention of `LaunchPlan` with nothing to upload or download. A RayCluster
     rank runs its share of a program this way, after the driver checked it (call.plan_program)."""

@@ -50,8 +50,16 @@ class CallPlan:
     """A direct call's checked and compiled signature: its `LaunchPlan` and the worker rule.
     Built from a call that succeeded through the general path."""
 
-    def __init__(self, kernel: Any, args: Sequence[Any], full: Sequence[Any], dims: dict[str, int],
-                 graph: Graph, device: int | None, options: Options) -> None:
+    def __init__(
+        self,
+        kernel: Any,
+        args: Sequence[Any],
+        full: Sequence[Any],
+        dims: dict[str, int],
+        graph: Graph,
+        device: int | None,
+        options: Options,
+    ) -> None:
         # an Out left out of the arguments, or passed as None: allocated by each call, returned
         compact = len(args) != len(full)
         omitted = [p.is_pure_output and (compact or args[i] is None) for i, p in enumerate(kernel.params)]
@@ -87,7 +95,9 @@ class CallPlan:
                 a = args[s.pos]
                 if s.check(a) != a:  # type: ignore[misc]
                     return None  # out of range
-        if self.alias_slots and runtime.dispatch.find_alias([(str(p), args[p], o) for p, o in self.alias_slots]):
+        if self.alias_slots and runtime.dispatch.find_alias(
+            [(str(p), args[p], o) for p, o in self.alias_slots]
+        ):
             return None  # the general path refuses it (check_args)
         if w is None:
             w = self.worker

@@ -34,8 +34,13 @@ def prefetch_buffers(e: Eqn) -> list[tuple[Var, int, Eqn]]:
     body = e.params.get("body")
     if extra < 1 or not isinstance(body, Graph):
         return []
-    return [(v, extra, x) for x in body.eqns if x.primitive is P.tile_load_p
-            for v in x.outputs if isinstance(v.type, TileType)]
+    return [
+        (v, extra, x)
+        for x in body.eqns
+        if x.primitive is P.tile_load_p
+        for v in x.outputs
+        if isinstance(v.type, TileType)
+    ]
 
 
 def held_bytes(prefetch: list[tuple[Var, int, Eqn]]) -> list[tuple[str, int]]:

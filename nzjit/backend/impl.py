@@ -14,5 +14,16 @@ from .steps import alloc, check_window, clamp, concrete, split, static_valid
 
 _split, _squeeze2, _ELEMENTWISE = split, squeeze2, ELEMENTWISE
 
-__all__ = ["impl", "impl_rules", "alloc", "check_window", "clamp", "concrete", "split", "static_valid",
-           "reference_matmul", "squeeze2", "ELEMENTWISE"]
+__all__ = [
+    "impl",
+    "impl_rules",
+    "alloc",
+    "check_window",
+    "clamp",
+    "concrete",
+    "split",
+    "static_valid",
+    "reference_matmul",
+    "squeeze2",
+    "ELEMENTWISE",
+]

@@ -16,8 +16,17 @@ from .lane_state import LaneState
 from .lane_values import LaneWindow
 
 
-def mad_lanes(s: LaneState, left: LaneWindow, right: LaneWindow, m: int, k: int, n: int,
-               data: np.ndarray, accumulate: bool, is_int: bool) -> None:
+def mad_lanes(
+    s: LaneState,
+    left: LaneWindow,
+    right: LaneWindow,
+    m: int,
+    k: int,
+    n: int,
+    data: np.ndarray,
+    accumulate: bool,
+    is_int: bool,
+) -> None:
     """Every lane's ``data[lane] (+)= A @ B``: `runtime.cube.tmatmul` of each lane, `MAD_CHUNK`
     lanes at a time. Each lane's product is its own BLAS call on the same operand layouts as the
     per-lane path (the same bits; pinned by the per-lane comparison tests); a stacked np.matmul
@@ -34,8 +43,12 @@ def mad_lanes(s: LaneState, left: LaneWindow, right: LaneWindow, m: int, k: int,
     thread."""
     ft = np.float64 if is_int and k > F32_EXACT_K else np.float32
     L = s.L
-    threaded = (L > FIRST_CHUNK and ceil16(m) * k * n * MAD_CHUNK >= OVERLAP_MACS and threads.helper_available()
-                and s.ctx.options.threads != 1)
+    threaded = (
+        L > FIRST_CHUNK
+        and ceil16(m) * k * n * MAD_CHUNK >= OVERLAP_MACS
+        and threads.helper_available()
+        and s.ctx.options.threads != 1
+    )
     chunks = _chunks(L, threaded)
     # a decode batch's m < 16 valid rows are the first rows of whole Left fractals
     sides = (_Side(s, left, ceil16(m), k, ft, "left", threaded), _Side(s, right, k, n, ft, "right", threaded))
@@ -95,8 +108,9 @@ def _chunks(L: int, threaded: bool) -> list[tuple[int, int]]:
 class _Side:
     """One operand side of a batched mad: the converted operand of each lane, chunk by chunk."""
 
-    def __init__(self, s: LaneState, win: LaneWindow, r: int, c: int, ft: type, tag: str,
-                 threaded: bool) -> None:
+    def __init__(
+        self, s: LaneState, win: LaneWindow, r: int, c: int, ft: type, tag: str, threaded: bool
+    ) -> None:
         self.win, self.r, self.c, self.ft = win, r, c, ft
         self.alloc = lambda sh, dt: s.scratch(sh, dt, tag)
         self.allocs = (self.alloc, lambda sh, dt: s.scratch(sh, dt, _in_set(tag, 1)))  # two buffer sets

@@ -81,7 +81,9 @@ def run_views(
         for u0, u1, step in arithmetic_runs(addrs):
             run_shape, run_strides = (u1 - u0, *shape), (step, *strides)
             start = int(addrs[u0])
-            if disjoint and (overlaps_itself(run_shape, run_strides, 1) or (end is not None and start + lo < end)):
+            if disjoint and (
+                overlaps_itself(run_shape, run_strides, 1) or (end is not None and start + lo < end)
+            ):
                 return None
             end = start + hi + (u1 - u0 - 1) * step
             views.append((u0, u1, gm.view_span(start, run_shape, run_strides, lo, end - start)))
@@ -139,8 +141,9 @@ def _image_strides_of(plan: Any, g: Any) -> tuple[Any, tuple[int, ...], tuple[in
     cp, src_is_gm, _, _ = copies[0]  # fills(): do == 0, the copy is a bijection onto the image
     if not src_is_gm or cp.add_dtype is not None:
         return None
-    axes = sorted(((n, ts, gs) for n, ts, gs in zip(cp.shape, cp.d_strides, cp.s_strides) if n > 1),
-                  key=lambda a: -a[1])
+    axes = sorted(
+        ((n, ts, gs) for n, ts, gs in zip(cp.shape, cp.d_strides, cp.s_strides) if n > 1), key=lambda a: -a[1]
+    )
     inner = 1
     for n, ts, _ in reversed(axes):  # the copy's axes, by tile stride, must tile the image densely
         if ts != inner:

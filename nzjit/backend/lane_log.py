@@ -39,8 +39,18 @@ from .rule import Run, Step
 from .steps import operand_groups
 from .values import HostValue, TensorVal
 
-__all__ = ["LANE_LOG", "logged_name", "launch_logged", "open_log", "snapshot", "restore", "logging_run", "window_of",
-           "note", "feed"]
+__all__ = [
+    "LANE_LOG",
+    "logged_name",
+    "launch_logged",
+    "open_log",
+    "snapshot",
+    "restore",
+    "logging_run",
+    "window_of",
+    "note",
+    "feed",
+]
 
 
 def logged_name(e: Eqn) -> str | None:
@@ -139,7 +149,13 @@ def logging_run(st: Step, run: Run) -> Run:
     if e.primitive in (P.tensor_read_p, P.tensor_write_p):
         return _scalar_logging_run(e, g, wins, run)
     store = e.primitive is P.tile_store_p
-    kind = "atomic" if store and bool((e.params.get("attrs") or {}).get("atomic")) else "write" if store else "read"
+    kind = (
+        "atomic"
+        if store and bool((e.params.get("attrs") or {}).get("atomic"))
+        else "write"
+        if store
+        else "read"
+    )
     (s_t,) = g["dst"] if store else g["src"]
     offs_slots = g["offsets"]
     s_tile = g["tile"][0] if store else -1  # -1: a load has no tile operand
@@ -184,14 +200,17 @@ def _scalar_logging_run(e: Eqn, g: dict[str, tuple[int, ...]], wins: _Windows, r
                     delta = 0
                     for i, s in zip(idx, t.strides):
                         delta += i * s
-                    log.access(kind, ctx.lane, t.addr + delta * t.dtype.itemsize, idx, wins.get((1,) * len(idx), t))
+                    log.access(
+                        kind, ctx.lane, t.addr + delta * t.dtype.itemsize, idx, wins.get((1,) * len(idx), t)
+                    )
         run(ctx, env)
 
     return logged
 
 
-def note(s: Any, kind: str, wins: _Windows, t: Any, offs: list[Any], sizes: tuple[int, ...],
-         addr: np.ndarray) -> None:
+def note(
+    s: Any, kind: str, wins: _Windows, t: Any, offs: list[Any], sizes: tuple[int, ...], addr: np.ndarray
+) -> None:
     """A batched step's access of all the attempt's lanes (`addr`: each lane's first byte)."""
     L = s.L
     o = np.empty((L, len(offs)), np.int64)

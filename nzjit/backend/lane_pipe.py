@@ -119,4 +119,3 @@ def batch_pop(st: Step) -> Any:
         env[o] = LaneTile(g, vr, vc, data, sl.row)
 
     return run
-

@@ -41,8 +41,16 @@ class LaneTile:
 
     __slots__ = ("g", "valid_row", "valid_col", "_held", "row", "freed", "gm_images", "_fill")
 
-    def __init__(self, g: Any, vr: int, vc: int, data: np.ndarray | None, row: np.ndarray,
-                 gm_images: list[tuple[int, np.ndarray]] | None = None, fill: Callable[[], np.ndarray] | None = None) -> None:
+    def __init__(
+        self,
+        g: Any,
+        vr: int,
+        vc: int,
+        data: np.ndarray | None,
+        row: np.ndarray,
+        gm_images: list[tuple[int, np.ndarray]] | None = None,
+        fill: Callable[[], np.ndarray] | None = None,
+    ) -> None:
         self.g, self.valid_row, self.valid_col, self._held, self.row, self.freed = g, vr, vc, data, row, False
         self.gm_images, self._fill = gm_images, fill
 
@@ -93,8 +101,16 @@ class LaneWindow:
 
     __slots__ = ("g", "src", "r0", "c0", "transpose", "freed", "valid_row", "valid_col")
 
-    def __init__(self, g: Any, src: LaneTile, r0: int, c0: int, transpose: bool, valid_row: int | None = None,
-                 valid_col: int | None = None) -> None:
+    def __init__(
+        self,
+        g: Any,
+        src: LaneTile,
+        r0: int,
+        c0: int,
+        transpose: bool,
+        valid_row: int | None = None,
+        valid_col: int | None = None,
+    ) -> None:
         self.g, self.src, self.r0, self.c0, self.transpose, self.freed = g, src, r0, c0, transpose, False
         #: the window tile's valid rows (a decode batch's M) and columns (a ragged N tile's), as
         #: TEXTRACT gives them to TMATMUL
@@ -104,12 +120,23 @@ class LaneWindow:
     def operand(self, u: int, r: int, c: int, ft: type) -> np.ndarray:
         """`TileWindow.operand` of image `u` of the source."""
         w = TileWindow.__new__(TileWindow)
-        w.src, w.r0, w.c0, w.transpose, w.layout = self.src.image(u), self.r0, self.c0, self.transpose, self.g.layout
+        w.src, w.r0, w.c0, w.transpose, w.layout = (
+            self.src.image(u),
+            self.r0,
+            self.c0,
+            self.transpose,
+            self.g.layout,
+        )
         return w.operand(r, c, ft)
 
-    def operands(self, r: int, c: int, ft: type,
-                 alloc: Callable[[tuple[int, ...], np.dtype | type], np.ndarray] = np.empty,
-                 images: tuple[int, int] | None = None) -> np.ndarray | None:
+    def operands(
+        self,
+        r: int,
+        c: int,
+        ft: type,
+        alloc: Callable[[tuple[int, ...], np.dtype | type], np.ndarray] = np.empty,
+        images: tuple[int, int] | None = None,
+    ) -> np.ndarray | None:
         """`operand` of every image at once - or of images ``lo <= u < hi`` for `images` = (lo, hi) -
         as (U, ...) C-contiguous (in a buffer from `alloc`); None when not aligned."""
         src = self.src
@@ -165,11 +192,14 @@ def widen_lines(dst: np.ndarray, src: np.ndarray) -> None:
     (the second-to-last axis: the lines of one row) at a time."""
     n = src.shape[-2]
     for k in range(0, n, RUNS_AT_ONCE):
-        np.left_shift(src[..., k : k + RUNS_AT_ONCE, :], 16, out=dst[..., k : k + RUNS_AT_ONCE, :], dtype=np.uint32)
+        np.left_shift(
+            src[..., k : k + RUNS_AT_ONCE, :], 16, out=dst[..., k : k + RUNS_AT_ONCE, :], dtype=np.uint32
+        )
 
 
-def gather_cast(out: np.ndarray, v: np.ndarray,
-                alloc: Callable[[tuple[int, ...], np.dtype | type], np.ndarray] = np.empty) -> None:
+def gather_cast(
+    out: np.ndarray, v: np.ndarray, alloc: Callable[[tuple[int, ...], np.dtype | type], np.ndarray] = np.empty
+) -> None:
     """``out[...] = v`` with a cast.  When `v`'s innermost axis is one 32-byte C0 line, the lines
     are gathered first as 32-byte void elements (one memcpy each, not 32 / itemsize scalar moves),
     then cast contiguously.  When consecutive lines are adjacent (an ND row read as C0 lines), the
@@ -198,7 +228,9 @@ class LaneAcc:
 
     __slots__ = ("g", "data", "freed", "valid_row", "valid_col")
 
-    def __init__(self, g: Any, data: np.ndarray, valid_row: int | None = None, valid_col: int | None = None) -> None:
+    def __init__(
+        self, g: Any, data: np.ndarray, valid_row: int | None = None, valid_col: int | None = None
+    ) -> None:
         self.g, self.data, self.freed = g, data, False  # data: (L, rows, cols) logical matrices
         #: valid rows (a decode batch's M) and columns (a ragged N tile's): the rest holds no defined
         #: value and is never stored
@@ -209,8 +241,9 @@ class LaneAcc:
         """Lane `lane`'s accumulator as a `TileBuf` that holds its logical matrix (laid out as the ACC image
         on first byte access)."""
         # the buffer holds the logical matrix (runtime.cube.tmatmul's form)
-        return TileBuf.from_geometry(self.g, self.valid_row, self.valid_col,
-                                     self.data[lane].reshape(-1).view(np.uint8), logical=True)
+        return TileBuf.from_geometry(
+            self.g, self.valid_row, self.valid_col, self.data[lane].reshape(-1).view(np.uint8), logical=True
+        )
 
 
 LANE_VALUES = (LaneTile, LaneWindow, LaneAcc)

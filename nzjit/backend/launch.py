@@ -28,8 +28,9 @@ def default_worker(target: str, device: int = 0) -> Worker:
         return w
 
 
-def tensor_layout(t: TensorType, shape: tuple[int, ...], dims: dict[str, int], blocked: bool
-                  ) -> tuple[np.dtype, tuple[int, ...], tuple[int, ...], str, NzWindow | None]:
+def tensor_layout(
+    t: TensorType, shape: tuple[int, ...], dims: dict[str, int], blocked: bool
+) -> tuple[np.dtype, tuple[int, ...], tuple[int, ...], str, NzWindow | None]:
     """Everything of an argument's TensorVal but its address (a function of the parameter, the
     argument's shape, the dims and the stage): `TensorVal(address, *tensor_layout(...))`.
 

@@ -20,14 +20,16 @@ def copy_tile(ctx: Any, t: Any) -> Any:
     """A fresh on-chip copy of tile `t` (any other value is returned as is)."""
     if not isinstance(t, TileBuf):
         return t
-    c = ctx.onchip.alloc_tile(t.space, t.rows, t.cols, t.dtype, layout=t.layout, valid_row=t.valid_row,
-                              valid_col=t.valid_col)
+    c = ctx.onchip.alloc_tile(
+        t.space, t.rows, t.cols, t.dtype, layout=t.layout, valid_row=t.valid_row, valid_col=t.valid_col
+    )
     c.data[:] = t.data
     return c
 
 
-def run_loop(ctx: Any, e: Eqn, ins: list[Any], consumed: frozenset[int], body_plan: Callable[[int], Any]
-             ) -> list[Any]:
+def run_loop(
+    ctx: Any, e: Eqn, ins: list[Any], consumed: frozenset[int], body_plan: Callable[[int], Any]
+) -> list[Any]:
     """Run the loop `e` on its input values `ins` (`consumed`: the input positions that die here);
     `body_plan(n_owned)` is the body's plan. Returns the final carries."""
     nb, nc, nk = e.params["arity"]
@@ -35,7 +37,9 @@ def run_loop(ctx: Any, e: Eqn, ins: list[Any], consumed: frozenset[int], body_pl
     captured = ins[nb : nb + nc]
     # a carry's initial value is updated in place by the body: copy it if it is read afterwards
     carries = [c if (nb + nc + i) in consumed else copy_tile(ctx, c) for i, c in enumerate(ins[nb + nc :])]
-    check_trips(len(range(start, stop, step)), e.source)  # issue 24 item 9: a clear refusal, no empty MemoryError
+    check_trips(
+        len(range(start, stop, step)), e.source
+    )  # issue 24 item 9: a clear refusal, no empty MemoryError
     options = ctx.options
     batch = options.fast and options.batch
     if e.params["kind"] == "spmd":
@@ -52,8 +56,12 @@ def run_loop(ctx: Any, e: Eqn, ins: list[Any], consumed: frozenset[int], body_pl
             saved_bytes = snapshot(ctx, e, captured)
         try:
             plan = body_plan(0)
-            if batch and n > 1 and not nested and batched.try_run_spmd(
-                    ctx, plan, range(start, stop, step), n, captured):
+            if (
+                batch
+                and n > 1
+                and not nested
+                and batched.try_run_spmd(ctx, plan, range(start, stop, step), n, captured)
+            ):
                 return []
             for lane in range(start, stop, step):
                 ctx.block_idx, ctx.block_num = lane, n
@@ -83,8 +91,16 @@ def run_loop(ctx: Any, e: Eqn, ins: list[Any], consumed: frozenset[int], body_pl
     return _run_trips_or_carries(ctx, e, trips, captured, carries, body_plan, nk, batch)
 
 
-def _run_trips_or_carries(ctx: Any, e: Eqn, trips: range, captured: list[Any], carries: list[Any],
-                          body_plan: Callable[[int], Any], nk: int, batch: bool) -> list[Any]:
+def _run_trips_or_carries(
+    ctx: Any,
+    e: Eqn,
+    trips: range,
+    captured: list[Any],
+    carries: list[Any],
+    body_plan: Callable[[int], Any],
+    nk: int,
+    batch: bool,
+) -> list[Any]:
     """The trips of a range / pipeline loop: batched when independent and exact, else one by one."""
     plan = body_plan(nk)
     if batch and nk == 0 and len(trips) > 1:  # independent trips: batched when exact

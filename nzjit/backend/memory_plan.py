@@ -201,13 +201,17 @@ def check_memory(plan: MemoryPlan) -> None:
     space = over[0]
     cap = plan.capacity[space]
     bufs = sorted(plan.at_peak.get(space, []), key=lambda b: -b.nbytes)
-    listing = "; ".join(f"'{b.name}' {b.type} ({b.nbytes} B" + (f", line {b.source.line})" if b.source else ")")
-                        for b in bufs)
+    listing = "; ".join(
+        f"'{b.name}' {b.type} ({b.nbytes} B" + (f", line {b.source.line})" if b.source else ")") for b in bufs
+    )
     src = bufs[0].source if bufs else None
-    raise CompileError(f"on-chip memory plan: {space} ({HW_NAMES[space]}) needs {plan.peak[space]} bytes at its "
-                       f"peak but holds {cap} on {plan.target}; live there: {listing}", src,
-                       rule="memory plan",
-                       help="load smaller tiles, loop over the rest, or let a tile die before the next is loaded")
+    raise CompileError(
+        f"on-chip memory plan: {space} ({HW_NAMES[space]}) needs {plan.peak[space]} bytes at its "
+        f"peak but holds {cap} on {plan.target}; live there: {listing}",
+        src,
+        rule="memory plan",
+        help="load smaller tiles, loop over the rest, or let a tile die before the next is loaded",
+    )
 
 
 __all__ = ["Buffer", "MemoryPlan", "check_memory", "memory_plan"]

@@ -168,8 +168,11 @@ def build_plan(g: Graph, n_owned_params: int, options: Options, in_launch: bool 
             raise InternalError(f"no backend rule for {e.primitive.name}")
         dying = free.get(i, ())
         dying_set = set(dying)
-        consumed = frozenset(j for j, a in enumerate(e.inputs) if isinstance(a, Var) and a in dying_set
-                             and sum(1 for b in e.inputs if b is a) == 1)
+        consumed = frozenset(
+            j
+            for j, a in enumerate(e.inputs)
+            if isinstance(a, Var) and a in dying_set and sum(1 for b in e.inputs if b is a) == 1
+        )
         ins = tuple(slot(a) for a in e.inputs)
         outs = tuple(slot(v) for v in e.outputs)
         results = set(e.outputs)
@@ -180,8 +183,18 @@ def build_plan(g: Graph, n_owned_params: int, options: Options, in_launch: bool 
         def body_plan(body: Graph, n_owned: int, inner: bool = inner) -> Plan:
             return plan_of(body, n_owned, options, inner)
 
-        st = Step(e, r.impl, read_last, consumed, ins, outs, tuple(slot_of[v] for v in read_last),
-                  window=i in windows, options=options, plan_of=body_plan)
+        st = Step(
+            e,
+            r.impl,
+            read_last,
+            consumed,
+            ins,
+            outs,
+            tuple(slot_of[v] for v in read_last),
+            window=i in windows,
+            options=options,
+            plan_of=body_plan,
+        )
         st.generic = generic_run(st)
         run = r.specialize(st) if options.fast and r.specialize is not None else None
         run = run or st.generic
@@ -202,7 +215,7 @@ def build_plan(g: Graph, n_owned_params: int, options: Options, in_launch: bool 
     # a carry the body never reads (a tile reloaded under its old name) dies on entry: holding it
     # through the trip would keep two tiles alive, and leak one per trip
     read = {a for e in g.eqns for a in e.inputs if isinstance(a, Var)} | set(g.outputs)
-    unread = tuple(slot_of[p] for p in g.params[len(g.params) - n_owned_params:] if p not in read)
+    unread = tuple(slot_of[p] for p in g.params[len(g.params) - n_owned_params :] if p not in read)
     if unread:
         runs.insert(0, lambda ctx, env: release(ctx, env, unread, ()))
     lane_steps = None if lanes is None else tuple(with_frees(*x) for x in lanes)

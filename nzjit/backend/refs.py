@@ -166,5 +166,16 @@ def pending_refs(calls: Sequence[KernelCall]) -> list[PendingRef]:
     return out
 
 
-__all__ = ["DeviceRef", "HostRef", "KernelCall", "PendingRef", "Ref", "StackedRef", "as_ref", "call_name",
-           "default_device", "pending_refs", "resident_tensors"]
+__all__ = [
+    "DeviceRef",
+    "HostRef",
+    "KernelCall",
+    "PendingRef",
+    "Ref",
+    "StackedRef",
+    "as_ref",
+    "call_name",
+    "default_device",
+    "pending_refs",
+    "resident_tensors",
+]

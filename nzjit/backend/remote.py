@@ -23,8 +23,9 @@ class RemoteCluster:
         """Number of ranks."""
         raise NotImplementedError
 
-    def run_program(self, calls: Sequence[Any], residents: Sequence[Any], rank_prefix: bool,
-                    options: Options) -> None:
+    def run_program(
+        self, calls: Sequence[Any], residents: Sequence[Any], rank_prefix: bool, options: Options
+    ) -> None:
         """Validate `calls` (refs.KernelCalls) on the driver, run them on the ranks under
         `options`, commit the outputs only when every rank succeeded."""
         raise NotImplementedError

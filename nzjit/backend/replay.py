@@ -34,8 +34,9 @@ def offsets_getter(slots: tuple[int, ...]) -> Callable[[list[Any]], tuple[Any, .
     return lambda env: ()
 
 
-def window_bytes(strides: tuple[int, ...], sizes: tuple[int, ...], shape: tuple[int, ...],
-                 itemsize: int) -> Callable[[Any], int | None]:
+def window_bytes(
+    strides: tuple[int, ...], sizes: tuple[int, ...], shape: tuple[int, ...], itemsize: int
+) -> Callable[[Any], int | None]:
     """`offsets -> byte offset` of a window of extents `sizes` in a view of `shape` / element
     `strides`, or None when an offset is negative or the window leaves the view (the caller then
     raises what `clamp` / `check_window` raise). Fixed per view geometry: one specialised check."""
@@ -71,6 +72,12 @@ def same_layout(v: Any, h: Any) -> bool:
     are checked against the allocation at the new address when the bytes move. This is what keeps
     the fast path for a fresh tensor of an earlier call's layout (the device never reuses an
     address, so every call with a host array gets new TensorVals)."""
-    return (type(v) is TensorVal and h is not None and v.shape == h.shape and v.strides == h.strides
-            and v.layout == h.layout and (v.nz is h.nz or v.nz == h.nz)
-            and (v.dtype is h.dtype or v.dtype == h.dtype))
+    return (
+        type(v) is TensorVal
+        and h is not None
+        and v.shape == h.shape
+        and v.strides == h.strides
+        and v.layout == h.layout
+        and (v.nz is h.nz or v.nz == h.nz)
+        and (v.dtype is h.dtype or v.dtype == h.dtype)
+    )

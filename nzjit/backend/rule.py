@@ -84,8 +84,11 @@ def register(prims: P.Primitive | tuple[P.Primitive, ...], r: Rule) -> Rule:
     return r
 
 
-def rule(*prims: P.Primitive, specialize: Callable[[Step], Run | None] | None = None,
-         batch: Callable[[Step], Any] | None = None) -> Callable[[Impl], Impl]:
+def rule(
+    *prims: P.Primitive,
+    specialize: Callable[[Step], Run | None] | None = None,
+    batch: Callable[[Step], Any] | None = None,
+) -> Callable[[Impl], Impl]:
     """Decorator: register the decorated impl (with the optional forms) as the rule of `prims`."""
 
     def deco(fn: Impl) -> Impl:

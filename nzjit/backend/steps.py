@@ -143,9 +143,11 @@ def concrete(ctx: Any, shape: tuple[Any, ...]) -> tuple[int, ...]:
 def clamp(ctx: Any, e: Eqn, offsets: list[int]) -> tuple[int, ...]:
     """The partition view's `arith.maxsi x, 0` (NZ-18), refused when it would change a value."""
     if any(o < 0 for o in offsets):
-        raise runtime.DispatchError(f"{e.source}: partition offset {offsets} is negative; the device "
-                                    "clamps it to 0 and would read the wrong window (NZ-18), so the call "
-                                    "is refused (nothing is written back)")
+        raise runtime.DispatchError(
+            f"{e.source}: partition offset {offsets} is negative; the device "
+            "clamps it to 0 and would read the wrong window (NZ-18), so the call "
+            "is refused (nothing is written back)"
+        )
     return tuple(offsets)
 
 
@@ -158,7 +160,8 @@ def check_window(e: Eqn, shape: tuple[int, ...], offsets: Any, sizes: Any) -> No
             raise runtime.DispatchError(
                 f"{e.source}: the window [{o}, {o + n}) on axis {axis} is out of bounds for the view of "
                 f"shape {tuple(shape)}: a coordinate computed from the arguments addresses past the "
-                "tensor, so the call is refused (nothing is written back)")
+                "tensor, so the call is refused (nothing is written back)"
+            )
 
 
 def gm_view(src: TensorVal, offs: tuple[int, ...], sizes: tuple[int, ...]) -> GmView:
@@ -184,7 +187,7 @@ def static_valid(t: TileType) -> tuple[int | None, int | None]:
 
 def tile_dims(t: TileType) -> tuple[str, int, int, np.dtype]:
     """(space, rows, cols, dtype) of a tile type, leading extents folded into rows."""
-    rows, cols = (t.shape if len(t.shape) == 2 else (int(np.prod(t.shape[:-1])), t.shape[-1]))
+    rows, cols = t.shape if len(t.shape) == 2 else (int(np.prod(t.shape[:-1])), t.shape[-1])
     return t.memory.value, int(rows), int(cols), t.dtype.np_dtype
 
 
@@ -213,8 +216,9 @@ def result_geometry(t: Any) -> Any:
     return geometry_of(*tile_dims(t))
 
 
-def alloc(ctx: Any, t: TileType, valid: tuple[int | None, int | None] | None = None, *,
-          virtual: bool = False) -> TileBuf:
+def alloc(
+    ctx: Any, t: TileType, valid: tuple[int | None, int | None] | None = None, *, virtual: bool = False
+) -> TileBuf:
     """A tile of IR type `t` in its memory space; `virtual` tiles (un-tiled reference matmuls of
     earlier stages) are not charged to the on-chip capacity: no instruction ever holds them."""
     space, rows, cols, dt = tile_dims(t)

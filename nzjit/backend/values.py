@@ -40,8 +40,9 @@ class NzWindow:
         return NzWindow(self.root, tuple(offs), kept)
 
 
-def dense_view(gm: GlobalMemory, addr: int, dtype: np.dtype, shape: tuple[int, ...],
-               strides: tuple[int, ...]) -> np.ndarray:
+def dense_view(
+    gm: GlobalMemory, addr: int, dtype: np.dtype, shape: tuple[int, ...], strides: tuple[int, ...]
+) -> np.ndarray:
     """A writable typed strided view of GM (element strides), bounds-checked by the runtime."""
     size = dtype.itemsize
     v = gm.view(addr, (*shape, size), (*(s * size for s in strides), 1))
@@ -69,8 +70,10 @@ class TensorVal:
         shape, strides = list(sizes), list(self.strides)
         while len(shape) > 5:  # fold leading unit axes (they carry no stride)
             if shape[0] != 1:
-                raise runtime.DeviceError(f"a GM window of rank {len(shape)} with leading extent "
-                                          f"{shape[0]} has no rank-5 GlobalTensor")
+                raise runtime.DeviceError(
+                    f"a GM window of rank {len(shape)} with leading extent "
+                    f"{shape[0]} has no rank-5 GlobalTensor"
+                )
             shape.pop(0)
             strides.pop(0)
         return GmView(self.addr + delta, self.dtype, tuple(shape), tuple(strides), self.layout)
@@ -80,8 +83,9 @@ class TensorVal:
         n = int(np.prod(self.nz.root)) * self.dtype.itemsize
         return runtime.unpack_nz(gm.read(self.addr, n).view(self.dtype).reshape(self.nz.root))
 
-    def read(self, gm: GlobalMemory, offsets: tuple[int, ...] | None = None,
-             extents: tuple[int, ...] | None = None) -> np.ndarray:
+    def read(
+        self, gm: GlobalMemory, offsets: tuple[int, ...] | None = None, extents: tuple[int, ...] | None = None
+    ) -> np.ndarray:
         """The logical content of a window (the whole view by default); reference paths only."""
         offsets = offsets or (0,) * len(self.shape)
         extents = extents or self.shape

@@ -55,9 +55,11 @@ def tile_buf_type(t: TileType, layout: TileLayout, valid: tuple[Dim, Dim] | None
     """`!pto.tile_buf<loc=mat, dtype=i8, rows=256, cols=512, blayout=..., ..., v_row=256, v_col=512>`."""
     rows, cols = tile_rows_cols(t)
     vr, vc = valid if valid is not None else (rows, cols)
-    return (f"!pto.tile_buf<loc={t.memory.value.lower()}, dtype={t.dtype.short}, rows={rows}, cols={cols}, "
-            f"blayout={layout.blayout}, slayout={layout.slayout}, fractal={layout.fractal}, "
-            f"v_row={_dim(vr)}, v_col={_dim(vc)}>")
+    return (
+        f"!pto.tile_buf<loc={t.memory.value.lower()}, dtype={t.dtype.short}, rows={rows}, cols={cols}, "
+        f"blayout={layout.blayout}, slayout={layout.slayout}, fractal={layout.fractal}, "
+        f"v_row={_dim(vr)}, v_col={_dim(vc)}>"
+    )
 
 
 def tensor_view_type(rank: int, dtype: DType) -> str:

@@ -76,7 +76,11 @@ def block_args(s: Statement) -> list[str]:
         return _SSA.findall(s.text.split("(", 1)[1].rsplit(")", 1)[0])
     if s.op == "scf.for":
         iv = re.search(r"scf\.for\s+(%[\w$.\-]+)\s*=", s.text)
-        iters = re.findall(r"(%[\w$.\-]+)\s*=\s*%", s.text.split("iter_args", 1)[1]) if "iter_args" in s.text else []
+        iters = (
+            re.findall(r"(%[\w$.\-]+)\s*=\s*%", s.text.split("iter_args", 1)[1])
+            if "iter_args" in s.text
+            else []
+        )
         return ([iv.group(1)] if iv else []) + iters
     return []
 
@@ -113,7 +117,7 @@ def ssa_defs(text: str) -> dict[str, Statement]:
 
 # ================================================================================ the check
 def version_tuple(version: str) -> tuple[int, ...]:
-    """"0.61" -> (0, 61): versions compare numerically, component by component."""
+    """ "0.61" -> (0, 61): versions compare numerically, component by component."""
     try:
         return tuple(int(p) for p in version.strip().lstrip("v").split("."))
     except ValueError:
@@ -148,14 +152,18 @@ def _where(s: Statement) -> str:
 def _check_view(v: _View, version: tuple[int, ...]) -> None:
     s = v.stmt
     if v.arity != v.type_rank:
-        raise PtoasError(f"'pto.make_tensor_view' op rank mismatch: shape has {v.arity} dims but the type "
-                         f"{v.type} has rank {v.type_rank}, at {_where(s)} (NZ-14)")
+        raise PtoasError(
+            f"'pto.make_tensor_view' op rank mismatch: shape has {v.arity} dims but the type "
+            f"{v.type} has rank {v.type_rank}, at {_where(s)} (NZ-14)"
+        )
     if v.layout != "nz":
         return
     if version < FIRST_AUTHORITATIVE:
         raise PtoasError(f"{INFERRED_MESSAGE}, at {_where(s)}; PTOAS >= 0.61 takes the explicit layout")
     if v.arity != 5:
-        raise PtoasError(f"{RANK5_MESSAGE}, got rank {v.arity} at {_where(s)} (NZ-6: [B, C/c0, R/16, 16, c0])")
+        raise PtoasError(
+            f"{RANK5_MESSAGE}, got rank {v.arity} at {_where(s)} (NZ-6: [B, C/c0, R/16, 16, c0])"
+        )
 
 
 def _check_partition(s: Statement, views: dict[str, _View]) -> str:
@@ -163,20 +171,31 @@ def _check_partition(s: Statement, views: dict[str, _View]) -> str:
     src = s.operands[0] if s.operands else "?"
     v = views.get(src)
     if v is None:
-        raise PtoasError(f"'pto.partition_view' op source {src} is not a pto.make_tensor_view, at {_where(s)}")
+        raise PtoasError(
+            f"'pto.partition_view' op source {src} is not a pto.make_tensor_view, at {_where(s)}"
+        )
     types = s.text.rsplit(":", 1)[1].split("->")
     if len(types) != 2:
         raise PtoasError(f"'pto.partition_view' op expects 'src type -> partition type', at {_where(s)}")
     src_t, part_t = (t.strip() for t in types)
-    sites = {"make_tensor_view shape": v.arity, "its !pto.tensor_view type": v.type_rank,
-             "offsets": len(s.list_field("offsets")), "sizes": len(s.list_field("sizes")),
-             "source type": _type_rank(src_t), "partition type": _type_rank(part_t)}
+    sites = {
+        "make_tensor_view shape": v.arity,
+        "its !pto.tensor_view type": v.type_rank,
+        "offsets": len(s.list_field("offsets")),
+        "sizes": len(s.list_field("sizes")),
+        "source type": _type_rank(src_t),
+        "partition type": _type_rank(part_t),
+    }
     if len(set(sites.values())) != 1:
         got = ", ".join(f"{k} {n}" for k, n in sites.items())
-        raise PtoasError(f"'pto.partition_view' op rank mismatch between the sites of {src}: {got}, at "
-                         f"{_where(s)} (NZ-14: all derive from the tensor type's shape)")
+        raise PtoasError(
+            f"'pto.partition_view' op rank mismatch between the sites of {src}: {got}, at "
+            f"{_where(s)} (NZ-14: all derive from the tensor type's shape)"
+        )
     if src_t != v.type:
-        raise PtoasError(f"'pto.partition_view' op source type {src_t} differs from {src}'s {v.type}, at {_where(s)}")
+        raise PtoasError(
+            f"'pto.partition_view' op source type {src_t} differs from {src}'s {v.type}, at {_where(s)}"
+        )
     return part_t
 
 
@@ -252,14 +271,26 @@ def check_ptoas(text: str, version: str = "0.61") -> None:
         for name, spelled in _typed_uses(s):
             want = types.get(name)
             if want is not None and spelled != want:
-                raise PtoasError(f"'{s.op}' op operand {name} is used as {spelled} but defined as {want}, "
-                                 f"at {_where(s)}")
+                raise PtoasError(
+                    f"'{s.op}' op operand {name} is used as {spelled} but defined as {want}, at {_where(s)}"
+                )
 
 
 # ================================================================================ read back
-_C_TYPES = {"i8": "int8_t", "ui8": "uint8_t", "i16": "int16_t", "ui16": "uint16_t", "i32": "int32_t",
-            "ui32": "uint32_t", "i64": "int64_t", "f16": "half", "bf16": "bfloat16_t", "f32": "float",
-            "f8E4M3FN": "float8_e4m3_t", "f8E5M2": "float8_e5m2_t"}
+_C_TYPES = {
+    "i8": "int8_t",
+    "ui8": "uint8_t",
+    "i16": "int16_t",
+    "ui16": "uint16_t",
+    "i32": "int32_t",
+    "ui32": "uint32_t",
+    "i64": "int64_t",
+    "f16": "half",
+    "bf16": "bfloat16_t",
+    "f32": "float",
+    "f8E4M3FN": "float8_e4m3_t",
+    "f8E5M2": "float8_e5m2_t",
+}
 
 
 def global_tensors(text: str) -> list[str]:

@@ -59,8 +59,14 @@ class Eqn:
     params: dict[str, Any]
     source: Source | None = None
 
-    def __init__(self, primitive: Primitive, inputs: tuple[Atom, ...], outputs: tuple[Var, ...],
-                 params: dict[str, Any], source: Source | None = None) -> None:
+    def __init__(
+        self,
+        primitive: Primitive,
+        inputs: tuple[Atom, ...],
+        outputs: tuple[Var, ...],
+        params: dict[str, Any],
+        source: Source | None = None,
+    ) -> None:
         # Writes the instance dict directly: a frozen dataclass's own __init__ calls
         # object.__setattr__ once per field (1.3 us vs 0.5 us per equation; tracing and every
         # pass build thousands). Assigning a field afterwards still raises FrozenInstanceError.
@@ -82,8 +88,13 @@ class Eqn:
 
     def replace(self, **kw: Any) -> Eqn:
         """A copy of this equation with the given fields replaced."""
-        d: dict[str, Any] = {"primitive": self.primitive, "inputs": self.inputs, "outputs": self.outputs,
-             "params": self.params, "source": self.source}
+        d: dict[str, Any] = {
+            "primitive": self.primitive,
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            "params": self.params,
+            "source": self.source,
+        }
         d.update(kw)
         return Eqn(**d)
 
@@ -180,8 +191,11 @@ _HIDDEN = {"arity", "body", "proofs", "memory_given", "out_type", "valid_static"
 
 def _eqn(e: Eqn, names: _Namer, indent: str, lines: list[str]) -> None:
     outs = " ".join(f"{names(v)}:{v.type}" for v in e.outputs)
-    params = [f"{k}={_param(v)}" for k, v in e.params.items()
-              if k not in _HIDDEN and v is not None and not (isinstance(v, dict | tuple | list) and not v)]
+    params = [
+        f"{k}={_param(v)}"
+        for k, v in e.params.items()
+        if k not in _HIDDEN and v is not None and not (isinstance(v, dict | tuple | list) and not v)
+    ]
     pstr = f"[{' '.join(params)}]" if params else ""
     ins = " ".join(_atom(a, names) for a in e.inputs)
     lhs = f"{outs} = " if outs else ""

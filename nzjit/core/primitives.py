@@ -42,6 +42,7 @@ _ALL: dict[str, Primitive] = {}
 def primitive(name: str, groups: Sequence[str]) -> Callable[[Callable[..., list[Type]]], Primitive]:
     """Decorator: make a type rule into the `Primitive` `name` with operand `groups`, registered in the table
     of all primitives."""
+
     def deco(rule: Callable[..., list[Type]]) -> Primitive:
         p = Primitive(name, groups, rule)
         _ALL[name] = p
@@ -125,8 +126,10 @@ def _matmul_shape(a: tuple[Any, ...], b: tuple[Any, ...], b_trans: bool, what: s
     m, k = a
     n, kb = (b[0], b[1]) if b_trans else (b[1], b[0])
     if k != kb:
-        raise _fail(f"{what}: contraction sizes differ, lhs {list(a)} and rhs {list(b)}"
-                    f"{' (b_trans=True)' if b_trans else ''}")
+        raise _fail(
+            f"{what}: contraction sizes differ, lhs {list(a)} and rhs {list(b)}"
+            f"{' (b_trans=True)' if b_trans else ''}"
+        )
     return m, n
 
 
@@ -135,8 +138,10 @@ _MATMUL_OUT = {dt.INT8: dt.INT32, dt.FP16: dt.FP32, dt.BF16: dt.FP32, dt.FP32: d
 
 def _matmul_out_dtype(a: dt.DType, b: dt.DType, out: dt.DType | None, what: str) -> dt.DType:
     if a is not b or a not in _MATMUL_OUT:
-        raise _fail(f"{what}: unsupported operand dtypes {a} x {b}; the cube takes INT8 x INT8, "
-                    "FP16 x FP16, BF16 x BF16 or FP32 x FP32")
+        raise _fail(
+            f"{what}: unsupported operand dtypes {a} x {b}; the cube takes INT8 x INT8, "
+            "FP16 x FP16, BF16 x BF16 or FP32 x FP32"
+        )
     want = _MATMUL_OUT[a]
     if out is not None and out is not want:
         raise _fail(f"{what}: {a} operands accumulate in {want}, not {out}")
@@ -154,8 +159,10 @@ def _mm_operands(a: Type, b: Type, what: str) -> tuple[TileType, TileType]:
     ta, tb = _tile(a, what), _tile(b, what)
     for t in (ta, tb):
         if t.memory not in (Mem.Mat, Mem.Left, Mem.Right):
-            raise _fail(f"{what} operands must be Mat (or Left/Right) tiles, got {t}; load them with "
-                        "target_memory=pl.Mem.Mat")
+            raise _fail(
+                f"{what} operands must be Mat (or Left/Right) tiles, got {t}; load them with "
+                "target_memory=pl.Mem.Mat"
+            )
     return ta, tb
 
 
@@ -170,14 +177,18 @@ def _elementwise(name: str, nargs: int, dtypes: tuple[dt.DType, ...] | None = No
                 raise _fail(f"pl.{name} works on Vec tiles, got {t}; load with target_memory=pl.Mem.Vec")
             if dtypes is not None and t.dtype not in dtypes:  # the instruction's dtypes on the device
                 names = " / ".join(d.name for d in dtypes)
-                raise _fail(f"pl.{name} works on {names} tiles (T{name.upper()} on the device), got {t}",
-                            help=f"pl.cast the tile to {dtypes[0].name} first")
+                raise _fail(
+                    f"pl.{name} works on {names} tiles (T{name.upper()} on the device), got {t}",
+                    help=f"pl.cast the tile to {dtypes[0].name} first",
+                )
             if t.shape != t0.shape or t.dtype is not t0.dtype:
                 raise _fail(f"pl.{name} operands differ: {t0} and {t}")
             if t.valid_shape != t0.valid_shape and not (t.fully_valid and t0.fully_valid):
-                raise _fail(f"pl.{name} operands have different valid shapes: {t0} and {t}",
-                            help="the vector unit computes dst's valid region from sources of that same "
-                                 "valid shape; pl.tile.fillpad the smaller one")
+                raise _fail(
+                    f"pl.{name} operands have different valid shapes: {t0} and {t}",
+                    help="the vector unit computes dst's valid region from sources of that same "
+                    "valid shape; pl.tile.fillpad the smaller one",
+                )
         return [t0]
 
     return rule

@@ -1,9 +1,9 @@
 """IR types: scalars, global-memory tensors and on-chip tiles. Layout and memory are part of equality.
 
-    Dim      := int | DynDim(name)
-    Type     := ScalarType(dtype)
-              | TensorType(shape: Dim*, dtype, layout, strides?, valid_shape?)
-              | TileType(shape: int*, dtype, memory, valid_shape?)
+Dim      := int | DynDim(name)
+Type     := ScalarType(dtype)
+          | TensorType(shape: Dim*, dtype, layout, strides?, valid_shape?)
+          | TileType(shape: int*, dtype, memory, valid_shape?)
 """
 
 from __future__ import annotations

@@ -59,8 +59,11 @@ def _check(g: Graph, defined: set[Var], stage: str, blocked: bool) -> None:
             raise _fail(stage, e, f"type rule refused: {err.raw_message}") from None
         got = [v.type for v in e.outputs]
         if [_norm(t) for t in want] != [_norm(t) for t in got]:
-            raise _fail(stage, e, f"outputs have types {[str(t) for t in got]}, the type rule says "
-                        f"{[str(t) for t in want]}")
+            raise _fail(
+                stage,
+                e,
+                f"outputs have types {[str(t) for t in got]}, the type rule says {[str(t) for t in want]}",
+            )
         for v in e.outputs:
             _check_nz(v.type, stage, e, blocked)
             if v in scope:

@@ -70,7 +70,9 @@ class Launch:
 class RankProgram:
     """One rank's share of a validated program, as the driver ships it."""
 
-    graphs: dict[int, tuple[Graph, list[Any]]] = field(default_factory=dict)  # (graph, kernel params) new to it
+    graphs: dict[int, tuple[Graph, list[Any]]] = field(
+        default_factory=dict
+    )  # (graph, kernel params) new to it
     uploads: list[tuple[Alloc, np.ndarray | None]] = field(default_factory=list)  # host arguments
     launches: list[Launch] = field(default_factory=list)
     snapshot: list[Slot] = field(default_factory=list)  # resident outputs, restored on failure
@@ -116,8 +118,10 @@ class RankDevice:
     def _tensor(self, h: int) -> runtime.DeviceTensor:
         t = self.tensors.get(h)
         if t is None:
-            raise runtime.DispatchError(f"rank {self.worker.device_id} holds no tensor with handle {h:#x} "
-                                        "(freed, or placed by another driver)")
+            raise runtime.DispatchError(
+                f"rank {self.worker.device_id} holds no tensor with handle {h:#x} "
+                "(freed, or placed by another driver)"
+            )
         return t
 
     def _arg(self, slot: Slot) -> runtime.DeviceTensor:
@@ -125,8 +129,9 @@ class RankDevice:
         if slot.offset == 0 and (slot.shape is None or slot.shape == t.shape):
             return t
         shape = t.shape if slot.shape is None else slot.shape  # a view: inside t's allocation, GM checks it
-        return runtime.DeviceTensor(self.worker, t.address + slot.offset, shape,
-                                    t.dtype if slot.dtype is None else slot.dtype)
+        return runtime.DeviceTensor(
+            self.worker, t.address + slot.offset, shape, t.dtype if slot.dtype is None else slot.dtype
+        )
 
     @_replies
     def ping(self) -> int:
@@ -138,8 +143,13 @@ class RankDevice:
         """What the rank holds and has done: live tensors, programs run, graphs received, host -> GM
         uploads (count and bytes, as `runtime.GlobalMemory` counts them)."""
         gm = self.worker.gm
-        return {"tensors": len(self.tensors), "programs": self.programs_run, "graphs": len(self.graphs),
-                "uploads": gm.uploads, "upload_bytes": gm.upload_bytes}
+        return {
+            "tensors": len(self.tensors),
+            "programs": self.programs_run,
+            "graphs": len(self.graphs),
+            "uploads": gm.uploads,
+            "upload_bytes": gm.upload_bytes,
+        }
 
     @_replies
     def alloc(self, h: int, shape: tuple[int, ...], dtype: np.dtype, init: np.ndarray | None) -> None:

@@ -50,8 +50,9 @@ class RayCluster(RemoteCluster):
     no CPU of the scheduler (`num_cpus=0`, so any number of ranks fits a small machine) and the
     actors are spread over the cluster's nodes."""
 
-    def __init__(self, n_ranks: int, address: str | None = None, *, target: str = "A2A3",
-                 **ray_init_kwargs: Any) -> None:
+    def __init__(
+        self, n_ranks: int, address: str | None = None, *, target: str = "A2A3", **ray_init_kwargs: Any
+    ) -> None:
         if isinstance(n_ranks, bool) or not isinstance(n_ranks, int | np.integer) or int(n_ranks) < 1:
             raise DispatchError(f"RayCluster needs at least one rank, got {n_ranks!r}")
         if not ray.is_initialized():
@@ -86,11 +87,14 @@ class RayCluster(RemoteCluster):
         layout = layout_of(host_array)  # a pack_nz / as_nz array gives NZ shards, as on runtime.Cluster
         a = np.asarray(host_array)
         if a.ndim < 1 or a.shape[0] != self.n_ranks:
-            raise DispatchError(f"alloc_stacked_tensor: leading axis of shape {a.shape} must be the rank "
-                                f"count {self.n_ranks}")
+            raise DispatchError(
+                f"alloc_stacked_tensor: leading axis of shape {a.shape} must be the rank count {self.n_ranks}"
+            )
         handles = [next_handle() for _ in self.workers]
-        replies = [w.send("alloc", h, a.shape[1:], a.dtype, np.ascontiguousarray(a[r]))
-                   for r, (w, h) in enumerate(zip(self.workers, handles))]
+        replies = [
+            w.send("alloc", h, a.shape[1:], a.dtype, np.ascontiguousarray(a[r]))
+            for r, (w, h) in enumerate(zip(self.workers, handles))
+        ]
         errors: list[BaseException] = []
         for r, ref in enumerate(replies):
             try:
@@ -129,8 +133,9 @@ class RayCluster(RemoteCluster):
             if not 0 <= w < self.n_ranks or s.worker is not self.workers[w]:
                 raise DispatchError(f"shard {i} of {t!r} does not live on this RayCluster's rank {w}")
 
-    def run_program(self, calls: Sequence[Any], residents: Sequence[Any], rank_prefix: bool,
-                    options: Options) -> None:
+    def run_program(
+        self, calls: Sequence[Any], residents: Sequence[Any], rank_prefix: bool, options: Options
+    ) -> None:
         """The RemoteCluster entry (backend/call.py `run_program` hands a program here)."""
         run_remote_program(self, calls, residents, rank_prefix, options)
 

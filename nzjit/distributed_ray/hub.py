@@ -26,7 +26,9 @@ class CommHub:
         self.workers = {r: runtime.Worker(r, target) for r in range(n_ranks)}  # the windows' replicas
         self.host: WorldHost | None = None
 
-    def open(self, windows: Sequence[tuple[str, int, int]], timeout: float, active: Sequence[int]) -> tuple[bool, Any]:
+    def open(
+        self, windows: Sequence[tuple[str, int, int]], timeout: float, active: Sequence[int]
+    ) -> tuple[bool, Any]:
         """A fresh world for the next program (the previous one's replica is freed)."""
         try:
             if self.host is not None:
@@ -60,9 +62,11 @@ def start_hub(n_ranks: int, target: str) -> Any:
 def hub_died(e: BaseException) -> runtime.DeviceError:
     """The error of a program whose comm hub actor is gone (the windows' world with it)."""
     reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return runtime.DeviceError(f"the comm hub of the RayCluster (the actor hosting the ranks' comm world) is dead "
-                               f"({reason}); no output of this call was changed. help: run the call again (a new "
-                               "hub starts with it)")
+    return runtime.DeviceError(
+        f"the comm hub of the RayCluster (the actor hosting the ranks' comm world) is dead "
+        f"({reason}); no output of this call was changed. help: run the call again (a new "
+        "hub starts with it)"
+    )
 
 
 def hub_link(hub: Any) -> Any:

@@ -56,8 +56,9 @@ class GraphTokens:
         self._sent.setdefault(rank, set()).update(tokens)
 
 
-def rank_program(rk: Any, worker: RemoteWorker, tokens: GraphTokens, windows: ProgramWindows | None = None
-                 ) -> tuple[RankProgram, list[Any]]:
+def rank_program(
+    rk: Any, worker: RemoteWorker, tokens: GraphTokens, windows: ProgramWindows | None = None
+) -> tuple[RankProgram, list[Any]]:
     """One rank's share of the plan (`rk`: backend/call.py `RankPlan`); also its host outputs (HostRefs,
     in the order of `RankProgram.gather`). With `windows`, its ranks communicate."""
     prog = RankProgram()
@@ -95,8 +96,15 @@ def rank_program(rk: Any, worker: RemoteWorker, tokens: GraphTokens, windows: Pr
                 args.append(a)
         lp = ln.plan
         graph = lp.graph if windows is None else instrument(lp.graph)  # as comm_run.run_ranks does
-        prog.launches.append(Launch(tokens.token(graph, ln.call.kernel.params, rk.rank, prog.graphs), args,
-                                    lp.dims, lp.options, C.call_name(ln.call)))
+        prog.launches.append(
+            Launch(
+                tokens.token(graph, ln.call.kernel.params, rk.rank, prog.graphs),
+                args,
+                lp.dims,
+                lp.options,
+                C.call_name(ln.call),
+            )
+        )
     return prog, host_outputs
 
 
@@ -116,16 +124,21 @@ def check_ranks(cluster: Any, calls: Sequence[Any], residents: Sequence[Any]) ->
     of it (the checks `_rank_workers` makes for a local cluster)."""
     for name, t in C.resident_tensors(residents):
         if getattr(t.worker, "remote_cluster", None) is not cluster:
-            raise DispatchError(f"parameter {name.split('[')[0]!r}: {name} lives on worker {t.worker.device_id} "
-                                "of another cluster, not on the RayCluster that runs the program")
+            raise DispatchError(
+                f"parameter {name.split('[')[0]!r}: {name} lives on worker {t.worker.device_id} "
+                "of another cluster, not on the RayCluster that runs the program"
+            )
     bad = sorted({c.device for c in calls if not 0 <= c.device < cluster.n_ranks})
     if bad:
-        raise DispatchError(f"device={bad[0]} is not a rank of the RayCluster (ranks 0..{cluster.n_ranks - 1})")
+        raise DispatchError(
+            f"device={bad[0]} is not a rank of the RayCluster (ranks 0..{cluster.n_ranks - 1})"
+        )
     return dict(enumerate(cluster.workers))
 
 
-def run_remote_program(cluster: Any, calls: Sequence[Any], residents: Sequence[Any], rank_prefix: bool,
-                       options: Options) -> None:
+def run_remote_program(
+    cluster: Any, calls: Sequence[Any], residents: Sequence[Any], rank_prefix: bool, options: Options
+) -> None:
     """backend/call.py `run_program` for a RayCluster (see the module docstring)."""
     if not calls:
         return
@@ -163,8 +176,14 @@ def run_remote_program(cluster: Any, calls: Sequence[Any], residents: Sequence[A
             windows.close()
 
 
-def _replies_of(replies: dict[int, Any], plan: dict[int, Any], programs: dict[int, RankProgram], cluster: Any,
-                rank_prefix: bool, windows: ProgramWindows | None) -> tuple[dict[int, Any], dict[int, BaseException]]:
+def _replies_of(
+    replies: dict[int, Any],
+    plan: dict[int, Any],
+    programs: dict[int, RankProgram],
+    cluster: Any,
+    rank_prefix: bool,
+    windows: ProgramWindows | None,
+) -> tuple[dict[int, Any], dict[int, BaseException]]:
     """Every rank's result (its host outputs' bytes) or error, as each reply arrives: a rank whose
     actor died stops the ranks that wait on it at once (not after the comm world's timeout). The
     warnings the ranks raised are raised here, in rank order."""
@@ -190,7 +209,9 @@ def _replies_of(replies: dict[int, Any], plan: dict[int, Any], programs: dict[in
         cluster.graph_tokens.shipped(r, list(programs[r].graphs))
         if isinstance(results[r], tuple):
             index, err = results[r]
-            where = f"{C.call_name(plan[r].launches[index].call)}: " if index >= 0 else ""  # -1: after its kernels
+            where = (
+                f"{C.call_name(plan[r].launches[index].call)}: " if index >= 0 else ""
+            )  # -1: after its kernels
             errors[r] = _with_prefix(err, f"rank {r}: {where}" if rank_prefix else "")
     for r in sorted(said):
         for category, text in said[r]:

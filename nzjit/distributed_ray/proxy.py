@@ -47,8 +47,10 @@ class RemoteDeviceTensor(DeviceTensor):
 
     def __repr__(self) -> str:
         at = f"+{self.offset:#x}" if self.offset else ""
-        return (f"RemoteDeviceTensor(rank={self.worker.device_id}, handle={self.address:#x}{at}, "
-                f"shape={self.shape}, dtype={self.dtype.name}{', freed' if self.freed else ''})")
+        return (
+            f"RemoteDeviceTensor(rank={self.worker.device_id}, handle={self.address:#x}{at}, "
+            f"shape={self.shape}, dtype={self.dtype.name}{', freed' if self.freed else ''})"
+        )
 
 
 class RemoteNzDeviceTensor(RemoteDeviceTensor):
@@ -89,9 +91,11 @@ class RankLost(DeviceError):
 def actor_died(rank: int, e: BaseException) -> RankLost:
     """The error a call gets when rank `rank`'s actor is gone (its device memory with it)."""
     reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return RankLost(f"rank {rank}: the Ray actor of rank {rank} is dead ({reason}); its device memory, "
-                       "resident shards included, is lost and no output of this call was changed. "
-                       "help: make a new RayCluster and place the shards again")
+    return RankLost(
+        f"rank {rank}: the Ray actor of rank {rank} is dead ({reason}); its device memory, "
+        "resident shards included, is lost and no output of this call was changed. "
+        "help: make a new RayCluster and place the shards again"
+    )
 
 
 def fetch(rank: int, ref: Any) -> Any:
@@ -124,8 +128,9 @@ class RemoteWorker:
         """Call `method` on the actor (with the allocations waiting to be placed); its reply's ref."""
         return getattr(self.actor, method).remote(self.gm.take_unplaced(), *args)
 
-    def alloc_tensor(self, shape: Sequence[int], dtype: np.dtype | type, init: np.ndarray | None = None
-                     ) -> RemoteDeviceTensor:
+    def alloc_tensor(
+        self, shape: Sequence[int], dtype: np.dtype | type, init: np.ndarray | None = None
+    ) -> RemoteDeviceTensor:
         """As `runtime.Worker.alloc_tensor`; `init` is uploaded to the actor now, a tensor without
         `init` (fresh memory: the poison pattern, as on a local Worker) is placed with the next message."""
         dt = np.dtype(dtype)
@@ -148,7 +153,9 @@ class RemoteWorker:
         self.gm.placed.add(h)
         return h
 
-    def adopt(self, h: int, shape: tuple[int, ...], dtype: np.dtype, layout: str = "ND") -> RemoteDeviceTensor:
+    def adopt(
+        self, h: int, shape: tuple[int, ...], dtype: np.dtype, layout: str = "ND"
+    ) -> RemoteDeviceTensor:
         """The tensor of handle `h`, already allocated on the actor (RayCluster.alloc_stacked_tensor),
         holding bytes of `layout`."""
         self.gm.placed.add(h)
@@ -185,11 +192,21 @@ class RemoteWorker:
         if not isinstance(t, DeviceTensor):
             raise DispatchError(f"{what}: expected a DeviceTensor, got {type(t).__name__}")
         if t.worker is not self:
-            raise DispatchError(f"{what} {t!r} lives on worker {t.worker.device_id}, not on rank {self.device_id} "
-                                "of this RayCluster; copy it over first")
+            raise DispatchError(
+                f"{what} {t!r} lives on worker {t.worker.device_id}, not on rank {self.device_id} "
+                "of this RayCluster; copy it over first"
+            )
         if t.freed:
             raise DispatchError(f"{what} {t!r} was freed (use after free)")
         return t
 
 
-__all__ = ["RankLost", "RemoteDeviceTensor", "RemoteWorker", "Residency", "actor_died", "fetch", "next_handle"]
+__all__ = [
+    "RankLost",
+    "RemoteDeviceTensor",
+    "RemoteWorker",
+    "Residency",
+    "actor_died",
+    "fetch",
+    "next_handle",
+]

@@ -42,19 +42,24 @@ class RemoteWindow:
 class ProgramWindows:
     """The windows of one program run on `cluster` (None from `open` when the program has none)."""
 
-    def __init__(self, cluster: Any, buffers: list[comm_run.WindowBuffer], workers: dict[int, RemoteWorker]) -> None:
+    def __init__(
+        self, cluster: Any, buffers: list[comm_run.WindowBuffer], workers: dict[int, RemoteWorker]
+    ) -> None:
         self.cluster = cluster
         self.buffers = buffers
         self.workers = workers
         self.windows: list[RemoteWindow] = []
         for buf in buffers:
-            win = RemoteWindow(buf.name, buf.nbytes, buf.grain, workers,
-                               {r: w.reserve() for r, w in workers.items()})
+            win = RemoteWindow(
+                buf.name, buf.nbytes, buf.grain, workers, {r: w.reserve() for r, w in workers.items()}
+            )
             self.windows.append(win)
             buf.window = win  # type: ignore[assignment]  # a stand-in: comm_run asks it for tensors only
 
     @classmethod
-    def open(cls, cluster: Any, calls: Sequence[Any], ranks: dict[int, RemoteWorker]) -> ProgramWindows | None:
+    def open(
+        cls, cluster: Any, calls: Sequence[Any], ranks: dict[int, RemoteWorker]
+    ) -> ProgramWindows | None:
         """The windows of `calls` (refused as on a local Cluster when a view does not fit)."""
         buffers = comm_run.window_buffers(calls)
         if not buffers:
@@ -63,8 +68,11 @@ class ProgramWindows:
 
     def spec(self, rank: int) -> CommSpec:
         """What rank's actor needs: the hub, the rank count, its windows in the hub's order."""
-        return CommSpec(self.cluster.comm_hub(), len(self.workers),
-                        [(win.handles[rank], win.name, win.nbytes) for win in self.windows])
+        return CommSpec(
+            self.cluster.comm_hub(),
+            len(self.workers),
+            [(win.handles[rank], win.name, win.nbytes) for win in self.windows],
+        )
 
     def start(self, active: Sequence[int]) -> None:
         """Open the world on the hub before any rank runs (`active`: the ranks that run kernels). A

@@ -18,4 +18,14 @@ from .lowered import Lowered
 from .orchestration import Handle, Orchestration, Program, active_program
 from .params import Param, Spec, spec
 
-__all__ = ["Kernel", "Lowered", "Orchestration", "Program", "Handle", "active_program", "Param", "Spec", "spec"]
+__all__ = [
+    "Kernel",
+    "Lowered",
+    "Orchestration",
+    "Program",
+    "Handle",
+    "active_program",
+    "Param",
+    "Spec",
+    "spec",
+]

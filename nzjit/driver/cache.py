@@ -63,8 +63,11 @@ class CompileCache:
         params = k.params
         n_in = sum(1 for p in params if not p.is_pure_output)
         it = iter(args)
-        full = list(args) if len(args) == len(params) else (
-            [None if p.is_pure_output else next(it, None) for p in params] if len(args) == n_in else [])
+        full = (
+            list(args)
+            if len(args) == len(params)
+            else ([None if p.is_pure_output else next(it, None) for p in params] if len(args) == n_in else [])
+        )
         key: list[Any] = [k.source_key, k.target]
         for i, p in enumerate(params):
             a = full[i] if i < len(full) else None
@@ -85,8 +88,10 @@ class CompileCache:
 
     def lowered(self, args: Sequence[Any]) -> Lowered:
         """The Lowered of these arguments' signature (traced and lowered on first use)."""
-        fast: tuple[Any, ...] = tuple((a.shape, a.dtype) if isinstance(a, np.ndarray | runtime.DeviceTensor | Spec) else type(a)
-                     for a in args)
+        fast: tuple[Any, ...] = tuple(
+            (a.shape, a.dtype) if isinstance(a, np.ndarray | runtime.DeviceTensor | Spec) else type(a)
+            for a in args
+        )
         off = active_bypasses() if ON_ANYWHERE[0] else ()  # a test's guard bypass: its own entry
         if off:
             fast = (off, *fast)
@@ -101,8 +106,13 @@ class CompileCache:
             low = self.by_signature.get(key)
             if low is None:
                 with _collector_paused():
-                    graph = trace(k.fn, [p.type for p in k.params], [p.name for p in k.params],
-                                  k.__name__, k.target.value)
+                    graph = trace(
+                        k.fn,
+                        [p.type for p in k.params],
+                        [p.name for p in k.params],
+                        k.__name__,
+                        k.target.value,
+                    )
                     self.trace_count += 1
                     low = Lowered(k, graph)
                 self.by_signature[key] = low

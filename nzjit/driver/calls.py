@@ -40,8 +40,9 @@ def active_program() -> Any:
     return getattr(recording, "program", None)
 
 
-def _call(kernel: Any, args: Sequence[Any], device: int | None, low: Any, graph: Graph | None,
-          options: Options) -> Any:
+def _call(
+    kernel: Any, args: Sequence[Any], device: int | None, low: Any, graph: Graph | None, options: Options
+) -> Any:
     """A direct call: a one-call program with the kernel's own parameters as the entry."""
     full, _ = split_args(kernel, args)
     dims = check_entry(kernel, full, allow_stacked=False)  # before compiling: a refused call costs nothing
@@ -52,10 +53,16 @@ def _call(kernel: Any, args: Sequence[Any], device: int | None, low: Any, graph:
             refs.append(HostRef(full[i], None, p.name, fresh=True))
         else:
             refs.append(as_ref(a, p.name))
-    rank = default_device(refs) if device is None else runtime.dispatch.check_device(device)  # issue 24 item 9
+    rank = (
+        default_device(refs) if device is None else runtime.dispatch.check_device(device)
+    )  # issue 24 item 9
     residents = [r for r in refs if isinstance(r, DeviceRef)]
-    run_program([KernelCall(kernel, refs, int(rank), graph=graph, low=low, dims=dims)], residents=residents,
-                rank_prefix=False, options=options)
+    run_program(
+        [KernelCall(kernel, refs, int(rank), graph=graph, low=low, dims=dims)],
+        residents=residents,
+        rank_prefix=False,
+        options=options,
+    )
     if low is None and not (ON_ANYWHERE[0] and active_bypasses()):  # keep the call plan for the next call
         key = direct_key(args, device, options)
         plans = kernel.cache.call_plans
@@ -79,7 +86,9 @@ def call_kernel(kernel: Any, args: Sequence[Any], device: int | None = None) -> 
     if prog is not None:
         return prog.record(kernel, args, device)
     options = current()
-    key = None if ON_ANYWHERE[0] and active_bypasses() else direct_key(args, device, options)  # bypass: no plan
+    key = (
+        None if ON_ANYWHERE[0] and active_bypasses() else direct_key(args, device, options)
+    )  # bypass: no plan
     plan = kernel.cache.call_plans.get(key) if key is not None else None
     if plan is not None:
         out = plan.call(args)

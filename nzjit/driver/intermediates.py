@@ -36,7 +36,9 @@ def created_tensor(shape: Sequence[int], dtype: DType) -> CreatedTensor:
     if not isinstance(dtype, DType):
         raise CompileError(f"pl.create_tensor: dtype must be a pl dtype such as pl.FP32, got {dtype!r}", src)
     dims = list(shape)
-    if not dims or not all(isinstance(d, int | np.integer) and not isinstance(d, bool) and d > 0 for d in dims):
+    if not dims or not all(
+        isinstance(d, int | np.integer) and not isinstance(d, bool) and d > 0 for d in dims
+    ):
         raise CompileError(f"pl.create_tensor: shape must be positive Python ints, got {dims}", src)
     where = f"{os.path.basename(src.file)}:{src.line}" if src else "body"
     return CreatedTensor(tuple(int(d) for d in dims), dtype.np_dtype, None, f"create_tensor@{where}")

@@ -89,9 +89,12 @@ class Handle:
         return Handle(V.view_ref(self._ref, self.shape, axes, self.name, self.nz), nz=self.nz)
 
     def __array__(self, *args: Any, **kwargs: Any) -> Any:
-        raise CompileError(f"{self._ref.name} is an orchestration handle: its data exists only once the "
-                           "recorded kernels run, after the body", user_source(),
-                           help="write results to an Out parameter of the orchestration")
+        raise CompileError(
+            f"{self._ref.name} is an orchestration handle: its data exists only once the "
+            "recorded kernels run, after the body",
+            user_source(),
+            help="write results to an Out parameter of the orchestration",
+        )
 
     def __repr__(self) -> str:
         return f"<orchestration handle {self.name}: {np.dtype(self.dtype).name}{list(self.shape)}>"
@@ -130,8 +133,11 @@ class Program:
         """Context manager: this program records the kernel calls the body makes on this thread; an
         orchestration called inside another is refused."""
         if active_program() is not None:
-            raise CompileError(f"orchestration {self.entry.__name__} was called inside another orchestration "
-                               "body; call its kernels directly instead", user_source())
+            raise CompileError(
+                f"orchestration {self.entry.__name__} was called inside another orchestration "
+                "body; call its kernels directly instead",
+                user_source(),
+            )
         _state.program = self
         try:
             yield self
@@ -142,12 +148,14 @@ class Program:
         """`pl.create_tensor(shape, dtype)` in the body: a new intermediate (intermediates.py)."""
         return Handle(T.created_tensor(shape, dtype))
 
-    def record(self, kernel: Any, args: Sequence[Any], device: int | None, low: Any = None,
-               graph: Any = None) -> Any:
+    def record(
+        self, kernel: Any, args: Sequence[Any], device: int | None, low: Any = None, graph: Any = None
+    ) -> Any:
         """Record `kernel(*args, device=)`; return handles of its outputs (as a kernel call returns)."""
         src = user_source()
-        if device is not None and (isinstance(device, bool) or not isinstance(device, int | np.integer)
-                                   or device < 0):
+        if device is not None and (
+            isinstance(device, bool) or not isinstance(device, int | np.integer) or device < 0
+        ):
             raise CompileError(f"device= must be a non-negative int rank, got {device!r}", src)
         try:
             full, _ = C.split_args(kernel, args)
@@ -163,10 +171,15 @@ class Program:
                     shape = C.out_shape(p, dims)
                 except DispatchError as e:
                     raise DispatchError(f"{src}: {kernel.__name__}: {e}") from None
-                refs[i] = C.PendingRef(shape, p.type.dtype.np_dtype, rank, f"{kernel.__name__}.{p.name}@rank{rank}")
+                refs[i] = C.PendingRef(
+                    shape, p.type.dtype.np_dtype, rank, f"{kernel.__name__}.{p.name}@rank{rank}"
+                )
         self.calls.append(C.KernelCall(kernel, refs, rank, src, graph=graph, low=low))
-        outs = [a if isinstance(a, Handle) else Handle(r, nz=p.type.layout is Layout.NZ)
-                for p, a, r in zip(kernel.params, full, refs) if p.is_output]
+        outs = [
+            a if isinstance(a, Handle) else Handle(r, nz=p.type.layout is Layout.NZ)
+            for p, a, r in zip(kernel.params, full, refs)
+            if p.is_output
+        ]
         if not outs:
             return None
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -206,11 +219,20 @@ class Orchestration:
                 refs.append(C.as_ref(a, p.name))
         prog = Program(self)
         with prog.recording():
-            ret = self.fn(*[r if isinstance(p.type, ScalarType) else Handle(r, nz=isinstance(p.type, TensorType) and p.type.layout is Layout.NZ)
-                            for p, r in zip(self.params, refs)])
+            ret = self.fn(
+                *[
+                    r
+                    if isinstance(p.type, ScalarType)
+                    else Handle(r, nz=isinstance(p.type, TensorType) and p.type.layout is Layout.NZ)
+                    for p, r in zip(self.params, refs)
+                ]
+            )
         if ret is not None:
-            raise CompileError(f"orchestration {self.__name__} returned {type(ret).__name__}; an orchestration "
-                               "returns its results through its Out parameters", self.source)
+            raise CompileError(
+                f"orchestration {self.__name__} returned {type(ret).__name__}; an orchestration "
+                "returns its results through its Out parameters",
+                self.source,
+            )
         return prog, full, refs
 
     @api_boundary

@@ -43,8 +43,9 @@ class Param:
         if self._spec is None:
             assert isinstance(self.ann, TensorAnnotation)
             shape = tuple(d.name if isinstance(d, DynDim) else d for d in self.ann.shape)
-            self._spec = runtime.dispatch.ParamSpec(self.name, shape, self.ann.dtype.np_dtype,
-                                                    self.ann.layout.value, self.is_output)
+            self._spec = runtime.dispatch.ParamSpec(
+                self.name, shape, self.ann.dtype.np_dtype, self.ann.layout.value, self.is_output
+            )
         return self._spec
 
 
@@ -77,8 +78,9 @@ def entry_params(fn: Callable[..., Any], what: str, source: Source) -> list[Para
     for name in inspect.signature(fn).parameters:
         ann = hints.get(name)
         if not isinstance(ann, TensorAnnotation | ScalarAnnotation):
-            raise CompileError(f"{what} parameter '{name}' needs a pl.Tensor[...] or pl.Scalar[...] "
-                               "annotation", source)
+            raise CompileError(
+                f"{what} parameter '{name}' needs a pl.Tensor[...] or pl.Scalar[...] annotation", source
+            )
         params.append(Param(name, ann))
     return params
 

@@ -37,8 +37,10 @@ def program_text(prog: Any) -> str:
     """The recorded program `prog` (driver/orchestration.py Program) as text (see the module)."""
     entry, calls = prog.entry, prog.calls
     ranks = sorted({c.device for c in calls})
-    sig = ", ".join(f"{p.name}: {'Out ' if p.is_pure_output else 'InOut ' if p.is_output else ''}{_type_text(p.type)}"
-                    for p in entry.params)
+    sig = ", ".join(
+        f"{p.name}: {'Out ' if p.is_pure_output else 'InOut ' if p.is_output else ''}{_type_text(p.type)}"
+        for p in entry.params
+    )
     body: list[str] = []
     made = 0
     for r in ranks:
@@ -58,10 +60,12 @@ def program_text(prog: Any) -> str:
         if new:
             body.append(f"  intermediates: {', '.join(new)}")
         made += len(new)
-    head = [f"# orchestration {entry.__name__}: {_plural(len(calls), 'kernel call')} on {_plural(len(ranks), 'rank')}",
-            f"orchestration {entry.__name__}({sig})",
-            f"{_plural(made, 'intermediate')}, each on its rank and freed when the program ends; ranks run in "
-            "parallel, each its calls in order"]
+    head = [
+        f"# orchestration {entry.__name__}: {_plural(len(calls), 'kernel call')} on {_plural(len(ranks), 'rank')}",
+        f"orchestration {entry.__name__}({sig})",
+        f"{_plural(made, 'intermediate')}, each on its rank and freed when the program ends; ranks run in "
+        "parallel, each its calls in order",
+    ]
     return "\n".join(head + body)
 
 

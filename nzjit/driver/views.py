@@ -52,49 +52,68 @@ def index_axes(name: str, shape: Sequence[int], key: Any) -> list[Axis]:
     negative ints count from the end, slices clamp, missing trailing axes are whole."""
     items = key if isinstance(key, tuple) else (key,)
     if len(items) > len(shape):
-        raise _refuse(f"{name}[{_key_text(items)}]: {len(items)} indices for the {len(shape)} axes of "
-                      f"{name} {list(shape)}")
+        raise _refuse(
+            f"{name}[{_key_text(items)}]: {len(items)} indices for the {len(shape)} axes of "
+            f"{name} {list(shape)}"
+        )
     axes: list[Axis] = []
     for i, (k, n) in enumerate(zip(items, shape)):
         if isinstance(k, int | np.integer) and not isinstance(k, bool):
             j = int(k) + n if int(k) < 0 else int(k)
             if not 0 <= j < n:
                 what = "the leading axis" if i == 0 else f"axis {i}"
-                raise _refuse(f"{name}[{_key_text(items)}] is out of range for {what} {n} of {name} {list(shape)}")
+                raise _refuse(
+                    f"{name}[{_key_text(items)}] is out of range for {what} {n} of {name} {list(shape)}"
+                )
             axes.append(Axis(j, j + 1, drop=True))
         elif isinstance(k, slice):
             start, stop, step = k.indices(n)
             if step != 1:
-                raise _refuse(f"{name}[{_key_text(items)}]: a step of {step} on axis {i} is not a dense window",
-                              help="take every element of the window (step 1); stride inside the kernel")
+                raise _refuse(
+                    f"{name}[{_key_text(items)}]: a step of {step} on axis {i} is not a dense window",
+                    help="take every element of the window (step 1); stride inside the kernel",
+                )
             if stop <= start:
                 raise _refuse(f"{name}[{_key_text(items)}]: the window on axis {i} is empty")
             axes.append(Axis(start, stop))
         else:
-            raise _refuse(f"{name}[{_key_text(items)}]: an orchestration argument is indexed by ints and slices "
-                          f"of its axes, got {type(k).__name__} {k!r}",
-                          help="index with Python ints (e.g. the rank r) and slices a:b")
-    axes += [Axis(0, n) for n in shape[len(axes):]]
+            raise _refuse(
+                f"{name}[{_key_text(items)}]: an orchestration argument is indexed by ints and slices "
+                f"of its axes, got {type(k).__name__} {k!r}",
+                help="index with Python ints (e.g. the rank r) and slices a:b",
+            )
+    axes += [Axis(0, n) for n in shape[len(axes) :]]
     return axes
 
 
-def window_axes(name: str, shape: Sequence[int], sizes: Sequence[int], offsets: Sequence[Any],
-                valid_shape: Any) -> list[Axis]:
+def window_axes(
+    name: str, shape: Sequence[int], sizes: Sequence[int], offsets: Sequence[Any], valid_shape: Any
+) -> list[Axis]:
     """`pl.slice(t, shape, offsets)` of an orchestration argument as Axes (no axis dropped)."""
     if valid_shape is not None:
-        raise _refuse(f"pl.slice({name}, ...): valid_shape narrows what a kernel reads of a tile; an "
-                      "orchestration argument is passed whole", help="give valid_shape to the kernel's pl.load")
+        raise _refuse(
+            f"pl.slice({name}, ...): valid_shape narrows what a kernel reads of a tile; an "
+            "orchestration argument is passed whole",
+            help="give valid_shape to the kernel's pl.load",
+        )
     if len(sizes) != len(shape) or len(offsets) != len(shape):
-        raise _refuse(f"pl.slice({name}, {list(sizes)}, {list(offsets)}): shape and offsets need one entry per "
-                      f"axis of {name} {list(shape)}")
+        raise _refuse(
+            f"pl.slice({name}, {list(sizes)}, {list(offsets)}): shape and offsets need one entry per "
+            f"axis of {name} {list(shape)}"
+        )
     axes = []
     for i, (s, o, n) in enumerate(zip(sizes, offsets, shape)):
         if not all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in (s, o)):
-            raise _refuse(f"pl.slice({name}, ...): shape and offsets of an orchestration argument are Python "
-                          f"ints, got {s!r} and {o!r} on axis {i}")
+            raise _refuse(
+                f"pl.slice({name}, ...): shape and offsets of an orchestration argument are Python "
+                f"ints, got {s!r} and {o!r} on axis {i}"
+            )
         if not (0 <= int(o) and 0 < int(s) and int(o) + int(s) <= n):
-            raise _refuse(f"pl.slice({name}, {list(sizes)}, {list(offsets)}): the window [{o}, {int(o) + int(s)}) "
-                          f"on axis {i} is out of bounds for {n}", help="offsets and sizes must be non-negative")
+            raise _refuse(
+                f"pl.slice({name}, {list(sizes)}, {list(offsets)}): the window [{o}, {int(o) + int(s)}) "
+                f"on axis {i} is out of bounds for {n}",
+                help="offsets and sizes must be non-negative",
+            )
         axes.append(Axis(int(o), int(o) + int(s)))
     return axes
 
@@ -102,9 +121,11 @@ def window_axes(name: str, shape: Sequence[int], sizes: Sequence[int], offsets: 
 def _key_text(items: Sequence[Any]) -> str:
     def one(k: Any) -> str:
         if isinstance(k, slice):
-            return (f"{'' if k.start is None else k.start}:{'' if k.stop is None else k.stop}"
-                    + ("" if k.step is None else f":{k.step}"))
+            return f"{'' if k.start is None else k.start}:{'' if k.stop is None else k.stop}" + (
+                "" if k.step is None else f":{k.step}"
+            )
         return repr(k) if not isinstance(k, int | np.integer) else str(int(k))
+
     return ", ".join(one(k) for k in items)
 
 
@@ -121,19 +142,27 @@ def check_dense(name: str, shape: Sequence[int], axes: Sequence[Axis], nz: bool)
     seen = view_name(name, shape, axes)
     full = [(a.start, a.stop) == (0, n) for a, n in zip(axes, shape)]
     if nz and len(shape) >= 2 and not all(full[-2:]):
-        raise _refuse(f"{seen}: a window on the [R, C] plane of the NZ argument {name} {list(shape)} is not "
-                      "contiguous in NZ order; NZ supports slicing the leading axes only", rule="NZ-30",
-                      help="pass the whole [R, C] plane and pl.load the window inside the kernel")
+        raise _refuse(
+            f"{seen}: a window on the [R, C] plane of the NZ argument {name} {list(shape)} is not "
+            "contiguous in NZ order; NZ supports slicing the leading axes only",
+            rule="NZ-30",
+            help="pass the whole [R, C] plane and pl.load the window inside the kernel",
+        )
     point = [a.drop or a.stop - a.start == 1 for a in axes]
     first = next((i for i, p in enumerate(point) if not p), len(axes))
-    if not all(full[first + 1:]):
+    if not all(full[first + 1 :]):
         if nz:
-            raise _refuse(f"{seen}: a window of the leading axes of the NZ argument {name} {list(shape)} that is "
-                          "not contiguous once folded into the batch slot; take a window on one leading axis only",
-                          rule="NZ-28", help="index the outer axes, window the innermost")
-        raise _refuse(f"{seen}: a window that is not one dense block of {name} {list(shape)}; a kernel argument "
-                      "is contiguous: index the outer axes, take a window on one axis, keep the inner axes whole",
-                      help="pass the whole tensor and slice it inside the kernel")
+            raise _refuse(
+                f"{seen}: a window of the leading axes of the NZ argument {name} {list(shape)} that is "
+                "not contiguous once folded into the batch slot; take a window on one leading axis only",
+                rule="NZ-28",
+                help="index the outer axes, window the innermost",
+            )
+        raise _refuse(
+            f"{seen}: a window that is not one dense block of {name} {list(shape)}; a kernel argument "
+            "is contiguous: index the outer axes, take a window on one axis, keep the inner axes whole",
+            help="pass the whole tensor and slice it inside the kernel",
+        )
 
 
 def _offset_elems(shape: Sequence[int], axes: Sequence[Axis]) -> int:
@@ -172,7 +201,11 @@ def host_index(ref: C.HostRef, axes: Sequence[Axis]) -> tuple[Any, ...]:
         else:
             out.append(k)
     out.extend(it)
-    while out and isinstance(out[-1], slice) and (out[-1].start, out[-1].stop) == (0, ref.root.shape[len(out) - 1]):
+    while (
+        out
+        and isinstance(out[-1], slice)
+        and (out[-1].start, out[-1].stop) == (0, ref.root.shape[len(out) - 1])
+    ):
         out.pop()  # one spelling per view: x[0] and x[0, :] upload once
     return tuple(out)
 
@@ -190,17 +223,23 @@ def view_ref(ref: Any, shape: Sequence[int], axes: Sequence[Axis], name: str, nz
     if isinstance(ref, C.StackedRef):
         lead = axes[0]
         if lead.stop - lead.start != 1:
-            raise _refuse(f"{seen}: a window of {lead.stop - lead.start} ranks of the StackedDeviceTensor {name}; "
-                          "a kernel receives one rank's shard",
-                          help=f"index the rank axis with one int, {name}[r, ...]")
+            raise _refuse(
+                f"{seen}: a window of {lead.stop - lead.start} ranks of the StackedDeviceTensor {name}; "
+                "a kernel receives one rank's shard",
+                help=f"index the rank axis with one int, {name}[r, ...]",
+            )
         check_dense(name, shape, axes, nz)
         t = device_view(ref.tensor.shards[lead.start], axes[1:])
-        return C.DeviceRef(t if lead.drop else _reshaped(t, (1, *t.shape)), seen)  # a window of one rank keeps its axis
+        return C.DeviceRef(
+            t if lead.drop else _reshaped(t, (1, *t.shape)), seen
+        )  # a window of one rank keeps its axis
     if isinstance(ref, C.PendingRef):
-        raise _refuse(f"{seen}: {name} is an intermediate, whose bytes exist only on its rank once the program "
-                      "runs; an orchestration cannot take a view of it",
-                      help="write the part you need to its own Out in the kernel that makes it, or slice inside "
-                           "the kernel that reads it")
+        raise _refuse(
+            f"{seen}: {name} is an intermediate, whose bytes exist only on its rank once the program "
+            "runs; an orchestration cannot take a view of it",
+            help="write the part you need to its own Out in the kernel that makes it, or slice inside "
+            "the kernel that reads it",
+        )
     check_dense(name, shape, axes, nz)
     if isinstance(ref, C.HostRef):
         return C.HostRef(ref.root, host_index(ref, axes), seen, ref.fresh)

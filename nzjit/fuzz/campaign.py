@@ -77,9 +77,17 @@ def _work(seed: int, indices: Sequence[int], exclude: Sequence[str], family: str
     return out
 
 
-def run_campaign(n: int, seed: int = 0, jobs: int | None = None, out_dir: str | None = None,
-                 exclude: Sequence[str] = (), family: str | None = None, chunk: int = 50,
-                 progress: bool = False, safety: int = 0) -> Report:
+def run_campaign(
+    n: int,
+    seed: int = 0,
+    jobs: int | None = None,
+    out_dir: str | None = None,
+    exclude: Sequence[str] = (),
+    family: str | None = None,
+    chunk: int = 50,
+    progress: bool = False,
+    safety: int = 0,
+) -> Report:
     """Classify programs 0..n-1 of `seed`; write a reproducer for every wrong or crashing one.
     `safety`: also run that many safety probes of `seed` (unpacked NZ arguments, aliasing, lane
     windows; in this process, they are cheap)."""
@@ -105,15 +113,20 @@ def run_campaign(n: int, seed: int = 0, jobs: int | None = None, out_dir: str | 
     rep.seconds = time.perf_counter() - t0
     if out_dir is not None:
         for r in rep.bugs:
-            rep.reproducers.append(write_reproducer(generate(seed, r.index, family, exclude), r.outcome, out_dir))
+            rep.reproducers.append(
+                write_reproducer(generate(seed, r.index, family, exclude), r.outcome, out_dir)
+            )
     return rep
 
 
 def summary(rep: Report) -> str:
     """The campaign's text report: classes, refusals per rule and per table row, bugs, surprises."""
     n = max(1, len(rep.records))
-    lines = [f"nzjit.fuzz: {len(rep.records)} programs, seed {rep.seed}, {rep.jobs} jobs, "
-             f"{rep.seconds:.1f} s ({1000 * rep.seconds / n:.1f} ms/program)", ""]
+    lines = [
+        f"nzjit.fuzz: {len(rep.records)} programs, seed {rep.seed}, {rep.jobs} jobs, "
+        f"{rep.seconds:.1f} s ({1000 * rep.seconds / n:.1f} ms/program)",
+        "",
+    ]
     lines.append("programs by class:")
     for cls in CLASSES:
         lines.append(f"  {cls:<8} {rep.count(cls):>6}")
@@ -127,8 +140,11 @@ def summary(rep: Report) -> str:
     lines.append("refusals by rule:")
     for rule, k in sorted(rules.items(), key=lambda kv: _rule_key(kv[0])):
         lines.append(f"  {rule:<7} {k:>6}")
-    unrowed = Counter(r.outcome.error.split(": ", 2)[-1][:100] for r in rep.records
-                      if r.outcome.cls == "refused" and not r.outcome.rows)
+    unrowed = Counter(
+        r.outcome.error.split(": ", 2)[-1][:100]
+        for r in rep.records
+        if r.outcome.cls == "refused" and not r.outcome.rows
+    )
     covered = rep.rows_covered()
     lines.append("")
     lines.append("refusals by rule-table row (nz-layout.md §7 and the NZ-21 table; X: other NZ rows):")
@@ -155,21 +171,30 @@ def summary(rep: Report) -> str:
         for key, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
             tags = sorted({t for r in rs for t in r.outcome.tags if t in _KNOWN_TAGS})
             lines.append(f"  {len(rs):>5}  {key}")
-            lines.append(f"         programs {', '.join(str(r.index) for r in rs[:8])}{' ...' if len(rs) > 8 else ''}"
-                         f"{'  tags ' + ' '.join(tags) if tags else ''}")
-    sur = Counter(r.outcome.surprise.split(", ")[0] + ", " + r.outcome.surprise.split(", ")[-1]
-                  for r in rep.records if r.outcome.surprise)
+            lines.append(
+                f"         programs {', '.join(str(r.index) for r in rs[:8])}{' ...' if len(rs) > 8 else ''}"
+                f"{'  tags ' + ' '.join(tags) if tags else ''}"
+            )
+    sur = Counter(
+        r.outcome.surprise.split(", ")[0] + ", " + r.outcome.surprise.split(", ")[-1]
+        for r in rep.records
+        if r.outcome.surprise
+    )
     if sur:
         lines.append("")
         lines.append("where the outcome differs from the spec's prediction (not failures):")
         for s, k in sur.most_common(12):
-            first = next(r.index for r in rep.records if r.outcome.surprise and s.split(", ")[0] in r.outcome.surprise)
+            first = next(
+                r.index for r in rep.records if r.outcome.surprise and s.split(", ")[0] in r.outcome.surprise
+            )
             lines.append(f"  {k:>5}  {s}  (e.g. program {first})")
     warned = [r for r in rep.records if r.outcome.warnings]
     if warned:
         lines.append("")
-        lines.append(f"programs that raised HardwareDefectWarning: {len(warned)} "
-                     f"({sum(1 for r in warned if r.outcome.cls == 'equal')} of them still equal)")
+        lines.append(
+            f"programs that raised HardwareDefectWarning: {len(warned)} "
+            f"({sum(1 for r in warned if r.outcome.cls == 'equal')} of them still equal)"
+        )
     if rep.safety:
         lines.append("")
         lines.append(f"safety probes ({sum(rep.safety.values())}, issue 24):")

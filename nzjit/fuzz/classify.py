@@ -91,7 +91,9 @@ def run_source(source: str, name: str, workdir: str | None = None, keep: bool = 
             if own:
                 os.rmdir(workdir)
     out.seconds = time.perf_counter() - t0
-    out.warnings = tuple(str(w.message) for w in caught if issubclass(w.category, runtime.HardwareDefectWarning))
+    out.warnings = tuple(
+        str(w.message) for w in caught if issubclass(w.category, runtime.HardwareDefectWarning)
+    )
     return out
 
 

@@ -75,8 +75,9 @@ def mul(a: Expr, b: Expr) -> Expr:
         ca, cb = c
         return lit(ca * cb)
     (ak, ar), (bk, br) = a.par(), b.par()
-    return Expr(f"{ak} * {bk}", f"{ar} * {br}", a.factor * b.factor, a.nonneg and b.nonneg,
-                atom=False, unk=_py(a, b))
+    return Expr(
+        f"{ak} * {bk}", f"{ar} * {br}", a.factor * b.factor, a.nonneg and b.nonneg, atom=False, unk=_py(a, b)
+    )
 
 
 def add(a: Expr, b: Expr) -> Expr:
@@ -84,8 +85,14 @@ def add(a: Expr, b: Expr) -> Expr:
     if (c := _consts(a, b)) is not None:
         ca, cb = c
         return lit(ca + cb)
-    return Expr(f"{a.k} + {b.k}", f"{a.r} + {b.r}", math.gcd(a.factor, b.factor), a.nonneg and b.nonneg,
-                atom=False, unk=_py(a, b))
+    return Expr(
+        f"{a.k} + {b.k}",
+        f"{a.r} + {b.r}",
+        math.gcd(a.factor, b.factor),
+        a.nonneg and b.nonneg,
+        atom=False,
+        unk=_py(a, b),
+    )
 
 
 def sub(a: Expr, b: Expr) -> Expr:
@@ -94,8 +101,9 @@ def sub(a: Expr, b: Expr) -> Expr:
         ca, cb = c
         return lit(ca - cb)
     bk, br = b.par()
-    return Expr(f"{a.k} - {bk}", f"{a.r} - {br}", math.gcd(a.factor, b.factor), False, atom=False,
-                unk=_py(a, b))
+    return Expr(
+        f"{a.k} - {bk}", f"{a.r} - {br}", math.gcd(a.factor, b.factor), False, atom=False, unk=_py(a, b)
+    )
 
 
 def floordiv(a: Expr, k: int) -> Expr:
@@ -120,8 +128,13 @@ def pmin(a: Expr, b: Expr) -> Expr:
     if (c := _consts(a, b)) is not None:
         ca, cb = c
         return lit(min(ca, cb))
-    return Expr(f"pl.min({a.k}, {b.k})", f"min({a.r}, {b.r})", math.gcd(a.factor, b.factor),
-                a.nonneg and b.nonneg, unk=_py(a, b))
+    return Expr(
+        f"pl.min({a.k}, {b.k})",
+        f"min({a.r}, {b.r})",
+        math.gcd(a.factor, b.factor),
+        a.nonneg and b.nonneg,
+        unk=_py(a, b),
+    )
 
 
 def pmax(a: Expr, b: Expr) -> Expr:
@@ -129,8 +142,13 @@ def pmax(a: Expr, b: Expr) -> Expr:
     if (c := _consts(a, b)) is not None:
         ca, cb = c
         return lit(max(ca, cb))
-    return Expr(f"pl.max({a.k}, {b.k})", f"max({a.r}, {b.r})", math.gcd(a.factor, b.factor),
-                a.nonneg or b.nonneg, unk=_py(a, b))
+    return Expr(
+        f"pl.max({a.k}, {b.k})",
+        f"max({a.r}, {b.r})",
+        math.gcd(a.factor, b.factor),
+        a.nonneg or b.nonneg,
+        unk=_py(a, b),
+    )
 
 
 def named(name: str, e: Expr) -> Expr:

@@ -23,15 +23,22 @@ def fam_cube_tail(g: G) -> None:
     n_real = nt * tn - (int(g.choice(range(tn))) if g.p(0.7) else 0)
     bias = g.p(0.4)
     gemv = m == 1 and g.p(0.5)
-    g.tag(f"k_tail:{kv < tk}", f"n_tail:{n_real < nt * tn}", "bias" if bias else "no_bias",
-          "gemv" if gemv else "matmul")
+    g.tag(
+        f"k_tail:{kv < tk}",
+        f"n_tail:{n_real < nt * tn}",
+        "bias" if bias else "no_bias",
+        "gemv" if gemv else "matmul",
+    )
     g.tensor("x", (m, kv), dt)
     g.tensor("w", (kv, n_real), dt)
     if bias:
         g.tensor("b", (1, n_real), acc)
     g.tensor("out", (m, n_real), acc, kind="out")
-    g.emit(1, f"tx = pl.load(x, [0, 0], [{m}, {tk}], target_memory=pl.Mem.Mat, clamp=True)",
-           f"tx = win(x, (0, 0), ({m}, {kv}))")
+    g.emit(
+        1,
+        f"tx = pl.load(x, [0, 0], [{m}, {tk}], target_memory=pl.Mem.Mat, clamp=True)",
+        f"tx = win(x, (0, 0), ({m}, {kv}))",
+    )
     loop = g.choice(["pl.range", "pl.spmd", "range"])
     g.tag(f"loop:{loop}")
     g.emit(1, f"for nb in {loop}({nt}):", f"for nb in range({nt}):")

@@ -32,13 +32,17 @@ def fam_tensor_mm(g: G) -> None:
     b_trans = g.p(0.7)
     g.tag("b_trans" if b_trans else "b_plain")
     # M < 16 and 17: decode batches (a Left operand padded to whole 16-row fractals, hw §3, §6)
-    m = int(g.wchoice([(0.3, 1), (0.5, 8), (0.3, 4), (0.2, 15), (0.2, 17), (4, 16), (4, 32), (3, 64), (1, 48),
-                       (1, 128)]))
+    m = int(
+        g.wchoice(
+            [(0.3, 1), (0.5, 8), (0.3, 4), (0.2, 15), (0.2, 17), (4, 16), (4, 32), (3, 64), (1, 48), (1, 128)]
+        )
+    )
     n_align, k_align = (16, c0) if b_trans else (c0, 16)
     tn = pick(g, (16, 32, 48, 64, 96, 128, 256), lambda v: v % n_align == 0 and m * v * 4 <= 128 << 10)
     tk = pick(g, (8, 16, 32, 64, 128, 256), lambda v: v % k_align == 0 and v % 8 == 0)
-    lead: tuple[int, ...] = g.choice([(), (), (int(g.choice([1, 2, 3])),),
-                                      (int(g.choice([1, 2])), int(g.choice([1, 2, 3])))])
+    lead: tuple[int, ...] = g.choice(
+        [(), (), (int(g.choice([1, 2, 3])),), (int(g.choice([1, 2])), int(g.choice([1, 2, 3])))]
+    )
     nt, kt = int(g.choice([1, 2, 3, 4])), int(g.choice([1, 1, 2, 3]))
     x_per_batch = bool(lead) and g.p(0.5)
     esize = max(1, DTYPES[dt][1] // 8)
@@ -113,7 +117,11 @@ def fam_tensor_mm(g: G) -> None:
     g.emit(ind, f"acc = pl.matmul({ka})", f"acc = mm({ra})")
     if kstyle == "pipe":
         stage = g.choice([1, 2, 2, 3])
-        g.emit(ind, f"for k0 in pl.pipeline({tk}, {big_k}, {tk}, stage={stage}):", f"for k0 in range({tk}, {big_k}, {tk}):")
+        g.emit(
+            ind,
+            f"for k0 in pl.pipeline({tk}, {big_k}, {tk}, stage={stage}):",
+            f"for k0 in range({tk}, {big_k}, {tk}):",
+        )
         k0 = var("k0", tk, True)
     elif kstyle in ("range", "python", "carried"):
         kind = "range" if kstyle == "python" else "pl.range"
@@ -131,7 +139,7 @@ def fam_tensor_mm(g: G) -> None:
     # the store
     oaxes = [*[("i", b) for b in it.batch], ("all", m), ("w", n0, tn)]
     ok, orf = window("out", oaxes)
-    g.emit(ind, f"{ok} = acc", f"put(out, {orf[len('win(out, '):-1]}, acc)")
+    g.emit(ind, f"{ok} = acc", f"put(out, {orf[len('win(out, ') : -1]}, acc)")
     if out_nz:
         store_checks(g, m, tn, n0)
 
@@ -146,11 +154,25 @@ def fam_tile_mm(g: G) -> None:
     m = int(g.wchoice([(4, 16), (4, 32), (3, 64), (1, 48), (1, 128)]))
     tn = pick(g, (16, 32, 48, 64, 128, 256), lambda v: m * v * 4 <= 128 << 10)
     tk = pick(g, (16, 32, 64, 128, 256), lambda v: v % c0 == 0)
-    lead: tuple[int, ...] = g.choice([(), (int(g.choice([1, 2, 3, 4])),), (int(g.choice([1, 2])), int(g.choice([1, 2, 3])))])
+    lead: tuple[int, ...] = g.choice(
+        [(), (int(g.choice([1, 2, 3, 4])),), (int(g.choice([1, 2])), int(g.choice([1, 2, 3])))]
+    )
     nt, kt = int(g.choice([1, 2, 3, 4])), int(g.choice([1, 1, 2]))
     g.tag(f"rank:{len(lead) + 2}")
-    valid = "none" if kt > 1 else g.wchoice([(6, "none"), (1, "static"), (2, "dynamic"), (0.3, "static_bad"),
-                                              (0.3, "dynamic_bad"), (0.3, "cols_dynamic")])
+    valid = (
+        "none"
+        if kt > 1
+        else g.wchoice(
+            [
+                (6, "none"),
+                (1, "static"),
+                (2, "dynamic"),
+                (0.3, "static_bad"),
+                (0.3, "dynamic_bad"),
+                (0.3, "cols_dynamic"),
+            ]
+        )
+    )
     g.tag(f"valid:{valid}")
     rag = 16 * int(g.choice(range(0, tn // 16))) if valid == "dynamic" and nt > 1 else 0
     n_real = nt * tn - rag  # the weight's rows; the output is padded to whole tiles
@@ -158,8 +180,15 @@ def fam_tile_mm(g: G) -> None:
     # how the batch index reaches the load
     mode = "direct"
     if lead:
-        mode = g.wchoice([(2, "direct"), (3, "index"), (1, "chain"), (1, "scalar") if len(lead) == 1 else (0, "x"),
-                          (1, "partial") if len(lead) == 2 else (0, "x")])
+        mode = g.wchoice(
+            [
+                (2, "direct"),
+                (3, "index"),
+                (1, "chain"),
+                (1, "scalar") if len(lead) == 1 else (0, "x"),
+                (1, "partial") if len(lead) == 2 else (0, "x"),
+            ]
+        )
     g.tag(f"lead:{mode}")
     layer_val = None
     if mode == "scalar":
@@ -205,15 +234,25 @@ def fam_tile_mm(g: G) -> None:
         g.emit(ind, f"wl = w[{b[0].k}]", f"wl = win(w, ({b[0].r}, 0, 0), (None, w.shape[1], w.shape[2]))")
         src, lead_offs = "wl", []
     elif mode == "index":
-        g.emit(ind, f"wl = w[{b[0].k}, {b[1].k}]",
-               f"wl = win(w, ({b[0].r}, {b[1].r}, 0, 0), (None, None, w.shape[2], w.shape[3]))")
+        g.emit(
+            ind,
+            f"wl = w[{b[0].k}, {b[1].k}]",
+            f"wl = win(w, ({b[0].r}, {b[1].r}, 0, 0), (None, None, w.shape[2], w.shape[3]))",
+        )
         src, lead_offs = "wl", []
     elif mode == "chain":
-        g.emit(ind, f"wl = w{''.join(f'[{x.k}]' for x in b)}",
-               f"wl = win(w, ({', '.join(x.r for x in b)}, 0, 0), ({', '.join('None' for _ in b)}, w.shape[-2], w.shape[-1]))")
+        g.emit(
+            ind,
+            f"wl = w{''.join(f'[{x.k}]' for x in b)}",
+            f"wl = win(w, ({', '.join(x.r for x in b)}, 0, 0), ({', '.join('None' for _ in b)}, w.shape[-2], w.shape[-1]))",
+        )
         src, lead_offs = "wl", []
     elif mode == "partial":
-        g.emit(ind, f"wl = w[{b[0].k}]", f"wl = win(w, ({b[0].r}, 0, 0, 0), (None, {lead[1]}, w.shape[2], w.shape[3]))")
+        g.emit(
+            ind,
+            f"wl = w[{b[0].k}]",
+            f"wl = win(w, ({b[0].r}, 0, 0, 0), (None, {lead[1]}, w.shape[2], w.shape[3]))",
+        )
         src, lead_offs = "wl", [b[1]]
     elif mode == "scalar":
         src, lead_offs = "wl", []
@@ -235,7 +274,11 @@ def fam_tile_mm(g: G) -> None:
             # keep the row count a traced value even when n0 is a Python int (unrolled loops)
             traced = "" if n0.const is None and not n0.unk else " + pl.get_block_num() * 0"
             if first:
-                g.emit(ind, f"vr = pl.min({n_real} - {n0.k}{traced}, {cap})", f"vr = min({n_real} - {n0.r}, {cap})")
+                g.emit(
+                    ind,
+                    f"vr = pl.min({n_real} - {n0.k}{traced}, {cap})",
+                    f"vr = min({n_real} - {n0.r}, {cap})",
+                )
             rows = var("vr")
             cols = lit(tk)
             if valid == "dynamic_bad":
@@ -276,18 +319,25 @@ def fam_tile_mm(g: G) -> None:
         g.emit(ind + 1, f"acc = pl.matmul_acc(acc, {k})", f"acc = acc + mm({r})")
     attrs = ""
     if out_nz and g.p(0.2):
-        attrs = ", " + str(g.choice(['st_phase="Final"', "atomic=False", "atomic=True", "pre_relu=True",
-                                     'pre_quant="int8"']))
+        attrs = ", " + str(
+            g.choice(['st_phase="Final"', "atomic=False", "atomic=True", "pre_relu=True", 'pre_quant="int8"'])
+        )
         g.tag(f"attr:{attrs[2:].split('=')[0]}")
         if attrs.endswith(("atomic=True", "pre_relu=True", '"int8"')):
             g.refuse.add("S9")
-    g.emit(ind, f"pl.store(acc, [{', '.join(o.k for o in offs)}]{', out' }{attrs})", None)
+    g.emit(ind, f"pl.store(acc, [{', '.join(o.k for o in offs)}]{', out'}{attrs})", None)
     if valid == "none":
         g.emit(ind, None, f"put(out, ({', '.join(o.r for o in offs)},), ({', '.join(sizes)}, {tn}), acc)")
     else:  # columns computed from rows past the valid region are left as the hardware leaves them
-        g.emit(ind, None, f"put(out, ({', '.join(o.r for o in offs)},), ({', '.join(sizes)}, acc.shape[1]), acc)")
+        g.emit(
+            ind, None, f"put(out, ({', '.join(o.r for o in offs)},), ({', '.join(sizes)}, acc.shape[1]), acc)"
+        )
         g.emit(ind, None, f"if acc.shape[1] < {tn}:")
         tail = [*(o.r for o in olead), "0", f"{n0.r} + acc.shape[1]"]
-        g.emit(ind + 1, None, f"put(out, ({', '.join(tail)},), ({', '.join(sizes)}, {tn} - acc.shape[1]), np.nan)")
+        g.emit(
+            ind + 1,
+            None,
+            f"put(out, ({', '.join(tail)},), ({', '.join(sizes)}, {tn} - acc.shape[1]), np.nan)",
+        )
     if out_nz:
         store_checks(g, m, tn, n0)

@@ -1,5 +1,4 @@
-"""The probe family: one row of the §7 refusal table each, or its accepted neighbour.
-"""
+"""The probe family: one row of the §7 refusal table each, or its accepted neighbour."""
 
 from __future__ import annotations
 
@@ -16,15 +15,36 @@ def _mm_into_out(g: G, ind: int, tile_k: str, tile_r: str, x_cols: int, rows: in
     g.tensor("out", (16, rows), acc, False, "out")
     g.emit(ind, "xt = " + load_text("x", [lit(0), lit(0)], [16, x_cols]), "xt = x")
     g.emit(ind, f"wt = {tile_k}", f"wt = {tile_r}")
-    g.emit(ind, "pl.store(pl.matmul(xt, wt, b_trans=True), [0, 0], out)", f"put(out, (0, 0), (16, {rows}), mm(xt, wt, True))")
+    g.emit(
+        ind,
+        "pl.store(pl.matmul(xt, wt, b_trans=True), [0, 0], out)",
+        f"put(out, (0, 0), (16, {rows}), mm(xt, wt, True))",
+    )
 
 
 def fam_probe(g: G) -> None:
     """One row of the §7 table each (a refusal, or its accepted neighbour)."""
-    probe = g.wchoice([(1, "rank1"), (1, "dyn_trailing"), (1, "dyn_lead4"), (2, "dyn_batch3"), (1, "subbyte"),
-                       (0.5, "int64"), (1, "view"), (2, "plane_slice"), (2, "lead_window"), (1, "vec_load"),
-                       (1, "batch_extent"), (1.2, "gap"), (1, "a5_load"), (0.6, "oob_window"),
-                       (1, "nz_lhs"), (1, "const_misaligned"), (0.5, "wrap")])
+    probe = g.wchoice(
+        [
+            (1, "rank1"),
+            (1, "dyn_trailing"),
+            (1, "dyn_lead4"),
+            (2, "dyn_batch3"),
+            (1, "subbyte"),
+            (0.5, "int64"),
+            (1, "view"),
+            (2, "plane_slice"),
+            (2, "lead_window"),
+            (1, "vec_load"),
+            (1, "batch_extent"),
+            (1.2, "gap"),
+            (1, "a5_load"),
+            (0.6, "oob_window"),
+            (1, "nz_lhs"),
+            (1, "const_misaligned"),
+            (0.5, "wrap"),
+        ]
+    )
     g.tag(f"probe:{probe}")
     dt = str(g.choice(MATMUL))
     c0 = c0_of(dt)
@@ -56,7 +76,15 @@ def fam_probe(g: G) -> None:
             g.tag("nz29")
             src_k, src_r = "w[layer]", f"win(w, (layer, 0, 0), (None, 32, {2 * c0}))"
         g.emit(1, f"wl = {src_k}", f"wl = {src_r}")
-        _mm_into_out(g, 1, load_text("wl", [lit(16), lit(0)], [16, 2 * c0]), f"win(wl, (16, 0), (16, {2 * c0}))", 2 * c0, 16, dt)
+        _mm_into_out(
+            g,
+            1,
+            load_text("wl", [lit(16), lit(0)], [16, 2 * c0]),
+            f"win(wl, (16, 0), (16, {2 * c0}))",
+            2 * c0,
+            16,
+            dt,
+        )
     elif probe in ("subbyte", "int64"):
         sdt = str(g.choice(SUB_BYTE)) if probe == "subbyte" else "INT64"
         g.tag(f"dtype:{sdt}")
@@ -95,7 +123,15 @@ def fam_probe(g: G) -> None:
             sk, sr = "w[:, :]", "w"
         g.emit(1, f"ws = {sk}", f"ws = {sr}")
         cols = c0 if kind == "cols" else 2 * c0
-        _mm_into_out(g, 1, load_text("ws", [lit(16), lit(0)], [16, cols]), f"win(ws, (16, 0), (16, {cols}))", cols, 16, dt)
+        _mm_into_out(
+            g,
+            1,
+            load_text("ws", [lit(16), lit(0)], [16, cols]),
+            f"win(ws, (16, 0), (16, {cols}))",
+            cols,
+            16,
+            dt,
+        )
     elif probe == "lead_window":
         kind = g.choice(["outer_window", "inner_window", "outer_full", "index_then_window"])
         g.tag(f"lead_window:{kind}")
@@ -110,28 +146,51 @@ def fam_probe(g: G) -> None:
         else:
             sk, sr, lo = "w[1][0:3]", f"win(w, (1, 0, 0, 0), (None, 3, 32, {2 * c0}))", [lit(2)]
         g.emit(1, f"ws = {sk}", f"ws = {sr}")
-        _mm_into_out(g, 1, load_text("ws", [*lo, lit(16), lit(0)], [*(1 for _ in lo), 16, 2 * c0]),
-                     load_ref("ws", [*lo, lit(16), lit(0)], [*(1 for _ in lo), 16, 2 * c0]), 2 * c0, 16, dt)
+        _mm_into_out(
+            g,
+            1,
+            load_text("ws", [*lo, lit(16), lit(0)], [*(1 for _ in lo), 16, 2 * c0]),
+            load_ref("ws", [*lo, lit(16), lit(0)], [*(1 for _ in lo), 16, 2 * c0]),
+            2 * c0,
+            16,
+            dt,
+        )
     elif probe == "vec_load":
         g.tensor("w", (32, 2 * c0), dt, True)
         g.tensor("out", (16, 2 * c0), dt, False, "out")
         g.refuse.add("L13")
         mem = g.choice(["pl.Mem.Vec", None])
         g.emit(1, "t = " + load_text("w", [lit(16), lit(0)], [16, 2 * c0], mem), None)
-        g.emit(1, "pl.store(t, [0, 0], out)", f"put(out, (0, 0), (16, {2 * c0}), win(w, (16, 0), (16, {2 * c0})))")
+        g.emit(
+            1,
+            "pl.store(t, [0, 0], out)",
+            f"put(out, (0, 0), (16, {2 * c0}), win(w, (16, 0), (16, {2 * c0})))",
+        )
     elif probe == "batch_extent":
         g.tensor("w", (3, 32, 2 * c0), dt, True)
         g.tensor("out", (2, 16, 2 * c0), dt, False, "out")
         g.refuse.add("X4")
         g.emit(1, "t = " + load_text("w", [lit(1), lit(16), lit(0)], [2, 16, 2 * c0]), None)
-        g.emit(1, "pl.store(t, [0, 0, 0], out)", f"put(out, (0, 0, 0), (2, 16, {2 * c0}), win(w, (1, 16, 0), (2, 16, {2 * c0})))")
+        g.emit(
+            1,
+            "pl.store(t, [0, 0, 0], out)",
+            f"put(out, (0, 0, 0), (2, 16, {2 * c0}), win(w, (1, 16, 0), (2, 16, {2 * c0})))",
+        )
         g.unknown = True
     elif probe == "gap":
         _probe_gap(g)
     elif probe == "a5_load":
         g.target = "pl.A5"
         g.tensor("w", (64, 2 * c0), dt, True)
-        _mm_into_out(g, 1, load_text("w", [lit(32), lit(0)], [16, 2 * c0]), f"win(w, (32, 0), (16, {2 * c0}))", 2 * c0, 16, dt)
+        _mm_into_out(
+            g,
+            1,
+            load_text("w", [lit(32), lit(0)], [16, 2 * c0]),
+            f"win(w, (32, 0), (16, {2 * c0}))",
+            2 * c0,
+            16,
+            dt,
+        )
     elif probe == "oob_window":  # the last symbolic window runs past the rows: only a refusal is right
         g.tag("oob")
         nt, tn = int(g.choice([1, 2, 3])), 16
@@ -142,8 +201,14 @@ def fam_probe(g: G) -> None:
         g.emit(1, f"for nb in pl.range({nt + 1}):", f"for nb in range({nt + 1}):")
         g.emit(2, f"n0 = nb * {tn}")
         g.emit(2, "xt = " + load_text("x", [lit(0), lit(0)], [16, kc]), "xt = x")
-        g.emit(2, "wt = " + load_text("w", [var("n0"), lit(0)], [tn, kc]), f"wt = win(w, (n0, 0), ({tn}, {kc}))")
-        g.emit(2, "pl.store(pl.matmul(xt, wt, b_trans=True), [0, n0], out)", f"put(out, (0, n0), (16, {tn}), mm(xt, wt, True))")
+        g.emit(
+            2, "wt = " + load_text("w", [var("n0"), lit(0)], [tn, kc]), f"wt = win(w, (n0, 0), ({tn}, {kc}))"
+        )
+        g.emit(
+            2,
+            "pl.store(pl.matmul(xt, wt, b_trans=True), [0, n0], out)",
+            f"put(out, (0, n0), (16, {tn}), mm(xt, wt, True))",
+        )
         g.unknown = True
     elif probe == "wrap":  # NZ-17: INDEX products wrap at 64 bits; a wrapped product has no sign proof
         kind = g.choice(["negative", "zero"])
@@ -156,8 +221,15 @@ def fam_probe(g: G) -> None:
             g.refuse.add("L7")
         else:
             g.unknown = True  # always 16: correct when mapped, harmless when refused
-        _mm_into_out(g, 2, load_text("w", [var("n0"), lit(0)], [16, 2 * c0]), f"win(w, (n0, 0), (16, {2 * c0}))",
-                     2 * c0, 16, dt)
+        _mm_into_out(
+            g,
+            2,
+            load_text("w", [var("n0"), lit(0)], [16, 2 * c0]),
+            f"win(w, (n0, 0), (16, {2 * c0}))",
+            2 * c0,
+            16,
+            dt,
+        )
     elif probe == "const_misaligned":  # a literal window offset off the fractal / C0 grid (NZ-12)
         g.tensor("w", (64, 4 * c0), dt, True)
         axis = g.choice(["row", "col", "row_ok", "col_ok"])
@@ -181,7 +253,9 @@ def fam_probe(g: G) -> None:
         g.tensor("out", (32, 48), ACC[dt], False, "out")
         g.emit(1, "for mb in pl.range(2):", "for mb in range(2):")
         g.emit(2, "m0 = mb * 16")
-        g.emit(2, "acc = pl.matmul(a[m0:m0 + 16, :], b)", f"acc = mm(win(a, (m0, 0), (16, {2 * c0})), b, False)")
+        g.emit(
+            2, "acc = pl.matmul(a[m0:m0 + 16, :], b)", f"acc = mm(win(a, (m0, 0), (16, {2 * c0})), b, False)"
+        )
         g.emit(2, "out[m0:m0 + 16, :] = acc", "put(out, (m0, 0), (16, 48), acc)")
 
 
@@ -202,8 +276,11 @@ def _probe_gap(g: G) -> None:
     g.emit(1, "for rb in pl.range(1):", "for rb in range(1):")
     g.emit(2, f"r0 = rb * 16 + {r0}", f"r0 = rb * 16 + {r0}")
     g.emit(2, "xt = " + load_text("x", [lit(0), lit(0)], [16, cols]), "xt = x")
-    g.emit(2, "wt = " + load_text("w", [var("r0"), lit(0)], [tr, cols], valid=valid),
-           f"wt = win(w, (r0, 0), ({vr}, {cols}))")
+    g.emit(
+        2,
+        "wt = " + load_text("w", [var("r0"), lit(0)], [tr, cols], valid=valid),
+        f"wt = win(w, (r0, 0), ({vr}, {cols}))",
+    )
     g.emit(2, "pl.store(pl.matmul(xt, wt, b_trans=True), [0, 0], out)", None)
     g.emit(2, None, f"put(out, (0, 0), (16, {vr}), mm(xt, wt, True))")
     if vr < tr:

@@ -60,8 +60,9 @@ def fam_prover(g: G) -> None:
     """One offset form of the module docstring."""
     kind = str(g.wchoice([(3, "loop_start"), (3, "odd_div"), (2, "sym_step"), (2, "wrap"), (3, "lanes")]))
     g.tag(f"prover:{kind}")
-    {"loop_start": _loop_start, "odd_div": _odd_div, "sym_step": _sym_step, "wrap": _wrap,
-     "lanes": _lanes}[kind](g)
+    {"loop_start": _loop_start, "odd_div": _odd_div, "sym_step": _sym_step, "wrap": _wrap, "lanes": _lanes}[
+        kind
+    ](g)
 
 
 def _loop_start(g: G) -> None:
@@ -114,8 +115,11 @@ def _sym_step(g: G) -> None:
     _, tk = _setup(g, 64, max(trips, 4))
     st_k = "s * 16" if form == "raw" else "pl.min(pl.max(s, 1), 4) * 16"  # in [16, 64]: no wrap
     g.emit(1, f"st = {st_k}", f"st = {step}")
-    g.emit(1, f"for i in pl.range({start}, {stop}, st):",
-           f"for i in (range({start}, {stop}, st) if st else [{start}]):")
+    g.emit(
+        1,
+        f"for i in pl.range({start}, {stop}, st):",
+        f"for i in (range({start}, {stop}, st) if st else [{start}]):",
+    )
     g.emit(2, "col = (i // 16) * 16" if start == 0 else "col = (48 - i) // 16 * 16", "")
     _body(g, 2, "i", "i", "col", tk)
     if form == "raw":
@@ -127,8 +131,16 @@ def _sym_step(g: G) -> None:
 
 
 def _wrap(g: G) -> None:
-    f, d, s = g.choice([(48, 3, 89478486), (48, 3, 1), (256, 4, (1 << 24) + 1), (256, 4, 1),
-                        (96, 3, 44739243), (64, 1, (1 << 26) + 1)])
+    f, d, s = g.choice(
+        [
+            (48, 3, 89478486),
+            (48, 3, 1),
+            (256, 4, (1 << 24) + 1),
+            (256, 4, 1),
+            (96, 3, 44739243),
+            (64, 1, (1 << 26) + 1),
+        ]
+    )
     g.tag(f"wrap:{f}/{d}")
     g.scalar("s", s, "INT32")
     _, tk = _setup(g, 128, 1)
@@ -159,7 +171,9 @@ def _lanes(g: G) -> None:
         _body(g, 2, "(pl.get_block_num() - 1) * 16", f"({lanes} - 1) * 16", "col", tk)
         g.refuse.add("L7")  # a difference: its sign is never proven
     else:
-        _body(g, 2, "pl.cast(lane, pl.INT32) * 268435456", WRAP32.format(v="int(lane) * 268435456"), "col", tk)
+        _body(
+            g, 2, "pl.cast(lane, pl.INT32) * 268435456", WRAP32.format(v="int(lane) * 268435456"), "col", tk
+        )
         if (lanes - 1) * (1 << 28) >= 1 << 31:
             g.refuse.add("L7")  # the product may wrap at 32 bits: sign unknown
         elif lanes > 1:

@@ -32,10 +32,23 @@ def fam_acc_store(g: G) -> None:
     g.tag(f"big:{big}")
     nt = int(g.choice([1, 2, 3])) if big == "no" else 1
     panels = int(g.choice([0, 0, 1, 2, 3]))
-    mut = g.wchoice([(10, "none"), (1, "sub_rows"), (1, "row_off"), (1, "panel_rows"), (1, "vec_src"),
-                     (1, "mat_src"), (1, "a5"), (1, "col_shift"), (1, "col_shift4"), (1, "col_diff"),
-                     (0.7, "col_const4"), (1, "attr"),
-                     (0.5, "fp16_out")])
+    mut = g.wchoice(
+        [
+            (10, "none"),
+            (1, "sub_rows"),
+            (1, "row_off"),
+            (1, "panel_rows"),
+            (1, "vec_src"),
+            (1, "mat_src"),
+            (1, "a5"),
+            (1, "col_shift"),
+            (1, "col_shift4"),
+            (1, "col_diff"),
+            (0.7, "col_const4"),
+            (1, "attr"),
+            (0.5, "fp16_out"),
+        ]
+    )
     if mut in ("vec_src", "mat_src") and m * tn * 4 > 64 << 10:  # keep the source tile within UB / L1
         m, tn, big = 32, 64, "no"
     g.tag(f"mut:{mut}")
@@ -87,7 +100,11 @@ def fam_acc_store(g: G) -> None:
     pidx: list[Expr] = []
     if panels:
         kind = g.choice(["pl.range", "range", "pl.spmd"])
-        g.emit(1, f"for p in {kind}({panels}):", f"for p in {'lanes' if kind == 'pl.spmd' else 'range'}({panels}):")
+        g.emit(
+            1,
+            f"for p in {kind}({panels}):",
+            f"for p in {'lanes' if kind == 'pl.spmd' else 'range'}({panels}):",
+        )
         pidx = [var("p") if kind != "range" else pyvar("p")]
         ind = 2
     kind = g.choice(["pl.range", "range"] if panels else ["pl.spmd", "pl.range", "range"])
@@ -103,17 +120,29 @@ def fam_acc_store(g: G) -> None:
     g.emit(ind, "xt = " + load_text("x", [lit(0), lit(0)], [x_rows, k]), f"xt = x[0:{x_rows}, 0:{k}]")
     if kn:
         g.tag("w_kn")
-        g.emit(ind, "wt = " + load_text("w", [lit(0), n0], [k, tn]), f"wt = {load_ref('w', [lit(0), n0], [k, tn])}")
+        g.emit(
+            ind,
+            "wt = " + load_text("w", [lit(0), n0], [k, tn]),
+            f"wt = {load_ref('w', [lit(0), n0], [k, tn])}",
+        )
         g.emit(ind, "acc = pl.matmul(xt, wt)", "acc = mm(xt, wt, False)")
     else:
-        g.emit(ind, "wt = " + load_text("w", [n0, lit(0)], [tn, k]), f"wt = {load_ref('w', [n0, lit(0)], [tn, k])}")
+        g.emit(
+            ind,
+            "wt = " + load_text("w", [n0, lit(0)], [tn, k]),
+            f"wt = {load_ref('w', [n0, lit(0)], [tn, k])}",
+        )
         g.emit(ind, "acc = pl.matmul(xt, wt, b_trans=True)", "acc = mm(xt, wt, True)")
     if w_nz:
         g.offset(n0, 8 if kn else 16)
     src = "acc"
     if mut in ("vec_src", "mat_src"):
         mem = "pl.Mem.Vec" if mut == "vec_src" else "pl.Mem.Mat"
-        g.emit(ind, "src = " + load_text("xf", [lit(0), n0], [x_rows, tn], mem), f"src = {load_ref('xf', [lit(0), n0], [x_rows, tn])}")
+        g.emit(
+            ind,
+            "src = " + load_text("xf", [lit(0), n0], [x_rows, tn], mem),
+            f"src = {load_ref('xf', [lit(0), n0], [x_rows, tn])}",
+        )
         src = "src"
     row0 = lit(16) if mut == "row_off" else lit(0)
     offs = [*pidx, row0, n0]
@@ -130,7 +159,11 @@ def fam_acc_store(g: G) -> None:
         g.emit(ind, f"{ok} = {src}", None)
     else:
         g.emit(ind, f"pl.store({src}, [{', '.join(o.k for o in offs)}], out{attrs})", None)
-    g.emit(ind, None, f"put(out, ({', '.join(o.r for o in offs)},), ({'None, ' if pidx else ''}{x_rows}, {tn}), {src})")
+    g.emit(
+        ind,
+        None,
+        f"put(out, ({', '.join(o.r for o in offs)},), ({'None, ' if pidx else ''}{x_rows}, {tn}), {src})",
+    )
     store_checks(g, x_rows, tn, n0)
 
 
@@ -138,8 +171,18 @@ def fam_acc_store(g: G) -> None:
 def fam_flatten(g: G) -> None:
     """`pl.reshape(w, [N])` of a whole NZ tensor is kept and its result is ND (NZ-31): read back
     in NZ byte order. Other reshape targets are refused."""
-    dt = g.wchoice([(3, "INT8"), (2, "FP16"), (1, "BF16"), (2, "FP32"), (1, "UINT8"), (1, "INT16"),
-                    (1, "INT32"), (0.5, "FP8E4M3")])
+    dt = g.wchoice(
+        [
+            (3, "INT8"),
+            (2, "FP16"),
+            (1, "BF16"),
+            (2, "FP32"),
+            (1, "UINT8"),
+            (1, "INT16"),
+            (1, "INT32"),
+            (0.5, "FP8E4M3"),
+        ]
+    )
     g.tag(f"dtype:{dt}")
     c0 = c0_of(dt)
     lead: tuple[int, ...] = g.choice([(), (2,), (2, 2)])
@@ -166,15 +209,24 @@ def fam_flatten(g: G) -> None:
         g.refuse.add("L17")
         g.emit(1, f"f = pl.reshape(w, [{n // 32}, 32])", None)
         g.emit(1, f"t = pl.load(f, [0, 0], [{length // 32}, 32], target_memory=pl.Mem.Vec)", None)
-        g.emit(1, f"pl.store(t, [0, 0], pl.reshape(out, [{length // 32}, 32]))", f"out.reshape(-1)[:] = flat[:{length}]")
+        g.emit(
+            1,
+            f"pl.store(t, [0, 0], pl.reshape(out, [{length // 32}, 32]))",
+            f"out.reshape(-1)[:] = flat[:{length}]",
+        )
         g.unknown = True
     else:  # the flattened tensor is ND (NZ-31): reshaping it again is an ordinary ND reshape
         two = 32
         g.emit(1, f"f = pl.reshape(w, [{n}])", None)
         g.emit(1, f"f2 = pl.reshape(f, [{n // two}, {two}])", None)
-        g.emit(1, f"t = pl.load(f2, [{o // two}, 0], [{length // two}, {two}], target_memory=pl.Mem.Vec)", None)
-        g.emit(1, f"pl.store(t, [0, 0], pl.reshape(out, [{length // two}, {two}]))",
-               f"out.reshape(-1)[:] = win(flat, ({o // two * two},), ({length},))")
+        g.emit(
+            1, f"t = pl.load(f2, [{o // two}, 0], [{length // two}, {two}], target_memory=pl.Mem.Vec)", None
+        )
+        g.emit(
+            1,
+            f"pl.store(t, [0, 0], pl.reshape(out, [{length // two}, {two}]))",
+            f"out.reshape(-1)[:] = win(flat, ({o // two * two},), ({length},))",
+        )
         g.unknown = True
 
 
@@ -182,15 +234,24 @@ def fam_flatten(g: G) -> None:
 #: How a lane picks its row block: its own, its own with a gap after every 4 lanes (several runs
 #: of addresses), shared by two lanes, in reverse lane order, or one block for every lane (for an
 #: output: later lanes overwrite earlier ones).
-_BLOCKS = {"own": "{l} * {t} + {i}", "gapped": "({l} + {l} // 4) * {t} + {i}", "shared": "({l} // 2) * {t} + {i}",
-           "reversed": "({n} - 1 - {l}) * {t} + {i}", "same": "{i}"}
+_BLOCKS = {
+    "own": "{l} * {t} + {i}",
+    "gapped": "({l} + {l} // 4) * {t} + {i}",
+    "shared": "({l} // 2) * {t} + {i}",
+    "reversed": "({n} - 1 - {l}) * {t} + {i}",
+    "same": "{i}",
+}
 _EW = {"add": "np.add", "sub": "np.subtract", "maximum": "np.maximum", "mul": "np.multiply"}
 
 
 #: `_BLOCKS` evaluated: (lane, trips, trip, lanes) -> the row block
-_BLOCK_OF = {"own": lambda ln, t, i, n: ln * t + i, "gapped": lambda ln, t, i, n: (ln + ln // 4) * t + i,
-             "shared": lambda ln, t, i, n: (ln // 2) * t + i, "reversed": lambda ln, t, i, n: (n - 1 - ln) * t + i,
-             "same": lambda ln, t, i, n: i}
+_BLOCK_OF = {
+    "own": lambda ln, t, i, n: ln * t + i,
+    "gapped": lambda ln, t, i, n: (ln + ln // 4) * t + i,
+    "shared": lambda ln, t, i, n: (ln // 2) * t + i,
+    "reversed": lambda ln, t, i, n: (n - 1 - ln) * t + i,
+    "same": lambda ln, t, i, n: i,
+}
 
 
 def _block(pat: str, lane: int, i: int, trips: int, lanes: int) -> int:
@@ -204,8 +265,11 @@ def _reads_anothers_block(read: str, write: str, lanes: int, trips: int) -> bool
     for lane in range(lanes):
         for i in range(trips):
             writer.setdefault(_block(write, lane, i, trips, lanes), set()).add(lane)
-    return any(writer.get(_block(read, lane, i, trips, lanes), set()) - {lane}
-               for lane in range(lanes) for i in range(trips))
+    return any(
+        writer.get(_block(read, lane, i, trips, lanes), set()) - {lane}
+        for lane in range(lanes)
+        for i in range(trips)
+    )
 
 
 def fam_vec_ew(g: G) -> None:
@@ -235,12 +299,18 @@ def fam_vec_ew(g: G) -> None:
         g.params[-1] = (name, ann.replace("pl.Out[", "pl.InOut[", 1), kind, nz)
         g.tag("inout")
     c_off = tc * int(g.choice(range(cols // tc)))
-    carry = trips > 1 and not self_read and dt != "INT16" and g.p(0.3)  # a Vec tile summed over the trips (int16 could wrap)
+    carry = (
+        trips > 1 and not self_read and dt != "INT16" and g.p(0.3)
+    )  # a Vec tile summed over the trips (int16 could wrap)
     outer = str(g.wchoice([(3, "pl.spmd"), (1, "pl.range")]))  # range trips without carries run batched too
     g.tag(f"ew_loop:{outer}")
     if outer == "pl.spmd" and dst_pat == "same":  # concurrent lanes writing one window race (issue 24)
         g.refuse.add("R1")
-    g.emit(1, f"for lane in {outer}({lanes}):", f"for lane in {'lanes' if outer == 'pl.spmd' else 'range'}({lanes}):")
+    g.emit(
+        1,
+        f"for lane in {outer}({lanes}):",
+        f"for lane in {'lanes' if outer == 'pl.spmd' else 'range'}({lanes}):",
+    )
     ind, it = 2, "0"
 
     def block(pat: str) -> str:
@@ -248,8 +318,11 @@ def fam_vec_ew(g: G) -> None:
 
     if carry:
         g.tag("ew:carry")
-        g.emit(2, f"acc = pl.load(b, [{block(dst_pat)}, {c_off}], [{tr}, {tc}], target_memory=pl.Mem.Vec)",
-               f"acc = win(b, ({block(dst_pat)}, {c_off}), ({tr}, {tc})).copy()")
+        g.emit(
+            2,
+            f"acc = pl.load(b, [{block(dst_pat)}, {c_off}], [{tr}, {tc}], target_memory=pl.Mem.Vec)",
+            f"acc = win(b, ({block(dst_pat)}, {c_off}), ({tr}, {tc})).copy()",
+        )
         store_at = block(dst_pat)
     if trips > 1:
         g.emit(2, f"for i in pl.range({trips}):", f"for i in range({trips}):")
@@ -257,13 +330,19 @@ def fam_vec_ew(g: G) -> None:
 
     names = ["ta", "tb"]
     for nm, src, pat in (("ta", "a", src_pat), ("tb", "b", str(g.choice(list(_BLOCKS))))):
-        g.emit(ind, f"{nm} = pl.load({src}, [{block(pat)}, {c_off}], [{tr}, {tc}], target_memory=pl.Mem.Vec)",
-               f"{nm} = win({src}, ({block(pat)}, {c_off}), ({tr}, {tc})).copy()")
+        g.emit(
+            ind,
+            f"{nm} = pl.load({src}, [{block(pat)}, {c_off}], [{tr}, {tc}], target_memory=pl.Mem.Vec)",
+            f"{nm} = win({src}, ({block(pat)}, {c_off}), ({tr}, {tc})).copy()",
+        )
     muls = 0 if dt == "INT16" else 1  # products stay exact: one at most, never of int16 data
     # a round trip through another dtype that holds every value (integers up to 9e6 fit float32);
     # its tile must still be whole 32-byte lines
-    mids = [m for m in (("FP32",) if dt.startswith("INT") else ("FP32", "FP16", "INT32", "INT16"))
-            if m != dt and tc * DTYPES[m][1] // 8 % 32 == 0]
+    mids = [
+        m
+        for m in (("FP32",) if dt.startswith("INT") else ("FP32", "FP16", "INT32", "INT16"))
+        if m != dt and tc * DTYPES[m][1] // 8 % 32 == 0
+    ]
     npt = DTYPES[dt][0]
     # float32 results round like the tile's arithmetic: the float64 result of one op on float32
     # values is exact here, so rounding it once to float32 is the device's rounding
@@ -271,15 +350,20 @@ def fam_vec_ew(g: G) -> None:
     for step in range(int(g.choice([1, 2, 3]))):
         exps = ["exp"] if dt == "FP32" and step == 0 else []  # of loaded data only: e**5 keeps all finite
         unary = unary_ops(dt)  # gen_unary.py: pl.neg / pl.abs
-        op = str(g.choice([*(o for o in _EW if o != "mul" or muls), *(["cast"] if mids else []), *exps, *unary]))
+        op = str(
+            g.choice([*(o for o in _EW if o != "mul" or muls), *(["cast"] if mids else []), *exps, *unary])
+        )
         muls -= op == "mul"
         x, y = str(g.choice(names)), str(g.choice(names))
         if op == "cast":
             # after an exp, sums can pass int16's range (a float -> int16 overflow is undefined)
             mid = str(g.choice([m for m in mids if m != "INT16" or "ew:exp" not in g.tags] or ["FP32"]))
             g.tag("ew:cast")
-            g.emit(ind, f"t{step} = pl.cast(pl.cast({x}, pl.{mid}), pl.{dt})",
-                   f"t{step} = {x}.astype({DTYPES[mid][0]}).astype(np.float64)")
+            g.emit(
+                ind,
+                f"t{step} = pl.cast(pl.cast({x}, pl.{mid}), pl.{dt})",
+                f"t{step} = {x}.astype({DTYPES[mid][0]}).astype(np.float64)",
+            )
         elif op in unary:
             g.tag(f"ew:{op}")
             g.emit(ind, *unary_step(op, f"t{step}", x))
@@ -297,14 +381,24 @@ def fam_vec_ew(g: G) -> None:
         pat = str(g.choice(list(_BLOCKS)))
         if outer == "pl.spmd" and dst_pat != "same" and _reads_anothers_block(pat, dst_pat, lanes, trips):
             g.refuse.add("R2")  # a lane reads a block another lane stores: a lane race at run time
-        g.emit(ind, f"to = pl.load(out, [{block(pat)}, {c_off}], [{tr}, {tc}], target_memory=pl.Mem.Vec)",
-               f"to = win(out, ({block(pat)}, {c_off}), ({tr}, {tc})).copy()")
+        g.emit(
+            ind,
+            f"to = pl.load(out, [{block(pat)}, {c_off}], [{tr}, {tc}], target_memory=pl.Mem.Vec)",
+            f"to = win(out, ({block(pat)}, {c_off}), ({tr}, {tc})).copy()",
+        )
         op = str(g.choice(["maximum"] if dt == "INT16" else ["add", "sub", "maximum"]))
         g.emit(ind, f"ts = pl.{op}(to, {names[-1]})", f"ts = {_EW[op]}(to, {names[-1]}){rnd}")
         names.append("ts")
     if carry:  # the loop-carried sum, stored once after the trips
         g.emit(ind, f"acc = pl.add(acc, {names[-1]})", f"acc = np.add(acc, {names[-1]}){rnd}")
-        g.emit(2, f"pl.store(acc, [{store_at}, {c_off}], out)", f"put(out, ({store_at}, {c_off}), ({tr}, {tc}), acc)")
+        g.emit(
+            2,
+            f"pl.store(acc, [{store_at}, {c_off}], out)",
+            f"put(out, ({store_at}, {c_off}), ({tr}, {tc}), acc)",
+        )
         return
-    g.emit(ind, f"pl.store({names[-1]}, [{block(dst_pat)}, {c_off}], out)",
-           f"put(out, ({block(dst_pat)}, {c_off}), ({tr}, {tc}), {names[-1]})")
+    g.emit(
+        ind,
+        f"pl.store({names[-1]}, [{block(dst_pat)}, {c_off}], out)",
+        f"put(out, ({block(dst_pat)}, {c_off}), ({tr}, {tc}), {names[-1]})",
+    )

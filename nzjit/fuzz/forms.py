@@ -16,8 +16,18 @@ def offset_form(g: G, t: Expr, T: int, length: int, align: int, name: str) -> tu
     """An offset worth `t * T` (usually) in one of the NZ-16 binding forms; returns the named
     expression and the padding the axis needs so that shifted windows stay in bounds."""
     forms: list[tuple[float, str]] = [
-        (6, "mul"), (2, "rmul"), (2, "split"), (2, "min"), (1, "max"), (1, "max_diff"), (1, "fdiv"),
-        (1, "reassoc"), (1, "diff"), (1, "misalign"), (0.5, "scalar_add"), (0.5, "scalar_mul"),
+        (6, "mul"),
+        (2, "rmul"),
+        (2, "split"),
+        (2, "min"),
+        (1, "max"),
+        (1, "max_diff"),
+        (1, "fdiv"),
+        (1, "reassoc"),
+        (1, "diff"),
+        (1, "misalign"),
+        (0.5, "scalar_add"),
+        (0.5, "scalar_mul"),
         (0.15, "neg"),
     ]
     f = g.wchoice([(w, s) for w, s in forms])
@@ -78,8 +88,17 @@ def iterate(g: G, lead: Sequence[int], nt: int, tile: int, length: int) -> Iter:
     """Loops over every (batch index, N tile): spmd lanes, cores, ranges, unrolled, direct."""
     bi = math.prod(lead)
     total = bi * nt
-    s = g.wchoice([(4, "lane"), (1, "block_idx"), (2, "cores"), (2, "range"), (2, "nested"),
-                   (1, "python"), (1, "direct")])
+    s = g.wchoice(
+        [
+            (4, "lane"),
+            (1, "block_idx"),
+            (2, "cores"),
+            (2, "range"),
+            (2, "nested"),
+            (1, "python"),
+            (1, "direct"),
+        ]
+    )
     g.tag(f"loop:{s}")
     ind = 2
     if s == "lane":
@@ -93,7 +112,9 @@ def iterate(g: G, lead: Sequence[int], nt: int, tile: int, length: int) -> Iter:
         cores = int(g.choice([1, 2, 3, 4]))
         step = "pl.get_block_num()" if g.p(0.4) else str(cores)
         g.emit(1, f"for core in pl.spmd({cores}):", f"for core in lanes({cores}):")
-        g.emit(2, f"for lane in pl.range(core, {total}, {step}):", f"for lane in range(core, {total}, {cores}):")
+        g.emit(
+            2, f"for lane in pl.range(core, {total}, {step}):", f"for lane in range(core, {total}, {cores}):"
+        )
         lane = var("lane")
         ind = 3
     elif s == "range":
@@ -105,7 +126,11 @@ def iterate(g: G, lead: Sequence[int], nt: int, tile: int, length: int) -> Iter:
     elif s == "direct":
         batch, ind = _nested_batch(g, lead)
         start = tile * int(g.choice([0, 0, 1])) if nt > 1 else 0
-        g.emit(ind, f"for n0 in pl.range({start}, {nt * tile}, {tile}):", f"for n0 in range({start}, {nt * tile}, {tile}):")
+        g.emit(
+            ind,
+            f"for n0 in pl.range({start}, {nt * tile}, {tile}):",
+            f"for n0 in range({start}, {nt * tile}, {tile}):",
+        )
         return Iter(ind + 1, batch, None, var("n0", math.gcd(start, tile), True))
     else:  # nested: one loop per leading axis, then the tiles
         batch, ind = _nested_batch(g, lead)
@@ -167,8 +192,13 @@ def window(name: str, axes: Sequence[Axis]) -> tuple[str, str]:
     return f"{name}[{', '.join(ks)}]", f"win({name}, ({', '.join(starts)},), ({', '.join(sizes)},))"
 
 
-def load_text(src: str, offs: Sequence[Expr], shape: Sequence[int], mem: str | None = "pl.Mem.Mat",
-              valid: Sequence[Expr] | None = None) -> str:
+def load_text(
+    src: str,
+    offs: Sequence[Expr],
+    shape: Sequence[int],
+    mem: str | None = "pl.Mem.Mat",
+    valid: Sequence[Expr] | None = None,
+) -> str:
     """The kernel text of `pl.load(src, offsets, shape, ...)` with optional target memory and valid shape."""
     parts = [src, "[" + ", ".join(o.k for o in offs) + "]", "[" + ", ".join(map(str, shape)) + "]"]
     if mem is not None:

@@ -60,7 +60,10 @@ FAMILIES: dict[str, tuple[float, Callable[[G], None]]] = {
     "probe": (15, fam_probe),
     "prover": (12, fam_prover),
     "orch_slices": (6, fam_orch_slices),  # HOOK (issue 25): orchestration views, fuzz/orch_slices.py
-    "orch_comm": (4, fam_orch_comm),  # HOOK (issue 28): ranks with several kernels that talk, fuzz/orch_comm.py
+    "orch_comm": (
+        4,
+        fam_orch_comm,
+    ),  # HOOK (issue 28): ranks with several kernels that talk, fuzz/orch_comm.py
 }
 
 # the vector unit's families (issue 22) live in gen_vector.py, which does not import this module

@@ -12,8 +12,9 @@ from typing import Any
 ARM_OPS = {"add": "np.add", "sub": "np.subtract", "maximum": "np.maximum"}
 
 
-def branch_lines(choice: Callable[[Sequence[Any]], Any], it: str, trips: int, out: str, names: Sequence[str],
-                 rnd: str) -> list[tuple[int, str, str]]:
+def branch_lines(
+    choice: Callable[[Sequence[Any]], Any], it: str, trips: int, out: str, names: Sequence[str], rnd: str
+) -> list[tuple[int, str, str]]:
     """(relative indent, kernel line, reference line) of
     `if it < k: out = pl.<op1>(x, y) else: out = pl.<op2>(x, y)` with k in 1..trips-1, so both arms
     run on some trip; the numpy reference is the same Python `if` on its own trip index."""

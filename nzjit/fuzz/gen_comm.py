@@ -47,10 +47,12 @@ EXPECT = {expect!r}
 BLOCKED = {blocked!r}  # the ranks a hang report must show blocked
 '''
 
-_SIG = ("x: pl.Tensor[[{xr}, SIZE], DT], y: pl.Out[pl.Tensor[[{yr}, SIZE], DT]], "
-        "data: pld.DistributedTensor[[{dr}, SIZE], DT], sig: pld.DistributedTensor[[N, 1], pl.INT32]")
+_SIG = (
+    "x: pl.Tensor[[{xr}, SIZE], DT], y: pl.Out[pl.Tensor[[{yr}, SIZE], DT]], "
+    "data: pld.DistributedTensor[[{dr}, SIZE], DT], sig: pld.DistributedTensor[[N, 1], pl.INT32]"
+)
 
-_ORCH = '''
+_ORCH = """
 
 @pl.kernel
 def idle(x: pl.Tensor[[{xr}, SIZE], DT], y: pl.Out[pl.Tensor[[{yr}, SIZE], DT]]):
@@ -73,7 +75,7 @@ def prog(x: pl.Tensor[[N, {xr}, SIZE], DT], y: pl.Out[pl.Tensor[[N, {yr}, SIZE],
 def inputs():
     rng = np.random.default_rng({data_seed})
     return rng.integers(-{hi}, {hi} + 1, (N, {xr}, SIZE)).astype(NPT)
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -131,8 +133,12 @@ class CommG:
         return b
 
 
-_CTX = ["ctx = pld.get_comm_ctx(data)", "me = pld.rank(ctx)", "n = pld.nranks(ctx)",
-        "t = pl.load(x, [0, 0], [1, SIZE])"]
+_CTX = [
+    "ctx = pld.get_comm_ctx(data)",
+    "me = pld.rank(ctx)",
+    "n = pld.nranks(ctx)",
+    "t = pl.load(x, [0, 0], [1, SIZE])",
+]
 
 
 def _shift_load(g: CommG) -> None:
@@ -174,12 +180,18 @@ def _mesh(g: CommG) -> None:
     g.tags.append(f"mesh:{op}")
     g.body += [*_CTX, "pl.store(t, [0, 0], data)"]
     if bug is None:
-        g.body += ["for k in pl.range(1, n):",
-                   "    pld.system.notify(sig, (me + pl.cast(k, pl.INT32)) % n, [me, 0], 1, op=pld.NotifyOp.Set)"]
-    g.body += ["acc = t", "for k in pl.range(1, n):", "    peer = (me + pl.cast(k, pl.INT32)) % n",
-               "    pld.system.wait(sig, [peer, 0], 1, cmp=pld.WaitCmp.Ge)",
-               f"    acc = pl.{op}(acc, pld.tile.remote_load(data, peer, [0, 0], [1, SIZE]))",
-               "pl.store(acc, [0, 0], y)"]
+        g.body += [
+            "for k in pl.range(1, n):",
+            "    pld.system.notify(sig, (me + pl.cast(k, pl.INT32)) % n, [me, 0], 1, op=pld.NotifyOp.Set)",
+        ]
+    g.body += [
+        "acc = t",
+        "for k in pl.range(1, n):",
+        "    peer = (me + pl.cast(k, pl.INT32)) % n",
+        "    pld.system.wait(sig, [peer, 0], 1, cmp=pld.WaitCmp.Ge)",
+        f"    acc = pl.{op}(acc, pld.tile.remote_load(data, peer, [0, 0], [1, SIZE]))",
+        "pl.store(acc, [0, 0], y)",
+    ]
     red = {"add": "sum", "maximum": "max"}[op]
     g.ref.append(f"return np.broadcast_to(d.{red}(axis=0), d.shape).astype(d.dtype)")
     if bug:
@@ -195,27 +207,35 @@ def _collective(g: CommG) -> None:
         op = g.rnd.choice(["Sum", "Max", "Min", "Prod"])
         g.tags.append(f"op:{op}")
         g.rows = (n, n, n)
-        g.body += [f"pl.store(pl.load(x, [0, 0], [{n}, SIZE]), [0, 0], data)",
-                   f"data = pld.tensor.allreduce(data, sig, op=pld.ReduceOp.{op})",
-                   f"pl.store(pl.load(data, [0, 0], [{n}, SIZE]), [0, 0], y)"]
+        g.body += [
+            f"pl.store(pl.load(x, [0, 0], [{n}, SIZE]), [0, 0], data)",
+            f"data = pld.tensor.allreduce(data, sig, op=pld.ReduceOp.{op})",
+            f"pl.store(pl.load(data, [0, 0], [{n}, SIZE]), [0, 0], y)",
+        ]
         fn = {"Sum": "sum", "Max": "max", "Min": "min", "Prod": "prod"}[op]
         g.ref.append(f"return np.broadcast_to(d.{fn}(axis=0), d.shape).astype(d.dtype)")
     elif kind == "allgather":
         g.rows = (1, n, n)
-        g.body += ["data = pld.tensor.allgather(x, data, sig)",
-                   f"pl.store(pl.load(data, [0, 0], [{n}, SIZE]), [0, 0], y)"]
+        g.body += [
+            "data = pld.tensor.allgather(x, data, sig)",
+            f"pl.store(pl.load(data, [0, 0], [{n}, SIZE]), [0, 0], y)",
+        ]
         g.ref.append("return np.stack([d[:, 0] for _ in range(N)])")
     elif kind == "reduce_scatter":
         g.rows = (n, 1, n)
-        g.body += ["me = pld.rank(pld.get_comm_ctx(data))",
-                   f"pl.store(pl.load(x, [0, 0], [{n}, SIZE]), [0, 0], data)",
-                   "data = pld.tensor.reduce_scatter(data, sig, op=pld.ReduceOp.Sum)",
-                   "pl.store(pl.load(data, [me, 0], [1, SIZE]), [0, 0], y)"]
+        g.body += [
+            "me = pld.rank(pld.get_comm_ctx(data))",
+            f"pl.store(pl.load(x, [0, 0], [{n}, SIZE]), [0, 0], data)",
+            "data = pld.tensor.reduce_scatter(data, sig, op=pld.ReduceOp.Sum)",
+            "pl.store(pl.load(data, [me, 0], [1, SIZE]), [0, 0], y)",
+        ]
         g.ref.append("return np.stack([d[:, r].sum(axis=0)[None] for r in range(N)]).astype(d.dtype)")
     else:
         g.rows = (n, n, n)
-        g.body += ["data = pld.tensor.all_to_all(x, data, sig)",
-                   f"pl.store(pl.load(data, [0, 0], [{n}, SIZE]), [0, 0], y)"]
+        g.body += [
+            "data = pld.tensor.all_to_all(x, data, sig)",
+            f"pl.store(pl.load(data, [0, 0], [{n}, SIZE]), [0, 0], y)",
+        ]
         g.ref.append("return np.stack([d[:, r] for r in range(N)])")
     if bug:
         g.skip = g.rnd.randrange(n)
@@ -227,8 +247,12 @@ def _atomic(g: CommG) -> None:
     bug = g.bug("plain_store")
     atomic = "" if bug else ", atomic=pld.AtomicType.Add"
     g.tags.append(f"atomic_into:{target}")
-    g.body += ["t = pl.load(x, [0, 0], [1, SIZE])", f"pld.tile.remote_store(t, data, {target}, [0, 0]{atomic})",
-               "sig = pld.tensor.barrier(sig)", "pl.store(pl.load(data, [0, 0], [1, SIZE]), [0, 0], y)"]
+    g.body += [
+        "t = pl.load(x, [0, 0], [1, SIZE])",
+        f"pld.tile.remote_store(t, data, {target}, [0, 0]{atomic})",
+        "sig = pld.tensor.barrier(sig)",
+        "pl.store(pl.load(data, [0, 0], [1, SIZE]), [0, 0], y)",
+    ]
     g.ref += ["out = np.zeros_like(d)", f"out[{target}] = d.sum(axis=0)", "return out"]
     if bug:
         g.expect = "race"
@@ -239,10 +263,13 @@ def _counter(g: CommG) -> None:
     bug = g.bug("set_not_add")
     op = "Set" if bug else "AtomicAdd"
     g.tags.append("counter")
-    g.body += ["n = pld.nranks(pld.get_comm_ctx(sig))", "for k in pl.range(n):",
-               f"    pld.system.notify(sig, pl.cast(k, pl.INT32), [0, 0], 1, op=pld.NotifyOp.{op})",
-               "pld.system.wait(sig, [0, 0], n, cmp=pld.WaitCmp.Ge)",
-               "pl.store(pl.load(x, [0, 0], [1, SIZE]), [0, 0], y)"]
+    g.body += [
+        "n = pld.nranks(pld.get_comm_ctx(sig))",
+        "for k in pl.range(n):",
+        f"    pld.system.notify(sig, pl.cast(k, pl.INT32), [0, 0], 1, op=pld.NotifyOp.{op})",
+        "pld.system.wait(sig, [0, 0], n, cmp=pld.WaitCmp.Ge)",
+        "pl.store(pl.load(x, [0, 0], [1, SIZE]), [0, 0], y)",
+    ]
     g.ref.append("return d.copy()")
     if bug:  # with Set every cell holds 1, never n >= 2: every rank waits forever
         g.expect, g.blocked = "hang", tuple(range(g.n))
@@ -255,14 +282,27 @@ def _if_barrier(g: CommG) -> None:
     g.tags += ["if_barrier", f"op:{op}"]
     g.body += [*_CTX, "pl.store(t, [0, 0], data)"]
     if bug != "drop_notify":
-        g.body += ["for p in pl.range(n):", "    peer = pl.cast(p, pl.INT32)", "    if peer != me:",
-                   f"        pld.system.notify(sig, peer, [me, 0], 1, op=pld.NotifyOp.{op})"]
+        g.body += [
+            "for p in pl.range(n):",
+            "    peer = pl.cast(p, pl.INT32)",
+            "    if peer != me:",
+            f"        pld.system.notify(sig, peer, [me, 0], 1, op=pld.NotifyOp.{op})",
+        ]
     if bug != "drop_wait":
-        g.body += ["for p in pl.range(n):", "    src = pl.cast(p, pl.INT32)", "    if src != me:",
-                   "        pld.system.wait(sig, [src, 0], 1, cmp=pld.WaitCmp.Ge)"]
-    g.body += ["acc = t", "for p in pl.range(n):", "    peer = pl.cast(p, pl.INT32)", "    if peer != me:",
-               "        acc = pl.add(acc, pld.tile.remote_load(data, peer, [0, 0], [1, SIZE]))",
-               "pl.store(acc, [0, 0], y)"]
+        g.body += [
+            "for p in pl.range(n):",
+            "    src = pl.cast(p, pl.INT32)",
+            "    if src != me:",
+            "        pld.system.wait(sig, [src, 0], 1, cmp=pld.WaitCmp.Ge)",
+        ]
+    g.body += [
+        "acc = t",
+        "for p in pl.range(n):",
+        "    peer = pl.cast(p, pl.INT32)",
+        "    if peer != me:",
+        "        acc = pl.add(acc, pld.tile.remote_load(data, peer, [0, 0], [1, SIZE]))",
+        "pl.store(acc, [0, 0], y)",
+    ]
     g.ref.append("return np.broadcast_to(d.sum(axis=0), d.shape).astype(d.dtype)")
     if bug == "drop_notify":
         g.expect, g.blocked = "hang", tuple(range(g.n))
@@ -270,9 +310,18 @@ def _if_barrier(g: CommG) -> None:
         g.expect = "race"
 
 
-_PATTERNS = {"if_barrier": _if_barrier, "shift_load": _shift_load, "shift_store": _shift_store, "mesh": _mesh, "collective": _collective,
-             "atomic": _atomic, "counter": _counter}
-PATTERNS = _PATTERNS  # the communication patterns, each `pattern(CommG)`: the orchestration family draws them too
+_PATTERNS = {
+    "if_barrier": _if_barrier,
+    "shift_load": _shift_load,
+    "shift_store": _shift_store,
+    "mesh": _mesh,
+    "collective": _collective,
+    "atomic": _atomic,
+    "counter": _counter,
+}
+PATTERNS = (
+    _PATTERNS  # the communication patterns, each `pattern(CommG)`: the orchestration family draws them too
+)
 
 
 def generate_comm(seed: int, index: int, pattern: str | None = None) -> CommProgram:
@@ -288,13 +337,28 @@ def generate_comm(seed: int, index: int, pattern: str | None = None) -> CommProg
     size = rnd.choice([8, 64, 128]) if dt == "INT32" else rnd.choice([8, 64])
     xr, yr, dr = g.rows
     tags = [f"ranks:{n}", f"dtype:{dt}", *g.tags]
-    text = _HEAD.format(name=f"{seed}_{index}", tags=" ".join(tags), n=n, size=size, dt=dt, npt=npt,
-                        expect=g.expect, blocked=g.blocked)
-    kernel = ["", "", "@pl.kernel", f"def kernel({_SIG.format(xr=xr, yr=yr, dr=dr)}):",
-              *("    " + line for line in g.body)]
+    text = _HEAD.format(
+        name=f"{seed}_{index}",
+        tags=" ".join(tags),
+        n=n,
+        size=size,
+        dt=dt,
+        npt=npt,
+        expect=g.expect,
+        blocked=g.blocked,
+    )
+    kernel = [
+        "",
+        "",
+        "@pl.kernel",
+        f"def kernel({_SIG.format(xr=xr, yr=yr, dr=dr)}):",
+        *("    " + line for line in g.body),
+    ]
     orch = _ORCH.format(xr=xr, yr=yr, dr=dr, skip=g.skip, data_seed=rnd.randrange(2**31), hi=hi)
     ref = ["", "", "def reference(d):", *("    " + line for line in g.ref), ""]
-    return CommProgram(seed, index, pat, tuple(tags), g.expect, text + "\n".join(kernel) + orch + "\n".join(ref))
+    return CommProgram(
+        seed, index, pat, tuple(tags), g.expect, text + "\n".join(kernel) + orch + "\n".join(ref)
+    )
 
 
 def _load(path: str, name: str) -> object:
@@ -347,10 +411,15 @@ def run_comm(p: CommProgram) -> CommOutcome:
         return CommOutcome("missed", True, f"expected a {want.__name__}, got {err!r}")
     msg = str(err)
     if p.expect == "hang":
-        missing = [r for r in mod.BLOCKED  # type: ignore[attr-defined]
-                   if f"  rank {r}: waits at " not in msg and f"  rank {r}: entered " not in msg]
+        missing = [
+            r
+            for r in mod.BLOCKED  # type: ignore[attr-defined]
+            if f"  rank {r}: waits at " not in msg and f"  rank {r}: entered " not in msg
+        ]
         if "communication hang" not in msg or missing:
-            return CommOutcome("missed", True, f"the hang report does not show ranks {missing} blocked:\n{msg}")
+            return CommOutcome(
+                "missed", True, f"the hang report does not show ranks {missing} blocked:\n{msg}"
+            )
         return CommOutcome("hang", False, msg)
     if "communication race on window 'data_buf'" not in msg:
         return CommOutcome("missed", True, f"the race report does not name the data window:\n{msg}")
@@ -379,8 +448,11 @@ def main(argv: list[str] | None = None) -> int:
         if o.bug:
             bugs += 1
             print(f"BUG {p.name} ({p.pattern}, {' '.join(p.tags)}): {o.cls}: {o.detail}")
-    print(f"comm campaign seed {args.seed}: {args.n} programs, " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-          + f", bugs {bugs}")
+    print(
+        f"comm campaign seed {args.seed}: {args.n} programs, "
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        + f", bugs {bugs}"
+    )
     return 1 if bugs else 0
 
 

@@ -53,8 +53,11 @@ def _mm(np_dtype: type, nz: bool) -> object:
     layout = (pl.NZ,) if nz else ()
 
     @pl.kernel
-    def mm(x: pl.Tensor[[32, 64], dt], w: pl.Tensor[[32, 64], dt, *layout],
-           out: pl.Out[pl.Tensor[[32, 32], out_t]]):
+    def mm(
+        x: pl.Tensor[[32, 64], dt],
+        w: pl.Tensor[[32, 64], dt, *layout],
+        out: pl.Out[pl.Tensor[[32, 32], out_t]],
+    ):
         out[:, :] = pl.matmul(x[:, :], w[:, :], b_trans=True)
 
     return mm
@@ -94,9 +97,12 @@ def _nz_case(rng: np.random.Generator, i: int) -> SafetyCase:
     out = np.full((32, 32), 7, np.int32 if np_dtype == np.int8 else np.float32)
     ref = (x.astype(np.float64) @ w.astype(np.float64).T).astype(out.dtype)
     variant = ["packed", "unpacked", "packed twice", "packed for ND", "device unpacked", "device packed"][
-        int(rng.integers(6))]
-    nz_k, nd_k = _kernel(("mm", np_dtype, True), lambda: _mm(np_dtype, True)), _kernel(
-        ("mm", np_dtype, False), lambda: _mm(np_dtype, False))
+        int(rng.integers(6))
+    ]
+    nz_k, nd_k = (
+        _kernel(("mm", np_dtype, True), lambda: _mm(np_dtype, True)),
+        _kernel(("mm", np_dtype, False), lambda: _mm(np_dtype, False)),
+    )
 
     def run() -> list[np.ndarray]:
         if variant == "packed":
@@ -110,21 +116,25 @@ def _nz_case(rng: np.random.Generator, i: int) -> SafetyCase:
         else:
             dev = runtime.Worker(0)
             init = runtime.pack_nz(w) if variant == "device packed" else w
-            nz_k(dev.alloc_tensor(x.shape, x.dtype, init=x), dev.alloc_tensor(w.shape, w.dtype, init=init),  # type: ignore[operator]
-                 res := dev.alloc_tensor(out.shape, out.dtype, init=out))
+            nz_k(
+                dev.alloc_tensor(x.shape, x.dtype, init=x),
+                dev.alloc_tensor(w.shape, w.dtype, init=init),  # type: ignore[operator]
+                res := dev.alloc_tensor(out.shape, out.dtype, init=out),
+            )
             out[...] = dev.copy_from(res)
         return [out]
 
     expect = "equal" if variant in ("packed", "device packed") else "refused"
-    return SafetyCase(f"{i}: NZ provenance, {variant}, {np.dtype(np_dtype).name}", expect, run, lambda: [ref],
-                      (out, x, w))
+    return SafetyCase(
+        f"{i}: NZ provenance, {variant}, {np.dtype(np_dtype).name}", expect, run, lambda: [ref], (out, x, w)
+    )
 
 
 def _alias_case(rng: np.random.Generator, i: int) -> SafetyCase:
     big = rng.standard_normal((96, 64)).astype(np.float32)
     a0, b0 = int(rng.integers(0, 65)), int(rng.integers(0, 65))
     same = bool(rng.integers(2))
-    x, out = (big[a0:a0 + 32], big[a0:a0 + 32]) if same else (big[a0:a0 + 32], big[b0:b0 + 32])
+    x, out = (big[a0 : a0 + 32], big[a0 : a0 + 32]) if same else (big[a0 : a0 + 32], big[b0 : b0 + 32])
     overlap = same or abs(a0 - b0) < 32
     src = x.copy()
 
@@ -148,8 +158,9 @@ def _lane_case(rng: np.random.Generator, i: int) -> SafetyCase:
         k(x, out)  # type: ignore[operator]
         return [out]
 
-    return SafetyCase(f"{i}: lane windows, step {step}", "refused" if step == 0 else "equal", run,
-                      lambda: [2 * x], (out, x))
+    return SafetyCase(
+        f"{i}: lane windows, step {step}", "refused" if step == 0 else "equal", run, lambda: [2 * x], (out, x)
+    )
 
 
 #: the windows of the lane-dependent probes: lane -> first column of its 64 (`arg` a scalar)
@@ -163,8 +174,9 @@ _LANES, _COLS = 4, 320  # 4 lanes of 64 columns, room for steps up to 80
 
 def _moving(form: str) -> object:
     @pl.kernel
-    def moving(x: pl.Tensor[[16, 256], pl.FP32], out: pl.Out[pl.Tensor[[16, 320], pl.FP32]],
-               arg: pl.Scalar[pl.INDEX]):
+    def moving(
+        x: pl.Tensor[[16, 256], pl.FP32], out: pl.Out[pl.Tensor[[16, 320], pl.FP32]], arg: pl.Scalar[pl.INDEX]
+    ):
         for lane in pl.spmd(4):
             t = pl.load(x, [0, lane * 64], [16, 64])
             if form == "lane * step":
@@ -190,7 +202,7 @@ _PATHS = (Options(), Options(batch=False), Options(fast=False), Options(lane_gro
 
 def _overlap(starts: list[int], width: int) -> bool:
     """Do two of the column ranges [s, s + width) meet (brute force over the pairs)?"""
-    return any(a < b + width and b < a + width for i, a in enumerate(starts) for b in starts[i + 1:])
+    return any(a < b + width and b < a + width for i, a in enumerate(starts) for b in starts[i + 1 :])
 
 
 def _on_device(k: object, args: list[object], outs: list[np.ndarray], device: bool) -> None:
@@ -226,12 +238,18 @@ def _moving_case(rng: np.random.Generator, i: int) -> SafetyCase:
     def ref() -> list[np.ndarray]:
         want = np.full((16, _COLS), 7, np.float32)
         for lane, s in enumerate(starts):
-            want[:, s:s + 64] = 2 * x[:, lane * 64:lane * 64 + 64]
+            want[:, s : s + 64] = 2 * x[:, lane * 64 : lane * 64 + 64]
         return [want]
 
     where = f"{'device' if device else 'host'}, {options}"
-    return SafetyCase(f"{i}: lane windows {form}, arg {arg}, {where}", "refused" if race else "equal", run, ref,
-                      (out, x), LaneRaceError)
+    return SafetyCase(
+        f"{i}: lane windows {form}, arg {arg}, {where}",
+        "refused" if race else "equal",
+        run,
+        ref,
+        (out, x),
+        LaneRaceError,
+    )
 
 
 def _neighbour_case(rng: np.random.Generator, i: int) -> SafetyCase:
@@ -249,12 +267,18 @@ def _neighbour_case(rng: np.random.Generator, i: int) -> SafetyCase:
         want = src.copy()
         for lane in range(_LANES):
             b = (lane + d) % _LANES
-            want[:, lane * 64:lane * 64 + 64] = 2 * src[:, b * 64:b * 64 + 64]
+            want[:, lane * 64 : lane * 64 + 64] = 2 * src[:, b * 64 : b * 64 + 64]
         return [want]
 
     where = f"{'device' if device else 'host'}, {options}"
-    return SafetyCase(f"{i}: lane reads block lane + {d}, {where}", "refused" if d else "equal", run, ref,
-                      (buf,), LaneRaceError)
+    return SafetyCase(
+        f"{i}: lane reads block lane + {d}, {where}",
+        "refused" if d else "equal",
+        run,
+        ref,
+        (buf,),
+        LaneRaceError,
+    )
 
 
 def safety_cases(seed: int, n: int) -> list[SafetyCase]:

@@ -17,8 +17,13 @@ G = Any
 
 _R32 = ".astype(np.float32).astype(np.float64)"
 _SCALAR = {"add": "+", "sub": "-", "mul": "*"}
-_CVT_REF = {"rint": "np.rint({x})", "round": "np.sign({x}) * np.floor(np.abs({x}) + 0.5)",
-            "trunc": "np.trunc({x})", "floor": "np.floor({x})", "ceil": "np.ceil({x})"}
+_CVT_REF = {
+    "rint": "np.rint({x})",
+    "round": "np.sign({x}) * np.floor(np.abs({x}) + 0.5)",
+    "trunc": "np.trunc({x})",
+    "floor": "np.floor({x})",
+    "ceil": "np.ceil({x})",
+}
 
 
 def fam_vec_alu(g: G) -> None:
@@ -32,11 +37,16 @@ def fam_vec_alu(g: G) -> None:
     g.tensor("out", (lanes * r, c), "FP32", False, "out")
     g.emit(1, f"for lane in pl.spmd({lanes}):", f"for lane in lanes({lanes}):")
     for nm, src in (("x", "a"), ("y", "b")):
-        g.emit(2, f"{nm} = pl.load({src}, [lane * {r}, 0], [{r}, {c}], target_memory=pl.Mem.Vec)",
-               f"{nm} = win({src}, (lane * {r}, 0), ({r}, {c})).copy()")
+        g.emit(
+            2,
+            f"{nm} = pl.load({src}, [lane * {r}, 0], [{r}, {c}], target_memory=pl.Mem.Vec)",
+            f"{nm} = win({src}, (lane * {r}, 0), ({r}, {c})).copy()",
+        )
     names, exact = ["x", "y"], True
     for step in range(int(g.choice([1, 2, 3, 4]))):
-        kinds = ["scalar", "minmax", "row", "col", "unary", "full", "select"] + (["cvt", "sum", "div", "rsqrt"] if exact else [])
+        kinds = ["scalar", "minmax", "row", "col", "unary", "full", "select"] + (
+            ["cvt", "sum", "div", "rsqrt"] if exact else []
+        )
         kind = str(g.choice(kinds))
         g.tag(f"alu:{kind}")
         a, b, t = str(g.choice(names)), str(g.choice(names)), f"t{step}"
@@ -49,12 +59,18 @@ def fam_vec_alu(g: G) -> None:
             g.emit(2, f"{t} = pl.{op}({a}, {b})", f"{t} = np.{op}({a}, {b})")
         elif kind == "row":
             red, exp = str(g.choice(["max", "min"])), str(g.choice(["add", "sub", "mul"]))
-            g.emit(2, f"{t} = pl.row_expand_{exp}({a}, pl.row_{red}({a}))",
-                   f"{t} = ({a} {_SCALAR[exp]} {a}.{red}(axis=1, keepdims=True)){_R32}")
+            g.emit(
+                2,
+                f"{t} = pl.row_expand_{exp}({a}, pl.row_{red}({a}))",
+                f"{t} = ({a} {_SCALAR[exp]} {a}.{red}(axis=1, keepdims=True)){_R32}",
+            )
         elif kind == "col":
             red, exp = str(g.choice(["max", "min"])), str(g.choice(["add", "sub"]))
-            g.emit(2, f"{t} = pl.col_expand_{exp}({a}, pl.col_{red}({a}))",
-                   f"{t} = ({a} {_SCALAR[exp]} {a}.{red}(axis=0, keepdims=True)){_R32}")
+            g.emit(
+                2,
+                f"{t} = pl.col_expand_{exp}({a}, pl.col_{red}({a}))",
+                f"{t} = ({a} {_SCALAR[exp]} {a}.{red}(axis=0, keepdims=True)){_R32}",
+            )
         elif kind == "unary":
             op = str(g.choice(["abs", "neg", "relu"]))
             ref = {"abs": f"np.abs({a})", "neg": f"-{a}", "relu": f"np.maximum({a}, 0)"}[op]
@@ -64,32 +80,56 @@ def fam_vec_alu(g: G) -> None:
             op = ("==", "!=", "<", "<=", ">", ">=")[code]
             if g.p(0.5):
                 tmp = ", pl.create_tile([1, 32], dtype=pl.UINT8)" if g.p(0.5) else ""
-                g.emit(2, f"{t} = pl.sel(pl.cmp({a}, {b}, cmp_type={code}), {a}, {b}{tmp})",
-                       f"{t} = np.where({a} {op} {b}, {a}, {b})")
+                g.emit(
+                    2,
+                    f"{t} = pl.sel(pl.cmp({a}, {b}, cmp_type={code}), {a}, {b}{tmp})",
+                    f"{t} = np.where({a} {op} {b}, {a}, {b})",
+                )
             else:
-                g.emit(2, f"{t} = pl.sels(pl.cmp({a}, 1.0, cmp_type={code}), {a}, scalar=-2.0)",
-                       f"{t} = np.where({a} {op} 1.0, {a}, -2.0)")
+                g.emit(
+                    2,
+                    f"{t} = pl.sels(pl.cmp({a}, 1.0, cmp_type={code}), {a}, scalar=-2.0)",
+                    f"{t} = np.where({a} {op} 1.0, {a}, -2.0)",
+                )
         elif kind == "full":
-            g.emit(2, f"{t} = pl.add({a}, pl.full([{r}, {c}], dtype=pl.FP32, value=3.0))", f"{t} = ({a} + 3.0){_R32}")
+            g.emit(
+                2,
+                f"{t} = pl.add({a}, pl.full([{r}, {c}], dtype=pl.FP32, value=3.0))",
+                f"{t} = ({a} + 3.0){_R32}",
+            )
         elif kind == "sum":  # integer-valued halves: the tree sum is exact
-            g.emit(2, f"{t} = pl.row_expand_sub({a}, pl.row_sum({a}))",
-                   f"{t} = ({a} - {a}.sum(axis=1, keepdims=True)){_R32}")
+            g.emit(
+                2,
+                f"{t} = pl.row_expand_sub({a}, pl.row_sum({a}))",
+                f"{t} = ({a} - {a}.sum(axis=1, keepdims=True)){_R32}",
+            )
         elif kind == "cvt":
             mode = str(g.choice(list(_CVT_REF)))
             half = f"({a} * 0.5)"
-            g.emit(2, f"{t} = pl.cast(pl.cast(pl.mul({a}, 0.5), pl.INT32, mode={mode!r}), pl.FP32, mode='rint')",
-                   f"{t} = " + _CVT_REF[mode].format(x=half))
+            g.emit(
+                2,
+                f"{t} = pl.cast(pl.cast(pl.mul({a}, 0.5), pl.INT32, mode={mode!r}), pl.FP32, mode='rint')",
+                f"{t} = " + _CVT_REF[mode].format(x=half),
+            )
         elif kind == "rsqrt":  # TSQRT then TDIV, each rounded to fp32 (the default's model is the same)
             exact = False
             hp = g.p(0.5)
-            g.emit(2, f"{t} = pl.rsqrt(pl.add(pl.abs({a}), 1.0), high_precision={hp})",
-                   f"{t} = (1.0 / np.sqrt((np.abs({a}) + 1.0){_R32}){_R32}){_R32}")
+            g.emit(
+                2,
+                f"{t} = pl.rsqrt(pl.add(pl.abs({a}), 1.0), high_precision={hp})",
+                f"{t} = (1.0 / np.sqrt((np.abs({a}) + 1.0){_R32}){_R32}){_R32}",
+            )
         else:  # div
             exact = False
-            g.emit(2, f"{t} = pl.div({a}, pl.add(pl.abs({b}), 1.0))",
-                   f"{t} = ({a} / (np.abs({b}) + 1.0)){_R32}")
+            g.emit(
+                2, f"{t} = pl.div({a}, pl.add(pl.abs({b}), 1.0))", f"{t} = ({a} / (np.abs({b}) + 1.0)){_R32}"
+            )
         names.append(t)
-    g.emit(2, f"pl.store({names[-1]}, [lane * {r}, 0], out)", f"put(out, (lane * {r}, 0), ({r}, {c}), {names[-1]})")
+    g.emit(
+        2,
+        f"pl.store({names[-1]}, [lane * {r}, 0], out)",
+        f"put(out, (lane * {r}, 0), ({r}, {c}), {names[-1]})",
+    )
 
 
 def fam_vec_mix(g: G) -> None:
@@ -109,12 +149,18 @@ def fam_vec_mix(g: G) -> None:
         g.tensor("w", (k, n), "FP16")
         g.tensor("out", (lanes * m, n), "FP32", False, "out")
         if kind == "mm":
-            g.emit(2, f"acc = pl.matmul(pl.load(x, [lane * {m}, 0], [{m}, {k}], target_memory=pl.Mem.Mat), "
-                      f"pl.load(w, [0, 0], [{k}, {n}], target_memory=pl.Mem.Mat))",
-                   f"acc = win(x, (lane * {m}, 0), ({m}, {k})) @ w")
+            g.emit(
+                2,
+                f"acc = pl.matmul(pl.load(x, [lane * {m}, 0], [{m}, {k}], target_memory=pl.Mem.Mat), "
+                f"pl.load(w, [0, 0], [{k}, {n}], target_memory=pl.Mem.Mat))",
+                f"acc = win(x, (lane * {m}, 0), ({m}, {k})) @ w",
+            )
             relu = g.p(0.3)
-            g.emit(2, f"v = pl.move(acc, target_memory=pl.Mem.Vec, relu={relu})",
-                   "v = np.maximum(acc, 0)" if relu else "v = acc")
+            g.emit(
+                2,
+                f"v = pl.move(acc, target_memory=pl.Mem.Vec, relu={relu})",
+                "v = np.maximum(acc, 0)" if relu else "v = acc",
+            )
             op = str(g.choice(["row_max", "col_min", "scalar"]))
             if op == "row_max":
                 g.emit(2, "v = pl.sub(v, pl.row_max(v))", "v = v - v.max(axis=1, keepdims=True)")
@@ -123,11 +169,21 @@ def fam_vec_mix(g: G) -> None:
             else:
                 g.emit(2, "v = pl.mul(v, 2.0)", "v = v * 2.0")
         else:
-            g.emit(2, f"va = pl.cast(pl.relu(pl.cast(pl.load(x, [lane * {m}, 0], [{m}, {k}]), pl.FP32, mode='rint')), "
-                      "pl.FP16, mode='rint')", f"va = np.maximum(win(x, (lane * {m}, 0), ({m}, {k})), 0)")
-            g.emit(2, "left = pl.move(pl.move(va, target_memory=pl.Mem.Mat), target_memory=pl.Mem.Left)", None)
-            g.emit(2, f"right = pl.move(pl.load(w, [0, 0], [{k}, {n}], target_memory=pl.Mem.Mat), "
-                      "target_memory=pl.Mem.Right)", None)
+            g.emit(
+                2,
+                f"va = pl.cast(pl.relu(pl.cast(pl.load(x, [lane * {m}, 0], [{m}, {k}]), pl.FP32, mode='rint')), "
+                "pl.FP16, mode='rint')",
+                f"va = np.maximum(win(x, (lane * {m}, 0), ({m}, {k})), 0)",
+            )
+            g.emit(
+                2, "left = pl.move(pl.move(va, target_memory=pl.Mem.Mat), target_memory=pl.Mem.Left)", None
+            )
+            g.emit(
+                2,
+                f"right = pl.move(pl.load(w, [0, 0], [{k}, {n}], target_memory=pl.Mem.Mat), "
+                "target_memory=pl.Mem.Right)",
+                None,
+            )
             g.emit(2, "v = pl.matmul(left, right)", "v = va @ w")
         g.emit(2, f"pl.store(v, [lane * {m}, 0], out)", f"put(out, (lane * {m}, 0), ({m}, {n}), v)")
         return
@@ -152,8 +208,12 @@ def fam_vec_mix(g: G) -> None:
             g.unknown = True  # (not generated: n is 128 or 512, 2n a power of 4 times 64)
         g.emit(2, f"top = p[:, 0:{2 * k}]", None)
         g.emit(2, "pl.store(pl.gather(top, mask_pattern=pl.tile.MaskPattern.P0101), [lane, 0], vals)", None)
-        g.emit(2, "pl.store(pl.gather(top, mask_pattern=pl.tile.MaskPattern.P1010, output_dtype=pl.INT32), "
-                  "[lane, 0], idx)", None)
+        g.emit(
+            2,
+            "pl.store(pl.gather(top, mask_pattern=pl.tile.MaskPattern.P1010, output_dtype=pl.INT32), "
+            "[lane, 0], idx)",
+            None,
+        )
         g.rl.append(f"        row = win(s, (lane, 0), (1, {n}))[0]")
         g.rl.append(f"        order = np.argsort(-row, kind='stable')[:{k}]")
         g.rl.append(f"        put(vals, (lane, 0), (1, {k}), row[order][None, :])")
@@ -166,8 +226,11 @@ def fam_vec_mix(g: G) -> None:
         fill = {"zero": "0.0", "max": "np.inf", "min": "-np.inf"}[pad]
         g.tensor("a", (lanes * r, c), "FP32")
         g.tensor("out", (lanes * r, c), "FP32", False, "out")
-        g.emit(2, f"t = pl.load(a, [lane * {r}, 0], [{r}, {c}], valid_shape=[{r}, {vc}])",
-               f"t = win(a, (lane * {r}, 0), ({r}, {c})).copy()")
+        g.emit(
+            2,
+            f"t = pl.load(a, [lane * {r}, 0], [{r}, {c}], valid_shape=[{r}, {vc}])",
+            f"t = win(a, (lane * {r}, 0), ({r}, {c})).copy()",
+        )
         g.emit(2, f"t = pl.tile.fillpad(t, pad_value=pl.PadValue.{pad})", f"t[:, {vc}:] = {fill}")
         if pad == "min" and g.p(0.5):
             g.emit(2, "t = pl.sub(t, pl.row_max(t))", "t = t - t.max(axis=1, keepdims=True)")
@@ -176,11 +239,18 @@ def fam_vec_mix(g: G) -> None:
     half = c // 2 if c >= 32 else c  # windows start on 32-byte blocks (8 fp32)
     g.tensor("a", (lanes * r, 2 * c), "FP32")
     g.tensor("out", (lanes * r, c), "FP32", False, "out")
-    g.emit(2, f"s = pl.load(a, [lane * {r}, 0], [{r}, {2 * c}])", f"s = win(a, (lane * {r}, 0), ({r}, {2 * c})).copy()")
+    g.emit(
+        2,
+        f"s = pl.load(a, [lane * {r}, 0], [{r}, {2 * c}])",
+        f"s = win(a, (lane * {r}, 0), ({r}, {2 * c})).copy()",
+    )
     g.emit(2, f"t = pl.add(s[:, 0:{c}], s[:, {c}:{2 * c}])", f"t = s[:, 0:{c}] + s[:, {c}:{2 * c}]")
     row = int(g.choice(range(r)))
-    g.emit(2, f"t[{row}:{row + 1}, 0:{half}] = pl.full([1, {half}], dtype=pl.FP32, value=-2.0)",
-           f"t[{row}:{row + 1}, 0:{half}] = -2.0")
+    g.emit(
+        2,
+        f"t[{row}:{row + 1}, 0:{half}] = pl.full([1, {half}], dtype=pl.FP32, value=-2.0)",
+        f"t[{row}:{row + 1}, 0:{half}] = -2.0",
+    )
     if g.p(0.5):
         g.emit(2, f"t = pl.reshape(pl.reshape(t, [{r * c // 8}, 8]), [{r}, {c}])", None)
     g.emit(2, f"pl.store(t, [lane * {r}, 0], out)", f"put(out, (lane * {r}, 0), ({r}, {c}), t)")

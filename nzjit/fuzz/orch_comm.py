@@ -41,8 +41,15 @@ def fam_orch_comm(g: Any) -> None:
         hi = 3 if pre == "copy" else 1  # products of up to 4 small integers stay exact in fp32
     size = int(g.choice([8, 64]))
     nz = g.p(0.08)
-    g.tag("orch_comm", f"comm:{pattern}", f"ranks:{n}", f"pre:{pre}", f"post:{post}", *c.tags,
-          *(["comm:nz_window"] if nz else []))
+    g.tag(
+        "orch_comm",
+        f"comm:{pattern}",
+        f"ranks:{n}",
+        f"pre:{pre}",
+        f"post:{post}",
+        *c.tags,
+        *(["comm:nz_window"] if nz else []),
+    )
     if nz:
         g.refuse.add("L23")
     xr, yr, dr = c.rows

@@ -24,7 +24,6 @@ from .harness import ORCHESTRATION_HARNESS
 DTYPES = {"INT8": ("np.int8", "INT32", "np.int32", 32), "FP16": ("np.float16", "FP32", "np.float32", 16)}
 
 
-
 def _view(g: Any, t: str, r: int, plane: int, e: int, rest: tuple[int, int], drop: bool) -> str:
     """A random spelling of planes [plane, plane + e) of rank r of argument t (drop: one plane, rank 2)."""
     forms = ["index", "chain", "slice", "slice_all"]
@@ -32,12 +31,18 @@ def _view(g: Any, t: str, r: int, plane: int, e: int, rest: tuple[int, int], dro
     g.tag(f"view:{form}")
     rr, cc = rest
     if drop:
-        return {"index": f"{t}[{r}, {plane}]", "chain": f"{t}[{r}][{plane}]",
-                "slice": f"pl.slice({t}[{r}], [1, {rr}, {cc}], [{plane}, 0, 0])[0]",
-                "slice_all": f"pl.slice({t}, [1, 1, {rr}, {cc}], [{r}, {plane}, 0, 0])[0][0]"}[form]
-    return {"index": f"{t}[{r}, {plane}:{plane + e}]", "chain": f"{t}[{r}][{plane}:{plane + e}]",
-            "slice": f"pl.slice({t}[{r}], [{e}, {rr}, {cc}], [{plane}, 0, 0])",
-            "slice_all": f"pl.slice({t}, [1, {e}, {rr}, {cc}], [{r}, {plane}, 0, 0])[0]"}[form]
+        return {
+            "index": f"{t}[{r}, {plane}]",
+            "chain": f"{t}[{r}][{plane}]",
+            "slice": f"pl.slice({t}[{r}], [1, {rr}, {cc}], [{plane}, 0, 0])[0]",
+            "slice_all": f"pl.slice({t}, [1, 1, {rr}, {cc}], [{r}, {plane}, 0, 0])[0][0]",
+        }[form]
+    return {
+        "index": f"{t}[{r}, {plane}:{plane + e}]",
+        "chain": f"{t}[{r}][{plane}:{plane + e}]",
+        "slice": f"pl.slice({t}[{r}], [{e}, {rr}, {cc}], [{plane}, 0, 0])",
+        "slice_all": f"pl.slice({t}, [1, {e}, {rr}, {cc}], [{r}, {plane}, 0, 0])[0]",
+    }[form]
 
 
 def fam_orch_slices(g: Any) -> None:
@@ -51,15 +56,21 @@ def fam_orch_slices(g: Any) -> None:
     drop = e == 1 and g.p(0.6)
     g.tag("orch", f"orch:{call}", f"orch:E{e}", *(["orch:drop"] if drop else []))
     if drop:
-        sig = (f"x: pl.Tensor[[{t}, {k}], pl.{dt}], w: pl.Tensor[[{n}, {k}], pl.{dt}, pl.NZ], "
-               f"out: pl.Out[pl.Tensor[[{t}, {n}], pl.{acc}]]")
+        sig = (
+            f"x: pl.Tensor[[{t}, {k}], pl.{dt}], w: pl.Tensor[[{n}, {k}], pl.{dt}, pl.NZ], "
+            f"out: pl.Out[pl.Tensor[[{t}, {n}], pl.{acc}]]"
+        )
         body = ["    out[:, :] = pl.matmul(x[:, :], w[:, :], b_trans=True)"]
         kshape: dict[str, tuple[int, ...]] = {"x": (t, k), "w": (n, k), "out": (t, n)}
     else:
-        sig = (f"x: pl.Tensor[[{e}, {t}, {k}], pl.{dt}], w: pl.Tensor[[{e}, {n}, {k}], pl.{dt}, pl.NZ], "
-               f"out: pl.Out[pl.Tensor[[{e}, {t}, {n}], pl.{acc}]]")
-        body = [f"    for e in pl.spmd({e}):",
-                "        out[e, :, :] = pl.matmul(x[e, :, :], w[e, :, :], b_trans=True)"]
+        sig = (
+            f"x: pl.Tensor[[{e}, {t}, {k}], pl.{dt}], w: pl.Tensor[[{e}, {n}, {k}], pl.{dt}, pl.NZ], "
+            f"out: pl.Out[pl.Tensor[[{e}, {t}, {n}], pl.{acc}]]"
+        )
+        body = [
+            f"    for e in pl.spmd({e}):",
+            "        out[e, :, :] = pl.matmul(x[e, :, :], w[e, :, :], b_trans=True)",
+        ]
         kshape = {"x": (e, t, k), "w": (e, n, k), "out": (e, t, n)}
     calls: list[str] = []
     ref: list[str] = []
@@ -80,9 +91,13 @@ def fam_orch_slices(g: Any) -> None:
                 wv = f"w[{r}, {wa}, 0:{n // 2}]" if drop else f"w[{r}, {wa}:{wa + e}, :, 0:{k // 2}]"
                 g.tag("refuse:plane")
                 g.refuse.add("L15")
-            calls.append(f"    kernel({xv}, {wv}, {ov}, device={r})  # out[{r}] planes {o}.. = x {xa}.. @ w {wa}..")
-            ref.append(f"    out[{r}, {o}:{o + e}] = np.einsum('ptk,pnk->ptn', d['x'][{r}, {xa}:{xa + e}], "
-                       f"d['w'][{r}, {wa}:{wa + e}])")
+            calls.append(
+                f"    kernel({xv}, {wv}, {ov}, device={r})  # out[{r}] planes {o}.. = x {xa}.. @ w {wa}.."
+            )
+            ref.append(
+                f"    out[{r}, {o}:{o + e}] = np.einsum('ptk,pnk->ptn', d['x'][{r}, {xa}:{xa + e}], "
+                f"d['w'][{r}, {wa}:{wa + e}])"
+            )
     seed = g.rnd.randrange(2**31)
     full = {"x": (ranks, planes, t, k), "w": (ranks, planes, n, k), "out": (ranks, planes, t, n)}
     lines = [

@@ -75,10 +75,13 @@ class _DirectionFactory:
 class _ScalarFactory:
     def __getitem__(self, dtype: dt.DType) -> ScalarAnnotation:
         # float scalars are vector operands (TADDS & co.); sub-byte and fp8 floats have no scalar form
-        if not isinstance(dtype, dt.DType) or not (dtype.is_int or dtype is dt.BOOL
-                                                   or dtype in (dt.FP32, dt.FP16, dt.BF16)):
-            raise TypeError("pl.Scalar[...] takes an integer dtype or pl.FP32 / pl.FP16 / pl.BF16 or pl.BOOL, "
-                            "e.g. pl.Scalar[pl.INT32]")
+        if not isinstance(dtype, dt.DType) or not (
+            dtype.is_int or dtype is dt.BOOL or dtype in (dt.FP32, dt.FP16, dt.BF16)
+        ):
+            raise TypeError(
+                "pl.Scalar[...] takes an integer dtype or pl.FP32 / pl.FP16 / pl.BF16 or pl.BOOL, "
+                "e.g. pl.Scalar[pl.INT32]"
+            )
         return ScalarAnnotation(dtype)
 
 

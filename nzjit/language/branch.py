@@ -76,9 +76,12 @@ class _Branch:
 
 
 def _refuse(src: Source | None) -> CompileError:
-    return CompileError("a Python `if`/`while`/`and`/`or` on a traced value cannot be staged: the kernel is "
-                        "traced once, so the branch would be fixed at trace time", src,
-                        help="compute both sides, or use pl.min / pl.max")
+    return CompileError(
+        "a Python `if`/`while`/`and`/`or` on a traced value cannot be staged: the kernel is "
+        "traced once, so the branch would be fixed at trace time",
+        src,
+        help="compute both sides, or use pl.min / pl.max",
+    )
 
 
 def _has_else(kframe: FrameType, if_line: int, else_line: int) -> bool:
@@ -107,33 +110,67 @@ def open_if(t: Tracer) -> bool:
     target = ins[i].argval
     st = current_state()
     if target <= ins[i].offset:  # the arm runs to the end of the loop body: it ends with the trip
-        return _open(st, _Branch(TraceFrame(st.top, src), kframe, ins[i].offset, float("inf"), t,
-                                 dict(kframe.f_locals), src))
+        return _open(
+            st,
+            _Branch(
+                TraceFrame(st.top, src), kframe, ins[i].offset, float("inf"), t, dict(kframe.f_locals), src
+            ),
+        )
     k = next(j for j, x in enumerate(ins) if x.offset >= target)
-    if any(x.opname.startswith("POP_JUMP") and isinstance(x.argval, int) and ins[i].offset < x.argval < target
-           and x.offset > x.argval for x in ins[i + 1 : k]):
+    if any(
+        x.opname.startswith("POP_JUMP")
+        and isinstance(x.argval, int)
+        and ins[i].offset < x.argval < target
+        and x.offset > x.argval
+        for x in ins[i + 1 : k]
+    ):
         raise _refuse(src)  # a `while`: its body jumps back into itself
     prev = ins[k - 1]
-    leaves = prev.opname == "RETURN_VALUE" or (prev.opname.startswith("JUMP") and isinstance(prev.argval, int)
-                                               and not ins[i].offset <= prev.argval < target)
+    leaves = prev.opname == "RETURN_VALUE" or (
+        prev.opname.startswith("JUMP")
+        and isinstance(prev.argval, int)
+        and not ins[i].offset <= prev.argval < target
+    )
     if not leaves:
-        return _open(st, _Branch(TraceFrame(st.top, src), kframe, ins[i].offset, target, t,
-                                 dict(kframe.f_locals), src))
+        return _open(
+            st, _Branch(TraceFrame(st.top, src), kframe, ins[i].offset, target, t, dict(kframe.f_locals), src)
+        )
     if_pos, else_pos = ins[i].positions, ins[k].positions
     if_line = if_pos.lineno if if_pos is not None else None
     else_line = else_pos.lineno if else_pos is not None else None
-    if if_line is None or else_line is None or else_line <= if_line or not _has_else(kframe, if_line, else_line):
+    if (
+        if_line is None
+        or else_line is None
+        or else_line <= if_line
+        or not _has_else(kframe, if_line, else_line)
+    ):
         if else_line is not None and if_line is not None and else_line == if_line:
             raise _refuse(src)  # `a if p else b`: a conditional expression
-        raise CompileError("an `if` arm ending in `continue` on a traced value is not staged", src,
-                           help="drop the `continue`: put the rest of the loop body in an `else` arm")
+        raise CompileError(
+            "an `if` arm ending in `continue` on a traced value is not staged",
+            src,
+            help="drop the `continue`: put the rest of the loop body in an `else` arm",
+        )
     if prev.opname == "RETURN_VALUE":
-        raise CompileError("an `if`/`else` on a traced value that ends the kernel (or helper) function is not "
-                           "staged: its `then` arm returns, so tracing never reaches the `else` arm", src,
-                           help="put the statement that follows it (or `pass`) after the `if`/`else`")
+        raise CompileError(
+            "an `if`/`else` on a traced value that ends the kernel (or helper) function is not "
+            "staged: its `then` arm returns, so tracing never reaches the `else` arm",
+            src,
+            help="put the statement that follows it (or `pass`) after the `if`/`else`",
+        )
     join = prev.argval if prev.opname == "JUMP_FORWARD" or prev.argval > target else float("inf")
-    br = _Branch(TraceFrame(st.top, src), kframe, ins[i].offset, join, t, dict(kframe.f_locals), src,
-                 else_at=target, else_line=else_line, phase="then")
+    br = _Branch(
+        TraceFrame(st.top, src),
+        kframe,
+        ins[i].offset,
+        join,
+        t,
+        dict(kframe.f_locals),
+        src,
+        else_at=target,
+        else_line=else_line,
+        phase="then",
+    )
     _install(st, kframe)
     return _open(st, br)
 
@@ -236,8 +273,11 @@ def close_above(st: TraceState, frame: TraceFrame) -> None:
     while st.branches and st.branches[-1].frame is not frame and frame.is_ancestor_of(st.branches[-1].frame):
         br = st.branches.pop()
         if br.phase == "then":
-            raise CompileError("the `then` arm of a staged `if`/`else` ran to the end of the loop body without "
-                               "reaching its `else` arm", br.source)
+            raise CompileError(
+                "the `then` arm of a staged `if`/`else` ran to the end of the loop body without "
+                "reaching its `else` arm",
+                br.source,
+            )
         if br.phase == "one":
             _close_one(st, br)
         else:
@@ -253,9 +293,12 @@ def _traced_change(br: _Branch, name: str, old: Any, new: Any, arm: TraceFrame) 
             return False  # a dead value of a loop inside the arm
         return not (old is MISSING or (isinstance(old, Tracer) and old.frame.closed))
     if old is not MISSING and not same_python_value(old, new):
-        raise CompileError(f"the Python value '{name}' changes inside the staged `if`: {old!r} -> {new!r}; "
-                           "the arm is traced once whatever the condition", br.source,
-                           help="make it a traced value, or move it out of the `if`")
+        raise CompileError(
+            f"the Python value '{name}' changes inside the staged `if`: {old!r} -> {new!r}; "
+            "the arm is traced once whatever the condition",
+            br.source,
+            help="make it a traced value, or move it out of the `if`",
+        )
     return False
 
 
@@ -269,19 +312,27 @@ def _carries(br: _Branch) -> list[tuple[str, Any, Tracer]]:
         if not _traced_change(br, name, old, new, br.frame) or id(new) in seen:
             continue
         if not isinstance(old, Tracer):
-            raise CompileError(f"'{name}' is rebound inside the staged `if` from {type(old).__name__} "
-                               f"{old!r} to a traced value; the implicit else would keep a Python value",
-                               br.source, help=f"make '{name}' a traced value before the `if`")
+            raise CompileError(
+                f"'{name}' is rebound inside the staged `if` from {type(old).__name__} "
+                f"{old!r} to a traced value; the implicit else would keep a Python value",
+                br.source,
+                help=f"make '{name}' a traced value before the `if`",
+            )
         if new.frame is not br.frame:
-            raise CompileError(f"'{name}' is rebound inside the staged `if` to a value defined before it; "
-                               "this cannot be staged", br.source, help="assign a value computed inside the `if`")
+            raise CompileError(
+                f"'{name}' is rebound inside the staged `if` to a value defined before it; "
+                "this cannot be staged",
+                br.source,
+                help="assign a value computed inside the `if`",
+            )
         seen.add(id(new))
         out.append((name, old, new))
     return out
 
 
-def _arm_graph(arm: TraceFrame, inits: list[Atom], news: list[Any], names: list[str], name: str
-               ) -> tuple[Graph, list[Var]]:
+def _arm_graph(
+    arm: TraceFrame, inits: list[Atom], news: list[Any], names: list[str], name: str
+) -> tuple[Graph, list[Var]]:
     """The body of one arm's `cond`: params `[pred, *captured, *carries]`, outputs the new values
     (a name the arm leaves alone passes its carry through). Returns it with the captured outer vars."""
     params: list[Var] = []
@@ -293,12 +344,14 @@ def _arm_graph(arm: TraceFrame, inits: list[Atom], news: list[Any], names: list[
         params.append(p)
         outs.append(p if new is None else lift(new, arm))
     captured = list(arm.captured.keys())
-    return Graph([Var(ScalarType(dt.BOOL), "cond"), *arm.captured.values(), *params], arm.eqns, outs,
-                 name=name), captured
+    return Graph(
+        [Var(ScalarType(dt.BOOL), "cond"), *arm.captured.values(), *params], arm.eqns, outs, name=name
+    ), captured
 
 
-def _bind_cond(st: TraceState, br: _Branch, captured: list[Var], inits: list[Any], graph: Graph,
-               negate: bool) -> list[Tracer]:
+def _bind_cond(
+    st: TraceState, br: _Branch, captured: list[Var], inits: list[Any], graph: Graph, negate: bool
+) -> list[Tracer]:
     outer, st.branches = st.branches, []  # the enclosing arms close after this one, not inside its bind
     try:
         params: dict[str, Any] = {"body": graph, "negate": True} if negate else {"body": graph}
@@ -317,9 +370,12 @@ def _close_one(st: TraceState, br: _Branch) -> None:
     for name, old, new in carries:
         init = to_atom(old, parent)
         if init.type != new.var.type:
-            raise CompileError(f"'{name}' changes type inside the staged `if`: {init.type} before it, "
-                               f"{new.var.type} in the arm; the implicit else keeps the old value",
-                               br.source, help="make both the same type (or pl.cast the new value)")
+            raise CompileError(
+                f"'{name}' changes type inside the staged `if`: {init.type} before it, "
+                f"{new.var.type} in the arm; the implicit else keeps the old value",
+                br.source,
+                help="make both the same type (or pl.cast the new value)",
+            )
         inits.append(init)
     graph, captured = _arm_graph(arm, inits, [n for _, _, n in carries], [c[0] for c in carries], "if_body")
     st.frames.pop()
@@ -346,8 +402,17 @@ def _close_two(st: TraceState, br: _Branch, locs: dict[str, Any]) -> None:
         t_new, e_new = br.then_after.get(name, old), else_after.get(name, old)
         in_then = _traced_change(br, name, old, t_new, then)
         in_else = _traced_change(br, name, old, e_new, arm)
-        if in_then or in_else or (old is MISSING and isinstance(t_new, Tracer) and isinstance(e_new, Tracer)
-                                  and t_new.frame is then and e_new.frame is arm):
+        if (
+            in_then
+            or in_else
+            or (
+                old is MISSING
+                and isinstance(t_new, Tracer)
+                and isinstance(e_new, Tracer)
+                and t_new.frame is then
+                and e_new.frame is arm
+            )
+        ):
             names.append(name)
     inits: list[Any] = []
     for name in names:
@@ -355,31 +420,43 @@ def _close_two(st: TraceState, br: _Branch, locs: dict[str, Any]) -> None:
         t_new, e_new = br.then_after.get(name, old), else_after.get(name, old)
         types = {x.var.type for x in (t_new, e_new) if isinstance(x, Tracer)}
         if len(types) != 1:
-            raise CompileError(f"'{name}' has different types in the two arms of the staged `if`: "
-                               f"{t_new.var.type} (then) and {e_new.var.type} (else)", br.source,
-                               help="make both arms bind the same shape, dtype and memory (or pl.cast one)")
+            raise CompileError(
+                f"'{name}' has different types in the two arms of the staged `if`: "
+                f"{t_new.var.type} (then) and {e_new.var.type} (else)",
+                br.source,
+                help="make both arms bind the same shape, dtype and memory (or pl.cast one)",
+            )
         (ty,) = types
         for x in (t_new, e_new, old):
             if x is not MISSING and not isinstance(x, Tracer):
-                raise CompileError(f"'{name}' is a {type(x).__name__} in one arm of the staged `if` and a "
-                                   "traced value in the other; both arms must bind traced values of one type",
-                                   br.source, help=f"make '{name}' a traced value in both arms")
+                raise CompileError(
+                    f"'{name}' is a {type(x).__name__} in one arm of the staged `if` and a "
+                    "traced value in the other; both arms must bind traced values of one type",
+                    br.source,
+                    help=f"make '{name}' a traced value in both arms",
+                )
         init: Atom
         if old is MISSING:
             if isinstance(ty, TileType):  # both arms bind it (PyPTO's phi): the start value is never read
                 init = _placeholder_tile(parent, ty, br.source)
             elif not isinstance(ty, ScalarType):
-                raise CompileError(f"'{name}' is first bound inside the staged `if`/`else` to a {ty}; a tensor "
-                                   "needs a value before the `if`", br.source,
-                                   help=f"bind '{name}' before the `if`")
+                raise CompileError(
+                    f"'{name}' is first bound inside the staged `if`/`else` to a {ty}; a tensor "
+                    "needs a value before the `if`",
+                    br.source,
+                    help=f"bind '{name}' before the `if`",
+                )
             else:
                 init = literal(0, ty.dtype)
         else:
             init = to_atom(old, parent, ty.dtype if isinstance(ty, ScalarType) else dt.INDEX)
         if init.type != ty:
-            raise CompileError(f"'{name}' changes type inside the staged `if`: {init.type} before it, {ty} in "
-                               "an arm; an arm that keeps the old value keeps its type", br.source,
-                               help="make both the same type (or pl.cast the new value)")
+            raise CompileError(
+                f"'{name}' changes type inside the staged `if`: {init.type} before it, {ty} in "
+                "an arm; an arm that keeps the old value keeps its type",
+                br.source,
+                help="make both the same type (or pl.cast the new value)",
+            )
         inits.append(init)
 
     def arm_news(after: dict[str, Any], frame: TraceFrame) -> list[Any]:

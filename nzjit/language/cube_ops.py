@@ -24,12 +24,17 @@ ACC_PHASES = ("unspecified", "partial", "final")
 
 def _tile_operand(x: Any, what: str, name: str) -> TileType:
     if not isinstance(x, Tracer) or not isinstance(x.type, TileType):
-        raise CompileError(f"{what}: `{name}` must be a tile, got {x!r}", user_source(),
-                           help="load it first: pl.load(x, offsets, shape, target_memory=pl.Mem.Mat)")
+        raise CompileError(
+            f"{what}: `{name}` must be a tile, got {x!r}",
+            user_source(),
+            help="load it first: pl.load(x, offsets, shape, target_memory=pl.Mem.Mat)",
+        )
     return x.type
 
 
-def matmul_bias(lhs: Tracer, rhs: Tracer, bias: Tracer, b_trans: bool = False, *, _gemv: bool = False) -> Tracer:
+def matmul_bias(
+    lhs: Tracer, rhs: Tracer, bias: Tracer, b_trans: bool = False, *, _gemv: bool = False
+) -> Tracer:
     """`pl.tile.matmul_bias(lhs, rhs, bias)`: `lhs @ rhs + bias` on Mat tiles; `bias` a `[1, N]`
     tile of the accumulator's dtype (FP32, INT32 for INT8 operands), Mat (loaded like the
     operands) or Bias. The cube adds it to every row (TMATMUL_BIAS); a split K adds it once."""
@@ -44,11 +49,15 @@ def matmul_bias(lhs: Tracer, rhs: Tracer, bias: Tracer, b_trans: bool = False, *
 def _check_gemv(lhs: Any, acc_phase: Any, what: str) -> None:
     t = _tile_operand(lhs, what, "lhs")
     if t.rank != 2 or t.shape[0] != 1:
-        raise CompileError(f"{what} needs a one-row lhs [1, K], got {t}", user_source(),
-                           help="use pl.matmul for a lhs of several rows")
+        raise CompileError(
+            f"{what} needs a one-row lhs [1, K], got {t}",
+            user_source(),
+            help="use pl.matmul for a lhs of several rows",
+        )
     if acc_phase not in ACC_PHASES:
-        raise CompileError(f"{what}: acc_phase must be one of {', '.join(ACC_PHASES)}, got {acc_phase!r}",
-                           user_source())
+        raise CompileError(
+            f"{what}: acc_phase must be one of {', '.join(ACC_PHASES)}, got {acc_phase!r}", user_source()
+        )
 
 
 def gemv(lhs: Tracer, rhs: Tracer, acc_phase: str = "unspecified") -> Tracer:

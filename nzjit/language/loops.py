@@ -18,11 +18,18 @@ def range(*args: Any, init_values: tuple[Any, ...] | None = None) -> Iterator[An
     `results = pl.yield_(next, ...)`: the explicit carries (language/carries.py)."""
     if not 1 <= len(args) <= 3:
         raise CompileError("pl.range takes (stop), (start, stop) or (start, stop, step)", user_source())
-    start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
-    if not in_trace() and active_program() is not None:  # issue 28: PyPTO's host `for r in pl.range(pld.world_size())`
+    start, stop, step = (
+        (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+    )
+    if (
+        not in_trace() and active_program() is not None
+    ):  # issue 28: PyPTO's host `for r in pl.range(pld.world_size())`
         if init_values is not None:
-            raise CompileError("init_values is for a staged loop inside a kernel", user_source(),
-                               help="in an orchestration, rebind the name in the loop body")
+            raise CompileError(
+                "init_values is for a staged loop inside a kernel",
+                user_source(),
+                help="in an orchestration, rebind the name in the loop body",
+            )
         return iter(builtins.range(start, stop, step))
     return staged_loop("range", start, stop, step, None, user_source(), init_values)
 

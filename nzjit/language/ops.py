@@ -29,10 +29,17 @@ def _check_constant(x: Any, dtype: dt.DType) -> None:
     """A Python int meeting a scalar of a declared width must fit it (no silent wrap of a constant)."""
     if isinstance(x, numbers.Integral) and dtype.is_int:
         v = int(x)
-        lo, hi = (-(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1) if dtype.is_signed else (0, (1 << dtype.bits) - 1)
+        lo, hi = (
+            (-(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1)
+            if dtype.is_signed
+            else (0, (1 << dtype.bits) - 1)
+        )
         if not lo <= v <= hi:
-            raise CompileError(f"the constant {v} does not fit {dtype!r} (range {lo} .. {hi})", user_source(),
-                               help="use a wider scalar (pl.cast) or a constant in range")
+            raise CompileError(
+                f"the constant {v} does not fit {dtype!r} (range {lo} .. {hi})",
+                user_source(),
+                help="use a wider scalar (pl.cast) or a constant in range",
+            )
 
 
 def _scalar_dtype_of(*xs: Any) -> dt.DType:
@@ -45,15 +52,28 @@ def _scalar_dtype_of(*xs: Any) -> dt.DType:
 
 
 def _python_scalar(name: str, a: Any, b: Any) -> Any:
-    return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "floordiv": lambda: a // b,
-            "mod": lambda: a % b, "min": lambda: builtins.min(a, b), "max": lambda: builtins.max(a, b),
-            "lt": lambda: a < b, "le": lambda: a <= b, "gt": lambda: a > b, "ge": lambda: a >= b,
-            "eq": lambda: a == b, "ne": lambda: a != b}[name]()
+    return {
+        "add": lambda: a + b,
+        "sub": lambda: a - b,
+        "mul": lambda: a * b,
+        "floordiv": lambda: a // b,
+        "mod": lambda: a % b,
+        "min": lambda: builtins.min(a, b),
+        "max": lambda: builtins.max(a, b),
+        "lt": lambda: a < b,
+        "le": lambda: a <= b,
+        "gt": lambda: a > b,
+        "ge": lambda: a >= b,
+        "eq": lambda: a == b,
+        "ne": lambda: a != b,
+    }[name]()
 
 
 def scalar_binary(name: str, a: Any, b: Any) -> Any:
     """`a <op> b` on index scalars; integers wrap at their declared width, // and % floor (NZ-19)."""
-    a, b = (DynDim.kernel_value(x) if isinstance(x, DynDim) else x for x in (a, b))  # x.shape[0] of a pl.dynamic
+    a, b = (
+        DynDim.kernel_value(x) if isinstance(x, DynDim) else x for x in (a, b)
+    )  # x.shape[0] of a pl.dynamic
     if not isinstance(a, Tracer) and not isinstance(b, Tracer):
         return _python_scalar(name, a, b)
     for x in (a, b):
@@ -113,19 +133,28 @@ def _offsets(xs: Sequence[Any], what: str) -> list[Any]:
     return [x if isinstance(x, Tracer) else int(x) for x in xs]
 
 
-def _check_window(what: str, offsets: Sequence[Any], extents: Sequence[Any], shape: Sequence[Any],
-                  help: str | None = None) -> None:  # noqa: A002 - CompileError's own name
+def _check_window(
+    what: str, offsets: Sequence[Any], extents: Sequence[Any], shape: Sequence[Any], help: str | None = None
+) -> None:  # noqa: A002 - CompileError's own name
     """A window whose offset and extent are static must lie inside the tensor (checked when built:
     the device would read or write past the tensor)."""
     for axis, (o, n, d) in enumerate(zip(offsets, extents, shape)):
         if isinstance(o, int) and isinstance(n, int) and isinstance(d, int) and o + n > d:
-            raise CompileError(f"{what} window [{o}, {o + n}) on axis {axis} is out of bounds for the "
-                               f"dimension {d} of {list(shape)}", user_source(), help=help)
+            raise CompileError(
+                f"{what} window [{o}, {o + n}) on axis {axis} is out of bounds for the "
+                f"dimension {d} of {list(shape)}",
+                user_source(),
+                help=help,
+            )
 
 
 def _static_extent(start: Any, stop: Any, dim: Any, axis: int) -> Any:
-    if isinstance(dim, DynDim) and type(start) is int and start == 0 and (stop is None or stop is dim or (
-            isinstance(stop, DynDim) and stop == dim)):
+    if (
+        isinstance(dim, DynDim)
+        and type(start) is int
+        and start == 0
+        and (stop is None or stop is dim or (isinstance(stop, DynDim) and stop == dim))
+    ):
         return dim  # the whole of a pl.dynamic axis (issue 23 item 7): a window of the call's extent
     if stop is None:
         if isinstance(start, int) and isinstance(dim, int):
@@ -139,12 +168,18 @@ def _static_extent(start: Any, stop: Any, dim: Any, axis: int) -> Any:
         if not any(diff.values()):
             return hi[1] - lo[1]
     if isinstance(dim, DynDim) or isinstance(stop, DynDim):
-        raise CompileError(f"the extent of the slice on axis {axis} of the pl.dynamic dimension {dim} must be "
-                           "static or the whole axis", user_source(),
-                           help="slice the whole axis (x[:, ...]) or a constant extent (x[n0 : n0 + 128]); a "
-                           "ragged tail is a pl.load with valid_shape=[pl.min(rows, 128), ...]")
-    raise CompileError(f"the extent of the slice on axis {axis} must be static", user_source(),
-                       help="write the window as w[n0 : n0 + 128] (start + a constant)")
+        raise CompileError(
+            f"the extent of the slice on axis {axis} of the pl.dynamic dimension {dim} must be "
+            "static or the whole axis",
+            user_source(),
+            help="slice the whole axis (x[:, ...]) or a constant extent (x[n0 : n0 + 128]); a "
+            "ragged tail is a pl.load with valid_shape=[pl.min(rows, 128), ...]",
+        )
+    raise CompileError(
+        f"the extent of the slice on axis {axis} must be static",
+        user_source(),
+        help="write the window as w[n0 : n0 + 128] (start + a constant)",
+    )
 
 
 def _linear(x: Any, frame: Any, depth: int = 0) -> tuple[dict[Var, int], int]:
@@ -203,8 +238,11 @@ def _parse_key(t: Tracer, key: Any) -> tuple[list[Any], list[int], tuple[int, ..
             sizes.append(1)
             drop.append(axis)
         if isinstance(offsets[-1], int) and isinstance(dim, int) and offsets[-1] + sizes[-1] > dim:
-            raise CompileError(f"window [{offsets[-1]}, {offsets[-1] + sizes[-1]}) on axis {axis} is out of "
-                               f"bounds for dimension {dim}", user_source())
+            raise CompileError(
+                f"window [{offsets[-1]}, {offsets[-1] + sizes[-1]}) on axis {axis} is out of "
+                f"bounds for dimension {dim}",
+                user_source(),
+            )
     return offsets, sizes, tuple(drop)
 
 
@@ -233,8 +271,9 @@ def setitem(t: Tracer, key: Any, value: Any) -> None:
     kept = tuple(s for i, s in enumerate(sizes) if i not in drop)
     vshape = tuple(value.shape)
     if kept != vshape and tuple(sizes) != vshape:
-        raise CompileError(f"cannot assign a value of shape {list(vshape)} to a window of shape "
-                           f"{list(kept)}", user_source())
+        raise CompileError(
+            f"cannot assign a value of shape {list(vshape)} to a window of shape {list(kept)}", user_source()
+        )
     bind(P.tensor_assign_p, [[t], [value], offsets], {"shape": tuple(sizes)})
 
 
@@ -247,15 +286,24 @@ def create_tensor(shape: Sequence[int], dtype: Any) -> Any:
         return prog.create_tensor(shape, dtype)
     if in_trace():  # a kernel: PyPTO's accumulator start value (passes/tensor_to_tile.py)
         return bind(P.tensor_create_p, [], {"shape": tuple(_int(d) for d in shape), "dtype": dtype})[0]
-    raise CompileError("pl.create_tensor is used in an orchestration body here; a kernel allocates its "
-                       "tensors from its Out parameters", user_source(),
-                       help="call it inside a @pl.orchestration, or add an Out parameter to the kernel")
+    raise CompileError(
+        "pl.create_tensor is used in an orchestration body here; a kernel allocates its "
+        "tensors from its Out parameters",
+        user_source(),
+        help="call it inside a @pl.orchestration, or add an Out parameter to the kernel",
+    )
 
 
-def slice(t: Tracer, shape: Sequence[int], offsets: Sequence[Index],  # noqa: A001
-          valid_shape: Sequence[Index] | None = None) -> Tracer:
+def slice(
+    t: Tracer,
+    shape: Sequence[int],
+    offsets: Sequence[Index],  # noqa: A001
+    valid_shape: Sequence[Index] | None = None,
+) -> Tracer:
     """pl.slice(t, shape, offsets, valid_shape=None): a window of a tensor (shape before offsets)."""
-    in_orchestration = getattr(t, "orchestration_slice", None)  # an orchestration argument's handle (issue 25)
+    in_orchestration = getattr(
+        t, "orchestration_slice", None
+    )  # an orchestration argument's handle (issue 25)
     if in_orchestration is not None:
         return in_orchestration(shape, offsets, valid_shape)
     offsets = _offsets(offsets, "pl.slice")
@@ -272,9 +320,12 @@ def reshape(t: Tracer, shape: Sequence[int]) -> Tracer:
 
 def _refuse_nz(t: Tracer, what: str) -> None:
     if isinstance(t.type, TensorType) and t.type.layout is Layout.NZ:
-        raise CompileError(f"{what} does not support an NZ source: it would reinterpret NZ coordinates",
-                           user_source(), rule="NZ-14",
-                           help="load the NZ tensor with pl.load(..., target_memory=pl.Mem.Mat) instead")
+        raise CompileError(
+            f"{what} does not support an NZ source: it would reinterpret NZ coordinates",
+            user_source(),
+            rule="NZ-14",
+            help="load the NZ tensor with pl.load(..., target_memory=pl.Mem.Mat) instead",
+        )
 
 
 def tensor_view(t: Tracer, shape: Sequence[int]) -> Tracer:
@@ -297,8 +348,15 @@ def tensor_reinterpret_view(t: Tracer, dtype: dt.DType, shape: Sequence[int] | N
 
 
 # ---------------------------------------------------------------------------------- tile level
-def load(tensor: Tracer, offsets: Sequence[Index], shapes: Sequence[int], target_memory: Mem | None = None,
-         valid_shape: Sequence[Index] | None = None, *, clamp: bool = False) -> Tracer:
+def load(
+    tensor: Tracer,
+    offsets: Sequence[Index],
+    shapes: Sequence[int],
+    target_memory: Mem | None = None,
+    valid_shape: Sequence[Index] | None = None,
+    *,
+    clamp: bool = False,
+) -> Tracer:
     """pl.load(tensor, offsets, shapes, target_memory=pl.Mem.Vec, valid_shape=None, clamp=False) -> Tile.
 
     The window may run past the tensor when its valid part does not (a ragged last tile: TLOAD
@@ -316,16 +374,26 @@ def load(tensor: Tracer, offsets: Sequence[Index], shapes: Sequence[int], target
         raise CompileError("pl.load valid_shape must have one entry per window axis", user_source())
     for v, s in zip(valid, shapes):
         if isinstance(v, int) and not 0 < v <= s:
-            raise CompileError(f"pl.load valid_shape {list(valid)} must lie within shapes {list(shapes)}",
-                               user_source())
-    _check_window("pl.load", offsets, valid or shapes, tensor.type.shape,
-                  help="a ragged tile reads only its valid part: give it a valid_shape inside the tensor, "
-                       "or pass clamp=True")
+            raise CompileError(
+                f"pl.load valid_shape {list(valid)} must lie within shapes {list(shapes)}", user_source()
+            )
+    _check_window(
+        "pl.load",
+        offsets,
+        valid or shapes,
+        tensor.type.shape,
+        help="a ragged tile reads only its valid part: give it a valid_shape inside the tensor, "
+        "or pass clamp=True",
+    )
     valid_static = tuple(v if isinstance(v, int) else None for v in valid) if valid else None
     memory = Mem.Vec if target_memory is None else target_memory
     _check_tile_geometry("pl.load", tuple(shapes), tensor.type.dtype, memory)
-    params = {"shape": tuple(shapes), "memory": memory, "valid_static": valid_static,
-              "memory_given": target_memory is not None}
+    params = {
+        "shape": tuple(shapes),
+        "memory": memory,
+        "valid_static": valid_static,
+        "memory_given": target_memory is not None,
+    }
     return bind(P.tile_load_p, [[tensor], list(offsets), valid], params)[0]
 
 
@@ -346,8 +414,9 @@ def store(tile: Tracer, offsets: Sequence[Index], out: Tracer, **attrs: Any) -> 
     if not isinstance(out, Tracer) or not isinstance(out.type, TensorType):
         raise CompileError("pl.store writes into a tensor", user_source())
     if len(offsets) != out.type.rank:
-        raise CompileError(f"pl.store into a rank-{out.type.rank} tensor needs {out.type.rank} offsets",
-                           user_source())
+        raise CompileError(
+            f"pl.store into a rank-{out.type.rank} tensor needs {out.type.rank} offsets", user_source()
+        )
     # an NZ target's window is checked with the store's own NZ rules (NZ-21, BlockNzTensorViews)
     if _is_tile(tile) and tile.type.rank <= out.type.rank and out.type.layout is Layout.ND:  # type: ignore[union-attr]
         tt: TileType = tile.type  # type: ignore[assignment]
@@ -363,18 +432,28 @@ def _check_tile_geometry(what: str, shape: tuple[Any, ...], dtype: dt.DType, mem
         return
     cols = shape[-1]
     if (cols * dtype.bits) % 256:
-        raise CompileError(f"{what}: a Vec tile row is whole 32-byte blocks; {cols} {dtype!r} columns are "
-                           f"{cols * dtype.bits / 8:g} bytes, so columns must be a multiple of "
-                           f"{dt.c0_of(dtype)}", user_source(),
-                           help="widen the window and pass the real extent as valid_shape")
+        raise CompileError(
+            f"{what}: a Vec tile row is whole 32-byte blocks; {cols} {dtype!r} columns are "
+            f"{cols * dtype.bits / 8:g} bytes, so columns must be a multiple of "
+            f"{dt.c0_of(dtype)}",
+            user_source(),
+            help="widen the window and pass the real extent as valid_shape",
+        )
 
 
 def _is_tile(x: Any) -> bool:
     return isinstance(x, Tracer) and isinstance(x.type, TileType)
 
 
-def matmul(a: Tracer, b: Tracer, b_trans: bool = False, out_dtype: dt.DType | None = None, *,
-           a_trans: bool = False, c_matrix_nz: bool = False) -> Tracer:
+def matmul(
+    a: Tracer,
+    b: Tracer,
+    b_trans: bool = False,
+    out_dtype: dt.DType | None = None,
+    *,
+    a_trans: bool = False,
+    c_matrix_nz: bool = False,
+) -> Tracer:
     """pl.matmul on Mat tiles (-> Acc tile) or on tensors (placed by ConvertTensorToTileOps).
 
     PyPTO's `a_trans=True` multiplies by the transpose of `a` (a transposed view of a Mat tile);
@@ -382,9 +461,12 @@ def matmul(a: Tracer, b: Tracer, b_trans: bool = False, out_dtype: dt.DType | No
     _check_matmul_flags(a_trans, c_matrix_nz)
     if a_trans:
         if not _is_tile(a):
-            raise CompileError("pl.matmul(a_trans=True) needs `a` as a Mat tile: a tensor window is loaded "
-                               "by the compiler in its own layout", user_source(),
-                               help="load it first: a = pl.load(x, offsets, shape, target_memory=pl.Mem.Mat)")
+            raise CompileError(
+                "pl.matmul(a_trans=True) needs `a` as a Mat tile: a tensor window is loaded "
+                "by the compiler in its own layout",
+                user_source(),
+                help="load it first: a = pl.load(x, offsets, shape, target_memory=pl.Mem.Mat)",
+            )
         a = transpose_view(a)
     prim = P.tile_matmul_p if _is_tile(a) else P.tensor_matmul_p
     return bind(prim, [[a], [b]], {"b_trans": b_trans, "out_dtype": out_dtype})[0]
@@ -396,14 +478,24 @@ def _check_matmul_flags(a_trans: Any, c_matrix_nz: Any) -> None:
             raise CompileError(f"pl.matmul {name} must be a bool, got {v!r}", user_source())
 
 
-def matmul_acc(acc: Tracer, a: Tracer, b: Tracer, b_trans: bool = False, *, a_trans: bool = False,
-               c_matrix_nz: bool = False) -> Tracer:
+def matmul_acc(
+    acc: Tracer,
+    a: Tracer,
+    b: Tracer,
+    b_trans: bool = False,
+    *,
+    a_trans: bool = False,
+    c_matrix_nz: bool = False,
+) -> Tracer:
     """acc + a @ b (b transposed when b_trans; a when a_trans, a Mat tile)."""
     _check_matmul_flags(a_trans, c_matrix_nz)
     if a_trans:
         if not _is_tile(a):
-            raise CompileError("pl.matmul_acc(a_trans=True) needs `a` as a Mat tile", user_source(),
-                               help="load it first: a = pl.load(x, offsets, shape, target_memory=pl.Mem.Mat)")
+            raise CompileError(
+                "pl.matmul_acc(a_trans=True) needs `a` as a Mat tile",
+                user_source(),
+                help="load it first: a = pl.load(x, offsets, shape, target_memory=pl.Mem.Mat)",
+            )
         a = transpose_view(a)
     prim = P.tile_matmul_acc_p if _is_tile(a) else P.tensor_matmul_acc_p
     return bind(prim, [[acc], [a], [b]], {"b_trans": b_trans})[0]
@@ -438,8 +530,9 @@ def elementwise(name: str, *xs: Any) -> Tracer:
 
 #: What the Python operators of a traced value stage: `a + b` is pl.add on tiles and scalar
 #: arithmetic on scalars, `t[i]` a tensor.slice, `t[i] = v` a tensor.assign (nzjit.tracing.tracer).
-Tracer.operators = Operators(scalar_binary=scalar_binary, elementwise=elementwise, getitem=getitem,
-                             setitem=setitem)
+Tracer.operators = Operators(
+    scalar_binary=scalar_binary, elementwise=elementwise, getitem=getitem, setitem=setitem
+)
 
 
 def add(a: Tracer, b: Tracer) -> Tracer:

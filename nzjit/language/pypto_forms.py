@@ -32,7 +32,9 @@ from .loops import pipeline as _pipeline
 from .loops import range as _range
 
 
-def parallel(*args: Any, chunk: int | None = None, init_values: tuple[Any, ...] | None = None) -> Iterator[Any]:
+def parallel(
+    *args: Any, chunk: int | None = None, init_values: tuple[Any, ...] | None = None
+) -> Iterator[Any]:
     """pl.parallel(stop) / (start, stop[, step]): independent trips, staged as pl.range (with
     PyPTO's `init_values`, explicit carries, as pl.range has them)."""
     if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
@@ -45,8 +47,11 @@ def unroll(*args: Any) -> builtins.range:
     if not 1 <= len(args) <= 3:
         raise CompileError("pl.unroll takes (stop), (start, stop) or (start, stop, step)", user_source())
     if any(isinstance(a, Tracer) for a in args):
-        raise CompileError("pl.unroll needs static bounds: it is unrolled when the kernel is traced",
-                           user_source(), help="use pl.range for a loop over traced bounds")
+        raise CompileError(
+            "pl.unroll needs static bounds: it is unrolled when the kernel is traced",
+            user_source(),
+            help="use pl.range for a loop over traced bounds",
+        )
     return builtins.range(*args)
 
 
@@ -54,7 +59,9 @@ def pipeline(*args: Any, stage: int = 2) -> Iterator[Tracer]:
     """pl.pipeline(stop, stage=2) or pl.pipeline(start, stop[, step], stage=2)."""
     if not 1 <= len(args) <= 3:
         raise CompileError("pl.pipeline takes (stop), (start, stop) or (start, stop, step)", user_source())
-    start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+    start, stop, step = (
+        (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+    )
     return _pipeline(start, stop, step, stage=stage)
 
 
@@ -69,15 +76,22 @@ class Level(enum.Enum):
 
 
 @contextmanager
-def at(level: Level = Level.CORE_GROUP, optimizations: Sequence[Any] | None = None,
-       name_hint: str | None = None) -> Iterator[None]:
+def at(
+    level: Level = Level.CORE_GROUP, optimizations: Sequence[Any] | None = None, name_hint: str | None = None
+) -> Iterator[None]:
     """`with pl.at(level=..., optimizations=[...], name_hint=...)`: an InCore scope (module docstring)."""
     if not isinstance(level, Level):
-        raise CompileError(f"pl.at level must be a pl.Level, got {level!r}", user_source(),
-                           help="e.g. pl.at(level=pl.Level.CORE_GROUP)")
+        raise CompileError(
+            f"pl.at level must be a pl.Level, got {level!r}",
+            user_source(),
+            help="e.g. pl.at(level=pl.Level.CORE_GROUP)",
+        )
     if level is Level.HOST:
-        raise CompileError("pl.at(level=pl.Level.HOST) inside a kernel: a kernel body runs on the core",
-                           user_source(), help="move host code into a @pl.jit / @pl.orchestration function")
+        raise CompileError(
+            "pl.at(level=pl.Level.HOST) inside a kernel: a kernel body runs on the core",
+            user_source(),
+            help="move host code into a @pl.jit / @pl.orchestration function",
+        )
     if name_hint is not None and not isinstance(name_hint, str):
         raise CompileError(f"pl.at name_hint must be a str, got {name_hint!r}", user_source())
     if optimizations is not None and not isinstance(optimizations, list | tuple):
@@ -98,16 +112,25 @@ class FunctionType(enum.Enum):
     Opaque = "opaque"
 
 
-def function(fn: Callable[..., Any] | None = None, *, type: FunctionType = FunctionType.Opaque,  # noqa: A002
-             target: Target = Target.A2A3) -> Any:
+def function(
+    fn: Callable[..., Any] | None = None,
+    *,
+    type: FunctionType = FunctionType.Opaque,  # noqa: A002
+    target: Target = Target.A2A3,
+) -> Any:
     """@pl.function(type=pl.FunctionType.InCore) is @pl.kernel; type=Orchestration is @pl.orchestration."""
+
     def deco(f: Callable[..., Any]) -> Any:
         if type is FunctionType.InCore:
             return kernel(f, target=target)
         if type is FunctionType.Orchestration:
             return orchestration(f)
-        raise CompileError(f"@pl.function(type={type}) is not a kernel or an orchestration on nzjit",
-                           user_source(), help="use type=pl.FunctionType.InCore or pl.FunctionType.Orchestration")
+        raise CompileError(
+            f"@pl.function(type={type}) is not a kernel or an orchestration on nzjit",
+            user_source(),
+            help="use type=pl.FunctionType.InCore or pl.FunctionType.Orchestration",
+        )
+
     return deco if fn is None else deco(fn)
 
 

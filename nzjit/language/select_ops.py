@@ -31,8 +31,11 @@ _CODES = "0=EQ, 1=NE, 2=LT, 3=LE, 4=GT, 5=GE"
 
 def _mode(what: str, cmp_type: Any) -> str:
     if isinstance(cmp_type, bool) or not isinstance(cmp_type, numbers.Integral) or not 0 <= int(cmp_type) < 6:
-        raise CompileError(f"{what}: cmp_type must be an int code, got {cmp_type!r}", user_source(),
-                           help=f"cmp_type is {_CODES}")
+        raise CompileError(
+            f"{what}: cmp_type must be an int code, got {cmp_type!r}",
+            user_source(),
+            help=f"cmp_type is {_CODES}",
+        )
     return SP.CMP_MODES[int(cmp_type)]
 
 
@@ -41,17 +44,23 @@ def _dtype(what: str, tile: Tracer, table: dict[str, frozenset[np.dtype]]) -> No
     d = tile.type.dtype
     if d.np_dtype not in table[target]:
         names = ", ".join(sorted(dt.from_numpy(x).short for x in table[target]))
-        raise CompileError(f"{what}: the {target} vector unit compares or selects no {d!r} tiles (it takes {names})",
-                           user_source(), help="pl.cast the tile first")
+        raise CompileError(
+            f"{what}: the {target} vector unit compares or selects no {d!r} tiles (it takes {names})",
+            user_source(),
+            help="pl.cast the tile first",
+        )
 
 
 def _int32_mode(what: str, tile: Tracer, mode: str) -> None:
     """pto-isa: A2/A3's int32 compare path runs EQ whatever the mode, so another mode would be wrong."""
     if current_state().target == "A2A3" and tile.type.dtype is dt.INT32 and mode != "eq":
-        raise CompileError(f"{what}: the A2A3 vector unit compares INT32 tiles for equality only (its int32 "
-                           f"path runs EQ whatever the mode), so cmp_type {SP.CMP_MODES.index(mode)} "
-                           f"({mode.upper()}) would be computed as EQ", user_source(),
-                           help="pl.cast both sides to pl.FP32 first (exact for |x| < 2**24)")
+        raise CompileError(
+            f"{what}: the A2A3 vector unit compares INT32 tiles for equality only (its int32 "
+            f"path runs EQ whatever the mode), so cmp_type {SP.CMP_MODES.index(mode)} "
+            f"({mode.upper()}) would be computed as EQ",
+            user_source(),
+            help="pl.cast both sides to pl.FP32 first (exact for |x| < 2**24)",
+        )
 
 
 def _is_scalar(x: Any) -> bool:
@@ -79,8 +88,9 @@ def cmps(lhs: Any, rhs: Any, cmp_type: int = 0) -> Tracer:
     _dtype("pl.cmps", a, RS.CMPS_DTYPES)
     _int32_mode("pl.cmps", a, mode)
     if not _is_scalar(rhs):
-        raise CompileError(f"pl.cmps compares with a scalar, got {rhs!r}", user_source(),
-                           help="use pl.cmp for two tiles")
+        raise CompileError(
+            f"pl.cmps compares with a scalar, got {rhs!r}", user_source(), help="use pl.cmp for two tiles"
+        )
     return bind(SP.cmps_p, [[a], [rhs]], {"mode": mode}, dtype=a.type.dtype)[0]
 
 
@@ -96,16 +106,20 @@ def set_validshape(x: Any, valid_rows: Any, valid_cols: Any) -> Tracer:
     """`pl.set_validshape(tile, valid_rows, valid_cols)` (ints or integer scalars): the tile's bytes
     with another valid region (a tensor's is refused: give valid_shape= where it is loaded)."""
     if isinstance(x, Tracer) and hasattr(x.type, "layout"):  # a tensor: its valid shape is the load's
-        raise CompileError("pl.set_validshape of a tensor is not built: a tensor's valid region is given where it is "
-                           "loaded or sliced", user_source(),
-                           help="pl.load(x, offsets, shape, valid_shape=[rows, cols]) or pl.slice(x, shape, offsets, "
-                                "valid_shape=[rows, cols])")
+        raise CompileError(
+            "pl.set_validshape of a tensor is not built: a tensor's valid region is given where it is "
+            "loaded or sliced",
+            user_source(),
+            help="pl.load(x, offsets, shape, valid_shape=[rows, cols]) or pl.slice(x, shape, offsets, "
+            "valid_shape=[rows, cols])",
+        )
     t = as_tile(x, "pl.set_validshape")
     vals = [valid_rows, valid_cols]
     for v in vals:
         if not (isinstance(v, Tracer) or (isinstance(v, numbers.Integral) and not isinstance(v, bool))):
-            raise CompileError(f"pl.set_validshape: a valid extent is an int or an integer scalar, got {v!r}",
-                               user_source())
+            raise CompileError(
+                f"pl.set_validshape: a valid extent is an int or an integer scalar, got {v!r}", user_source()
+            )
     static = tuple(None if isinstance(v, Tracer) else int(v) for v in vals)
     return bind(SP.set_validshape_p, [[t], [v for v in vals if isinstance(v, Tracer)]], {"static": static})[0]
 
@@ -114,13 +128,22 @@ def transpose(x: Any, axis1: int = 0, axis2: int = 1) -> Tracer:
     """`pl.transpose(tile, axis1, axis2)` of a 2-D Vec tile (TTRANS, a copy; the compiler supplies its
     tmp). A tensor is refused: load it, or let the matmul read it transposed."""
     if isinstance(x, Tracer) and hasattr(x.type, "layout"):
-        raise CompileError("pl.transpose of a tensor is not built: a GM transpose moves data", user_source(),
-                           help="pl.load the window and transpose the Vec tile, or pass b_trans=True / a_trans=True "
-                                "to pl.matmul")
+        raise CompileError(
+            "pl.transpose of a tensor is not built: a GM transpose moves data",
+            user_source(),
+            help="pl.load the window and transpose the Vec tile, or pass b_trans=True / a_trans=True "
+            "to pl.matmul",
+        )
     t = as_tile(x, "pl.transpose")
-    axes = sorted(int(a) % 2 for a in (axis1, axis2)) if all(isinstance(a, int) for a in (axis1, axis2)) else None
+    axes = (
+        sorted(int(a) % 2 for a in (axis1, axis2))
+        if all(isinstance(a, int) for a in (axis1, axis2))
+        else None
+    )
     if axes != [0, 1]:
-        raise CompileError(f"pl.transpose of a 2-D tile swaps axes 0 and 1, got {axis1!r}, {axis2!r}", user_source())
+        raise CompileError(
+            f"pl.transpose of a 2-D tile swaps axes 0 and 1, got {axis1!r}, {axis2!r}", user_source()
+        )
     return bind(SP.tile_transpose_p, [[t]])[0]
 
 
@@ -129,8 +152,10 @@ def sels(mask: Any, src: Any, tmp: Any = None, scalar: Any = None) -> Tracer:
     a = as_tile(src, "pl.sels")
     _dtype("pl.sels", a, RS.SEL_DTYPES)
     if scalar is None or not _is_scalar(scalar):
-        raise CompileError(f"pl.sels selects a scalar where the mask is clear, got {scalar!r}", user_source(),
-                           help="pl.sels(mask, src, tmp, 0.0)")
+        raise CompileError(
+            f"pl.sels selects a scalar where the mask is clear, got {scalar!r}",
+            user_source(),
+            help="pl.sels(mask, src, tmp, 0.0)",
+        )
     extra = [] if tmp is None else [as_tile(tmp, "pl.sels")]
-    return bind(SP.sels_p, [[as_tile(mask, "pl.sels")], [a], extra, [scalar]],
-                dtype=a.type.dtype)[0]
+    return bind(SP.sels_p, [[as_tile(mask, "pl.sels")], [a], extra, [scalar]], dtype=a.type.dtype)[0]

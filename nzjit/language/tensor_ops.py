@@ -37,8 +37,9 @@ def dim(tensor: Any, axis: int) -> Any:
         raise CompileError(f"pl.tensor.dim reads a tensor's dimension, got {tensor!r}", user_source())
     t = tensor.type
     if isinstance(axis, bool) or not isinstance(axis, numbers.Integral) or not -t.rank <= int(axis) < t.rank:
-        raise CompileError(f"pl.tensor.dim: axis {axis!r} is not an axis of the rank-{t.rank} tensor {t}",
-                           user_source())
+        raise CompileError(
+            f"pl.tensor.dim: axis {axis!r} is not an axis of the rank-{t.rank} tensor {t}", user_source()
+        )
     a = int(axis) % t.rank
     d = t.shape[a]
     if not isinstance(d, DynDim):
@@ -48,8 +49,11 @@ def dim(tensor: Any, axis: int) -> Any:
 
 def _indices(t: Any, offset: Any, what: str) -> list[Any]:
     if isinstance(t, Tracer) and isinstance(t.type, TileType):
-        raise CompileError(f"{what} of a tile is not built: a tile's element is a vector register lane here",
-                           user_source(), help="pl.store the tile and read the tensor, or pl.cmp / pl.sel on it")
+        raise CompileError(
+            f"{what} of a tile is not built: a tile's element is a vector register lane here",
+            user_source(),
+            help="pl.store the tile and read the tensor, or pl.cmp / pl.sel on it",
+        )
     if not isinstance(t, Tracer) or not isinstance(t.type, TensorType):
         raise CompileError(f"{what} takes a tensor, got {t!r}", user_source())
     idx = list(offset) if isinstance(offset, Sequence) else [offset]
@@ -78,8 +82,9 @@ def _kernel_value(d: DynDim) -> Tracer:
     for p in root.params:
         if isinstance(p.type, TensorType) and d in p.type.shape:
             return dim(Tracer(p, root), p.type.shape.index(d))
-    raise CompileError(f"the dynamic dimension {d.name} is no parameter's: it has no value in this kernel",
-                       user_source())
+    raise CompileError(
+        f"the dynamic dimension {d.name} is no parameter's: it has no value in this kernel", user_source()
+    )
 
 
 DynDim.kernel_value = staticmethod(_kernel_value)
@@ -91,16 +96,22 @@ def assemble(target: Any, source: Any, offset: Sequence[Any], *, atomic: Any = N
     computed tensor value such as a matmul result (`target[window] = source`); a tile target is
     `pl.tile.assemble` (TINSERT). PyPTO's `atomic=` combine is not built (refused)."""
     if atomic not in (None, False) and str(atomic) not in ("AtomicType.None_", "None_"):
-        raise CompileError(f"pl.assemble(atomic={atomic!r}) is not built: an atomic combine into GM", user_source(),
-                           help="accumulate in an Acc tile (pl.matmul_acc) or a Vec tile (pl.add), then assemble it")
+        raise CompileError(
+            f"pl.assemble(atomic={atomic!r}) is not built: an atomic combine into GM",
+            user_source(),
+            help="accumulate in an Acc tile (pl.matmul_acc) or a Vec tile (pl.add), then assemble it",
+        )
     if isinstance(target, Tracer) and isinstance(target.type, TileType):
         return tile_assemble(target, source, offset)
     if not isinstance(target, Tracer) or not isinstance(target.type, TensorType):
         raise CompileError(f"pl.assemble writes into a tensor or a tile, got {target!r}", user_source())
     offs = _offsets(list(offset), "pl.assemble")
     if len(offs) != target.type.rank:
-        raise CompileError(f"pl.assemble into a rank-{target.type.rank} tensor takes {target.type.rank} offsets, "
-                           f"got {len(offs)}", user_source())
+        raise CompileError(
+            f"pl.assemble into a rank-{target.type.rank} tensor takes {target.type.rank} offsets, "
+            f"got {len(offs)}",
+            user_source(),
+        )
     if isinstance(source, Tracer) and isinstance(source.type, TileType):
         return store(source, offs, target)
     if not isinstance(source, Tracer) or not isinstance(source.type, TensorType):

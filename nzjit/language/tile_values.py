@@ -32,13 +32,18 @@ def _window(t: Tracer, key: Any) -> tuple[tuple[int, int], tuple[int, int]]:
         if isinstance(k, numbers.Integral) and not isinstance(k, bool):
             k = builtins.slice(int(k), int(k) + 1)  # a tile keeps its rank: t[0] is the [1, C] row
         if not isinstance(k, builtins.slice) or k.step not in (None, 1):
-            raise CompileError(f"tile indexing takes static slices, got {k!r} on axis {axis}", user_source(),
-                               help="slice with Python ints: t[0:16, 64:128]")
+            raise CompileError(
+                f"tile indexing takes static slices, got {k!r} on axis {axis}",
+                user_source(),
+                help="slice with Python ints: t[0:16, 64:128]",
+            )
         lo = 0 if k.start is None else k.start
         hi = dim if k.stop is None else k.stop
         if not all(isinstance(x, numbers.Integral) for x in (lo, hi)) or not 0 <= lo < hi <= dim:
-            raise CompileError(f"tile window [{lo}:{hi}] on axis {axis} must be static and inside the tile's "
-                               f"{dim}", user_source())
+            raise CompileError(
+                f"tile window [{lo}:{hi}] on axis {axis} must be static and inside the tile's {dim}",
+                user_source(),
+            )
         offs.append(int(lo))
         sizes.append(int(hi) - int(lo))
     return (offs[0], offs[1]), (sizes[0], sizes[1])
@@ -56,15 +61,22 @@ def tile_setitem(t: Tracer, key: Any, value: Any) -> None:
     """`t[r0:r1, c0:c1] = value`: the tile with the window replaced; `t` now names it."""
     offs, shape = _window(t, key)
     if not (isinstance(value, Tracer) and isinstance(value.type, TileType)):
-        raise CompileError(f"only a tile can be assigned into a tile window, got {value!r}", user_source(),
-                           help="build it with pl.full(...) for a constant")
+        raise CompileError(
+            f"only a tile can be assigned into a tile window, got {value!r}",
+            user_source(),
+            help="build it with pl.full(...) for a constant",
+        )
     if tuple(value.type.shape) != shape:
-        raise CompileError(f"cannot assign a tile of shape {list(value.type.shape)} to a window of shape "
-                           f"{list(shape)}", user_source())
+        raise CompileError(
+            f"cannot assign a tile of shape {list(value.type.shape)} to a window of shape {list(shape)}",
+            user_source(),
+        )
     if t.frame is not current_state().top:  # a staged loop carries names, not this tracer object
-        raise CompileError("assignment into a tile made outside this staged loop would not be carried by it",
-                           user_source(), help=f"write t = pl.tile.assemble(t, value, [{offs[0]}, {offs[1]}]) "
-                                               "inside the loop")
+        raise CompileError(
+            "assignment into a tile made outside this staged loop would not be carried by it",
+            user_source(),
+            help=f"write t = pl.tile.assemble(t, value, [{offs[0]}, {offs[1]}]) inside the loop",
+        )
     out = bind(VP.tile_assemble_p, [[t], [value]], {"offsets": offs})[0]
     t.var, t.frame = out.var, out.frame  # rebind the caller's name to the updated tile
 
@@ -77,7 +89,9 @@ def assemble(target: Any, source: Any, offset: Sequence[int]) -> Tracer:
             raise CompileError(f"pl.tile.assemble takes tiles, got {x!r}", user_source())
     offs = tuple(int(o) for o in offset)
     if len(offs) != 2 or min(offs) < 0:
-        raise CompileError(f"pl.tile.assemble: offset is two non-negative ints, got {list(offset)}", user_source())
+        raise CompileError(
+            f"pl.tile.assemble: offset is two non-negative ints, got {list(offset)}", user_source()
+        )
     return bind(VP.tile_assemble_p, [[target], [source]], {"offsets": offs})[0]
 
 
@@ -98,7 +112,10 @@ def store(tile: Any, offsets: Sequence[Any], out: Any, **attrs: Any) -> Tracer:
     if isinstance(tile, Tracer) and isinstance(tile.type, TileType):
         shape = tile.type.shape
         if len(shape) == 2 and shape[1] == 1 and shape[0] > 1 and tile.type.memory.value == "Vec":
-            raise CompileError(f"pl.store of the [{shape[0]}, 1] column tile {tile.type}: TSTORE writes no Vec DN "
-                               "tile into an ND tensor", user_source(),
-                               help=f"pl.reshape(t, [1, {shape[0]}]) and store it into a [1, {shape[0]}] window")
+            raise CompileError(
+                f"pl.store of the [{shape[0]}, 1] column tile {tile.type}: TSTORE writes no Vec DN "
+                "tile into an ND tensor",
+                user_source(),
+                help=f"pl.reshape(t, [1, {shape[0]}]) and store it into a [1, {shape[0]}] window",
+            )
     return ops.store(tile, offsets, out, **attrs)

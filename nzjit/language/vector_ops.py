@@ -64,11 +64,15 @@ def _check_literal(what: str, value: Any, d: dt.DType) -> None:
     if isinstance(value, numbers.Integral):
         info = np.iinfo(d.np_dtype)
         if not info.min <= int(value) <= info.max:
-            raise _fail(f"{what}: the constant {int(value)} does not fit the {d!r} tile ({info.min} .. {info.max})",
-                        help="use a constant in range, or pl.cast the tile to a wider dtype")
+            raise _fail(
+                f"{what}: the constant {int(value)} does not fit the {d!r} tile ({info.min} .. {info.max})",
+                help="use a constant in range, or pl.cast the tile to a wider dtype",
+            )
     elif isinstance(value, numbers.Real):
-        raise _fail(f"{what}: a float constant {value!r} does not combine with a {d!r} tile",
-                    help="pass an int, or pl.cast the tile to a float dtype")
+        raise _fail(
+            f"{what}: a float constant {value!r} does not combine with a {d!r} tile",
+            help="pass an int, or pl.cast the tile to a float dtype",
+        )
 
 
 def as_tile(x: Any, what: str) -> Tracer:
@@ -78,8 +82,10 @@ def as_tile(x: Any, what: str) -> Tracer:
     if isinstance(x, Tracer) and isinstance(x.type, TensorType):
         t = x.type
         if t.rank != 2 or not t.is_static:
-            raise _fail(f"{what} on a tensor needs a static 2-D window, got {t}",
-                        help="slice a 2-D window (x[r0:r0 + R, :]) or pl.load it yourself")
+            raise _fail(
+                f"{what} on a tensor needs a static 2-D window, got {t}",
+                help="slice a 2-D window (x[r0:r0 + R, :]) or pl.load it yourself",
+            )
         return ops.load(x, [0, 0], [static_dim(d) for d in t.shape], target_memory=Mem.Vec)
     raise _fail(f"{what} takes tiles or tensor windows, got {x!r}")
 
@@ -91,15 +97,19 @@ def _check_dtype(what: str, op: str, tile: Tracer) -> None:
     table = RV.MATH_DTYPES if op in _FLOAT_ONLY else RV.ALU_DTYPES
     if d.np_dtype not in table[target]:
         names = ", ".join(sorted(dt.from_numpy(x).short for x in table[target]))
-        raise _fail(f"{what}: the {target} vector unit has no {d!r} {op} (it takes {names})",
-                    help="pl.cast the tile to pl.FP32 first, and back after")
+        raise _fail(
+            f"{what}: the {target} vector unit has no {d!r} {op} (it takes {names})",
+            help="pl.cast the tile to pl.FP32 first, and back after",
+        )
 
 
 def _vec(x: Any, what: str, op: str) -> Tracer:
     t = as_tile(x, what)
     if t.type.memory is not Mem.Vec:  # type: ignore[union-attr]
-        raise _fail(f"{what} works on Vec tiles, got {t.type}",
-                    help="load with target_memory=pl.Mem.Vec, or pl.move a cube result to pl.Mem.Vec")
+        raise _fail(
+            f"{what} works on Vec tiles, got {t.type}",
+            help="load with target_memory=pl.Mem.Vec, or pl.move a cube result to pl.Mem.Vec",
+        )
     _check_dtype(what, op, t)
     return t
 
@@ -230,7 +240,9 @@ def _mode(mode: Any) -> str:
     raise _fail(f"pl.cast: unknown mode {mode!r}", help=f"use one of {', '.join(RV.ROUND_MODES)} (or 0..6)")
 
 
-def cast(x: Any, target_type: dt.DType | None = None, mode: Any = None, *, dtype: dt.DType | None = None) -> Any:
+def cast(
+    x: Any, target_type: dt.DType | None = None, mode: Any = None, *, dtype: dt.DType | None = None
+) -> Any:
     """`pl.cast(x, target_type, mode="round")`. With a `mode` a Vec tile converts through TCVT with
     that pto::RoundMode (rint: nearest even, round: nearest away, floor, ceil, trunc, odd);
     without one the conversion is the older `tile.cast` (nearest even for floats, toward zero for
@@ -247,8 +259,10 @@ def cast(x: Any, target_type: dt.DType | None = None, mode: Any = None, *, dtype
     src = t.type.dtype
     pairs = RV.CVT_PAIRS[target].get(src.np_dtype, frozenset())
     if to.np_dtype not in pairs:
-        raise _fail(f"pl.cast: the {target} vector unit has no {src!r} -> {to!r} conversion (TCVT)",
-                    help="convert in two steps through pl.FP16 or pl.FP32 (e.g. FP32 -> FP16 -> INT8)")
+        raise _fail(
+            f"pl.cast: the {target} vector unit has no {src!r} -> {to!r} conversion (TCVT)",
+            help="convert in two steps through pl.FP16 or pl.FP32 (e.g. FP32 -> FP16 -> INT8)",
+        )
     return bind(VP.cvt_p, [[t]], {"dtype": to, "mode": _mode(mode)})[0]
 
 
@@ -259,9 +273,12 @@ def _reduce(name: str, x: Any, tmp: Any) -> Tracer:
     assert isinstance(tt, TileType)  # _vec checked it is a Vec tile
     shape, d = tt.shape, tt.dtype
     if name.startswith("row") and (shape[0] * d.itemsize) % 32:
-        raise _fail(f"pl.{name}: the [{shape[0]}, 1] result is a DN column of {shape[0] * d.itemsize} bytes; a "
-                    "Vec column is whole 32-byte blocks", help=f"reduce a multiple of {32 // d.itemsize} rows "
-                    "(pad with pl.tile.fillpad and a larger window)")
+        raise _fail(
+            f"pl.{name}: the [{shape[0]}, 1] result is a DN column of {shape[0] * d.itemsize} bytes; a "
+            "Vec column is whole 32-byte blocks",
+            help=f"reduce a multiple of {32 // d.itemsize} rows "
+            "(pad with pl.tile.fillpad and a larger window)",
+        )
     groups: list[list[Any]] = [[t], [] if tmp is None else [as_tile(tmp, f"pl.{name} tmp")]]
     return bind(VP.REDUCE[name], groups)[0]
 
@@ -298,8 +315,15 @@ def col_min(input: Any) -> Tracer:  # noqa: A002
 
 
 def _expand(name: str, lhs: Any, rhs: Any) -> Tracer:
-    op = {"": "add", "_add": "add", "_sub": "sub", "_mul": "mul", "_div": "div", "_max": "maximum",
-          "_min": "minimum"}[name[len("row_expand"):]]
+    op = {
+        "": "add",
+        "_add": "add",
+        "_sub": "sub",
+        "_mul": "mul",
+        "_div": "div",
+        "_max": "maximum",
+        "_min": "minimum",
+    }[name[len("row_expand") :]]
     a, b = _vec(lhs, f"pl.{name}", op), _vec(rhs, f"pl.{name}", op)
     return bind(VP.EXPAND[name], [[a], [b]])[0]
 
@@ -362,11 +386,16 @@ def _vec_shape(what: str, shape: Sequence[int], d: dt.DType) -> tuple[int, int]:
     r, c = s
     if c == 1 and r > 1:
         if (r * d.itemsize) % 32:
-            raise _fail(f"{what}: a [{r}, 1] Vec tile is a DN column of {r * d.itemsize} bytes; columns are whole "
-                        "32-byte blocks", help=f"use a multiple of {32 // d.itemsize} rows")
+            raise _fail(
+                f"{what}: a [{r}, 1] Vec tile is a DN column of {r * d.itemsize} bytes; columns are whole "
+                "32-byte blocks",
+                help=f"use a multiple of {32 // d.itemsize} rows",
+            )
     elif (c * d.itemsize) % 32:
-        raise _fail(f"{what}: a Vec tile row is whole 32-byte blocks; {c} {d!r} columns are {c * d.itemsize} bytes",
-                    help=f"use a multiple of {32 // d.itemsize} columns")
+        raise _fail(
+            f"{what}: a Vec tile row is whole 32-byte blocks; {c} {d!r} columns are {c * d.itemsize} bytes",
+            help=f"use a multiple of {32 // d.itemsize} columns",
+        )
     return s
 
 
@@ -405,8 +434,10 @@ def _pad(pad_value: Any) -> str:
             return "zero"
         if math.isinf(pad_value):
             return "max" if float(pad_value) > 0 else "min"
-    raise _fail(f"pl.tile.fillpad: pad_value {pad_value!r} is not one the hardware has",
-                help="pass pl.PadValue.zero, pl.PadValue.max or pl.PadValue.min (or 0, math.inf, -math.inf)")
+    raise _fail(
+        f"pl.tile.fillpad: pad_value {pad_value!r} is not one the hardware has",
+        help="pass pl.PadValue.zero, pl.PadValue.max or pl.PadValue.min (or 0, math.inf, -math.inf)",
+    )
 
 
 def fillpad(tile: Any, pad_value: Any = PadValue.zero) -> Tracer:
@@ -425,8 +456,16 @@ _FIXPIPE = {dt.FP32: (dt.FP32, dt.FP16, dt.BF16), dt.INT32: (dt.INT32,)}
 _A5_FIXPIPE_ROW_BYTES = 4096
 
 
-def move(tile: Any, target_memory: Mem, blayout: Any = None, slayout: Any = None, *,
-         dtype: dt.DType | None = None, relu: bool = False, scale: Any = None) -> Tracer:
+def move(
+    tile: Any,
+    target_memory: Mem,
+    blayout: Any = None,
+    slayout: Any = None,
+    *,
+    dtype: dt.DType | None = None,
+    relu: bool = False,
+    scale: Any = None,
+) -> Tracer:
     """`pl.move(tile, target_memory=...)`, lowered the way the target moves the bytes:
 
     - Acc -> Vec (`dtype=` picks the fixpipe's conversion: fp32 -> fp32 / fp16 / bf16, int32 ->
@@ -446,36 +485,53 @@ def move(tile: Any, target_memory: Mem, blayout: Any = None, slayout: Any = None
     if not isinstance(target_memory, Mem):
         raise _fail(f"pl.move: target_memory must be a pl.Mem, got {target_memory!r}")
     if (dtype is not None or scale is not None) and src is not Mem.Acc:
-        raise _fail("pl.move: dtype= / scale= are the fixpipe's conversion of an Acc -> Vec move",
-                    help="convert a Vec tile with pl.cast (and pl.mul)")
+        raise _fail(
+            "pl.move: dtype= / scale= are the fixpipe's conversion of an Acc -> Vec move",
+            help="convert a Vec tile with pl.cast (and pl.mul)",
+        )
     if (src, target_memory) == (Mem.Acc, Mem.Vec):
         to = dtype or (dt.FP16 if scale is not None else tt.dtype)
         quant = [] if scale is None else [scale]
         if scale is not None:
             if _is_tensor(scale):  # VDEQF16: one fp32 scale per column, read by the fixpipe
                 st = scale.type
-                if st.dtype is not dt.FP32 or st.shape[-1] != tt.shape[-1] or math.prod(st.shape) != st.shape[-1]:
-                    raise _fail(f"pl.move: a per-channel scale= is a [{tt.shape[-1]}] or [1, {tt.shape[-1]}] FP32 "
-                                f"tensor (one scale per column of the Acc tile), got {st}",
-                                help="index the scale tensor down to the row of this tile, e.g. scales[e]")
+                if (
+                    st.dtype is not dt.FP32
+                    or st.shape[-1] != tt.shape[-1]
+                    or math.prod(st.shape) != st.shape[-1]
+                ):
+                    raise _fail(
+                        f"pl.move: a per-channel scale= is a [{tt.shape[-1]}] or [1, {tt.shape[-1]}] FP32 "
+                        f"tensor (one scale per column of the Acc tile), got {st}",
+                        help="index the scale tensor down to the row of this tile, e.g. scales[e]",
+                    )
             elif not _is_scalar(scale) or isinstance(scale, Tracer) and not scale.type.dtype.is_float:
-                raise _fail(f"pl.move: scale= is one float (the fixpipe's scalar dequant, DEQF16) or an FP32 "
-                            f"tensor of one scale per column (VDEQF16), got {scale!r}",
-                            help="a per-channel scale in a Vec tile is pl.col_expand_mul on the vector unit")
+                raise _fail(
+                    f"pl.move: scale= is one float (the fixpipe's scalar dequant, DEQF16) or an FP32 "
+                    f"tensor of one scale per column (VDEQF16), got {scale!r}",
+                    help="a per-channel scale in a Vec tile is pl.col_expand_mul on the vector unit",
+                )
             if (tt.dtype, to) != (dt.INT32, dt.FP16):
-                raise _fail(f"pl.move: the fixpipe dequantises an INT32 Acc tile to pl.FP16, not {tt.dtype!r} -> "
-                            f"{to!r}")
+                raise _fail(
+                    f"pl.move: the fixpipe dequantises an INT32 Acc tile to pl.FP16, not {tt.dtype!r} -> "
+                    f"{to!r}"
+                )
         elif to not in _FIXPIPE.get(tt.dtype, ()):
-            raise _fail(f"pl.move: the fixpipe converts a {tt.dtype!r} Acc tile to "
-                        f"{', '.join(repr(d) for d in _FIXPIPE.get(tt.dtype, ())) or 'nothing'}, not {to!r}",
-                        help="move it unconverted and pl.cast / pl.mul on the vector unit (a dequant scale is "
-                             "pl.col_expand_mul of the INT32 -> FP32 cast)")
+            raise _fail(
+                f"pl.move: the fixpipe converts a {tt.dtype!r} Acc tile to "
+                f"{', '.join(repr(d) for d in _FIXPIPE.get(tt.dtype, ())) or 'nothing'}, not {to!r}",
+                help="move it unconverted and pl.cast / pl.mul on the vector unit (a dequant scale is "
+                "pl.col_expand_mul of the INT32 -> FP32 cast)",
+            )
         if (tt.shape[-1] * to.itemsize) % 32:
             raise _fail(f"pl.move: the Vec tile row of {tt.shape[-1]} {to!r} is not whole 32-byte blocks")
         if target == "A5":
             if tt.shape[-1] * to.itemsize > _A5_FIXPIPE_ROW_BYTES:
-                raise _fail(f"pl.move: A5's Acc -> Vec TMOV takes rows of at most {_A5_FIXPIPE_ROW_BYTES} bytes, "
-                            f"got {tt.shape[-1]} {to!r}", help="move the accumulator in column blocks")
+                raise _fail(
+                    f"pl.move: A5's Acc -> Vec TMOV takes rows of at most {_A5_FIXPIPE_ROW_BYTES} bytes, "
+                    f"got {tt.shape[-1]} {to!r}",
+                    help="move the accumulator in column blocks",
+                )
             return bind(VP.move_fixpipe_p, [[t], quant], {"dtype": to, "relu": bool(relu)}, dtype=dt.FP32)[0]
         slot = bind(VP.tpush_to_aiv_p, [[t], quant], {"dtype": to, "relu": bool(relu)}, dtype=dt.FP32)[0]
         return bind(VP.tpop_from_aic_p, [[slot]], {"valid": tt.valid_shape})[0]
@@ -484,17 +540,21 @@ def move(tile: Any, target_memory: Mem, blayout: Any = None, slayout: Any = None
     if (src, target_memory) == (Mem.Vec, Mem.Mat):
         c0 = dt.c0_of(tt.dtype)
         if len(tt.shape) != 2 or tt.shape[0] % 16 or tt.shape[1] % c0:
-            raise _fail(f"pl.move: a Mat tile is whole 16 x {c0} fractals, got {tt}",
-                        help="pad the Vec tile to whole fractals (pl.tile.fillpad with a larger window)")
+            raise _fail(
+                f"pl.move: a Mat tile is whole 16 x {c0} fractals, got {tt}",
+                help="pad the Vec tile to whole fractals (pl.tile.fillpad with a larger window)",
+            )
         if target == "A5":
             return bind(P.tile_move_p, [[t]], {"memory": Mem.Mat})[0]
         slot = bind(VP.tpush_to_aic_p, [[t]])[0]
         return bind(VP.tpop_from_aiv_p, [[slot]])[0]
     if (src, target_memory) in ((Mem.Mat, Mem.Left), (Mem.Mat, Mem.Right), (Mem.Vec, Mem.Vec)):
         return bind(P.tile_move_p, [[t]], {"memory": target_memory})[0]
-    raise _fail(f"pl.move: no {src.value} -> {target_memory.value} move on {target}",
-                help="the moves are Acc -> Vec, Vec -> Mat, Mat -> Left / Right and Vec -> Vec; an Acc result "
-                     "reaches GM with pl.store")
+    raise _fail(
+        f"pl.move: no {src.value} -> {target_memory.value} move on {target}",
+        help="the moves are Acc -> Vec, Vec -> Mat, Mat -> Left / Right and Vec -> Vec; an Acc result "
+        "reaches GM with pl.store",
+    )
 
 
 def _is_tensor(x: Any) -> bool:
@@ -510,11 +570,16 @@ def matmul(a: Any, b: Any, b_trans: bool = False, out_dtype: dt.DType | None = N
     itself; otherwise ops.matmul (Mat tiles, AutoTileMatmulL0 places L0, or tensors)."""
     if _is_l0(a) and _is_l0(b):
         if b_trans:
-            raise _fail("pl.matmul of a Right tile takes it as it is; b_trans needs a Mat operand",
-                        help="pl.move the transposed view (pl.tile.transpose_view of the Mat tile) to Right")
+            raise _fail(
+                "pl.matmul of a Right tile takes it as it is; b_trans needs a Mat operand",
+                help="pl.move the transposed view (pl.tile.transpose_view of the Mat tile) to Right",
+            )
         if any(pypto.values()):
-            raise _fail(f"pl.matmul of Left and Right tiles takes them as they are; {', '.join(pypto)} needs Mat "
-                        "operands", help="pass the Mat tiles and let AutoTileMatmulL0 place L0")
+            raise _fail(
+                f"pl.matmul of Left and Right tiles takes them as they are; {', '.join(pypto)} needs Mat "
+                "operands",
+                help="pass the Mat tiles and let AutoTileMatmulL0 place L0",
+            )
         acc = dt.INT32 if a.type.dtype is dt.INT8 else dt.FP32
         return bind(P.tile_mad_p, [[a], [b]], {"out_dtype": out_dtype or acc})[0]
     return ops.matmul(a, b, b_trans=b_trans, out_dtype=out_dtype, **pypto)  # a_trans=, c_matrix_nz= (PyPTO's)

@@ -50,8 +50,18 @@ def _chunks(total: int, align: int) -> list[int]:
     return out or [total]
 
 
-def plan_matmul(m: int, k: int, n: int, esize: int, align_k: int, cap: dict[str, int], *,
-                split_m: bool, split_n: bool, max_n: int | None = None) -> MatmulPlan | None:
+def plan_matmul(
+    m: int,
+    k: int,
+    n: int,
+    esize: int,
+    align_k: int,
+    cap: dict[str, int],
+    *,
+    split_m: bool,
+    split_n: bool,
+    max_n: int | None = None,
+) -> MatmulPlan | None:
     """The largest output block (then K chunk) whose Left, Right and Acc tiles fit their spaces
     (and, for a bias matmul, whose N block's bias row fits the bias table: `max_n` columns)."""
     ms = _chunks(m, 16) if split_m else [m]
@@ -64,7 +74,11 @@ def plan_matmul(m: int, k: int, n: int, esize: int, align_k: int, cap: dict[str,
             if mc * nc * 4 > cap["Acc"] or max(mc, nc) > MAX_CUBE_EXTENT:
                 continue
             for kc in _chunks(k, align_k):
-                if mc * kc * esize <= cap["Left"] and kc * nc * esize <= cap["Right"] and kc <= MAX_CUBE_EXTENT:
+                if (
+                    mc * kc * esize <= cap["Left"]
+                    and kc * nc * esize <= cap["Right"]
+                    and kc <= MAX_CUBE_EXTENT
+                ):
                     cand = MatmulPlan(mc, nc, kc)
                     if best is None or (mc * nc, kc) > (best.mc * best.nc, best.kc):
                         best = cand
@@ -166,8 +180,16 @@ class _AutoTile(Rewriter):
             self.uses.pop()
 
     # ------------------------------------------------------------------------------ emission
-    def extract(self, src: Atom, r0: Atom, c0: Atom, shape: tuple[int, int], mem: Mem,
-                source: Source | None, valid: tuple[int | None, int | None] | None = None) -> Var:
+    def extract(
+        self,
+        src: Atom,
+        r0: Atom,
+        c0: Atom,
+        shape: tuple[int, int],
+        mem: Mem,
+        source: Source | None,
+        valid: tuple[int | None, int | None] | None = None,
+    ) -> Var:
         """TEXTRACT of whole fractals; `valid` the part the cube reads (a decode batch's rows, a K or
         N tail; None entries: the source's run-time valid extent past the window's start)."""
         st = src.type
@@ -177,12 +199,28 @@ class _AutoTile(Rewriter):
             valid = None
         if valid is not None:
             params["valid_shape"] = tuple(valid)
-        return self.emit(P.tile_extract_p, [[src], [r0, c0]], params,
-                         [TileType(shape, st.dtype, mem, None if valid is None else tuple(valid))], source)[0]
+        return self.emit(
+            P.tile_extract_p,
+            [[src], [r0, c0]],
+            params,
+            [TileType(shape, st.dtype, mem, None if valid is None else tuple(valid))],
+            source,
+        )[0]
 
-    def block(self, a: Atom, b: Atom, acc: Atom | None, mi: int, ni: int, shape: tuple[int, int, int],
-              plan: MatmulPlan, out_dtype: Any, source: Source | None, bias: Atom | None = None,
-              gemv: bool = False) -> Var:
+    def block(
+        self,
+        a: Atom,
+        b: Atom,
+        acc: Atom | None,
+        mi: int,
+        ni: int,
+        shape: tuple[int, int, int],
+        plan: MatmulPlan,
+        out_dtype: Any,
+        source: Source | None,
+        bias: Atom | None = None,
+        gemv: bool = False,
+    ) -> Var:
         """acc (+)= a[mi:mi+mc, :] @ b[:, ni:ni+nc], K in chunks of plan.kc over the valid K; the last
         chunk of a K tail reads only its valid columns (TMATMUL k = Left.validCol, §6). With a
         `bias` row the first chunk is TMATMUL_BIAS (the bias added once), the rest accumulate.
@@ -212,11 +250,17 @@ class _AutoTile(Rewriter):
             acc_t = TileType((m, n), out_dtype, Mem.Acc, None if (rows, cols) == (m, n) else (rows, cols))
             flag = {"gemv": True} if gemv else {}
             if row is not None:
-                return self.emit(P.tile_mad_bias_p, [[left], [right], [row]], {"out_dtype": out_dtype, **flag},
-                                 [acc_t], source)[0]
+                return self.emit(
+                    P.tile_mad_bias_p,
+                    [[left], [right], [row]],
+                    {"out_dtype": out_dtype, **flag},
+                    [acc_t],
+                    source,
+                )[0]
             if cur is None:
-                return self.emit(P.tile_mad_p, [[left], [right]], {"out_dtype": out_dtype, **flag}, [acc_t],
-                                 source)[0]
+                return self.emit(
+                    P.tile_mad_p, [[left], [right]], {"out_dtype": out_dtype, **flag}, [acc_t], source
+                )[0]
             return self.emit(P.tile_mad_acc_p, [[cur], [left], [right]], flag, [acc_t], source)[0]
 
         cur = chunk(a, b, _lit(0), kc if n_chunks > 1 else tail, acc)
@@ -228,8 +272,13 @@ class _AutoTile(Rewriter):
             nxt = chunk(a_in, b_in, iv, kc, acc_in)
             body = Graph([iv, a_in, b_in, acc_in], self.out, [nxt], name="k_loop")
             self.out = saved
-            (cur,) = self.emit(P.for_p, [[_lit(kc), _lit(full_end), _lit(kc)], [a, b], [cur]],
-                               {"kind": "pipeline", "stage": 2, "body": body}, [acc_t], source)
+            (cur,) = self.emit(
+                P.for_p,
+                [[_lit(kc), _lit(full_end), _lit(kc)], [a, b], [cur]],
+                {"kind": "pipeline", "stage": 2, "body": body},
+                [acc_t],
+                source,
+            )
         if n_chunks > 1 and tail < kc:  # the K tail: one more mad over its valid columns
             cur = chunk(a, b, _lit((n_chunks - 1) * kc), tail, cur)
         return cur
@@ -241,10 +290,13 @@ class _AutoTile(Rewriter):
         assert isinstance(t, TileType)
         if t.memory is Mem.Bias:
             if ni or t.shape[-1] != n:
-                raise CompileError(f"tile.matmul_bias: the output is split along N ([{ni}, {ni + n}) of "
-                                   f"{t.shape[-1]} columns), but the bias {t} already sits in the bias table, "
-                                   "which TMOV cannot window", source,
-                                   help="pass the bias as the Mat tile it was loaded into")
+                raise CompileError(
+                    f"tile.matmul_bias: the output is split along N ([{ni}, {ni + n}) of "
+                    f"{t.shape[-1]} columns), but the bias {t} already sits in the bias table, "
+                    "which TMOV cannot window",
+                    source,
+                    help="pass the bias as the Mat tile it was loaded into",
+                )
             return bias
         vc = t.shape[-1] if t.fully_valid else t.valid_shape[-1]  # type: ignore[index]
         valid = (1, None if vc is None else max(0, min(n, vc - ni)))
@@ -262,19 +314,33 @@ class _AutoTile(Rewriter):
             if not split and n * 4 > self.cap["Bias"]:
                 raise CompileError(
                     f"tile.matmul_bias [{m}x{k}] x [{k}x{n}]: its bias row needs {n * 4} bytes of the bias table "
-                    f"(capacity {self.cap['Bias']} B, {self.cap['Bias'] // 4} FP32 / INT32 entries)", e.source,
+                    f"(capacity {self.cap['Bias']} B, {self.cap['Bias'] // 4} FP32 / INT32 entries)",
+                    e.source,
                     rule="memory plan",
-                    help="store the result directly (pl.store) so it can be split along N, or split N yourself")
-        p = plan_matmul(m, k, n, at.dtype.itemsize, align, cap, split_m=split and split_m, split_n=split,
-                        max_n=self.cap["Bias"] // 4 if bias is not None else None)
+                    help="store the result directly (pl.store) so it can be split along N, or split N yourself",
+                )
+        p = plan_matmul(
+            m,
+            k,
+            n,
+            at.dtype.itemsize,
+            align,
+            cap,
+            split_m=split and split_m,
+            split_n=split,
+            max_n=self.cap["Bias"] // 4 if bias is not None else None,
+        )
         if p is None:
             acc_kib = m * n * 4 // 1024
             full_m = " with the full M" if split and not split_m else ""
             raise CompileError(
                 f"matmul [{m}x{k}] x [{k}x{n}]: no tiling{full_m} fits the cube: the accumulator needs "
                 f"{acc_kib} KiB of L0C (capacity {self.cap['Acc'] // 1024} KiB), operands need K chunks "
-                f"fitting L0A/L0B ({self.cap['Left'] // 1024} KiB each)", e.source, rule="NZ-22",
-                help="make the output tile smaller, or store the result so it can be split")
+                f"fitting L0A/L0B ({self.cap['Left'] // 1024} KiB each)",
+                e.source,
+                rule="NZ-22",
+                help="make the output tile smaller, or store the result so it can be split",
+            )
         return p
 
     # ------------------------------------------------------------------------------ rewriting
@@ -297,8 +363,11 @@ class _AutoTile(Rewriter):
         t = e.outputs[0].type
         assert isinstance(t, TileType)
         # a K tail (valid_shape narrowing only K) pads like a fully valid window: its rows are all valid
-        pad = e.outputs[0] in self.left_only and len(t.shape) == 2 and (
-            t.fully_valid or t.valid_shape[0] == t.shape[0])  # type: ignore[index]
+        pad = (
+            e.outputs[0] in self.left_only
+            and len(t.shape) == 2
+            and (t.fully_valid or t.valid_shape[0] == t.shape[0])  # type: ignore[index]
+        )
         check_mat_fractals("ND -> NZ load into Mat", t.shape, t.dtype, e.source, partial_rows=pad)
         rows = t.shape[0]
         if not pad or not rows % 16:
@@ -306,8 +375,9 @@ class _AutoTile(Rewriter):
             return
         padded = padded_mat_tile(t)
         out = self.fresh(e.outputs[0], padded)
-        self.out.append(Eqn(e.primitive, tuple(self.atoms(e.inputs)), (out,), dict(e.params, out_type=padded),
-                            e.source))
+        self.out.append(
+            Eqn(e.primitive, tuple(self.atoms(e.inputs)), (out,), dict(e.params, out_type=padded), e.source)
+        )
 
     def matmul(self, e: Eqn) -> None:
         out = e.outputs[0]
@@ -328,8 +398,19 @@ class _AutoTile(Rewriter):
         plan = self.plan(e, split=False)
         a_t = a.type
         assert isinstance(a_t, TileType)  # a matmul operand is a tile
-        res = self.block(a, b, acc, 0, 0, (m, P._squeeze2(a_t.shape)[1], n), plan, ot.dtype,
-                         e.source, bias, bool(e.params.get("gemv")))
+        res = self.block(
+            a,
+            b,
+            acc,
+            0,
+            0,
+            (m, P._squeeze2(a_t.shape)[1], n),
+            plan,
+            ot.dtype,
+            e.source,
+            bias,
+            bool(e.params.get("gemv")),
+        )
         res.hint = out.hint
         self.env[out] = res
 
@@ -363,14 +444,29 @@ class _AutoTile(Rewriter):
             for ni in range(0, n, plan.nc):
                 if (vr is not None and mi >= vr) or (vc is not None and ni >= vc):
                     continue  # a block past the valid region: nothing of it is stored
-                blk = self.block(a, b, None, mi, ni, (m, k, n), plan, out_t.dtype, mm.source, bias,
-                                 bool(mm.params.get("gemv")))
+                blk = self.block(
+                    a,
+                    b,
+                    None,
+                    mi,
+                    ni,
+                    (m, k, n),
+                    plan,
+                    out_t.dtype,
+                    mm.source,
+                    bias,
+                    bool(mm.params.get("gemv")),
+                )
                 o = list(offs)
                 o[-2] = self.add(o[-2], _lit(mi), st.source)
                 o[-1] = self.add(o[-1], _lit(ni), st.source)
-                (alias,) = self.emit(P.tile_store_p, [[blk], o, [self.atom(dst)]], dict(st.params),
-                                     [self.fresh(st.outputs[0]) if (mi, ni) == (0, 0) else Var(dst.type)],
-                                     st.source)
+                (alias,) = self.emit(
+                    P.tile_store_p,
+                    [[blk], o, [self.atom(dst)]],
+                    dict(st.params),
+                    [self.fresh(st.outputs[0]) if (mi, ni) == (0, 0) else Var(dst.type)],
+                    st.source,
+                )
 
 
 def padded_mat_tile(t: TileType) -> TileType:
@@ -388,8 +484,9 @@ def auto_tile_matmul_l0(g: Graph, target: str = "A2A3") -> Graph:
     return _AutoTile(target).run(g)
 
 
-def check_mat_fractals(what: str, shape: tuple[Any, ...], dtype: DType, source: Any, *,
-                       partial_rows: bool = False) -> None:
+def check_mat_fractals(
+    what: str, shape: tuple[Any, ...], dtype: DType, source: Any, *, partial_rows: bool = False
+) -> None:
     """An ND -> NZ Mat tile is whole 16 x c0 fractals (hardware-model.md §1.3, §3). Its columns must
     be whole C0 lines: the load zero-fills a partial line, which no tile shape describes. With
     `partial_rows` (a Left operand: a decode batch of M < 16 tokens) rows need not be whole
@@ -399,9 +496,12 @@ def check_mat_fractals(what: str, shape: tuple[Any, ...], dtype: DType, source: 
         return
     rows, cols, c0 = shape[-2], shape[-1], c0_of(dtype)
     if cols % c0 or (rows % FRACTAL_ROWS and not partial_rows):
-        raise CompileError(f"{what}: the Mat tile of an ND window {list(shape)} {dtype.name} is not whole "
-                           f"16 x {c0} fractals: {_needs(partial_rows)} a multiple of c0 = {c0}", source,
-                           help=_help(partial_rows, c0))
+        raise CompileError(
+            f"{what}: the Mat tile of an ND window {list(shape)} {dtype.name} is not whole "
+            f"16 x {c0} fractals: {_needs(partial_rows)} a multiple of c0 = {c0}",
+            source,
+            help=_help(partial_rows, c0),
+        )
 
 
 def _needs(partial_rows: bool) -> str:
@@ -411,5 +511,7 @@ def _needs(partial_rows: bool) -> str:
 def _help(partial_rows: bool, c0: int) -> str:
     if partial_rows:
         return f"pad the operand's K axis in GM to a multiple of {c0} (zeros) and slice the window to it"
-    return ("only the Left operand (x in x @ w) may have fewer rows than whole fractals (a decode batch); "
-            "pad this operand in GM to whole fractals and slice the result")
+    return (
+        "only the Left operand (x in x @ w) may have fewer rows than whole fractals (a decode batch); "
+        "pad this operand in GM to whole fractals and slice the result"
+    )

@@ -26,6 +26,8 @@ from .proofs import PROVABLE_FORMS, Prover
 from .rewrite import Rewriter
 
 MARK = "nz_tensor_views_blocked"
+
+
 def _hint(x: Atom, suffix: str) -> str | None:
     """`n0_rblk` for the blocked coordinate of a named offset; unnamed values stay unnamed."""
     return f"{x.hint}{suffix}" if isinstance(x, Var) and x.hint else None
@@ -70,7 +72,9 @@ class BlockNz(Rewriter):
         self.src = e.source
         p = e.primitive
         # the rebuilt operands decide: a whole-tensor flatten's result is ND after this pass (NZ-31)
-        nz_in = [a for a in self.atoms(e.inputs) if isinstance(a.type, TensorType) and a.type.layout is Layout.NZ]
+        nz_in = [
+            a for a in self.atoms(e.inputs) if isinstance(a.type, TensorType) and a.type.layout is Layout.NZ
+        ]
         if not nz_in or p is P.for_p:
             self.copy(e)
         elif p is P.tile_load_p:
@@ -82,10 +86,13 @@ class BlockNz(Rewriter):
         elif p is P.tile_store_p:
             block_nz_store.rewrite_nz_store(self, e)
         else:
-            raise CompileError(f"'{p.name}' cannot consume an NZ tensor: its coordinates would be passed "
-                               "through unblocked", e.source, rule="NZ-12",
-                               help="read NZ tensors with pl.load(..., target_memory=pl.Mem.Mat), slice "
-                                    "only leading axes, or flatten the whole tensor with pl.reshape(t, [N])")
+            raise CompileError(
+                f"'{p.name}' cannot consume an NZ tensor: its coordinates would be passed through unblocked",
+                e.source,
+                rule="NZ-12",
+                help="read NZ tensors with pl.load(..., target_memory=pl.Mem.Mat), slice "
+                "only leading axes, or flatten the whole tensor with pl.reshape(t, [N])",
+            )
 
     # -- coordinates
     def name_of(self, x: Atom) -> str:
@@ -119,8 +126,11 @@ class BlockNz(Rewriter):
         unit-stride term is used as it is; a sum is formed in INDEX, so offsets of different
         integer dtypes (an INT32 scalar and a loop variable) fold exactly and type-check."""
         lead = logical.shape[:-2]
-        terms = [(o, math.prod([x for x in lead[i + 1 :] if isinstance(x, int)]))
-                 for i, o in enumerate(offs[: len(lead)]) if not (isinstance(o, Literal) and o.value == 0)]
+        terms = [
+            (o, math.prod([x for x in lead[i + 1 :] if isinstance(x, int)]))
+            for i, o in enumerate(offs[: len(lead)])
+            if not (isinstance(o, Literal) and o.value == 0)
+        ]
         if not terms:
             return Literal(0, ScalarType(INDEX))
         if len(terms) == 1 and terms[0][1] == 1:
@@ -145,31 +155,45 @@ class BlockNz(Rewriter):
         if isinstance(x, Literal):
             v = int(x.value)
             if v < 0 or v % d:
-                raise CompileError(f"{what}: the {axis} offset {v} must be a non-negative multiple of {d} "
-                                   f"({'fractal rows' if d == FRACTAL_ROWS else f'c0 = {d}'})", self.src,
-                                   rule="NZ-12", help=f"align the window to a multiple of {d}")
+                raise CompileError(
+                    f"{what}: the {axis} offset {v} must be a non-negative multiple of {d} "
+                    f"({'fractal rows' if d == FRACTAL_ROWS else f'c0 = {d}'})",
+                    self.src,
+                    rule="NZ-12",
+                    help=f"align the window to a multiple of {d}",
+                )
             return Literal(v // d, x.type)
         ok, f = self.prover.multiple(x, d)
         if f.exhausted:
-            raise CompileError(f"{what}: the {axis} offset '{self.name_of(x)}' is too large an expression to "
-                               f"prove aligned and non-negative ({f.nonneg_why})", self.src, rule="NZ-16",
-                               help="compute the offset with fewer operations, e.g. `nb * 256` or a loop "
-                                    "variable")
+            raise CompileError(
+                f"{what}: the {axis} offset '{self.name_of(x)}' is too large an expression to "
+                f"prove aligned and non-negative ({f.nonneg_why})",
+                self.src,
+                rule="NZ-16",
+                help="compute the offset with fewer operations, e.g. `nb * 256` or a loop variable",
+            )
         desc = self.prover.describe(x)
         if not ok:
             unit = "16 (a fractal boundary)" if axis == "row" else f"c0 = {d}"
             why = "" if f.nonneg else f" ({f.nonneg_why})"
-            raise CompileError(f"{what}: the {axis} offset '{desc}' cannot be proven a multiple of {unit}"
-                               f"{why}; an NZ tensor is never addressed from a guessed coordinate", self.src,
-                               rule="NZ-16", help=f"provable forms: {PROVABLE_FORMS}")
+            raise CompileError(
+                f"{what}: the {axis} offset '{desc}' cannot be proven a multiple of {unit}"
+                f"{why}; an NZ tensor is never addressed from a guessed coordinate",
+                self.src,
+                rule="NZ-16",
+                help=f"provable forms: {PROVABLE_FORMS}",
+            )
         nonneg, fn = self.prover.nonneg(x)
         if not nonneg:
-            raise CompileError(f"{what}: the {axis} offset '{desc}' cannot be proven non-negative "
-                               f"({fn.nonneg_why}); a negative NZ offset is clamped to 0 by the partition "
-                               "view instead of failing, so the load would silently read fractal 0",
-                               self.src, rule="NZ-18",
-                               help="build offsets from non-negative loop variables and block indices; a "
-                                    "difference never proves a sign")
+            raise CompileError(
+                f"{what}: the {axis} offset '{desc}' cannot be proven non-negative "
+                f"({fn.nonneg_why}); a negative NZ offset is clamped to 0 by the partition "
+                "view instead of failing, so the load would silently read fractal 0",
+                self.src,
+                rule="NZ-18",
+                help="build offsets from non-negative loop variables and block indices; a "
+                "difference never proves a sign",
+            )
         proofs.append(f"{d} | {self.name_of(x)} by {desc}; {self.name_of(x)} >= 0 by {fn.nonneg_why}")
         return self.floordiv(x, d, _hint(x, "_rblk" if axis == "row" else "_cblk"))
 
@@ -184,24 +208,41 @@ class BlockNz(Rewriter):
         name = self.name_of(src_v)
         what = f"load of NZ tensor '{name}'"
         if e.params["memory"] is not Mem.Mat or not e.params.get("memory_given", True):
-            got = "missing" if not e.params.get("memory_given", True) else f"pl.Mem.{e.params['memory'].value}"
-            raise CompileError(f"{what}: NZ->NZ is the cube-operand path and needs "
-                               f"target_memory=pl.Mem.Mat (got {got})", e.source, rule="NZ-12",
-                               help="pass target_memory=pl.Mem.Mat, or keep the tensor pl.ND")
+            got = (
+                "missing" if not e.params.get("memory_given", True) else f"pl.Mem.{e.params['memory'].value}"
+            )
+            raise CompileError(
+                f"{what}: NZ->NZ is the cube-operand path and needs target_memory=pl.Mem.Mat (got {got})",
+                e.source,
+                rule="NZ-12",
+                help="pass target_memory=pl.Mem.Mat, or keep the tensor pl.ND",
+            )
         blocked_shape(logical, what, e.source)
         c0 = c0_of(logical.dtype)
         shape = e.params["shape"]
         tr, tc = shape[-2], shape[-1]
         if tr % FRACTAL_ROWS:
-            raise CompileError(f"{what}: the window rows {tr} must be a multiple of 16", e.source,
-                               rule="NZ-12", help="use a row tile that is a multiple of 16")
+            raise CompileError(
+                f"{what}: the window rows {tr} must be a multiple of 16",
+                e.source,
+                rule="NZ-12",
+                help="use a row tile that is a multiple of 16",
+            )
         if tc % c0:
-            raise CompileError(f"{what}: the window columns {tc} must be a multiple of c0 = {c0}",
-                               e.source, rule="NZ-12", help=f"use a column tile that is a multiple of {c0}")
+            raise CompileError(
+                f"{what}: the window columns {tc} must be a multiple of c0 = {c0}",
+                e.source,
+                rule="NZ-12",
+                help=f"use a column tile that is a multiple of {c0}",
+            )
         if any(s != 1 for s in shape[:-2]):
-            raise CompileError(f"{what}: the window {list(shape)} spans several batches; an NZ load "
-                               "reads one batch (leading extent 1)", e.source, rule="NZ-12",
-                               help="load one batch index per pl.load")
+            raise CompileError(
+                f"{what}: the window {list(shape)} spans several batches; an NZ load "
+                "reads one batch (leading extent 1)",
+                e.source,
+                rule="NZ-12",
+                help="load one batch index per pl.load",
+            )
         offs = list(e.operands("offsets"))
         self.check_in_bounds(e, logical, what)
         proofs: list[str] = []
@@ -219,8 +260,13 @@ class BlockNz(Rewriter):
         params.update(shape=sizes, out_type=e.outputs[0].type, blocked=True, proofs=tuple(proofs))
         params.pop("window_2d", None)
         outs = [self.fresh(v) for v in e.outputs]
-        self.emit(P.tile_load_p, [[self.atom(src_v)], [batch, col, row, zero, zero], valid_atoms], params,
-                  outs, e.source)
+        self.emit(
+            P.tile_load_p,
+            [[self.atom(src_v)], [batch, col, row, zero, zero], valid_atoms],
+            params,
+            outs,
+            e.source,
+        )
 
     def check_in_bounds(self, e: Eqn, logical: TensorType, what: str) -> None:
         """A constant window must end inside the tensor: in NZ order the rows past R are the next
@@ -258,57 +304,86 @@ class BlockNz(Rewriter):
                     hi = exact
                 start, why = hi, f"up to [{hi}, {hi + n}) ('{self.prover.describe(o)}' reaches {hi})"
             if start + n > d:
-                raise CompileError(f"{what}: the window {why} on axis {axis} ends past the tensor's extent "
-                                   f"{d}; in NZ order the elements past the end belong to another column "
-                                   "block or batch, so the load would read wrong fractals", e.source,
-                                   rule="NZ-12",
-                                   help="keep the window inside the tensor (bound the loop), or give the "
-                                        "ragged last tile a valid_shape that ends at the tensor's edge")
+                raise CompileError(
+                    f"{what}: the window {why} on axis {axis} ends past the tensor's extent "
+                    f"{d}; in NZ order the elements past the end belong to another column "
+                    "block or batch, so the load would read wrong fractals",
+                    e.source,
+                    rule="NZ-12",
+                    help="keep the window inside the tensor (bound the loop), or give the "
+                    "ragged last tile a valid_shape that ends at the tensor's edge",
+                )
 
     def unproven_leading(self, e: Eqn, o: Atom, axis: int, n: int, d: int, what: str) -> None:
         """Refuse a symbolic offset of an inner leading axis whose window cannot be proven to end
         inside the axis (see check_in_bounds)."""
-        raise CompileError(f"{what}: the offset '{self.prover.describe(o)}' of leading axis {axis} cannot be "
-                           f"proven to keep the window of {n} inside the axis's extent {d}; the leading axes "
-                           "fold into one batch slot, so an overhang would silently read the next batch's "
-                           "fractals", e.source, rule="NZ-12",
-                           help=f"bound it: e.g. pl.min(offset, {d - n}), or index this axis with a loop or "
-                                "lane variable whose range fits")
+        raise CompileError(
+            f"{what}: the offset '{self.prover.describe(o)}' of leading axis {axis} cannot be "
+            f"proven to keep the window of {n} inside the axis's extent {d}; the leading axes "
+            "fold into one batch slot, so an overhang would silently read the next batch's "
+            "fractals",
+            e.source,
+            rule="NZ-12",
+            help=f"bound it: e.g. pl.min(offset, {d - n}), or index this axis with a loop or "
+            "lane variable whose range fits",
+        )
 
-    def blocked_valid(self, e: Eqn, logical: TensorType, c0: int, tr: int, tc: int, what: str,
-                      proofs: list[str]) -> tuple[list[Atom], int | None]:
+    def blocked_valid(
+        self, e: Eqn, logical: TensorType, c0: int, tr: int, tc: int, what: str, proofs: list[str]
+    ) -> tuple[list[Atom], int | None]:
         """valid_shape -> blocked partition sizes; returns (atoms, loaded rows or None if dynamic)."""
         valid = list(e.operands("valid"))
         if not valid:
             return [], tr
         vr, vc = self.atom(valid[-2]), self.atom(valid[-1])
         if not isinstance(vc, Literal):
-            raise CompileError(f"{what}: valid_shape columns '{self.name_of(vc)}' is dynamic; NZ column "
-                               "blocks must be static", e.source, rule="NZ-12",
-                               help="keep valid columns static and a multiple of c0")
+            raise CompileError(
+                f"{what}: valid_shape columns '{self.name_of(vc)}' is dynamic; NZ column "
+                "blocks must be static",
+                e.source,
+                rule="NZ-12",
+                help="keep valid columns static and a multiple of c0",
+            )
         if int(vc.value) % c0:
-            raise CompileError(f"{what}: valid_shape columns {vc.value} must be a multiple of c0 = {c0}",
-                               e.source, rule="NZ-12", help=f"round the valid columns to a multiple of {c0}")
+            raise CompileError(
+                f"{what}: valid_shape columns {vc.value} must be a multiple of c0 = {c0}",
+                e.source,
+                rule="NZ-12",
+                help=f"round the valid columns to a multiple of {c0}",
+            )
         one = Literal(1, vc.type)
         if isinstance(vr, Literal):
             if int(vr.value) % FRACTAL_ROWS:
-                raise CompileError(f"{what}: valid_shape rows {vr.value} must be a multiple of 16 (a "
-                                   "partial fractal has no representation)", e.source, rule="NZ-12",
-                                   help="round the valid rows to a multiple of 16 (pad the tensor's rows)")
+                raise CompileError(
+                    f"{what}: valid_shape rows {vr.value} must be a multiple of 16 (a "
+                    "partial fractal has no representation)",
+                    e.source,
+                    rule="NZ-12",
+                    help="round the valid rows to a multiple of 16 (pad the tensor's rows)",
+                )
             rows_blk: Atom = Literal(int(vr.value) // FRACTAL_ROWS, vr.type)
             loaded: int | None = int(vr.value)
         else:
             ok, _ = self.prover.multiple(vr, FRACTAL_ROWS)
             if not ok:
-                raise CompileError(f"{what}: the dynamic valid rows '{self.prover.describe(vr)}' may end "
-                                   "inside a fractal: it cannot be proven a multiple of 16", e.source,
-                                   rule="NZ-12", help="make the ragged tail a multiple of 16 rows, e.g. "
-                                   "pl.min(R - o0, 256) with R and o0 multiples of 16")
+                raise CompileError(
+                    f"{what}: the dynamic valid rows '{self.prover.describe(vr)}' may end "
+                    "inside a fractal: it cannot be proven a multiple of 16",
+                    e.source,
+                    rule="NZ-12",
+                    help="make the ragged tail a multiple of 16 rows, e.g. "
+                    "pl.min(R - o0, 256) with R and o0 multiples of 16",
+                )
             proofs.append(f"16 | {self.name_of(vr)} by {self.prover.describe(vr)}")
             rows_blk = self.floordiv(vr, FRACTAL_ROWS, _hint(vr, "_rblk"))
             loaded = None
-        return [one, Literal(int(vc.value) // c0, vc.type), rows_blk, Literal(FRACTAL_ROWS, vc.type),
-                Literal(c0, vc.type)], loaded
+        return [
+            one,
+            Literal(int(vc.value) // c0, vc.type),
+            rows_blk,
+            Literal(FRACTAL_ROWS, vc.type),
+            Literal(c0, vc.type),
+        ], loaded
 
     # -- tensor.slice of NZ (NZ-30)
     def slice(self, e: Eqn) -> None:
@@ -320,24 +395,35 @@ class BlockNz(Rewriter):
         what = f"slice of NZ tensor '{self.name_of(src_v)}'"
         shape, offs = e.params["shape"], list(e.operands("offsets"))
         if e.operands("valid"):
-            raise CompileError(f"{what}: a valid_shape on an NZ slice narrows its window, which has no "
-                               "blocked form", e.source, rule="NZ-30",
-                               help="slicing the leading axes only; give valid_shape to the pl.load")
+            raise CompileError(
+                f"{what}: a valid_shape on an NZ slice narrows its window, which has no blocked form",
+                e.source,
+                rule="NZ-30",
+                help="slicing the leading axes only; give valid_shape to the pl.load",
+            )
         plane_full = tuple(shape[-2:]) == tuple(logical.shape[-2:])
         plane_zero = all(isinstance(o, Literal) and o.value == 0 for o in offs[-2:])
         if not (plane_full and plane_zero):
-            raise CompileError(f"{what}: a window on the [R, C] plane is not contiguous in NZ order; NZ "
-                               "supports slicing the leading axes only", e.source, rule="NZ-30",
-                               help="put the stacked axis first ([LAYERS, R, C]) and slice it, then pl.load "
-                                    "the [R, C] window")
+            raise CompileError(
+                f"{what}: a window on the [R, C] plane is not contiguous in NZ order; NZ "
+                "supports slicing the leading axes only",
+                e.source,
+                rule="NZ-30",
+                help="put the stacked axis first ([LAYERS, R, C]) and slice it, then pl.load "
+                "the [R, C] window",
+            )
         lead = logical.shape[:-2]
         ext = shape[:-2]
         partial = [i for i, (x, d) in enumerate(zip(ext, lead)) if x != d]
         first_wide = next((i for i, x in enumerate(ext) if x != 1), len(ext))
         if any(ext[i] != lead[i] for i in range(first_wide + 1, len(ext))) and partial:
-            raise CompileError(f"{what}: window {list(ext)} of leading axes {list(lead)} is not contiguous "
-                               "once folded into the batch slot; take a window on one leading axis only",
-                               e.source, rule="NZ-28", help="index the outer axes, window the innermost")
+            raise CompileError(
+                f"{what}: window {list(ext)} of leading axes {list(lead)} is not contiguous "
+                "once folded into the batch slot; take a window on one leading axis only",
+                e.source,
+                rule="NZ-28",
+                help="index the outer axes, window the innermost",
+            )
         batch = self.fold_batch(logical, self.atoms(offs[:-2]))
         out_logical = e.outputs[0].type
         assert isinstance(out_logical, TensorType)
@@ -347,8 +433,13 @@ class BlockNz(Rewriter):
         n_batch = math.prod([x for x in ext if isinstance(x, int)])
         sizes = (n_batch, *out_t.shape[1:])
         zero = Literal(0, _idx(batch))
-        (o,) = self.emit(P.tensor_slice_p, [[self.atom(src_v)], [batch, zero, zero, zero, zero], []],
-                         {"shape": sizes, "drop": ()}, [out_t], e.source)
+        (o,) = self.emit(
+            P.tensor_slice_p,
+            [[self.atom(src_v)], [batch, zero, zero, zero, zero], []],
+            {"shape": sizes, "drop": ()},
+            [out_t],
+            e.source,
+        )
         o.hint = e.outputs[0].hint
         self.env[e.outputs[0]] = o
 
@@ -362,10 +453,14 @@ class BlockNz(Rewriter):
         target = tuple(e.params["shape"])
         n = math.prod([x for x in logical.shape if isinstance(x, int)])
         if not (len(target) == 1 and logical.is_static and target[0] == n):
-            raise CompileError(f"'tensor.reshape' of NZ tensor '{self.name_of(src_v)}' to {list(target)} "
-                               "reinterprets coordinates the blocked form cannot carry; only a "
-                               f"whole-tensor 'tensor.reshape' flatten to [{n}] is supported", e.source,
-                               rule="NZ-31", help="reshape only to the flat [N] (its result is ND)")
+            raise CompileError(
+                f"'tensor.reshape' of NZ tensor '{self.name_of(src_v)}' to {list(target)} "
+                "reinterprets coordinates the blocked form cannot carry; only a "
+                f"whole-tensor 'tensor.reshape' flatten to [{n}] is supported",
+                e.source,
+                rule="NZ-31",
+                help="reshape only to the flat [N] (its result is ND)",
+            )
         out_t = TensorType((n,), logical.dtype, Layout.ND)
         (o,) = self.emit(P.tensor_reshape_p, [[self.atom(src_v)]], {"shape": (n,)}, [out_t], e.source)
         o.hint = e.outputs[0].hint
@@ -411,4 +506,3 @@ def block_nz_tensor_views(g: Graph, target: str = "A2A3") -> Graph:
     out = blk.run(g)
     out.attrs[MARK] = True
     return out
-

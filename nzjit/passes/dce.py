@@ -50,8 +50,13 @@ def _prune_loop(e: Eqn, live: set[Var]) -> Eqn:
     cap = [i for i, p in enumerate(body.params[1 : 1 + nc]) if p in used]
     car = [i for i, k in enumerate(keep) if k]
     captured, inits = e.inputs[nb : nb + nc], e.inputs[nb + nc :]
-    new_body = Graph([body.params[0], *(body.params[1 + i] for i in cap), *(carry_params[i] for i in car)],
-                     eqns, [body.outputs[i] for i in car], dict(body.attrs), body.name)
+    new_body = Graph(
+        [body.params[0], *(body.params[1 + i] for i in cap), *(carry_params[i] for i in car)],
+        eqns,
+        [body.outputs[i] for i in car],
+        dict(body.attrs),
+        body.name,
+    )
     params = dict(e.params, body=new_body, arity=(nb, len(cap), len(car)))
     inputs = (*e.inputs[:nb], *(captured[i] for i in cap), *(inits[i] for i in car))
     return e.replace(inputs=inputs, outputs=tuple(e.outputs[i] for i in car), params=params)

@@ -42,9 +42,12 @@ class _Flatten(Rewriter):
             if src.layout is Layout.ND and e.params["memory"] is Mem.Mat:
                 lead = e.params["shape"][:-2]
                 if any(d != 1 for d in lead):
-                    raise CompileError(f"an ND->NZ load into Mat takes a 2-D window; window "
-                                       f"{list(e.params['shape'])} has leading extents > 1", e.source,
-                                       help="load one leading index at a time")
+                    raise CompileError(
+                        f"an ND->NZ load into Mat takes a 2-D window; window "
+                        f"{list(e.params['shape'])} has leading extents > 1",
+                        e.source,
+                        help="load one leading index at a time",
+                    )
                 self.copy(e, window_2d=True, out_type=self.map_type(e.outputs[0].type))
                 return
             out_t = self.map_type(e.outputs[0].type)

@@ -56,21 +56,29 @@ def _scan(g: Graph, tainted: set[Var], n: int, prover: Prover, guarded: bool = F
     predicate, depend on the lane), so some lanes may not store at all: nothing is provable."""
     for e in g.eqns:
         ins = e.inputs
-        if e.primitive is P.tensor_write_p and not guarded and not any(_varies(x, tainted, prover) for x in ins[:-1]):
+        if (
+            e.primitive is P.tensor_write_p
+            and not guarded
+            and not any(_varies(x, tainted, prover) for x in ins[:-1])
+        ):
             raise CompileError(
                 f"every lane of pl.spmd({n}) writes this element of the same tensor (its indices do not depend on "
-                "the lane index): the lanes run concurrently and race, the last to land wins", e.source,
-                rule="lane-race", help="compute the index from the lane index, or move the pl.write out of the "
-                                       "pl.spmd loop")
+                "the lane index): the lanes run concurrently and race, the last to land wins",
+                e.source,
+                rule="lane-race",
+                help="compute the index from the lane index, or move the pl.write out of the pl.spmd loop",
+            )
         if e.primitive is P.tile_store_p and not guarded:
             dst, offs = ins[-1], ins[1:-1]
             if not _atomic(e) and not any(_varies(x, tainted, prover) for x in (dst, *offs)):
                 raise CompileError(
                     f"every lane of pl.spmd({n}) stores this window of the same tensor (its offsets do not "
                     "depend on the lane index): the lanes run concurrently and race, the last to land wins",
-                    e.source, rule="lane-race",
+                    e.source,
+                    rule="lane-race",
                     help="compute the window from the lane index (e.g. out[:, lane * 64:lane * 64 + 64]), "
-                         "or move the store out of the pl.spmd loop")
+                    "or move the store out of the pl.spmd loop",
+                )
         body = e.params.get("body")
         if isinstance(body, Graph):
             nb = e.params.get("arity", (3, 0, 0))[0]

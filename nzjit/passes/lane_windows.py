@@ -52,7 +52,11 @@ _ACCESSES = (P.tile_load_p, P.tile_store_p, P.tensor_read_p, P.tensor_write_p)
 _WRITES = {P.tile_store_p: -1, P.tensor_write_p: 0}
 _BOUND = 1 << 48  # offsets and their intervals proven with are within this (no int64 wrap)
 _LANE_OPS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum, "max": np.maximum,
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "min": np.minimum,
+    "max": np.maximum,
     "floordiv": lambda a, b: np.floor_divide(a, np.where(b == 0, 1, b)) * (b != 0),
     "mod": lambda a, b: np.mod(a, np.where(b == 0, 1, b)) * (b != 0),
 }
@@ -136,9 +140,12 @@ class _Launch:
                     c = q.lo
                     if abs(c) * (_peak(p) + 1) >= _BOUND:
                         return None  # the product could wrap in int64: not split
-                    return _Part(None if p.coef is None else p.coef * c,
-                                 None if p.values is None else p.values * c, min(p.lo * c, p.hi * c),
-                                 max(p.lo * c, p.hi * c))
+                    return _Part(
+                        None if p.coef is None else p.coef * c,
+                        None if p.values is None else p.values * c,
+                        min(p.lo * c, p.hi * c),
+                        max(p.lo * c, p.hi * c),
+                    )
         # anything else: exact only on lane parts alone (no rest), evaluated over the lanes
         if vals is None or a.lo != a.hi or b.lo != b.hi:
             return None
@@ -176,8 +183,9 @@ def _separated(x: _Access, y: _Access, lanes: np.ndarray | None) -> bool:
     if x.axes is None or y.axes is None or len(x.axes) != len(y.axes):
         return False
     for p, _ in (*x.axes, *y.axes):  # beyond this, int64 sums could wrap: nothing is proven
-        if not -_BOUND < p.lo <= p.hi < _BOUND or (p.values is not None and len(p.values)
-                                                   and np.abs(p.values).max() >= _BOUND):
+        if not -_BOUND < p.lo <= p.hi < _BOUND or (
+            p.values is not None and len(p.values) and np.abs(p.values).max() >= _BOUND
+        ):
             return False
     for (px, sx), (py, sy) in zip(x.axes, y.axes):
         if px.coef is not None and px.coef == py.coef and px.coef != 0:

@@ -42,8 +42,11 @@ def check_nd_row_pitch(g: Graph) -> Graph:
         raise CompileError(
             f"this load of '{name}' into a Mat (NZ) tile reads ND rows {pitch} elements apart; the "
             f"ND2NZ load passes the GM row pitch in the 16-bit srcDValue field (max {MAX_ND_ROW_PITCH} "
-            "elements), which would wrap and read every row from the wrong place", e.source, rule=RULE,
+            "elements), which would wrap and read every row from the wrong place",
+            e.source,
+            rule=RULE,
             help=f"keep the row pitch <= {MAX_ND_ROW_PITCH} elements: split the {row_len}-element rows "
-                 "into a leading axis (e.g. pass [R, K] as [K // 32768, R, 32768] and loop over it), "
-                 "or give the tensor fewer columns")
+            "into a leading axis (e.g. pass [R, K] as [K // 32768, R, 32768] and loop over it), "
+            "or give the tensor fewer columns",
+        )
     return g

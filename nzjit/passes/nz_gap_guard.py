@@ -23,8 +23,9 @@ MAX_GM_GAP_BLOCKS = 65535  # the 16-bit gmGap field
 _bypass_for_tests = GuardBypass()
 
 
-def check_nz_gm_gap_fits_burst_stride(name: str, rows: int, loaded_rows: int | None, col_blocks: int,
-                                      source: Source | None) -> None:
+def check_nz_gm_gap_fits_burst_stride(
+    name: str, rows: int, loaded_rows: int | None, col_blocks: int, source: Source | None
+) -> None:
     """Refuse a multi-column-block NZ load whose GM gap `rows - loaded_rows` exceeds 65535 blocks.
 
     `loaded_rows` is the partition's row count (valid_shape if present, NZ-26); None means dynamic,
@@ -38,15 +39,21 @@ def check_nz_gm_gap_fits_burst_stride(name: str, rows: int, loaded_rows: int | N
         return
     loaded = "a dynamic row count (worst case 0)" if loaded_rows is None else f"{loaded_rows} rows"
     need = -(-(rows - MAX_GM_GAP_BLOCKS) // FRACTAL_ROWS) * FRACTAL_ROWS
-    taller = (f"load a taller row tile (at least {need} valid rows) so the gap fits" if loaded_rows is not None
-              else f"give the load a static valid row count of at least {need}, or keep the tensor's rows "
-                   f"<= {MAX_GM_GAP_BLOCKS} (a dynamic row count is checked at 0 rows)")
+    taller = (
+        f"load a taller row tile (at least {need} valid rows) so the gap fits"
+        if loaded_rows is not None
+        else f"give the load a static valid row count of at least {need}, or keep the tensor's rows "
+        f"<= {MAX_GM_GAP_BLOCKS} (a dynamic row count is checked at 0 rows)"
+    )
     raise CompileError(
         f"NZ-25: this load of '{name}' spans {col_blocks} column blocks with a GM gap of {gap} 32-byte "
         f"blocks between them (tensor rows {rows}, loaded {loaded}); the hardware NZ load passes that "
         f"gap in a 16-bit field (max {MAX_GM_GAP_BLOCKS}) and would silently read the wrong fractal "
         "(pto-isa#317). This is NOT an expected pl.NZ limitation but a temporary guard against a "
-        "device defect", source, rule="NZ-25",
+        "device defect",
+        source,
+        rule="NZ-25",
         help=f"{taller}, or stack the layers "
-             "as a rank-3 [LAYERS, R, C] weight so the layer stride is the batch stride (a loop, not the "
-             "burst gap)")
+        "as a rank-3 [LAYERS, R, C] weight so the layer stride is the batch stride (a loop, not the "
+        "burst gap)",
+    )

@@ -37,8 +37,10 @@ def pipeline(target: str) -> list[tuple[str, Pass]]:
         ("AutoTileMatmulL0", lambda g: auto_tile_matmul_l0(g, target)),
         # issue 24: the ND row-pitch guard and the lane-race proof check the final graph (strides
         # known); then the GM accesses that lanes could race on are marked for the run-time log
-        ("MaterializeTensorStrides",
-         lambda g: mark_lane_windows(check_lane_races(check_nd_row_pitch(materialize_tensor_strides(g))))),
+        (
+            "MaterializeTensorStrides",
+            lambda g: mark_lane_windows(check_lane_races(check_nd_row_pitch(materialize_tensor_strides(g)))),
+        ),
     ]
 
 

@@ -173,8 +173,9 @@ class Prover:
         if x in self.aliases:  # a captured value: the enclosing binding
             return rule_copy(self._fact(self.aliases[x], budget), x.hint)
         if x in self.carries:
-            return rule_unknown(dt, nm, f"{nm} is loop-carried: its value changes every iteration and "
-                                "is never resolved")
+            return rule_unknown(
+                dt, nm, f"{nm} is loop-carried: its value changes every iteration and is never resolved"
+            )
         if x in self.loop_vars:
             start, stop, step, kind = self.loop_vars[x]
             if kind == "spmd":
@@ -194,8 +195,12 @@ class Prover:
         if p == "convert":
             return rule_copy(self._fact(e.inputs[0], budget), x.hint)
         if p == "tensor.read":  # issue 23: a scalar from GM; only a clamp built around it bounds it
-            return rule_unknown(dt, nm, f"{nm} is read from GM (pl.read): its value is the call's, unknown when "
-                                "compiled; clamp it: pl.max(pl.min(v, hi), 0)")
+            return rule_unknown(
+                dt,
+                nm,
+                f"{nm} is read from GM (pl.read): its value is the call's, unknown when "
+                "compiled; clamp it: pl.max(pl.min(v, hi), 0)",
+            )
         if p not in _SYM or len(e.inputs) != 2:
             return rule_unknown(dt, nm, f"{nm} is not index arithmetic ({p})")
         a = self._fact(e.inputs[0], budget)  # no generator: two frames per level of recursion
@@ -278,7 +283,11 @@ class Prover:
             if not isinstance(n, Literal):
                 return False
             lane_eqn = self.defs[x]
-            out[x] = range(int(n.value)) if lane_eqn.primitive.name == "get_block_idx" else range(int(n.value), int(n.value) + 1)
+            out[x] = (
+                range(int(n.value))
+                if lane_eqn.primitive.name == "get_block_idx"
+                else range(int(n.value), int(n.value) + 1)
+            )
             return True
         e = self.defs.get(x)
         if e is None or e.primitive.name not in _EVAL:
@@ -349,8 +358,16 @@ def rule_unknown(dt: DType | None, name: str, why: str) -> Fact:
 
 def rule_copy(inner: Fact, name: str | None) -> Fact:
     """A captured copy or a conversion: the same value (a narrowing conversion is the `wrap` rule's)."""
-    return Fact(inner.factor, inner.nonneg, name or inner.expr, inner.nonneg_why, inner.lo, inner.hi,
-                _ATOM if name else inner.prec, "" if name else inner.op)
+    return Fact(
+        inner.factor,
+        inner.nonneg,
+        name or inner.expr,
+        inner.nonneg_why,
+        inner.lo,
+        inner.hi,
+        _ATOM if name else inner.prec,
+        "" if name else inner.op,
+    )
 
 
 def _lanes(stop: Fact | None) -> int:
@@ -380,9 +397,12 @@ def rule_loop_var(fs: Fact, fe: Fact, ft: Fact, name: str, dt: DType | None) -> 
     if ft.lo >= 1:  # counting up: from start to stop - 1
         lo, hi = fs.lo, fe.hi - 1
     ok = fs.nonneg and ft.nonneg
-    why = (f"{name} = loop from {fs.expr} step {ft.expr}" if ok else
-           f"loop variable {name} starts at {fs.expr} ({fs.nonneg_why}) with step {ft.expr}"
-           + ("" if ft.nonneg else f" ({ft.nonneg_why})"))
+    why = (
+        f"{name} = loop from {fs.expr} step {ft.expr}"
+        if ok
+        else f"loop variable {name} starts at {fs.expr} ({fs.nonneg_why}) with step {ft.expr}"
+        + ("" if ft.nonneg else f" ({ft.nonneg_why})")
+    )
     return Fact(math.gcd(fs.factor, ft.factor), ok, name, why, lo, max(lo, hi))
 
 
@@ -393,9 +413,14 @@ def rule_wrap(f: Fact, dt: DType) -> Fact:
     if lo <= f.lo and f.hi <= hi:
         return f
     factor = math.gcd(f.factor, 1 << dt.bits) if f.factor else 0
-    why = f.nonneg_why if not f.nonneg else (
-        f"{f.expr} may wrap at its {dt.bits}-bit width (its exact range leaves [{lo}, {hi}]), so its "
-        "sign is unknown")
+    why = (
+        f.nonneg_why
+        if not f.nonneg
+        else (
+            f"{f.expr} may wrap at its {dt.bits}-bit width (its exact range leaves [{lo}, {hi}]), so its "
+            "sign is unknown"
+        )
+    )
     return Fact(factor, False, f.expr, why, lo, hi, f.prec, f.op)
 
 
@@ -430,21 +455,45 @@ def rule_mul(a: Fact, b: Fact) -> Fact:
 
 def rule_add(a: Fact, b: Fact) -> Fact:
     """a + b: a multiple of gcd(fa, fb), non-negative when both are."""
-    return _claim("add", a, b, math.gcd(a.factor, b.factor), a.nonneg and b.nonneg, _both(a, b),
-                  a.lo + b.lo, a.hi + b.hi)
+    return _claim(
+        "add",
+        a,
+        b,
+        math.gcd(a.factor, b.factor),
+        a.nonneg and b.nonneg,
+        _both(a, b),
+        a.lo + b.lo,
+        a.hi + b.hi,
+    )
 
 
 def rule_sub(a: Fact, b: Fact) -> Fact:
     """a - b: a multiple of gcd(fa, fb); its sign is never claimed (NZ-16)."""
     expr, _ = _expr("sub", a, b)
-    return _claim("sub", a, b, math.gcd(a.factor, b.factor), False,
-                  f"{expr} is a difference: its sign is never proven", a.lo - b.hi, a.hi - b.lo)
+    return _claim(
+        "sub",
+        a,
+        b,
+        math.gcd(a.factor, b.factor),
+        False,
+        f"{expr} is a difference: its sign is never proven",
+        a.lo - b.hi,
+        a.hi - b.lo,
+    )
 
 
 def rule_min(a: Fact, b: Fact) -> Fact:
     """min(a, b): a multiple of gcd(fa, fb) (it is one of them), non-negative when both are."""
-    return _claim("min", a, b, math.gcd(a.factor, b.factor), a.nonneg and b.nonneg, _both(a, b),
-                  min(a.lo, b.lo), min(a.hi, b.hi))
+    return _claim(
+        "min",
+        a,
+        b,
+        math.gcd(a.factor, b.factor),
+        a.nonneg and b.nonneg,
+        _both(a, b),
+        min(a.lo, b.lo),
+        min(a.hi, b.hi),
+    )
 
 
 def rule_max(a: Fact, b: Fact) -> Fact:
@@ -455,7 +504,9 @@ def rule_max(a: Fact, b: Fact) -> Fact:
 
 
 def _dividend_why(a: Fact) -> str:
-    return a.nonneg_why if a.nonneg else f"the dividend {a.expr} is not provably non-negative ({a.nonneg_why})"
+    return (
+        a.nonneg_why if a.nonneg else f"the dividend {a.expr} is not provably non-negative ({a.nonneg_why})"
+    )
 
 
 def rule_floordiv(a: Fact, k: Fact) -> Fact:
@@ -475,7 +526,9 @@ def rule_mod(a: Fact, k: Fact) -> Fact:
 def rule_divide_by_non_constant(a: Fact, b: Fact, p: str) -> Fact:
     """a // b or a % b with b not a positive constant: nothing is claimed."""
     expr, prec = _expr(p, a, b)
-    return Fact(1, False, expr, f"{expr} divides by {b.expr}, not a positive constant", _FULL_LO, _FULL_HI, prec, p)
+    return Fact(
+        1, False, expr, f"{expr} divides by {b.expr}, not a positive constant", _FULL_LO, _FULL_HI, prec, p
+    )
 
 
 _BINARY = {"mul": rule_mul, "add": rule_add, "sub": rule_sub, "min": rule_min, "max": rule_max}
@@ -513,10 +566,19 @@ RULES: dict[str, Callable[..., Fact]] = {
 }
 
 
-_EVAL: dict[str, Callable[..., int]] = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-         "floordiv": lambda a, b: a // b if b else 0, "mod": lambda a, b: a % b if b else 0,
-         "min": min, "max": max, "convert": lambda a: a}
+_EVAL: dict[str, Callable[..., int]] = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b if b else 0,
+    "mod": lambda a, b: a % b if b else 0,
+    "min": min,
+    "max": max,
+    "convert": lambda a: a,
+}
 
-PROVABLE_FORMS = ("constants; products `nb * 256`; sums; `pl.range`/`pl.pipeline` variables whose start "
-                  "and step are multiples; pl.spmd lanes and get_block_idx(); `x % k` and `x // k` by a "
-                  "positive constant; pl.min / pl.max of multiples")
+PROVABLE_FORMS = (
+    "constants; products `nb * 256`; sums; `pl.range`/`pl.pipeline` variables whose start "
+    "and step are multiples; pl.spmd lanes and get_block_idx(); `x % k` and `x // k` by a "
+    "positive constant; pl.min / pl.max of multiples"
+)

@@ -42,8 +42,14 @@ class Rewriter:
         """The original equation defining `v` in the graph being rebuilt (not across loop bodies)."""
         return self.scope[-1].get(v) if isinstance(v, Var) and self.scope else None
 
-    def emit(self, prim: Primitive, groups: Sequence[Sequence[Atom]], params: dict[str, Any],
-             out: Sequence[Var | Type], source: Source | None) -> list[Var]:
+    def emit(
+        self,
+        prim: Primitive,
+        groups: Sequence[Sequence[Atom]],
+        params: dict[str, Any],
+        out: Sequence[Var | Type],
+        source: Source | None,
+    ) -> list[Var]:
         """Append an equation of `prim` on the operand `groups` (arity set from them); returns its outputs."""
         params = dict(params)
         params["arity"] = tuple(len(g) for g in groups)
@@ -121,8 +127,10 @@ class Rewriter:
                 new_params.append(self.fresh(v, a.type) if a.type != v.type else self.fresh(v))
             eqns = self.body(body)
             p["body"] = Graph(new_params, eqns, self.atoms(body.outputs), dict(body.attrs), body.name)
-            outs = [self.fresh(v, a.type) if a.type != v.type else self.fresh(v)
-                    for v, a in zip(e.outputs, ins[nb + nc :])]
+            outs = [
+                self.fresh(v, a.type) if a.type != v.type else self.fresh(v)
+                for v, a in zip(e.outputs, ins[nb + nc :])
+            ]
         else:
             outs = [self.fresh(v) for v in e.outputs]
         self.out.append(Eqn(e.primitive, ins, tuple(outs), p, e.source))

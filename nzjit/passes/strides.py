@@ -30,8 +30,10 @@ def row_major_strides(shape: tuple[int | DynDim, ...]) -> tuple[int | DynDim, ..
 def check_nz_view_is_blocked(t: TensorType, blocked: bool) -> None:
     """NZ-34: MaterializeTensorStrides asserts BlockNzTensorViews ran."""
     if t.layout is Layout.NZ and (not blocked or t.rank != 5):
-        raise InternalError(f"NZ view {t} is not blocked: BlockNzTensorViews must run before "
-                            "MaterializeTensorStrides (NZ-9, NZ-34)")
+        raise InternalError(
+            f"NZ view {t} is not blocked: BlockNzTensorViews must run before "
+            "MaterializeTensorStrides (NZ-9, NZ-34)"
+        )
 
 
 class _Strides(Rewriter):

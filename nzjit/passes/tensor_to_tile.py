@@ -42,11 +42,15 @@ class _Convert(Rewriter):
             raise CompileError(
                 f"pl.create_tensor({list(t.shape)}, {t.dtype!r}) in a kernel is the start value of a matmul "
                 "accumulator (a loop's or an `if`'s carry, then bound to pl.matmul / pl.matmul_acc); a GM scratch "
-                "tensor inside a kernel is not built", e.source,
+                "tensor inside a kernel is not built",
+                e.source,
                 help="create the intermediate in the @pl.orchestration and pass it to the kernel (an Out or "
-                     "InOut parameter)")
+                "InOut parameter)",
+            )
         acc_t = TileType(tuple(t.shape), t.dtype, Mem.Acc)  # type: ignore[arg-type]
-        (o,) = self.emit(P.create_p, [], {"shape": acc_t.shape, "dtype": t.dtype, "memory": Mem.Acc}, [acc_t], e.source)
+        (o,) = self.emit(
+            P.create_p, [], {"shape": acc_t.shape, "dtype": t.dtype, "memory": Mem.Acc}, [acc_t], e.source
+        )
         o.hint = v.hint
         self.env[v] = o
 
@@ -75,8 +79,9 @@ class _Convert(Rewriter):
         if isinstance(t, TileType):
             if t.memory is not Mem.Acc:
                 return self.atom(v)  # type: ignore[return-value]
-            raise CompileError("a matmul result cannot feed another matmul directly; store it first",
-                               e.source)
+            raise CompileError(
+                "a matmul result cannot feed another matmul directly; store it first", e.source
+            )
         root, offs, win = self.window(v)
         rt = root.type
         assert isinstance(rt, TensorType)
@@ -86,8 +91,10 @@ class _Convert(Rewriter):
         shape = tuple(1 if w == -1 else w for w in win)
         for i, d in enumerate(shape):
             if not isinstance(d, int):
-                raise CompileError(f"the matmul operand's window on axis {i} has dynamic extent {d}; "
-                                   "slice a static window", e.source)
+                raise CompileError(
+                    f"the matmul operand's window on axis {i} has dynamic extent {d}; slice a static window",
+                    e.source,
+                )
         tile_t = TileType(shape, rt.dtype, Mem.Mat)
         params = {"shape": shape, "memory": Mem.Mat, "valid_static": None, "memory_given": True}
         return self.emit(P.tile_load_p, [[root], offs, []], params, [tile_t], source)[0]
@@ -99,17 +106,24 @@ class _Convert(Rewriter):
         assert isinstance(rt, TensorType) and isinstance(at, TileType)
         zero = all(isinstance(o, Literal) and o.value == 0 for o in [*offs, *e.operands("offsets")])
         whole = zero and list(win) == list(rt.shape) and list(e.params["shape"]) == list(rt.shape)
-        if not (whole and rt.is_static and rt.layout.value == "ND" and rt.strides in (None, _row_major(rt.shape))):
-            raise CompileError(f"{_RESHAPED} is stored by viewing the destination with the result's shape "
-                               f"{list(at.shape)}: the destination must be a whole static ND tensor, got a window "
-                               f"{list(e.params['shape'])} of {rt}", e.source,
-                               help="assign it to the whole output (out[...] = pl.reshape(acc, out_shape)), or "
-                                    "store the matmul result unreshaped into out viewed with pl.tensor.view")
+        if not (
+            whole and rt.is_static and rt.layout.value == "ND" and rt.strides in (None, _row_major(rt.shape))
+        ):
+            raise CompileError(
+                f"{_RESHAPED} is stored by viewing the destination with the result's shape "
+                f"{list(at.shape)}: the destination must be a whole static ND tensor, got a window "
+                f"{list(e.params['shape'])} of {rt}",
+                e.source,
+                help="assign it to the whole output (out[...] = pl.reshape(acc, out_shape)), or "
+                "store the matmul result unreshaped into out viewed with pl.tensor.view",
+            )
         n = 1
         for d in rt.shape:
             n *= static_dim(d)
         if n != at.shape[0] * at.shape[1]:
-            raise CompileError(f"{_RESHAPED} of {list(at.shape)} assigned to {rt}: the element counts differ", e.source)
+            raise CompileError(
+                f"{_RESHAPED} of {list(at.shape)} assigned to {rt}: the element counts differ", e.source
+            )
         view_t = TensorType(tuple(at.shape), rt.dtype, rt.layout)
         (view,) = self.emit(P.tensor_reshape_p, [[root]], {"shape": tuple(at.shape)}, [view_t], e.source)
         zeros = [Literal(0, ScalarType(INDEX)), Literal(0, ScalarType(INDEX))]
@@ -122,9 +136,12 @@ class _Convert(Rewriter):
             if p is P.tensor_assign_p and e.inputs[1] in self.reshaped and e.inputs[0] not in self.reshaped:
                 self._store_reshaped(e, self.reshaped[e.inputs[1]])
                 return
-            raise CompileError(f"{_RESHAPED} can only be assigned to a tensor (out[...] = pl.reshape(acc, shape)): "
-                               "the Acc tile has no reshape of its own", e.source,
-                               help="pl.move it to pl.Mem.Vec first and pl.reshape the Vec tile")
+            raise CompileError(
+                f"{_RESHAPED} can only be assigned to a tensor (out[...] = pl.reshape(acc, shape)): "
+                "the Acc tile has no reshape of its own",
+                e.source,
+                help="pl.move it to pl.Mem.Vec first and pl.reshape the Vec tile",
+            )
         if p is P.tensor_create_p:
             self._create(e)
             return
@@ -147,15 +164,19 @@ class _Convert(Rewriter):
             if not isinstance(acc.type, TileType):
                 raise CompileError("pl.matmul_acc needs an accumulator made by pl.matmul", e.source)
             a, b = (self.load_operand(x, e) for x in e.inputs[1:])
-            (o,) = self.emit(P.tile_matmul_acc_p, [[acc], [a], [b]], {"b_trans": e.params["b_trans"]},
-                             [acc.type], e.source)
+            (o,) = self.emit(
+                P.tile_matmul_acc_p, [[acc], [a], [b]], {"b_trans": e.params["b_trans"]}, [acc.type], e.source
+            )
             o.hint = e.outputs[0].hint
             self.env[e.outputs[0]] = o
         elif p is P.tensor_assign_p:
             value = self.atom(e.inputs[1])
             if not isinstance(value.type, TileType):
-                raise CompileError(f"cannot assign {value.type}: only computed values (a matmul result "
-                                   "or a tile) can be assigned", e.source)
+                raise CompileError(
+                    f"cannot assign {value.type}: only computed values (a matmul result "
+                    "or a tile) can be assigned",
+                    e.source,
+                )
             root, offs, win = self.window(e.inputs[0])
             own = e.operands("offsets")
             for j, axis in enumerate(i for i, w in enumerate(win) if w != -1):
@@ -164,6 +185,7 @@ class _Convert(Rewriter):
             self.env[e.outputs[0]] = o
         else:
             self.copy(e)
+
 
 def _row_major(shape: tuple[object, ...]) -> tuple[int, ...]:
     out, acc = [], 1

@@ -65,9 +65,11 @@ def warn_unwritten_outputs(kernel: Any, g: Graph) -> None:
     code = getattr(getattr(kernel, "fn", None), "__code__", None)
     for i in unwritten_outputs(g, outs):
         name = kernel.params[i].name
-        msg = (f"Out parameter {name!r} of kernel {kernel.__name__} is never written by any store: it returns "
-               "whatever its memory held (an omitted Out: the poison pattern of fresh device memory, NaN or "
-               "-1); help: store into it, or make it an input")
+        msg = (
+            f"Out parameter {name!r} of kernel {kernel.__name__} is never written by any store: it returns "
+            "whatever its memory held (an omitted Out: the poison pattern of fresh device memory, NaN or "
+            "-1); help: store into it, or make it an input"
+        )
         if code is not None:
             warnings.warn_explicit(msg, UnwrittenOutputWarning, code.co_filename, code.co_firstlineno)
         else:

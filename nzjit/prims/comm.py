@@ -24,8 +24,10 @@ from .memory import tile_load_p, tile_store_p
 __all__ = ["DistributedTensorType", "NZ_REFUSAL", "ATOMIC_ADD_DTYPES", "check_not_nz"]
 
 NZ_REFUSAL = "distributed tensor: refused — remote_load has no NZ blocking"
-NZ_HELP = ("keep an NZ weight a local argument (pl.Tensor[..., pl.NZ], sharded with "
-           "Cluster.alloc_stacked_tensor) and exchange ND data through windows")
+NZ_HELP = (
+    "keep an NZ weight a local argument (pl.Tensor[..., pl.NZ], sharded with "
+    "Cluster.alloc_stacked_tensor) and exchange ND data through windows"
+)
 # hardware atomic add (PyPTO AtomicType.Add): fp32 / bf16 / fp16 / int32 / int16 / int8 destinations
 ATOMIC_ADD_DTYPES = (dt.FP32, dt.BF16, dt.FP16, dt.INT32, dt.INT16, dt.INT8)
 
@@ -47,10 +49,12 @@ def check_not_nz(layout: Layout, what: str) -> None:
 
 def _dist(t: Type, what: str, role: str) -> DistributedTensorType:
     if not isinstance(t, DistributedTensorType):
-        raise CompileError(f"{what}: the {role} must be a pld.DistributedTensor (a window buffer), got {t}; a "
-                           "plain tensor is memory of this rank that no peer can reach",
-                           help="declare the parameter as pld.DistributedTensor[[...], dtype] and pass "
-                                "pld.window(buf, shape, dtype=...) from the orchestration")
+        raise CompileError(
+            f"{what}: the {role} must be a pld.DistributedTensor (a window buffer), got {t}; a "
+            "plain tensor is memory of this rank that no peer can reach",
+            help="declare the parameter as pld.DistributedTensor[[...], dtype] and pass "
+            "pld.window(buf, shape, dtype=...) from the orchestration",
+        )
     check_not_nz(t.layout, what)
     return t
 
@@ -58,8 +62,10 @@ def _dist(t: Type, what: str, role: str) -> DistributedTensorType:
 def _signal(t: Type, what: str) -> DistributedTensorType:
     s = _dist(t, what, "signal")
     if s.dtype is not dt.INT32:
-        raise CompileError(f"{what}: a signal is an INT32 window, got {s}",
-                           help="allocate it with pld.alloc_window_buffer([...], dtype=pl.INT32)")
+        raise CompileError(
+            f"{what}: a signal is an INT32 window, got {s}",
+            help="allocate it with pld.alloc_window_buffer([...], dtype=pl.INT32)",
+        )
     return s
 
 
@@ -118,8 +124,9 @@ def comm_wait_p(*ins: Type, cmp: str, arity: tuple[int, ...], **_: Any) -> list[
 
 
 @primitive("comm.remote_load", ("target", "peer", "offsets"))
-def comm_remote_load_p(*ins: Type, shape: tuple[int, ...], arity: tuple[int, ...],
-                       valid: tuple[int, ...] | None = None, **_: Any) -> list[Type]:
+def comm_remote_load_p(
+    *ins: Type, shape: tuple[int, ...], arity: tuple[int, ...], valid: tuple[int, ...] | None = None, **_: Any
+) -> list[Type]:
     """`pld.tile.remote_load`: a Vec tile of `shape` from `peer`'s window at `offsets`; with a static
     `valid` extent only that part is read (the tile keeps its physical `shape`)."""
     (target,), peer, offs = _groups(ins, arity)
@@ -127,8 +134,10 @@ def comm_remote_load_p(*ins: Type, shape: tuple[int, ...], arity: tuple[int, ...
     _int_scalars(peer, "pld.tile.remote_load", "peer")
     _offsets(offs, t.rank, "pld.tile.remote_load")
     if len(shape) != 2:
-        raise CompileError(f"pld.tile.remote_load makes a rank-2 tile, got shape {list(shape)}",
-                           help="view the window as 2-D ([1, SIZE] or [ROWS, COLS])")
+        raise CompileError(
+            f"pld.tile.remote_load makes a rank-2 tile, got shape {list(shape)}",
+            help="view the window as 2-D ([1, SIZE] or [ROWS, COLS])",
+        )
     return [TileType(tuple(shape), t.dtype, Mem.Vec, tuple(valid) if valid is not None else None)]
 
 
@@ -140,11 +149,15 @@ def comm_remote_store_p(*ins: Type, atomic: bool, arity: tuple[int, ...], **_: A
     if not (isinstance(src, TileType) and src.memory is Mem.Vec):
         raise CompileError(f"pld.tile.remote_store writes a Vec tile, got {src}")
     if src.dtype is not t.dtype:
-        raise CompileError(f"pld.tile.remote_store of a {src.dtype!r} tile into a {t.dtype!r} window",
-                           help="pl.cast the tile to the window's dtype first")
+        raise CompileError(
+            f"pld.tile.remote_store of a {src.dtype!r} tile into a {t.dtype!r} window",
+            help="pl.cast the tile to the window's dtype first",
+        )
     if atomic and t.dtype not in ATOMIC_ADD_DTYPES:
-        raise CompileError(f"pld.tile.remote_store atomic=AtomicType.Add needs a "
-                           f"{'/'.join(d.short for d in ATOMIC_ADD_DTYPES)} window, got {t.dtype!r}")
+        raise CompileError(
+            f"pld.tile.remote_store atomic=AtomicType.Add needs a "
+            f"{'/'.join(d.short for d in ATOMIC_ADD_DTYPES)} window, got {t.dtype!r}"
+        )
     _int_scalars(peer, "pld.tile.remote_store", "peer")
     _offsets(offs, t.rank, "pld.tile.remote_store")
     return []
@@ -165,7 +178,9 @@ def _transfer(ins: Sequence[Type], arity: Sequence[int], what: str, window_role:
 
 
 @primitive("comm.put", ("dst", "peer", "src", "dst_offsets", "src_offsets"))
-def comm_put_p(*ins: Type, shape: tuple[int, ...], atomic: bool, arity: tuple[int, ...], **_: Any) -> list[Type]:
+def comm_put_p(
+    *ins: Type, shape: tuple[int, ...], atomic: bool, arity: tuple[int, ...], **_: Any
+) -> list[Type]:
     """`pld.tensor.put`: copy the `shape` region of local `src` into `peer`'s window `dst`."""
     _transfer(ins, arity, "pld.tensor.put", "dst")
     if atomic and ins[0].dtype not in ATOMIC_ADD_DTYPES:
@@ -204,7 +219,9 @@ def comm_reduce_scatter_p(target: Type, signal: Type, *, op: str, **_: Any) -> l
     t = _dist(target, "pld.tensor.reduce_scatter", "target")
     _signal(signal, "pld.tensor.reduce_scatter")
     if op != "sum":
-        raise CompileError(f"pld.tensor.reduce_scatter supports only ReduceOp.Sum, got ReduceOp.{op.capitalize()}")
+        raise CompileError(
+            f"pld.tensor.reduce_scatter supports only ReduceOp.Sum, got ReduceOp.{op.capitalize()}"
+        )
     return [t]
 
 

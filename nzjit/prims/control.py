@@ -18,14 +18,18 @@ def for_p(*in_types: Type, body: Any, arity: tuple[int, int, int], **_: Any) -> 
     for i, (a, b) in enumerate(zip(carries_in, outs)):
         if a != b:
             name = body.params[1 + nc + i].hint or f"#{i}"
-            raise _fail(f"loop-carried value '{name}' changes type from {a} before the loop to {b} "
-                        "after one iteration; make both sides the same type (e.g. same tile shape "
-                        "and memory, or pl.cast)")
+            raise _fail(
+                f"loop-carried value '{name}' changes type from {a} before the loop to {b} "
+                "after one iteration; make both sides the same type (e.g. same tile shape "
+                "and memory, or pl.cast)"
+            )
     return list(carries_in)
 
 
 @primitive("cond", ("pred", "captured", "carries"))
-def cond_p(*in_types: Type, body: Any, arity: tuple[int, int, int], negate: bool = False, **_: Any) -> list[Type]:
+def cond_p(
+    *in_types: Type, body: Any, arity: tuple[int, int, int], negate: bool = False, **_: Any
+) -> list[Type]:
     """A staged `if` arm (language/branch.py): `if pred: carries = body(captured, carries)`.
 
     Operands like a loop's, so that every pass, the verifier and the printer treat its body as they
@@ -42,6 +46,8 @@ def cond_p(*in_types: Type, body: Any, arity: tuple[int, int, int], negate: bool
     for i, (a, b) in enumerate(zip(carries, (v.type for v in body.outputs))):
         if a != b:
             name = body.params[1 + nc + i].hint or f"#{i}"
-            raise _fail(f"'{name}' changes type inside the `if`: {a} before it, {b} after the arm; the "
-                        "other arm keeps the old value, so both must be the same type")
+            raise _fail(
+                f"'{name}' changes type inside the `if`: {a} before it, {b} after the arm; the "
+                "other arm keeps the old value, so both must be the same type"
+            )
     return list(carries)

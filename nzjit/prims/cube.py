@@ -20,7 +20,9 @@ from ..core.types import Mem, TensorType, TileType, Type
 
 
 @primitive("tensor.matmul", ("a", "b"))
-def tensor_matmul_p(a: Type, b: Type, *, b_trans: bool = False, out_dtype: Any = None, **_: Any) -> list[Type]:
+def tensor_matmul_p(
+    a: Type, b: Type, *, b_trans: bool = False, out_dtype: Any = None, **_: Any
+) -> list[Type]:
     """`pl.matmul` on tensors (before tiling): `[M,K] x [K,N]` (or `B^T` with `b_trans`) -> `[M,N]` of the
     accumulator dtype."""
     ta, tb = _tensor(a, "pl.matmul"), _tensor(b, "pl.matmul")
@@ -33,7 +35,9 @@ def tensor_matmul_acc_p(acc: Type, a: Type, b: Type, *, b_trans: bool = False, *
     """`pl.matmul_acc` on tensors: `acc + a @ b`; the accumulator must have the product's shape and dtype."""
     tc, ta, tb = _tensor(acc, "pl.matmul_acc"), _tensor(a, "pl.matmul_acc"), _tensor(b, "pl.matmul_acc")
     m, n = _matmul_shape(_squeeze2(ta.shape), _squeeze2(tb.shape), b_trans, "pl.matmul_acc")
-    if tuple(tc.shape) != (m, n) or tc.dtype is not _matmul_out_dtype(ta.dtype, tb.dtype, None, "pl.matmul_acc"):
+    if tuple(tc.shape) != (m, n) or tc.dtype is not _matmul_out_dtype(
+        ta.dtype, tb.dtype, None, "pl.matmul_acc"
+    ):
         raise _fail(f"pl.matmul_acc: accumulator {tc} does not match the product [{m},{n}]")
     return [tc]
 
@@ -51,7 +55,9 @@ def _valid2(t: TileType) -> tuple[Any, Any]:
     return vs[0], vs[1]
 
 
-def product_valid(ta: TileType, tb: TileType, b_trans: bool, m: int, n: int, what: str) -> tuple[Any, ...] | None:
+def product_valid(
+    ta: TileType, tb: TileType, b_trans: bool, m: int, n: int, what: str
+) -> tuple[Any, ...] | None:
     """The valid region of `a @ b` (TMATMUL: m = Left.validRow, k = Left.validCol, n =
     Right.validCol; hardware-model.md §6): the lhs's valid rows by the rhs's valid N, None when
     that is the whole product. A K tail is the lhs's valid K and must be static (the cube's k field
@@ -60,12 +66,16 @@ def product_valid(ta: TileType, tb: TileType, b_trans: bool, m: int, n: int, wha
     ar, ak = _valid2(ta)
     bk, bn = _valid2(tb)[::-1] if b_trans else _valid2(tb)
     if ak is None or bk is None:
-        raise _fail(f"{what}: a dynamic valid K (contraction) extent of {ta if ak is None else tb} is not "
-                    "supported: the cube's k is static here",
-                    help="narrow K with a static valid_shape, or pad K in GM with zeros")
+        raise _fail(
+            f"{what}: a dynamic valid K (contraction) extent of {ta if ak is None else tb} is not "
+            "supported: the cube's k is static here",
+            help="narrow K with a static valid_shape, or pad K in GM with zeros",
+        )
     if bk < ak:
-        raise _fail(f"{what}: the rhs's valid K {bk} does not cover the lhs's valid K {ak} ({ta} x {tb})",
-                    help="give the rhs a valid_shape whose K is at least the lhs's")
+        raise _fail(
+            f"{what}: the rhs's valid K {bk} does not cover the lhs's valid K {ak} ({ta} x {tb})",
+            help="give the rhs a valid_shape whose K is at least the lhs's",
+        )
     valid = (ar, bn)
     return None if valid == (m, n) else valid
 
@@ -76,8 +86,14 @@ def tile_matmul_p(a: Type, b: Type, *, b_trans: bool = False, out_dtype: Any = N
     where the lhs's valid rows meet the rhs's valid columns (`product_valid`)."""
     ta, tb = _mm_operands(a, b, "pl.matmul")
     m, n = _matmul_shape(_squeeze2(ta.shape), _squeeze2(tb.shape), b_trans, "pl.matmul")
-    return [TileType((m, n), _matmul_out_dtype(ta.dtype, tb.dtype, out_dtype, "pl.matmul"), Mem.Acc,
-                     product_valid(ta, tb, b_trans, m, n, "pl.matmul"))]
+    return [
+        TileType(
+            (m, n),
+            _matmul_out_dtype(ta.dtype, tb.dtype, out_dtype, "pl.matmul"),
+            Mem.Acc,
+            product_valid(ta, tb, b_trans, m, n, "pl.matmul"),
+        )
+    ]
 
 
 @primitive("tile.matmul_acc", ("acc", "a", "b"))
@@ -86,19 +102,32 @@ def tile_matmul_acc_p(acc: Type, a: Type, b: Type, *, b_trans: bool = False, **_
     tc = _tile(acc, "pl.matmul_acc")
     ta, tb = _mm_operands(a, b, "pl.matmul_acc")
     m, n = _matmul_shape(_squeeze2(ta.shape), _squeeze2(tb.shape), b_trans, "pl.matmul_acc")
-    want = TileType((m, n), _matmul_out_dtype(ta.dtype, tb.dtype, None, "pl.matmul_acc"), Mem.Acc,
-                    product_valid(ta, tb, b_trans, m, n, "pl.matmul_acc"))
+    want = TileType(
+        (m, n),
+        _matmul_out_dtype(ta.dtype, tb.dtype, None, "pl.matmul_acc"),
+        Mem.Acc,
+        product_valid(ta, tb, b_trans, m, n, "pl.matmul_acc"),
+    )
     if tc.shape != want.shape or tc.dtype is not want.dtype or tc.memory is not Mem.Acc:
         raise _fail(f"pl.matmul_acc: accumulator {tc} does not match the product {want}")
     if _valid_or_none(tc) != _valid_or_none(want):
-        raise _fail(f"pl.matmul_acc: the accumulator's valid region {tc} is not the product's {want}",
-                    help="accumulate products of operands with the same valid rows and columns")
+        raise _fail(
+            f"pl.matmul_acc: the accumulator's valid region {tc} is not the product's {want}",
+            help="accumulate products of operands with the same valid rows and columns",
+        )
     return [tc]
 
 
 @primitive("tile.extract", ("src", "offsets"))
-def tile_extract_p(src: Type, *offs: Type, shape: tuple[int, int], memory: Mem, transpose: bool = False,
-                   valid_shape: tuple[int, int] | None = None, **_: Any) -> list[Type]:
+def tile_extract_p(
+    src: Type,
+    *offs: Type,
+    shape: tuple[int, int],
+    memory: Mem,
+    transpose: bool = False,
+    valid_shape: tuple[int, int] | None = None,
+    **_: Any,
+) -> list[Type]:
     """Mat -> Left/Right (TEXTRACT) of a window; `transpose` reads the window as its transpose. TEXTRACT
     moves whole fractals; `valid_shape` is the part a decode batch's rows fill (hardware-model.md §6:
     TMATMUL takes m = Left.validRow)."""
@@ -127,7 +156,9 @@ def tile_mad_acc_p(acc: Type, left: Type, right: Type, **_: Any) -> list[Type]:
     tc = _tile(acc, "tile.mad_acc")
     (want,) = tile_mad_p.type_rule(left, right, out_dtype=tc.dtype)
     assert isinstance(want, TileType)  # tile.mad's rule makes an Acc tile
-    if want.valid_shape is not None and tc.valid_shape != want.valid_shape:  # the valid rows / cols of the accumulator stay
+    if (
+        want.valid_shape is not None and tc.valid_shape != want.valid_shape
+    ):  # the valid rows / cols of the accumulator stay
         raise _fail(f"tile.mad_acc: accumulator {tc} does not have the product's valid rows {want}")
     return [tc]
 
@@ -136,8 +167,9 @@ def tile_mad_acc_p(acc: Type, left: Type, right: Type, **_: Any) -> list[Type]:
 BIAS_TABLE_BYTES = 1024
 
 
-def _check_bias(bias: Type, want_dtype: dt.DType, n: int, valid_n: Any, what: str,
-                memories: tuple[Mem, ...]) -> TileType:
+def _check_bias(
+    bias: Type, want_dtype: dt.DType, n: int, valid_n: Any, what: str, memories: tuple[Mem, ...]
+) -> TileType:
     """A `[1, N]` bias tile of the accumulator's dtype (pto-isa TMATMUL_BIAS: Bias dtype = C dtype,
     one row), in one of `memories`, whose valid columns cover the product's."""
     tb = _tile(bias, what)
@@ -145,12 +177,16 @@ def _check_bias(bias: Type, want_dtype: dt.DType, n: int, valid_n: Any, what: st
     if len(shape) != 2 or shape[0] != 1 or shape[1] != n:
         raise _fail(f"{what}: the bias must be a [1, {n}] tile (one entry per output column), got {tb}")
     if tb.dtype is not want_dtype:
-        raise _fail(f"{what}: the bias {tb} must have the accumulator's dtype {want_dtype.name} "
-                    "(FP32 for float operands, INT32 for INT8)",
-                    help=f"load the bias as {want_dtype.name}")
+        raise _fail(
+            f"{what}: the bias {tb} must have the accumulator's dtype {want_dtype.name} "
+            "(FP32 for float operands, INT32 for INT8)",
+            help=f"load the bias as {want_dtype.name}",
+        )
     if tb.memory not in memories:
-        raise _fail(f"{what}: the bias {tb} must be a {' or '.join(m.value for m in memories)} tile",
-                    help="load it with target_memory=pl.Mem.Mat")
+        raise _fail(
+            f"{what}: the bias {tb} must be a {' or '.join(m.value for m in memories)} tile",
+            help="load it with target_memory=pl.Mem.Mat",
+        )
     bn = _valid2(tb)[1]
     if isinstance(bn, int) and isinstance(valid_n, int) and bn < valid_n:
         raise _fail(f"{what}: the bias's valid columns {bn} do not cover the product's {valid_n}")
@@ -176,6 +212,7 @@ def tile_mad_bias_p(left: Type, right: Type, bias: Type, *, out_dtype: dt.DType,
     vn = out.shape[1] if out.fully_valid else out.valid_shape[1]  # type: ignore[index]
     tb = _check_bias(bias, out_dtype, out.shape[1], vn, "tile.mad_bias", (Mem.Bias,))
     if tb.nbytes > BIAS_TABLE_BYTES:
-        raise _fail(f"tile.mad_bias: the bias {tb} needs {tb.nbytes} bytes; the bias table holds {BIAS_TABLE_BYTES}")
+        raise _fail(
+            f"tile.mad_bias: the bias {tb} needs {tb.nbytes} bytes; the bias table holds {BIAS_TABLE_BYTES}"
+        )
     return [out]
-

@@ -21,8 +21,14 @@ from ..core.types import Layout, Mem, ScalarType, TensorType, TileType, Type
 
 
 @primitive("tensor.slice", ("src", "offsets", "valid"))
-def tensor_slice_p(src: Type, *rest: Type, shape: tuple[int, ...], drop: tuple[int, ...] = (),
-                   arity: tuple[int, ...], **_: Any) -> list[Type]:
+def tensor_slice_p(
+    src: Type,
+    *rest: Type,
+    shape: tuple[int, ...],
+    drop: tuple[int, ...] = (),
+    arity: tuple[int, ...],
+    **_: Any,
+) -> list[Type]:
     """A window of a tensor at `offsets` of static `shape`; the axes in `drop` are indexed away; a `valid`
     group makes the valid shape dynamic."""
     s = _tensor(src, "tensor.slice")
@@ -66,8 +72,10 @@ def tensor_reinterpret_view_p(src: Type, *, dtype: dt.DType, shape: tuple[int, .
     s = _tensor(src, "tensor.reinterpret_view")
     a, b = _static_bits(s.shape, s.dtype), _static_bits(shape, dtype)
     if a is not None and b is not None and a != b:
-        raise _fail(f"tensor.reinterpret_view of {s} as {dtype.short}[{','.join(map(str, shape))}] changes "
-                    f"the byte count ({a // 8} -> {b // 8} bytes)")
+        raise _fail(
+            f"tensor.reinterpret_view of {s} as {dtype.short}[{','.join(map(str, shape))}] changes "
+            f"the byte count ({a // 8} -> {b // 8} bytes)"
+        )
     return [TensorType(tuple(shape), dtype, s.layout)]
 
 
@@ -84,9 +92,16 @@ def tensor_assign_p(dst: Type, value: Type, *offs: Type, **_: Any) -> list[Type]
 
 
 @primitive("tile.load", ("src", "offsets", "valid"))
-def tile_load_p(src: Type, *rest: Type, shape: tuple[int, ...], memory: Mem, arity: tuple[int, ...],
-                valid_static: tuple[int | None, ...] | None = None, out_type: TileType | None = None,
-                **_: Any) -> list[Type]:
+def tile_load_p(
+    src: Type,
+    *rest: Type,
+    shape: tuple[int, ...],
+    memory: Mem,
+    arity: tuple[int, ...],
+    valid_static: tuple[int | None, ...] | None = None,
+    out_type: TileType | None = None,
+    **_: Any,
+) -> list[Type]:
     """`pl.load`: a window of static `shape` of a GM tensor into a tile of `memory`; a blocked load keeps its
     explicit `out_type` (NZ-13)."""
     if out_type is not None:  # NZ-13: a blocked load keeps its explicit logical tile type
@@ -94,8 +109,10 @@ def tile_load_p(src: Type, *rest: Type, shape: tuple[int, ...], memory: Mem, ari
     s = _tensor(src, "pl.load")
     _check_index_operands(rest, "pl.load")
     if arity[1] != s.rank or len(shape) != s.rank:
-        raise _fail(f"pl.load from a rank-{s.rank} tensor needs {s.rank} offsets and {s.rank} shapes, "
-                    f"got {arity[1]} and {len(shape)}")
+        raise _fail(
+            f"pl.load from a rank-{s.rank} tensor needs {s.rank} offsets and {s.rank} shapes, "
+            f"got {arity[1]} and {len(shape)}"
+        )
     for i, d in enumerate(shape):
         if not isinstance(d, int) or d <= 0:
             raise _fail(f"pl.load shapes must be positive static ints, got {list(shape)}")
@@ -105,8 +122,10 @@ def tile_load_p(src: Type, *rest: Type, shape: tuple[int, ...], memory: Mem, ari
         v_i = None if valid_static is None else valid_static[i]
         has_valid = arity[2] > 0 and (v_i is None or not isinstance(sd, int) or v_i <= sd)
         if isinstance(sd, int) and d > sd and not has_valid:
-            raise _fail(f"pl.load window {list(shape)} exceeds the tensor shape {list(s.shape)} on axis {i}",
-                        help="give the ragged tile a valid_shape inside the tensor, or pass clamp=True")
+            raise _fail(
+                f"pl.load window {list(shape)} exceeds the tensor shape {list(s.shape)} on axis {i}",
+                help="give the ragged tile a valid_shape inside the tensor, or pass clamp=True",
+            )
     return [TileType(tuple(shape), s.dtype, memory, valid_static)]
 
 
@@ -155,8 +174,11 @@ def _element_indices(t: TensorType, idx: tuple[Type, ...], what: str) -> None:
     if len(idx) != t.rank:
         raise _fail(f"{what} of a rank-{t.rank} tensor takes {t.rank} indices, got {len(idx)}")
     if t.layout is Layout.NZ:
-        raise _fail(f"{what} of an NZ tensor: its elements are in NZ order, not at row-major addresses",
-                    rule="NZ-14", help="read or write an ND tensor (a scalar table is ND)")
+        raise _fail(
+            f"{what} of an NZ tensor: its elements are in NZ order, not at row-major addresses",
+            rule="NZ-14",
+            help="read or write an ND tensor (a scalar table is ND)",
+        )
 
 
 @primitive("tensor.read", ("src", "indices"))
@@ -176,6 +198,8 @@ def tensor_write_p(dst: Type, *rest: Type, **_: Any) -> list[Type]:
     *idx, v = rest
     _element_indices(t, tuple(idx), "pl.write")
     if not isinstance(v, ScalarType) or v.dtype is not t.dtype:
-        raise _fail(f"pl.write of a {v} into a {t.dtype!r} tensor: the value is a scalar of the tensor's dtype",
-                    help=f"pl.cast the value to {t.dtype!r}")
+        raise _fail(
+            f"pl.write of a {v} into a {t.dtype!r} tensor: the value is a scalar of the tensor's dtype",
+            help=f"pl.cast the value to {t.dtype!r}",
+        )
     return [t]

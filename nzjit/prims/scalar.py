@@ -20,8 +20,15 @@ max_p = _binary_scalar("max")
 
 
 lt_p, le_p, gt_p, ge_p, eq_p, ne_p = (_compare(n) for n in ("lt", "le", "gt", "ge", "eq", "ne"))
-SCALAR_BINARY = {"add": add_p, "sub": sub_p, "mul": mul_p, "floordiv": floordiv_p, "mod": mod_p,
-                 "min": min_p, "max": max_p}
+SCALAR_BINARY = {
+    "add": add_p,
+    "sub": sub_p,
+    "mul": mul_p,
+    "floordiv": floordiv_p,
+    "mod": mod_p,
+    "min": min_p,
+    "max": max_p,
+}
 COMPARE = {"lt": lt_p, "le": le_p, "gt": gt_p, "ge": ge_p, "eq": eq_p, "ne": ne_p}
 
 

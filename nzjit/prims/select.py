@@ -43,8 +43,10 @@ def mask_type(src: TileType) -> TileType:
 
 def _mode(cmp_type: Any, what: str) -> None:
     if cmp_type not in CMP_MODES:
-        raise CompileError(f"{what}: unknown compare mode {cmp_type!r}",
-                           help="cmp_type is 0=EQ, 1=NE, 2=LT, 3=LE, 4=GT, 5=GE")
+        raise CompileError(
+            f"{what}: unknown compare mode {cmp_type!r}",
+            help="cmp_type is 0=EQ, 1=NE, 2=LT, 3=LE, 4=GT, 5=GE",
+        )
 
 
 @primitive("tile.cmp", ("lhs", "rhs"))
@@ -53,10 +55,14 @@ def cmp_p(a: Type, b: Type, *, mode: str, **_: Any) -> list[Type]:
     _mode(mode, "pl.cmp")
     ta, tb = vec_tile(a, "pl.cmp"), vec_tile(b, "pl.cmp")
     if ta.shape != tb.shape or ta.dtype is not tb.dtype:
-        raise CompileError(f"pl.cmp operands differ: {ta} and {tb}", help="make both the same shape and dtype")
+        raise CompileError(
+            f"pl.cmp operands differ: {ta} and {tb}", help="make both the same shape and dtype"
+        )
     if ta.valid_shape != tb.valid_shape and not (ta.fully_valid and tb.fully_valid):
-        raise CompileError(f"pl.cmp operands have different valid shapes: {ta} and {tb}",
-                           help="pl.tile.fillpad the smaller one")
+        raise CompileError(
+            f"pl.cmp operands have different valid shapes: {ta} and {tb}",
+            help="pl.tile.fillpad the smaller one",
+        )
     return [mask_type(ta)]
 
 
@@ -74,17 +80,21 @@ def _check_mask(m: Type, t: TileType, what: str) -> None:
     mask = vec_tile(m, f"{what} mask")
     want = mask_type(t.with_(valid_shape=None))
     if mask.dtype is not dt.UINT8 or mask.shape != want.shape:
-        raise CompileError(f"{what}: the mask must be the {want.with_(valid_shape=None)} predicate tile of a "
-                           f"{t.with_(valid_shape=None)} comparison, got {mask}",
-                           help="make it with pl.cmp / pl.cmps on tiles of the selected shape")
+        raise CompileError(
+            f"{what}: the mask must be the {want.with_(valid_shape=None)} predicate tile of a "
+            f"{t.with_(valid_shape=None)} comparison, got {mask}",
+            help="make it with pl.cmp / pl.cmps on tiles of the selected shape",
+        )
 
 
 def _check_tmp(tmp: tuple[Type, ...], what: str) -> None:
     for x in tmp:
         tt = vec_tile(x, f"{what} tmp")
         if tt.nbytes < 16:
-            raise CompileError(f"{what}: the tmp tile holds a 16-byte compare mask, {tt} has {tt.nbytes} bytes",
-                               help="pass pl.create_tile([1, 32], dtype=pl.UINT8), or leave tmp out")
+            raise CompileError(
+                f"{what}: the tmp tile holds a 16-byte compare mask, {tt} has {tt.nbytes} bytes",
+                help="pass pl.create_tile([1, 32], dtype=pl.UINT8), or leave tmp out",
+            )
 
 
 @primitive("tile.sel", ("mask", "lhs", "rhs", "tmp"))
@@ -92,11 +102,15 @@ def sel_p(m: Type, a: Type, b: Type, *tmp: Type, **_: Any) -> list[Type]:
     """`pl.sel(mask, lhs, rhs, tmp)` (TSEL): lhs where the mask bit is set, else rhs."""
     ta, tb = vec_tile(a, "pl.sel"), vec_tile(b, "pl.sel")
     if ta.shape != tb.shape or ta.dtype is not tb.dtype:
-        raise CompileError(f"pl.sel operands differ: {ta} and {tb}", help="make both the same shape and dtype")
+        raise CompileError(
+            f"pl.sel operands differ: {ta} and {tb}", help="make both the same shape and dtype"
+        )
     _check_mask(m, ta, "pl.sel")
     if ta.valid_shape != tb.valid_shape and not (ta.fully_valid and tb.fully_valid):
-        raise CompileError(f"pl.sel operands have different valid shapes: {ta} and {tb}",
-                           help="pl.tile.fillpad the smaller one")
+        raise CompileError(
+            f"pl.sel operands have different valid shapes: {ta} and {tb}",
+            help="pl.tile.fillpad the smaller one",
+        )
     _check_tmp(tmp, "pl.sel")
     return [ta]
 
@@ -143,10 +157,12 @@ def tile_transpose_p(a: Type, **_: Any) -> list[Type]:
     if t.dtype.itemsize not in (1, 2, 4) or t.dtype.is_sub_byte:
         raise CompileError(f"pl.transpose: TTRANS moves 1-, 2- or 4-byte elements, got {t}")
     if (r * t.dtype.itemsize) % 32:
-        raise CompileError(f"pl.transpose of {t}: the result's rows are the source's {r} rows of {t.dtype!r}, "
-                           f"{r * t.dtype.itemsize} bytes, and a Vec row is whole 32-byte blocks",
-                           help=f"make the source's row count a multiple of {32 // t.dtype.itemsize} (pad it: "
-                                "pl.tile.fillpad a taller tile)")
+        raise CompileError(
+            f"pl.transpose of {t}: the result's rows are the source's {r} rows of {t.dtype!r}, "
+            f"{r * t.dtype.itemsize} bytes, and a Vec row is whole 32-byte blocks",
+            help=f"make the source's row count a multiple of {32 // t.dtype.itemsize} (pad it: "
+            "pl.tile.fillpad a taller tile)",
+        )
     vs = None if t.valid_shape is None else (t.valid_shape[1], t.valid_shape[0])
     return [TileType((c, r), t.dtype, Mem.Vec, vs)]
 

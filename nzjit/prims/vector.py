@@ -34,21 +34,27 @@ def vec_tile(t: Type, what: str) -> TileType:
 
 def _same(what: str, a: TileType, b: TileType) -> None:
     if a.shape != b.shape or a.dtype is not b.dtype:
-        raise CompileError(f"{what} operands differ: {a} and {b}",
-                           help="make both the same shape and dtype (pl.cast), or broadcast a [R, 1] / [1, C] "
-                                "tile with pl.row_expand_* / pl.col_expand_*")
+        raise CompileError(
+            f"{what} operands differ: {a} and {b}",
+            help="make both the same shape and dtype (pl.cast), or broadcast a [R, 1] / [1, C] "
+            "tile with pl.row_expand_* / pl.col_expand_*",
+        )
     if a.valid_shape != b.valid_shape and not (a.fully_valid and b.fully_valid):
-        raise CompileError(f"{what} operands have different valid shapes: {a} and {b}",
-                           help="the vector unit computes dst's valid region from sources of that same valid "
-                                "shape; pl.tile.fillpad the smaller one")
+        raise CompileError(
+            f"{what} operands have different valid shapes: {a} and {b}",
+            help="the vector unit computes dst's valid region from sources of that same valid "
+            "shape; pl.tile.fillpad the smaller one",
+        )
 
 
 def _scalar_for(what: str, tile: TileType, s: Type) -> None:
     if not isinstance(s, ScalarType):
         raise CompileError(f"{what}: the scalar operand must be a number or a pl.Scalar, got {s}")
     if tile.dtype.is_float != s.dtype.is_float:
-        raise CompileError(f"{what}: a {s.dtype!r} scalar does not combine with a {tile.dtype!r} tile",
-                           help="pass a float for a float tile, an int for an integer tile")
+        raise CompileError(
+            f"{what}: a {s.dtype!r} scalar does not combine with a {tile.dtype!r} tile",
+            help="pass a float for a float tile, an int for an integer tile",
+        )
 
 
 # ------------------------------------------------------------------- elementwise between tiles
@@ -60,8 +66,10 @@ def tile_cast_p(src: Type, *, dtype: dt.DType, **_: Any) -> list[Type]:
 
 
 #: The tile-tile ops with one numpy ufunc each (the backend's fast forms run them on whole images).
-ELEMENTWISE = {n: _elementwise(n, k) for n, k in
-               (("add", 2), ("sub", 2), ("mul", 2), ("maximum", 2), ("exp", 1), ("neg", 1))}
+ELEMENTWISE = {
+    n: _elementwise(n, k)
+    for n, k in (("add", 2), ("sub", 2), ("mul", 2), ("maximum", 2), ("exp", 1), ("neg", 1))
+}
 ELEMENTWISE["abs"] = _elementwise("abs", 1, (dt.FP32, dt.FP16))  # TABS: float / half only (pto-isa)
 
 
@@ -90,9 +98,17 @@ def _binary_scalar(name: str) -> Primitive:
 
 
 #: tile <op> scalar, by the vector op's name (TADDS, TSUBS, TMULS, TDIVS, TMAXS, TMINS).
-BINARY_SCALAR = {op: _binary_scalar(name) for op, name in (
-    ("add", "adds"), ("sub", "subs"), ("mul", "muls"), ("div", "divs"), ("maximum", "maximums"),
-    ("minimum", "minimums"))}
+BINARY_SCALAR = {
+    op: _binary_scalar(name)
+    for op, name in (
+        ("add", "adds"),
+        ("sub", "subs"),
+        ("mul", "muls"),
+        ("div", "divs"),
+        ("maximum", "maximums"),
+        ("minimum", "minimums"),
+    )
+}
 
 
 def _unary(name: str) -> Primitive:
@@ -142,8 +158,11 @@ def _reduction(name: str, axis: int) -> Primitive:
     return rule
 
 
-REDUCE = {f"{k}_{op}": _reduction(f"{k}_{op}", 1 if k == "row" else 0)
-          for k in ("row", "col") for op in ("sum", "max", "min")}
+REDUCE = {
+    f"{k}_{op}": _reduction(f"{k}_{op}", 1 if k == "row" else 0)
+    for k in ("row", "col")
+    for op in ("sum", "max", "min")
+}
 
 
 def _expand(name: str, axis: int) -> Primitive:
@@ -156,18 +175,25 @@ def _expand(name: str, axis: int) -> Primitive:
         if axis == 1:
             block = 32 // t.dtype.itemsize
             if s.shape[0] != r or s.shape[1] not in (1, block):
-                raise CompileError(f"pl.{name}: the per-row operand must be [{r}, 1], got {s}",
-                                   help="reduce with pl.row_sum / row_max, or pl.reshape a [1, R] tile")
+                raise CompileError(
+                    f"pl.{name}: the per-row operand must be [{r}, 1], got {s}",
+                    help="reduce with pl.row_sum / row_max, or pl.reshape a [1, R] tile",
+                )
         elif s.shape != (1, c):
-            raise CompileError(f"pl.{name}: the per-column operand must be [1, {c}], got {s}",
-                               help="reduce with pl.col_sum / col_max, or load one row")
+            raise CompileError(
+                f"pl.{name}: the per-column operand must be [1, {c}], got {s}",
+                help="reduce with pl.col_sum / col_max, or load one row",
+            )
         return [t]
 
     return rule
 
 
-EXPAND = {f"{k}_expand{suffix}": _expand(f"{k}_expand{suffix}", 1 if k == "row" else 0)
-          for k in ("row", "col") for suffix in ("", "_add", "_sub", "_mul", "_div", "_max", "_min")}
+EXPAND = {
+    f"{k}_expand{suffix}": _expand(f"{k}_expand{suffix}", 1 if k == "row" else 0)
+    for k in ("row", "col")
+    for suffix in ("", "_add", "_sub", "_mul", "_div", "_max", "_min")
+}
 
 
 # ---------------------------------------------------------------------------- creation / padding
@@ -199,13 +225,21 @@ def _fixpipe_scale(a: TileType, dtype: dt.DType, scale: tuple[Type, ...]) -> Non
     """The fixpipe's dequantisation: an INT32 Acc tile to FP16 times one FP32 scale (DEQF16) or one
     FP32 scale per column, an FP32 tensor of the tile's columns (VDEQF16)."""
     if scale and (a.dtype is not dt.INT32 or dtype is not dt.FP16):
-        raise CompileError(f"the fixpipe's dequant scale converts an INT32 Acc tile to FP16, not {a.dtype!r} -> {dtype!r}")
+        raise CompileError(
+            f"the fixpipe's dequant scale converts an INT32 Acc tile to FP16, not {a.dtype!r} -> {dtype!r}"
+        )
     for s in scale:
-        per_channel = isinstance(s, TensorType) and s.dtype is dt.FP32 and s.shape[-1] == a.shape[-1] \
+        per_channel = (
+            isinstance(s, TensorType)
+            and s.dtype is dt.FP32
+            and s.shape[-1] == a.shape[-1]
             and all(d == 1 for d in s.shape[:-1])
+        )
         if not (isinstance(s, ScalarType) and s.dtype.is_float) and not per_channel:
-            raise CompileError(f"the fixpipe's dequant scale is a float scalar or an FP32 tensor of one scale per "
-                               f"column, got {s}")
+            raise CompileError(
+                f"the fixpipe's dequant scale is a float scalar or an FP32 tensor of one scale per "
+                f"column, got {s}"
+            )
 
 
 def quant_mode(scale: tuple[Type, ...]) -> str | None:
@@ -268,12 +302,16 @@ def tile_slice_p(a: Type, *, shape: tuple[int, int], offsets: tuple[int, int], *
     if r0 + shape[0] > t.shape[0] or c0 + shape[1] > t.shape[1]:
         raise CompileError(f"tile window [{r0}:{r0 + shape[0]}, {c0}:{c0 + shape[1]}] is outside {t}")
     if (c0 * t.dtype.itemsize) % 32 or (shape[1] * t.dtype.itemsize) % 32 and shape[1] != 1:
-        raise CompileError(f"tile window [{r0}:{r0 + shape[0]}, {c0}:{c0 + shape[1]}] of {t}: a Vec window starts "
-                           "and ends on 32-byte blocks", help=f"use column bounds that are multiples of "
-                                                              f"{32 // t.dtype.itemsize}")
+        raise CompileError(
+            f"tile window [{r0}:{r0 + shape[0]}, {c0}:{c0 + shape[1]}] of {t}: a Vec window starts "
+            "and ends on 32-byte blocks",
+            help=f"use column bounds that are multiples of {32 // t.dtype.itemsize}",
+        )
     vs = None
     if t.valid_shape is not None and not t.fully_valid:
-        vs = tuple(None if v is None else max(0, min(n, v - o)) for v, n, o in zip(t.valid_shape, shape, offsets))
+        vs = tuple(
+            None if v is None else max(0, min(n, v - o)) for v, n, o in zip(t.valid_shape, shape, offsets)
+        )
     return [TileType(tuple(shape), t.dtype, Mem.Vec, vs)]
 
 
@@ -298,12 +336,15 @@ def tile_reshape_p(a: Type, *, shape: tuple[int, int], **_: Any) -> list[Type]:
     if len(shape) != 2 or shape[0] * shape[1] != t.shape[0] * t.shape[1]:
         raise CompileError(f"pl.reshape of {t} to {list(shape)} changes the element count")
     if not t.fully_valid:
-        raise CompileError(f"pl.reshape of {t}: its bytes outside the valid region are not data",
-                           help="pl.tile.fillpad it first")
+        raise CompileError(
+            f"pl.reshape of {t}: its bytes outside the valid region are not data",
+            help="pl.tile.fillpad it first",
+        )
     r, c = shape
     if (c == 1 and (r * t.dtype.itemsize) % 32) or (c != 1 and (c * t.dtype.itemsize) % 32):
-        raise CompileError(f"pl.reshape of {t} to {list(shape)}: a Vec tile row (a [N, 1] column) is whole "
-                           "32-byte blocks")
+        raise CompileError(
+            f"pl.reshape of {t} to {list(shape)}: a Vec tile row (a [N, 1] column) is whole 32-byte blocks"
+        )
     return [TileType(tuple(shape), t.dtype, Mem.Vec)]
 
 
@@ -313,7 +354,9 @@ def _pair_elems(d: dt.DType) -> int:
 
 
 @primitive("tile.ci", ("start",))
-def ci_p(s: Type, *, shape: tuple[int, int], dtype: dt.DType, descending: bool = False, **_: Any) -> list[Type]:
+def ci_p(
+    s: Type, *, shape: tuple[int, int], dtype: dt.DType, descending: bool = False, **_: Any
+) -> list[Type]:
     """`pl.arange(start, shape, dtype=)` (TCI): `start + k` along a `[1, N]` tile."""
     if dtype not in (dt.INT32, dt.INT16):
         raise CompileError(f"pl.arange makes INT32 or INT16 tiles, got {dtype!r}")
@@ -330,11 +373,15 @@ def sort32_p(a: Type, i: Type, **_: Any) -> list[Type]:
     if src.dtype not in (dt.FP32, dt.FP16):
         raise CompileError(f"pl.sort32 sorts FP32 or FP16 values, got {src}")
     if idx.dtype not in (dt.INT32, dt.UINT32) or idx.shape != src.shape:
-        raise CompileError(f"pl.sort32: idx must be an INT32 / UINT32 tile of the source's shape, got {idx}",
-                           help="make it with pl.arange(0, [1, N], dtype=pl.INT32)")
+        raise CompileError(
+            f"pl.sort32: idx must be an INT32 / UINT32 tile of the source's shape, got {idx}",
+            help="make it with pl.arange(0, [1, N], dtype=pl.INT32)",
+        )
     if src.shape[1] % 32:
-        raise CompileError(f"pl.sort32 sorts whole 32-element blocks; {src.shape[1]} columns are not",
-                           help="pad the row to a multiple of 32 (pl.tile.fillpad with pl.PadValue.min)")
+        raise CompileError(
+            f"pl.sort32 sorts whole 32-element blocks; {src.shape[1]} columns are not",
+            help="pad the row to a multiple of 32 (pl.tile.fillpad with pl.PadValue.min)",
+        )
     r, c = src.shape
     return [TileType((r, c * _pair_elems(src.dtype)), src.dtype, Mem.Vec)]
 
@@ -347,9 +394,12 @@ def mrgsort_p(a: Type, *, block_len: int, **_: Any) -> list[Type]:
         raise CompileError(f"pl.mrgsort merges one row of FP32 / FP16 value-index pairs, got {src}")
     c = src.shape[1]
     if block_len % 64 or block_len <= 0 or c % (4 * block_len) or not 1 <= c // (4 * block_len) <= 255:
-        raise CompileError(f"pl.mrgsort: block_len {block_len} must be a multiple of 64 with the row ({c} elements) "
-                           "1..255 runs of 4 blocks", help="merge sort32's 64-element blocks with block_len=64, then "
-                                                          "256, 1024, ... until one run remains")
+        raise CompileError(
+            f"pl.mrgsort: block_len {block_len} must be a multiple of 64 with the row ({c} elements) "
+            "1..255 runs of 4 blocks",
+            help="merge sort32's 64-element blocks with block_len=64, then "
+            "256, 1024, ... until one run remains",
+        )
     return [src]
 
 
@@ -363,14 +413,21 @@ def mrgsort2_p(*ts: Type, exhausted: bool = False, **_: Any) -> list[Type]:
     d = srcs[0].dtype
     for t in (*srcs, tmp):
         if t.dtype is not d or d not in (dt.FP32, dt.FP16) or t.shape[0] != 1:
-            raise CompileError(f"pl.mrgsort merges one-row FP32 / FP16 value-index pair tiles of one dtype, got {t}")
+            raise CompileError(
+                f"pl.mrgsort merges one-row FP32 / FP16 value-index pair tiles of one dtype, got {t}"
+            )
     total = sum(t.shape[1] for t in srcs)
     if tmp.shape[1] != total:
-        raise CompileError(f"pl.mrgsort: tmp has {tmp.shape[1]} columns, the lists {total}",
-                           help=f"pass a [1, {total}] tmp tile (GETMRGSORTTMPSIZE: the lists' columns)")
+        raise CompileError(
+            f"pl.mrgsort: tmp has {tmp.shape[1]} columns, the lists {total}",
+            help=f"pass a [1, {total}] tmp tile (GETMRGSORTTMPSIZE: the lists' columns)",
+        )
     if exhausted:
-        raise CompileError("pl.mrgsort(..., exhausted=True): the suspending merge (stops when a list runs out) "
-                           "is not modelled", help="merge with exhausted=False")
+        raise CompileError(
+            "pl.mrgsort(..., exhausted=True): the suspending merge (stops when a list runs out) "
+            "is not modelled",
+            help="merge with exhausted=False",
+        )
     return [TileType((1, total), d, Mem.Vec)]
 
 
@@ -381,12 +438,16 @@ def gather_mask_p(a: Type, *, pattern: int, dtype: dt.DType, **_: Any) -> list[T
     if pattern not in (1, 2, 3, 4, 5, 6, 7):
         raise CompileError(f"pl.gather: mask_pattern {pattern} is not a pl.tile.MaskPattern (1..7)")
     if dtype.itemsize != src.dtype.itemsize:
-        raise CompileError(f"pl.gather: output_dtype {dtype!r} is not the size of {src.dtype!r} (bits are reinterpreted)")
+        raise CompileError(
+            f"pl.gather: output_dtype {dtype!r} is not the size of {src.dtype!r} (bits are reinterpreted)"
+        )
     stride = 1 if pattern == 7 else 2 if pattern in (1, 2) else 4
     r, c = src.shape
     if c % stride or ((c // stride) * dtype.itemsize) % 32:
-        raise CompileError(f"pl.gather: {c} columns with a stride-{stride} pattern leave a row that is not whole "
-                           "32-byte blocks")
+        raise CompileError(
+            f"pl.gather: {c} columns with a stride-{stride} pattern leave a row that is not whole "
+            "32-byte blocks"
+        )
     return [TileType((r, c // stride), dtype, Mem.Vec)]
 
 
@@ -403,8 +464,30 @@ def gather_p(a: Type, i: Type, *, rowwise: bool = True, **_: Any) -> list[Type]:
 
 #: Every primitive of this module (the backend, codegen and fuzzer tables cover each).
 ALL: tuple[Primitive, ...] = (
-    *ELEMENTWISE.values(), tile_cast_p, *BINARY.values(), *BINARY_SCALAR.values(), *UNARY.values(), lrelu_p, cvt_p, *REDUCE.values(),
-    *EXPAND.values(), create_p, full_p, fillpad_p, tpush_to_aiv_p, tpop_from_aic_p, tpush_to_aic_p,
-    tpop_from_aiv_p, move_fixpipe_p, tile_slice_p, tile_assemble_p, tile_reshape_p, ci_p, sort32_p, mrgsort_p, mrgsort2_p,
-    gather_mask_p, gather_p,
+    *ELEMENTWISE.values(),
+    tile_cast_p,
+    *BINARY.values(),
+    *BINARY_SCALAR.values(),
+    *UNARY.values(),
+    lrelu_p,
+    cvt_p,
+    *REDUCE.values(),
+    *EXPAND.values(),
+    create_p,
+    full_p,
+    fillpad_p,
+    tpush_to_aiv_p,
+    tpop_from_aic_p,
+    tpush_to_aic_p,
+    tpop_from_aiv_p,
+    move_fixpipe_p,
+    tile_slice_p,
+    tile_assemble_p,
+    tile_reshape_p,
+    ci_p,
+    sort32_p,
+    mrgsort_p,
+    mrgsort2_p,
+    gather_mask_p,
+    gather_p,
 )

@@ -16,6 +16,20 @@ from .loops import Carry, staged_loop, yield_values
 from .run import trace
 from .tracer import Operators, Tracer
 
-__all__ = ["Carry", "Operators", "TraceFrame", "TraceState", "Tracer", "bind", "current_state",
-           "defining_eqn", "in_trace", "lift", "literal", "staged_loop", "to_atom", "trace",
-           "yield_values"]
+__all__ = [
+    "Carry",
+    "Operators",
+    "TraceFrame",
+    "TraceState",
+    "Tracer",
+    "bind",
+    "current_state",
+    "defining_eqn",
+    "in_trace",
+    "lift",
+    "literal",
+    "staged_loop",
+    "to_atom",
+    "trace",
+    "yield_values",
+]

@@ -31,9 +31,11 @@ def lift(t: Tracer, frame: TraceFrame) -> Var:
         made = defining_eqn(t)
         where = f" (defined at {made.source}," if made is not None and made.source else " ("
         where += f" inside the loop at {t.frame.source})" if t.frame.source else " inside a loop)"
-        raise CompileError(f"value '{t.var.hint or t.var.type}'{where} is used outside the loop that "
-                           "defined it", user_source(),
-                           help="assign it to a name before the loop so that the loop carries it")
+        raise CompileError(
+            f"value '{t.var.hint or t.var.type}'{where} is used outside the loop that defined it",
+            user_source(),
+            help="assign it to a name before the loop so that the loop carries it",
+        )
     assert frame.parent is not None
     outer = lift(t, frame.parent)
     inner = frame.captured.get(outer)
@@ -77,8 +79,13 @@ def to_atom(x: Any, frame: TraceFrame, dtype: dt.DType = dt.INDEX) -> Atom:
     return literal(x, dtype)
 
 
-def bind(prim: Primitive, groups: Sequence[Sequence[Any]], params: dict[str, Any] | None = None,
-         source: Source | None = None, dtype: dt.DType = dt.INDEX) -> list[Tracer]:
+def bind(
+    prim: Primitive,
+    groups: Sequence[Sequence[Any]],
+    params: dict[str, Any] | None = None,
+    source: Source | None = None,
+    dtype: dt.DType = dt.INDEX,
+) -> list[Tracer]:
     """Stage one equation in the current frame; the type rule runs now, so errors name this line."""
     st = current_state()
     if st.pending is not None:
@@ -120,9 +127,12 @@ def _check_capacity(t: Type, target: str, src: Source | None) -> None:
     cap = CAPACITIES[target][t.memory.value]
     if t.nbytes > cap:
         hw = HW_NAMES[t.memory.value]
-        raise CompileError(f"tile {t} needs {t.nbytes} bytes ({t.nbytes / 1024:g} KiB) but the {t.memory.value} "
-                           f"buffer ({hw}) holds {cap // 1024} KiB on {target}", src,
-                           help="load a smaller window and loop over the rest")
+        raise CompileError(
+            f"tile {t} needs {t.nbytes} bytes ({t.nbytes / 1024:g} KiB) but the {t.memory.value} "
+            f"buffer ({hw}) holds {cap // 1024} KiB on {target}",
+            src,
+            help="load a smaller window and loop over the rest",
+        )
 
 
 def defining_eqn(t: Tracer) -> Eqn | None:

@@ -47,8 +47,16 @@ class _BodyCode:
     stores: dict[str, int]  # name -> first line of the body that assigns it
 
 
-_LOADS = {"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_FAST_LOAD_FAST", "LOAD_NAME",
-          "LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_CLOSURE"}
+_LOADS = {
+    "LOAD_FAST",
+    "LOAD_FAST_CHECK",
+    "LOAD_FAST_AND_CLEAR",
+    "LOAD_FAST_LOAD_FAST",
+    "LOAD_NAME",
+    "LOAD_DEREF",
+    "LOAD_CLASSDEREF",
+    "LOAD_CLOSURE",
+}
 _STORES = {"STORE_FAST", "STORE_FAST_STORE_FAST", "STORE_NAME", "STORE_DEREF"}
 
 
@@ -141,8 +149,15 @@ def _open_body(st: TraceState, loop: _Loop) -> tuple[TraceFrame, Tracer]:
     return body, Tracer(iv, body)
 
 
-def staged_loop(kind: str, start: Any, stop: Any, step: Any, stage: int | None,
-                source: Source | None, init_values: tuple[Any, ...] | None = None) -> Iterator[Any]:
+def staged_loop(
+    kind: str,
+    start: Any,
+    stop: Any,
+    step: Any,
+    stage: int | None,
+    source: Source | None,
+    init_values: tuple[Any, ...] | None = None,
+) -> Iterator[Any]:
     """The iterator behind pl.range / pl.pipeline / pl.spmd: one trip, traced once. With
     `init_values` (PyPTO's explicit carries) it yields `(i, (carry, ...))` and the body ends with
     `pl.yield_(...)`, whose values are the next trip's carries and, after the loop, its results."""
@@ -168,7 +183,11 @@ def staged_loop(kind: str, start: Any, stop: Any, step: Any, stage: int | None,
         explicit = None if inits is None else Explicit(inits, [Var(a.type) for a in inits])
         body.explicit = explicit
         try:
-            yield iv_tracer if explicit is None else (iv_tracer, tuple(Tracer(p, body) for p in explicit.params))
+            yield (
+                iv_tracer
+                if explicit is None
+                else (iv_tracer, tuple(Tracer(p, body) for p in explicit.params))
+            )
         except GeneratorExit:
             _record_early_exit(st, body, loop)
             raise
@@ -197,8 +216,10 @@ def _record_early_exit(st: TraceState, body: TraceFrame, loop: _Loop) -> None:
     word = "return" if re.match(r"return\b", src.text.strip()) else "break"
     st.pending = CompileError(
         f"`{word}` leaves the staged loop {loop.name} ({loop.where}) early; a staged loop is traced once "
-        "and always runs its full trip count", src,
-        help="compute the trip count up front, or clamp the work with pl.min / pl.max")
+        "and always runs its full trip count",
+        src,
+        help="compute the trip count up front, or clamp the work with pl.min / pl.max",
+    )
 
 
 def _same_python_value(a: Any, b: Any) -> bool:
@@ -231,23 +252,32 @@ def _carries(body: TraceFrame, iv_tracer: Tracer, loop: _Loop, after: dict[str, 
             if id(new) in seen:
                 continue
             if not (isinstance(old, Tracer) or _is_number(old)):
-                raise CompileError(f"'{name}' is rebound inside the staged loop {loop.name} ({loop.where}) "
-                                   f"from {type(old).__name__} to a traced value; only traced values and "
-                                   "numbers can be carried", loop.line_of(name, new))
+                raise CompileError(
+                    f"'{name}' is rebound inside the staged loop {loop.name} ({loop.where}) "
+                    f"from {type(old).__name__} to a traced value; only traced values and "
+                    "numbers can be carried",
+                    loop.line_of(name, new),
+                )
             seen.add(id(new))
             carries.append((name, old, new))
         elif old is not _MISSING and not _same_python_value(old, new):
-            raise CompileError(f"the Python value '{name}' changes inside the staged loop {loop.name} "
-                               f"({loop.where}): {old!r} -> {new!r}; the body is traced once, so the change "
-                               "would happen once, not once per trip", loop.line_of(name),
-                               help="make it a traced value (computed from the loop index), or use a plain "
-                               "`range` loop, which unrolls")
+            raise CompileError(
+                f"the Python value '{name}' changes inside the staged loop {loop.name} "
+                f"({loop.where}): {old!r} -> {new!r}; the body is traced once, so the change "
+                "would happen once, not once per trip",
+                loop.line_of(name),
+                help="make it a traced value (computed from the loop index), or use a plain "
+                "`range` loop, which unrolls",
+            )
     if carries and loop.kind == "spmd":
         name, _, new = carries[0]
-        raise CompileError(f"'{name}' is rebound inside pl.spmd ({loop.where}): lanes run in parallel and "
-                           "cannot carry values from one lane to the next", loop.line_of(name, new),
-                           help="give the value a new name inside the lane, or move the loop that "
-                           "carries it inside the pl.spmd body")
+        raise CompileError(
+            f"'{name}' is rebound inside pl.spmd ({loop.where}): lanes run in parallel and "
+            "cannot carry values from one lane to the next",
+            loop.line_of(name, new),
+            help="give the value a new name inside the lane, or move the loop that "
+            "carries it inside the pl.spmd body",
+        )
     return carries
 
 
@@ -257,8 +287,9 @@ def _needs_another_trip(carries: list[Carry], loop: _Loop, redo: dict[str, Any])
     return any(_is_number(old) and loop.reads(name) and name not in redo for name, old, _ in carries)
 
 
-def _another_trip(st: TraceState, body: TraceFrame, carries: list[Carry], loop: _Loop,
-                  redo: dict[str, tuple[Var, Tracer]]) -> dict[str, tuple[Var, Tracer]]:
+def _another_trip(
+    st: TraceState, body: TraceFrame, carries: list[Carry], loop: _Loop, redo: dict[str, tuple[Var, Tracer]]
+) -> dict[str, tuple[Var, Tracer]]:
     """Drop this trip; in the next one every carry the body reads stands for a carry parameter."""
     st.frames.pop()
     body.closed = True
@@ -267,10 +298,13 @@ def _another_trip(st: TraceState, body: TraceFrame, carries: list[Carry], loop: 
         if not loop.reads(name) and name not in redo:
             continue
         if new.frame is not body:
-            raise CompileError(f"'{name}' is rebound inside the staged loop {loop.name} ({loop.where}) to a "
-                               "value defined outside it, and a carry the body reads started as a Python "
-                               "number; this cannot be staged", loop.line_of(name, new),
-                               help=f"start '{name}' as a traced value before the loop")
+            raise CompileError(
+                f"'{name}' is rebound inside the staged loop {loop.name} ({loop.where}) to a "
+                "value defined outside it, and a carry the body reads started as a Python "
+                "number; this cannot be staged",
+                loop.line_of(name, new),
+                help=f"start '{name}' as a traced value before the loop",
+            )
         nxt[name] = (Var(new.var.type, name), new)
     return nxt
 
@@ -282,19 +316,29 @@ def _carry_type_error(loop: _Loop, name: str, old: Any, init: Atom, new: Tracer)
         f"({loop.where}), {new.var.type} after one trip; a carry keeps one type",
         loop.line_of(name, new),
         help="make both sides the same type: start it with the same shape, dtype and memory before the "
-        "loop, or pl.cast the new value")
+        "loop, or pl.cast the new value",
+    )
 
 
-def _close_loop(st: TraceState, body: TraceFrame, carries: list[Carry], loop: _Loop,
-                preset: dict[str, Var], explicit: Explicit | None = None) -> None:
+def _close_loop(
+    st: TraceState,
+    body: TraceFrame,
+    carries: list[Carry],
+    loop: _Loop,
+    preset: dict[str, Var],
+    explicit: Explicit | None = None,
+) -> None:
     if st.top is not body:
         raise CompileError("staged loops closed out of order", loop.source)
     parent = body.parent
     assert parent is not None
     missing = set(preset) - {name for name, _, _ in carries}
     if missing:
-        raise CompileError(f"the second trace of the staged loop {loop.name} did not rebind "
-                           f"{sorted(missing)}; the body must do the same on every trace", loop.source)
+        raise CompileError(
+            f"the second trace of the staged loop {loop.name} did not rebind "
+            f"{sorted(missing)}; the body must do the same on every trace",
+            loop.source,
+        )
     inits: list[Atom] = [] if explicit is None else list(explicit.inits)
     carry_params: list[Var] = [] if explicit is None else list(explicit.params)
     outs: list[Atom] = []
@@ -304,10 +348,13 @@ def _close_loop(st: TraceState, body: TraceFrame, carries: list[Carry], loop: _L
     n_explicit = len(outs)
     for name, old, new in carries:
         if new.frame is not body and not loop.trips_at_least_one():
-            raise CompileError(f"'{name}' is rebound inside the staged loop {loop.name} ({loop.where}) to "
-                               "a value defined before the loop; if the loop runs zero times the name must "
-                               "keep its old value, which tracing cannot show", loop.line_of(name, new),
-                               help="assign a value computed inside the loop")
+            raise CompileError(
+                f"'{name}' is rebound inside the staged loop {loop.name} ({loop.where}) to "
+                "a value defined before the loop; if the loop runs zero times the name must "
+                "keep its old value, which tracing cannot show",
+                loop.line_of(name, new),
+                help="assign a value computed inside the loop",
+            )
         new_t = new.var.type
         init = to_atom(old, parent, new_t.dtype if isinstance(new_t, ScalarType) else dt.INDEX)
         if init.type != new_t:
@@ -322,8 +369,9 @@ def _close_loop(st: TraceState, body: TraceFrame, carries: list[Carry], loop: _L
         carry_params.append(p)
         outs.append(lift(new, body))
     captured_outer = list(body.captured.keys())
-    graph = Graph([body.params[0], *body.captured.values(), *carry_params], body.eqns, outs,
-                  name=f"{loop.kind}_body")
+    graph = Graph(
+        [body.params[0], *body.captured.values(), *carry_params], body.eqns, outs, name=f"{loop.kind}_body"
+    )
     st.frames.pop()
     body.closed = True
     params: dict[str, Any] = {"kind": loop.kind, "body": graph}
@@ -362,15 +410,23 @@ class Explicit:
 
 def _explicit_inits(st: TraceState, loop: _Loop, values: tuple[Any, ...]) -> list[Atom]:
     if not isinstance(values, tuple | list) or not values:
-        raise CompileError(f"{loop.name} init_values must be a non-empty tuple of values, got {values!r}",
-                           loop.source, help="for i, (acc,) in pl.range(n, init_values=(acc0,)):")
+        raise CompileError(
+            f"{loop.name} init_values must be a non-empty tuple of values, got {values!r}",
+            loop.source,
+            help="for i, (acc,) in pl.range(n, init_values=(acc0,)):",
+        )
     if loop.kind == "spmd":
-        raise CompileError("pl.spmd lanes run in parallel and carry nothing: init_values is refused", loop.source)
+        raise CompileError(
+            "pl.spmd lanes run in parallel and carry nothing: init_values is refused", loop.source
+        )
     out = []
     for v in values:
         if not (isinstance(v, Tracer) or (_is_number(v) and isinstance(v, numbers.Integral))):
-            raise CompileError(f"{loop.name} init_values are traced values or ints, got {v!r}", loop.source,
-                               help="make a float start value a pl.Scalar, or a tile with pl.full")
+            raise CompileError(
+                f"{loop.name} init_values are traced values or ints, got {v!r}",
+                loop.source,
+                help="make a float start value a pl.Scalar, or a tile with pl.full",
+            )
         out.append(to_atom(v, st.top))
     return out
 
@@ -386,12 +442,16 @@ def yield_values(values: tuple[Any, ...], source: Source | None) -> Any:
     if explicit is None:
         return values[0] if len(values) == 1 else values
     if explicit.yielded is not None:
-        raise CompileError("a second pl.yield_ in one loop body; the body ends with one pl.yield_ of its carries",
-                           source)
+        raise CompileError(
+            "a second pl.yield_ in one loop body; the body ends with one pl.yield_ of its carries", source
+        )
     for v in values:
         if not isinstance(v, Tracer):
-            raise CompileError(f"pl.yield_ of a loop's carries takes traced values, got {v!r}", source,
-                               help="yield the carry itself, or a value computed from it")
+            raise CompileError(
+                f"pl.yield_ of a loop's carries takes traced values, got {v!r}",
+                source,
+                help="yield the carry itself, or a value computed from it",
+            )
     explicit.yielded, explicit.source = list(values), source
     explicit.handles = [Tracer(v.var, v.frame) for v in values]
     return explicit.handles[0] if len(values) == 1 else tuple(explicit.handles)
@@ -400,17 +460,26 @@ def yield_values(values: tuple[Any, ...], source: Source | None) -> Any:
 def _check_yield(loop: _Loop, explicit: Explicit) -> None:
     n = len(explicit.inits)
     if explicit.yielded is None:
-        raise CompileError(f"the body of {loop.name} with init_values ({loop.where}) does not end with pl.yield_; "
-                           "the loop would not know its next carries", loop.source,
-                           help=f"end the body with `{', '.join(f'c{k}' for k in range(n))} = pl.yield_(...)`")
+        raise CompileError(
+            f"the body of {loop.name} with init_values ({loop.where}) does not end with pl.yield_; "
+            "the loop would not know its next carries",
+            loop.source,
+            help=f"end the body with `{', '.join(f'c{k}' for k in range(n))} = pl.yield_(...)`",
+        )
     if len(explicit.yielded) != n:
-        raise CompileError(f"pl.yield_ gives {len(explicit.yielded)} values to {loop.name} with {n} init_values",
-                           explicit.source, help="yield one value per init value, in the same order")
+        raise CompileError(
+            f"pl.yield_ gives {len(explicit.yielded)} values to {loop.name} with {n} init_values",
+            explicit.source,
+            help="yield one value per init value, in the same order",
+        )
     for k, (init, v) in enumerate(zip(explicit.inits, explicit.yielded)):
         if v.var.type != init.type:
-            raise CompileError(f"pl.yield_ value {k} is {v.var.type}, init value {k} of {loop.name} is {init.type}; "
-                               "a carry keeps one type", explicit.source,
-                               help="yield a value of the init value's shape, dtype and memory (or pl.cast it)")
+            raise CompileError(
+                f"pl.yield_ value {k} is {v.var.type}, init value {k} of {loop.name} is {init.type}; "
+                "a carry keeps one type",
+                explicit.source,
+                help="yield a value of the init value's shape, dtype and memory (or pl.cast it)",
+            )
 
 
 #: Public names of this module's helpers for the staged `if` (nzjit/language/branch.py).

@@ -16,8 +16,9 @@ from .loops import name_hints
 from .tracer import Tracer
 
 
-def trace(fn: Any, param_types: Sequence[Type], param_names: Sequence[str], name: str,
-          target: str = "A2A3") -> Graph:
+def trace(
+    fn: Any, param_types: Sequence[Type], param_names: Sequence[str], name: str, target: str = "A2A3"
+) -> Graph:
     """Run `fn` once on tracers and return the staged Graph (dead carries and values dropped)."""
     if in_trace():
         raise CompileError("a kernel cannot be traced inside another kernel's trace", user_source())

@@ -68,20 +68,29 @@ class Tracer:
         handler = frames.branch_handler
         if handler is not None and isinstance(self.var.type, ScalarType) and self.var.type.dtype is dt.BOOL:
             return bool(handler.open_if(self))  # an `if` on a traced BOOL is staged (language/branch.py)
-        raise CompileError("a Python `if`/`while`/`and`/`or` on a traced value cannot be staged: the "
-                           "kernel is traced once, so the branch would be fixed at trace time",
-                           user_source(), help="compute both sides, or use pl.min / pl.max")
+        raise CompileError(
+            "a Python `if`/`while`/`and`/`or` on a traced value cannot be staged: the "
+            "kernel is traced once, so the branch would be fixed at trace time",
+            user_source(),
+            help="compute both sides, or use pl.min / pl.max",
+        )
 
     def __index__(self) -> int:
-        raise CompileError("a traced value is used where Python needs a concrete int (e.g. a plain "
-                           "`range` bound or list index)", user_source(),
-                           help="use pl.range(...) for a loop over traced bounds")
+        raise CompileError(
+            "a traced value is used where Python needs a concrete int (e.g. a plain "
+            "`range` bound or list index)",
+            user_source(),
+            help="use pl.range(...) for a loop over traced bounds",
+        )
 
     __int__ = __index__
 
     def __iter__(self) -> Iterator[Any]:
-        raise CompileError("a traced value cannot be iterated in Python", user_source(),
-                           help="loop with pl.range / pl.pipeline / pl.spmd")
+        raise CompileError(
+            "a traced value cannot be iterated in Python",
+            user_source(),
+            help="loop with pl.range / pl.pipeline / pl.spmd",
+        )
 
     # -- scalar arithmetic
     def _bin(self, name: str, other: Any, reverse: bool = False) -> Tracer:
@@ -142,9 +151,12 @@ class Tracer:
     __hash__ = object.__hash__
 
     def _unsupported(self, *_: Any) -> Any:
-        raise CompileError("this operator is not part of the kernel language's scalar arithmetic "
-                           "(`+ - * // %`, comparisons, pl.min / pl.max)", user_source(),
-                           help="use // for (floor) division")
+        raise CompileError(
+            "this operator is not part of the kernel language's scalar arithmetic "
+            "(`+ - * // %`, comparisons, pl.min / pl.max)",
+            user_source(),
+            help="use // for (floor) division",
+        )
 
     __truediv__ = __rtruediv__ = __pow__ = __rpow__ = __lshift__ = __rshift__ = _unsupported
     __and__ = __rand__ = __or__ = __ror__ = __xor__ = __invert__ = _unsupported

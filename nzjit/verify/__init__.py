@@ -26,6 +26,7 @@ def require_z3() -> ModuleType:
     try:
         import z3
     except ImportError as err:
-        raise VerifyUnavailable(f"translation validation and the prover's rule checks need z3: "
-                                f"{EXTRA} (or pip install z3-solver)") from err
+        raise VerifyUnavailable(
+            f"translation validation and the prover's rule checks need z3: {EXTRA} (or pip install z3-solver)"
+        ) from err
     return z3

@@ -106,8 +106,15 @@ def _premise(name: str, dt: DType | None, f: Fact) -> tuple[Any, Any]:
     return x, z3.And(*c)
 
 
-def _refute(rule: str, dt: DType, premises: tuple[Fact, ...], claim: Fact, result: Any, constraints: list[Any],
-            names: list[tuple[str, Any]]) -> RuleCheck:
+def _refute(
+    rule: str,
+    dt: DType,
+    premises: tuple[Fact, ...],
+    claim: Fact,
+    result: Any,
+    constraints: list[Any],
+    names: list[tuple[str, Any]],
+) -> RuleCheck:
     s = z3.Solver()
     s.set("timeout", 20000)
     s.add(*constraints)
@@ -128,8 +135,18 @@ def premise_facts(dt: DType) -> list[Fact]:
     """Facts a run-time value of `dt` can have: every factor with intervals from one value to the
     whole dtype (those near the top make a product or a sum wrap)."""
     lo, hi = dtype_range(dt)
-    spans = [(lo, hi), (0, hi), (0, 15), (8, 23), (-16, 64), (lo, -1), (0, 1 << (dt.bits // 2)),
-             (1 << (dt.bits - 2), hi), (89478486, 89478486), (3, 3)]
+    spans = [
+        (lo, hi),
+        (0, hi),
+        (0, 15),
+        (8, 23),
+        (-16, 64),
+        (lo, -1),
+        (0, 1 << (dt.bits // 2)),
+        (1 << (dt.bits - 2), hi),
+        (89478486, 89478486),
+        (3, 3),
+    ]
     out = []
     for flo, fhi in spans:
         if not (lo <= flo <= fhi <= hi):
@@ -179,7 +196,9 @@ def q_copy(n: int) -> Iterator[RuleCheck]:
             yield _refute("copy", dt, (f,), claim, xe, [c], [("x", xe)])
 
 
-def _lane_queries(rule: str, fn: Callable[..., Fact], value: Callable[[Any, Any], Any]) -> Iterator[RuleCheck]:
+def _lane_queries(
+    rule: str, fn: Callable[..., Fact], value: Callable[[Any, Any], Any]
+) -> Iterator[RuleCheck]:
     for dt in WIDTHS:
         # outside pl.spmd: one lane
         lane = z3.Int("lane")
@@ -189,8 +208,9 @@ def _lane_queries(rule: str, fn: Callable[..., Fact], value: Callable[[Any, Any]
             stop, c = _premise("stop", dt, f)
             claim = fn(f, "x", dt)
             launch = [stop >= 1, stop <= MAX_LANES, lane >= 0, lane < stop]
-            yield _refute(rule, dt, (f,), claim, value(lane, stop), [c, *launch],
-                          [("stop", stop), ("lane", lane)])
+            yield _refute(
+                rule, dt, (f,), claim, value(lane, stop), [c, *launch], [("stop", stop), ("lane", lane)]
+            )
 
 
 def q_block_idx(n: int) -> Iterator[RuleCheck]:
@@ -205,8 +225,13 @@ def q_block_num(n: int) -> Iterator[RuleCheck]:
 
 def q_spmd_lane(n: int) -> Iterator[RuleCheck]:
     """The variable of pl.spmd(stop): a lane index below the stop."""
-    for c in _lane_queries("spmd_lane", lambda s, nm, dt: proofs.rule_spmd_lane(s, nm, dt) if s is not None
-                           else proofs.rule_block_idx(None, nm, dt), lambda lane, stop: lane):
+    for c in _lane_queries(
+        "spmd_lane",
+        lambda s, nm, dt: (
+            proofs.rule_spmd_lane(s, nm, dt) if s is not None else proofs.rule_block_idx(None, nm, dt)
+        ),
+        lambda lane, stop: lane,
+    ):
         if c.premises:  # pl.spmd always has a stop
             yield c
 
@@ -222,24 +247,49 @@ def q_loop_var(n: int) -> Iterator[RuleCheck]:
         cases = [(rnd.choice(facts), rnd.choice(facts), rnd.choice(facts)) for _ in range(n)]
         lo, hi = dtype_range(dt)
         # the issue's cases: start 8 step 16; a negative start; a negative symbolic step
-        cases += [(Fact(8, True, "8", "", 8, 8), Fact(24, True, "24", "", 24, 24), Fact(16, True, "16", "", 16, 16)),
-                  (Fact(16, False, "-16", "", -16, -16), Fact(64, True, "", "", 64, 64), Fact(16, True, "", "", 16, 16)),
-                  (Fact(0, True, "0", "", 0, 0), Fact(64, True, "", "", 64, 64), Fact(16, False, "s", "", lo, hi))]
+        cases += [
+            (
+                Fact(8, True, "8", "", 8, 8),
+                Fact(24, True, "24", "", 24, 24),
+                Fact(16, True, "16", "", 16, 16),
+            ),
+            (
+                Fact(16, False, "-16", "", -16, -16),
+                Fact(64, True, "", "", 64, 64),
+                Fact(16, True, "", "", 16, 16),
+            ),
+            (Fact(0, True, "0", "", 0, 0), Fact(64, True, "", "", 64, 64), Fact(16, False, "s", "", lo, hi)),
+        ]
         for fs, fe, ft in cases:
             start, c1 = _premise("start", dt, fs)
             stop, c2 = _premise("stop", dt, fe)
             step, c3 = _premise("step", dt, ft)
             m, iv = z3.Int("m"), z3.Int("iv")
             mult = (m == 0) if ft.factor == 0 else m == ft.factor * z3.Int("m_q")
-            trip = [iv == start + m, mult,
-                    z3.If(step > 0, z3.And(m >= 0, iv < stop),
-                          z3.If(step < 0, z3.And(m <= 0, iv > stop), z3.And(m == 0, iv < stop)))]
+            trip = [
+                iv == start + m,
+                mult,
+                z3.If(
+                    step > 0,
+                    z3.And(m >= 0, iv < stop),
+                    z3.If(step < 0, z3.And(m <= 0, iv > stop), z3.And(m == 0, iv < stop)),
+                ),
+            ]
             claim = proofs.rule_loop_var(fs, fe, ft, "iv", dt)
-            yield _refute("loop_var", dt, (fs, fe, ft), claim, iv, [c1, c2, c3, *trip],
-                          [("start", start), ("stop", stop), ("step", step), ("iv", iv)])
+            yield _refute(
+                "loop_var",
+                dt,
+                (fs, fe, ft),
+                claim,
+                iv,
+                [c1, c2, c3, *trip],
+                [("start", start), ("stop", stop), ("step", step), ("iv", iv)],
+            )
 
 
-def _binary_queries(rule: str, op: Callable[[Any, Any], Any], n: int, extra: Sequence[tuple[Fact, Fact]] = ()) -> Iterator[RuleCheck]:
+def _binary_queries(
+    rule: str, op: Callable[[Any, Any], Any], n: int, extra: Sequence[tuple[Fact, Fact]] = ()
+) -> Iterator[RuleCheck]:
     fn = proofs.RULES[rule]
     for dt in WIDTHS:
         pairs = list(_pairs(dt, n, _rule_seed(rule, dt))) + list(extra if dt is D.INT32 else [])
@@ -283,8 +333,11 @@ def _by_constant(rule: str, op: Callable[[Any, Any], Any], n: int) -> Iterator[R
         facts = premise_facts(dt)
         rnd = random.Random(_rule_seed(rule, dt))
         cases = [(rnd.choice(facts), k) for k in (1, 2, 3, 7, 16, 48, 256) for _ in range(max(1, n // 7))]
-        cases += [(Fact(49, True, "", "", 0, 49 * 15), 3), (Fact(16, False, "", "", *dtype_range(dt)), 3),
-                  (Fact(48, True, "", "", 0, dtype_range(dt)[1] // 48 * 48), 3)]
+        cases += [
+            (Fact(49, True, "", "", 0, 49 * 15), 3),
+            (Fact(16, False, "", "", *dtype_range(dt)), 3),
+            (Fact(48, True, "", "", 0, dtype_range(dt)[1] // 48 * 48), 3),
+        ]
         for fa, k in cases:
             a, ca = _premise("a", dt, fa)
             fk = proofs.rule_constant(k)
@@ -311,16 +364,22 @@ def q_divide_by_non_constant(n: int) -> Iterator[RuleCheck]:
                 q = floor_div(a, b)
                 val = z3.If(b == 0, 0, q if p == "floordiv" else a - q * b)
                 claim = proofs.rule_divide_by_non_constant(fa, fb, p)
-                yield _refute("divide_by_non_constant", dt, (fa, fb), claim, val, [ca, cb], [("a", a), ("b", b)])
+                yield _refute(
+                    "divide_by_non_constant", dt, (fa, fb), claim, val, [ca, cb], [("a", a), ("b", b)]
+                )
 
 
 def q_wrap(n: int) -> Iterator[RuleCheck]:
     """An exact value satisfying f, truncated to W bits: what `wrap` claims of the run-time value."""
     for dt in (*WIDTHS, D.INT8):
         lo, hi = dtype_range(dt)
-        exact = [Fact(f, nn, "", "", flo, fhi) for f in FACTORS for nn in (True, False)
-                 for flo, fhi in ((0, hi), (0, hi * 48), (lo * 2, hi * 2), (-hi * 256, 0), (hi + 1, hi * 3))
-                 if not (f == 0 and not flo <= 0 <= fhi) and not (nn and flo < 0)]
+        exact = [
+            Fact(f, nn, "", "", flo, fhi)
+            for f in FACTORS
+            for nn in (True, False)
+            for flo, fhi in ((0, hi), (0, hi * 48), (lo * 2, hi * 2), (-hi * 256, 0), (hi + 1, hi * 3))
+            if not (f == 0 and not flo <= 0 <= fhi) and not (nn and flo < 0)
+        ]
         for f in exact:
             v, c = _premise("v", None, f)
             r = (v - lo) % (1 << dt.bits) + lo  # two's complement (or unsigned) truncation to W bits

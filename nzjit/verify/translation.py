@@ -27,14 +27,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.dtypes import DType, c0_of
-from ..core.ir import Atom, Eqn, Graph, Literal, Var
-from ..core.types import DynDim, Layout, ScalarType, TensorType, TileType, static_dim
+from ..core.dtypes import c0_of
+from ..core.ir import Eqn, Graph
+from ..core.types import DynDim, Layout, TensorType, TileType, static_dim
 from . import require_z3
+from .symbolic import SymbolicGraph
 
-MAX_LANES = (1 << 32) - 1  # a launch's block dim is a uint32
 PASS = "BlockNzTensorViews"
-_ARITH = {"add", "sub", "mul", "floordiv", "mod", "min", "max"}
 
 
 @dataclass
@@ -52,7 +51,9 @@ class Access:
         head = f"{self.where}: {self.kind} of NZ tensor '{self.tensor}': {self.status}"
         lines = [head] + [f"    - {f}" for f in self.facts]
         if self.counterexample:
-            lines.append("    counterexample: " + ", ".join(f"{k} = {v}" for k, v in self.counterexample.items()))
+            lines.append(
+                "    counterexample: " + ", ".join(f"{k} = {v}" for k, v in self.counterexample.items())
+            )
         return "\n".join(lines)
 
 
@@ -71,197 +72,11 @@ class Validation:
 
     def __str__(self) -> str:
         n = sum(a.status == "proven" for a in self.accesses)
-        head = (f"translation validation of {self.kernel} ({PASS}): {n}/{len(self.accesses)} NZ accesses "
-                f"proven" + ("" if self.ok else " -- FAILED"))
+        head = (
+            f"translation validation of {self.kernel} ({PASS}): {n}/{len(self.accesses)} NZ accesses "
+            f"proven" + ("" if self.ok else " -- FAILED")
+        )
         return "\n".join([head, *self.errors, *(str(a) for a in self.accesses)])
-
-
-# ------------------------------------------------------------------------------ symbolic graphs
-class _Sym:
-    """z3 terms for the scalars of one graph; `tag` separates symbols the two graphs cannot share."""
-
-    def __init__(self, z3: Any, g: Graph, tag: str) -> None:
-        self.z3, self.tag = z3, tag
-        self.val: dict[Var, Any] = {}
-        self.rng: dict[Var, tuple[int, int]] = {}
-        self.premises: list[Any] = []
-        # key (kind, kernel line, occurrence) -> kind, iv, start, stop, step, text: a loop a later pass
-        # adds (AutoTileMatmulL0's K chunks) has a key of its own, so it shares no symbol
-        self.loops: dict[tuple[str, str, int], tuple[str, Any, Any, Any, Any, str]] = {}
-        self.accesses: list[Eqn] = []
-        self.context: dict[int, tuple[tuple[str, str, int], ...]] = {}  # id(access) -> enclosing loops
-        self._stack: list[tuple[str, str, int]] = []
-        self.tensor_names: dict[Atom, str] = {}
-        self.symbols: dict[str, Any] = {}
-        self._opaque = 0
-        self._arms = 0  # staged `if` arms walked so far
-        self._shared: set[Atom] = set()  # values that depend on the kernel's arguments and literals only
-        self._queries: dict[tuple[str, str], int] = {}  # (primitive, source) -> occurrences of an input-free query
-        for i, p in enumerate(g.params):
-            if isinstance(p.type, TensorType):
-                self.tensor_names[p] = p.hint or f"arg{i}"
-            else:
-                self._leaf(p, f"{p.hint or 'arg'}#arg{i}")
-        self._graph(g, None)
-
-    def _leaf(self, v: Var, name: str, lo: int | None = None, hi: int | None = None) -> Any:
-        x = self.z3.Int(name)
-        dlo, dhi = _range(v)
-        lo, hi = dlo if lo is None else lo, dhi if hi is None else hi
-        self.premises += [x >= lo, x <= hi]
-        self.val[v], self.rng[v] = x, (lo, hi)
-        self.symbols[name] = x
-        return x
-
-    def get(self, a: Atom) -> Any:
-        if isinstance(a, Literal):
-            return self.z3.IntVal(int(a.value))
-        return self.val[a]
-
-    def range_of(self, a: Atom) -> tuple[int, int]:
-        if isinstance(a, Literal):
-            return int(a.value), int(a.value)
-        return self.rng.get(a, _range(a))
-
-    def _graph(self, g: Graph, lanes: tuple[Any, Any] | None) -> None:
-        for e in g.eqns:
-            body = e.params.get("body")
-            if isinstance(body, Graph):
-                self._loop(e, body, lanes)
-                continue
-            p = e.primitive.name
-            if p in ("tile.load", "tile.store", "tensor.slice", "tensor.reshape"):
-                self.accesses.append(e)
-                self.context[id(e)] = tuple(self._stack)
-            for o in e.outputs:
-                if isinstance(o.type, TensorType):
-                    src = e.inputs[-1] if p == "tile.store" else e.inputs[0] if e.inputs else None
-                    if isinstance(src, Var) and src in self.tensor_names:
-                        self.tensor_names[o] = self.tensor_names[src]
-            if all(isinstance(a, Literal) or a in self._shared or a in self.tensor_names for a in e.inputs):
-                self._shared.update(e.outputs)  # computed from the kernel's own arguments only
-            if len(e.outputs) != 1 or not _is_int(e.outputs[0]):
-                continue
-            out = e.outputs[0]
-            if p == "get_block_idx":
-                self.val[out], self.rng[out] = (lanes[0], (0, MAX_LANES - 1)) if lanes else (self.z3.IntVal(0), (0, 0))
-            elif p == "get_block_num":
-                self.val[out], self.rng[out] = (lanes[1], (1, MAX_LANES)) if lanes else (self.z3.IntVal(1), (1, 1))
-            elif p in _ARITH and len(e.inputs) == 2 and all(isinstance(a, Literal) or a in self.val for a in e.inputs):
-                self._arith(p, out, *e.inputs)
-            elif p == "convert" and (isinstance(e.inputs[0], Literal) or e.inputs[0] in self.val):
-                x, (lo, hi) = self.get(e.inputs[0]), self.range_of(e.inputs[0])
-                self._set(out, x, lo, hi)
-            elif out in self._shared:  # a query of the device on the kernel's arguments only (pld.rank,
-                # pld.nranks of a window): the same value in both graphs, named by its place and occurrence
-                self._queries[(p, str(e.source))] = n = self._queries.get((p, str(e.source)), 0) + 1
-                self._leaf(out, f"{p}@{e.source}#{n}")
-            else:  # a value the validator does not model: unknown, and never shared between graphs
-                self._opaque += 1
-                self._leaf(out, f"{p}#{self.tag}{self._opaque}")
-
-    def _set(self, out: Var, x: Any, lo: int, hi: int) -> None:
-        dlo, dhi = _range(out)
-        if dlo <= lo and hi <= dhi:
-            self.val[out], self.rng[out] = x, (lo, hi)
-        else:  # may wrap at the declared width: two's complement (or unsigned) truncation
-            self.val[out], self.rng[out] = (x - dlo) % (dhi - dlo + 1) + dlo, (dlo, dhi)
-
-    def _arith(self, p: str, out: Var, a: Atom, b: Atom) -> None:
-        z3 = self.z3
-        x, y = self.get(a), self.get(b)
-        (al, ah), (bl, bh) = self.range_of(a), self.range_of(b)
-        if p == "add":
-            return self._set(out, x + y, al + bl, ah + bh)
-        if p == "sub":
-            return self._set(out, x - y, al - bh, ah - bl)
-        if p == "mul":
-            ends = [al * bl, al * bh, ah * bl, ah * bh]
-            return self._set(out, x * y, min(ends), max(ends))
-        if p == "min":
-            return self._set(out, z3.If(x < y, x, y), min(al, bl), min(ah, bh))
-        if p == "max":
-            return self._set(out, z3.If(x > y, x, y), max(al, bl), max(ah, bh))
-        if bl == bh and bl > 0:  # by a positive constant: z3's division is floor here (NZ-19)
-            k = bl
-            if p == "floordiv":
-                return self._set(out, x / k, al // k, ah // k)
-            return self._set(out, x % k, 0, k - 1)
-        q = z3.If(y == 0, 0, z3.If(z3.And(y < 0, x % y != 0), x / y - 1, x / y))  # floor, 0 for y == 0
-        r = z3.If(y == 0, 0, x - q * y)
-        dlo, dhi = _range(out)
-        return self._set(out, q if p == "floordiv" else r, dlo, dhi)
-
-    def _loop(self, e: Eqn, body: Graph, lanes: tuple[Any, Any] | None) -> None:
-        z3 = self.z3
-        kind = e.params.get("kind")  # None: a staged `if` arm (cond), whose body runs at most once
-        if kind is None:
-            self._arms += 1
-            k = f"cond@{e.source}.{self._arms}"
-            self._body(e, body, lanes, ("cond", str(e.source), self._arms), k)
-            return
-        key = (kind, str(e.source), sum(1 for k in self.loops if k[:2] == (kind, str(e.source))))
-        k = f"{kind}@{e.source}.{key[2]}"
-        start, stop, step = (self.get(a) for a in e.inputs[:3])
-        iv_v = body.params[0]
-        name = f"{iv_v.hint or 'iv'}#loop{k}"
-        (sl, sh), (el, eh), (tl, _) = (self.range_of(a) for a in e.inputs[:3])
-        if kind == "spmd":
-            iv = self._leaf(iv_v, name, 0, max(0, min(eh, MAX_LANES) - 1))
-            self.premises += [iv < stop, stop >= 1, stop <= MAX_LANES]
-            text = f"{iv_v.hint or 'lane'} in [0, {_show(e.inputs[1])}) (a lane of pl.spmd)"
-            lanes = (iv, stop)
-        else:
-            lo, hi = (sl, eh - 1) if tl >= 1 else (min(sl, el + 1), max(sh, eh - 1))
-            iv = self._leaf(iv_v, name, lo, max(lo, hi))
-            trip = z3.Int(f"trip#loop{k}")
-            self.premises += [trip >= 0, iv == start + step * trip,
-                              z3.If(step > 0, iv < stop, z3.If(step < 0, iv > stop, z3.And(trip == 0, iv < stop)))]
-            text = (f"{iv_v.hint or 'iv'} = {_show(e.inputs[0])} + i * {_show(e.inputs[2])}, i >= 0, short of "
-                    f"{_show(e.inputs[1])} (pl.{kind})")
-        self.loops[key] = (kind, iv, start, stop, step, text)
-        self._body(e, body, lanes, key, k)
-
-    def _body(self, e: Eqn, body: Graph, lanes: tuple[Any, Any] | None, key: tuple[Any, ...], k: str) -> None:
-        """Walk the body of loop or `if` arm `e`: its captured values are the outer ones, its carries
-        and results unknown values (carried values are never resolved, NZ-16)."""
-        nb, nc, _ = e.params["arity"]
-        for p, a in zip(body.params[1 : 1 + nc], e.inputs[nb : nb + nc]):
-            if isinstance(a, Var) and a in self.val:
-                self.val[p], self.rng[p] = self.val[a], self.rng[a]
-            elif isinstance(a, Literal) and _is_int(p):
-                self.val[p], self.rng[p] = self.get(a), self.range_of(a)
-            if isinstance(a, Var) and a in self.tensor_names:
-                self.tensor_names[p] = self.tensor_names[a]
-        for j, p in enumerate(body.params[1 + nc :]):
-            if _is_int(p):
-                self._leaf(p, f"{p.hint or 'carry'}#loop{k}.carry{j}")
-        self._stack.append(key)
-        self._graph(body, lanes)
-        self._stack.pop()
-        for j, o in enumerate(e.outputs):
-            if _is_int(o):
-                self._leaf(o, f"{o.hint or 'result'}#loop{k}.result{j}")
-
-
-def _is_int(v: Atom) -> bool:
-    t = v.type
-    return isinstance(t, ScalarType) and (t.dtype.is_int or t.dtype.kind == "bool")
-
-
-def _range(v: Atom) -> tuple[int, int]:
-    d = v.type.dtype if isinstance(v.type, ScalarType) else None
-    if not isinstance(d, DType) or not (d.is_int or d.kind == "bool"):
-        return -(1 << 63), (1 << 63) - 1
-    if d.kind == "bool":
-        return 0, 1
-    if d.kind == "uint":
-        return 0, (1 << d.bits) - 1
-    return -(1 << (d.bits - 1)), (1 << (d.bits - 1)) - 1
-
-
-def _show(a: Atom) -> str:
-    return str(a.value) if isinstance(a, Literal) else (a.hint or "%v")
 
 
 # ------------------------------------------------------------------------------ NZ addressing
@@ -306,15 +121,24 @@ def _strides(t: TensorType) -> list[int]:
 
 # ------------------------------------------------------------------------------ the checker
 class _Checker:
-    def __init__(self, z3: Any, pre: _Sym, post: _Sym) -> None:
+    def __init__(self, z3: Any, pre: SymbolicGraph, post: SymbolicGraph) -> None:
         self.z3, self.pre, self.post = z3, pre, post
 
     def facts(self, e: Eqn) -> list[str]:
         """The ranges of the loops and lanes around `e`: the premises of its proof."""
         return [self.pre.loops[k][-1] for k in self.pre.context.get(id(e), ())]
 
-    def prove(self, kind: str, name: str, where: str, extra: list[Any], goal: Any, show: dict[str, Any],
-              facts: list[str], decode: tuple[TensorType, Any, Any] | None) -> Access:
+    def prove(
+        self,
+        kind: str,
+        name: str,
+        where: str,
+        extra: list[Any],
+        goal: Any,
+        show: dict[str, Any],
+        facts: list[str],
+        decode: tuple[TensorType, Any, Any] | None,
+    ) -> Access:
         z3 = self.z3
         s = z3.Solver()
         s.set("timeout", 30000)
@@ -330,7 +154,9 @@ class _Checker:
         for nm, x in {**self.pre.symbols, **show}.items():
             if "#" in nm and ("loop" in nm or "arg" in nm) or nm in show:
                 v = m.eval(x, model_completion=True)
-                cex[nm.split("#")[0] if nm not in show else nm] = v.as_long() if z3.is_int_value(v) else str(v)
+                cex[nm.split("#")[0] if nm not in show else nm] = (
+                    v.as_long() if z3.is_int_value(v) else str(v)
+                )
         if decode is not None:
             t, exp, got = decode
             e_v = m.eval(exp, model_completion=True).as_long()
@@ -371,14 +197,25 @@ class _Checker:
         ext = [z3.IntVal(int(n)) for n in shape[:-2]] + [vr, vc]
         prem, dyn = self.window_premise(t, offs, ext)
         facts = self.facts(a)
-        facts.append(f"window [{', '.join(map(str, shape))}] in the tensor {list(t.shape)}: "
-                     + ("proven at compile time" if self.in_bounds_proven(prem, dyn) else
-                        "assumed (the backend checks it at run time)"))
+        facts.append(
+            f"window [{', '.join(map(str, shape))}] in the tensor {list(t.shape)}: "
+            + (
+                "proven at compile time"
+                if self.in_bounds_proven(prem, dyn)
+                else "assumed (the backend checks it at run time)"
+            )
+        )
         sizes = tuple(int(x) for x in b.params["shape"])
         want = (1, tc_n // c0, tr_n // 16, 16, c0)
         if sizes != want:
-            return Access("load", name, where, "counterexample", facts,
-                          {"partition": list(sizes), "window needs": list(want)})
+            return Access(
+                "load",
+                name,
+                where,
+                "counterexample",
+                facts,
+                {"partition": list(sizes), "window needs": list(want)},
+            )
         p = [post.get(o) for o in b.operands("offsets")]
         pv = [post.get(v) for v in b.operands("valid")]
         j = [z3.IntVal(0), tc / c0, tr / 16, tr % 16, tc % c0]
@@ -389,9 +226,11 @@ class _Checker:
         in_blocked = z3.And(*(ji < vi for ji, vi in zip(j, pv))) if pv else z3.BoolVal(True)
         inb = z3.And(*(z3.And(pi + ji >= 0, pi + ji < di) for pi, ji, di in zip(p, j, dims)))
         goal = z3.And(in_logical == in_blocked, z3.Implies(in_logical, z3.And(addr == exp, inb)))
-        facts.append(f"for every element (tr, tc) < ({tr_n}, {tc_n}){' inside valid_shape' if valid else ''}: the "
-                     f"partition [1, {tc_n // c0}, {tr_n // 16}, 16, {c0}] at its offsets addresses the element's NZ "
-                     "position, in bounds" + ("; the blocked valid region is exactly the logical one" if valid else ""))
+        facts.append(
+            f"for every element (tr, tc) < ({tr_n}, {tc_n}){' inside valid_shape' if valid else ''}: the "
+            f"partition [1, {tc_n // c0}, {tr_n // 16}, 16, {c0}] at its offsets addresses the element's NZ "
+            "position, in bounds" + ("; the blocked valid region is exactly the logical one" if valid else "")
+        )
         extra = [*prem, *dyn, tr >= 0, tr < tr_n, tc >= 0, tc < tc_n]
         return self.prove("load", name, where, extra, goal, {"tr": tr, "tc": tc}, facts, (t, exp, addr))
 
@@ -409,8 +248,14 @@ class _Checker:
         r, c = z3.Ints("r c")
         prem, dyn = self.window_premise(t, offs, [_dim(z3, d) for d in ext])
         facts = self.facts(a)
-        facts.append("window in the tensor: " + ("proven at compile time" if self.in_bounds_proven(prem, dyn)
-                                                 else "assumed (the backend checks it at run time)"))
+        facts.append(
+            "window in the tensor: "
+            + (
+                "proven at compile time"
+                if self.in_bounds_proven(prem, dyn)
+                else "assumed (the backend checks it at run time)"
+            )
+        )
         p = [post.get(o) for o in b.operands("offsets")]
         j = [_fold(ls, tuple(lead_ext)), c / c0, r / 16, r % 16, c % c0]
         dims = [_dim(z3, d) for d in tb.shape]
@@ -419,11 +264,29 @@ class _Checker:
         inb = z3.And(*(z3.And(pi + ji >= 0, pi + ji < di) for pi, ji, di in zip(p, j, dims)))
         sizes = [_dim(z3, d) for d in b.params["shape"]]
         in_part = z3.And(*(ji < zi for ji, zi in zip(j, sizes)))
-        extra = [*prem, *dyn, r >= 0, r < R, c >= 0, c < C, *(z3.And(li >= 0, li < n) for li, n in zip(ls, lead_ext))]
-        facts.append(f"for every element of the {list(ext)} view: the batch-slot slice addresses its NZ position "
-                     "in the parent, in bounds")
-        return self.prove("slice", name, where, extra, z3.And(addr == exp, inb, in_part),
-                          {"r": r, "c": c, **{f"l{i}": x for i, x in enumerate(ls)}}, facts, (t, exp, addr))
+        extra = [
+            *prem,
+            *dyn,
+            r >= 0,
+            r < R,
+            c >= 0,
+            c < C,
+            *(z3.And(li >= 0, li < n) for li, n in zip(ls, lead_ext)),
+        ]
+        facts.append(
+            f"for every element of the {list(ext)} view: the batch-slot slice addresses its NZ position "
+            "in the parent, in bounds"
+        )
+        return self.prove(
+            "slice",
+            name,
+            where,
+            extra,
+            z3.And(addr == exp, inb, in_part),
+            {"r": r, "c": c, **{f"l{i}": x for i, x in enumerate(ls)}},
+            facts,
+            (t, exp, addr),
+        )
 
     def reshape(self, a: Eqn, b: Eqn) -> Access:
         t, tb = a.inputs[0].type, b.inputs[0].type
@@ -431,11 +294,19 @@ class _Checker:
         name, where = self.pre.tensor_names.get(a.inputs[0], "?"), str(a.source)
         n = _prod(t.shape)
         got = tuple(b.params["shape"])
-        facts = [f"flatten of the whole tensor: [{n}] elements, element i is the NZ element i "
-                 f"(blocked {list(tb.shape)} holds {_prod(tb.shape)})"]
+        facts = [
+            f"flatten of the whole tensor: [{n}] elements, element i is the NZ element i "
+            f"(blocked {list(tb.shape)} holds {_prod(tb.shape)})"
+        ]
         ok = got == (n,) and _prod(tb.shape) == n and tuple(a.params["shape"]) == (n,)
-        return Access("reshape", name, where, "proven" if ok else "counterexample", facts,
-                      None if ok else {"expected": [n], "addressed": list(got)})
+        return Access(
+            "reshape",
+            name,
+            where,
+            "proven" if ok else "counterexample",
+            facts,
+            None if ok else {"expected": [n], "addressed": list(got)},
+        )
 
     def store(self, a: Eqn, bs: list[Eqn]) -> list[Access]:
         z3, pre, post = self.z3, self.pre, self.post
@@ -448,8 +319,14 @@ class _Checker:
         lead = [z3.IntVal(1)] * (len(t.shape) - 2)
         prem, dyn = self.window_premise(t, offs, [*lead, z3.IntVal(rows), z3.IntVal(cols)])
         base_facts = self.facts(a)
-        base_facts.append("window in the tensor: " + ("proven at compile time" if self.in_bounds_proven(prem, dyn)
-                                                      else "assumed (the backend checks it at run time)"))
+        base_facts.append(
+            "window in the tensor: "
+            + (
+                "proven at compile time"
+                if self.in_bounds_proven(prem, dyn)
+                else "assumed (the backend checks it at run time)"
+            )
+        )
         out: list[Access] = []
         ni = 0
         widths = [b.params["nz_partition"][1] * b.params["nz_partition"][4] for b in bs]
@@ -458,25 +335,55 @@ class _Checker:
             assert isinstance(tb, TensorType)
             part = tuple(int(x) for x in b.params["nz_partition"])
             m_k = part[2] * part[3]
-            facts = base_facts + [f"store {len(out) + 1}/{len(bs)}: accumulator columns [{ni}, {ni + n_k}) of "
-                                  f"{cols}, written densely from its base as the A2/A3 store does (NZ-23)"]
+            facts = base_facts + [
+                f"store {len(out) + 1}/{len(bs)}: accumulator columns [{ni}, {ni + n_k}) of "
+                f"{cols}, written densely from its base as the A2/A3 store does (NZ-23)"
+            ]
             if m_k != rows or sum(widths) != cols:
-                out.append(Access("store", name, where, "counterexample", facts,
-                                  {"partition rows": m_k, "tile rows": rows, "columns stored": sum(widths),
-                                   "tile columns": cols}))
+                out.append(
+                    Access(
+                        "store",
+                        name,
+                        where,
+                        "counterexample",
+                        facts,
+                        {
+                            "partition rows": m_k,
+                            "tile rows": rows,
+                            "columns stored": sum(widths),
+                            "tile columns": cols,
+                        },
+                    )
+                )
                 ni += n_k
                 continue
             tr, tc = z3.Ints("tr tc")
             p = [post.get(o) for o in b.operands("offsets")]
-            dense = [part[1] * part[2] * part[3] * part[4], part[2] * part[3] * part[4], part[3] * part[4], part[4], 1]
+            dense = [
+                part[1] * part[2] * part[3] * part[4],
+                part[2] * part[3] * part[4],
+                part[3] * part[4],
+                part[4],
+                1,
+            ]
             j = [0, tc / part[4], tr / 16, tr % 16, tc % part[4]]
             addr = sum(pi * si for pi, si in zip(p, _strides(tb))) + sum(ji * di for ji, di in zip(j, dense))
             exp = _nz_offset(t, offs[:-2], offs[-2] + tr, offs[-1] + ni + tc, z3)
             total = _prod(tb.shape) if all(isinstance(d, int) for d in tb.shape) else None
             inb = z3.And(addr >= 0, addr < total) if total is not None else addr >= 0
             extra = [*prem, *dyn, tr >= 0, tr < m_k, tc >= 0, tc < n_k]
-            out.append(self.prove("store", name, where, extra, z3.And(addr == exp, inb), {"tr": tr, "tc": tc},
-                                  facts, (t, exp, addr)))
+            out.append(
+                self.prove(
+                    "store",
+                    name,
+                    where,
+                    extra,
+                    z3.And(addr == exp, inb),
+                    {"tr": tr, "tc": tc},
+                    facts,
+                    (t, exp, addr),
+                )
+            )
             ni += n_k
         return out
 
@@ -488,7 +395,7 @@ def _prod(shape: tuple[Any, ...]) -> int:
     return n
 
 
-def _nz_accesses(sym: _Sym, blocked: bool) -> Iterator[tuple[str, Eqn]]:
+def _nz_accesses(sym: SymbolicGraph, blocked: bool) -> Iterator[tuple[str, Eqn]]:
     """The NZ loads, slices, reshapes and stores of a graph, in program order."""
     for e in sym.accesses:
         p = e.primitive.name
@@ -503,7 +410,7 @@ def _nz_accesses(sym: _Sym, blocked: bool) -> Iterator[tuple[str, Eqn]]:
 def validate_graphs(pre_g: Graph, post_g: Graph, kernel: str = "kernel") -> Validation:
     """Validate `post_g` (after the pass and the later ones) against `pre_g` (the pass's input)."""
     z3 = require_z3()
-    pre, post = _Sym(z3, pre_g, "pre"), _Sym(z3, post_g, "post")
+    pre, post = SymbolicGraph(z3, pre_g, "pre"), SymbolicGraph(z3, post_g, "post")
     chk = _Checker(z3, pre, post)
     errors = []
     for key, (_, _, s0, e0, t0, text) in pre.loops.items():
@@ -520,15 +427,21 @@ def validate_graphs(pre_g: Graph, post_g: Graph, kernel: str = "kernel") -> Vali
     bi = 0
     for kind, a in a_list:
         if bi >= len(b_list) or b_list[bi][0] != kind:
-            errors.append(f"{a.source}: the {kind} of an NZ tensor has no blocked counterpart in the lowered graph")
+            errors.append(
+                f"{a.source}: the {kind} of an NZ tensor has no blocked counterpart in the lowered graph"
+            )
             continue
         if kind == "store":
             group, width = [], 0  # AutoTileMatmulL0 splits one store along N: its blocks follow in order
             tile_t = a.inputs[0].type
             assert isinstance(tile_t, TileType)  # a store's first operand is its tile
             cols = int(tile_t.shape[-1])
-            while (bi < len(b_list) and b_list[bi][0] == "store" and b_list[bi][1].source == a.source
-                   and width < cols):
+            while (
+                bi < len(b_list)
+                and b_list[bi][0] == "store"
+                and b_list[bi][1].source == a.source
+                and width < cols
+            ):
                 part = b_list[bi][1].params["nz_partition"]
                 group.append(b_list[bi][1])
                 width += part[1] * part[4]
@@ -547,5 +460,7 @@ def validate(low: Any) -> Validation:
     """Translation validation of a `Lowered` kernel (module docstring)."""
     passes = ["trace", *low.passes]
     i = passes.index(PASS)
-    name = getattr(getattr(low.kernel, "__wrapped__", None), "__name__", None) or getattr(low.kernel, "name", "kernel")
+    name = getattr(getattr(low.kernel, "__wrapped__", None), "__name__", None) or getattr(
+        low.kernel, "name", "kernel"
+    )
     return validate_graphs(low.graphs[passes[i - 1]], low.final, str(name))

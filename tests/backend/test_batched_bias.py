@@ -18,8 +18,12 @@ L = -(-N // NT)
 
 def make(K):
     @pl.kernel
-    def lanes_bias(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[K, N], pl.INT8], b: pl.Tensor[[1, N], pl.INT32],
-                   out: pl.Out[pl.Tensor[[M, N], pl.INT32]]):
+    def lanes_bias(
+        x: pl.Tensor[[M, K], pl.INT8],
+        w: pl.Tensor[[K, N], pl.INT8],
+        b: pl.Tensor[[1, N], pl.INT32],
+        out: pl.Out[pl.Tensor[[M, N], pl.INT32]],
+    ):
         for lane in pl.spmd(L):
             n0 = lane * NT
             tx = pl.load(x, [0, 0], [M, K], target_memory=pl.Mem.Mat)
@@ -46,7 +50,7 @@ def test_bias_lanes_run_batched_and_agree(monkeypatch, K):
     rng = np.random.default_rng(2)
     x = rng.integers(-128, 128, (M, K)).astype(np.int8)
     w = rng.integers(-128, 128, (K, N)).astype(np.int8)
-    b = rng.integers(-2**30, 2**30, (1, N)).astype(np.int32)
+    b = rng.integers(-(2**30), 2**30, (1, N)).astype(np.int32)
     ref = (x.astype(np.int64) @ w.astype(np.int64) + b).astype(np.int64).astype(np.int32)
     got = lanes_bias(x, w, b)
     assert True in seen  # the lanes ran batched (in groups that agree on the valid width)

@@ -30,7 +30,7 @@ def uniform_if(x: pl.Tensor[[64, 64], pl.FP32], y: pl.Out[pl.Tensor[[64, 64], pl
     for lane in pl.spmd(4):
         acc = pl.load(x, [lane * 16, 0], [16, 64])
         for i in pl.range(3):
-            if i == 0:                       # the loop index: the same in every lane
+            if i == 0:  # the loop index: the same in every lane
                 acc = pl.add(acc, 1.0)
             else:
                 acc = pl.mul(acc, 2.0)
@@ -48,7 +48,7 @@ def test_a_lane_uniform_if_runs_batched(attempts):  # noqa: F811 - the imported 
 def lane_if(x: pl.Tensor[[64, 64], pl.FP32], y: pl.Out[pl.Tensor[[64, 64], pl.FP32]]):
     for lane in pl.spmd(4):
         t = pl.load(x, [lane * 16, 0], [16, 64])
-        if lane == 2:                        # differs between lanes: groups of lanes that agree run it
+        if lane == 2:  # differs between lanes: groups of lanes that agree run it
             t = pl.neg(t)
         pl.store(t, [lane * 16, 0], y)
 

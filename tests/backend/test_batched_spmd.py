@@ -61,25 +61,32 @@ def _compare(kernel, *args):
     return got
 
 
-@pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
-    (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
-    (pl.FP16, np.float16, pl.FP32, np.float32),
-    (pl.INT8, np.int8, pl.INT32, np.int32),
-])
+@pytest.mark.parametrize(
+    "dtype,np_dtype,out_dtype,np_out",
+    [
+        (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
+        (pl.FP16, np.float16, pl.FP32, np.float32),
+        (pl.INT8, np.int8, pl.INT32, np.int32),
+    ],
+)
 @pytest.mark.parametrize("E,N,NT", [(2, 256, 128), (3, 512, 64)])
 def test_grouped_matmul_batched_equals_per_lane(spy, dtype, np_dtype, out_dtype, np_out, E, N, NT):
     T, K, KT = 32, 256, 128
     x, w = gmm_operands(np.random.default_rng(E * N), np_dtype, E, T, N, K)
-    got = _compare(grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w),
-                   np.full((E, T, N), 7, np_out))
+    got = _compare(
+        grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w), np.full((E, T, N), 7, np_out)
+    )
     assert spy == [True]  # batched (the reference run does not try)
     check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
 
 
-@pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
-    (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32), (pl.FP32, np.float32, pl.FP32, np.float32)])
-def test_right_images_of_many_column_blocks_gather_in_slices(spy, monkeypatch, dtype, np_dtype, out_dtype,
-                                                             np_out):
+@pytest.mark.parametrize(
+    "dtype,np_dtype,out_dtype,np_out",
+    [(pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32), (pl.FP32, np.float32, pl.FP32, np.float32)],
+)
+def test_right_images_of_many_column_blocks_gather_in_slices(
+    spy, monkeypatch, dtype, np_dtype, out_dtype, np_out
+):
     """Mads of K = 256: a Right image row is K / c0 = 16 (bf16) or 32 (fp32) C0 lines from as many
     NZ column blocks, gathered RUNS_AT_ONCE blocks at a time (lane_values.copy_lines; bf16 lines
     widened to float32 as they are read, lane_values.widen_lines); the bytes are those of the lanes
@@ -88,13 +95,17 @@ def test_right_images_of_many_column_blocks_gather_in_slices(spy, monkeypatch, d
 
     runs = []
     real, real_widen = lane_values.copy_lines, lane_values.widen_lines
-    monkeypatch.setattr(lane_values, "copy_lines", lambda dst, src: runs.append(src.shape[-1]) or real(dst, src))
-    monkeypatch.setattr(lane_values, "widen_lines",
-                        lambda dst, src: runs.append(src.shape[-2]) or real_widen(dst, src))
+    monkeypatch.setattr(
+        lane_values, "copy_lines", lambda dst, src: runs.append(src.shape[-1]) or real(dst, src)
+    )
+    monkeypatch.setattr(
+        lane_values, "widen_lines", lambda dst, src: runs.append(src.shape[-2]) or real_widen(dst, src)
+    )
     E, T, N, K, NT, KT = 2, 32, 256, 512, 64, 256
     x, w = gmm_operands(np.random.default_rng(5), np_dtype, E, T, N, K)
-    got = _compare(grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w),
-                   np.full((E, T, N), 7, np_out))
+    got = _compare(
+        grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w), np.full((E, T, N), 7, np_out)
+    )
     assert spy == [True]
     assert max(runs) == 256 // (32 // np.dtype(np_dtype).itemsize) > lane_values.RUNS_AT_ONCE
     check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
@@ -191,8 +202,11 @@ def test_ragged_last_tile_runs_batched(spy):
     L = -(-N // NT)
 
     @pl.kernel
-    def ragged(x: pl.Tensor[[M, K], pl.BF16], w: pl.Tensor[[N, K], pl.BF16, pl.NZ],
-               out: pl.Tensor[[M, L * NT], pl.FP32]):
+    def ragged(
+        x: pl.Tensor[[M, K], pl.BF16],
+        w: pl.Tensor[[N, K], pl.BF16, pl.NZ],
+        out: pl.Tensor[[M, L * NT], pl.FP32],
+    ):
         for lane in pl.spmd(L):
             n0 = lane * NT
             rows = pl.min(N - n0, NT)
@@ -245,12 +259,15 @@ def test_float_to_int_casts_batched_only_in_range(spy, scale, batched):
         np.testing.assert_array_equal(np.frombuffer(got[0][1], np.int8).reshape(a.shape), a.astype(np.int8))
 
 
-@pytest.mark.parametrize("src,np_src,mid,np_mid", [
-    (pl.FP32, np.float32, pl.FP16, np.float16),
-    (pl.FP32, np.float32, pl.BF16, ml_dtypes.bfloat16),
-    (pl.INT16, np.int16, pl.FP32, np.float32),
-    (pl.INT16, np.int16, pl.INT32, np.int32),
-])
+@pytest.mark.parametrize(
+    "src,np_src,mid,np_mid",
+    [
+        (pl.FP32, np.float32, pl.FP16, np.float16),
+        (pl.FP32, np.float32, pl.BF16, ml_dtypes.bfloat16),
+        (pl.INT16, np.int16, pl.FP32, np.float32),
+        (pl.INT16, np.int16, pl.INT32, np.int32),
+    ],
+)
 def test_tile_casts_run_batched(spy, src, np_src, mid, np_mid):
     """Casts to a float type, or to an integer type that holds every source value, run batched:
     the same bytes as lane by lane, rounding (fp32 -> fp16 / bf16) included."""
@@ -267,8 +284,9 @@ def test_tile_casts_run_batched(spy, src, np_src, mid, np_mid):
     got = _compare(vec, a, np.zeros((L * R, C), np_mid))
     assert spy == [True]
     want = (a + a).astype(np_mid)
-    np.testing.assert_array_equal(np.frombuffer(got[0][1], np_mid).reshape(a.shape).view(np.uint8),
-                                  want.view(np.uint8))
+    np.testing.assert_array_equal(
+        np.frombuffer(got[0][1], np_mid).reshape(a.shape).view(np.uint8), want.view(np.uint8)
+    )
 
 
 def test_vec_elementwise_range_trips_batched_equal_per_trip(monkeypatch):
@@ -280,8 +298,11 @@ def test_vec_elementwise_range_trips_batched_equal_per_trip(monkeypatch):
     monkeypatch.setattr(batched, "try_run_spmd", lambda *a, **k: calls.append(real(*a, **k)) or calls[-1])
 
     @pl.kernel
-    def trips(a: pl.Tensor[[NIT * R, C], pl.FP32], b: pl.Tensor[[NIT * R, C], pl.FP32],
-              out: pl.Tensor[[NIT * R, C], pl.FP32]):
+    def trips(
+        a: pl.Tensor[[NIT * R, C], pl.FP32],
+        b: pl.Tensor[[NIT * R, C], pl.FP32],
+        out: pl.Tensor[[NIT * R, C], pl.FP32],
+    ):
         for i in pl.range(NIT):
             r0 = (i * 7) % NIT * R
             ta = pl.load(a, [r0, 0], [R, C])
@@ -307,8 +328,11 @@ def test_a_refusing_lane_falls_back_and_earlier_lanes_stored(spy):
     R, C, L = 16, 16, 4
 
     @pl.kernel
-    def oob(a: pl.Tensor[[2 * R, C], pl.FP32], off: pl.Tensor[[R * C * 64], pl.FP32],
-            out: pl.Tensor[[L * R, C], pl.FP32]):
+    def oob(
+        a: pl.Tensor[[2 * R, C], pl.FP32],
+        off: pl.Tensor[[R * C * 64], pl.FP32],
+        out: pl.Tensor[[L * R, C], pl.FP32],
+    ):
         for lane in pl.spmd(L):
             t = pl.load(off, [lane * lane * R * C * 40], [R * C])
             pl.store(pl.load(a, [0, 0], [R, C]), [lane * R, 0], out)
@@ -328,8 +352,11 @@ def test_batching_can_be_switched_off(spy):
     with using(current().with_(batch=False)):
         E, T, N, K, NT, KT = 1, 16, 64, 64, 32, 32
         k = grouped(pl.FP16, pl.FP32, E, T, N, K, NT, KT)
-        k(np.ones((E, T, K), np.float16), runtime.pack_nz(np.ones((E, N, K), np.float16)),
-          np.zeros((E, T, N), np.float32))
+        k(
+            np.ones((E, T, K), np.float16),
+            runtime.pack_nz(np.ones((E, N, K), np.float16)),
+            np.zeros((E, T, N), np.float32),
+        )
         assert spy == []
 
 
@@ -388,7 +415,9 @@ def test_lazy_nz_weight_images_are_the_loaded_bytes(monkeypatch, E, N, NT):
     rng = np.random.default_rng(5)
     x = rng.standard_normal((E, T, K)).astype(ml_dtypes.bfloat16)
     w = rng.standard_normal((E, N, K)).astype(ml_dtypes.bfloat16)
-    _compare(grouped(pl.BF16, pl.FP32, E, T, N, K, NT, KT), x, runtime.pack_nz(w), np.zeros((E, T, N), np.float32))
+    _compare(
+        grouped(pl.BF16, pl.FP32, E, T, N, K, NT, KT), x, runtime.pack_nz(w), np.zeros((E, T, N), np.float32)
+    )
     assert seen and all(space == "Mat" and layout == "NZ" for space, layout, _ in seen)
     # one chunk per expert in the first lane group (Options.lane_group lanes)
     assert max(n for _, _, n in seen) == min(E, Options().lane_group // (N // NT))
@@ -410,7 +439,9 @@ def test_lazy_vec_images_materialise_for_elementwise_and_stores(monkeypatch):
     a = np.random.default_rng(2).standard_normal((NIT * R, C)).astype(np.float32)
     got = _compare(trips, a, np.zeros_like(a))
     assert seen and seen[0][:2] == ("Vec", "ND")
-    np.testing.assert_array_equal(np.frombuffer(got[0][1], np.float32).reshape(NIT, R, C), a.reshape(NIT, R, C)[::-1])
+    np.testing.assert_array_equal(
+        np.frombuffer(got[0][1], np.float32).reshape(NIT, R, C), a.reshape(NIT, R, C)[::-1]
+    )
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -432,10 +463,13 @@ def test_arithmetic_runs_split_greedily(seed):
     assert i == len(addrs)
 
 
-@pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
-    (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
-    (pl.INT8, np.int8, pl.INT32, np.int32),
-])
+@pytest.mark.parametrize(
+    "dtype,np_dtype,out_dtype,np_out",
+    [
+        (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
+        (pl.INT8, np.int8, pl.INT32, np.int32),
+    ],
+)
 def test_interleaved_experts_batched_equal_per_lane(spy, dtype, np_dtype, out_dtype, np_out):
     """Lanes take experts round-robin (lane % E): Left images are not shared in consecutive
     blocks and Right addresses are not in lane order, so the stacked matmul gathers both
@@ -457,8 +491,11 @@ def test_deep_int8_mads_batched_exact_in_float64(spy):
     x[:] = 127  # the largest products everywhere a row sums to: |C| = 2048 * 127 * 128 needs 25 bits
     w[0] = -128
     kern = grouped(pl.INT8, pl.INT32, E, T, N, K, NT, KT)
-    depths = {e.inputs[-2].type.shape[1] for e in kern.lower(x, runtime.pack_nz(w)).final.walk()
-              if e.primitive.name in ("tile.mad", "tile.mad_acc")}
+    depths = {
+        e.inputs[-2].type.shape[1]
+        for e in kern.lower(x, runtime.pack_nz(w)).final.walk()
+        if e.primitive.name in ("tile.mad", "tile.mad_acc")
+    }
     assert depths == {2048}  # one mad per lane, deeper than the float32-exact 1024
     got = _compare(kern, x, runtime.pack_nz(w), np.zeros((E, T, N), np.int32))
     assert spy == [True]
@@ -473,15 +510,19 @@ def test_stored_partial_sums_are_not_updated_by_later_mads(spy):
     E, T, N, K, NT, KT = 2, 16, 64, 64, 32, 32
 
     @pl.kernel
-    def halves(x: pl.Tensor[[E, T, K], pl.BF16], w: pl.Tensor[[E, N, K], pl.BF16, pl.NZ],
-               out1: pl.Tensor[[E, T, N], pl.FP32], out2: pl.Tensor[[E, T, N], pl.FP32]):
+    def halves(
+        x: pl.Tensor[[E, T, K], pl.BF16],
+        w: pl.Tensor[[E, N, K], pl.BF16, pl.NZ],
+        out1: pl.Tensor[[E, T, N], pl.FP32],
+        out2: pl.Tensor[[E, T, N], pl.FP32],
+    ):
         for lane in pl.spmd(E * (N // NT)):
             e = lane // (N // NT)
             n0 = (lane % (N // NT)) * NT
-            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
-            out1[e, :, n0:n0 + NT] = acc
-            acc = pl.matmul_acc(acc, x[e, :, KT:K], w[e, n0:n0 + NT, KT:K], b_trans=True)
-            out2[e, :, n0:n0 + NT] = acc
+            acc = pl.matmul(x[e, :, 0:KT], w[e, n0 : n0 + NT, 0:KT], b_trans=True)
+            out1[e, :, n0 : n0 + NT] = acc
+            acc = pl.matmul_acc(acc, x[e, :, KT:K], w[e, n0 : n0 + NT, KT:K], b_trans=True)
+            out2[e, :, n0 : n0 + NT] = acc
 
     x, w = gmm_operands(np.random.default_rng(5), ml_dtypes.bfloat16, E, T, N, K)
     zeros = np.zeros((E, T, N), np.float32)
@@ -507,8 +548,11 @@ def test_acc_stores_over_lanes_batched_equal_per_lane(spy, acc_store_spy, attrs,
     E, T, N, K, NT = 2, 16, 128, 64, 32
 
     @pl.kernel
-    def gmm(x: pl.Tensor[[E * T, K], pl.BF16], w: pl.Tensor[[E * N, K], pl.BF16, pl.NZ],
-            out: pl.Tensor[[E * T, N], out_dtype]):
+    def gmm(
+        x: pl.Tensor[[E * T, K], pl.BF16],
+        w: pl.Tensor[[E * N, K], pl.BF16, pl.NZ],
+        out: pl.Tensor[[E * T, N], out_dtype],
+    ):
         for lane in pl.spmd(E * (N // NT)):
             e = lane // (N // NT)
             n0 = (lane % (N // NT)) * NT
@@ -534,8 +578,11 @@ def test_acc_stores_of_lanes_into_one_window_are_refused(spy, acc_store_spy):
     T, K, N, L = 16, 32, 32, 3
 
     @pl.kernel
-    def same_window(x: pl.Tensor[[L * T, K], pl.BF16], w: pl.Tensor[[N, K], pl.BF16, pl.NZ],
-                    out: pl.Tensor[[T, N], pl.FP32]):
+    def same_window(
+        x: pl.Tensor[[L * T, K], pl.BF16],
+        w: pl.Tensor[[N, K], pl.BF16, pl.NZ],
+        out: pl.Tensor[[T, N], pl.FP32],
+    ):
         for lane in pl.spmd(L):
             xt = pl.load(x, [lane * T, 0], [T, K], target_memory=pl.Mem.Mat)
             wt = pl.load(w, [0, 0], [N, K], target_memory=pl.Mem.Mat)
@@ -576,11 +623,14 @@ def test_vec_stores_over_several_address_runs_are_strided_assignments(spy, monke
     np.testing.assert_array_equal(res, want)
 
 
-@pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
-    (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
-    (pl.FP16, np.float16, pl.FP32, np.float32),
-    (pl.INT8, np.int8, pl.INT32, np.int32),
-])
+@pytest.mark.parametrize(
+    "dtype,np_dtype,out_dtype,np_out",
+    [
+        (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
+        (pl.FP16, np.float16, pl.FP32, np.float32),
+        (pl.INT8, np.int8, pl.INT32, np.int32),
+    ],
+)
 @pytest.mark.parametrize("T", [1, 4, 15, 17])
 def test_decode_batches_run_batched_equal_per_lane(spy, dtype, np_dtype, out_dtype, np_out, T):
     """A decode batch (M = T rows, not whole fractals) runs batched: TMATMUL's m = Left.validRow
@@ -588,26 +638,32 @@ def test_decode_batches_run_batched_equal_per_lane(spy, dtype, np_dtype, out_dty
     bytes as lane by lane - the output rows past M keep their sentinel."""
     E, N, K, NT, KT = 2, 128, 128, 64, 64
     x, w = gmm_operands(np.random.default_rng(T), np_dtype, E, T, N, K)
-    got = _compare(grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w),
-                   np.full((E, T, N), 7, np_out))
+    got = _compare(
+        grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w), np.full((E, T, N), 7, np_out)
+    )
     assert spy == [True]
     check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
 
 
-@pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
-    (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
-    (pl.INT8, np.int8, pl.INT32, np.int32),
-])
+@pytest.mark.parametrize(
+    "dtype,np_dtype,out_dtype,np_out",
+    [
+        (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
+        (pl.INT8, np.int8, pl.INT32, np.int32),
+    ],
+)
 def test_lanes_sharing_the_weight_window_batched_equal_per_lane(spy, dtype, np_dtype, out_dtype, np_out):
     """Lanes over M blocks of the activations all multiply the same NZ weight window: one Right
     image shared by every lane, a Left image per lane. Same bytes as lane by lane."""
     M, N, K, MT = 96, 64, 128, 16
 
     @pl.kernel
-    def rows(x: pl.Tensor[[M, K], dtype], w: pl.Tensor[[N, K], dtype, pl.NZ], out: pl.Tensor[[M, N], out_dtype]):
+    def rows(
+        x: pl.Tensor[[M, K], dtype], w: pl.Tensor[[N, K], dtype, pl.NZ], out: pl.Tensor[[M, N], out_dtype]
+    ):
         for lane in pl.spmd(M // MT):
             m0 = lane * MT
-            out[m0:m0 + MT, :] = pl.matmul(x[m0:m0 + MT, :], w[:, :], b_trans=True)
+            out[m0 : m0 + MT, :] = pl.matmul(x[m0 : m0 + MT, :], w[:, :], b_trans=True)
 
     x, w = gmm_operands(np.random.default_rng(13), np_dtype, 1, M, N, K)
     got = _compare(rows, x[0], runtime.pack_nz(w[0]), np.zeros((M, N), np_out))
@@ -622,8 +678,11 @@ def test_nz_partition_stores_run_batched_equal_per_lane(spy):  # NZ-20, NZ-22
     M, K, N, NT = 32, 64, 128, 32
 
     @pl.kernel
-    def nz_out(a: pl.Tensor[[M, K], pl.FP16], b: pl.Tensor[[N, K], pl.FP16, pl.NZ],
-               out: pl.Tensor[[M, N], pl.FP32, pl.NZ]):
+    def nz_out(
+        a: pl.Tensor[[M, K], pl.FP16],
+        b: pl.Tensor[[N, K], pl.FP16, pl.NZ],
+        out: pl.Tensor[[M, N], pl.FP32, pl.NZ],
+    ):
         for lane in pl.spmd(N // NT):
             n0 = lane * NT
             at = pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat)
@@ -646,8 +705,11 @@ def test_nz_store_that_mis_writes_falls_back_with_its_warning(spy):  # NZ-23, hw
     from nzjit.passes import block_nz_store
 
     @pl.kernel
-    def quad(t: pl.Tensor[[4, 64, 16], pl.FP16], eye: pl.Tensor[[16, 16], pl.FP16],
-             out: pl.Tensor[[128, 32], pl.FP32, pl.NZ]):
+    def quad(
+        t: pl.Tensor[[4, 64, 16], pl.FP16],
+        eye: pl.Tensor[[16, 16], pl.FP16],
+        out: pl.Tensor[[128, 32], pl.FP32, pl.NZ],
+    ):
         for lane in pl.spmd(4):
             e = pl.load(eye, [0, 0], [16, 16], target_memory=pl.Mem.Mat)
             ti = pl.load(t, [lane, 0, 0], [1, 64, 16], target_memory=pl.Mem.Mat)
@@ -688,8 +750,11 @@ def test_buffers_of_one_call_serve_the_next_and_never_leak_its_values(monkeypatc
     R, C, L = 16, 32, 12
 
     @pl.kernel
-    def vec(a: pl.Tensor[[L * R, C], pl.FP32], b: pl.Tensor[[L * R, C], pl.FP32],
-            out: pl.Tensor[[L * R, C], pl.FP32]):
+    def vec(
+        a: pl.Tensor[[L * R, C], pl.FP32],
+        b: pl.Tensor[[L * R, C], pl.FP32],
+        out: pl.Tensor[[L * R, C], pl.FP32],
+    ):
         for lane in pl.spmd(L):
             ta = pl.load(a, [lane * R, 0], [R, C])
             tb = pl.load(b, [lane * R, 0], [R, C])
@@ -708,17 +773,27 @@ def test_buffers_of_one_call_serve_the_next_and_never_leak_its_values(monkeypatc
         np.testing.assert_array_equal(np.frombuffer(got[0][2], np.float32).reshape(L * R, C), (a + b) * a)
 
 
-@pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
-    (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32), (pl.FP16, np.float16, pl.FP32, np.float32),
-    (pl.FP32, np.float32, pl.FP32, np.float32), (pl.INT8, np.int8, pl.INT32, np.int32)])
-@pytest.mark.parametrize("T,N,NT", [
-    (32, 768, 32),  # 24 lanes per expert: chunks of 16 lanes straddle two experts' Left images
-    (32, 1024, 32),  # 32 lanes per expert: each chunk within one expert (a broadcast Left)
-    (4, 640, 16),  # a decode batch (M = 4 valid rows), 40 lanes per expert
-])
+@pytest.mark.parametrize(
+    "dtype,np_dtype,out_dtype,np_out",
+    [
+        (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
+        (pl.FP16, np.float16, pl.FP32, np.float32),
+        (pl.FP32, np.float32, pl.FP32, np.float32),
+        (pl.INT8, np.int8, pl.INT32, np.int32),
+    ],
+)
+@pytest.mark.parametrize(
+    "T,N,NT",
+    [
+        (32, 768, 32),  # 24 lanes per expert: chunks of 16 lanes straddle two experts' Left images
+        (32, 1024, 32),  # 32 lanes per expert: each chunk within one expert (a broadcast Left)
+        (4, 640, 16),  # a decode batch (M = 4 valid rows), 40 lanes per expert
+    ],
+)
 @pytest.mark.parametrize("helper", [False, True])
-def test_large_lane_groups_run_their_mads_in_chunks(spy, monkeypatch, dtype, np_dtype, out_dtype, np_out, T, N, NT,
-                                                    helper):
+def test_large_lane_groups_run_their_mads_in_chunks(
+    spy, monkeypatch, dtype, np_dtype, out_dtype, np_out, T, N, NT, helper
+):
     """A lane group larger than MAD_CHUNK converts, multiplies and accumulates MAD_CHUNK lanes at a
     time (lane_cube._mad_lanes): the same BLAS call per lane, so the same bytes as lane by lane,
     for the first mad and the accumulating ones, whether a chunk's lanes share one Left image or
@@ -749,8 +824,9 @@ def test_large_lane_groups_run_their_mads_in_chunks(spy, monkeypatch, dtype, np_
     monkeypatch.setattr(lane_cube._Side, "__init__", init)
     E, K, KT = 3, 128, 64
     x, w = gmm_operands(np.random.default_rng(T * N), np_dtype, E, T, N, K)
-    got = _compare(grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w),
-                   np.full((E, T, N), 7, np_out))
+    got = _compare(
+        grouped(dtype, out_dtype, E, T, N, K, NT, KT), x, runtime.pack_nz(w), np.full((E, T, N), 7, np_out)
+    )
     assert spy == [True]
     assert any(l0 >= lane_cube.MAD_CHUNK for l0, _ in chunks)  # a group larger than one chunk
     assert len(where) == (2 if helper else 1)
@@ -802,10 +878,12 @@ def test_lanes_in_scattered_order_run_their_mads_image_by_image(spy, monkeypatch
     M, MT = 1024, 16
 
     @pl.kernel
-    def rows(x: pl.Tensor[[M, K], pl.BF16], w: pl.Tensor[[N, K], pl.BF16, pl.NZ], out: pl.Tensor[[M, 64], pl.FP32]):
+    def rows(
+        x: pl.Tensor[[M, K], pl.BF16], w: pl.Tensor[[N, K], pl.BF16, pl.NZ], out: pl.Tensor[[M, 64], pl.FP32]
+    ):
         for lane in pl.spmd(M // MT):
             m0 = lane * MT
-            out[m0:m0 + MT, :] = pl.matmul(x[m0:m0 + MT, :], w[0:64, :], b_trans=True)
+            out[m0 : m0 + MT, :] = pl.matmul(x[m0 : m0 + MT, :], w[0:64, :], b_trans=True)
 
     spy.clear()
     xs, ws = gmm_operands(np.random.default_rng(6), ml_dtypes.bfloat16, 1, M, N, K)
@@ -815,9 +893,16 @@ def test_lanes_in_scattered_order_run_their_mads_image_by_image(spy, monkeypatch
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(1, 3), st.sampled_from([2, 5, 8, 12]), st.integers(1, 97), st.sampled_from([4, 16, 64]),
-       st.sampled_from([(pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32), (pl.INT8, np.int8, pl.INT32, np.int32)]),
-       st.sampled_from([1, 2, 3]))
+@given(
+    st.integers(1, 3),
+    st.sampled_from([2, 5, 8, 12]),
+    st.integers(1, 97),
+    st.sampled_from([4, 16, 64]),
+    st.sampled_from(
+        [(pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32), (pl.INT8, np.int8, pl.INT32, np.int32)]
+    ),
+    st.sampled_from([1, 2, 3]),
+)
 def test_any_lane_order_and_chunk_size_gives_the_per_lane_bytes(E, tiles, a, chunk, types, threads):
     """Property: lanes visit the (expert, N tile) pairs in any order (lane -> (lane * a) mod L, a
     coprime to L), mads run in chunks of any size, with or without a helper thread converting the
@@ -836,16 +921,21 @@ def test_any_lane_order_and_chunk_size_gives_the_per_lane_bytes(E, tiles, a, chu
     N = tiles * NT
 
     @pl.kernel
-    def perm(x: pl.Tensor[[E, T, K], dtype], w: pl.Tensor[[E, N, K], dtype, pl.NZ],
-             out: pl.Tensor[[E, T, N], out_dtype]):
+    def perm(
+        x: pl.Tensor[[E, T, K], dtype],
+        w: pl.Tensor[[E, N, K], dtype, pl.NZ],
+        out: pl.Tensor[[E, T, N], out_dtype],
+    ):
         for lane in pl.spmd(L):
             p = (lane * a) % L
             e = p // tiles
             n0 = (p % tiles) * NT
-            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
+            acc = pl.matmul(x[e, :, 0:KT], w[e, n0 : n0 + NT, 0:KT], b_trans=True)
             for k0 in pl.pipeline(KT, K, KT):
-                acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
-            out[e, :, n0:n0 + NT] = acc
+                acc = pl.matmul_acc(
+                    acc, x[e, :, k0 : k0 + KT], w[e, n0 : n0 + NT, k0 : k0 + KT], b_trans=True
+                )
+            out[e, :, n0 : n0 + NT] = acc
 
     x, w = gmm_operands(np.random.default_rng(L * a), np_dtype, E, T, N, K)
     saved = (lane_cube.MAD_CHUNK, lane_cube.OVERLAP_MACS, runtime.threads.THREADS, batched.try_run_spmd)

@@ -105,14 +105,20 @@ def _bad_cases(w: runtime.Worker) -> dict:
     a5 = runtime.Worker(0, "A5")
     return {
         "tensors of two workers, one address": ((xa, 0, ob), {}),
-        "device=0 for tensors of worker 1": ((r1.alloc_tensor((16, 32), np.int32), 0,
-                                              r1.alloc_tensor((16, 32), np.int32)), {"device": 0}),
-        "worker of another target": ((a5.alloc_tensor((16, 32), np.int32), 0, a5.alloc_tensor((16, 32), np.int32)),
-                                     {}),
+        "device=0 for tensors of worker 1": (
+            (r1.alloc_tensor((16, 32), np.int32), 0, r1.alloc_tensor((16, 32), np.int32)),
+            {"device": 0},
+        ),
+        "worker of another target": (
+            (a5.alloc_tensor((16, 32), np.int32), 0, a5.alloc_tensor((16, 32), np.int32)),
+            {},
+        ),
         "freed input": ((freed, 0, w.alloc_tensor((16, 32), np.int32)), {}),
         "freed output": ((x, 0, freed), {}),
-        "input of another worker": ((other.alloc_tensor((16, 32), np.int32), 0, w.alloc_tensor((16, 32), np.int32)),
-                                    {}),
+        "input of another worker": (
+            (other.alloc_tensor((16, 32), np.int32), 0, w.alloc_tensor((16, 32), np.int32)),
+            {},
+        ),
         "device= of another rank": ((x, 0, w.alloc_tensor((16, 32), np.int32)), {"device": 1}),
         "scalar outside INT32": ((x, 2**31, w.alloc_tensor((16, 32), np.int32)), {}),
         "scalar of another type": ((x, 1.0, w.alloc_tensor((16, 32), np.int32)), {}),
@@ -144,7 +150,9 @@ def test_a_refusal_after_cached_calls_matches_the_cold_one(case):
 
 def test_dynamic_dims_cache_one_plan_per_extent():
     @pl.kernel
-    def copy(x: pl.Tensor[[pl.dynamic("M"), 32], pl.INT32], o: pl.Out[pl.Tensor[[pl.dynamic("M"), 32], pl.INT32]]):
+    def copy(
+        x: pl.Tensor[[pl.dynamic("M"), 32], pl.INT32], o: pl.Out[pl.Tensor[[pl.dynamic("M"), 32], pl.INT32]]
+    ):
         pl.store(pl.load(x, [0, 0], [16, 32]), [0, 0], o)
 
     for m in (16, 32, 16):
@@ -205,8 +213,11 @@ def test_a_window_past_a_smaller_tensor_of_the_same_kernel_is_refused():
 
     def make_dyn():
         @pl.kernel
-        def k(x: pl.Tensor[[pl.dynamic("M"), 32], pl.INT32], n: pl.Scalar[pl.INDEX],
-              o: pl.Out[pl.Tensor[[16, 32], pl.INT32]]):
+        def k(
+            x: pl.Tensor[[pl.dynamic("M"), 32], pl.INT32],
+            n: pl.Scalar[pl.INDEX],
+            o: pl.Out[pl.Tensor[[16, 32], pl.INT32]],
+        ):
             pl.store(pl.load(x, [n, 0], [16, 32]), [0, 0], o)
 
         return k
@@ -239,8 +250,10 @@ def test_none_for_an_input_is_refused_before_anything_runs():
     o = np.full((16, 32), 9, np.int32)
     for _ in range(2):  # cold, then with a cached plan of the same kernel
         o.fill(9)
-        assert refusal(k, None, 1, o) == ("DispatchError: parameter 'x' got None; only an Out parameter may be "
-                                          "None (allocated and returned), an input needs its data")
+        assert refusal(k, None, 1, o) == (
+            "DispatchError: parameter 'x' got None; only an Out parameter may be "
+            "None (allocated and returned), an input needs its data"
+        )
         np.testing.assert_array_equal(o, 9)
         k(X, 1, o)
 
@@ -248,5 +261,7 @@ def test_none_for_an_input_is_refused_before_anything_runs():
     def inout(x: pl.Tensor[[16, 32], pl.INT32], o: pl.InOut[pl.Tensor[[16, 32], pl.INT32]]):
         pl.store(pl.load(x, [0, 0], [16, 32]), [0, 0], o)
 
-    assert refusal(inout, X, None) == ("DispatchError: parameter 'o' got None; only an Out parameter may be "
-                                       "None (allocated and returned), an input needs its data")
+    assert refusal(inout, X, None) == (
+        "DispatchError: parameter 'o' got None; only an Out parameter may be "
+        "None (allocated and returned), an input needs its data"
+    )

@@ -126,7 +126,11 @@ def _gmm_bytes(kernel, x, w, out_dtype, E, T, N, fast: bool, batch: bool) -> byt
     with using(current().with_(fast=fast, batch=batch)):
         dev = runtime.Worker(0)
         out = dev.alloc_tensor((E, T, N), out_dtype, init=np.zeros((E, T, N), out_dtype))
-        kernel(dev.alloc_tensor(x.shape, x.dtype, init=x), dev.alloc_tensor(w.shape, w.dtype, init=runtime.pack_nz(w)), out)
+        kernel(
+            dev.alloc_tensor(x.shape, x.dtype, init=x),
+            dev.alloc_tensor(w.shape, w.dtype, init=runtime.pack_nz(w)),
+            out,
+        )
         return dev.copy_from(out).tobytes()
 
 
@@ -141,7 +145,10 @@ def test_a_float_kernel_gives_the_same_bits_on_every_backend_path(dtype, NT):
     x = rng.standard_normal((E, T, K)).astype(np_dtype)
     w = rng.standard_normal((E, N, K)).astype(np_dtype)
     kernel = grouped(dtype, pl.FP32, E, T, N, K, NT, KT)
-    runs = {p: _gmm_bytes(kernel, x, w, np.float32, E, T, N, *p) for p in ((True, True), (True, False), (False, False))}
+    runs = {
+        p: _gmm_bytes(kernel, x, w, np.float32, E, T, N, *p)
+        for p in ((True, True), (True, False), (False, False))
+    }
     assert len(set(runs.values())) == 1, {p: hash(b) for p, b in runs.items()}
     got = np.frombuffer(runs[(True, True)], np.float32).reshape(E, T, N).astype(np.float64)
     exact = np.einsum("etk,enk->etn", x.astype(np.float64), w.astype(np.float64))

@@ -25,7 +25,9 @@ def line_views(draw):
     c0 = 32 // dt.itemsize
     dims = [draw(st.integers(1, 7)) for _ in range(3)]
     pad = draw(st.integers(0, 2))  # extra lines in the buffer's rows: the view is not contiguous
-    buf = np.random.default_rng(draw(st.integers(0, 2**16))).integers(-100, 100, (*dims[:2], dims[2] + pad, c0))
+    buf = np.random.default_rng(draw(st.integers(0, 2**16))).integers(
+        -100, 100, (*dims[:2], dims[2] + pad, c0)
+    )
     v = buf.astype(dt)[:, :, draw(st.integers(0, pad)) :][:, :, : dims[2]]
     order = draw(st.permutations([0, 1, 2]))
     return v.transpose(*order, 3)
@@ -76,8 +78,11 @@ def test_bf16_lines_widen_runs_at_once():
     v = x[:, :, 1, :]
     seen = []
     real = np.left_shift
-    with mock.patch.object(lane_values.np, "left_shift",
-                           side_effect=lambda s, *a, **k: seen.append(s.shape[-2]) or real(s, *a, **k)):
+    with mock.patch.object(
+        lane_values.np,
+        "left_shift",
+        side_effect=lambda s, *a, **k: seen.append(s.shape[-2]) or real(s, *a, **k),
+    ):
         out = np.empty(v.shape, np.float32)
         gather_cast(out, v)
     assert seen == [8, 8, 4]

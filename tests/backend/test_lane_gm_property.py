@@ -77,8 +77,13 @@ def test_in_place_images_are_the_loaded_bytes(case):
     g = tile._g
     chunks = lane_gm.gm_images(plan, w.gm, addrs, g)
     if chunks is None:
-        assert plan.copies is None or not plan.fills(g.nbytes) or plan.warns or len(plan.copies) != 1 \
+        assert (
+            plan.copies is None
+            or not plan.fills(g.nbytes)
+            or plan.warns
+            or len(plan.copies) != 1
             or lane_gm.image_strides(plan, g) is None
+        )
         return
     assert [u0 for u0, _ in chunks] == list(np.cumsum([0] + [len(v) for _, v in chunks])[:-1])
     lazy = np.concatenate([v for _, v in chunks])

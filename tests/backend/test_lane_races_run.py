@@ -29,7 +29,9 @@ IDS = ["batched", "per-lane", "reference", "lane-group-1"]
 
 
 @pl.kernel
-def strided(x: pl.Tensor[[16, 512], pl.FP32], out: pl.Out[pl.Tensor[[16, 512], pl.FP32]], step: pl.Scalar[pl.INDEX]):
+def strided(
+    x: pl.Tensor[[16, 512], pl.FP32], out: pl.Out[pl.Tensor[[16, 512], pl.FP32]], step: pl.Scalar[pl.INDEX]
+):
     for lane in pl.spmd(4):
         t = pl.load(x, [0, lane * 64], [16, 64])
         pl.store(pl.add(t, t), [0, lane * step], out)  # a window from a scalar: unproven
@@ -64,7 +66,9 @@ def _expect(e: LaneRaceError, lanes, what1, w1, what2, w2, tensor):
 def test_windows_from_a_scalar_overlap_only_when_the_scalar_says_so(options):
     x = np.arange(16 * 512, dtype=np.float32).reshape(16, 512)
     with using(options):
-        np.testing.assert_array_equal(strided(x, np.zeros((16, 512), np.float32), 64)[:, :256], 2 * x[:, :256])
+        np.testing.assert_array_equal(
+            strided(x, np.zeros((16, 512), np.float32), 64)[:, :256], 2 * x[:, :256]
+        )
         dev = runtime.Worker(0)
         out = dev.alloc_tensor((16, 512), np.float32, init=np.full((16, 512), 7, np.float32))
         other = dev.alloc_tensor((4,), np.int32, init=np.arange(4, dtype=np.int32))
@@ -127,7 +131,9 @@ def test_an_input_written_in_place_is_restored_after_a_race():
     the launch's snapshot puts its bytes back."""
 
     @pl.kernel
-    def into_input(x: pl.Tensor[[16, 256], pl.FP32], out: pl.Tensor[[16, 256], pl.FP32], step: pl.Scalar[pl.INDEX]):
+    def into_input(
+        x: pl.Tensor[[16, 256], pl.FP32], out: pl.Tensor[[16, 256], pl.FP32], step: pl.Scalar[pl.INDEX]
+    ):
         for lane in pl.spmd(4):
             pl.store(pl.load(x, [0, lane * 64], [16, 64]), [0, lane * step], out)
 
@@ -144,7 +150,11 @@ def test_races_inside_an_inner_loop_of_a_lane_are_found_on_the_trip_batched_path
     """The lane's stores are in a carry-free inner loop (its trips run batched inside the lane)."""
 
     @pl.kernel
-    def inner(x: pl.Tensor[[16, 512], pl.FP32], out: pl.Out[pl.Tensor[[16, 512], pl.FP32]], step: pl.Scalar[pl.INDEX]):
+    def inner(
+        x: pl.Tensor[[16, 512], pl.FP32],
+        out: pl.Out[pl.Tensor[[16, 512], pl.FP32]],
+        step: pl.Scalar[pl.INDEX],
+    ):
         for lane in pl.spmd(4):
             for c in pl.range(2):
                 t = pl.load(x, [0, lane * 64 + c * 32], [16, 32])
@@ -161,16 +171,23 @@ def test_races_inside_an_inner_loop_of_a_lane_are_found_on_the_trip_batched_path
 
 def test_atomic_stores_of_every_lane_into_one_window_do_not_race_but_a_plain_one_does():
     @pl.kernel
-    def summed(x: pl.Tensor[[64, 32], pl.BF16], w: pl.Tensor[[32, 32], pl.BF16, pl.NZ],
-               out: pl.InOut[pl.Tensor[[16, 32], pl.FP32]]):
+    def summed(
+        x: pl.Tensor[[64, 32], pl.BF16],
+        w: pl.Tensor[[32, 32], pl.BF16, pl.NZ],
+        out: pl.InOut[pl.Tensor[[16, 32], pl.FP32]],
+    ):
         for lane in pl.spmd(4):
             xt = pl.load(x, [lane * 16, 0], [16, 32], target_memory=pl.Mem.Mat)
             wt = pl.load(w, [0, 0], [32, 32], target_memory=pl.Mem.Mat)
             pl.store(pl.matmul(xt, wt, b_trans=True), [0, 0], out, atomic=True)
 
     @pl.kernel
-    def mixed(x: pl.Tensor[[64, 32], pl.BF16], w: pl.Tensor[[32, 32], pl.BF16, pl.NZ],
-              out: pl.InOut[pl.Tensor[[16, 128], pl.FP32]], plain: pl.Scalar[pl.INDEX]):
+    def mixed(
+        x: pl.Tensor[[64, 32], pl.BF16],
+        w: pl.Tensor[[32, 32], pl.BF16, pl.NZ],
+        out: pl.InOut[pl.Tensor[[16, 128], pl.FP32]],
+        plain: pl.Scalar[pl.INDEX],
+    ):
         for lane in pl.spmd(4):
             xt = pl.load(x, [lane * 16, 0], [16, 32], target_memory=pl.Mem.Mat)
             wt = pl.load(w, [0, 0], [32, 32], target_memory=pl.Mem.Mat)
@@ -183,7 +200,7 @@ def test_atomic_stores_of_every_lane_into_one_window_do_not_race_but_a_plain_one
     rng = np.random.default_rng(0)
     x = rng.integers(-3, 4, (64, 32)).astype(ml_dtypes.bfloat16)
     w = rng.integers(-3, 4, (32, 32)).astype(ml_dtypes.bfloat16)
-    want = sum(x[16 * i:16 * i + 16].astype(np.float32) @ w.astype(np.float32).T for i in range(4))
+    want = sum(x[16 * i : 16 * i + 16].astype(np.float32) @ w.astype(np.float32).T for i in range(4))
     for options in PATHS:
         out = np.zeros((16, 32), np.float32)
         with using(options):
@@ -192,7 +209,9 @@ def test_atomic_stores_of_every_lane_into_one_window_do_not_race_but_a_plain_one
         out = np.zeros((16, 128), np.float32)
         with using(options), pytest.raises(LaneRaceError) as info:
             mixed(x, runtime.pack_nz(w), out, 32)
-        _expect(info.value, (1, 0), "atomically writes", "out[0:16, 0:32]", "writes", "out[0:16, 0:32]", "out")
+        _expect(
+            info.value, (1, 0), "atomically writes", "out[0:16, 0:32]", "writes", "out[0:16, 0:32]", "out"
+        )
         assert (out == 0).all()
 
 
@@ -211,8 +230,14 @@ def test_the_grouped_matmul_is_proven_race_free_and_its_plan_logs_nothing(monkey
     no launch opens a log."""
     k = grouped(pl.INT8, pl.INT32, 2, 16, 64, 128, 32, 64)
     low = k.lower()
-    assert _marks(low) == [("for", False), ("tile.load", False), ("tile.load", False),
-                           ("tile.load", False), ("tile.load", False), ("tile.store", False)]
+    assert _marks(low) == [
+        ("for", False),
+        ("tile.load", False),
+        ("tile.load", False),
+        ("tile.load", False),
+        ("tile.load", False),
+        ("tile.store", False),
+    ]
     for options in PATHS:
         assert plan_of(_spmd_body(low), 0, options, True).logged == ()
     monkeypatch.setattr(lane_log, "LaneWriteLog", None)  # a log opened would fail the call
@@ -224,7 +249,11 @@ def test_the_grouped_matmul_is_proven_race_free_and_its_plan_logs_nothing(monkey
         dev = runtime.Worker(0)
         out = dev.alloc_tensor((2, 16, 64), np.int32)
         with using(options):
-            k(dev.alloc_tensor(x.shape, x.dtype, init=x), dev.alloc_tensor(w.shape, w.dtype, init=runtime.pack_nz(w)), out)
+            k(
+                dev.alloc_tensor(x.shape, x.dtype, init=x),
+                dev.alloc_tensor(w.shape, w.dtype, init=runtime.pack_nz(w)),
+                out,
+            )
         np.testing.assert_array_equal(dev.copy_from(out), ref)
 
 
@@ -232,7 +261,9 @@ def test_affine_windows_are_proven_for_a_dynamic_lane_count():
     """`pl.spmd(n)` with n a scalar: no pair check, the affine bound |64| >= 64 proves it."""
 
     @pl.kernel
-    def dyn(x: pl.Tensor[[16, 256], pl.FP32], out: pl.Out[pl.Tensor[[16, 256], pl.FP32]], n: pl.Scalar[pl.INDEX]):
+    def dyn(
+        x: pl.Tensor[[16, 256], pl.FP32], out: pl.Out[pl.Tensor[[16, 256], pl.FP32]], n: pl.Scalar[pl.INDEX]
+    ):
         for lane in pl.spmd(n):
             pl.store(pl.load(x, [0, lane * 64], [16, 64]), [0, lane * 64], out)
 
@@ -243,7 +274,7 @@ def test_unproven_windows_are_marked_with_their_tensor_and_their_steps_log():
     low = strided.lower()
     spmd = next(e for e in low.final.eqns if e.params.get("kind") == "spmd")
     nb, nc, _ = spmd.params["arity"]
-    written = spmd.inputs[nb:nb + nc][spmd.params["lane_log"][0]]
+    written = spmd.inputs[nb : nb + nc][spmd.params["lane_log"][0]]
     assert _marks(low)[1:] == [("tile.load", False), ("tile.store", "out")] and written.hint == "out"
     plan = plan_of(_spmd_body(low), 0, Options(batch=False), True)
     assert [plan.steps[i].eqn.primitive.name for i in plan.logged] == ["tile.store"]
@@ -265,7 +296,6 @@ def test_a_lane_reading_back_its_own_window_is_proven_and_runs():
     np.testing.assert_array_equal(b, 2 * buf)
 
 
-
 def test_a_race_on_one_rank_of_an_orchestration_leaves_every_output_untouched():
     """Rank 1's call races (step 32), rank 0's does not: the program fails as a whole with the
     lane race, and neither a host output nor a resident stacked output changes."""
@@ -280,7 +310,9 @@ def test_a_race_on_one_rank_of_an_orchestration_leaves_every_output_untouched():
     host = np.full((2, 16, 512), 5, np.float32)
     resident = cluster.alloc_stacked_tensor(np.full((2, 16, 512), 5, np.float32))
     for out in (host, resident):
-        with pytest.raises(LaneRaceError, match=r"^rank 1: strided .*lane 0 writes out\[0:16, 0:64\]") as info:
+        with pytest.raises(
+            LaneRaceError, match=r"^rank 1: strided .*lane 0 writes out\[0:16, 0:64\]"
+        ) as info:
             prog(x, out, cluster=cluster)
         assert info.value.lanes == (0, 1) and info.value.windows == (((0, 0), (16, 64)), ((0, 32), (16, 64)))
     assert (host == 5).all() and (cluster.copy_stacked_from(resident) == 5).all()

@@ -29,8 +29,10 @@ def runtime_peak(kernel, args) -> dict[str, int]:
     low = kernel.lower(*devs)
     graph = low.final
     blocked = bool(graph.attrs.get("nz_tensor_views_blocked"))
-    vals = [tensor_value(p.type, d, {}, blocked) if not isinstance(d, int | bool) else d
-            for p, d in zip(kernel.params, devs)]
+    vals = [
+        tensor_value(p.type, d, {}, blocked) if not isinstance(d, int | bool) else d
+        for p, d in zip(kernel.params, devs)
+    ]
     onchip = runtime.OnChip(w.target)
     run_graph(Ctx(w.gm, onchip, {}, current()), graph, vals)
     return {s: n for s, n in onchip.peak.items() if n}
@@ -49,8 +51,11 @@ def two_tiles(x: pl.Tensor[[64, 128], pl.FP32], y: pl.Out[pl.Tensor[[64, 128], p
 
 
 @pl.kernel
-def split_k(a: pl.Tensor[[64, 256], pl.FP16], b: pl.Tensor[[256, 128], pl.FP16],
-            c: pl.Out[pl.Tensor[[64, 128], pl.FP32]]):
+def split_k(
+    a: pl.Tensor[[64, 256], pl.FP16],
+    b: pl.Tensor[[256, 128], pl.FP16],
+    c: pl.Out[pl.Tensor[[64, 128], pl.FP32]],
+):
     acc = pl.matmul(a[:, 0:64], b[0:64, :])
     for kb in pl.range(1, 4):
         k0 = kb * 64
@@ -107,6 +112,7 @@ def _takes_windows(k) -> bool:
 
 def _zeros_for(k):
     from nzjit.core.types import ScalarType, TensorType
+
     out = []
     for p in k.params:
         t = p.type
@@ -122,8 +128,11 @@ def _zeros_for(k):
 
 def test_a_kernel_over_capacity_is_refused_at_compile_time() -> None:
     @pl.kernel
-    def big(w: pl.Tensor[[512, 512], pl.FP16], x: pl.Tensor[[64, 512], pl.FP16],
-            y: pl.Out[pl.Tensor[[64, 512], pl.FP32]]):
+    def big(
+        w: pl.Tensor[[512, 512], pl.FP16],
+        x: pl.Tensor[[64, 512], pl.FP16],
+        y: pl.Out[pl.Tensor[[64, 512], pl.FP32]],
+    ):
         tw = pl.load(w, [0, 0], [512, 512], target_memory=pl.Mem.Mat)  # <- weight
         tx = pl.load(x, [0, 0], [64, 512], target_memory=pl.Mem.Mat)  # <- input
         pl.store(pl.matmul(tx, tw), [0, 0], y)
@@ -176,7 +185,8 @@ def test_cli_ir_memory_prints_the_plan(tmp_path, capsys) -> None:
         "@pl.kernel\n"
         "def k(x: pl.Tensor[[64, 128], pl.FP32], y: pl.Out[pl.Tensor[[64, 128], pl.FP32]]):\n"
         "    a = pl.load(x, [0, 0], [64, 128])\n"
-        "    pl.store(pl.add(a, a), [0, 0], y)\n")
+        "    pl.store(pl.add(a, a), [0, 0], y)\n"
+    )
     capsys.readouterr()
     assert main(["ir", str(path), "--memory"]) == 0
     out = capsys.readouterr().out
@@ -186,11 +196,16 @@ def test_cli_ir_memory_prints_the_plan(tmp_path, capsys) -> None:
 
 
 @pl.kernel
-def rebinds_in_an_arm(x: pl.Tensor[[16, 512], pl.FP16], w: pl.Tensor[[128, 512], pl.FP16],
-                      y: pl.Out[pl.Tensor[[16, 256], pl.FP32]]):
+def rebinds_in_an_arm(
+    x: pl.Tensor[[16, 512], pl.FP16],
+    w: pl.Tensor[[128, 512], pl.FP16],
+    y: pl.Out[pl.Tensor[[16, 256], pl.FP32]],
+):
     for nb in pl.spmd(2):
-        acc = pl.matmul(pl.load(x, [0, 0], [16, 128], target_memory=pl.Mem.Mat),
-                        pl.load(w, [0, 0], [128, 128], target_memory=pl.Mem.Mat))
+        acc = pl.matmul(
+            pl.load(x, [0, 0], [16, 128], target_memory=pl.Mem.Mat),
+            pl.load(w, [0, 0], [128, 128], target_memory=pl.Mem.Mat),
+        )
         for kb in pl.range(4):
             a = pl.load(x, [0, kb * 128], [16, 128], target_memory=pl.Mem.Mat)
             b = pl.load(w, [0, kb * 128], [128, 128], target_memory=pl.Mem.Mat)

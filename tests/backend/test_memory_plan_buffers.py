@@ -71,15 +71,23 @@ def test_the_bias_table_is_planned():  # hw §7: Bias 1 KiB
     M, K, N = 16, 64, 128
 
     @pl.kernel
-    def mb(a: pl.Tensor[[M, K], pl.FP16], b: pl.Tensor[[K, N], pl.FP16], bias: pl.Tensor[[1, N], pl.FP32],
-           out: pl.Out[pl.Tensor[[M, N], pl.FP32]]):
+    def mb(
+        a: pl.Tensor[[M, K], pl.FP16],
+        b: pl.Tensor[[K, N], pl.FP16],
+        bias: pl.Tensor[[1, N], pl.FP32],
+        out: pl.Out[pl.Tensor[[M, N], pl.FP32]],
+    ):
         ta = pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat)
         tb = pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat)
         tbias = pl.load(bias, [0, 0], [1, N], target_memory=pl.Mem.Mat)
         pl.store(pl.tile.matmul_bias(ta, tb, tbias), [0, 0], out)
 
-    args = (np.ones((M, K), np.float16), np.ones((K, N), np.float16), np.ones((1, N), np.float32),
-            np.zeros((M, N), np.float32))
+    args = (
+        np.ones((M, K), np.float16),
+        np.ones((K, N), np.float16),
+        np.ones((1, N), np.float32),
+        np.zeros((M, N), np.float32),
+    )
     plan = mb.lower(*args).memory()
     assert plan.peak["Bias"] == N * 4
     assert "Bias  (BT )      512 /     1024 B" in str(plan)

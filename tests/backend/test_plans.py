@@ -51,11 +51,14 @@ def _same(kernel, *args):
     return fast[0]
 
 
-@pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
-    (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
-    (pl.FP16, np.float16, pl.FP32, np.float32),
-    (pl.INT8, np.int8, pl.INT32, np.int32),
-])
+@pytest.mark.parametrize(
+    "dtype,np_dtype,out_dtype,np_out",
+    [
+        (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
+        (pl.FP16, np.float16, pl.FP32, np.float32),
+        (pl.INT8, np.int8, pl.INT32, np.int32),
+    ],
+)
 def test_grouped_nz_matmul_plans_equal_generic(dtype, np_dtype, out_dtype, np_out):
     E, T, N, K, NT, KT = 2, 32, 256, 512, 128, 256
     x, w = gmm_operands(np.random.default_rng(0), np_dtype, E, T, N, K)
@@ -65,10 +68,13 @@ def test_grouped_nz_matmul_plans_equal_generic(dtype, np_dtype, out_dtype, np_ou
 
 
 @pytest.mark.parametrize("T", [1, 4, 15, 17])
-@pytest.mark.parametrize("dtype,np_dtype,out_dtype,np_out", [
-    (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
-    (pl.INT8, np.int8, pl.INT32, np.int32),
-])
+@pytest.mark.parametrize(
+    "dtype,np_dtype,out_dtype,np_out",
+    [
+        (pl.BF16, ml_dtypes.bfloat16, pl.FP32, np.float32),
+        (pl.INT8, np.int8, pl.INT32, np.int32),
+    ],
+)
 def test_decode_batch_plans_equal_generic(T, dtype, np_dtype, out_dtype, np_out):
     """A decode batch of T tokens (T not a multiple of 16): 16-row Mat / Left / Acc tiles with T valid
     rows (hardware-model.md §3, §6). The compiled steps carry the valid rows into the TEXTRACT window
@@ -90,8 +96,12 @@ def test_nd_matmul_with_live_accumulator_plans_equal_generic():
     M, K, N = 32, 128, 64
 
     @pl.kernel
-    def k(x: pl.Tensor[[M, K], pl.FP16], w: pl.Tensor[[N, K], pl.FP16], o1: pl.Tensor[[M, N], pl.FP32],
-          o2: pl.Tensor[[M, N], pl.FP32]):
+    def k(
+        x: pl.Tensor[[M, K], pl.FP16],
+        w: pl.Tensor[[N, K], pl.FP16],
+        o1: pl.Tensor[[M, N], pl.FP32],
+        o2: pl.Tensor[[M, N], pl.FP32],
+    ):
         acc = pl.matmul(x[:, 0:64], w[:, 0:64], b_trans=True)
         acc2 = pl.matmul_acc(acc, x[:, 64:128], w[:, 64:128], b_trans=True)
         o1[:, :] = acc
@@ -110,8 +120,11 @@ def test_vec_loop_plans_equal_generic():
     R, C, NIT = 16, 32, 8
 
     @pl.kernel
-    def k(a: pl.Tensor[[NIT * R, C], pl.FP32], b: pl.Tensor[[NIT * R, C], pl.FP32],
-          out: pl.Tensor[[NIT * R, C], pl.FP32]):
+    def k(
+        a: pl.Tensor[[NIT * R, C], pl.FP32],
+        b: pl.Tensor[[NIT * R, C], pl.FP32],
+        out: pl.Tensor[[NIT * R, C], pl.FP32],
+    ):
         for i in pl.range(NIT):
             r0 = (i * 3 + 1) % NIT * R
             ta = pl.load(a, [r0, 0], [R, C])
@@ -133,8 +146,12 @@ def _outcome(kernel, args, fast: bool, scalars=()):
     with _resident(args, fast, False) as (w, devs, options):
         graph = kernel.lower(*devs, *scalars).final
         blocked = bool(graph.attrs.get("nz_tensor_views_blocked"))
-        vals = [tensor_value(p.type, a, {}, blocked) if isinstance(a, runtime.DeviceTensor)
-                else p.type.dtype.wrap(int(a)) for p, a in zip(kernel.params, [*devs, *scalars])]
+        vals = [
+            tensor_value(p.type, a, {}, blocked)
+            if isinstance(a, runtime.DeviceTensor)
+            else p.type.dtype.wrap(int(a))
+            for p, a in zip(kernel.params, [*devs, *scalars])
+        ]
         onchip = runtime.OnChip(w.target)
         err = None
         try:
@@ -153,8 +170,11 @@ def test_repeated_windows_refuse_like_generic(shift):
     R, C, NIT = 16, 64, 6
 
     @pl.kernel
-    def k(a: pl.Tensor[[NIT * R, 2 * C], pl.FP32], out: pl.Tensor[[NIT * R, 2 * C], pl.FP32],
-          shift: pl.Scalar[pl.INDEX]):
+    def k(
+        a: pl.Tensor[[NIT * R, 2 * C], pl.FP32],
+        out: pl.Tensor[[NIT * R, 2 * C], pl.FP32],
+        shift: pl.Scalar[pl.INDEX],
+    ):
         for i in pl.range(NIT):
             r0 = (i + shift) * R
             ta = pl.load(a, [r0, C], [R, C])
@@ -179,8 +199,12 @@ def _wide_probe():
     and an Acc store. Its loads replay decoded instructions that warn; c0 = WIDE - 16 leaves x."""
 
     @pl.kernel
-    def k(x: pl.Tensor[[16, WIDE], pl.INT8], eye: pl.Tensor[[32, 32], pl.INT8], c0: pl.Scalar[pl.INDEX],
-          out: pl.Out[pl.Tensor[[16, 32], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[16, WIDE], pl.INT8],
+        eye: pl.Tensor[[32, 32], pl.INT8],
+        c0: pl.Scalar[pl.INDEX],
+        out: pl.Out[pl.Tensor[[16, 32], pl.INT32]],
+    ):
         xt = pl.load(x, [0, c0], [16, 32], target_memory=pl.Mem.Mat)
         et = pl.load(eye, [0, 0], [32, 32], target_memory=pl.Mem.Mat)
         pl.store(pl.matmul(xt, et), [0, 0], out)
@@ -213,8 +237,9 @@ def _fresh_calls(fast: bool, resident: bool, offsets, counted=None):
             x = rng.integers(-100, 100, (16, WIDE), dtype=np.int8)
             args = (x, np.eye(32, dtype=np.int8), c0, np.zeros((16, 32), np.int32))
             if resident:
-                args = tuple(w.alloc_tensor(a.shape, a.dtype, init=a) if isinstance(a, np.ndarray) else a
-                             for a in args)
+                args = tuple(
+                    w.alloc_tensor(a.shape, a.dtype, init=a) if isinstance(a, np.ndarray) else a for a in args
+                )
             checks[0], err = 0, None
             with warnings.catch_warnings(record=True) as ws:
                 warnings.simplefilter("always")

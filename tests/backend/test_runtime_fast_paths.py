@@ -98,7 +98,9 @@ def test_nd2nz_whole_lines_match_reference(dtype, rows, cols, pitch):
     cols = -(-cols // c0) * c0
     w = Worker(0)
     nbytes = (rows * pitch + cols) * E
-    t = w.alloc_tensor((nbytes,), np.uint8, init=np.random.default_rng(3).integers(0, 256, nbytes, dtype=np.uint8))
+    t = w.alloc_tensor(
+        (nbytes,), np.uint8, init=np.random.default_rng(3).integers(0, 256, nbytes, dtype=np.uint8)
+    )
     tile = TileBuf("Mat", dtype, rows + 16, cols)
     tile.data[:] = 9
     l1 = tile.data.copy()
@@ -141,7 +143,9 @@ def test_whole_tile_mads_keep_the_logical_matrix_until_bytes_are_read(dtype):
         if step == 1:  # a byte access in the middle of the chain, then more mads
             np.testing.assert_array_equal(acc.data.view(acc_dt), flat)
     np.testing.assert_array_equal(acc.data.view(acc_dt), flat)
-    np.testing.assert_array_equal(acc.logical().reshape(-1), flat.reshape(n // 16, m, 16).transpose(1, 0, 2).reshape(-1))
+    np.testing.assert_array_equal(
+        acc.logical().reshape(-1), flat.reshape(n // 16, m, 16).transpose(1, 0, 2).reshape(-1)
+    )
 
 
 @pytest.mark.parametrize("compact,rows", [(False, 32), (True, 32), (False, 48)])
@@ -181,16 +185,21 @@ def _fault(fn):
     return None
 
 
-@pytest.mark.parametrize("n_burst,nbytes,src_pitch,dst_pitch,batch", [
-    (16, 64, 64, 64, ()),  # dense on both sides: one flat slice copy
-    (16, 64, 256, 64, ()),  # strided GM rows into dense tile rows
-    (16, 64, 64, 128, ()),  # dense GM into strided tile rows
-    (4, 32, 32, 32, ((2, 128, 128),)),  # a batch axis, dense everywhere
-    (1, 96, 96, 96, ((1, 0, 0),)),  # unit axes
-])
+@pytest.mark.parametrize(
+    "n_burst,nbytes,src_pitch,dst_pitch,batch",
+    [
+        (16, 64, 64, 64, ()),  # dense on both sides: one flat slice copy
+        (16, 64, 256, 64, ()),  # strided GM rows into dense tile rows
+        (16, 64, 64, 128, ()),  # dense GM into strided tile rows
+        (4, 32, 32, 32, ((2, 128, 128),)),  # a batch axis, dense everywhere
+        (1, 96, 96, 96, ((1, 0, 0),)),  # unit axes
+    ],
+)
 @pytest.mark.parametrize("gm_offset", [0, 4096 - 64])  # inside, and running past the allocation
 @pytest.mark.parametrize("to_tile", [True, False])
-def test_dense_copy_sides_equal_strided_views(n_burst, nbytes, src_pitch, dst_pitch, batch, gm_offset, to_tile):
+def test_dense_copy_sides_equal_strided_views(
+    n_burst, nbytes, src_pitch, dst_pitch, batch, gm_offset, to_tile
+):
     """A copy side that is dense in view order is one flat slice: the bytes written, and the
     fault of a copy leaving its GM allocation, are those of the strided views."""
     from runtime.dma import copy_bursts
@@ -206,12 +215,33 @@ def test_dense_copy_sides_equal_strided_views(n_burst, nbytes, src_pitch, dst_pi
     addr = g.address + gm_offset
     gm_before = w.gm.read(g.address, 4096)
     if to_tile:
-        got = _fault(lambda: copy_bursts(w.gm, addr, tiles[0], 0, n_burst=n_burst, nbytes=nbytes,
-                                         src_pitch=src_pitch, dst_pitch=dst_pitch, batch=batch))
+        got = _fault(
+            lambda: copy_bursts(
+                w.gm,
+                addr,
+                tiles[0],
+                0,
+                n_burst=n_burst,
+                nbytes=nbytes,
+                src_pitch=src_pitch,
+                dst_pitch=dst_pitch,
+                batch=batch,
+            )
+        )
     else:
-        got = _fault(lambda: copy_bursts(tiles[0], 0, w.gm, addr, n_burst=n_burst, nbytes=nbytes,
-                                         src_pitch=dst_pitch, dst_pitch=src_pitch,
-                                         batch=[(b[0], b[2], b[1]) for b in batch]))
+        got = _fault(
+            lambda: copy_bursts(
+                tiles[0],
+                0,
+                w.gm,
+                addr,
+                n_burst=n_burst,
+                nbytes=nbytes,
+                src_pitch=dst_pitch,
+                dst_pitch=src_pitch,
+                batch=[(b[0], b[2], b[1]) for b in batch],
+            )
+        )
     gm_fast = w.gm.read(g.address, 4096)
     w.gm.write(g.address, gm_before)
 
@@ -240,7 +270,10 @@ def test_charge_transient_is_reserve_then_release():
     b.reserve("Vec", 50 * 1024 + 1)
     b.release("Vec", 50 * 1024 + 1)
     assert (a.live, a.peak) == (b.live, b.peak)
-    errs = [_fault(lambda: a.charge_transient("Vec", 100 * 1024)), _fault(lambda: b.reserve("Vec", 100 * 1024))]
+    errs = [
+        _fault(lambda: a.charge_transient("Vec", 100 * 1024)),
+        _fault(lambda: b.reserve("Vec", 100 * 1024)),
+    ]
     assert errs[0] == errs[1] and "capacity exceeded" in errs[0]
     assert (a.live, a.peak) == (b.live, b.peak)
 

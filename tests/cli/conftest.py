@@ -9,7 +9,7 @@ import pytest
 
 from nzjit.cli import main
 
-NZMM = '''\
+NZMM = """\
 import numpy as np
 from nzjit import pl
 @pl.kernel
@@ -21,7 +21,7 @@ if __name__ == "__main__":
     import runtime
     x = np.ones((64, 512), np.int8); w = np.ones((256, 512), np.int8)
     print(nzmm(x, runtime.pack_nz(w)).sum())
-'''
+"""
 
 
 @dataclass

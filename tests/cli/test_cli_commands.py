@@ -12,11 +12,18 @@ import pytest
 import nzjit
 from nzjit.cli import main
 
-PASSES = ["ConvertTensorToTileOps", "LowerCompositeOps", "FlattenTileNdTo2D", "BlockNzTensorViews",
-          "LegalizeTileCast", "AutoTileMatmulL0", "MaterializeTensorStrides"]
+PASSES = [
+    "ConvertTensorToTileOps",
+    "LowerCompositeOps",
+    "FlattenTileNdTo2D",
+    "BlockNzTensorViews",
+    "LegalizeTileCast",
+    "AutoTileMatmulL0",
+    "MaterializeTensorStrides",
+]
 DEMO_SUM = str(64 * 256 * 512)
 
-TWO_KERNELS = '''\
+TWO_KERNELS = """\
 from nzjit import pl
 
 @pl.kernel
@@ -30,7 +37,7 @@ def copy_b(x: pl.Tensor[[64, 128], pl.INT8], w: pl.Tensor[[64, 128], pl.INT8],
     out[:, :] = pl.matmul(x[:, :], w[:, :], b_trans=True)
 
 alias = copy_a  # the same kernel under a second name is listed once
-'''
+"""
 
 
 @pytest.mark.parametrize("cmd", [[], ["run"], ["ir"], ["pto"], ["explain-layout"]])
@@ -54,35 +61,44 @@ def test_run_executes_the_main_block(cli, nzmm_file):
 
 
 def test_run_calls_main_and_passes_argv(cli, write):
-    path = write("demo.py", '''\
+    path = write(
+        "demo.py",
+        """\
         import sys
         def main():
             print("main", sys.argv[1:])
             return 3
-        ''')
+        """,
+    )
     r = cli("run", path, "--size", "7")
     assert r.code == 3
     assert r.out.strip() == "main ['--size', '7']"
 
 
 def test_run_main_block_is_not_doubled_with_main(cli, write):
-    path = write("demo.py", '''\
+    path = write(
+        "demo.py",
+        """\
         def main():
             print("once")
         if __name__ == "__main__":
             main()
-        ''')
+        """,
+    )
     r = cli("run", path)
     assert (r.code, r.out) == (0, "once\n")
 
 
 def test_run_sees_sibling_modules(cli, write):
     write("helper_mod_for_cli.py", "VALUE = 41\n")
-    path = write("demo.py", '''\
+    path = write(
+        "demo.py",
+        """\
         import helper_mod_for_cli
         if __name__ == "__main__":
             print(helper_mod_for_cli.VALUE + 1)
-        ''')
+        """,
+    )
     r = cli("run", path)
     assert (r.code, r.out.strip()) == (0, "42")
     sys.modules.pop("helper_mod_for_cli", None)
@@ -122,8 +138,10 @@ def test_ir_after_a_pass(cli, nzmm_file):
 def test_ir_after_trace_and_case_insensitive(cli, nzmm_file):
     r = cli("ir", nzmm_file, "--after", "trace")
     assert r.code == 0 and "tensor.slice" in r.out and "w:i8[256,512]{NZ}" in r.out
-    assert cli("ir", nzmm_file, "--after", "blocknztensorviews").out == \
-        cli("ir", nzmm_file, "--after", "BlockNzTensorViews").out
+    assert (
+        cli("ir", nzmm_file, "--after", "blocknztensorviews").out
+        == cli("ir", nzmm_file, "--after", "BlockNzTensorViews").out
+    )
 
 
 def test_ir_unknown_pass_lists_the_passes(cli, nzmm_file):
@@ -170,7 +188,7 @@ def test_ir_file_without_kernels(cli, write):
     assert r.code == 2 and "defines no @pl.kernel" in r.err and "(functions in this file: none)" in r.err
 
 
-FACTORY = '''\
+FACTORY = """\
 from nzjit import pl
 
 def make(dtype, n=64):  # a kernel per dtype and size: none at module level
@@ -182,7 +200,7 @@ def make(dtype, n=64):  # a kernel per dtype and size: none at module level
 
 def _helper():
     return 1
-'''
+"""
 
 
 def test_a_factory_kernel_is_shown_by_its_call(cli, write):
@@ -240,20 +258,25 @@ def test_pto_prints_the_emitted_text(cli, nzmm_file):
     r = cli("pto", nzmm_file)
     assert r.code == 0, r.err
     text = " ".join(r.out.split())  # the spec's example wraps lines; compare token streams
-    assert "%w_view = pto.make_tensor_view %arg1, shape = [%c1, %c16, %c16, %c16, %c32], " \
-           "strides = [%c131072, %c8192, %c512, %c32, %c1] {layout = #pto.layout<nz>}" in text
+    assert (
+        "%w_view = pto.make_tensor_view %arg1, shape = [%c1, %c16, %c16, %c16, %c32], "
+        "strides = [%c131072, %c8192, %c512, %c32, %c1] {layout = #pto.layout<nz>}" in text
+    )
     assert "pto.tload" in r.out and "pto.tstore" in r.out
     nzjit.check_ptoas(r.out)  # the assembler-compat check accepts what the command printed
 
 
 def test_pto_compile_error_is_rendered(cli, write):
-    path = write("align.py", """\
+    path = write(
+        "align.py",
+        """\
         from nzjit import pl
         @pl.kernel
         def k(x: pl.Tensor[[64, 512], pl.INT8], w: pl.Tensor[[256, 512], pl.INT8, pl.NZ],
               out: pl.Out[pl.Tensor[[64, 128], pl.INT32]]):
             out[:, 0:128] = pl.matmul(x[:, 0:512], w[8:136, 0:512], b_trans=True)
-        """)
+        """,
+    )
     r = cli("pto", path)
     assert r.code == 1 and r.out == ""
     assert r.err.startswith(f"{path}:5:") and "error[NZ-12]" in r.err and "Traceback" not in r.err
@@ -262,12 +285,24 @@ def test_pto_compile_error_is_rendered(cli, write):
 def test_python_dash_m_nzjit_subprocess(nzmm_file, tmp_path):
     """The real entry point: a fresh interpreter, `python -m nzjit`, stdout and exit status."""
     env = {k: v for k, v in os.environ.items() if k != "NZJIT_TRACEBACK"}
-    ir = subprocess.run([sys.executable, "-m", "nzjit", "ir", nzmm_file, "--after", "BlockNzTensorViews"],
-                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    ir = subprocess.run(
+        [sys.executable, "-m", "nzjit", "ir", nzmm_file, "--after", "BlockNzTensorViews"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert ir.returncode == 0, ir.stderr
     assert "w:i8[1,16,16,16,32]{NZ}" in ir.stdout
-    run = subprocess.run([sys.executable, "-m", "nzjit", "run", nzmm_file],
-                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "nzjit", "run", nzmm_file],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert (run.returncode, run.stdout.strip()) == (0, DEMO_SUM), run.stderr
 
 

@@ -20,33 +20,43 @@ import runtime
 from nzjit import diagnostics
 from nzjit.errors import CompileError, Source
 
-HEAD = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): error(\[(?P<rule>[A-Z]+-\d+)\])?: (?P<msg>.*)$")
+HEAD = re.compile(
+    r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): error(\[(?P<rule>[A-Z]+-\d+)\])?: (?P<msg>.*)$"
+)
 SRC = re.compile(r"^ +(?P<no>\d+) \| (?P<text>.*)$")
 CARET = re.compile(r"^ +\| (?P<pad>[ \t]*)(?P<carets>\^+)$")
 
-PRELUDE = '''\
+PRELUDE = """\
 import numpy as np
 from nzjit import pl
 
-'''
+"""
 
-ALIGN = PRELUDE + '''\
+ALIGN = (
+    PRELUDE
+    + """\
 @pl.kernel
 def align(x: pl.Tensor[[64, 512], pl.INT8], w: pl.Tensor[[256, 512], pl.INT8, pl.NZ],
           out: pl.Out[pl.Tensor[[64, 128], pl.INT32]]):
     out[:, 0:128] = pl.matmul(x[:, 0:512], w[8:136, 0:512], b_trans=True)
-'''
+"""
+)
 
-SIGN = PRELUDE + '''\
+SIGN = (
+    PRELUDE
+    + """\
 @pl.kernel
 def sign(x: pl.Tensor[[64, 512], pl.INT8], w: pl.Tensor[[256, 512], pl.INT8, pl.NZ],
          out: pl.Out[pl.Tensor[[64, 128], pl.INT32]]):
     for nb in pl.spmd(2):
         n0 = nb * 128 - 128
         out[:, 0:128] = pl.matmul(x[:, 0:512], w[n0:n0 + 128, 0:512], b_trans=True)
-'''
+"""
+)
 
-BREAK = PRELUDE + '''\
+BREAK = (
+    PRELUDE
+    + """\
 @pl.kernel
 def brk(x: pl.Tensor[[64, 512], pl.INT8], w: pl.Tensor[[256, 512], pl.INT8, pl.NZ],
         out: pl.Out[pl.Tensor[[64, 256], pl.INT32]]):
@@ -54,9 +64,12 @@ def brk(x: pl.Tensor[[64, 512], pl.INT8], w: pl.Tensor[[256, 512], pl.INT8, pl.N
         n0 = nb * 128
         out[:, n0:n0 + 128] = pl.matmul(x[:, 0:512], w[n0:n0 + 128, 0:512], b_trans=True)
         break
-'''
+"""
+)
 
-IF = PRELUDE + '''\
+IF = (
+    PRELUDE
+    + """\
 @pl.kernel
 def iff(x: pl.Tensor[[64, 512], pl.INT8], w: pl.Tensor[[256, 512], pl.INT8, pl.NZ],
         out: pl.Out[pl.Tensor[[64, 256], pl.INT32]]):
@@ -64,7 +77,8 @@ def iff(x: pl.Tensor[[64, 512], pl.INT8], w: pl.Tensor[[256, 512], pl.INT8, pl.N
         n0 = nb * 128
         while n0 > 0:  # issue 28: a one-armed `if` is staged now; a `while` stays refused
             out[:, n0:n0 + 128] = pl.matmul(x[:, 0:512], w[n0:n0 + 128, 0:512], b_trans=True)
-'''
+"""
+)
 
 
 def parse(err: str) -> dict:
@@ -76,8 +90,15 @@ def parse(err: str) -> dict:
     caret = CARET.match(lines[2])
     assert src and caret, err
     start = len(caret["pad"])
-    d = dict(head.groupdict(), line=int(head["line"]), col=int(head["col"]), no=int(src["no"]),
-             text=src["text"], start=start, span=src["text"][start:start + len(caret["carets"])])
+    d = dict(
+        head.groupdict(),
+        line=int(head["line"]),
+        col=int(head["col"]),
+        no=int(src["no"]),
+        text=src["text"],
+        start=start,
+        span=src["text"][start : start + len(caret["carets"])],
+    )
     d["help"] = lines[3].removeprefix("help: ") if len(lines) > 3 and lines[3].startswith("help: ") else None
     assert len(lines) == (4 if d["help"] else 3), err
     return d
@@ -141,8 +162,10 @@ def test_python_while_on_a_traced_value(cli, write):
 
 
 def test_compile_error_from_a_demo_via_run(cli, write):
-    source = IF + ('if __name__ == "__main__":\n    iff(np.zeros((64, 512), np.int8), '
-                   '__import__("runtime").pack_nz(np.zeros((256, 512), np.int8)))\n')
+    source = IF + (
+        'if __name__ == "__main__":\n    iff(np.zeros((64, 512), np.int8), '
+        '__import__("runtime").pack_nz(np.zeros((256, 512), np.int8)))\n'
+    )
     path = write("iff_demo.py", source)
     d = check_common(cli("run", path), path, source)
     assert d["span"] == "n0 > 0"
@@ -155,26 +178,35 @@ def test_full_traceback_on_request(cli, write, monkeypatch):
     assert r.code == 1
     assert r.err.startswith("Traceback (most recent call last):")
     assert os.sep + os.path.join("nzjit", "tracing", "tracer.py") in r.err  # internal frames shown
-    tail = r.err[r.err.index(f"{path}:"):]
+    tail = r.err[r.err.index(f"{path}:") :]
     assert parse(tail.split("\n\n")[-1] if "\n\n" in tail else tail)["span"] == "n0 > 0"
 
 
 def test_subprocess_compile_error_has_no_traceback(write, tmp_path):
     path = write("align.py", ALIGN)
     env = {k: v for k, v in os.environ.items() if k != "NZJIT_TRACEBACK"}
-    p = subprocess.run([sys.executable, "-m", "nzjit", "ir", path], capture_output=True, text=True,
-                       env=env, cwd=tmp_path, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "nzjit", "ir", path],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert p.returncode == 1 and p.stdout == ""
     assert "Traceback" not in p.stderr
     assert parse(p.stderr)["rule"] == "NZ-12"
 
 
 def test_internal_error_exits_70_with_the_full_traceback(cli, write):
-    path = write("ice.py", '''\
+    path = write(
+        "ice.py",
+        """\
         import nzjit
         def main():
             raise nzjit.InternalError("'w' is not blocked at MaterializeTensorStrides")
-        ''')
+        """,
+    )
     r = cli("run", path)
     assert r.code == 70
     assert r.err.startswith("nzjit: internal compiler error: 'w' is not blocked")
@@ -184,7 +216,9 @@ def test_internal_error_exits_70_with_the_full_traceback(cli, write):
 
 
 def test_user_exception_traceback_hides_nzjit_frames(cli, write):
-    path = write("badcall.py", '''\
+    path = write(
+        "badcall.py",
+        """\
         import numpy as np
         from nzjit import pl
 
@@ -195,7 +229,8 @@ def test_user_exception_traceback_hides_nzjit_frames(cli, write):
 
         if __name__ == "__main__":
             k(np.zeros((64, 32), np.int8), np.zeros((64, 64), np.int8))
-        ''')
+        """,
+    )
     r = cli("run", path)
     assert r.code == 1
     assert r.err.startswith("Traceback (most recent call last):")
@@ -235,8 +270,10 @@ def test_rule_prefix_is_not_repeated_and_no_rule_is_plain_error(tmp_path):
 
 
 def test_error_without_source_or_text():
-    assert diagnostics.format_compile_error(CompileError("no place", help="h"), False) == \
-        "error: no place\nhelp: h"
+    assert (
+        diagnostics.format_compile_error(CompileError("no place", help="h"), False)
+        == "error: no place\nhelp: h"
+    )
     err = CompileError("gone", Source("/nonexistent/k.py", 3, 4, 6), rule="NZ-1")
     assert diagnostics.format_compile_error(err, False) == "/nonexistent/k.py:3: error[NZ-1]: gone"
 

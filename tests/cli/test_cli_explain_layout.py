@@ -25,14 +25,17 @@ def ints(text: str) -> list[int]:
     return [int(x) for x in re.findall(r"-?\d+", text)]
 
 
-@pytest.mark.parametrize("shape, dtype, c0, blocked, strides", [
-    ("64x64", "int8", 32, [1, 2, 4, 16, 32], [4096, 2048, 512, 32, 1]),
-    ("256x512", "INT8", 32, [1, 16, 16, 16, 32], [131072, 8192, 512, 32, 1]),
-    ("4,256,512", "fp16", 16, [4, 32, 16, 16, 16], [131072, 4096, 256, 16, 1]),
-    ("4x256x512", "bf16", 16, [4, 32, 16, 16, 16], [131072, 4096, 256, 16, 1]),
-    ("32x64", "fp32", 8, [1, 8, 2, 16, 8], [2048, 256, 128, 8, 1]),
-    ("2,3,32,32", "uint8", 32, [6, 1, 2, 16, 32], [1024, 1024, 512, 32, 1]),  # NZ-28 fold
-])
+@pytest.mark.parametrize(
+    "shape, dtype, c0, blocked, strides",
+    [
+        ("64x64", "int8", 32, [1, 2, 4, 16, 32], [4096, 2048, 512, 32, 1]),
+        ("256x512", "INT8", 32, [1, 16, 16, 16, 32], [131072, 8192, 512, 32, 1]),
+        ("4,256,512", "fp16", 16, [4, 32, 16, 16, 16], [131072, 4096, 256, 16, 1]),
+        ("4x256x512", "bf16", 16, [4, 32, 16, 16, 16], [131072, 4096, 256, 16, 1]),
+        ("32x64", "fp32", 8, [1, 8, 2, 16, 8], [2048, 256, 128, 8, 1]),
+        ("2,3,32,32", "uint8", 32, [6, 1, 2, 16, 32], [1024, 1024, 512, 32, 1]),  # NZ-28 fold
+    ],
+)
 def test_blocked_shape_strides_and_c0(cli, shape, dtype, c0, blocked, strides):
     r = cli("explain-layout", shape, dtype)
     assert r.code == 0, r.err
@@ -56,18 +59,21 @@ def nz8(shape, c0, index):
     return b * C * R + (c // c0) * R * c0 + (r // 16) * 16 * c0 + (r % 16) * c0 + c % c0
 
 
-@pytest.mark.parametrize("shape, dtype, index", [
-    ("64x64", "int8", (0, 0)),
-    ("64x64", "int8", (40, 40)),
-    ("64x64", "int8", (63, 63)),
-    ("64x64", "int8", (15, 32)),
-    ("64x64", "int8", (16, 31)),
-    ("256x512", "int8", (40, 70)),
-    ("4,256,512", "fp16", (2, 40, 70)),
-    ("4,256,512", "fp16", (3, 255, 511)),
-    ("48x40", "fp32", (47, 9)),
-    ("2,3,32,32", "bf16", (1, 2, 17, 30)),
-])
+@pytest.mark.parametrize(
+    "shape, dtype, index",
+    [
+        ("64x64", "int8", (0, 0)),
+        ("64x64", "int8", (40, 40)),
+        ("64x64", "int8", (63, 63)),
+        ("64x64", "int8", (15, 32)),
+        ("64x64", "int8", (16, 31)),
+        ("256x512", "int8", (40, 70)),
+        ("4,256,512", "fp16", (2, 40, 70)),
+        ("4,256,512", "fp16", (3, 255, 511)),
+        ("48x40", "fp32", (47, 9)),
+        ("2,3,32,32", "bf16", (1, 2, 17, 30)),
+    ],
+)
 def test_at_lands_where_nz8_says(cli, shape, dtype, index):
     r = cli("explain-layout", shape, dtype, "--at", ",".join(map(str, index)))
     assert r.code == 0, r.err
@@ -80,8 +86,11 @@ def test_at_lands_where_nz8_says(cli, shape, dtype, index):
     # and the host packer agrees: the one marked element is at that offset of the packed bytes
     a = np.zeros(logical, dt)
     a[index] = 1
-    assert list(np.flatnonzero(runtime.pack_nz(a).reshape(-1).view(np.uint8 if dt.itemsize == 1 else
-                                                                     f"u{dt.itemsize}"))) == [expect]
+    assert list(
+        np.flatnonzero(
+            runtime.pack_nz(a).reshape(-1).view(np.uint8 if dt.itemsize == 1 else f"u{dt.itemsize}")
+        )
+    ) == [expect]
     byte = int(re.search(r"byte offset *= \d+ \* \d+ = (\d+)", r.out).group(1))
     assert byte == expect * dt.itemsize
     r_, c_ = index[-2:]
@@ -165,18 +174,21 @@ def test_svg_refuses_too_many_fractals(cli, tmp_path):
     assert svg_of(cli, tmp_path, "1024x2048", "int8") is not None  # exactly at the cap
 
 
-@pytest.mark.parametrize("args, code, phrase", [
-    (["250x512", "int8"], 1, "multiple of 16"),
-    (["64x40", "int8"], 1, "multiple of c0 = 32"),
-    (["64x64", "int4"], 1, "sub-byte dtype"),
-    (["64x64", "int64"], 1, "has no NZ layout"),
-    (["64", "int8"], 1, "rank >= 2"),
-    (["64x64", "int8", "--at", "64,0"], 1, "outside shape"),
-    (["64x64", "int8", "--at", "1,2,3"], 1, "needs 2"),
-    (["64x64", "float128"], 2, "unknown dtype"),
-    (["64xq", "int8"], 2, "cannot read shape"),
-    (["64x64", "int8", "--at", "a,b"], 2, "cannot read element index"),
-])
+@pytest.mark.parametrize(
+    "args, code, phrase",
+    [
+        (["250x512", "int8"], 1, "multiple of 16"),
+        (["64x40", "int8"], 1, "multiple of c0 = 32"),
+        (["64x64", "int4"], 1, "sub-byte dtype"),
+        (["64x64", "int64"], 1, "has no NZ layout"),
+        (["64", "int8"], 1, "rank >= 2"),
+        (["64x64", "int8", "--at", "64,0"], 1, "outside shape"),
+        (["64x64", "int8", "--at", "1,2,3"], 1, "needs 2"),
+        (["64x64", "float128"], 2, "unknown dtype"),
+        (["64xq", "int8"], 2, "cannot read shape"),
+        (["64x64", "int8", "--at", "a,b"], 2, "cannot read element index"),
+    ],
+)
 def test_refusals(cli, args, code, phrase):
     r = cli("explain-layout", *args)
     assert r.code == code
@@ -184,9 +196,18 @@ def test_refusals(cli, args, code, phrase):
     assert "Traceback" not in r.err
 
 
-@pytest.mark.parametrize("text, name", [("int8", "INT8"), ("INT8", "INT8"), ("pl.FP16", "FP16"),
-                                        ("float16", "FP16"), ("bfloat16", "BF16"), ("f32", "FP32"),
-                                        ("fp8e4m3", "FP8E4M3")])
+@pytest.mark.parametrize(
+    "text, name",
+    [
+        ("int8", "INT8"),
+        ("INT8", "INT8"),
+        ("pl.FP16", "FP16"),
+        ("float16", "FP16"),
+        ("bfloat16", "BF16"),
+        ("f32", "FP32"),
+        ("fp8e4m3", "FP8E4M3"),
+    ],
+)
 def test_dtype_spellings(text, name):
     assert parse_dtype(text).name == name
 
@@ -195,8 +216,10 @@ def test_fp8_c0():
     assert NzLayout((16, 32), parse_dtype("fp8e5m2")).c0 == 32 == runtime.c0_of(ml_dtypes.float8_e5m2)
 
 
-@pytest.mark.parametrize("shape, dtype", [("16x32", "int8"), ("64x64", "int8"), ("2x64x64", "fp16"),
-                                          ("16x8", "fp32"), ("256x512", "bf16")])
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [("16x32", "int8"), ("64x64", "int8"), ("2x64x64", "fp16"), ("16x8", "fp32"), ("256x512", "bf16")],
+)
 def test_svg_text_fits_the_picture(cli, tmp_path, shape, dtype):
     """Issue 26: the title of a small shape (64x64) was cut at the picture's right edge. Every text
     box, measured with the monospace advance, lies inside the width and above the grid."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tp_moe.py"
 
-CHAIN = '''\
+CHAIN = """\
 from nzjit import pl
 
 R, T, N = 2, 16, 64
@@ -21,7 +21,7 @@ def chain(x: pl.Tensor[[R, 2, T, N], pl.FP32], y: pl.Out[pl.Tensor[[R, T, N], pl
     for r in range(R):
         h = double(x[r, 1], device=r)
         double(h, y[r], device=r)
-'''
+"""
 
 
 def test_ir_of_an_orchestration_prints_its_program(cli, write):
@@ -56,10 +56,15 @@ def test_ir_of_a_file_shows_kernels_then_programs(cli, write, line_of):
     lines = res.out.splitlines()
     assert lines[2].startswith("12 intermediates, each on its rank")
     gate_up_line, down_line = line_of(EXAMPLE, "g, u = gate_up(xe[r]"), line_of(EXAMPLE, "down(h, wd[r]")
-    assert lines[4] == f"  gate_up(xe[0], wg[0], wu[0]) -> gate_up.g@rank0, gate_up.u@rank0  # tp_moe.py:{gate_up_line}"
+    assert (
+        lines[4]
+        == f"  gate_up(xe[0], wg[0], wu[0]) -> gate_up.g@rank0, gate_up.u@rank0  # tp_moe.py:{gate_up_line}"
+    )
     assert lines[6] == f"  down(act.h@rank0, wd[0]) -> ye[0]  # tp_moe.py:{down_line}"
-    assert lines[7] == ("  intermediates: gate_up.g@rank0 FP32[2, 64, 512], gate_up.u@rank0 FP32[2, 64, 512], "
-                        "act.h@rank0 FP16[2, 64, 512]")
+    assert lines[7] == (
+        "  intermediates: gate_up.g@rank0 FP32[2, 64, 512], gate_up.u@rank0 FP32[2, 64, 512], "
+        "act.h@rank0 FP16[2, 64, 512]"
+    )
 
 
 def test_ir_of_a_file_with_only_an_orchestration(cli, write):
@@ -69,7 +74,8 @@ def test_ir_of_a_file_with_only_an_orchestration(cli, write):
         "@pl.orchestration\n"
         "def twice(x: pl.Tensor[[R, 16, 64], pl.FP32], y: pl.Out[pl.Tensor[[R, 16, 64], pl.FP32]]):\n"
         "    for r in range(R):\n"
-        "        double(x[r], y[r], device=r)\n")
+        "        double(x[r], y[r], device=r)\n"
+    )
     res = cli("ir", write("orch_only.py", orch_only))
     assert res.code == 0, res.err
     assert "# orchestration twice: 2 kernel calls on 2 ranks" in res.out

@@ -9,8 +9,11 @@ M, K, N = 64, 512, 256
 
 
 @pl.kernel
-def golden_nz_load(x: pl.Tensor[[128, 512], pl.INT8], w: pl.Tensor[[256, 512], pl.INT8, pl.NZ],
-                   out: pl.Out[pl.Tensor[[128, 256], pl.INT32]]):
+def golden_nz_load(
+    x: pl.Tensor[[128, 512], pl.INT8],
+    w: pl.Tensor[[256, 512], pl.INT8, pl.NZ],
+    out: pl.Out[pl.Tensor[[128, 256], pl.INT32]],
+):
     """nz-layout.md §10: w loaded whole into Mat (each lane takes 64 rows of x)."""
     for mb in pl.spmd(2):
         wt = pl.load(w, [0, 0], [256, 512], target_memory=pl.Mem.Mat)
@@ -20,8 +23,11 @@ def golden_nz_load(x: pl.Tensor[[128, 512], pl.INT8], w: pl.Tensor[[256, 512], p
 
 
 @pl.kernel
-def spmd_nz_load(x: pl.Tensor[[64, 512], pl.INT8], w: pl.Tensor[[512, 512], pl.INT8, pl.NZ],
-                 out: pl.Out[pl.Tensor[[64, 512], pl.INT32]]):
+def spmd_nz_load(
+    x: pl.Tensor[[64, 512], pl.INT8],
+    w: pl.Tensor[[512, 512], pl.INT8, pl.NZ],
+    out: pl.Out[pl.Tensor[[64, 512], pl.INT32]],
+):
     """NZ-16/18: the row offset n0 = nb * 256 of a lane, proven and divided whole."""
     for nb in pl.spmd(2):
         n0 = nb * 256
@@ -32,8 +38,9 @@ def spmd_nz_load(x: pl.Tensor[[64, 512], pl.INT8], w: pl.Tensor[[512, 512], pl.I
 
 
 @pl.kernel
-def nd_spmd_matmul(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[N, K], pl.INT8],
-                   out: pl.Out[pl.Tensor[[M, N], pl.INT32]]):
+def nd_spmd_matmul(
+    x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[N, K], pl.INT8], out: pl.Out[pl.Tensor[[M, N], pl.INT32]]
+):
     """ND int8 SPMD matmul with a pipelined K loop carrying the accumulator."""
     for nb in pl.spmd(N // 128):
         n0 = nb * 128
@@ -51,21 +58,29 @@ E, GN, GK, T, NT, KT = 4, 512, 1024, 64, 256, 512
 
 
 @pl.kernel
-def grouped_nz_matmul(x: pl.Tensor[[E, T, GK], pl.INT8], w: pl.Tensor[[E, GN, GK], pl.INT8, pl.NZ],
-                      out: pl.Out[pl.Tensor[[E, T, GN], pl.INT32]]):
+def grouped_nz_matmul(
+    x: pl.Tensor[[E, T, GK], pl.INT8],
+    w: pl.Tensor[[E, GN, GK], pl.INT8, pl.NZ],
+    out: pl.Out[pl.Tensor[[E, T, GN], pl.INT32]],
+):
     """Grouped NZ matmul: tensor-level slices x[e, :, k0:k0+KT] / w[e, n0:n0+NT, k0:k0+KT]."""
     for e in pl.spmd(E):
         for nb in pl.range(GN // NT):
             n0 = nb * NT
-            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
+            acc = pl.matmul(x[e, :, 0:KT], w[e, n0 : n0 + NT, 0:KT], b_trans=True)
             for k0 in pl.pipeline(KT, GK, KT):
-                acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
-            out[e, :, n0:n0 + NT] = acc
+                acc = pl.matmul_acc(
+                    acc, x[e, :, k0 : k0 + KT], w[e, n0 : n0 + NT, k0 : k0 + KT], b_trans=True
+                )
+            out[e, :, n0 : n0 + NT] = acc
 
 
 @pl.kernel
-def mod_floordiv_offsets(x: pl.Tensor[[64, 1024], pl.INT8], w: pl.Tensor[[512, 1024], pl.INT8, pl.NZ],
-                         out: pl.Out[pl.Tensor[[4, 64, 256], pl.INT32]]):
+def mod_floordiv_offsets(
+    x: pl.Tensor[[64, 1024], pl.INT8],
+    w: pl.Tensor[[512, 1024], pl.INT8, pl.NZ],
+    out: pl.Out[pl.Tensor[[4, 64, 256], pl.INT32]],
+):
     """NZ-16 `x % k` / `x // k` forms: the k and n blocks of a lane, floor semantics (NZ-19)."""
     for blk in pl.spmd(4):
         k0 = (blk % 2) * 512
@@ -77,8 +92,11 @@ def mod_floordiv_offsets(x: pl.Tensor[[64, 1024], pl.INT8], w: pl.Tensor[[512, 1
 
 
 @pl.kernel
-def stacked_layers(x: pl.Tensor[[64, 256], pl.INT8], w: pl.Tensor[[3, 128, 256], pl.INT8, pl.NZ],
-                   out: pl.Out[pl.Tensor[[3, 64, 128], pl.INT32]]):
+def stacked_layers(
+    x: pl.Tensor[[64, 256], pl.INT8],
+    w: pl.Tensor[[3, 128, 256], pl.INT8, pl.NZ],
+    out: pl.Out[pl.Tensor[[3, 64, 128], pl.INT32]],
+):
     """NZ-30: a leading-axis slice w[layer] handed to an explicit pl.load stays a tensor.slice."""
     xt = pl.load(x, [0, 0], [64, 256], target_memory=pl.Mem.Mat)
     for layer in pl.range(3):
@@ -89,8 +107,11 @@ def stacked_layers(x: pl.Tensor[[64, 256], pl.INT8], w: pl.Tensor[[3, 128, 256],
 
 
 @pl.kernel
-def vec_elementwise(a: pl.Tensor[[64, 128], pl.FP32], b: pl.Tensor[[64, 128], pl.FP32],
-                    out: pl.Out[pl.Tensor[[64, 128], pl.FP32]]):
+def vec_elementwise(
+    a: pl.Tensor[[64, 128], pl.FP32],
+    b: pl.Tensor[[64, 128], pl.FP32],
+    out: pl.Out[pl.Tensor[[64, 128], pl.FP32]],
+):
     """Vec tiles (ND): add, maximum, exp."""
     for r in pl.spmd(2):
         at = pl.load(a, [r * 32, 0], [32, 128])
@@ -109,8 +130,10 @@ def ragged_rows(x: pl.Tensor[[800, 64], pl.FP32], out: pl.Out[pl.Tensor[[800, 64
 
 
 @pl.kernel
-def dynamic_batch(x: pl.Tensor[[pl.dynamic("B"), 64, 128], pl.FP32],
-                  out: pl.Out[pl.Tensor[[pl.dynamic("B"), 64, 128], pl.FP32]]):
+def dynamic_batch(
+    x: pl.Tensor[[pl.dynamic("B"), 64, 128], pl.FP32],
+    out: pl.Out[pl.Tensor[[pl.dynamic("B"), 64, 128], pl.FP32]],
+):
     """A dynamic leading dimension (an `index` argument %B); lanes stride over batches."""
     for core in pl.spmd(2):
         for b in pl.range(core, 4, pl.get_block_num()):
@@ -119,8 +142,11 @@ def dynamic_batch(x: pl.Tensor[[pl.dynamic("B"), 64, 128], pl.FP32],
 
 
 @pl.kernel
-def dynamic_nz_batch(x: pl.Tensor[[64, 256], pl.INT8], w: pl.Tensor[[pl.dynamic("B"), 128, 256], pl.INT8, pl.NZ],
-                     out: pl.Out[pl.Tensor[[4, 64, 128], pl.INT32]]):
+def dynamic_nz_batch(
+    x: pl.Tensor[[64, 256], pl.INT8],
+    w: pl.Tensor[[pl.dynamic("B"), 128, 256], pl.INT8, pl.NZ],
+    out: pl.Out[pl.Tensor[[4, 64, 128], pl.INT32]],
+):
     """NZ-29: a rank-3 NZ weight with a dynamic batch blocks to [B, 8, 8, 16, 32]."""
     for b in pl.spmd(4):
         wt = pl.load(w, [b, 0, 0], [1, 128, 256], target_memory=pl.Mem.Mat)
@@ -130,8 +156,9 @@ def dynamic_nz_batch(x: pl.Tensor[[64, 256], pl.INT8], w: pl.Tensor[[pl.dynamic(
 
 
 @pl.kernel
-def scalar_mod(x: pl.Tensor[[64, 128], pl.FP32], out: pl.Out[pl.Tensor[[64, 128], pl.FP32]],
-               s: pl.Scalar[pl.INDEX]):
+def scalar_mod(
+    x: pl.Tensor[[64, 128], pl.FP32], out: pl.Out[pl.Tensor[[64, 128], pl.FP32]], s: pl.Scalar[pl.INDEX]
+):
     """A scalar parameter, `%` and `//` on values that may be negative (NZ-19 floor semantics)."""
     for i in pl.range(2):
         r = (s - i * 5) % 3
@@ -170,8 +197,11 @@ def flatten_nz(w: pl.Tensor[[64, 128], pl.INT8, pl.NZ], out: pl.Out[pl.Tensor[[8
 
 
 @pl.kernel
-def nz_acc_store(a: pl.Tensor[[64, 32], pl.FP16], b: pl.Tensor[[32, 16], pl.FP16],
-                 out: pl.Out[pl.Tensor[[64, 16], pl.FP32, pl.NZ]]):
+def nz_acc_store(
+    a: pl.Tensor[[64, 32], pl.FP16],
+    b: pl.Tensor[[32, 16], pl.FP16],
+    out: pl.Out[pl.Tensor[[64, 16], pl.FP32, pl.NZ]],
+):
     """NZ-20: a 64 x 16 FP32 Acc tile stored straight into an FP32 NZ [64, 16] target."""
     at = pl.load(a, [0, 0], [64, 32], target_memory=pl.Mem.Mat)
     bt = pl.load(b, [0, 0], [32, 16], target_memory=pl.Mem.Mat)
@@ -180,8 +210,21 @@ def nz_acc_store(a: pl.Tensor[[64, 32], pl.FP16], b: pl.Tensor[[32, 16], pl.FP16
 
 
 #: Kernels that lower under NZJIT_VERIFY=1 (flatten_nz and nz_acc_store have their own tests).
-ALL = [golden_nz_load, spmd_nz_load, nd_spmd_matmul, grouped_nz_matmul, mod_floordiv_offsets, stacked_layers,
-       vec_elementwise, ragged_rows, dynamic_batch, dynamic_nz_batch, scalar_mod, slice_flatten, two_phases]
+ALL = [
+    golden_nz_load,
+    spmd_nz_load,
+    nd_spmd_matmul,
+    grouped_nz_matmul,
+    mod_floordiv_offsets,
+    stacked_layers,
+    vec_elementwise,
+    ragged_rows,
+    dynamic_batch,
+    dynamic_nz_batch,
+    scalar_mod,
+    slice_flatten,
+    two_phases,
+]
 
 
 def has_nz(kernel) -> bool:

@@ -41,12 +41,23 @@ def _trunc_div(a: int, b: int) -> int:
 
 
 _BINARY = {
-    "addi": lambda a, b: a + b, "subi": lambda a, b: a - b, "muli": lambda a, b: a * b,
-    "floordivsi": lambda a, b: a // b, "remsi": lambda a, b: a - b * _trunc_div(a, b),
-    "maxsi": max, "minsi": min, "andi": lambda a, b: a & b,
+    "addi": lambda a, b: a + b,
+    "subi": lambda a, b: a - b,
+    "muli": lambda a, b: a * b,
+    "floordivsi": lambda a, b: a // b,
+    "remsi": lambda a, b: a - b * _trunc_div(a, b),
+    "maxsi": max,
+    "minsi": min,
+    "andi": lambda a, b: a & b,
 }
-_PRED = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "slt": lambda a, b: a < b,
-         "sle": lambda a, b: a <= b, "sgt": lambda a, b: a > b, "sge": lambda a, b: a >= b}
+_PRED = {
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "slt": lambda a, b: a < b,
+    "sle": lambda a, b: a <= b,
+    "sgt": lambda a, b: a > b,
+    "sge": lambda a, b: a >= b,
+}
 
 
 def evaluate(text: str, env: dict[str, int]) -> dict[str, int]:

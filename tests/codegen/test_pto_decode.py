@@ -13,8 +13,11 @@ from nzjit.codegen import check_ptoas
 
 def _decode(M):
     @pl.kernel
-    def k(x: pl.Tensor[[M, 64], pl.BF16], w: pl.Tensor[[32, 64], pl.BF16, pl.NZ],
-          out: pl.Out[pl.Tensor[[M, 32], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[M, 64], pl.BF16],
+        w: pl.Tensor[[32, 64], pl.BF16, pl.NZ],
+        out: pl.Out[pl.Tensor[[M, 32], pl.FP32]],
+    ):
         out[:, :] = pl.matmul(x[:, :], w[:, :], b_trans=True)
 
     return k

@@ -48,8 +48,10 @@ def test_golden_block_matches_up_to_whitespace():  # NZ-6
 
 def test_golden_global_tensor_is_the_assemblers():  # NZ-6, §10
     text = K.golden_nz_load.lower().pto()
-    assert "GlobalTensor<int8_t, Shape<1,16,16,16,32>, Stride<131072,8192,512,32,1>, Layout::NZ>" \
+    assert (
+        "GlobalTensor<int8_t, Shape<1,16,16,16,32>, Stride<131072,8192,512,32,1>, Layout::NZ>"
         in global_tensors(text)
+    )
 
 
 def test_spmd_row_offset_is_the_clamped_floordiv_of_the_product():  # NZ-16, NZ-17, NZ-18

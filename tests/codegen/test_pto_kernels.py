@@ -54,8 +54,10 @@ def test_one_view_per_tensor_parameter_with_its_types_rank(lowered):  # NZ-6, NZ
         assert f"{{layout = #pto.layout<{layout}>}}" in view.text
         if layout == "nz":
             assert rank == 5  # NZ-6: always 5, never logical rank + 2
-        strides = [int(ssa_defs(low.pto())[s].text.split()[3]) if s.startswith("%c") else s
-                   for s in view.list_field("strides")]
+        strides = [
+            int(ssa_defs(low.pto())[s].text.split()[3]) if s.startswith("%c") else s
+            for s in view.list_field("strides")
+        ]
         want = [s if s is not None else strides[j] for j, s in enumerate(p.type.strides)]
         assert strides == want  # NZ-7: the materialised strides
 
@@ -96,9 +98,13 @@ def test_one_instruction_per_line_with_full_types(lowered):
             assert line.rstrip().endswith((")", "}"))
 
 
-LAYOUTS = {"mat": ("col_major", "row_major", 512), "vec": ("row_major", "none_box", 512),
-           "left": ("row_major", "row_major", 512), "right": ("row_major", "col_major", 512),
-           "acc": ("col_major", "row_major", 1024)}
+LAYOUTS = {
+    "mat": ("col_major", "row_major", 512),
+    "vec": ("row_major", "none_box", 512),
+    "left": ("row_major", "row_major", 512),
+    "right": ("row_major", "col_major", 512),
+    "acc": ("col_major", "row_major", 1024),
+}
 
 
 def test_tile_layouts_follow_memory(lowered):  # NZ-5, hardware-model.md §2
@@ -137,8 +143,9 @@ def test_grouped_nz_load_offsets_are_batch_colblock_rowblock():  # NZ-12
     defs = ssa_defs(text)
     first, second = partition_read_by(text, "pto.tload", "%w_view")
     assert first.list_field("sizes") == ["%c1", "%c16", "%c16", "%c16", "%c32"]
-    b, c, r, z1, z2 = (defs[o].operands[0] if defs[o].op == "arith.maxsi" else o
-                       for o in second.list_field("offsets"))
+    b, c, r, z1, z2 = (
+        defs[o].operands[0] if defs[o].op == "arith.maxsi" else o for o in second.list_field("offsets")
+    )
     assert (b, c, r, z1, z2) == ("%e", "%k0_cblk", "%n0_rblk_1", "%c0", "%c0")
 
 
@@ -185,8 +192,10 @@ def test_dynamic_dimension_is_an_index_argument():  # NZ-29
     assert text.startswith("func.func @dynamic_batch(%arg0: !pto.ptr<f32>, %arg1: !pto.ptr<f32>, %B: index)")
     assert "shape = [%B, %c64, %c128], strides = [%c8192, %c128, %c1]" in text
     nz = K.dynamic_nz_batch.lower().pto()
-    assert ("shape = [%B, %c8, %c8, %c16, %c32], strides = [%c32768, %c4096, %c512, %c32, %c1] "
-            "{layout = #pto.layout<nz>}") in nz
+    assert (
+        "shape = [%B, %c8, %c8, %c16, %c32], strides = [%c32768, %c4096, %c512, %c32, %c1] "
+        "{layout = #pto.layout<nz>}"
+    ) in nz
 
 
 def test_dynamic_valid_rows():
@@ -195,7 +204,10 @@ def test_dynamic_valid_rows():
     assert defs["%rows"].op == "arith.minsi"
     (load,) = partition_read_by(text, "pto.tload", "%x_view")
     assert load.list_field("sizes") == ["%rows", "%c64"] and "partition_tensor_view<?x64xf32>" in load.text
-    assert "%t = pto.alloc_tile valid_row = %rows : !pto.tile_buf<loc=vec" in text and "v_row=?, v_col=64>" in text
+    assert (
+        "%t = pto.alloc_tile valid_row = %rows : !pto.tile_buf<loc=vec" in text
+        and "v_row=?, v_col=64>" in text
+    )
 
 
 def test_reshape_of_a_slice_moves_the_pointer():

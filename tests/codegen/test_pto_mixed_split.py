@@ -34,8 +34,16 @@ def _functions(text):
 
 def _expert_text():
     x, wg, wu, sg, su, wd, xs = fm.data()
-    low = fm.moe_expert.lower(x, runtime.pack_nz(wg), runtime.pack_nz(wu), sg, su, runtime.pack_nz(wd), float(xs),
-                              np.zeros((fm.E, fm.T, fm.H), np.float32))
+    low = fm.moe_expert.lower(
+        x,
+        runtime.pack_nz(wg),
+        runtime.pack_nz(wu),
+        sg,
+        su,
+        runtime.pack_nz(wd),
+        float(xs),
+        np.zeros((fm.E, fm.T, fm.H), np.float32),
+    )
     return low.pto()
 
 
@@ -47,15 +55,26 @@ def test_the_fused_expert_is_an_aic_and_an_aiv_function():
     (aic_head, aic), (aiv_head, aiv) = fns["moe_expert_aic"], fns["moe_expert_aiv"]
     for head, kind in ((aic_head, "cube"), (aiv_head, "vector")):
         # the shared signature (every kernel argument) plus the GM pipe buffer the A2/A3 backend injects
-        assert "(%arg0: !pto.ptr<i8>, %arg1: !pto.ptr<i8>, %arg2: !pto.ptr<i8>, %arg3: !pto.ptr<f32>, %arg4: " \
-               "!pto.ptr<f32>, %arg5: !pto.ptr<f16>, %x_scale: f32, %arg7: !pto.ptr<f32>, %__gm_pipe_buffer: " \
-               "!pto.ptr<f32>)" in head
-        assert head.endswith(f"attributes {{pto.block_dim = 4 : i64, pto.kernel_kind = #pto.kernel_kind<{kind}>}} {{")
+        assert (
+            "(%arg0: !pto.ptr<i8>, %arg1: !pto.ptr<i8>, %arg2: !pto.ptr<i8>, %arg3: !pto.ptr<f32>, %arg4: "
+            "!pto.ptr<f32>, %arg5: !pto.ptr<f16>, %x_scale: f32, %arg7: !pto.ptr<f32>, %__gm_pipe_buffer: "
+            "!pto.ptr<f32>)" in head
+        )
+        assert head.endswith(
+            f"attributes {{pto.block_dim = 4 : i64, pto.kernel_kind = #pto.kernel_kind<{kind}>}} {{"
+        )
     aic_t, aiv_t = "\n".join(aic), "\n".join(aiv)
     # the cube side: loads into L1, the mads, the Acc pushes and the pop of h; no vector instruction
     assert aic_t.count("pto.tmatmul") == 3 and aic_t.count("pto.tpush_to_aiv") == 2
     assert aic_t.count("pto.tpop_from_aiv") == 1 and "pto.tstore ins(%acc_d" in aic_t
-    for instr in ("pto.texp", "pto.tcvt", "pto.tcolexpandmul", "pto.tpop_from_aic", "pto.tpush_to_aic", "loc=vec"):
+    for instr in (
+        "pto.texp",
+        "pto.tcvt",
+        "pto.tcolexpandmul",
+        "pto.tpop_from_aic",
+        "pto.tpush_to_aic",
+        "loc=vec",
+    ):
         assert instr not in aic_t
     # the vector side: the pops of the sums, the dequant and SwiGLU, the push of h; no cube instruction
     assert aiv_t.count("pto.tpop_from_aic") == 2 and aiv_t.count("pto.tpush_to_aic") == 1
@@ -67,17 +86,26 @@ def test_the_fused_expert_is_an_aic_and_an_aiv_function():
     # the pipe setup: the consumer of a direction reserves its slots, the producer imports them
     assert aic[aic.index(next(x for x in aic if "import_reserved_buffer" in x))] == (
         '  %c2v_slot_buffer_import = pto.import_reserved_buffer {name = "moe_expert_c2v_slot_buffer", '
-        'peer_func = @moe_expert_aiv} -> i32')
-    assert ('  %v2c_slot_buffer = pto.reserve_buffer {name = "moe_expert_v2c_slot_buffer", size = 131072, '
-            'location = #pto.address_space<mat>, auto = true} -> i32') in aic
-    assert ('  %c2v_slot_buffer = pto.reserve_buffer {name = "moe_expert_c2v_slot_buffer", size = 131072, '
-            'location = #pto.address_space<vec>, auto = true} -> i32') in aiv
-    assert ('  pto.aic_initialize_pipe {dir_mask = 3, slot_size = 16384, slot_num = 8} (gm_slot_buffer = '
-            '%__gm_pipe_buffer : !pto.ptr<f32>, c2v_consumer_buf = %c2v_slot_buffer_import : i32, v2c_consumer_buf = '
-            '%v2c_slot_buffer : i32)') in aic
-    assert ('  pto.aiv_initialize_pipe {dir_mask = 3, slot_size = 16384, slot_num = 8} (gm_slot_buffer = '
-            '%__gm_pipe_buffer : !pto.ptr<f32>, c2v_consumer_buf = %c2v_slot_buffer : i32, v2c_consumer_buf = '
-            '%v2c_slot_buffer_import : i32)') in aiv
+        "peer_func = @moe_expert_aiv} -> i32"
+    )
+    assert (
+        '  %v2c_slot_buffer = pto.reserve_buffer {name = "moe_expert_v2c_slot_buffer", size = 131072, '
+        "location = #pto.address_space<mat>, auto = true} -> i32"
+    ) in aic
+    assert (
+        '  %c2v_slot_buffer = pto.reserve_buffer {name = "moe_expert_c2v_slot_buffer", size = 131072, '
+        "location = #pto.address_space<vec>, auto = true} -> i32"
+    ) in aiv
+    assert (
+        "  pto.aic_initialize_pipe {dir_mask = 3, slot_size = 16384, slot_num = 8} (gm_slot_buffer = "
+        "%__gm_pipe_buffer : !pto.ptr<f32>, c2v_consumer_buf = %c2v_slot_buffer_import : i32, v2c_consumer_buf = "
+        "%v2c_slot_buffer : i32)"
+    ) in aic
+    assert (
+        "  pto.aiv_initialize_pipe {dir_mask = 3, slot_size = 16384, slot_num = 8} (gm_slot_buffer = "
+        "%__gm_pipe_buffer : !pto.ptr<f32>, c2v_consumer_buf = %c2v_slot_buffer : i32, v2c_consumer_buf = "
+        "%v2c_slot_buffer_import : i32)"
+    ) in aiv
     # the setup comes before the body's first instruction
     first_aiv = next(i for i, x in enumerate(aiv) if "pto.tpop_from_aic" in x)
     assert max(i for i, x in enumerate(aiv) if "_initialize_pipe" in x) < first_aiv
@@ -88,11 +116,15 @@ def test_one_direction_passes_a_zero_for_the_other_buffer_and_loop_carries_stay_
     M, K, N = 16, 64, 32
 
     @pl.kernel
-    def k(a: pl.Tensor[[M, K], pl.FP16], b: pl.Tensor[[K, N], pl.FP16], y: pl.Out[pl.Tensor[[M, N], pl.FP32]]):
+    def k(
+        a: pl.Tensor[[M, K], pl.FP16], b: pl.Tensor[[K, N], pl.FP16], y: pl.Out[pl.Tensor[[M, N], pl.FP32]]
+    ):
         s = pl.full([M, N], dtype=pl.FP32, value=0.0)
         for i in pl.range(2):
-            acc = pl.matmul(pl.load(a, [0, i * 32], [M, 32], target_memory=pl.Mem.Mat),
-                            pl.load(b, [i * 32, 0], [32, N], target_memory=pl.Mem.Mat))
+            acc = pl.matmul(
+                pl.load(a, [0, i * 32], [M, 32], target_memory=pl.Mem.Mat),
+                pl.load(b, [i * 32, 0], [32, N], target_memory=pl.Mem.Mat),
+            )
             s = pl.add(s, pl.move(acc, target_memory=pl.Mem.Vec))
         pl.store(s, [0, 0], y)
 
@@ -106,9 +138,11 @@ def test_one_direction_passes_a_zero_for_the_other_buffer_and_loop_carries_stay_
     nzjit.check_ptoas(text)
     fns = _functions(text)
     aic, aiv = "\n".join(fns["k_aic"][1]), "\n".join(fns["k_aiv"][1])
-    assert "pto.aic_initialize_pipe {dir_mask = 1, slot_size = 2048, slot_num = 8} (gm_slot_buffer = " \
-           "%__gm_pipe_buffer : !pto.ptr<f32>, c2v_consumer_buf = %c2v_slot_buffer_import : i32, v2c_consumer_buf = " \
-           "%c0_i32 : i32)" in aic
+    assert (
+        "pto.aic_initialize_pipe {dir_mask = 1, slot_size = 2048, slot_num = 8} (gm_slot_buffer = "
+        "%__gm_pipe_buffer : !pto.ptr<f32>, c2v_consumer_buf = %c2v_slot_buffer_import : i32, v2c_consumer_buf = "
+        "%c0_i32 : i32)" in aic
+    )
     assert "v2c_slot_buffer" not in aic + aiv  # no vector -> cube direction
     aic_for = next(x for x in aic.splitlines() if "scf.for" in x)
     aiv_for = next(x for x in aiv.splitlines() if "scf.for" in x)
@@ -123,15 +157,22 @@ def test_kernels_without_a_pipe_stay_one_function():
         pl.store(pl.exp(pl.load(x, [0, 0], [16, 64])), [0, 0], y)
 
     @pl.kernel(target=pl.A5)
-    def mixed_a5(a: pl.Tensor[[16, 32], pl.FP16], b: pl.Tensor[[32, 64], pl.FP16],
-                 y: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
-        acc = pl.matmul(pl.load(a, [0, 0], [16, 32], target_memory=pl.Mem.Mat),
-                        pl.load(b, [0, 0], [32, 64], target_memory=pl.Mem.Mat))
+    def mixed_a5(
+        a: pl.Tensor[[16, 32], pl.FP16],
+        b: pl.Tensor[[32, 64], pl.FP16],
+        y: pl.Out[pl.Tensor[[16, 64], pl.FP32]],
+    ):
+        acc = pl.matmul(
+            pl.load(a, [0, 0], [16, 32], target_memory=pl.Mem.Mat),
+            pl.load(b, [0, 0], [32, 64], target_memory=pl.Mem.Mat),
+        )
         pl.store(pl.exp(pl.move(acc, target_memory=pl.Mem.Vec)), [0, 0], y)
 
     x = np.zeros((16, 64), np.float32)
-    for text in (vec.lower(x, x).pto(),
-                 mixed_a5.lower(np.zeros((16, 32), np.float16), np.zeros((32, 64), np.float16), x).pto()):
+    for text in (
+        vec.lower(x, x).pto(),
+        mixed_a5.lower(np.zeros((16, 32), np.float16), np.zeros((32, 64), np.float16), x).pto(),
+    ):
         assert text.count("func.func") == 1 and "kernel_kind" not in text and "initialize_pipe" not in text
 
 

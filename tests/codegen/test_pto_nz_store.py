@@ -36,8 +36,12 @@ def _check_nz_store(text: str) -> None:
     (view,) = [s for s in statements(text, "pto.make_tensor_view") if s.results == ["%out_view"]]
     assert "{layout = #pto.layout<nz>}" in view.text
     (store,) = statements(text, "pto.tstore")
-    assert "ins(%" in store.text and "!pto.tile_buf<loc=acc, dtype=f32, rows=64, cols=16, blayout=col_major, " \
-        "slayout=row_major, fractal=1024" in store.text
+    assert (
+        "ins(%" in store.text
+        and "!pto.tile_buf<loc=acc, dtype=f32, rows=64, cols=16, blayout=col_major, "
+        "slayout=row_major, fractal=1024"
+        in store.text
+    )
     assert DESCRIPTOR in global_tensors(text)
     check_ptoas(text, version="0.61")
 
@@ -60,8 +64,11 @@ def _nd_store_graph() -> Graph:
     from nzjit import pl
 
     @pl.kernel
-    def nd_store(a: pl.Tensor[[64, 32], pl.FP16], b: pl.Tensor[[32, 16], pl.FP16],
-                 out: pl.Out[pl.Tensor[[64, 16], pl.FP32]]):
+    def nd_store(
+        a: pl.Tensor[[64, 32], pl.FP16],
+        b: pl.Tensor[[32, 16], pl.FP16],
+        out: pl.Out[pl.Tensor[[64, 16], pl.FP32]],
+    ):
         at = pl.load(a, [0, 0], [64, 32], target_memory=pl.Mem.Mat)
         bt = pl.load(b, [0, 0], [32, 16], target_memory=pl.Mem.Mat)
         acc = pl.matmul(at, bt)
@@ -75,8 +82,7 @@ def _nd_store_graph() -> Graph:
     for e in g.eqns:
         if e.primitive is P.tile_store_p:
             params = dict(e.params, arity=(1, 5, 1), nz_partition=(1, 2, 4, 16, 8))
-            e = e.replace(inputs=(e.inputs[0], *([zero] * 5), out), params=params,
-                          outputs=(Var(out.type),))
+            e = e.replace(inputs=(e.inputs[0], *([zero] * 5), out), params=params, outputs=(Var(out.type),))
         eqns.append(e)
     assert old_out not in [a for e in eqns for a in e.inputs]
     return Graph([*g.params[:2], out], eqns, [], dict(g.attrs), "nz_store")

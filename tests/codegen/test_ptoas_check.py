@@ -15,7 +15,9 @@ TILE = "!pto.tile_buf<loc=mat, dtype=i8, rows=256, cols=512, blayout=col_major, 
 def function(body: str, consts: tuple[int, ...] = (0, 1, 16, 32, 512, 8192, 131072)) -> str:
     lines = [f"  %c{c} = arith.constant {c} : index" for c in consts]
     lines.append(f"  %wt = pto.alloc_tile : {TILE}")
-    return "\n".join(["func.func @k(%arg0: !pto.ptr<i8>, %arg1: !pto.ptr<i8>) {", *lines, body, "  return", "}"])
+    return "\n".join(
+        ["func.func @k(%arg0: !pto.ptr<i8>, %arg1: !pto.ptr<i8>) {", *lines, body, "  return", "}"]
+    )
 
 
 # nz-layout.md §10, in its multi-line form
@@ -53,7 +55,8 @@ def test_spec_text_passes_061_and_fails_060():  # §10
 
 def test_spec_text_builds_the_global_tensor_of_section_10():  # §10
     assert global_tensors(SPEC) == [
-        "GlobalTensor<int8_t, Shape<1,16,16,16,32>, Stride<131072,8192,512,32,1>, Layout::NZ>"]
+        "GlobalTensor<int8_t, Shape<1,16,16,16,32>, Stride<131072,8192,512,32,1>, Layout::NZ>"
+    ]
 
 
 def test_rank4_nz_view_requires_rank5():  # NZ-6
@@ -73,8 +76,19 @@ def test_nd_only_text_passes_every_version():
         check_ptoas(ND, version=v)
 
 
-@pytest.mark.parametrize("version,old", [("0.60", True), ("0.7", True), ("0.59.9", True), ("0.61", False),
-                                         ("0.61.0", False), ("0.100", False), ("1.0", False), ("v0.61", False)])
+@pytest.mark.parametrize(
+    "version,old",
+    [
+        ("0.60", True),
+        ("0.7", True),
+        ("0.59.9", True),
+        ("0.61", False),
+        ("0.61.0", False),
+        ("0.100", False),
+        ("1.0", False),
+        ("v0.61", False),
+    ],
+)
 def test_versions_compare_numerically(version, old):
     assert (version_tuple(version) < (0, 61)) is old
     if old:
@@ -94,18 +108,27 @@ def _mutate(old: str, new: str) -> str:
     return SPEC.replace(old, new, 1)
 
 
-@pytest.mark.parametrize("old,new,site", [
-    # the view's type has rank 4, its shape 5
-    ("{layout = #pto.layout<nz>} : !pto.tensor_view<?x?x?x?x?xi8>", "{layout = #pto.layout<nz>} : !pto.tensor_view<?x?x?x?xi8>",
-     "shape has 5 dims but the type"),
-    # a partition with 4 offsets on a rank-5 view
-    ("offsets = [%c0, %c0, %c0, %c0, %c0]", "offsets = [%c0, %c0, %c0, %c0]", "offsets 4"),
-    # a partition whose result type has rank 4
-    ("-> !pto.partition_tensor_view<1x16x16x16x32xi8>", "-> !pto.partition_tensor_view<16x16x16x32xi8>",
-     "partition type 4"),
-    # the partition's view of its source type has rank 4
-    (": !pto.tensor_view<?x?x?x?x?xi8> -> ", ": !pto.tensor_view<?x?x?x?xi8> -> ", "source type 4"),
-])
+@pytest.mark.parametrize(
+    "old,new,site",
+    [
+        # the view's type has rank 4, its shape 5
+        (
+            "{layout = #pto.layout<nz>} : !pto.tensor_view<?x?x?x?x?xi8>",
+            "{layout = #pto.layout<nz>} : !pto.tensor_view<?x?x?x?xi8>",
+            "shape has 5 dims but the type",
+        ),
+        # a partition with 4 offsets on a rank-5 view
+        ("offsets = [%c0, %c0, %c0, %c0, %c0]", "offsets = [%c0, %c0, %c0, %c0]", "offsets 4"),
+        # a partition whose result type has rank 4
+        (
+            "-> !pto.partition_tensor_view<1x16x16x16x32xi8>",
+            "-> !pto.partition_tensor_view<16x16x16x32xi8>",
+            "partition type 4",
+        ),
+        # the partition's view of its source type has rank 4
+        (": !pto.tensor_view<?x?x?x?x?xi8> -> ", ": !pto.tensor_view<?x?x?x?xi8> -> ", "source type 4"),
+    ],
+)
 def test_mismatched_rank_between_sites_fails(old, new, site):  # NZ-14
     text = _mutate(old, new)
     with pytest.raises(PtoasError, match="rank mismatch") as info:

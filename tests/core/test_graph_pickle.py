@@ -17,12 +17,15 @@ E, T, N, K = 2, 16, 64, 64
 
 
 @pl.kernel
-def gmm(x: pl.Tensor[[E, T, K], pl.INT8], w: pl.Tensor[[E, N, K], pl.INT8, pl.NZ],
-        out: pl.Out[pl.Tensor[[E, T, N], pl.INT32]]):
+def gmm(
+    x: pl.Tensor[[E, T, K], pl.INT8],
+    w: pl.Tensor[[E, N, K], pl.INT8, pl.NZ],
+    out: pl.Out[pl.Tensor[[E, T, N], pl.INT32]],
+):
     for e in pl.spmd(E):
         for nb in pl.range(N // 32):
             n0 = nb * 32
-            out[e, :, n0:n0 + 32] = pl.matmul(x[e, :, :], w[e, n0:n0 + 32, :], b_trans=True)
+            out[e, :, n0 : n0 + 32] = pl.matmul(x[e, :, :], w[e, n0 : n0 + 32, :], b_trans=True)
 
 
 def test_lowered_graph_pickles_and_runs_to_the_same_bytes():
@@ -39,9 +42,11 @@ def test_lowered_graph_pickles_and_runs_to_the_same_bytes():
     outs = []
     for g in (graph, copy):
         worker = runtime.Worker(0)
-        args = [worker.alloc_tensor(x.shape, x.dtype, init=x), worker.alloc_tensor(w.shape, w.dtype,
-                                                                                     init=runtime.pack_nz(w)),
-                worker.alloc_tensor((E, T, N), np.int32)]
+        args = [
+            worker.alloc_tensor(x.shape, x.dtype, init=x),
+            worker.alloc_tensor(w.shape, w.dtype, init=runtime.pack_nz(w)),
+            worker.alloc_tensor((E, T, N), np.int32),
+        ]
         launch_resident(gmm.params, g, {}, DEFAULT, worker, args)  # as a RayCluster rank runs it
         outs.append(worker.copy_from(args[2]))
     np.testing.assert_array_equal(outs[0], np.einsum("etk,enk->etn", x.astype(np.int32), w.astype(np.int32)))

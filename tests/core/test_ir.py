@@ -37,7 +37,13 @@ def test_equations_are_equal_only_to_themselves():
 def test_replace_keeps_every_other_field():
     e = _eqn()
     r = e.replace(source=None)
-    assert (r.primitive, r.inputs, r.outputs, r.params, r.source) == (e.primitive, e.inputs, e.outputs, e.params, None)
+    assert (r.primitive, r.inputs, r.outputs, r.params, r.source) == (
+        e.primitive,
+        e.inputs,
+        e.outputs,
+        e.params,
+        None,
+    )
     assert Eqn(add_p, (), (), {}).source is None  # the default
 
 
@@ -56,7 +62,9 @@ def test_one_kernel_position_gives_one_shared_source():
 
 def test_the_same_function_in_two_files_keeps_its_own_file(tmp_path):
     # Code objects compare equal across files; a shared Source must still name the right one.
-    body = "import sys\nfrom nzjit.errors import source_of\ndef f():\n    return source_of(sys._getframe(0))\n"
+    body = (
+        "import sys\nfrom nzjit.errors import source_of\ndef f():\n    return source_of(sys._getframe(0))\n"
+    )
     sources = []
     for name in ("one.py", "two.py"):
         path = tmp_path / name

@@ -63,11 +63,14 @@ def test_printing_is_stable():
 
 def test_kernel_names_carries_and_tensor_level_ops():
     @pl.kernel
-    def mm(x: pl.Tensor[[16, 128], pl.INT8], w: pl.Tensor[[32, 128], pl.INT8],
-           out: pl.Out[pl.Tensor[[16, 32], pl.INT32]]):
+    def mm(
+        x: pl.Tensor[[16, 128], pl.INT8],
+        w: pl.Tensor[[32, 128], pl.INT8],
+        out: pl.Out[pl.Tensor[[16, 32], pl.INT32]],
+    ):
         acc = pl.matmul(x[:, 0:64], w[:, 0:64], b_trans=True)
         for k0 in pl.pipeline(64, 128, 64):
-            acc = pl.matmul_acc(acc, x[:, k0:k0 + 64], w[:, k0:k0 + 64], b_trans=True)
+            acc = pl.matmul_acc(acc, x[:, k0 : k0 + 64], w[:, k0 : k0 + 64], b_trans=True)
         out[:, :] = acc
 
     assert str(mm.lower().ir("trace")) == textwrap.dedent("""\
@@ -88,8 +91,14 @@ def test_kernel_names_carries_and_tensor_level_ops():
 def test_a_hand_built_graph_prints_hints_and_letters():
     i = ScalarType(D.INDEX)
     nb, n0, t = Var(i, "nb"), Var(i, "n0"), Var(i)
-    g = Graph([nb], [Eqn(mul_p, (nb, Literal(256, i)), (n0,), {"arity": (1, 1)}),
-                     Eqn(add_p, (n0, Literal(-1, i)), (t,), {"arity": (1, 1)})], [t])
+    g = Graph(
+        [nb],
+        [
+            Eqn(mul_p, (nb, Literal(256, i)), (n0,), {"arity": (1, 1)}),
+            Eqn(add_p, (n0, Literal(-1, i)), (t,), {"arity": (1, 1)}),
+        ],
+        [t],
+    )
     assert str(g) == textwrap.dedent("""\
         { lambda ; nb:index. let
             n0:index = mul nb 256

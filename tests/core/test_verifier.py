@@ -91,8 +91,18 @@ def test_a_loop_body_arity_mismatch():
 
 def test_a_carry_whose_body_changes_its_type():
     s, iv, p, nxt, res = Var(IDX, "s"), Var(IDX, "i"), Var(IDX, "s_1"), Var(ScalarType(D.INT32)), Var(IDX)
-    body = Graph([iv, p], [Eqn(add_p, (Literal(1, ScalarType(D.INT32)), Literal(2, ScalarType(D.INT32))),
-                               (nxt,), {"arity": (1, 1)})], [nxt])
+    body = Graph(
+        [iv, p],
+        [
+            Eqn(
+                add_p,
+                (Literal(1, ScalarType(D.INT32)), Literal(2, ScalarType(D.INT32))),
+                (nxt,),
+                {"arity": (1, 1)},
+            )
+        ],
+        [nxt],
+    )
     with pytest.raises(nzjit.InternalError, match="changes type"):
         verify(Graph([s], [_loop(body, [one(0), one(4), one(1), s], [res], (3, 0, 1))], []), "hand")
 

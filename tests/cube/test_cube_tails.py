@@ -17,7 +17,10 @@ from nzjit import CompileError, pl
 from nzjit.backend.options import Options, using
 
 PATHS = (Options(strict=True), Options(batch=False), Options(fast=False))
-DTYPES = [pytest.param(pl.FP16, np.float16, pl.FP32, id="fp16"), pytest.param(pl.INT8, np.int8, pl.INT32, id="int8")]
+DTYPES = [
+    pytest.param(pl.FP16, np.float16, pl.FP32, id="fp16"),
+    pytest.param(pl.INT8, np.int8, pl.INT32, id="int8"),
+]
 
 
 def _data(rng, shape, np_dtype):
@@ -37,7 +40,9 @@ def _gemv(K, N, KV, NV, dtype, out_dtype):
     """A [1, K] row (valid K = KV) times a [K, N] weight window clamped to the [K, NV] tensor."""
 
     @pl.kernel
-    def gemv(a: pl.Tensor[[1, K], dtype], b: pl.Tensor[[K, NV], dtype], out: pl.Out[pl.Tensor[[1, NV], out_dtype]]):
+    def gemv(
+        a: pl.Tensor[[1, K], dtype], b: pl.Tensor[[K, NV], dtype], out: pl.Out[pl.Tensor[[1, NV], out_dtype]]
+    ):
         ta = pl.load(a, [0, 0], [1, K], valid_shape=[1, KV], target_memory=pl.Mem.Mat)
         tb = pl.load(b, [0, 0], [K, N], valid_shape=[KV, N], target_memory=pl.Mem.Mat, clamp=True)
         pl.store(pl.tile.gemv(ta, tb), [0, 0], out)
@@ -46,8 +51,10 @@ def _gemv(K, N, KV, NV, dtype, out_dtype):
 
 
 @pytest.mark.parametrize("dtype,np_dtype,out_dtype", DTYPES)
-@pytest.mark.parametrize("K,N,KV,NV", [(128, 32, 100, 30), (64, 64, 64, 50), (128, 32, 128, 32), (4096, 32, 3000, 9),
-                                      (5120, 32, 4500, 17)])
+@pytest.mark.parametrize(
+    "K,N,KV,NV",
+    [(128, 32, 100, 30), (64, 64, 64, 50), (128, 32, 128, 32), (4096, 32, 3000, 9), (5120, 32, 4500, 17)],
+)
 def test_gemv_with_k_and_n_tails_is_exact_on_every_path(K, N, KV, NV, dtype, np_dtype, out_dtype):  # hw §6
     rng = np.random.default_rng(K + NV)
     a, b = _data(rng, (1, K), np_dtype), _data(rng, (K, NV), np_dtype)
@@ -102,7 +109,9 @@ def test_ragged_store_of_the_last_n_tile_into_an_exact_size_output(N):  # item 2
     M, K, NT = 16, 64, 128
 
     @pl.kernel
-    def ragged(x: pl.Tensor[[M, K], pl.FP16], w: pl.Tensor[[K, N], pl.FP16], out: pl.Out[pl.Tensor[[M, N], pl.FP32]]):
+    def ragged(
+        x: pl.Tensor[[M, K], pl.FP16], w: pl.Tensor[[K, N], pl.FP16], out: pl.Out[pl.Tensor[[M, N], pl.FP32]]
+    ):
         tx = pl.load(x, [0, 0], [M, K], target_memory=pl.Mem.Mat)
         for j in pl.range(0, N, NT):
             tw = pl.load(w, [0, j], [K, NT], target_memory=pl.Mem.Mat, clamp=True)
@@ -124,8 +133,11 @@ def test_ragged_nz_weight_with_a_static_valid_tail_and_b_trans():  # NZ weight [
     M, K, N, NT = 16, 64, 800, 128
 
     @pl.kernel
-    def proj(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[N, K], pl.INT8, pl.NZ],
-             out: pl.Out[pl.Tensor[[M, N], pl.INT32]]):
+    def proj(
+        x: pl.Tensor[[M, K], pl.INT8],
+        w: pl.Tensor[[N, K], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[M, N], pl.INT32]],
+    ):
         tx = pl.load(x, [0, 0], [M, K], target_memory=pl.Mem.Mat)
         for j in pl.range(0, N - NT, NT):  # the whole tiles
             tw = pl.load(w, [j, 0], [NT, K], target_memory=pl.Mem.Mat)
@@ -147,14 +159,20 @@ def test_a_window_past_the_tensor_without_a_valid_part_inside_is_refused():
         t = pl.load(b, [0, 0], [128, 32], target_memory=pl.Mem.Mat)
         pl.store(t, [0, 0], out)
 
-    with pytest.raises(CompileError, match=r"pl.load window \[0, 32\) on axis 1 is out of bounds for the dimension 30") as ei:
+    with pytest.raises(
+        CompileError, match=r"pl.load window \[0, 32\) on axis 1 is out of bounds for the dimension 30"
+    ) as ei:
         k.lower()
     assert "clamp=True" in str(ei.value)
 
 
 def test_a_rhs_whose_valid_k_does_not_cover_the_lhs_is_refused():
     @pl.kernel
-    def k(a: pl.Tensor[[16, 64], pl.FP16], b: pl.Tensor[[64, 32], pl.FP16], out: pl.Out[pl.Tensor[[16, 32], pl.FP32]]):
+    def k(
+        a: pl.Tensor[[16, 64], pl.FP16],
+        b: pl.Tensor[[64, 32], pl.FP16],
+        out: pl.Out[pl.Tensor[[16, 32], pl.FP32]],
+    ):
         ta = pl.load(a, [0, 0], [16, 64], target_memory=pl.Mem.Mat)
         tb = pl.load(b, [0, 0], [64, 32], valid_shape=[48, 32], target_memory=pl.Mem.Mat)
         pl.store(pl.matmul(ta, tb), [0, 0], out)
@@ -165,7 +183,11 @@ def test_a_rhs_whose_valid_k_does_not_cover_the_lhs_is_refused():
 
 def test_a_dynamic_k_tail_is_refused():
     @pl.kernel
-    def k(a: pl.Tensor[[16, 64], pl.FP16], b: pl.Tensor[[64, 32], pl.FP16], out: pl.Out[pl.Tensor[[16, 32], pl.FP32]]):
+    def k(
+        a: pl.Tensor[[16, 64], pl.FP16],
+        b: pl.Tensor[[64, 32], pl.FP16],
+        out: pl.Out[pl.Tensor[[16, 32], pl.FP32]],
+    ):
         for i in pl.range(1, 3):
             ta = pl.load(a, [0, 0], [16, 64], valid_shape=[16, i * 16], target_memory=pl.Mem.Mat)
             tb = pl.load(b, [0, 0], [64, 32], target_memory=pl.Mem.Mat)
@@ -177,7 +199,11 @@ def test_a_dynamic_k_tail_is_refused():
 
 def test_gemv_needs_a_one_row_lhs():
     @pl.kernel
-    def k(a: pl.Tensor[[16, 64], pl.FP16], b: pl.Tensor[[64, 32], pl.FP16], out: pl.Out[pl.Tensor[[16, 32], pl.FP32]]):
+    def k(
+        a: pl.Tensor[[16, 64], pl.FP16],
+        b: pl.Tensor[[64, 32], pl.FP16],
+        out: pl.Out[pl.Tensor[[16, 32], pl.FP32]],
+    ):
         ta = pl.load(a, [0, 0], [16, 64], target_memory=pl.Mem.Mat)
         tb = pl.load(b, [0, 0], [64, 32], target_memory=pl.Mem.Mat)
         pl.store(pl.tile.gemv(ta, tb), [0, 0], out)
@@ -190,7 +216,9 @@ def test_pto_text_of_a_ragged_n_tile():  # the valid extents in the text: TMATMU
     M, K, N, NT = 16, 64, 200, 128
 
     @pl.kernel
-    def ragged(x: pl.Tensor[[M, K], pl.FP16], w: pl.Tensor[[K, N], pl.FP16], out: pl.Out[pl.Tensor[[M, N], pl.FP32]]):
+    def ragged(
+        x: pl.Tensor[[M, K], pl.FP16], w: pl.Tensor[[K, N], pl.FP16], out: pl.Out[pl.Tensor[[M, N], pl.FP32]]
+    ):
         tx = pl.load(x, [0, 0], [M, K], target_memory=pl.Mem.Mat)
         for j in pl.range(0, N, NT):
             tw = pl.load(w, [0, j], [K, NT], target_memory=pl.Mem.Mat, clamp=True)
@@ -198,18 +226,27 @@ def test_pto_text_of_a_ragged_n_tile():  # the valid extents in the text: TMATMU
 
     text = ragged.lower().pto()
     assert "arith.minsi" in text  # the clamped valid columns, then the window's
-    assert "loc=right, dtype=f16, rows=64, cols=128, blayout=row_major, slayout=col_major, fractal=512, " \
-           "v_row=64, v_col=?>" in text
-    assert "outs(%t_2 : !pto.tile_buf<loc=acc, dtype=f32, rows=16, cols=128" in text and "v_row=16, v_col=?>)" in text
+    assert (
+        "loc=right, dtype=f16, rows=64, cols=128, blayout=row_major, slayout=col_major, fractal=512, "
+        "v_row=64, v_col=?>" in text
+    )
+    assert (
+        "outs(%t_2 : !pto.tile_buf<loc=acc, dtype=f32, rows=16, cols=128" in text
+        and "v_row=16, v_col=?>)" in text
+    )
     assert "!pto.partition_tensor_view<16x?xf32>" in text  # the store writes the valid columns only
 
 
 def test_pto_text_of_a_static_k_tail():
     text = _gemv(128, 32, 100, 30, pl.FP16, pl.FP32).lower().pto()
-    assert "loc=left, dtype=f16, rows=16, cols=128, blayout=row_major, slayout=row_major, fractal=512, " \
-           "v_row=1, v_col=100>" in text
-    assert "loc=acc, dtype=f32, rows=16, cols=32, blayout=col_major, slayout=row_major, fractal=1024, " \
-           "v_row=1, v_col=30>" in text
+    assert (
+        "loc=left, dtype=f16, rows=16, cols=128, blayout=row_major, slayout=row_major, fractal=512, "
+        "v_row=1, v_col=100>" in text
+    )
+    assert (
+        "loc=acc, dtype=f32, rows=16, cols=32, blayout=col_major, slayout=row_major, fractal=1024, "
+        "v_row=1, v_col=30>" in text
+    )
     assert "!pto.partition_tensor_view<1x30xf32>" in text
 
 
@@ -217,11 +254,22 @@ def test_gemv_acc_accumulates_a_second_k_half():  # pl.tile.gemv_acc: acc[1, N] 
     K, N = 128, 64
 
     @pl.kernel
-    def k(a: pl.Tensor[[1, 2 * K], pl.INT8], b: pl.Tensor[[2 * K, N], pl.INT8], out: pl.Out[pl.Tensor[[1, N], pl.INT32]]):
-        acc = pl.tile.gemv(pl.load(a, [0, 0], [1, K], target_memory=pl.Mem.Mat),
-                           pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat), acc_phase="partial")
-        acc = pl.tile.gemv_acc(acc, pl.load(a, [0, K], [1, K], target_memory=pl.Mem.Mat),
-                               pl.load(b, [K, 0], [K, N], target_memory=pl.Mem.Mat), acc_phase="final")
+    def k(
+        a: pl.Tensor[[1, 2 * K], pl.INT8],
+        b: pl.Tensor[[2 * K, N], pl.INT8],
+        out: pl.Out[pl.Tensor[[1, N], pl.INT32]],
+    ):
+        acc = pl.tile.gemv(
+            pl.load(a, [0, 0], [1, K], target_memory=pl.Mem.Mat),
+            pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat),
+            acc_phase="partial",
+        )
+        acc = pl.tile.gemv_acc(
+            acc,
+            pl.load(a, [0, K], [1, K], target_memory=pl.Mem.Mat),
+            pl.load(b, [K, 0], [K, N], target_memory=pl.Mem.Mat),
+            acc_phase="final",
+        )
         pl.store(acc, [0, 0], out)
 
     rng = np.random.default_rng(11)

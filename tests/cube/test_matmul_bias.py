@@ -22,8 +22,12 @@ def _bias_kernel(M, K, N, dtype, acc_dtype, *, b_trans=False, nz=False):
     layout = pl.NZ if nz else pl.ND
 
     @pl.kernel
-    def mb(a: pl.Tensor[[M, K], dtype], b: pl.Tensor[bshape, dtype, layout], bias: pl.Tensor[[1, N], acc_dtype],
-           out: pl.Out[pl.Tensor[[M, N], acc_dtype]]):
+    def mb(
+        a: pl.Tensor[[M, K], dtype],
+        b: pl.Tensor[bshape, dtype, layout],
+        bias: pl.Tensor[[1, N], acc_dtype],
+        out: pl.Out[pl.Tensor[[M, N], acc_dtype]],
+    ):
         ta = pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat)
         tb = pl.load(b, [0, 0], bshape, target_memory=pl.Mem.Mat)
         tbias = pl.load(bias, [0, 0], [1, N], target_memory=pl.Mem.Mat)
@@ -36,7 +40,7 @@ def _data(rng, M, K, N, int8, b_trans=False):
     if int8:
         a = rng.integers(-128, 128, (M, K)).astype(np.int8)
         b = rng.integers(-128, 128, (N, K) if b_trans else (K, N)).astype(np.int8)
-        bias = rng.integers(-2**30, 2**30, (1, N)).astype(np.int32)
+        bias = rng.integers(-(2**30), 2**30, (1, N)).astype(np.int32)
     else:
         a = rng.standard_normal((M, K)).astype(np.float16)
         b = rng.standard_normal((N, K) if b_trans else (K, N)).astype(np.float16)
@@ -127,8 +131,12 @@ def test_gemv_bias_with_an_n_tail():  # pl.tile.gemv_bias: C[1, N] = a @ b + bia
     K, N, NV = 64, 32, 20
 
     @pl.kernel
-    def k(a: pl.Tensor[[1, K], pl.FP16], b: pl.Tensor[[K, NV], pl.FP16], bias: pl.Tensor[[1, NV], pl.FP32],
-          out: pl.Out[pl.Tensor[[1, NV], pl.FP32]]):
+    def k(
+        a: pl.Tensor[[1, K], pl.FP16],
+        b: pl.Tensor[[K, NV], pl.FP16],
+        bias: pl.Tensor[[1, NV], pl.FP32],
+        out: pl.Out[pl.Tensor[[1, NV], pl.FP32]],
+    ):
         ta = pl.load(a, [0, 0], [1, K], target_memory=pl.Mem.Mat)
         tb = pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat, clamp=True)
         tbias = pl.load(bias, [0, 0], [1, N], target_memory=pl.Mem.Mat, clamp=True)
@@ -145,8 +153,12 @@ def test_gemv_bias_with_an_n_tail():  # pl.tile.gemv_bias: C[1, N] = a @ b + bia
 # ------------------------------------------------------------------------------------ refusals
 def _refusing(bias_dtype=pl.FP32, bias_shape=(1, 64), memory=pl.Mem.Mat, N=64, store=True):
     @pl.kernel
-    def k(a: pl.Tensor[[16, 64], pl.FP16], b: pl.Tensor[[64, N], pl.FP16], bias: pl.Tensor[list(bias_shape), bias_dtype],
-          out: pl.Out[pl.Tensor[[16, N], pl.FP32]]):
+    def k(
+        a: pl.Tensor[[16, 64], pl.FP16],
+        b: pl.Tensor[[64, N], pl.FP16],
+        bias: pl.Tensor[list(bias_shape), bias_dtype],
+        out: pl.Out[pl.Tensor[[16, N], pl.FP32]],
+    ):
         ta = pl.load(a, [0, 0], [16, 64], target_memory=pl.Mem.Mat)
         tb = pl.load(b, [0, 0], [64, N], target_memory=pl.Mem.Mat)
         tbias = pl.load(bias, [0, 0], list(bias_shape), target_memory=memory)
@@ -159,13 +171,16 @@ def _refusing(bias_dtype=pl.FP32, bias_shape=(1, 64), memory=pl.Mem.Mat, N=64, s
     return k
 
 
-@pytest.mark.parametrize("kw,msg", [
-    (dict(bias_dtype=pl.FP16), "the bias .* must have the accumulator's dtype FP32"),
-    (dict(bias_shape=(1, 32)), r"the bias must be a \[1, 64\] tile"),
-    (dict(bias_shape=(16, 64)), r"the bias must be a \[1, 64\] tile"),
-    (dict(memory=pl.Mem.Vec), "the bias .* must be a Mat or Bias tile"),
-    (dict(N=512, bias_shape=(1, 512), store=False), "its bias row needs 2048 bytes of the bias table"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        (dict(bias_dtype=pl.FP16), "the bias .* must have the accumulator's dtype FP32"),
+        (dict(bias_shape=(1, 32)), r"the bias must be a \[1, 64\] tile"),
+        (dict(bias_shape=(16, 64)), r"the bias must be a \[1, 64\] tile"),
+        (dict(memory=pl.Mem.Vec), "the bias .* must be a Mat or Bias tile"),
+        (dict(N=512, bias_shape=(1, 512), store=False), "its bias row needs 2048 bytes of the bias table"),
+    ],
+)
 def test_refusals(kw, msg):
     with pytest.raises(CompileError, match=msg):
         _refusing(**kw).lower()
@@ -173,7 +188,11 @@ def test_refusals(kw, msg):
 
 def test_gemv_acc_phase_is_checked():
     @pl.kernel
-    def k(a: pl.Tensor[[1, 64], pl.FP16], b: pl.Tensor[[64, 32], pl.FP16], out: pl.Out[pl.Tensor[[1, 32], pl.FP32]]):
+    def k(
+        a: pl.Tensor[[1, 64], pl.FP16],
+        b: pl.Tensor[[64, 32], pl.FP16],
+        out: pl.Out[pl.Tensor[[1, 32], pl.FP32]],
+    ):
         ta = pl.load(a, [0, 0], [1, 64], target_memory=pl.Mem.Mat)
         tb = pl.load(b, [0, 0], [64, 32], target_memory=pl.Mem.Mat)
         pl.store(pl.tile.gemv(ta, tb, acc_phase="later"), [0, 0], out)

@@ -11,9 +11,12 @@ NR = pl.dynamic("NR")  # the rank count of a signal / gathered window, read from
 
 
 @pl.kernel
-def mesh_allreduce(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
-                   data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
-                   signal: pl.InOut[pld.DistributedTensor[[NR, 1], pl.INT32]]):
+def mesh_allreduce(
+    x: pl.Tensor[[1, SIZE], pl.FP32],
+    y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+    data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+    signal: pl.InOut[pld.DistributedTensor[[NR, 1], pl.INT32]],
+):
     """Stage x, tell every peer, then add every peer's slice once it has told us (any rank count)."""
     ctx = pld.get_comm_ctx(data)
     me = pld.rank(ctx)
@@ -36,8 +39,13 @@ def run_mesh_allreduce(x: pl.Tensor[[NR, 1, SIZE], pl.FP32], y: pl.Out[pl.Tensor
     data_buf = pld.alloc_window_buffer([1, SIZE], dtype=pl.FP32)
     signal_buf = pld.alloc_window_buffer([n, 1], dtype=pl.INT32)
     for r in range(n):
-        mesh_allreduce(x[r], y[r], pld.window(data_buf, [1, SIZE], dtype=pl.FP32),
-                       pld.window(signal_buf, [n, 1], dtype=pl.INT32), device=r)
+        mesh_allreduce(
+            x[r],
+            y[r],
+            pld.window(data_buf, [1, SIZE], dtype=pl.FP32),
+            pld.window(signal_buf, [n, 1], dtype=pl.INT32),
+            device=r,
+        )
 
 
 @pl.kernel
@@ -60,8 +68,11 @@ def add_one(signal: pl.InOut[pld.DistributedTensor[[NR, 1], pl.INT32]]):
 
 
 @pl.kernel
-def wait_for_all(signal: pl.InOut[pld.DistributedTensor[[NR, 1], pl.INT32]], x: pl.Tensor[[1, 8], pl.INT32],
-                 out: pl.Out[pl.Tensor[[1, 8], pl.INT32]]):
+def wait_for_all(
+    signal: pl.InOut[pld.DistributedTensor[[NR, 1], pl.INT32]],
+    x: pl.Tensor[[1, 8], pl.INT32],
+    out: pl.Out[pl.Tensor[[1, 8], pl.INT32]],
+):
     """Rank 0: waits until every other rank has added 1 to its cell 0, then copies x to out."""
     n = pld.nranks(pld.get_comm_ctx(signal))
     pld.system.wait(signal, [0, 0], n - 1, cmp=pld.WaitCmp.Ge)  # COUNT-SITE
@@ -89,7 +100,9 @@ def stage(x: pl.Tensor[[1, SIZE], pl.FP32], data: pl.InOut[pld.DistributedTensor
 
 
 @pl.kernel
-def read_peer0(data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]]):
+def read_peer0(
+    data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]]
+):
     """Reads rank 0's slice with no wait: nothing orders rank 0's staging before it."""
     pl.store(pld.tile.remote_load(data, 0, [0, 0], [1, SIZE]), [0, 0], y)  # RACE-SITE
 
@@ -111,40 +124,55 @@ def collective_kernels(n: int, op: object = None) -> dict[str, object]:
     op = op if op is not None else pld.ReduceOp.Sum
 
     @pl.kernel
-    def allreduce_k(x: pl.Tensor[[n, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[n, SIZE], pl.FP32]],
-                    data: pl.InOut[pld.DistributedTensor[[n, SIZE], pl.FP32]],
-                    signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+    def allreduce_k(
+        x: pl.Tensor[[n, SIZE], pl.FP32],
+        y: pl.Out[pl.Tensor[[n, SIZE], pl.FP32]],
+        data: pl.InOut[pld.DistributedTensor[[n, SIZE], pl.FP32]],
+        signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]],
+    ):
         pl.store(pl.load(x, [0, 0], [n, SIZE]), [0, 0], data)
         data = pld.tensor.allreduce(data, signal, op=op)
         pl.store(pl.load(data, [0, 0], [n, SIZE]), [0, 0], y)
 
     @pl.kernel
-    def allgather_k(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[n, SIZE], pl.FP32]],
-                    data: pl.InOut[pld.DistributedTensor[[n, SIZE], pl.FP32]],
-                    signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+    def allgather_k(
+        x: pl.Tensor[[1, SIZE], pl.FP32],
+        y: pl.Out[pl.Tensor[[n, SIZE], pl.FP32]],
+        data: pl.InOut[pld.DistributedTensor[[n, SIZE], pl.FP32]],
+        signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]],
+    ):
         data = pld.tensor.allgather(x, data, signal)
         pl.store(pl.load(data, [0, 0], [n, SIZE]), [0, 0], y)
 
     @pl.kernel
-    def reduce_scatter_k(x: pl.Tensor[[n, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
-                         data: pl.InOut[pld.DistributedTensor[[n, SIZE], pl.FP32]],
-                         signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+    def reduce_scatter_k(
+        x: pl.Tensor[[n, SIZE], pl.FP32],
+        y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+        data: pl.InOut[pld.DistributedTensor[[n, SIZE], pl.FP32]],
+        signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]],
+    ):
         me = pld.rank(pld.get_comm_ctx(data))
         pl.store(pl.load(x, [0, 0], [n, SIZE]), [0, 0], data)
         data = pld.tensor.reduce_scatter(data, signal, op=pld.ReduceOp.Sum)
         pl.store(pl.load(data, [me, 0], [1, SIZE]), [0, 0], y)
 
     @pl.kernel
-    def all_to_all_k(x: pl.Tensor[[n, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[n, SIZE], pl.FP32]],
-                     data: pl.InOut[pld.DistributedTensor[[n, SIZE], pl.FP32]],
-                     signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+    def all_to_all_k(
+        x: pl.Tensor[[n, SIZE], pl.FP32],
+        y: pl.Out[pl.Tensor[[n, SIZE], pl.FP32]],
+        data: pl.InOut[pld.DistributedTensor[[n, SIZE], pl.FP32]],
+        signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]],
+    ):
         data = pld.tensor.all_to_all(x, data, signal)
         pl.store(pl.load(data, [0, 0], [n, SIZE]), [0, 0], y)
 
     @pl.kernel
-    def shift_by_store(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
-                       data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
-                       signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+    def shift_by_store(
+        x: pl.Tensor[[1, SIZE], pl.FP32],
+        y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+        data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+        signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]],
+    ):
         ctx = pld.get_comm_ctx(data)
         peer = (pld.rank(ctx) + 1) % pld.nranks(ctx)
         pld.tile.remote_store(pl.load(x, [0, 0], [1, SIZE]), data, peer, [0, 0])
@@ -152,18 +180,24 @@ def collective_kernels(n: int, op: object = None) -> dict[str, object]:
         pl.store(pl.load(data, [0, 0], [1, SIZE]), [0, 0], y)
 
     @pl.kernel
-    def atomic_sum(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
-                   data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
-                   signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+    def atomic_sum(
+        x: pl.Tensor[[1, SIZE], pl.FP32],
+        y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+        data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+        signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]],
+    ):
         pld.tile.remote_store(pl.load(x, [0, 0], [1, SIZE]), data, 0, [0, 0], atomic=pld.AtomicType.Add)
         signal = pld.tensor.barrier(signal)
         pl.store(pl.load(data, [0, 0], [1, SIZE]), [0, 0], y)
 
     @pl.kernel
-    def put_get(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
-                z: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
-                data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
-                signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+    def put_get(
+        x: pl.Tensor[[1, SIZE], pl.FP32],
+        y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+        z: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+        data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+        signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]],
+    ):
         """put x into the next rank's window; after a barrier get the previous rank's window."""
         ctx = pld.get_comm_ctx(data)
         me, nr = pld.rank(ctx), pld.nranks(ctx)
@@ -174,17 +208,23 @@ def collective_kernels(n: int, op: object = None) -> dict[str, object]:
         pld.tensor.get(z, (me + 1) % nr, data)  # rank me + 1's window: my own x
 
     @pl.kernel
-    def broadcast_k(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
-                    data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
-                    signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+    def broadcast_k(
+        x: pl.Tensor[[1, SIZE], pl.FP32],
+        y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+        data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+        signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]],
+    ):
         pl.store(pl.load(x, [0, 0], [1, SIZE]), [0, 0], data)  # only the root's matters
         data = pld.tensor.broadcast(data, signal, root=n - 1)
         pl.store(pl.load(data, [0, 0], [1, SIZE]), [0, 0], y)
 
     @pl.kernel
-    def ragged_tail(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.InOut[pl.Tensor[[1, SIZE], pl.FP32]],
-                    data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
-                    signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]]):
+    def ragged_tail(
+        x: pl.Tensor[[1, SIZE], pl.FP32],
+        y: pl.InOut[pl.Tensor[[1, SIZE], pl.FP32]],
+        data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+        signal: pl.InOut[pld.DistributedTensor[[n, 1], pl.INT32]],
+    ):
         """remote_load with a static valid_shape: a fixed [1, SIZE] tile, only 8 columns read."""
         ctx = pld.get_comm_ctx(data)
         peer = (pld.rank(ctx) + 1) % pld.nranks(ctx)
@@ -192,8 +232,17 @@ def collective_kernels(n: int, op: object = None) -> dict[str, object]:
         signal = pld.tensor.barrier(signal)
         pl.store(pld.tile.remote_load(data, peer, [0, 0], [1, SIZE], valid_shape=[1, 8]), [0, 0], y)
 
-    return {"broadcast": broadcast_k, "ragged_tail": ragged_tail, "allreduce": allreduce_k, "allgather": allgather_k, "reduce_scatter": reduce_scatter_k,
-            "all_to_all": all_to_all_k, "shift_by_store": shift_by_store, "atomic_sum": atomic_sum, "put_get": put_get}
+    return {
+        "broadcast": broadcast_k,
+        "ragged_tail": ragged_tail,
+        "allreduce": allreduce_k,
+        "allgather": allgather_k,
+        "reduce_scatter": reduce_scatter_k,
+        "all_to_all": all_to_all_k,
+        "shift_by_store": shift_by_store,
+        "atomic_sum": atomic_sum,
+        "put_get": put_get,
+    }
 
 
 def one_out(kernel: object, n: int, x_row: list[int], y_row: list[int], data_shape: list[int]) -> object:
@@ -204,8 +253,13 @@ def one_out(kernel: object, n: int, x_row: list[int], y_row: list[int], data_sha
         data_buf = pld.alloc_window_buffer(data_shape, dtype=pl.FP32)
         signal_buf = pld.alloc_window_buffer([n, 1], dtype=pl.INT32)
         for r in range(pld.world_size()):
-            kernel(x[r], y[r], pld.window(data_buf, data_shape, dtype=pl.FP32),  # type: ignore[operator]
-                   pld.window(signal_buf, [n, 1], dtype=pl.INT32), device=r)
+            kernel(
+                x[r],
+                y[r],
+                pld.window(data_buf, data_shape, dtype=pl.FP32),  # type: ignore[operator]
+                pld.window(signal_buf, [n, 1], dtype=pl.INT32),
+                device=r,
+            )
 
     return prog
 
@@ -214,21 +268,33 @@ def two_outs(kernel: object, n: int) -> object:
     """`kernel(x[r], y[r], z[r], data, signal, device=r)` on each rank, rows of SIZE."""
 
     @pl.orchestration
-    def prog(x: pl.Tensor[[n, 1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[n, 1, SIZE], pl.FP32]],
-             z: pl.Out[pl.Tensor[[n, 1, SIZE], pl.FP32]]):
+    def prog(
+        x: pl.Tensor[[n, 1, SIZE], pl.FP32],
+        y: pl.Out[pl.Tensor[[n, 1, SIZE], pl.FP32]],
+        z: pl.Out[pl.Tensor[[n, 1, SIZE], pl.FP32]],
+    ):
         data_buf = pld.alloc_window_buffer([1, SIZE], dtype=pl.FP32)
         signal_buf = pld.alloc_window_buffer([n, 1], dtype=pl.INT32)
         for r in range(pld.world_size()):
-            kernel(x[r], y[r], z[r], pld.window(data_buf, [1, SIZE], dtype=pl.FP32),  # type: ignore[operator]
-                   pld.window(signal_buf, [n, 1], dtype=pl.INT32), device=r)
+            kernel(
+                x[r],
+                y[r],
+                z[r],
+                pld.window(data_buf, [1, SIZE], dtype=pl.FP32),  # type: ignore[operator]
+                pld.window(signal_buf, [n, 1], dtype=pl.INT32),
+                device=r,
+            )
 
     return prog
 
 
 @pl.kernel
-def barrier_allreduce(x: pl.Tensor[[1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
-                      data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
-                      signal: pl.InOut[pld.DistributedTensor[[NR, 1], pl.INT32]]):
+def barrier_allreduce(
+    x: pl.Tensor[[1, SIZE], pl.FP32],
+    y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+    data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+    signal: pl.InOut[pld.DistributedTensor[[NR, 1], pl.INT32]],
+):
     """PyPTO 02-primitives' barrier + remote accumulate, with the one-armed `if peer != my_rank`."""
     ctx = pld.get_comm_ctx(data)
     me = pld.rank(ctx)
@@ -257,5 +323,10 @@ def run_barrier_allreduce(x: pl.Tensor[[NR, 1, SIZE], pl.FP32], y: pl.Out[pl.Ten
     data_buf = pld.alloc_window_buffer([1, SIZE], dtype=pl.FP32)
     signal_buf = pld.alloc_window_buffer([n, 1], dtype=pl.INT32)
     for r in range(n):
-        barrier_allreduce(x[r], y[r], pld.window(data_buf, [1, SIZE], dtype=pl.FP32),
-                          pld.window(signal_buf, [n, 1], dtype=pl.INT32), device=r)
+        barrier_allreduce(
+            x[r],
+            y[r],
+            pld.window(data_buf, [1, SIZE], dtype=pl.FP32),
+            pld.window(signal_buf, [n, 1], dtype=pl.INT32),
+            device=r,
+        )

@@ -13,33 +13,46 @@ RANKS, T, N, K = 2, 16, 64, 64
 
 
 @pl.kernel
-def mm(x: pl.Tensor[[T, K], pl.FP16], w: pl.Tensor[[N, K], pl.FP16, pl.NZ], y: pl.Out[pl.Tensor[[T, N], pl.FP32]]):
+def mm(
+    x: pl.Tensor[[T, K], pl.FP16], w: pl.Tensor[[N, K], pl.FP16, pl.NZ], y: pl.Out[pl.Tensor[[T, N], pl.FP32]]
+):
     y[:, :] = pl.matmul(x[:, :], w[:, :], b_trans=True)
 
 
 @pl.kernel
-def relu_mul(g: pl.Tensor[[T, N], pl.FP32], u: pl.Tensor[[T, N], pl.FP32], h: pl.Out[pl.Tensor[[T, N], pl.FP32]]):
+def relu_mul(
+    g: pl.Tensor[[T, N], pl.FP32], u: pl.Tensor[[T, N], pl.FP32], h: pl.Out[pl.Tensor[[T, N], pl.FP32]]
+):
     gt = pl.load(g, [0, 0], [T, N])
     ut = pl.load(u, [0, 0], [T, N])
     pl.store(pl.mul(pl.maximum(gt, pl.sub(gt, gt)), ut), [0, 0], h)
 
 
 @pl.kernel
-def window(x: pl.Tensor[[64, 32], pl.FP32], off: pl.Scalar[pl.INT32], out: pl.InOut[pl.Tensor[[16, 32], pl.FP32]]):
+def window(
+    x: pl.Tensor[[64, 32], pl.FP32], off: pl.Scalar[pl.INT32], out: pl.InOut[pl.Tensor[[16, 32], pl.FP32]]
+):
     """Copies rows [off, off + 16) of x; an `off` past the end faults on the device, not on the host."""
     pl.store(pl.load(x, [off, 0], [16, 32]), [0, 0], out)
 
 
 @pl.orchestration
-def one_mm(x: pl.Tensor[[RANKS, T, K], pl.FP16], w: pl.Tensor[[RANKS, N, K], pl.FP16, pl.NZ],
-           y: pl.Out[pl.Tensor[[RANKS, T, N], pl.FP32]]):
+def one_mm(
+    x: pl.Tensor[[RANKS, T, K], pl.FP16],
+    w: pl.Tensor[[RANKS, N, K], pl.FP16, pl.NZ],
+    y: pl.Out[pl.Tensor[[RANKS, T, N], pl.FP32]],
+):
     for r in range(RANKS):
         mm(x[r], w[r], y[r], device=r)
 
 
 @pl.orchestration
-def ffn(x: pl.Tensor[[RANKS, T, K], pl.FP16], wg: pl.Tensor[[RANKS, N, K], pl.FP16, pl.NZ],
-        wu: pl.Tensor[[RANKS, N, K], pl.FP16, pl.NZ], h: pl.Out[pl.Tensor[[RANKS, T, N], pl.FP32]]):
+def ffn(
+    x: pl.Tensor[[RANKS, T, K], pl.FP16],
+    wg: pl.Tensor[[RANKS, N, K], pl.FP16, pl.NZ],
+    wu: pl.Tensor[[RANKS, N, K], pl.FP16, pl.NZ],
+    h: pl.Out[pl.Tensor[[RANKS, T, N], pl.FP32]],
+):
     """Three kernels per rank; g and u are intermediates resident on their rank."""
     for r in range(RANKS):
         g = mm(x[r], wg[r], device=r)
@@ -68,13 +81,18 @@ pack = runtime.pack_nz
 
 
 @pl.orchestration
-def ffn_created(x: pl.Tensor[[RANKS, T, K], pl.FP16], wg: pl.Tensor[[RANKS, N, K], pl.FP16, pl.NZ],
-                wu: pl.Tensor[[RANKS, N, K], pl.FP16, pl.NZ], h: pl.Out[pl.Tensor[[RANKS, T, N], pl.FP32]]):
+def ffn_created(
+    x: pl.Tensor[[RANKS, T, K], pl.FP16],
+    wg: pl.Tensor[[RANKS, N, K], pl.FP16, pl.NZ],
+    wu: pl.Tensor[[RANKS, N, K], pl.FP16, pl.NZ],
+    h: pl.Out[pl.Tensor[[RANKS, T, N], pl.FP32]],
+):
     """`ffn` with g made by pl.create_tensor: resident on the rank of its first use."""
     for r in range(RANKS):
         g = pl.create_tensor([T, N], pl.FP32)
         mm(x[r], wg[r], g, device=r)
         relu_mul(g, mm(x[r], wu[r], device=r), h[r], device=r)
+
 
 KILL_DEADLINE = 60.0
 

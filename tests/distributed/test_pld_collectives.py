@@ -23,8 +23,15 @@ def _no_unwritten_reads():
         yield
 
 
-@pytest.mark.parametrize("op,ref", [(pld.ReduceOp.Sum, np.sum), (pld.ReduceOp.Max, np.max),
-                                    (pld.ReduceOp.Min, np.min), (pld.ReduceOp.Prod, np.prod)])
+@pytest.mark.parametrize(
+    "op,ref",
+    [
+        (pld.ReduceOp.Sum, np.sum),
+        (pld.ReduceOp.Max, np.max),
+        (pld.ReduceOp.Min, np.min),
+        (pld.ReduceOp.Prod, np.prod),
+    ],
+)
 def test_allreduce_every_op(op, ref) -> None:
     k = collective_kernels(N, op)["allreduce"]
     x = ints((N, N, SIZE), seed=1, lo=-3, hi=4)
@@ -95,7 +102,13 @@ def test_collective_some_rank_never_enters_is_a_hang() -> None:
     def prog(x: pl.Tensor[[2, 2, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[2, 2, SIZE], pl.FP32]]):
         data = pld.alloc_window_buffer([2, SIZE], dtype=pl.FP32)
         sig = pld.alloc_window_buffer([2, 1], dtype=pl.INT32)
-        k(x[0], y[0], pld.window(data, [2, SIZE], dtype=pl.FP32), pld.window(sig, [2, 1], dtype=pl.INT32), device=0)
+        k(
+            x[0],
+            y[0],
+            pld.window(data, [2, SIZE], dtype=pl.FP32),
+            pld.window(sig, [2, 1], dtype=pl.INT32),
+            device=0,
+        )
         idle(x[1], y[1], device=1)
 
     with pytest.raises(runtime.comm.CommHangError) as ei:

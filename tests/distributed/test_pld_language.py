@@ -43,8 +43,8 @@ def test_collectives_rebind_their_target() -> None:
 
 def test_pto_text_of_signals_and_remote_access() -> None:
     text = mesh_allreduce.lower().pto()
-    assert "%me = pto.comm.ctx_field %data_view {field = \"rankId\"} : i32" in text
-    assert "%n = pto.comm.ctx_field %data_view {field = \"rankNum\"} : i32" in text
+    assert '%me = pto.comm.ctx_field %data_view {field = "rankId"} : i32' in text
+    assert '%n = pto.comm.ctx_field %data_view {field = "rankNum"} : i32' in text
     assert "pto.comm.peer_view %signal_view, " in text
     assert ": !pto.partition_tensor_view<1x1xi32>, i32) {notifyOp = #pto<notify_op set>}" in text
     assert ": !pto.partition_tensor_view<1x1xi32>, i32) {cmp = #pto<wait_cmp ge>}" in text
@@ -53,7 +53,7 @@ def test_pto_text_of_signals_and_remote_access() -> None:
     assert "outs(%data_peer_pview : !pto.partition_tensor_view<1x64xf32>) {atomic = add}" in text
     assert "pto.comm.barrier %signal_view : !pto.tensor_view<?x?xi32>" in text
     text = collective_kernels(2)["allreduce"].lower().pto()
-    assert "pto.comm.allreduce %data_view, %signal_view {op = \"sum\", mode = \"mesh\"}" in text
+    assert 'pto.comm.allreduce %data_view, %signal_view {op = "sum", mode = "mesh"}' in text
 
 
 # ------------------------------------------------------------------------------------ refusals
@@ -61,7 +61,9 @@ def test_a_distributed_nz_tensor_is_refused() -> None:
     """nz-layout.md §7 table, row "distributed (remote) tensor" (the seed's row)."""
     with pytest.raises(CompileError) as ei:
         pld.DistributedTensor[[64, 64], pl.FP16, pl.NZ]
-    assert "pld.DistributedTensor: distributed tensor: refused — remote_load has no NZ blocking" in str(ei.value)
+    assert "pld.DistributedTensor: distributed tensor: refused — remote_load has no NZ blocking" in str(
+        ei.value
+    )
     assert "keep an NZ weight a local argument" in str(ei.value)
 
 
@@ -71,28 +73,39 @@ def test_remote_load_of_a_plain_tensor_is_refused(line_of) -> None:
         pl.store(pld.tile.remote_load(x, 0, [0, 0], [1, SIZE]), [0, 0], y)  # MARK
 
     msg = _lower_error(k)
-    assert msg.startswith(f"{__file__}:{line_of(k, 'MARK')}: pld.tile.remote_load: the target must be a "
-                          "pld.DistributedTensor (a window), got f32[1,64]")
+    assert msg.startswith(
+        f"{__file__}:{line_of(k, 'MARK')}: pld.tile.remote_load: the target must be a "
+        "pld.DistributedTensor (a window), got f32[1,64]"
+    )
 
 
-@pytest.mark.parametrize("body,expected", [
-    ("notify_fp32", "pld.system.notify: a signal is an INT32 window, got dist f32[1,64]"),
-    ("notify_offsets", "pld.system.notify into a rank-2 window needs 2 offsets, got 1"),
-    ("notify_op", "pld.system.notify: op= takes pld.NotifyOp.AtomicAdd, pld.NotifyOp.Set, got 'set'"),
-    ("wait_cmp", "pld.system.wait: cmp= takes pld.WaitCmp.Eq, pld.WaitCmp.Ge, got 1"),
-    ("store_dtype", "pld.tile.remote_store of a pl.INT32 tile into a pl.FP32 window"),
-    ("reduce_scatter_max", "pld.tensor.reduce_scatter supports only ReduceOp.Sum, got ReduceOp.Max"),
-    ("world_size", "pld.world_size() is host-only; in a kernel use pld.nranks(pld.get_comm_ctx(window))"),
-    ("oob", "pld.tile.remote_load window [32, 96) on axis 1 is out of bounds for the dimension 64 of [1, 64]"),
-    ("valid", "pld.tile.remote_load valid_shape takes one static int per tile axis"),
-    ("pipeline", "pld.tensor.put pipeline=True requires both chunk_rows > 0 and chunk_cols > 0"),
-    ("alloc", "pld.alloc_window_buffer is called in an @pl.orchestration body"),
-    ("gather_self", "pld.tensor.allgather: local_data and target must be different windows"),
-])
+@pytest.mark.parametrize(
+    "body,expected",
+    [
+        ("notify_fp32", "pld.system.notify: a signal is an INT32 window, got dist f32[1,64]"),
+        ("notify_offsets", "pld.system.notify into a rank-2 window needs 2 offsets, got 1"),
+        ("notify_op", "pld.system.notify: op= takes pld.NotifyOp.AtomicAdd, pld.NotifyOp.Set, got 'set'"),
+        ("wait_cmp", "pld.system.wait: cmp= takes pld.WaitCmp.Eq, pld.WaitCmp.Ge, got 1"),
+        ("store_dtype", "pld.tile.remote_store of a pl.INT32 tile into a pl.FP32 window"),
+        ("reduce_scatter_max", "pld.tensor.reduce_scatter supports only ReduceOp.Sum, got ReduceOp.Max"),
+        ("world_size", "pld.world_size() is host-only; in a kernel use pld.nranks(pld.get_comm_ctx(window))"),
+        (
+            "oob",
+            "pld.tile.remote_load window [32, 96) on axis 1 is out of bounds for the dimension 64 of [1, 64]",
+        ),
+        ("valid", "pld.tile.remote_load valid_shape takes one static int per tile axis"),
+        ("pipeline", "pld.tensor.put pipeline=True requires both chunk_rows > 0 and chunk_cols > 0"),
+        ("alloc", "pld.alloc_window_buffer is called in an @pl.orchestration body"),
+        ("gather_self", "pld.tensor.allgather: local_data and target must be different windows"),
+    ],
+)
 def test_kernel_refusals(body: str, expected: str) -> None:
     @pl.kernel
-    def k(x: pl.Tensor[[1, SIZE], pl.INT32], data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
-          sig: pl.InOut[pld.DistributedTensor[[2, 1], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[1, SIZE], pl.INT32],
+        data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+        sig: pl.InOut[pld.DistributedTensor[[2, 1], pl.INT32]],
+    ):
         if body == "notify_fp32":
             pld.system.notify(data, 0, [0, 0], 1, op=pld.NotifyOp.Set)
         elif body == "notify_offsets":
@@ -110,7 +123,9 @@ def test_kernel_refusals(body: str, expected: str) -> None:
         elif body == "oob":
             pld.tile.remote_load(data, 1, [0, 32], [1, SIZE])
         elif body == "valid":
-            pld.tile.remote_load(data, 1, [0, 0], [1, SIZE], valid_shape=[1, pld.rank(pld.get_comm_ctx(data))])
+            pld.tile.remote_load(
+                data, 1, [0, 0], [1, SIZE], valid_shape=[1, pld.rank(pld.get_comm_ctx(data))]
+            )
         elif body == "pipeline":
             pld.tensor.put(data, 1, data, pipeline=True)
         elif body == "alloc":
@@ -126,8 +141,10 @@ def test_atomic_add_needs_a_hardware_atomic_dtype() -> None:
     def k(x: pl.Tensor[[1, 32], pl.UINT8], data: pl.InOut[pld.DistributedTensor[[1, 32], pl.UINT8]]):
         pld.tile.remote_store(pl.load(x, [0, 0], [1, 32]), data, 1, [0, 0], atomic=pld.AtomicType.Add)
 
-    assert ("pld.tile.remote_store atomic=AtomicType.Add needs a f32/bf16/f16/i32/i16/i8 window, got pl.UINT8"
-            in _lower_error(k))
+    assert (
+        "pld.tile.remote_store atomic=AtomicType.Add needs a f32/bf16/f16/i32/i16/i8 window, got pl.UINT8"
+        in _lower_error(k)
+    )
 
 
 def test_orchestration_side_refusals() -> None:
@@ -143,7 +160,9 @@ def test_orchestration_side_refusals() -> None:
 
     with pytest.raises(CompileError) as ei:
         bytes_not_elements(np.zeros((2, 1, SIZE), np.float32), cluster=runtime.Cluster(2))
-    assert "pld.window(sig, [2, 1], dtype=pl.INT32) needs 8 bytes; the buffer has 2 bytes per rank" in str(ei.value)
+    assert "pld.window(sig, [2, 1], dtype=pl.INT32) needs 8 bytes; the buffer has 2 bytes per rank" in str(
+        ei.value
+    )
     assert "alloc_window_buffer's size is in bytes: use its shape form" in str(ei.value)
 
     @pl.orchestration
@@ -165,8 +184,10 @@ def test_a_window_goes_only_to_a_distributed_parameter() -> None:
         for r in range(2):
             plain(pld.window(buf, [1, SIZE], dtype=pl.FP32), y[r], device=r)
 
-    with pytest.raises(runtime.DispatchError, match="parameter 'x' got the window 'buf'; a window goes to a "
-                                                    "pld.DistributedTensor parameter"):
+    with pytest.raises(
+        runtime.DispatchError,
+        match="parameter 'x' got the window 'buf'; a window goes to a pld.DistributedTensor parameter",
+    ):
         prog(cluster=runtime.Cluster(2))
 
 
@@ -197,9 +218,13 @@ def test_instrumented_window_accesses_emit_the_plain_instructions() -> None:
 def test_remote_store_short_form_dispatches_and_tile_put_get_stage() -> None:
     """PyPTO: `pld.remote_store` is the tile form for a tile, `pld.tensor.remote_store` for a tensor;
     `pld.tile.put` / `get` take explicit Vec staging tiles."""
+
     @pl.kernel
-    def k(x: pl.Tensor[[1, SIZE], pl.FP32], data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
-          z: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[1, SIZE], pl.FP32],
+        data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+        z: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+    ):
         pld.remote_store(pl.load(x, [0, 0], [1, SIZE]), data, 1, [0, 0])
         pld.remote_store(x, data, 1, [0, 0], atomic=pld.AtomicType.Add)
         stage = pl.load(x, [0, 0], [1, SIZE])

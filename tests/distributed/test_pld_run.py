@@ -67,12 +67,20 @@ def test_set_where_atomic_add_was_needed_is_a_diagnosed_hang(line_of) -> None:
     msg = str(ei.value)
     site = f"{K.__file__}:{line_of(K.wait_for_all, 'COUNT-SITE')}"
     assert msg.startswith("rank 0: wait_for_all (")
-    assert "communication hang: every rank is blocked and none can proceed (on the device the program would hang here)" in msg
+    assert (
+        "communication hang: every rank is blocked and none can proceed (on the device the program would hang here)"
+        in msg
+    )
     notify_site = f"{K.__file__}:{line_of(K.set_one, 'pld.system.notify')}"
-    assert (f"  rank 0: waits at {site} for signal[0, 0] of window 'sig' to be >= 2 (WaitCmp.Ge); it holds 1; "
-            f"notified by rank 1 (Set 1 at {notify_site}), rank 2 (Set 1 at {notify_site}) - several ranks Set "
-            "this cell and the last Set wins: count them with NotifyOp.AtomicAdd\n") in msg
-    assert "  rank 1: finished (its kernels returned)" in msg and "  rank 2: finished (its kernels returned)" in msg
+    assert (
+        f"  rank 0: waits at {site} for signal[0, 0] of window 'sig' to be >= 2 (WaitCmp.Ge); it holds 1; "
+        f"notified by rank 1 (Set 1 at {notify_site}), rank 2 (Set 1 at {notify_site}) - several ranks Set "
+        "this cell and the last Set wins: count them with NotifyOp.AtomicAdd\n"
+    ) in msg
+    assert (
+        "  rank 1: finished (its kernels returned)" in msg
+        and "  rank 2: finished (its kernels returned)" in msg
+    )
     assert "help: every wait needs a notify on a peer" in msg
     assert isinstance(ei.value, runtime.DeviceError)
 
@@ -92,8 +100,10 @@ def test_every_rank_waiting_is_a_hang_naming_each_rank(line_of) -> None:
     site = f"{K.__file__}:{line_of(K.lonely_wait, 'HANG-SITE')}"
     msg = str(ei.value)
     for r in (0, 1):
-        assert (f"  rank {r}: waits at {site} for signal[{r}, 0] of window 'sig' to be == 1 (WaitCmp.Eq); "
-                "it holds 0; no rank notified it\n") in msg
+        assert (
+            f"  rank {r}: waits at {site} for signal[{r}, 0] of window 'sig' to be == 1 (WaitCmp.Eq); "
+            "it holds 0; no rank notified it\n"
+        ) in msg
 
 
 def test_a_hang_is_reported_within_a_bounded_time() -> None:
@@ -131,11 +141,14 @@ def test_remote_load_before_the_peer_staged_is_a_race(line_of) -> None:
             f"communication race on window 'buf' of rank 0, byte 0: rank 0's store into its own window at "
             f"{stage_site} and rank 1's remote_load at {read_site} are not ordered; no notify/wait chain (or "
             "collective) orders the two\nhelp: make rank 0 notify after its write and rank 1 wait for that notify "
-            "before its read (or put a pld.tensor.barrier between them)")
+            "before its read (or put a pld.tensor.barrier between them)"
+        )
 
 
 def test_a_window_parameter_refuses_a_host_array() -> None:
-    with pytest.raises(runtime.DispatchError, match="parameter 'data' is a pld.DistributedTensor: pass a window"):
+    with pytest.raises(
+        runtime.DispatchError, match="parameter 'data' is a pld.DistributedTensor: pass a window"
+    ):
         stage(ints((1, SIZE)), np.zeros((1, SIZE), np.float32))
     assert read_peer0 is not None and mesh_allreduce is not None
 
@@ -162,9 +175,13 @@ def test_pypto_barrier_and_remote_accumulate_with_one_armed_ifs(n: int) -> None:
 def test_a_rank_failing_on_its_own_is_named_as_the_cause() -> None:
     """Rank 1 faults (an out-of-bounds window from a runtime offset); rank 0, waiting for it, only reports
     that it stopped: the error raised is rank 1's."""
+
     @pl.kernel
-    def faulty(x: pl.Tensor[[4, SIZE], pl.FP32], off: pl.Scalar[pl.INT32],
-               signal: pl.InOut[pld.DistributedTensor[[2, 1], pl.INT32]]):
+    def faulty(
+        x: pl.Tensor[[4, SIZE], pl.FP32],
+        off: pl.Scalar[pl.INT32],
+        signal: pl.InOut[pld.DistributedTensor[[2, 1], pl.INT32]],
+    ):
         me = pld.rank(pld.get_comm_ctx(signal))
         t = pl.load(x, [off, 0], [1, SIZE])  # off = 9 on rank 1: outside x
         pld.system.notify(signal, 1 - me, [0, 0], 1, op=pld.NotifyOp.Set)
@@ -185,13 +202,19 @@ def test_a_rank_failing_on_its_own_is_named_as_the_cause() -> None:
 
 def test_pl_range_over_world_size_in_an_orchestration_body() -> None:
     """PyPTO's host idiom `for r in pl.range(pld.world_size()):` runs as a Python loop in an orchestration."""
+
     @pl.orchestration
     def prog(x: pl.Tensor[[2, 1, SIZE], pl.FP32], y: pl.Out[pl.Tensor[[2, 1, SIZE], pl.FP32]]):
         data_buf = pld.alloc_window_buffer([1, SIZE], dtype=pl.FP32)
         signal_buf = pld.alloc_window_buffer([2, 1], dtype=pl.INT32)
         for r in pl.range(pld.world_size()):
-            mesh_allreduce(x[r], y[r], pld.window(data_buf, [1, SIZE], dtype=pl.FP32),
-                           pld.window(signal_buf, [2, 1], dtype=pl.INT32), device=r)
+            mesh_allreduce(
+                x[r],
+                y[r],
+                pld.window(data_buf, [1, SIZE], dtype=pl.FP32),
+                pld.window(signal_buf, [2, 1], dtype=pl.INT32),
+                device=r,
+            )
 
     x = ints((2, 1, SIZE), seed=21)
     np.testing.assert_array_equal(prog(x, cluster=runtime.Cluster(2)), np.broadcast_to(x.sum(0), x.shape))
@@ -202,6 +225,7 @@ def test_pl_range_over_world_size_in_an_orchestration_body() -> None:
 def test_pl_range_in_a_kernel_traced_during_an_orchestration_body_stays_staged() -> None:
     """Only the body's own `pl.range` is a Python loop: a kernel traced while the body records (here
     by `k.lower()`) still stages its loops (tracing.in_trace must say that a trace is running)."""
+
     @pl.kernel
     def k(x: pl.Tensor[[4, 32], pl.INT32], y: pl.Out[pl.Tensor[[4, 32], pl.INT32]]):
         for i in pl.range(4):

@@ -52,8 +52,9 @@ def test_ranks_are_actors_and_shards_stay_resident(cluster):
     after = stats(cluster)
     assert [s["graphs"] for s in after] == [s["graphs"] for s in before]  # a graph is shipped once per actor
     # the shards stay resident: a second call uploads rank r's plane of x and nothing else
-    assert [(a["uploads"] - b["uploads"], a["upload_bytes"] - b["upload_bytes"]) for a, b in zip(after, before)
-            ] == [(1, x[r].nbytes) for r in range(RANKS)]
+    assert [
+        (a["uploads"] - b["uploads"], a["upload_bytes"] - b["upload_bytes"]) for a, b in zip(after, before)
+    ] == [(1, x[r].nbytes) for r in range(RANKS)]
     local = runtime.Cluster(RANKS)
     np.testing.assert_array_equal(one_mm(x, local.alloc_stacked_tensor(pack(wg))), y)
     cluster.free_stacked(wd)
@@ -95,8 +96,11 @@ def test_refused_program_sends_nothing_and_says_what_local_says(cluster):
     x, wg, _ = data(3)
 
     @pl.orchestration
-    def crossed(x: pl.Tensor[[RANKS, T, 64], pl.FP16], w: pl.Tensor[[RANKS, N, 64], pl.FP16, pl.NZ],
-                y: pl.Out[pl.Tensor[[RANKS, T, N], pl.FP32]]):
+    def crossed(
+        x: pl.Tensor[[RANKS, T, 64], pl.FP16],
+        w: pl.Tensor[[RANKS, N, 64], pl.FP16, pl.NZ],
+        y: pl.Out[pl.Tensor[[RANKS, T, N], pl.FP32]],
+    ):
         for r in range(RANKS):
             mm(x[r], w[RANKS - 1 - r], y[r], device=r)  # rank 0 given rank 1's shard
 
@@ -132,8 +136,10 @@ def test_error_on_one_rank_rolls_every_rank_back(cluster):
     x = np.arange(RANKS * 64 * 32, dtype=np.float32).reshape(RANKS, 64, 32)
     host = np.full((RANKS, 2, 16, 32), 5, np.float32)
     resident = cluster.alloc_stacked_tensor(host)
-    pattern = (r"^rank 1: window \(.*test_ray_cluster.py:\d+\): .*"
-               r"the window \[1000, 1016\) on axis 0 is out of bounds")
+    pattern = (
+        r"^rank 1: window \(.*test_ray_cluster.py:\d+\): .*"
+        r"the window \[1000, 1016\) on axis 0 is out of bounds"
+    )
     for out in (host, resident):
         with pytest.raises(DispatchError, match=pattern):
             prog(x, out, cluster=cluster)
@@ -141,7 +147,7 @@ def test_error_on_one_rank_rolls_every_rank_back(cluster):
     assert (cluster.copy_stacked_from(resident) == 5).all()  # rank 0 ran, its write was rolled back
     offsets[1] = 48
     prog(x, resident)
-    want = np.stack([x[r, o:o + 16] for r, o in enumerate(offsets)])
+    want = np.stack([x[r, o : o + 16] for r, o in enumerate(offsets)])
     np.testing.assert_array_equal(cluster.copy_stacked_from(resident)[:, 1], want)
     np.testing.assert_array_equal(cluster.copy_stacked_from(resident)[:, 0], 5)
     cluster.free_stacked(resident)
@@ -160,8 +166,11 @@ def test_dead_actor_fails_the_call_and_leaves_every_output_untouched(ray_session
         before = doomed.workers[0].copy_from(y_res[0])
         kill_and_wait(ray, doomed.actors[1])  # dead before the next call: not a race with ray.kill
         for out in (y_host, y_res):
-            with pytest.raises(DeviceError, match=r"^rank 1: the Ray actor of rank 1 is dead .*no output of this "
-                                                  r"call was changed.*make a new RayCluster"):
+            with pytest.raises(
+                DeviceError,
+                match=r"^rank 1: the Ray actor of rank 1 is dead .*no output of this "
+                r"call was changed.*make a new RayCluster",
+            ):
                 one_mm(x * 0, wd, out)
         assert (y_host == 3).all()
         np.testing.assert_array_equal(doomed.workers[0].copy_from(y_res[0]), before)  # rank 0: rolled back
@@ -171,7 +180,9 @@ def test_dead_actor_fails_the_call_and_leaves_every_output_untouched(ray_session
         xs = np.arange(2 * SIZE, dtype=np.float32).reshape(2, 1, SIZE)
         ys = np.full_like(xs, -1)
         t0 = time.monotonic()
-        with pytest.raises(DeviceError, match=r"^rank 1: the Ray actor of rank 1 is dead .*no output of this call"):
+        with pytest.raises(
+            DeviceError, match=r"^rank 1: the Ray actor of rank 1 is dead .*no output of this call"
+        ):
             run_mesh_allreduce(xs, ys, cluster=doomed)
         assert time.monotonic() - t0 < 30.0  # far below the comm world's no-progress timeout
         assert (ys == -1).all()
@@ -192,8 +203,11 @@ def test_views_of_remote_shards_are_offsets_in_the_actor(cluster):
     w = rng.choice(np.array([-1, 0, 1], np.float16), size=(RANKS, 3, N, 64))
 
     @pl.orchestration
-    def planes(x: pl.Tensor[[RANKS, 3, T, 64], pl.FP16], w: pl.Tensor[[RANKS, 3, N, 64], pl.FP16, pl.NZ],
-               y: pl.InOut[pl.Tensor[[RANKS, 3, T, N], pl.FP32]]):
+    def planes(
+        x: pl.Tensor[[RANKS, 3, T, 64], pl.FP16],
+        w: pl.Tensor[[RANKS, 3, N, 64], pl.FP16, pl.NZ],
+        y: pl.InOut[pl.Tensor[[RANKS, 3, T, N], pl.FP32]],
+    ):
         for r in range(RANKS):
             mm(x[r, 2], w[r, 2], y[r, 0], device=r)
             mm(x[r][1], pl.slice(w[r], [1, N, 64], [1, 0, 0])[0], y[r][1], device=r)

@@ -46,9 +46,12 @@ def test_allreduce_notify_wait_example_is_exact_and_diagnosed_as_locally(cluster
     store = f"{ex.__file__}:{line_of(ex.forgot_wait, 'pl.store(local')}"
     load = f"{ex.__file__}:{line_of(ex.forgot_wait, '# no wait')}"
     # both ranks store, then read the peer: which pair is caught first depends on timing, the words do not
-    assert race in {f"communication race on window 'data_buf' of rank {a}, byte 0: rank {a}'s store into its own "
-                    f"window at {store} and rank {1 - a}'s remote_load at {load} are not ordered; no notify/wait "
-                    "chain (or collective) orders the two" for a in (0, 1)}
+    assert race in {
+        f"communication race on window 'data_buf' of rank {a}, byte 0: rank {a}'s store into its own "
+        f"window at {store} and rank {1 - a}'s remote_load at {load} are not ordered; no notify/wait "
+        "chain (or collective) orders the two"
+        for a in (0, 1)
+    }
 
 
 def test_tp_moe_allreduce_example_is_exact(cluster, capsys):
@@ -99,8 +102,10 @@ def test_a_hang_is_the_local_report_within_bounded_time_and_writes_no_output(clu
         assert time.monotonic() - t0 < 10.0  # every rank blocked: found at once, not after the timeout
         assert str(ei.value) == str(local.value)
     site = f"{K.__file__}:{line_of(K.lonely_wait, 'HANG-SITE')}"
-    assert (f"  rank 1: waits at {site} for signal[1, 0] of window 'sig' to be == 1 (WaitCmp.Eq); "
-            "it holds 0; no rank notified it\n") in str(local.value)
+    assert (
+        f"  rank 1: waits at {site} for signal[1, 0] of window 'sig' to be == 1 (WaitCmp.Eq); "
+        "it holds 0; no rank notified it\n"
+    ) in str(local.value)
     assert (out == -1).all()  # outputs commit only when every rank succeeded
     np.testing.assert_array_equal(cluster.copy_stacked_from(resident), 7)
     cluster.free_stacked(resident)
@@ -118,19 +123,25 @@ def test_remote_load_before_the_peer_staged_is_the_local_race_report(cluster, li
         f"communication race on window 'buf' of rank 0, byte 0: rank 0's store into its own window at "
         f"{stage_site} and rank 1's remote_load at {read_site} are not ordered; no notify/wait chain (or "
         "collective) orders the two\nhelp: make rank 0 notify after its write and rank 1 wait for that notify "
-        "before its read (or put a pld.tensor.barrier between them)")
+        "before its read (or put a pld.tensor.barrier between them)"
+    )
 
 
 @pl.kernel
-def signal_only(data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
-                signal: pl.InOut[pld.DistributedTensor[[2, 1], pl.INT32]]):
+def signal_only(
+    data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+    signal: pl.InOut[pld.DistributedTensor[[2, 1], pl.INT32]],
+):
     """Rank 0 tells rank 1 its data is ready, but never stores it."""
     pld.system.notify(signal, 1, [0, 0], 1, op=pld.NotifyOp.Set)
 
 
 @pl.kernel
-def wait_then_read(data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
-                   signal: pl.InOut[pld.DistributedTensor[[2, 1], pl.INT32]], y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]]):
+def wait_then_read(
+    data: pl.InOut[pld.DistributedTensor[[1, SIZE], pl.FP32]],
+    signal: pl.InOut[pld.DistributedTensor[[2, 1], pl.INT32]],
+    y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]],
+):
     pld.system.wait(signal, [0, 0], 1, cmp=pld.WaitCmp.Ge)
     pl.store(pld.tile.remote_load(data, 0, [0, 0], [1, SIZE]), [0, 0], y)  # UNWRITTEN-SITE
 
@@ -140,7 +151,9 @@ def read_unstaged(y: pl.Out[pl.Tensor[[1, SIZE], pl.FP32]]):
     data = pld.alloc_window_buffer([1, SIZE], dtype=pl.FP32)
     sig = pld.alloc_window_buffer([2, 1], dtype=pl.INT32)
     signal_only(pld.window(data, [1, SIZE], dtype=pl.FP32), pld.window(sig, [2, 1], dtype=pl.INT32), device=0)
-    wait_then_read(pld.window(data, [1, SIZE], dtype=pl.FP32), pld.window(sig, [2, 1], dtype=pl.INT32), y, device=1)
+    wait_then_read(
+        pld.window(data, [1, SIZE], dtype=pl.FP32), pld.window(sig, [2, 1], dtype=pl.INT32), y, device=1
+    )
 
 
 def test_an_unwritten_window_read_warns_on_the_driver_as_locally(cluster, line_of):
@@ -152,15 +165,26 @@ def test_an_unwritten_window_read_warns_on_the_driver_as_locally(cluster, line_o
         np.testing.assert_array_equal(y, 0)  # the allocation's zeros
         said[type(where).__name__] = [str(w.message) for w in got if w.category is UnwrittenWindowReadWarning]
     site = f"{__file__}:{line_of(wait_then_read, 'UNWRITTEN-SITE')}"
-    assert said["RayCluster"] == said["Cluster"] == [
-        f"{site}: rank 1 remote_loads {4 * SIZE} bytes of window 'data' of rank 0 that no rank has written since "
-        "allocation (first: element (0, 0)); it reads the allocation's zeros - check that its offsets and shape "
-        "match what the peer stored"]
+    assert (
+        said["RayCluster"]
+        == said["Cluster"]
+        == [
+            f"{site}: rank 1 remote_loads {4 * SIZE} bytes of window 'data' of rank 0 that no rank has written since "
+            "allocation (first: element (0, 0)); it reads the allocation's zeros - check that its offsets and shape "
+            "match what the peer stored"
+        ]
+    )
 
 
 ROW, ALL = [1, SIZE], [2, SIZE]
-FORMS = {"allgather": (ROW, ALL, ALL), "reduce_scatter": (ALL, ROW, ALL), "all_to_all": (ALL, ALL, ALL),
-         "shift_by_store": (ROW, ROW, ROW), "atomic_sum": (ROW, ROW, ROW), "broadcast": (ROW, ROW, ROW)}
+FORMS = {
+    "allgather": (ROW, ALL, ALL),
+    "reduce_scatter": (ALL, ROW, ALL),
+    "all_to_all": (ALL, ALL, ALL),
+    "shift_by_store": (ROW, ROW, ROW),
+    "atomic_sum": (ROW, ROW, ROW),
+    "broadcast": (ROW, ROW, ROW),
+}
 
 
 @pytest.mark.parametrize("name", sorted(FORMS))

@@ -13,7 +13,9 @@ pytest.importorskip("ray")
 
 
 @pl.kernel
-def moving(x: pl.Tensor[[16, 256], pl.FP32], out: pl.InOut[pl.Tensor[[16, 320], pl.FP32]], step: pl.Scalar[pl.INDEX]):
+def moving(
+    x: pl.Tensor[[16, 256], pl.FP32], out: pl.InOut[pl.Tensor[[16, 320], pl.FP32]], step: pl.Scalar[pl.INDEX]
+):
     for lane in pl.spmd(4):
         t = pl.load(x, [0, lane * 64], [16, 64])
         pl.store(t + t, [0, lane * step], out)

@@ -44,8 +44,11 @@ def _check(got, x, w, np_dtype):
 
 def _single(M, K, N, dtype, out_dtype):
     @pl.kernel
-    def k(x: pl.Tensor[[M, K], dtype], w: pl.Tensor[[N, K], dtype, pl.NZ],
-          out: pl.Out[pl.Tensor[[M, N], out_dtype]]):
+    def k(
+        x: pl.Tensor[[M, K], dtype],
+        w: pl.Tensor[[N, K], dtype, pl.NZ],
+        out: pl.Out[pl.Tensor[[M, N], out_dtype]],
+    ):
         out[:, :] = pl.matmul(x[:, :], w[:, :], b_trans=True)
 
     return k
@@ -53,12 +56,16 @@ def _single(M, K, N, dtype, out_dtype):
 
 def _k_loop(M, K, N, KT, dtype, out_dtype):
     """K in chunks: TMATMUL then TMATMUL_ACC in a pipelined loop carrying the M-row accumulator."""
+
     @pl.kernel
-    def k(x: pl.Tensor[[M, K], dtype], w: pl.Tensor[[N, K], dtype, pl.NZ],
-          out: pl.Out[pl.Tensor[[M, N], out_dtype]]):
+    def k(
+        x: pl.Tensor[[M, K], dtype],
+        w: pl.Tensor[[N, K], dtype, pl.NZ],
+        out: pl.Out[pl.Tensor[[M, N], out_dtype]],
+    ):
         acc = pl.matmul(x[:, 0:KT], w[:, 0:KT], b_trans=True)
         for k0 in pl.pipeline(KT, K, KT, stage=2):
-            acc = pl.matmul_acc(acc, x[:, k0:k0 + KT], w[:, k0:k0 + KT], b_trans=True)
+            acc = pl.matmul_acc(acc, x[:, k0 : k0 + KT], w[:, k0 : k0 + KT], b_trans=True)
         out[:, :] = acc
 
     return k
@@ -92,15 +99,19 @@ def test_rows_past_m_in_gm_are_untouched(M, dtype, np_dtype, out_dtype, np_out):
     K, N, R0, R = 64, 32, 8, 64
 
     @pl.kernel
-    def k(x: pl.Tensor[[M, K], dtype], w: pl.Tensor[[N, K], dtype, pl.NZ], out: pl.Out[pl.Tensor[[R, N], out_dtype]]):
-        out[R0:R0 + M, :] = pl.matmul(x[:, :], w[:, :], b_trans=True)
+    def k(
+        x: pl.Tensor[[M, K], dtype],
+        w: pl.Tensor[[N, K], dtype, pl.NZ],
+        out: pl.Out[pl.Tensor[[R, N], out_dtype]],
+    ):
+        out[R0 : R0 + M, :] = pl.matmul(x[:, :], w[:, :], b_trans=True)
 
     rng = np.random.default_rng(200 + M)
     x, w = _data(rng, (M, K), np_dtype), _data(rng, (N, K), np_dtype)
     out = np.full((R, N), SENTINEL, np_out)
     k(x, runtime.pack_nz(w), out)
-    _check(out[R0:R0 + M], x, w, np_dtype)
-    assert (out[:R0] == SENTINEL).all() and (out[R0 + M:] == SENTINEL).all()
+    _check(out[R0 : R0 + M], x, w, np_dtype)
+    assert (out[:R0] == SENTINEL).all() and (out[R0 + M :] == SENTINEL).all()
 
 
 @pytest.mark.parametrize("M", [1, 4, 15])
@@ -111,15 +122,20 @@ def test_grouped_spmd_decode(M, dtype, np_dtype, out_dtype, np_out):  # hw §3, 
     E, T, N, K, NT, KT = 3, 16, 64, 128, 32, 64
 
     @pl.kernel
-    def gmm(x: pl.Tensor[[E, M, K], dtype], w: pl.Tensor[[E, N, K], dtype, pl.NZ],
-            out: pl.Out[pl.Tensor[[E, T, N], out_dtype]]):
+    def gmm(
+        x: pl.Tensor[[E, M, K], dtype],
+        w: pl.Tensor[[E, N, K], dtype, pl.NZ],
+        out: pl.Out[pl.Tensor[[E, T, N], out_dtype]],
+    ):
         for lane in pl.spmd(E * (N // NT)):
             e = lane // (N // NT)
             n0 = (lane % (N // NT)) * NT
-            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
+            acc = pl.matmul(x[e, :, 0:KT], w[e, n0 : n0 + NT, 0:KT], b_trans=True)
             for k0 in pl.pipeline(KT, K, KT):
-                acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
-            out[e, 0:M, n0:n0 + NT] = acc
+                acc = pl.matmul_acc(
+                    acc, x[e, :, k0 : k0 + KT], w[e, n0 : n0 + NT, k0 : k0 + KT], b_trans=True
+                )
+            out[e, 0:M, n0 : n0 + NT] = acc
 
     rng = np.random.default_rng(300 + M)
     x, w = _data(rng, (E, M, K), np_dtype), _data(rng, (E, N, K), np_dtype)
@@ -137,7 +153,11 @@ def test_decode_accumulator_split_into_an_output_grid(M):  # NZ-22 output grid, 
     K, N = 64, 3072
 
     @pl.kernel
-    def k(x: pl.Tensor[[M, K], pl.BF16], w: pl.Tensor[[N, K], pl.BF16, pl.NZ], out: pl.Out[pl.Tensor[[M, N], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[M, K], pl.BF16],
+        w: pl.Tensor[[N, K], pl.BF16, pl.NZ],
+        out: pl.Out[pl.Tensor[[M, N], pl.FP32]],
+    ):
         out[:, :] = pl.matmul(x[:, :], w[:, :], b_trans=True)
 
     rng = np.random.default_rng(400 + M)
@@ -148,9 +168,13 @@ def test_decode_accumulator_split_into_an_output_grid(M):  # NZ-22 output grid, 
 def test_explicit_mat_load_with_partial_valid_rows():  # hw §3 ND2NZ validRow, §6 TMATMUL m = Left.validRow
     """A 16-row ND window loaded into Mat with valid_shape [4, K]: the load writes 4 rows, the mad
     computes m = 4 rows and the store writes those 4 only (rows 4.. of `out` keep their bytes)."""
+
     @pl.kernel
-    def k(x: pl.Tensor[[16, 64], pl.FP16], w: pl.Tensor[[32, 64], pl.FP16, pl.NZ],
-          out: pl.Out[pl.Tensor[[16, 32], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[16, 64], pl.FP16],
+        w: pl.Tensor[[32, 64], pl.FP16, pl.NZ],
+        out: pl.Out[pl.Tensor[[16, 32], pl.FP32]],
+    ):
         xt = pl.load(x, [0, 0], [16, 64], target_memory=pl.Mem.Mat, valid_shape=[4, 64])
         wt = pl.load(w, [0, 0], [32, 64], target_memory=pl.Mem.Mat)
         pl.store(pl.matmul(xt, wt, b_trans=True), [0, 0], out)

@@ -17,8 +17,11 @@ def make():
     """A fresh kernel (own cache) with two Out parameters."""
 
     @pl.kernel
-    def twice(x: pl.Tensor[[16, 32], pl.INT32], o1: pl.Out[pl.Tensor[[16, 32], pl.INT32]],
-              o2: pl.Out[pl.Tensor[[16, 32], pl.INT32]]):
+    def twice(
+        x: pl.Tensor[[16, 32], pl.INT32],
+        o1: pl.Out[pl.Tensor[[16, 32], pl.INT32]],
+        o2: pl.Out[pl.Tensor[[16, 32], pl.INT32]],
+    ):
         t = pl.load(x, [0, 0], [16, 32])
         pl.store(t, [0, 0], o1)
         pl.store(t + t, [0, 0], o2)
@@ -143,13 +146,17 @@ def test_scalar_argument_outside_its_width_is_refused():
     from nzjit import pl
 
     @pl.kernel
-    def shift(x: pl.Tensor[[16, 32], pl.FP32], s: pl.Scalar[pl.INT32], out: pl.Out[pl.Tensor[[16, 32], pl.FP32]]):
+    def shift(
+        x: pl.Tensor[[16, 32], pl.FP32], s: pl.Scalar[pl.INT32], out: pl.Out[pl.Tensor[[16, 32], pl.FP32]]
+    ):
         t = pl.load(x, [0, 0], [16, 32])
         pl.store(t, [0, 0], out)
 
     x = np.zeros((16, 32), np.float32)
     out = np.full((16, 32), 7, np.float32)
-    with pytest.raises(runtime.DispatchError, match=r"INT32: 4294967299 is outside \[-2147483648, 2147483647\]"):
+    with pytest.raises(
+        runtime.DispatchError, match=r"INT32: 4294967299 is outside \[-2147483648, 2147483647\]"
+    ):
         shift(x, 2**32 + 3, out)
     assert (out == 7).all()
     shift(x, -(2**31), out)  # the bounds themselves fit

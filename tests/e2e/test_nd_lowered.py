@@ -10,8 +10,15 @@ import nzjit
 from nzjit import pl
 from nzjit.core.ir import Graph
 
-PASSES = ["ConvertTensorToTileOps", "LowerCompositeOps", "FlattenTileNdTo2D", "BlockNzTensorViews",
-          "LegalizeTileCast", "AutoTileMatmulL0", "MaterializeTensorStrides"]
+PASSES = [
+    "ConvertTensorToTileOps",
+    "LowerCompositeOps",
+    "FlattenTileNdTo2D",
+    "BlockNzTensorViews",
+    "LegalizeTileCast",
+    "AutoTileMatmulL0",
+    "MaterializeTensorStrides",
+]
 M, K, N = 64, 256, 128
 RNG = np.random.default_rng(11)
 XI = RNG.integers(-128, 128, (M, K), dtype=np.int8)
@@ -20,14 +27,15 @@ REF = XI.astype(np.int32) @ WI.astype(np.int32).T
 
 
 @pl.kernel
-def tensor_mm(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[N, K], pl.INT8],
-              out: pl.Out[pl.Tensor[[M, N], pl.INT32]]):
+def tensor_mm(
+    x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[N, K], pl.INT8], out: pl.Out[pl.Tensor[[M, N], pl.INT32]]
+):
     for nb in pl.spmd(2):
         n0 = nb * 64
-        acc = pl.matmul(x[:, 0:128], w[n0:n0 + 64, 0:128], b_trans=True)
+        acc = pl.matmul(x[:, 0:128], w[n0 : n0 + 64, 0:128], b_trans=True)
         for k0 in pl.pipeline(128, K, 128):
-            acc = pl.matmul_acc(acc, x[:, k0:k0 + 128], w[n0:n0 + 64, k0:k0 + 128], b_trans=True)
-        out[:, n0:n0 + 64] = acc
+            acc = pl.matmul_acc(acc, x[:, k0 : k0 + 128], w[n0 : n0 + 64, k0 : k0 + 128], b_trans=True)
+        out[:, n0 : n0 + 64] = acc
 
 
 @pl.kernel
@@ -121,7 +129,7 @@ def test_scalar_values_do_not_retrace():
 
     x = RNG.standard_normal((64, 64)).astype(np.float32)
     for r in (0, 16, 48):
-        np.testing.assert_array_equal(k(x, r), x[r:r + 16])
+        np.testing.assert_array_equal(k(x, r), x[r : r + 16])
     assert len(traces) == 1
 
 
@@ -139,8 +147,11 @@ def test_a_vec_tile_over_capacity_is_a_clear_compile_error_on_call():
 
 def test_a_dynamic_dimension_is_compiled_once_for_every_extent():
     @pl.kernel
-    def k(x: pl.Tensor[[pl.dynamic("M"), 64], pl.FP32], n: pl.Scalar[pl.INDEX],
-          out: pl.Out[pl.Tensor[[pl.dynamic("M"), 64], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[pl.dynamic("M"), 64], pl.FP32],
+        n: pl.Scalar[pl.INDEX],
+        out: pl.Out[pl.Tensor[[pl.dynamic("M"), 64], pl.FP32]],
+    ):
         for i in pl.range(n):
             pl.store(pl.exp(pl.load(x, [i * 16, 0], [16, 64])), [i * 16, 0], out)
 

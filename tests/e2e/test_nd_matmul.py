@@ -32,7 +32,9 @@ def make_kernels(dt, acc_dt):
     """The same SPMD + pipelined-K matmul, tile level and tensor level."""
 
     @pl.kernel
-    def tile_level(x: pl.Tensor[[M, K], dt], w: pl.Tensor[[N, K], dt], out: pl.Out[pl.Tensor[[M, N], acc_dt]]):
+    def tile_level(
+        x: pl.Tensor[[M, K], dt], w: pl.Tensor[[N, K], dt], out: pl.Out[pl.Tensor[[M, N], acc_dt]]
+    ):
         for nb in pl.spmd(N // NB):
             n0 = nb * NB
             xt = pl.load(x, [0, 0], [M, KB], target_memory=pl.Mem.Mat)
@@ -45,13 +47,15 @@ def make_kernels(dt, acc_dt):
             pl.store(acc, [0, n0], out)
 
     @pl.kernel
-    def tensor_level(x: pl.Tensor[[M, K], dt], w: pl.Tensor[[N, K], dt], out: pl.Out[pl.Tensor[[M, N], acc_dt]]):
+    def tensor_level(
+        x: pl.Tensor[[M, K], dt], w: pl.Tensor[[N, K], dt], out: pl.Out[pl.Tensor[[M, N], acc_dt]]
+    ):
         for nb in pl.spmd(N // NB):
             n0 = nb * NB
-            acc = pl.matmul(x[:, 0:KB], w[n0:n0 + NB, 0:KB], b_trans=True)
+            acc = pl.matmul(x[:, 0:KB], w[n0 : n0 + NB, 0:KB], b_trans=True)
             for k0 in pl.pipeline(KB, K, KB):
-                acc = pl.matmul_acc(acc, x[:, k0:k0 + KB], w[n0:n0 + NB, k0:k0 + KB], b_trans=True)
-            out[:, n0:n0 + NB] = acc
+                acc = pl.matmul_acc(acc, x[:, k0 : k0 + KB], w[n0 : n0 + NB, k0 : k0 + KB], b_trans=True)
+            out[:, n0 : n0 + NB] = acc
 
     return tile_level, tensor_level
 
@@ -59,7 +63,10 @@ def make_kernels(dt, acc_dt):
 def operands(np_dt, shape_a, shape_b, seed=0):
     rng = np.random.default_rng(seed)
     if np_dt == np.int8:
-        return (rng.integers(-128, 128, shape_a, dtype=np.int8), rng.integers(-128, 128, shape_b, dtype=np.int8))
+        return (
+            rng.integers(-128, 128, shape_a, dtype=np.int8),
+            rng.integers(-128, 128, shape_b, dtype=np.int8),
+        )
     return (rng.standard_normal(shape_a).astype(np_dt), rng.standard_normal(shape_b).astype(np_dt))
 
 
@@ -99,8 +106,11 @@ def test_the_pipelined_loop_carries_acc_in_both_forms():
 
 def test_int8_64x512_by_512x256_chunks_k_to_fit_l0():
     @pl.kernel
-    def mm(x: pl.Tensor[[64, 512], pl.INT8], w: pl.Tensor[[512, 256], pl.INT8],
-           out: pl.Out[pl.Tensor[[64, 256], pl.INT32]]):
+    def mm(
+        x: pl.Tensor[[64, 512], pl.INT8],
+        w: pl.Tensor[[512, 256], pl.INT8],
+        out: pl.Out[pl.Tensor[[64, 256], pl.INT32]],
+    ):
         out[:, :] = pl.matmul(x, w)
 
     x, w = operands(np.int8, (64, 512), (512, 256), seed=3)
@@ -119,8 +129,11 @@ def test_an_accumulator_bigger_than_l0c_stored_to_nd_is_split_and_exact():
     MM, KK, NN = 128, 64, 512  # 128 x 512 int32 = 256 KiB > 128 KiB of L0C
 
     @pl.kernel
-    def big(x: pl.Tensor[[MM, KK], pl.INT8], w: pl.Tensor[[NN, KK], pl.INT8],
-            out: pl.Out[pl.Tensor[[MM, NN], pl.INT32]]):
+    def big(
+        x: pl.Tensor[[MM, KK], pl.INT8],
+        w: pl.Tensor[[NN, KK], pl.INT8],
+        out: pl.Out[pl.Tensor[[MM, NN], pl.INT32]],
+    ):
         xt = pl.load(x, [0, 0], [MM, KK], target_memory=pl.Mem.Mat)
         wt = pl.load(w, [0, 0], [NN, KK], target_memory=pl.Mem.Mat)
         pl.store(pl.matmul(xt, wt, b_trans=True), [0, 0], out)
@@ -128,7 +141,12 @@ def test_an_accumulator_bigger_than_l0c_stored_to_nd_is_split_and_exact():
     x, w = operands(np.int8, (MM, KK), (NN, KK), seed=4)
     check(big(x, w), x, w, np.int8)
     g = big.lower().ir("AutoTileMatmulL0")
-    accs = [v.type for e in g.walk() for v in e.outputs if isinstance(v.type, TileType) and v.type.memory is Mem.Acc]
+    accs = [
+        v.type
+        for e in g.walk()
+        for v in e.outputs
+        if isinstance(v.type, TileType) and v.type.memory is Mem.Acc
+    ]
     assert len(accs) >= 2 and all(t.nbytes <= 128 * 1024 for t in accs)  # an M/N grid of blocks
     stores = [e for e in g.walk() if e.primitive is P.tile_store_p]
     assert len(stores) >= 2
@@ -138,13 +156,23 @@ def test_a_carried_accumulator_that_cannot_fit_l0c_is_refused():
     MM, NN = 128, 512  # 256 KiB: a carried Acc tile cannot be split into blocks
 
     @pl.kernel
-    def carried(x: pl.Tensor[[MM, 128], pl.INT8], w: pl.Tensor[[NN, 128], pl.INT8],
-                out: pl.Out[pl.Tensor[[MM, NN], pl.INT32]]):
-        acc = pl.matmul(pl.load(x, [0, 0], [MM, 64], target_memory=pl.Mem.Mat),
-                        pl.load(w, [0, 0], [NN, 64], target_memory=pl.Mem.Mat), b_trans=True)
+    def carried(
+        x: pl.Tensor[[MM, 128], pl.INT8],
+        w: pl.Tensor[[NN, 128], pl.INT8],
+        out: pl.Out[pl.Tensor[[MM, NN], pl.INT32]],
+    ):
+        acc = pl.matmul(
+            pl.load(x, [0, 0], [MM, 64], target_memory=pl.Mem.Mat),
+            pl.load(w, [0, 0], [NN, 64], target_memory=pl.Mem.Mat),
+            b_trans=True,
+        )
         for k0 in pl.range(64, 128, 64):
-            acc = pl.matmul_acc(acc, pl.load(x, [0, k0], [MM, 64], target_memory=pl.Mem.Mat),
-                                pl.load(w, [0, k0], [NN, 64], target_memory=pl.Mem.Mat), b_trans=True)
+            acc = pl.matmul_acc(
+                acc,
+                pl.load(x, [0, k0], [MM, 64], target_memory=pl.Mem.Mat),
+                pl.load(w, [0, k0], [NN, 64], target_memory=pl.Mem.Mat),
+                b_trans=True,
+            )
         pl.store(acc, [0, 0], out)
 
     with pytest.raises(nzjit.CompileError) as ei:
@@ -159,13 +187,16 @@ def test_bf16_tensor_level_with_int_and_traced_indexing():
     E, T, KK, NN = 2, 32, 128, 64
 
     @pl.kernel
-    def experts(x: pl.Tensor[[E, T, KK], pl.BF16], w: pl.Tensor[[E, NN, KK], pl.BF16],
-                out: pl.Out[pl.Tensor[[E, T, NN], pl.FP32]]):
+    def experts(
+        x: pl.Tensor[[E, T, KK], pl.BF16],
+        w: pl.Tensor[[E, NN, KK], pl.BF16],
+        out: pl.Out[pl.Tensor[[E, T, NN], pl.FP32]],
+    ):
         for e in pl.spmd(E):
             xe = x[e]  # a traced integer drops the axis
             acc = pl.matmul(xe[:, 0:64], w[e, :, 0:64], b_trans=True)
             for k0 in pl.pipeline(64, KK, 64):
-                acc = pl.matmul_acc(acc, xe[:, k0:k0 + 64], w[e, 0:NN, k0:k0 + 64], b_trans=True)
+                acc = pl.matmul_acc(acc, xe[:, k0 : k0 + 64], w[e, 0:NN, k0 : k0 + 64], b_trans=True)
             out[e, :, :] = acc
 
     x, w = operands(ml_dtypes.bfloat16, (E, T, KK), (E, NN, KK), seed=5)

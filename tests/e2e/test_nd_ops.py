@@ -12,8 +12,12 @@ RNG = np.random.default_rng(7)
 
 def test_vec_elementwise_and_cast():
     @pl.kernel
-    def k(x: pl.Tensor[[32, 64], pl.FP32], y: pl.Tensor[[32, 64], pl.FP32],
-          o: pl.Out[pl.Tensor[[32, 64], pl.FP32]], h: pl.Out[pl.Tensor[[32, 64], pl.FP16]]):
+    def k(
+        x: pl.Tensor[[32, 64], pl.FP32],
+        y: pl.Tensor[[32, 64], pl.FP32],
+        o: pl.Out[pl.Tensor[[32, 64], pl.FP32]],
+        h: pl.Out[pl.Tensor[[32, 64], pl.FP16]],
+    ):
         for r in pl.range(2):
             xt = pl.load(x, [r * 16, 0], [16, 64])
             yt = pl.load(y, [r * 16, 0], [16, 64], target_memory=pl.Mem.Vec)
@@ -45,9 +49,15 @@ def test_tile_matmul_forms_agree():
     M, K, N = 32, 64, 48
 
     @pl.kernel
-    def k(a: pl.Tensor[[M, K], pl.FP16], b: pl.Tensor[[K, N], pl.FP16], bt: pl.Tensor[[N, K], pl.FP16],
-          o1: pl.Out[pl.Tensor[[M, N], pl.FP32]], o2: pl.Out[pl.Tensor[[M, N], pl.FP32]],
-          o3: pl.Out[pl.Tensor[[M, N], pl.FP32]], o4: pl.Out[pl.Tensor[[M, N], pl.FP32]]):
+    def k(
+        a: pl.Tensor[[M, K], pl.FP16],
+        b: pl.Tensor[[K, N], pl.FP16],
+        bt: pl.Tensor[[N, K], pl.FP16],
+        o1: pl.Out[pl.Tensor[[M, N], pl.FP32]],
+        o2: pl.Out[pl.Tensor[[M, N], pl.FP32]],
+        o3: pl.Out[pl.Tensor[[M, N], pl.FP32]],
+        o4: pl.Out[pl.Tensor[[M, N], pl.FP32]],
+    ):
         at = pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat)
         bm = pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat)
         btm = pl.load(bt, [0, 0], [N, K], target_memory=pl.Mem.Mat)
@@ -72,14 +82,14 @@ def test_tile_matmul_forms_agree():
 def test_tensor_slices_full_axes_pl_slice_and_reshape():
     @pl.kernel
     def k(x: pl.Tensor[[4, 32, 64], pl.FP32], o: pl.Out[pl.Tensor[[4, 16, 64], pl.FP32]]):
-        a = x[2, 8:24, :]                              # integer + window + full axis
+        a = x[2, 8:24, :]  # integer + window + full axis
         pl.store(pl.load(a, [0, 0], [16, 64]), [0, 0, 0], o)
-        s = pl.slice(x, [1, 16, 64], [3, 16, 0])      # shape before offsets
+        s = pl.slice(x, [1, 16, 64], [3, 16, 0])  # shape before offsets
         pl.store(pl.load(s, [0, 0, 0], [1, 16, 64]), [1, 0, 0], o)
         r = pl.reshape(x, [128, 64])
         pl.store(pl.load(r, [40, 0], [16, 64]), [2, 0, 0], o)
         for e in pl.spmd(2):
-            row = x[e + 1]                            # a traced integer drops the axis
+            row = x[e + 1]  # a traced integer drops the axis
             t = pl.load(row[0:16, 0:32], [0, 0], [16, 32])
             pl.store(t, [3, 0, e * 32], o)
 
@@ -93,8 +103,11 @@ def test_tensor_slices_full_axes_pl_slice_and_reshape():
 
 def test_tensor_matmul_and_assignment_into_windows():
     @pl.kernel
-    def k(x: pl.Tensor[[32, 64], pl.INT8], w: pl.Tensor[[64, 64], pl.INT8],
-          out: pl.Out[pl.Tensor[[64, 64], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[32, 64], pl.INT8],
+        w: pl.Tensor[[64, 64], pl.INT8],
+        out: pl.Out[pl.Tensor[[64, 64], pl.INT32]],
+    ):
         out[0:32, 0:32] = pl.matmul(x, w[0:32, :], b_trans=True)
         out[32:64, 32:64] = pl.matmul(x, w[32:64, :], b_trans=True)
         out[32:64, 0:32] = pl.matmul(x[:, 0:32], w[0:32, 32:64], b_trans=True)
@@ -112,8 +125,11 @@ def test_tensor_matmul_and_assignment_into_windows():
 
 def test_tensor_view_and_reinterpret_view_on_nd():
     @pl.kernel
-    def k(x: pl.Tensor[[64, 64], pl.INT8], a: pl.Out[pl.Tensor[[32, 128], pl.INT8]],
-          b: pl.Out[pl.Tensor[[64, 16], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[64, 64], pl.INT8],
+        a: pl.Out[pl.Tensor[[32, 128], pl.INT8]],
+        b: pl.Out[pl.Tensor[[64, 16], pl.INT32]],
+    ):
         v = pl.tensor.view(x, [32, 128])
         pl.store(pl.load(v, [0, 0], [32, 128]), [0, 0], a)
         u = pl.tensor.reinterpret_view(x, pl.INT32)
@@ -134,8 +150,8 @@ def test_partial_vec_load_with_valid_shape(valid):
     x = RNG.standard_normal((40, 64)).astype(np.float32)
     o = np.zeros((40, 64), np.float32)
     k(x, o)
-    np.testing.assert_array_equal(o[16:16 + valid], x[16:16 + valid])
-    assert not o[:16].any() and not o[16 + valid:].any()
+    np.testing.assert_array_equal(o[16 : 16 + valid], x[16 : 16 + valid])
+    assert not o[:16].any() and not o[16 + valid :].any()
 
 
 def test_assigning_vec_tiles_into_windows_whose_bounds_are_recomputed():
@@ -143,8 +159,8 @@ def test_assigning_vec_tiles_into_windows_whose_bounds_are_recomputed():
     def k(x: pl.Tensor[[32, 64], pl.FP32], out: pl.Out[pl.Tensor[[2, 32, 64], pl.FP32]]):
         for i in pl.range(2):
             # start and stop are separate expressions; their difference is still the static 16
-            out[1, i * 16:i * 16 + 16, :] = pl.exp(pl.load(x, [i * 16, 0], [16, 64]))
-        out[np.int64(0), 0:np.int32(16), 0:64] = pl.load(x, [16, 0], [16, 64])
+            out[1, i * 16 : i * 16 + 16, :] = pl.exp(pl.load(x, [i * 16, 0], [16, 64]))
+        out[np.int64(0), 0 : np.int32(16), 0:64] = pl.load(x, [16, 0], [16, 64])
 
     x = RNG.standard_normal((32, 64)).astype(np.float32)
     o = k(x)

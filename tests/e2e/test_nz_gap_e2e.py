@@ -31,8 +31,11 @@ def _tile_probe(R, C, TR, r0, valid=None):
     """out = I @ load(w, [r0, 0], [TR, C])^T: the loaded Mat tile, transposed, exactly."""
 
     @pl.kernel
-    def k(eye: pl.Tensor[[C, C], pl.INT8], w: pl.Tensor[[R, C], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[C, TR], pl.INT32]]):
+    def k(
+        eye: pl.Tensor[[C, C], pl.INT8],
+        w: pl.Tensor[[R, C], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[C, TR], pl.INT32]],
+    ):
         wt = pl.load(w, [r0, 0], [TR, C], target_memory=pl.Mem.Mat, valid_shape=valid)
         et = pl.load(eye, [0, 0], [C, C], target_memory=pl.Mem.Mat)
         pl.store(pl.matmul(et, wt, b_trans=True), [0, 0], out)
@@ -49,7 +52,7 @@ def _device_tile(packed, r0, TR, C):
     tile = np.empty((TR, C), np.int8)
     for kb in range(C // 32):
         start = r0 * 32 + kb * (TR + gap16) * 32  # burst kb
-        tile[:, kb * 32:(kb + 1) * 32] = gm[start:start + TR * 32].view(np.int8).reshape(TR, 32)
+        tile[:, kb * 32 : (kb + 1) * 32] = gm[start : start + TR * 32].view(np.int8).reshape(TR, 32)
     return tile
 
 
@@ -71,11 +74,11 @@ def test_without_the_guard_the_device_reads_the_wrong_fractals(weight, r0):  # N
     with pytest.raises(CompileError, match="NZ-25"):  # outside the bypass: the guard's refusal
         k(eye, packed)
     np.testing.assert_array_equal(tile, _device_tile(packed, r0, 16, 64))  # what the device does
-    np.testing.assert_array_equal(tile[:, :32], w[r0:r0 + 16, :32])  # column block 0: right
-    assert not np.array_equal(tile[:, 32:], w[r0:r0 + 16, 32:])  # column block 1: wrong fractal
+    np.testing.assert_array_equal(tile[:, :32], w[r0 : r0 + 16, :32])  # column block 0: right
+    assert not np.array_equal(tile[:, 32:], w[r0 : r0 + 16, 32:])  # column block 1: wrong fractal
     # the wrong fractal is 65536 rows (2 MiB) back: rows r0+16.. of the stream, i.e. of block 0 or,
     # at the end of block 0, the first rows of block 1
-    wrong = w[r0 + 16:r0 + 32, :32] if r0 + 32 <= R_WRAP else w[0:16, 32:]
+    wrong = w[r0 + 16 : r0 + 32, :32] if r0 + 32 <= R_WRAP else w[0:16, 32:]
     np.testing.assert_array_equal(tile[:, 32:], wrong)
 
 
@@ -103,8 +106,11 @@ def test_static_partial_load_reads_only_the_valid_rows():  # §7 valid_shape, NZ
     R, K, M = 800, 64, 16
 
     @pl.kernel
-    def k(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[R, K], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[M, 256], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[M, K], pl.INT8],
+        w: pl.Tensor[[R, K], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[M, 256], pl.INT32]],
+    ):
         # the tile window [768, 1024) overhangs the tensor: only the 32 valid rows exist
         wt = pl.load(w, [768, 0], [256, K], target_memory=pl.Mem.Mat, valid_shape=[32, K])
         xt = pl.load(x, [0, 0], [M, K], target_memory=pl.Mem.Mat)
@@ -123,8 +129,11 @@ def test_partial_columns():  # §7 valid_shape, NZ-26: fewer column blocks; hw �
     R, K, M = 64, 128, 16
 
     @pl.kernel
-    def k(x: pl.Tensor[[M, 64], pl.FP16], w: pl.Tensor[[R, K], pl.FP16, pl.NZ],
-          out: pl.Out[pl.Tensor[[M, 32], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[M, 64], pl.FP16],
+        w: pl.Tensor[[R, K], pl.FP16, pl.NZ],
+        out: pl.Out[pl.Tensor[[M, 32], pl.FP32]],
+    ):
         wt = pl.load(w, [32, 32], [32, 64], target_memory=pl.Mem.Mat, valid_shape=[32, 48])
         xt = pl.load(x, [0, 0], [M, 64], target_memory=pl.Mem.Mat, valid_shape=[M, 48])
         pl.store(pl.matmul(xt, wt, b_trans=True), [0, 0], out)
@@ -144,8 +153,11 @@ def test_ragged_tail():  # §7 dynamic valid_shape[-2] provably a multiple of 16
     N, K, M, T = 800, 128, 16, 256
 
     @pl.kernel
-    def k(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[N, K], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[M, 1024], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[M, K], pl.INT8],
+        w: pl.Tensor[[N, K], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[M, 1024], pl.INT32]],
+    ):
         xt = pl.load(x, [0, 0], [M, K], target_memory=pl.Mem.Mat)
         for ob in pl.range(4):
             o0 = ob * T

@@ -19,7 +19,9 @@ from nzjit.driver import Lowered
 
 RNG = np.random.default_rng(20261129)
 DTYPES = {  # pl dtype -> (numpy dtype, accumulator pl dtype)
-    pl.INT8: (np.int8, pl.INT32), pl.FP16: (np.float16, pl.FP32), pl.FP32: (np.float32, pl.FP32),
+    pl.INT8: (np.int8, pl.INT32),
+    pl.FP16: (np.float16, pl.FP32),
+    pl.FP32: (np.float32, pl.FP32),
 }
 
 
@@ -42,8 +44,11 @@ def _window_kernel(M, wshape, woffs, wwin, dtype=pl.INT8, xoff=0):
     acc = DTYPES[dtype][1]
 
     @pl.kernel
-    def k(x: pl.Tensor[[M, K], dtype], w: pl.Tensor[list(wshape), dtype, pl.NZ],
-          out: pl.Out[pl.Tensor[[M, TN], acc]]):
+    def k(
+        x: pl.Tensor[[M, K], dtype],
+        w: pl.Tensor[list(wshape), dtype, pl.NZ],
+        out: pl.Out[pl.Tensor[[M, TN], acc]],
+    ):
         wt = pl.load(w, list(woffs), list(wwin), target_memory=pl.Mem.Mat)
         xt = pl.load(x, [0, xoff], [M, TK], target_memory=pl.Mem.Mat)
         pl.store(pl.matmul(xt, wt, b_trans=True), [0, 0], out)
@@ -65,7 +70,7 @@ def test_n_sliced_load_reads_a_row_fractal_offset(dtype):  # NZ-12: n0 -> n0 / 1
     N, K, n0, TN = 512, 256, 272, 128
     x, w = _data((32, K), dtype), _data((N, K), dtype)
     out = _window_kernel(32, [N, K], [n0, 0], [TN, K], dtype)(x, runtime.pack_nz(w))
-    np.testing.assert_array_equal(out, _ref(x, w[n0:n0 + TN]))
+    np.testing.assert_array_equal(out, _ref(x, w[n0 : n0 + TN]))
 
 
 @pytest.mark.parametrize("dtype", [pl.INT8, pl.FP16, pl.FP32], ids=lambda d: d.name)
@@ -74,15 +79,18 @@ def test_k_sliced_load_reads_a_c0_block_offset(dtype):  # NZ-12: k0 -> k0 / c0
     k0 = 512 + {pl.INT8: 32, pl.FP16: 16, pl.FP32: 8}[dtype] * 2  # an odd-looking but aligned block
     x, w = _data((32, K), dtype), _data((N, K), dtype)
     out = _window_kernel(32, [N, K], [0, k0], [N, TK], dtype, xoff=k0)(x, runtime.pack_nz(w))
-    np.testing.assert_array_equal(out, _ref(x[:, k0:k0 + TK], w[:, k0:k0 + TK]))
+    np.testing.assert_array_equal(out, _ref(x[:, k0 : k0 + TK], w[:, k0 : k0 + TK]))
 
 
 def test_seed_window_of_a_3d_weight():  # NZ-12: w[1:2, 256:512, 512:1024] of [E, N, K]
     E, N, K, M = 2, 512, 1024, 32
 
     @pl.kernel
-    def k(x: pl.Tensor[[M, 512], pl.INT8], w: pl.Tensor[[E, N, K], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[M, 256], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[M, 512], pl.INT8],
+        w: pl.Tensor[[E, N, K], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[M, 256], pl.INT32]],
+    ):
         out[:, :] = pl.matmul(x, w[1:2, 256:512, 512:1024], b_trans=True)
 
     x, w = _data((M, 512), pl.INT8), _data((E, N, K), pl.INT8)
@@ -105,8 +113,11 @@ def test_layers_of_a_3d_weight_through_a_slice():  # NZ-30: w[layer] then pl.loa
     L, N, K, M = 3, 128, 256, 32
 
     @pl.kernel
-    def k(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[L, N, K], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[L, M, 64], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[M, K], pl.INT8],
+        w: pl.Tensor[[L, N, K], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[L, M, 64], pl.INT32]],
+    ):
         xt = pl.load(x, [0, 0], [M, K], target_memory=pl.Mem.Mat)
         for layer in pl.range(L):
             wl = w[layer]
@@ -126,8 +137,11 @@ def test_folded_4d_weight():  # NZ-28: batch g*E + e
     G, E, N, K, M = 2, 3, 64, 128, 16
 
     @pl.kernel
-    def k(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[G, E, N, K], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[G, E, M, N], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[M, K], pl.INT8],
+        w: pl.Tensor[[G, E, N, K], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[G, E, M, N], pl.INT32]],
+    ):
         xt = pl.load(x, [0, 0], [M, K], target_memory=pl.Mem.Mat)
         for g in pl.range(G):
             for e in pl.range(E):
@@ -145,8 +159,11 @@ def test_folded_4d_weight_through_an_index():  # NZ-28, NZ-30: w[g, e] drops two
     G, E, N, K, M = 2, 3, 64, 128, 16
 
     @pl.kernel
-    def k(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[G, E, N, K], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[M, 32], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[M, K], pl.INT8],
+        w: pl.Tensor[[G, E, N, K], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[M, 32], pl.INT32]],
+    ):
         xt = pl.load(x, [0, 0], [M, K], target_memory=pl.Mem.Mat)
         wt = pl.load(w[1, 2], [32, 0], [32, K], target_memory=pl.Mem.Mat)
         pl.store(pl.matmul(xt, wt, b_trans=True), [0, 0], out)
@@ -159,8 +176,12 @@ def test_folded_batch_of_mixed_integer_dtypes():  # NZ-28: an INT32 scalar and a
     G, E, N, K, M = 2, 4, 64, 64, 16
 
     @pl.kernel
-    def k(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[G, E, N, K], pl.INT8, pl.NZ], g: pl.Scalar[pl.INT32],
-          out: pl.Out[pl.Tensor[[E, M, N], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[M, K], pl.INT8],
+        w: pl.Tensor[[G, E, N, K], pl.INT8, pl.NZ],
+        g: pl.Scalar[pl.INT32],
+        out: pl.Out[pl.Tensor[[E, M, N], pl.INT32]],
+    ):
         xt = pl.load(x, [0, 0], [M, K], target_memory=pl.Mem.Mat)
         for e in pl.range(E):
             wt = pl.load(w, [g, e, 0, 0], [1, 1, N, K], target_memory=pl.Mem.Mat)
@@ -177,8 +198,11 @@ def test_dynamic_batch():  # NZ-29: a rank-3 parameter with a dynamic batch take
     N, K, M = 64, 64, 16
 
     @pl.kernel
-    def k(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[pl.dynamic("B"), N, K], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[M, N], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[M, K], pl.INT8],
+        w: pl.Tensor[[pl.dynamic("B"), N, K], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[M, N], pl.INT32]],
+    ):
         xt = pl.load(x, [0, 0], [M, K], target_memory=pl.Mem.Mat)
         wt = pl.load(w, [2, 0, 0], [1, N, K], target_memory=pl.Mem.Mat)
         pl.store(pl.matmul(xt, wt, b_trans=True), [0, 0], out)
@@ -249,7 +273,7 @@ def test_a_wrong_blocked_offset_reads_the_wrong_fractal():  # NZ-8, NZ-12: no hi
     np.testing.assert_array_equal(good, _ref(x, w[:TN]))
     bad = Lowered(k, traced, extra=[("Corrupt", _corrupt_row_offset(1))]).run(x, runtime.pack_nz(w))
     assert not np.array_equal(bad, good)
-    np.testing.assert_array_equal(bad, _ref(x, w[16:16 + TN]))  # exactly one fractal (16 rows) down
+    np.testing.assert_array_equal(bad, _ref(x, w[16 : 16 + TN]))  # exactly one fractal (16 rows) down
 
 
 def test_a_wrong_column_block_reads_the_wrong_c0_lines():  # NZ-8, NZ-12
@@ -258,4 +282,4 @@ def test_a_wrong_column_block_reads_the_wrong_c0_lines():  # NZ-8, NZ-12
     k = _window_kernel(32, [N, K], [0, 0], [N, TK])
     traced = k.lower().ir(after="trace")
     bad = Lowered(k, traced, extra=[("Corrupt", _corrupt_col_offset(2))]).run(x, runtime.pack_nz(w))
-    np.testing.assert_array_equal(bad, _ref(x[:, :TK], w[:, 64:64 + TK]))  # two C0 blocks = 64 columns
+    np.testing.assert_array_equal(bad, _ref(x[:, :TK], w[:, 64 : 64 + TK]))  # two C0 blocks = 64 columns

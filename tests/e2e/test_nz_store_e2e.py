@@ -38,8 +38,11 @@ def _ints(rng, shape, dtype=np.float16):
 
 def _mm_kernel(M, K, N):
     @pl.kernel
-    def k(a: pl.Tensor[[M, K], pl.FP16], b: pl.Tensor[[K, N], pl.FP16],
-          out: pl.Out[pl.Tensor[[M, N], pl.FP32, pl.NZ]]):
+    def k(
+        a: pl.Tensor[[M, K], pl.FP16],
+        b: pl.Tensor[[K, N], pl.FP16],
+        out: pl.Out[pl.Tensor[[M, N], pl.FP32, pl.NZ]],
+    ):
         at = pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat)
         bt = pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat)
         acc = pl.matmul(at, bt)
@@ -71,8 +74,11 @@ def _run_exact(k, M, K, N, acc_stores):
 @exact
 def test_kernel_example_64x16_bytes_equal_pack_nz(acc_stores):  # NZ-20
     @pl.kernel
-    def k(a: pl.Tensor[[64, 32], pl.FP16], b: pl.Tensor[[16, 32], pl.FP16],
-          out: pl.Out[pl.Tensor[[64, 16], pl.FP32, pl.NZ]]):
+    def k(
+        a: pl.Tensor[[64, 32], pl.FP16],
+        b: pl.Tensor[[16, 32], pl.FP16],
+        out: pl.Out[pl.Tensor[[64, 16], pl.FP32, pl.NZ]],
+    ):
         at = pl.load(a, [0, 0], [64, 32], target_memory=pl.Mem.Mat)
         bt = pl.load(b, [0, 0], [16, 32], target_memory=pl.Mem.Mat)
         acc = pl.matmul(at, bt, b_trans=True)
@@ -129,8 +135,11 @@ def test_four_panels_by_four_stores_literal_batch_offsets(acc_stores):  # NZ-24
     R, C, K = 32, 16, 16
 
     @pl.kernel
-    def k(a: pl.Tensor[[4, R, K], pl.FP16], b: pl.Tensor[[K, C], pl.FP16],
-          out: pl.Out[pl.Tensor[[4, R, C], pl.FP32, pl.NZ]]):
+    def k(
+        a: pl.Tensor[[4, R, K], pl.FP16],
+        b: pl.Tensor[[K, C], pl.FP16],
+        out: pl.Out[pl.Tensor[[4, R, C], pl.FP32, pl.NZ]],
+    ):
         bt = pl.load(b, [0, 0], [K, C], target_memory=pl.Mem.Mat)
         for p in range(4):  # unrolled: literal batch offsets
             at = pl.load(a, [p, 0, 0], [1, R, K], target_memory=pl.Mem.Mat)
@@ -143,8 +152,11 @@ def test_four_panels_by_four_stores_literal_batch_offsets(acc_stores):  # NZ-24
     out = k(a, b)
     assert out.tobytes() == runtime.pack_nz(ref).tobytes()
     assert len(acc_stores) == 4 and all(s[0] == (1, 2, 2, 16, 8) for s in acc_stores)
-    offs = [[getattr(x, "value", x) for x in e.operands("offsets")]
-            for e in k.lower().ir().walk() if e.primitive.name == "tile.store"]
+    offs = [
+        [getattr(x, "value", x) for x in e.operands("offsets")]
+        for e in k.lower().ir().walk()
+        if e.primitive.name == "tile.store"
+    ]
     assert offs == [[p, 0, 0, 0, 0] for p in range(4)]
 
 
@@ -153,8 +165,11 @@ def test_four_panels_by_a_staged_loop(acc_stores):  # NZ-24, NZ-28: symbolic bat
     R, C, K = 16, 32, 32
 
     @pl.kernel
-    def k(a: pl.Tensor[[4, R, K], pl.FP16], b: pl.Tensor[[K, C], pl.FP16],
-          out: pl.Out[pl.Tensor[[4, R, C], pl.FP32, pl.NZ]]):
+    def k(
+        a: pl.Tensor[[4, R, K], pl.FP16],
+        b: pl.Tensor[[K, C], pl.FP16],
+        out: pl.Out[pl.Tensor[[4, R, C], pl.FP32, pl.NZ]],
+    ):
         bt = pl.load(b, [0, 0], [K, C], target_memory=pl.Mem.Mat)
         for p in pl.range(4):
             at = pl.load(a, [p, 0, 0], [1, R, K], target_memory=pl.Mem.Mat)
@@ -174,8 +189,11 @@ def test_panels_stored_through_a_leading_axis_index(acc_stores):  # NZ-24, NZ-30
     R, C, K = 32, 16, 16
 
     @pl.kernel
-    def k(a: pl.Tensor[[4, R, K], pl.FP16], b: pl.Tensor[[K, C], pl.FP16],
-          out: pl.Out[pl.Tensor[[4, R, C], pl.FP32, pl.NZ]]):
+    def k(
+        a: pl.Tensor[[4, R, K], pl.FP16],
+        b: pl.Tensor[[K, C], pl.FP16],
+        out: pl.Out[pl.Tensor[[4, R, C], pl.FP32, pl.NZ]],
+    ):
         bt = pl.load(b, [0, 0], [K, C], target_memory=pl.Mem.Mat)
         for p in pl.range(4):
             at = pl.load(a, [p, 0, 0], [1, R, K], target_memory=pl.Mem.Mat)
@@ -194,8 +212,11 @@ def test_dynamic_batch_panels_leave_other_panels_untouched(acc_stores):  # NZ-24
     B = pl.dynamic("B")
 
     @pl.kernel
-    def k(a: pl.Tensor[[B, R, K], pl.FP16], b: pl.Tensor[[K, C], pl.FP16],
-          out: pl.Out[pl.Tensor[[B, R, C], pl.FP32, pl.NZ]]):
+    def k(
+        a: pl.Tensor[[B, R, K], pl.FP16],
+        b: pl.Tensor[[K, C], pl.FP16],
+        out: pl.Out[pl.Tensor[[B, R, C], pl.FP32, pl.NZ]],
+    ):
         bt = pl.load(b, [0, 0], [K, C], target_memory=pl.Mem.Mat)
         for p in pl.range(2):
             at = pl.load(a, [p + 1, 0, 0], [1, R, K], target_memory=pl.Mem.Mat)
@@ -213,8 +234,11 @@ def test_dynamic_batch_panels_leave_other_panels_untouched(acc_stores):  # NZ-24
 @exact
 def test_column_blocks_by_a_staged_loop(acc_stores):  # NZ-16, NZ-20: proven column offset j/8
     @pl.kernel
-    def k(a: pl.Tensor[[32, 16], pl.FP16], b: pl.Tensor[[16, 96], pl.FP16],
-          out: pl.Out[pl.Tensor[[32, 96], pl.FP32, pl.NZ]]):
+    def k(
+        a: pl.Tensor[[32, 16], pl.FP16],
+        b: pl.Tensor[[16, 96], pl.FP16],
+        out: pl.Out[pl.Tensor[[32, 96], pl.FP32, pl.NZ]],
+    ):
         at = pl.load(a, [0, 0], [32, 16], target_memory=pl.Mem.Mat)
         for j in pl.range(0, 96, 32):
             bt = pl.load(b, [0, j], [16, 32], target_memory=pl.Mem.Mat)
@@ -235,8 +259,11 @@ ORDER = [(0, 0), (64, 0), (0, 16), (64, 16)]
 
 def _quadrant_kernel(order):
     @pl.kernel
-    def quad(t: pl.Tensor[[4, 64, 16], pl.FP16], eye: pl.Tensor[[16, 16], pl.FP16],
-             out: pl.Out[pl.Tensor[[128, 32], pl.FP32, pl.NZ]]):
+    def quad(
+        t: pl.Tensor[[4, 64, 16], pl.FP16],
+        eye: pl.Tensor[[16, 16], pl.FP16],
+        out: pl.Out[pl.Tensor[[128, 32], pl.FP32, pl.NZ]],
+    ):
         e = pl.load(eye, [0, 0], [16, 16], target_memory=pl.Mem.Mat)
         for i, (r0, c0) in enumerate(order):  # unrolled: four 64 x 16 stores
             ti = pl.load(t, [i, 0, 0], [1, 64, 16], target_memory=pl.Mem.Mat)
@@ -270,12 +297,12 @@ def test_bypass_64x16_into_128x32_mis_writes_as_hw_4_4():  # NZ-23, hardware-mod
     assert int(wrong.sum()) == 2048  # of 4096
     for c0 in (0, 16):
         # left halves (tile cols 0..7) are right: the lower store overwrote the upper store's spill
-        np.testing.assert_array_equal(P[:64, c0:c0 + 8], T[(0, c0)][:, :8])
-        np.testing.assert_array_equal(P[64:, c0:c0 + 8], T[(64, c0)][:, :8])
+        np.testing.assert_array_equal(P[:64, c0 : c0 + 8], T[(0, c0)][:, :8])
+        np.testing.assert_array_equal(P[64:, c0 : c0 + 8], T[(64, c0)][:, :8])
         # P[0..63, c0+8..c0+15] holds the lower tile's right half (written 512 floats too early)
-        np.testing.assert_array_equal(P[:64, c0 + 8:c0 + 16], T[(64, c0)][:, 8:])
+        np.testing.assert_array_equal(P[:64, c0 + 8 : c0 + 16], T[(64, c0)][:, 8:])
         # P[64..127, c0+8..c0+15] is never written
-        assert (P[64:, c0 + 8:c0 + 16] == STALE).all()
+        assert (P[64:, c0 + 8 : c0 + 16] == STALE).all()
     expect_wrong = np.zeros((128, 32), bool)
     expect_wrong[:, 8:16] = expect_wrong[:, 24:32] = True
     np.testing.assert_array_equal(wrong, expect_wrong)
@@ -286,18 +313,21 @@ def test_bypass_reverse_order_is_also_wrong_in_the_left_halves():  # NZ-23: orde
     P, T, intended = _quadrants(order)
     for c0 in (0, 16):
         # the upper tile (stored later) spills its right half onto the lower tile's left half
-        np.testing.assert_array_equal(P[64:, c0:c0 + 8], T[(0, c0)][:, 8:])
-        np.testing.assert_array_equal(P[:64, c0:c0 + 8], T[(0, c0)][:, :8])
-        np.testing.assert_array_equal(P[:64, c0 + 8:c0 + 16], T[(64, c0)][:, 8:])
-        assert (P[64:, c0 + 8:c0 + 16] == STALE).all()
+        np.testing.assert_array_equal(P[64:, c0 : c0 + 8], T[(0, c0)][:, 8:])
+        np.testing.assert_array_equal(P[:64, c0 : c0 + 8], T[(0, c0)][:, :8])
+        np.testing.assert_array_equal(P[:64, c0 + 8 : c0 + 16], T[(64, c0)][:, 8:])
+        assert (P[64:, c0 + 8 : c0 + 16] == STALE).all()
     assert int((P != intended).sum()) == 3072
 
 
 @exact
 def test_full_height_stores_of_the_same_data_are_exact(acc_stores):  # NZ-23: the supported form
     @pl.kernel
-    def k(t: pl.Tensor[[2, 128, 16], pl.FP16], eye: pl.Tensor[[16, 16], pl.FP16],
-          out: pl.Out[pl.Tensor[[128, 32], pl.FP32, pl.NZ]]):
+    def k(
+        t: pl.Tensor[[2, 128, 16], pl.FP16],
+        eye: pl.Tensor[[16, 16], pl.FP16],
+        out: pl.Out[pl.Tensor[[128, 32], pl.FP32, pl.NZ]],
+    ):
         e = pl.load(eye, [0, 0], [16, 16], target_memory=pl.Mem.Mat)
         for i in range(2):
             ti = pl.load(t, [i, 0, 0], [1, 128, 16], target_memory=pl.Mem.Mat)

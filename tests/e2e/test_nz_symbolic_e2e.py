@@ -30,14 +30,17 @@ def test_grouped_matmul_spmd_and_pipeline():  # NZ-16: `n0 = nb * 256`, `pl.pipe
     M, N, K, TN, TK = 32, 1024, 2048, 256, 512
 
     @pl.kernel
-    def k(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[N, K], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[M, N], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[M, K], pl.INT8],
+        w: pl.Tensor[[N, K], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[M, N], pl.INT32]],
+    ):
         for nb in pl.spmd(N // TN):
             n0 = nb * TN  # -> row fractal n0 // 16
-            acc = pl.matmul(x[:, 0:TK], w[n0:n0 + TN, 0:TK], b_trans=True)
+            acc = pl.matmul(x[:, 0:TK], w[n0 : n0 + TN, 0:TK], b_trans=True)
             for k0 in pl.pipeline(TK, K, TK, stage=2):  # -> C0 block k0 // 32
-                acc = pl.matmul_acc(acc, x[:, k0:k0 + TK], w[n0:n0 + TN, k0:k0 + TK], b_trans=True)
-            out[:, n0:n0 + TN] = acc
+                acc = pl.matmul_acc(acc, x[:, k0 : k0 + TK], w[n0 : n0 + TN, k0 : k0 + TK], b_trans=True)
+            out[:, n0 : n0 + TN] = acc
 
     x, w = _i8((M, K)), _i8((N, K))
     np.testing.assert_array_equal(k(x, runtime.pack_nz(w)), _ref(x, w))
@@ -47,22 +50,27 @@ def test_split_k_lanes():  # NZ-16: `(blk % 2) * 512 + kb` and `(blk // 2) * 128
     M, N, K = 16, 256, 1024
 
     @pl.kernel
-    def k(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[N, K], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[2, M, N], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[M, K], pl.INT8],
+        w: pl.Tensor[[N, K], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[2, M, N], pl.INT32]],
+    ):
         for blk in pl.spmd(4):
             n0 = (blk // 2) * 128  # two row halves ...
             half = blk % 2  # ... times two K halves
             kh = (blk % 2) * 512
-            acc = pl.matmul(x[:, kh:kh + 256], w[n0:n0 + 128, kh:kh + 256], b_trans=True)
+            acc = pl.matmul(x[:, kh : kh + 256], w[n0 : n0 + 128, kh : kh + 256], b_trans=True)
             for kb in pl.range(256, 512, 256):
                 k0 = (blk % 2) * 512 + kb
-                acc = pl.matmul_acc(acc, x[:, k0:k0 + 256], w[n0:n0 + 128, k0:k0 + 256], b_trans=True)
-            out[half, :, n0:n0 + 128] = acc
+                acc = pl.matmul_acc(acc, x[:, k0 : k0 + 256], w[n0 : n0 + 128, k0 : k0 + 256], b_trans=True)
+            out[half, :, n0 : n0 + 128] = acc
 
     x, w = _i8((M, K)), _i8((N, K))
     out = k(x, runtime.pack_nz(w))
     for h in range(2):
-        np.testing.assert_array_equal(out[h], _ref(x[:, 512 * h:512 * (h + 1)], w[:, 512 * h:512 * (h + 1)]))
+        np.testing.assert_array_equal(
+            out[h], _ref(x[:, 512 * h : 512 * (h + 1)], w[:, 512 * h : 512 * (h + 1)])
+        )
     np.testing.assert_array_equal(out.sum(axis=0, dtype=np.int64).astype(np.int32), _ref(x, w))
 
 
@@ -70,8 +78,11 @@ def test_range_from_the_block_index():  # NZ-16: `pl.range(core, 4, 2)`, `core =
     M, N, K = 16, 1024, 256
 
     @pl.kernel
-    def k(x: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[N, K], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[M, N], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[M, K], pl.INT8],
+        w: pl.Tensor[[N, K], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[M, N], pl.INT32]],
+    ):
         xt = pl.load(x, [0, 0], [M, K], target_memory=pl.Mem.Mat)
         for _lane in pl.spmd(2):
             core = pl.get_block_idx()
@@ -105,14 +116,19 @@ def test_floor_semantics_in_the_backend():  # NZ-19
     assert _scalar(P.mod_p, -1, 16) == 15 and _scalar(P.mod_p, -16, 16) == 0
 
 
-@pytest.mark.parametrize("x,row", [(1 << 24, 0), ((1 << 24) + 1, 256), (1, 256), (2, 512), (1 << 23, 0),
-                                   (-3, 0)])
+@pytest.mark.parametrize(
+    "x,row", [(1 << 24, 0), ((1 << 24) + 1, 256), (1, 256), (2, 512), (1 << 23, 0), (-3, 0)]
+)
 def test_the_load_reads_the_fractal_the_wrapped_value_names(x, row):  # NZ-17
     M, N, K, TN = 16, 1024, 128, 256
 
     @pl.kernel
-    def k(xs: pl.Tensor[[M, K], pl.INT8], w: pl.Tensor[[N, K], pl.INT8, pl.NZ], s: pl.Scalar[pl.INT32],
-          out: pl.Out[pl.Tensor[[M, TN], pl.INT32]]):
+    def k(
+        xs: pl.Tensor[[M, K], pl.INT8],
+        w: pl.Tensor[[N, K], pl.INT8, pl.NZ],
+        s: pl.Scalar[pl.INT32],
+        out: pl.Out[pl.Tensor[[M, TN], pl.INT32]],
+    ):
         n0 = pl.max(s * 256, 0)  # INT32: wraps; max keeps it non-negative (NZ-16 max row)
         wt = pl.load(w, [n0, 0], [TN, K], target_memory=pl.Mem.Mat)
         xt = pl.load(xs, [0, 0], [M, K], target_memory=pl.Mem.Mat)
@@ -120,4 +136,4 @@ def test_the_load_reads_the_fractal_the_wrapped_value_names(x, row):  # NZ-17
 
     xs, w = _i8((M, K)), _i8((N, K))
     assert row == max(D.INT32.wrap(x * 256), 0)
-    np.testing.assert_array_equal(k(xs, runtime.pack_nz(w), x), _ref(xs, w[row:row + TN]))
+    np.testing.assert_array_equal(k(xs, runtime.pack_nz(w), x), _ref(xs, w[row : row + TN]))

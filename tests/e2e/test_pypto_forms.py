@@ -16,8 +16,9 @@ K_TILE, N_TILE = 64, 64
 
 
 @pl.jit.incore
-def gemm_blocked(a: pl.Tensor[[M, K], pl.FP16], b: pl.Tensor[[K, N], pl.FP16],
-                 c: pl.Out[pl.Tensor[[M, N], pl.FP32]]):
+def gemm_blocked(
+    a: pl.Tensor[[M, K], pl.FP16], b: pl.Tensor[[K, N], pl.FP16], c: pl.Out[pl.Tensor[[M, N], pl.FP32]]
+):
     for nb in pl.parallel(0, N, N_TILE, chunk=2):
         with pl.at(level=pl.Level.CORE_GROUP, optimizations=[], name_hint="gemm"):
             acc = pl.matmul(a[:, 0:K_TILE], b[0:K_TILE, nb : nb + N_TILE], out_dtype=pl.FP32)
@@ -47,6 +48,7 @@ def scaled_rows_host(x: pl.Tensor[[4, 64], pl.FP32], y: pl.Out[pl.Tensor[[4, 64]
 def test_the_decorators_are_nzjit_kernels_and_orchestrations() -> None:
     assert isinstance(gemm_blocked, Kernel) and isinstance(scaled_rows, Kernel)
     assert isinstance(scaled_rows_host, Orchestration)
+
     def host(x: pl.Tensor[[4, 64], pl.FP32]):
         pass
 
@@ -87,7 +89,11 @@ def test_pipeline_takes_pyptos_stop_only_form() -> None:
 
 def test_matmul_a_trans_multiplies_by_the_transpose_of_a_mat_tile() -> None:
     @pl.kernel
-    def k(at: pl.Tensor[[64, 32], pl.FP16], b: pl.Tensor[[64, 64], pl.FP16], c: pl.Out[pl.Tensor[[32, 64], pl.FP32]]):
+    def k(
+        at: pl.Tensor[[64, 32], pl.FP16],
+        b: pl.Tensor[[64, 64], pl.FP16],
+        c: pl.Out[pl.Tensor[[32, 64], pl.FP32]],
+    ):
         ta = pl.load(at, [0, 0], [64, 32], target_memory=pl.Mem.Mat)
         tb = pl.load(b, [0, 0], [64, 64], target_memory=pl.Mem.Mat)
         pl.store(pl.matmul(ta, tb, a_trans=True, c_matrix_nz=True), [0, 0], c)

@@ -40,10 +40,16 @@ def _data(np_dtype, shape=(32, 64)):
     return x
 
 
-@pytest.mark.parametrize("op,dtype,np_dtype", [
-    ("neg", pl.FP32, np.float32), ("neg", pl.FP16, np.float16), ("neg", pl.INT32, np.int32),
-    ("abs", pl.FP32, np.float32), ("abs", pl.FP16, np.float16),
-])
+@pytest.mark.parametrize(
+    "op,dtype,np_dtype",
+    [
+        ("neg", pl.FP32, np.float32),
+        ("neg", pl.FP16, np.float16),
+        ("neg", pl.INT32, np.int32),
+        ("abs", pl.FP32, np.float32),
+        ("abs", pl.FP16, np.float16),
+    ],
+)
 def test_unary_equals_numpy_on_every_path(op, dtype, np_dtype):
     k = _kernel(op, dtype)
     x = _data(np_dtype)
@@ -78,7 +84,9 @@ def test_ir_and_pto(op):
 
 
 def test_abs_refuses_integer_tiles():  # TABS takes float / half only on the device
-    with pytest.raises(nzjit.CompileError, match=r"pl\.abs works on FP32 / FP16 tiles \(TABS on the device\)") as ei:
+    with pytest.raises(
+        nzjit.CompileError, match=r"pl\.abs works on FP32 / FP16 tiles \(TABS on the device\)"
+    ) as ei:
         _kernel("abs", pl.INT32).lower(np.zeros((32, 64), np.int32), np.zeros((32, 64), np.int32))
     assert "pl.cast the tile to FP32" in str(ei.value)
 
@@ -126,6 +134,7 @@ def test_unary_refuses_a_tensor_that_is_no_2d_window(op):
 @pytest.mark.parametrize("op", ["neg", "abs"])
 def test_unary_refuses_a_python_value(op):
     with pytest.raises(nzjit.CompileError, match=rf"pl\.{op} takes Vec tiles"):
+
         @pl.kernel
         def k(x: pl.Tensor[[32, 64], pl.FP32], o: pl.Out[pl.Tensor[[32, 64], pl.FP32]]):
             pl.store(OPS[op][0](1.5), [0, 0], o)

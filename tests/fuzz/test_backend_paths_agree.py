@@ -44,11 +44,16 @@ def _assert_paths_agree(tmp_path, p) -> None:
     path.write_text(p.source)
     first, *others = (_outcome(str(path), fast, batch) for fast, batch in PATHS)
     for (fast, batch), other in zip(PATHS[1:], others):
-        assert other == first, f"Options(fast={fast}, batch={batch}) differs from both on, program {p.name}:\n{p.source}"
+        assert other == first, (
+            f"Options(fast={fast}, batch={batch}) differs from both on, program {p.name}:\n{p.source}"
+        )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(seed=st.integers(0, 2**31 - 1), index=st.integers(0, 10**6))
 def test_backend_paths_agree(tmp_path, seed, index):
     _assert_paths_agree(tmp_path, generate(seed, index))

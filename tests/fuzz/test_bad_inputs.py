@@ -29,8 +29,13 @@ LAYERS, T, N, K = 3, 16, 32, 64
 
 
 @pl.kernel
-def nz_layer(x: pl.Tensor[[T, K], pl.FP16], w: pl.Tensor[[B, N, K], pl.FP16, pl.NZ], layer: pl.Scalar[pl.INDEX],
-             out: pl.Out[pl.Tensor[[T, N], pl.FP32]], onz: pl.Out[pl.Tensor[[T, N], pl.FP32, pl.NZ]]):
+def nz_layer(
+    x: pl.Tensor[[T, K], pl.FP16],
+    w: pl.Tensor[[B, N, K], pl.FP16, pl.NZ],
+    layer: pl.Scalar[pl.INDEX],
+    out: pl.Out[pl.Tensor[[T, N], pl.FP32]],
+    onz: pl.Out[pl.Tensor[[T, N], pl.FP32, pl.NZ]],
+):
     """x @ w[layer]^T twice: tensor-level into an ND output, tile-level into an FP32 NZ output."""
     out[:, :] = pl.matmul(x, w[layer], b_trans=True)
     xt = pl.load(x, [0, 0], [T, K], target_memory=pl.Mem.Mat)
@@ -39,14 +44,20 @@ def nz_layer(x: pl.Tensor[[T, K], pl.FP16], w: pl.Tensor[[B, N, K], pl.FP16, pl.
 
 
 @pl.kernel
-def shared_batch(x: pl.Tensor[[B, T, K], pl.FP16], w: pl.Tensor[[B, N, K], pl.FP16, pl.NZ],
-                 out: pl.Out[pl.Tensor[[T, N], pl.FP32]]):
+def shared_batch(
+    x: pl.Tensor[[B, T, K], pl.FP16],
+    w: pl.Tensor[[B, N, K], pl.FP16, pl.NZ],
+    out: pl.Out[pl.Tensor[[T, N], pl.FP32]],
+):
     out[:, :] = pl.matmul(x[0], w[0], b_trans=True)
 
 
 def _data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return (rng.integers(-4, 5, (T, K)).astype(np.float16), rng.integers(-4, 5, (LAYERS, N, K)).astype(np.float16))
+    return (
+        rng.integers(-4, 5, (T, K)).astype(np.float16),
+        rng.integers(-4, 5, (LAYERS, N, K)).astype(np.float16),
+    )
 
 
 def _reference(x: np.ndarray, w: np.ndarray, layer: int) -> np.ndarray:
@@ -266,8 +277,12 @@ RANKS = 2
 
 
 @pl.orchestration
-def two_ranks(x: pl.Tensor[[RANKS, T, K], pl.FP16], w: pl.Tensor[[RANKS, LAYERS, N, K], pl.FP16, pl.NZ],
-              out: pl.Out[pl.Tensor[[RANKS, T, N], pl.FP32]], onz: pl.Out[pl.Tensor[[RANKS, T, N], pl.FP32, pl.NZ]]):
+def two_ranks(
+    x: pl.Tensor[[RANKS, T, K], pl.FP16],
+    w: pl.Tensor[[RANKS, LAYERS, N, K], pl.FP16, pl.NZ],
+    out: pl.Out[pl.Tensor[[RANKS, T, N], pl.FP32]],
+    onz: pl.Out[pl.Tensor[[RANKS, T, N], pl.FP32, pl.NZ]],
+):
     for r in range(RANKS):
         nz_layer(x[r], w[r], r, out[r], onz[r], device=r)
 
@@ -277,9 +292,14 @@ def _stacked(cluster: runtime.Cluster) -> dict[str, object]:
     x = rng.integers(-4, 5, (RANKS, T, K)).astype(np.float16)
     w = rng.integers(-4, 5, (RANKS, LAYERS, N, K)).astype(np.float16)
     fill = np.arange(RANKS * T * N, dtype=np.float32).reshape(RANKS, T, N) - 9.0
-    return {"x": cluster.alloc_stacked_tensor(x), "w": cluster.alloc_stacked_tensor(runtime.pack_nz(w)),
-            "out": cluster.alloc_stacked_tensor(fill), "onz": cluster.alloc_stacked_tensor(runtime.pack_nz(fill)),
-            "_x": x, "_w": w}
+    return {
+        "x": cluster.alloc_stacked_tensor(x),
+        "w": cluster.alloc_stacked_tensor(runtime.pack_nz(w)),
+        "out": cluster.alloc_stacked_tensor(fill),
+        "onz": cluster.alloc_stacked_tensor(runtime.pack_nz(fill)),
+        "_x": x,
+        "_w": w,
+    }
 
 
 def _stacked_bytes(cluster: runtime.Cluster, a: dict[str, object]) -> list[bytes]:
@@ -298,8 +318,9 @@ def test_stacked_control_runs_and_is_exact():
         assert np.array_equal(out[r], ref) and np.array_equal(onz[r], ref)
 
 
-@pytest.mark.parametrize("defect", ["shard shape", "shard dtype", "worker ids", "freed shard", "shard count",
-                                    "not a DeviceTensor"])
+@pytest.mark.parametrize(
+    "defect", ["shard shape", "shard dtype", "worker ids", "freed shard", "shard count", "not a DeviceTensor"]
+)
 def test_malformed_stacked_tensor_refused_at_construction(defect):
     cluster = runtime.Cluster(RANKS)
     a = _stacked(cluster)
@@ -326,9 +347,17 @@ def test_malformed_stacked_tensor_refused_at_construction(defect):
     assert _stacked_bytes(cluster, a) == before
 
 
-@pytest.mark.parametrize("defect", ["shard freed after construction", "x from another cluster",
-                                    "out from another cluster", "x with too few ranks", "w shards of the wrong shape",
-                                    "stacked x passed to a kernel directly"])
+@pytest.mark.parametrize(
+    "defect",
+    [
+        "shard freed after construction",
+        "x from another cluster",
+        "out from another cluster",
+        "x with too few ranks",
+        "w shards of the wrong shape",
+        "stacked x passed to a kernel directly",
+    ],
+)
 def test_mismatched_stacked_arguments_refused_before_any_write(defect):
     cluster = runtime.Cluster(RANKS)
     a = _stacked(cluster)
@@ -349,8 +378,13 @@ def test_mismatched_stacked_arguments_refused_before_any_write(defect):
     before = _stacked_bytes(cluster, a)
     with pytest.raises(DispatchError):
         if defect == "stacked x passed to a kernel directly":
-            nz_layer(a["x"], runtime.pack_nz(a["_w"][0]), 0, np.zeros((T, N), np.float32),  # type: ignore[index]
-                     np.zeros((T, N), np.float32))
+            nz_layer(
+                a["x"],
+                runtime.pack_nz(a["_w"][0]),
+                0,
+                np.zeros((T, N), np.float32),  # type: ignore[index]
+                np.zeros((T, N), np.float32),
+            )
         else:
             two_ranks(*args)
     assert _stacked_bytes(cluster, a) == before

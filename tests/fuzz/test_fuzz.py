@@ -56,19 +56,71 @@ def test_accepted_program_of_each_family_is_equal(family):
     assert not o.warnings
 
 
-@pytest.mark.parametrize("form", ["loop:lane", "loop:cores", "loop:block_idx", "loop:direct", "loop:python",
-                                  "off:split", "off:min", "off:fdiv", "off:max", "kloop:pipe", "acc_store_nz",
-                                  "x_nz", "lead:index", "lead:chain", "lead:partial", "lead:scalar",
-                                  "valid:dynamic", "valid:static", "rank:4", "big:split", "probe:nz_lhs",
-                                  "probe:dyn_batch3", "probe:a5_load", "probe:gap"])
+@pytest.mark.parametrize(
+    "form",
+    [
+        "loop:lane",
+        "loop:cores",
+        "loop:block_idx",
+        "loop:direct",
+        "loop:python",
+        "off:split",
+        "off:min",
+        "off:fdiv",
+        "off:max",
+        "kloop:pipe",
+        "acc_store_nz",
+        "x_nz",
+        "lead:index",
+        "lead:chain",
+        "lead:partial",
+        "lead:scalar",
+        "valid:dynamic",
+        "valid:static",
+        "rank:4",
+        "big:split",
+        "probe:nz_lhs",
+        "probe:dyn_batch3",
+        "probe:a5_load",
+        "probe:gap",
+    ],
+)
 def test_accepted_form_is_equal(form):
     p = _find(lambda p: p.expect == "ok" and form in p.tags)
     o = classify(p)
     assert o.cls == "equal", (o, p.source)
 
 
-REFUSAL_ROWS = ["L1", "L2", "L3", "L6", "L7", "L11", "L12", "L13", "L15", "L17", "L20", "L22", "L24", "L25",
-                "X1", "X2", "X4", "X5", "X6", "X7", "S1", "S1b", "S2", "S4", "S5", "S6", "S9", "S10"]
+REFUSAL_ROWS = [
+    "L1",
+    "L2",
+    "L3",
+    "L6",
+    "L7",
+    "L11",
+    "L12",
+    "L13",
+    "L15",
+    "L17",
+    "L20",
+    "L22",
+    "L24",
+    "L25",
+    "X1",
+    "X2",
+    "X4",
+    "X5",
+    "X6",
+    "X7",
+    "S1",
+    "S1b",
+    "S2",
+    "S4",
+    "S5",
+    "S6",
+    "S9",
+    "S10",
+]
 
 
 @pytest.mark.parametrize("row", REFUSAL_ROWS)
@@ -83,7 +135,9 @@ def test_refusal_of_each_rule_row(row):
 # ------------------------------------------------------------------- the classifier can fail
 def test_broken_reference_is_wrong():
     p = _ok("tensor_mm")
-    src = p.source.replace("\n    return outs\n", "\n    outs['out'].reshape(-1)[0] += 1\n    return outs\n", 1)
+    src = p.source.replace(
+        "\n    return outs\n", "\n    outs['out'].reshape(-1)[0] += 1\n    return outs\n", 1
+    )
     assert src != p.source
     o = run_source(src, "broken_ref")
     assert o.cls == "wrong" and o.bug
@@ -129,9 +183,15 @@ def test_dispatch_error_is_a_refusal():
 
 def test_refusals_are_attributed_to_rows():
     assert rows_of("NZ-5", "x.py:3: [NZ-5] NZ tensor: NZ rows 24 must be a multiple of 16") == ("L1",)
-    assert rows_of("NZ-16", "load of NZ tensor 'w': the row offset 'n0' cannot be proven a multiple of 16") == ("L6",)
-    assert rows_of("NZ-16", "store into NZ tensor 'out': the column offset 'n0' cannot be proven a multiple") == ("S8",)
-    assert rows_of("NZ-21", "store into NZ tensor 'o': attribute atomic=True (atomic accumulation) is not") == ("S9",)
+    assert rows_of(
+        "NZ-16", "load of NZ tensor 'w': the row offset 'n0' cannot be proven a multiple of 16"
+    ) == ("L6",)
+    assert rows_of(
+        "NZ-16", "store into NZ tensor 'out': the column offset 'n0' cannot be proven a multiple"
+    ) == ("S8",)
+    assert rows_of(
+        "NZ-21", "store into NZ tensor 'o': attribute atomic=True (atomic accumulation) is not"
+    ) == ("S9",)
     assert rows_of("none", "anything") == ()
 
 
@@ -142,8 +202,15 @@ def test_reproducer_is_standalone(tmp_path):
     good.write_text(p.source)
     r = subprocess.run([sys.executable, str(good)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "OK: equal to the numpy reference" in r.stdout, r.stderr
-    broken = Program(p.seed, p.index, p.family, p.tags, p.expect, p.expect_rows,
-                     p.source.replace("\n    return outs\n", "\n    outs['out'][...] = 0\n    return outs\n", 1))
+    broken = Program(
+        p.seed,
+        p.index,
+        p.family,
+        p.tags,
+        p.expect,
+        p.expect_rows,
+        p.source.replace("\n    return outs\n", "\n    outs['out'][...] = 0\n    return outs\n", 1),
+    )
     o = classify(broken)
     path = write_reproducer(broken, o, str(tmp_path / "out"))
     assert os.path.basename(path) == f"wrong_{p.seed}_{p.index}.py"
@@ -165,8 +232,25 @@ def test_campaign_reports_classes_and_rows(tmp_path):
 
 
 def test_command_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "nzjit.fuzz", "--n", "12", "--seed", "4", "--jobs", "1",
-                        "--out", str(tmp_path), "--exclude", ",".join(KNOWN_DEFECT_TAGS)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nzjit.fuzz",
+            "--n",
+            "12",
+            "--seed",
+            "4",
+            "--jobs",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--exclude",
+            ",".join(KNOWN_DEFECT_TAGS),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "nzjit.fuzz: 12 programs, seed 4" in r.stdout and "wrong         0" in r.stdout

@@ -46,9 +46,18 @@ def test_every_pattern_has_an_exact_program(pattern):
     assert run_comm(p).cls == "equal"
 
 
-@pytest.mark.parametrize("bug,expect", [("drop_notify", "hang"), ("wrong_expected", "hang"), ("drop_wait", "race"),
-                                        ("drop_barrier", "race"), ("skip_one_rank", "hang"),
-                                        ("plain_store", "race"), ("set_not_add", "hang")])
+@pytest.mark.parametrize(
+    "bug,expect",
+    [
+        ("drop_notify", "hang"),
+        ("wrong_expected", "hang"),
+        ("drop_wait", "race"),
+        ("drop_barrier", "race"),
+        ("skip_one_rank", "hang"),
+        ("plain_store", "race"),
+        ("set_not_add", "hang"),
+    ],
+)
 def test_every_injected_bug_is_diagnosed_as_predicted(bug, expect):
     p = _find(lambda p: f"bug:{bug}" in p.tags)
     assert p.expect == expect
@@ -58,7 +67,9 @@ def test_every_injected_bug_is_diagnosed_as_predicted(bug, expect):
 
 def test_the_classifier_can_fail():
     ok = _find(lambda p: p.expect == "ok", "shift_load")
-    broken = dataclasses.replace(ok, source=ok.source.replace("def reference(d):\n", "def reference(d):\n    d = d + 1\n"))
+    broken = dataclasses.replace(
+        ok, source=ok.source.replace("def reference(d):\n", "def reference(d):\n    d = d + 1\n")
+    )
     assert run_comm(broken).cls == "wrong" and run_comm(broken).bug
     hang = _find(lambda p: p.expect == "hang")
     assert run_comm(dataclasses.replace(hang, expect="race")).cls == "missed"

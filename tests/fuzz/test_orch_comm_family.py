@@ -37,8 +37,11 @@ def test_communicating_orchestrations_are_equal_or_refused_as_predicted():
 
 def test_the_family_can_be_wrong():
     """A reference that disagrees with what the ranks exchanged is classified wrong (a bug)."""
-    p = next(q for q in (generate(SEED, i, "orch_comm") for i in range(50))
-             if q.expect == "ok" and "comm:shift_load" in q.tags)
+    p = next(
+        q
+        for q in (generate(SEED, i, "orch_comm") for i in range(50))
+        if q.expect == "ok" and "comm:shift_load" in q.tags
+    )
     broken = dataclasses.replace(p, source=p.source.replace("    v = comm_reference(v)\n", "    v = v\n"))
     assert broken.source != p.source
     assert classify(broken).cls == "wrong"

@@ -25,14 +25,25 @@ def test_orchestration_slices_are_equal_or_refused_as_predicted():
         tags.update(p.tags)
     assert classes["equal"] >= 12
     # the sample covers every spelling of a view and every calling convention
-    for tag in ("view:index", "view:chain", "view:slice", "view:slice_all", "orch:numpy", "orch:omit",
-                "orch:stacked", "orch:drop"):
+    for tag in (
+        "view:index",
+        "view:chain",
+        "view:slice",
+        "view:slice_all",
+        "orch:numpy",
+        "orch:omit",
+        "orch:stacked",
+        "orch:drop",
+    ):
         assert tag in tags, tag
 
 
 def test_a_program_is_its_own_reproducer(tmp_path):
-    p = next(generate(20261201, i, "orch_slices") for i in range(100)
-             if generate(20261201, i, "orch_slices").expect == "ok")
+    p = next(
+        generate(20261201, i, "orch_slices")
+        for i in range(100)
+        if generate(20261201, i, "orch_slices").expect == "ok"
+    )
     path = tmp_path / "prog.py"
     path.write_text(p.source)
     import runpy

@@ -24,8 +24,12 @@ def test_the_classifier_calls_a_silently_wrong_run_wrong():
     broken = type(case)(case.name, "refused", lambda: [], case.ref, case.watched)  # "ran" instead
     assert run_case(broken)[0] == "wrong"
     equal = next(c for c in safety_cases(0, 40) if c.expect == "equal")
-    assert run_case(type(equal)(equal.name, "equal", equal.run, lambda: [r + 1 for r in equal.ref()],
-                                equal.watched))[0] == "wrong"
+    assert (
+        run_case(
+            type(equal)(equal.name, "equal", equal.run, lambda: [r + 1 for r in equal.ref()], equal.watched)
+        )[0]
+        == "wrong"
+    )
 
 
 def test_the_campaign_runs_the_safety_probes_and_reports_them():
@@ -47,18 +51,21 @@ def _pinned(name_part: str, seed_range=range(6), n=60):
     raise AssertionError(f"no probe {name_part!r}")
 
 
-@pytest.mark.parametrize("probe,expect", [
-    ("lane windows lane * step, arg 32", "refused"),  # lanes 0 and 1 share columns 32:64
-    ("lane windows lane * step, arg 0", "refused"),
-    ("lane windows lane * step, arg 64", "equal"),  # touching, not overlapping
-    ("lane windows lane * step, arg 80", "equal"),
-    ("lane windows min(lane, c) * 64, arg 1", "refused"),  # lanes 1..3 clamped to one window
-    ("lane windows min(lane, c) * 64, arg 3", "equal"),
-    ("lane windows max(lane - c, 0) * 64, arg 2", "refused"),  # lanes 0..2 share column 0
-    ("lane windows max(lane - c, 0) * 64, arg 0", "equal"),
-    ("lane reads block lane + 1", "refused"),  # a neighbour's block: read and written concurrently
-    ("lane reads block lane + 0", "equal"),
-])
+@pytest.mark.parametrize(
+    "probe,expect",
+    [
+        ("lane windows lane * step, arg 32", "refused"),  # lanes 0 and 1 share columns 32:64
+        ("lane windows lane * step, arg 0", "refused"),
+        ("lane windows lane * step, arg 64", "equal"),  # touching, not overlapping
+        ("lane windows lane * step, arg 80", "equal"),
+        ("lane windows min(lane, c) * 64, arg 1", "refused"),  # lanes 1..3 clamped to one window
+        ("lane windows min(lane, c) * 64, arg 3", "equal"),
+        ("lane windows max(lane - c, 0) * 64, arg 2", "refused"),  # lanes 0..2 share column 0
+        ("lane windows max(lane - c, 0) * 64, arg 0", "equal"),
+        ("lane reads block lane + 1", "refused"),  # a neighbour's block: read and written concurrently
+        ("lane reads block lane + 0", "equal"),
+    ],
+)
 def test_lane_dependent_windows_are_refused_exactly_when_they_overlap(probe, expect):
     case = _pinned(probe)
     assert case.expect == expect
@@ -83,9 +90,17 @@ def test_a_refusal_of_the_wrong_class_is_wrong():
 
 def test_the_probes_cover_unpacked_nz_aliased_arguments_and_lane_races():
     names = [c.name for c in safety_cases(0, 200)]
-    for part in ("NZ provenance, unpacked", "aliasing", "lane windows, step 0", "lane windows lane * step",
-                 "lane windows min(lane, c)", "lane windows max(lane - c, 0)", "lane reads block", "device",
-                 "host"):
+    for part in (
+        "NZ provenance, unpacked",
+        "aliasing",
+        "lane windows, step 0",
+        "lane windows lane * step",
+        "lane windows min(lane, c)",
+        "lane windows max(lane - c, 0)",
+        "lane reads block",
+        "device",
+        "host",
+    ):
         assert any(part in n for n in names), part
 
 

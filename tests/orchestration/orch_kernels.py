@@ -11,20 +11,28 @@ RANKS, E, N, K, T, NT, KT = 4, 2, 256, 512, 32, 128, 256
 
 
 @pl.kernel
-def gmm(x: pl.Tensor[[E, T, K], pl.INT8], w: pl.Tensor[[E, N, K], pl.INT8, pl.NZ],
-        out: pl.Out[pl.Tensor[[E, T, N], pl.INT32]]):
+def gmm(
+    x: pl.Tensor[[E, T, K], pl.INT8],
+    w: pl.Tensor[[E, N, K], pl.INT8, pl.NZ],
+    out: pl.Out[pl.Tensor[[E, T, N], pl.INT32]],
+):
     for e in pl.spmd(E):
         for nb in pl.range(N // NT):
             n0 = nb * NT
-            acc = pl.matmul(x[e, :, 0:KT], w[e, n0:n0 + NT, 0:KT], b_trans=True)
+            acc = pl.matmul(x[e, :, 0:KT], w[e, n0 : n0 + NT, 0:KT], b_trans=True)
             for k0 in pl.pipeline(KT, K, KT):
-                acc = pl.matmul_acc(acc, x[e, :, k0:k0 + KT], w[e, n0:n0 + NT, k0:k0 + KT], b_trans=True)
-            out[e, :, n0:n0 + NT] = acc
+                acc = pl.matmul_acc(
+                    acc, x[e, :, k0 : k0 + KT], w[e, n0 : n0 + NT, k0 : k0 + KT], b_trans=True
+                )
+            out[e, :, n0 : n0 + NT] = acc
 
 
 @pl.orchestration
-def tp(x: pl.Tensor[[RANKS, E, T, K], pl.INT8], w: pl.Tensor[[RANKS, E, N, K], pl.INT8, pl.NZ],
-       out: pl.Out[pl.Tensor[[RANKS, E, T, N], pl.INT32]]):
+def tp(
+    x: pl.Tensor[[RANKS, E, T, K], pl.INT8],
+    w: pl.Tensor[[RANKS, E, N, K], pl.INT8, pl.NZ],
+    out: pl.Out[pl.Tensor[[RANKS, E, T, N], pl.INT32]],
+):
     for r in range(RANKS):
         gmm(x[r], w[r], out[r], device=r)
 
@@ -34,15 +42,21 @@ DN, DK, DT = 64, 64, 16
 
 
 @pl.kernel
-def gmm_dyn(x: pl.Tensor[[B, DT, DK], pl.INT8], w: pl.Tensor[[B, DN, DK], pl.INT8, pl.NZ],
-            nb: pl.Scalar[pl.INT32], out: pl.Out[pl.Tensor[[B, DT, DN], pl.INT32]]):
+def gmm_dyn(
+    x: pl.Tensor[[B, DT, DK], pl.INT8],
+    w: pl.Tensor[[B, DN, DK], pl.INT8, pl.NZ],
+    nb: pl.Scalar[pl.INT32],
+    out: pl.Out[pl.Tensor[[B, DT, DN], pl.INT32]],
+):
     """A dynamic-batch NZ parameter (NZ-29): B is read from the argument's first logical axis."""
     for e in pl.range(nb):
         out[e, :, :] = pl.matmul(x[e, :, :], w[e, :, :], b_trans=True)
 
 
 @pl.kernel
-def window(x: pl.Tensor[[64, 32], pl.FP32], off: pl.Scalar[pl.INT32], out: pl.InOut[pl.Tensor[[16, 32], pl.FP32]]):
+def window(
+    x: pl.Tensor[[64, 32], pl.FP32], off: pl.Scalar[pl.INT32], out: pl.InOut[pl.Tensor[[16, 32], pl.FP32]]
+):
     """Copies rows [off, off + 16) of x; an `off` past the end faults on the device, not on the host."""
     pl.store(pl.load(x, [off, 0], [16, 32]), [0, 0], out)
 

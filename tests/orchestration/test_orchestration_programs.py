@@ -21,8 +21,10 @@ YF = pl.Out[pl.Tensor[[RANKS, T, N], pl.FP32]]
 
 def _data(seed):
     rng = np.random.default_rng(seed)
-    return (rng.integers(-3, 4, (RANKS, E, T, K)).astype(np.float32),
-            rng.integers(-3, 4, (RANKS, E, N, K)).astype(np.float32))
+    return (
+        rng.integers(-3, 4, (RANKS, E, T, K)).astype(np.float32),
+        rng.integers(-3, 4, (RANKS, E, N, K)).astype(np.float32),
+    )
 
 
 @pl.orchestration
@@ -49,7 +51,9 @@ def test_the_program_as_text(line_of):
     text = program_text(chain.record(x, w, np.zeros((RANKS, T, N), np.float32)))
     f = "test_orchestration_programs.py"
     # the lines of chain's statements, from its source (they move when the file is reformatted)
-    create, mm, dbl, dbl_y = (line_of(chain, m) for m in ("pl.create_tensor(", "mm_nd(", "h = double(", "double(h,"))
+    create, mm, dbl, dbl_y = (
+        line_of(chain, m) for m in ("pl.create_tensor(", "mm_nd(", "h = double(", "double(h,")
+    )
     lines = text.splitlines()
     assert lines[:8] == [
         "# orchestration chain: 6 kernel calls on 2 ranks",
@@ -76,9 +80,12 @@ def test_created_tensor_used_on_a_second_rank_refused():
         double(t, y[1], device=1)
 
     y = np.full((RANKS, T, N), 5, np.float32)
-    with pytest.raises(DispatchError, match=r"^rank 1: double .*: parameter 'x' got create_tensor@"
-                                            r"test_orchestration_programs.py:\d+@rank0, an intermediate of rank 0; "
-                                            r"the call runs on rank 1, and ranks do not share memory"):
+    with pytest.raises(
+        DispatchError,
+        match=r"^rank 1: double .*: parameter 'x' got create_tensor@"
+        r"test_orchestration_programs.py:\d+@rank0, an intermediate of rank 0; "
+        r"the call runs on rank 1, and ranks do not share memory",
+    ):
         shared(x, w, y)
     assert (y == 5).all()
 
@@ -99,4 +106,3 @@ def test_create_tensor_refusals():
         orch(lambda: pl.create_tensor([0, N], pl.FP32))(x, w)
     with pytest.raises(nzjit.CompileError, match="dtype must be a pl dtype such as pl.FP32"):
         orch(lambda: pl.create_tensor([T, N], np.float32))(x, w)
-

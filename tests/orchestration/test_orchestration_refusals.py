@@ -28,8 +28,10 @@ class Outputs:
         self.resident = cluster.alloc_stacked_tensor(self.fill)
 
     def untouched(self) -> bool:
-        return (self.host.tobytes() == self.fill.tobytes()
-                and self.cluster.copy_stacked_from(self.resident).tobytes() == self.fill.tobytes())
+        return (
+            self.host.tobytes() == self.fill.tobytes()
+            and self.cluster.copy_stacked_from(self.resident).tobytes() == self.fill.tobytes()
+        )
 
 
 def _uploads(cluster: runtime.Cluster) -> list[int]:
@@ -40,14 +42,18 @@ def _uploads(cluster: runtime.Cluster) -> list[int]:
 @pytest.mark.parametrize("wshape", [(DN, DK), (1, 2, DN, DK)], ids=["rank2", "rank4"])
 def test_dynamic_batch_nz_refuses_rank2_and_rank4_direct(wshape):
     # NZ-29: rank-2 and rank-4 arguments are refused even though the blocked shape would match
-    assert runtime.nz_blocked_shape(wshape, np.int8) == runtime.nz_blocked_shape((2, DN, DK), np.int8) \
+    assert (
+        runtime.nz_blocked_shape(wshape, np.int8) == runtime.nz_blocked_shape((2, DN, DK), np.int8)
         or len(wshape) == 2
+    )
     x = np.zeros((2, DT, DK), np.int8)
     out = np.full((2, DT, DN), 5, np.int32)
     with pytest.raises(DispatchError) as e:
         gmm_dyn(x, np.zeros(wshape, np.int8), 2, out)
-    assert str(e.value) == (f"parameter 'w' expects rank 3 [B, {DN}, {DK}] (NZ-29: a dynamic-batch NZ "
-                            f"parameter takes a rank-3 argument), got rank {len(wshape)} {wshape}")
+    assert str(e.value) == (
+        f"parameter 'w' expects rank 3 [B, {DN}, {DK}] (NZ-29: a dynamic-batch NZ "
+        f"parameter takes a rank-3 argument), got rank {len(wshape)} {wshape}"
+    )
     assert (out == 5).all()
 
 
@@ -61,8 +67,11 @@ def test_dynamic_batch_nz_refuses_rank2_and_rank4_in_orchestration(rank):
     outs = Outputs(cluster, (RANKS, 2, DT, DN))
 
     @pl.orchestration
-    def dyn(x: pl.Tensor[[RANKS, 2, DT, DK], pl.INT8], w: pl.Tensor[[RANKS, 2, DN, DK], pl.INT8, pl.NZ],
-            out: pl.Out[pl.Tensor[[RANKS, 2, DT, DN], pl.INT32]]):
+    def dyn(
+        x: pl.Tensor[[RANKS, 2, DT, DK], pl.INT8],
+        w: pl.Tensor[[RANKS, 2, DN, DK], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[RANKS, 2, DT, DN], pl.INT32]],
+    ):
         for r in range(RANKS):
             gmm_dyn(x[r], w[r] if r < 3 else bad, 2, out[r], device=r)
 
@@ -82,10 +91,15 @@ def test_dynamic_batch_nz_refuses_rank2_and_rank4_in_orchestration(rank):
 def test_orchestration_entry_checks_its_own_annotations(tp_data):
     x, w, ref = tp_data
     out = np.full(ref.shape, 3, np.int32)
-    with pytest.raises(DispatchError, match=r"parameter 'w' expects rank 4 \[4, 2, 256, 512\] \(NZ-29: an NZ "
-                                            r"argument has the parameter's logical rank\), got rank 5"):
+    with pytest.raises(
+        DispatchError,
+        match=r"parameter 'w' expects rank 4 \[4, 2, 256, 512\] \(NZ-29: an NZ "
+        r"argument has the parameter's logical rank\), got rank 5",
+    ):
         tp(x, runtime.pack_nz(w).reshape(runtime.nz_blocked_shape(w.shape, np.int8)), out)  # pre-blocked
-    with pytest.raises(DispatchError, match=r"parameter 'x' expects shape \[4, 2, 32, 512\], got \(3, 2, 32, 512\)"):
+    with pytest.raises(
+        DispatchError, match=r"parameter 'x' expects shape \[4, 2, 32, 512\], got \(3, 2, 32, 512\)"
+    ):
         tp(x[:3], pack(w), out)
     with pytest.raises(DispatchError, match="parameter 'w' expects dtype int8, got uint8"):
         tp(x, pack(w).view(np.uint8), out)
@@ -97,27 +111,48 @@ def _bad_call_orchestration(pick):
     """Rank 2 gets `pick(w)` as its weight, the other ranks their own shard."""
 
     @pl.orchestration
-    def prog(x: pl.Tensor[[RANKS, E, T, K], pl.INT8], w: pl.Tensor[[RANKS, E, N, K], pl.INT8, pl.NZ],
-             out: pl.Out[pl.Tensor[[RANKS, E, T, N], pl.INT32]]):
+    def prog(
+        x: pl.Tensor[[RANKS, E, T, K], pl.INT8],
+        w: pl.Tensor[[RANKS, E, N, K], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[RANKS, E, T, N], pl.INT32]],
+    ):
         for r in range(RANKS):
             gmm(x[r], pick(w) if r == 2 else w[r], out[r], device=r)
 
     return prog
 
 
-@pytest.mark.parametrize("case,match", [
-    ("shape", r"^rank 2: gmm \(.*\): parameter 'w' expects shape \[2, 256, 512\], got \(2, 128, 512\) "
-              r"\(axis 1: 128 != 256\)$"),
-    ("dtype", r"^rank 2: gmm \(.*\): parameter 'w' expects dtype int8, got int16$"),
-    ("freed", r"^rank 2: gmm \(.*\): parameter 'w' got a freed DeviceTensor .* \(use after free\)$"),
-    ("wrong_shard", r"^rank 2: gmm \(.*\): parameter 'w' got w\[1\], a DeviceTensor of worker 1; the call "
-                    r"runs on worker 2 \(device=2\): pass rank 2's shard or copy it over$"),
-    ("wrong_worker", r"^rank 2: gmm \(.*\): parameter 'w' got a DeviceTensor of worker 0; the call runs on "
-                     r"worker 2 \(device=2\)"),
-    ("other_cluster", r"^rank 2: gmm \(.*\): parameter 'w' got a DeviceTensor of worker 2 of another cluster; "),
-    ("stacked_whole", r"^rank 2: gmm \(.*\): parameter 'w' got the whole StackedDeviceTensor w, which spans "
-                      r"ranks; pass one rank's shard, w\[r\]$"),
-])
+@pytest.mark.parametrize(
+    "case,match",
+    [
+        (
+            "shape",
+            r"^rank 2: gmm \(.*\): parameter 'w' expects shape \[2, 256, 512\], got \(2, 128, 512\) "
+            r"\(axis 1: 128 != 256\)$",
+        ),
+        ("dtype", r"^rank 2: gmm \(.*\): parameter 'w' expects dtype int8, got int16$"),
+        ("freed", r"^rank 2: gmm \(.*\): parameter 'w' got a freed DeviceTensor .* \(use after free\)$"),
+        (
+            "wrong_shard",
+            r"^rank 2: gmm \(.*\): parameter 'w' got w\[1\], a DeviceTensor of worker 1; the call "
+            r"runs on worker 2 \(device=2\): pass rank 2's shard or copy it over$",
+        ),
+        (
+            "wrong_worker",
+            r"^rank 2: gmm \(.*\): parameter 'w' got a DeviceTensor of worker 0; the call runs on "
+            r"worker 2 \(device=2\)",
+        ),
+        (
+            "other_cluster",
+            r"^rank 2: gmm \(.*\): parameter 'w' got a DeviceTensor of worker 2 of another cluster; ",
+        ),
+        (
+            "stacked_whole",
+            r"^rank 2: gmm \(.*\): parameter 'w' got the whole StackedDeviceTensor w, which spans "
+            r"ranks; pass one rank's shard, w\[r\]$",
+        ),
+    ],
+)
 def test_refused_call_leaves_outputs_untouched(tp_data, case, match):
     x, w, _ = tp_data
     cluster = runtime.Cluster(RANKS)
@@ -180,8 +215,11 @@ def test_stacked_tensor_whose_shard_shapes_disagree(tp_data):
     ws = cluster.alloc_stacked_tensor(pack(w))
     ws.shards = (*ws.shards[:3], shards[3])
     out = np.full(ref.shape, 2, np.int32)
-    with pytest.raises(DispatchError, match=r"^parameter 'w': shard 3 has shape \(2, 256, 256\), shard shapes "
-                                            r"must all be full_shape\[1:\] = \(2, 256, 512\)$"):
+    with pytest.raises(
+        DispatchError,
+        match=r"^parameter 'w': shard 3 has shape \(2, 256, 256\), shard shapes "
+        r"must all be full_shape\[1:\] = \(2, 256, 512\)$",
+    ):
         tp(x, ws, out)
     assert (out == 2).all()
 
@@ -205,14 +243,20 @@ def test_two_ranks_writing_one_host_plane_refused(tp_data):
     x, w, ref = tp_data
 
     @pl.orchestration
-    def clash(x: pl.Tensor[[RANKS, E, T, K], pl.INT8], w: pl.Tensor[[RANKS, E, N, K], pl.INT8, pl.NZ],
-              out: pl.Out[pl.Tensor[[RANKS, E, T, N], pl.INT32]]):
+    def clash(
+        x: pl.Tensor[[RANKS, E, T, K], pl.INT8],
+        w: pl.Tensor[[RANKS, E, N, K], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[RANKS, E, T, N], pl.INT32]],
+    ):
         for r in range(RANKS):
             gmm(x[r], w[r], out[min(r, 2)], device=r)
 
     out = np.full(ref.shape, 1, np.int32)
-    with pytest.raises(DispatchError, match=r"^rank 3: gmm .*: parameter 'out': rank 2 writes out\[2\] and rank 3 "
-                                            r"writes out\[2\] of the same host array"):
+    with pytest.raises(
+        DispatchError,
+        match=r"^rank 3: gmm .*: parameter 'out': rank 2 writes out\[2\] and rank 3 "
+        r"writes out\[2\] of the same host array",
+    ):
         clash(x, pack(w), out)
     assert (out == 1).all()
 
@@ -225,13 +269,19 @@ def test_device_outside_the_cluster_refused(tp_data):
     ws = small.alloc_stacked_tensor(pack(w)[:2])
 
     @pl.orchestration
-    def wide(x: pl.Tensor[[RANKS, E, T, K], pl.INT8], w: pl.Tensor[[2, E, N, K], pl.INT8, pl.NZ],
-             out: pl.Out[pl.Tensor[[RANKS, E, T, N], pl.INT32]]):
+    def wide(
+        x: pl.Tensor[[RANKS, E, T, K], pl.INT8],
+        w: pl.Tensor[[2, E, N, K], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[RANKS, E, T, N], pl.INT32]],
+    ):
         for r in range(RANKS):
             gmm(x[r], w[r % 2], out[r], device=r)
 
-    with pytest.raises(DispatchError, match=r"device=2 is not a rank of the cluster the StackedDeviceTensor "
-                                            r"arguments live on \(ranks \[0, 1\]\)"):
+    with pytest.raises(
+        DispatchError,
+        match=r"device=2 is not a rank of the cluster the StackedDeviceTensor "
+        r"arguments live on \(ranks \[0, 1\]\)",
+    ):
         wide(x, ws)
     with pytest.raises(DispatchError, match="lives on worker 0 of another cluster, not on the cluster given"):
         wide(x, ws, cluster=runtime.Cluster(RANKS))
@@ -249,8 +299,11 @@ def test_body_misuse_is_a_compile_error(tp_data):
 
     def orch(body):
         @pl.orchestration
-        def o(x: pl.Tensor[[RANKS, E, T, K], pl.INT8], w: pl.Tensor[[RANKS, E, N, K], pl.INT8, pl.NZ],
-              out: pl.Out[pl.Tensor[[RANKS, E, T, N], pl.INT32]]):
+        def o(
+            x: pl.Tensor[[RANKS, E, T, K], pl.INT8],
+            w: pl.Tensor[[RANKS, E, N, K], pl.INT8, pl.NZ],
+            out: pl.Out[pl.Tensor[[RANKS, E, T, N], pl.INT32]],
+        ):
             return body(x, w, out)
 
         return o
@@ -259,7 +312,9 @@ def test_body_misuse_is_a_compile_error(tp_data):
     # what is still refused:
     with pytest.raises(nzjit.CompileError, match=r"x\[0:4:2\]: a step of 2 on axis 0 is not a dense window"):
         orch(lambda x, w, out: gmm(x[0:4:2], w[0], out[0], device=0))(x, pack(w))
-    with pytest.raises(nzjit.CompileError, match=r"x\[0\]\[5\] is out of range for the leading axis 2 of x\[0\]"):
+    with pytest.raises(
+        nzjit.CompileError, match=r"x\[0\]\[5\] is out of range for the leading axis 2 of x\[0\]"
+    ):
         orch(lambda x, w, out: x[0][5])(x, pack(w))
     with pytest.raises(nzjit.CompileError, match=r"indexed by ints and slices of its axes, got str 'a'"):
         orch(lambda x, w, out: x[0, "a"])(x, pack(w))
@@ -286,20 +341,26 @@ def test_error_on_one_rank_names_the_rank_and_writes_nothing():
     cluster = runtime.Cluster(RANKS)
     outs = Outputs(cluster, (RANKS, 16, 32), np.float32)
     for out in (outs.host, outs.resident):
-        with pytest.raises(DispatchError, match=r"^rank 2: window \(.*test_orchestration_refusals.py:\d+\): .*"
-                                                r"the window \[1000, 1016\) on axis 0 is out of bounds"):
+        with pytest.raises(
+            DispatchError,
+            match=r"^rank 2: window \(.*test_orchestration_refusals.py:\d+\): .*"
+            r"the window \[1000, 1016\) on axis 0 is out of bounds",
+        ):
             prog(x, out, cluster=cluster)
     assert outs.untouched()  # ranks 0, 1 and 3 ran, but their writes were not kept
     offsets[2] = 32
     good = prog(x, outs.resident, cluster=cluster)
-    want = np.stack([x[r, o:o + 16] for r, o in enumerate(offsets)])
+    want = np.stack([x[r, o : o + 16] for r, o in enumerate(offsets)])
     np.testing.assert_array_equal(cluster.copy_stacked_from(good), want)
 
 
 def test_direct_call_errors_have_no_rank_prefix(tp_data):
     x, w, _ = tp_data
-    with pytest.raises(DispatchError, match=r"^gmm takes 3 arguments \(x, w, out\), or 2 with the Out "
-                                            r"parameters omitted; got 1$"):
+    with pytest.raises(
+        DispatchError,
+        match=r"^gmm takes 3 arguments \(x, w, out\), or 2 with the Out "
+        r"parameters omitted; got 1$",
+    ):
         gmm(x[0])
     with pytest.raises(DispatchError, match=r"^/.*orch_kernels.py:\d+: the window \[1000, 1016\) on axis 0"):
         window(np.zeros((64, 32), np.float32), 1000, np.zeros((16, 32), np.float32))

@@ -137,8 +137,11 @@ def test_dynamic_batch_nz_parameter_takes_the_shard(tp_data):
     ref = np.einsum("rbtk,rbnk->rbtn", x.astype(np.int32), w.astype(np.int32))
 
     @pl.orchestration
-    def dyn(x: pl.Tensor[[RANKS, 3, DT, DK], pl.INT8], w: pl.Tensor[[RANKS, 3, DN, DK], pl.INT8, pl.NZ],
-            out: pl.Out[pl.Tensor[[RANKS, 3, DT, DN], pl.INT32]]):
+    def dyn(
+        x: pl.Tensor[[RANKS, 3, DT, DK], pl.INT8],
+        w: pl.Tensor[[RANKS, 3, DN, DK], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[RANKS, 3, DT, DN], pl.INT32]],
+    ):
         for r in range(RANKS):
             gmm_dyn(x[r], w[r], 3, out[r], device=r)
 
@@ -157,8 +160,11 @@ def test_intermediates_chain_kernels_on_a_rank(tp_data):
             pl.store(pl.add(t, t), [e, 0, 0], out)
 
     @pl.orchestration
-    def chain(x: pl.Tensor[[RANKS, E, T, K], pl.INT8], w: pl.Tensor[[RANKS, E, N, K], pl.INT8, pl.NZ],
-              out: pl.Out[pl.Tensor[[RANKS, E, T, N], pl.INT32]]):
+    def chain(
+        x: pl.Tensor[[RANKS, E, T, K], pl.INT8],
+        w: pl.Tensor[[RANKS, E, N, K], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[RANKS, E, T, N], pl.INT32]],
+    ):
         for r in range(RANKS):
             y = gmm(x[r], w[r], device=r)
             assert y.shape == (E, T, N)

@@ -24,22 +24,31 @@ X = np.arange(2 * 16 * 64, dtype=np.float32).reshape(2, 16, 64)
 
 def test_a_rank_reading_what_another_rank_wrote_is_refused():
     @pl.orchestration
-    def prog(x: pl.Tensor[[2, 16, 64], pl.FP32], tmp: pl.Out[pl.Tensor[[2, 16, 64], pl.FP32]],
-             out: pl.Out[pl.Tensor[[2, 16, 64], pl.FP32]]):
+    def prog(
+        x: pl.Tensor[[2, 16, 64], pl.FP32],
+        tmp: pl.Out[pl.Tensor[[2, 16, 64], pl.FP32]],
+        out: pl.Out[pl.Tensor[[2, 16, 64], pl.FP32]],
+    ):
         double(x[0], tmp[0], device=0)
         double(tmp[0], out[1], device=1)  # rank 1 would read the tmp[0] uploaded at the start
 
     tmp, out = np.full_like(X, 7), np.full_like(X, 7)
-    with pytest.raises(DispatchError, match=r"rank 1: .*parameter 'x': rank 1 reads tmp\[0\], which rank 0 writes "
-                                            r"\(tmp\[0\]\) earlier in this orchestration.*stale"):
+    with pytest.raises(
+        DispatchError,
+        match=r"rank 1: .*parameter 'x': rank 1 reads tmp\[0\], which rank 0 writes "
+        r"\(tmp\[0\]\) earlier in this orchestration.*stale",
+    ):
         prog(X, tmp, out, cluster=runtime.Cluster(2))
     assert (tmp == 7).all() and (out == 7).all()
 
 
 def test_the_same_flow_on_one_rank_and_other_planes_are_right():
     @pl.orchestration
-    def prog(x: pl.Tensor[[2, 16, 64], pl.FP32], tmp: pl.Out[pl.Tensor[[2, 16, 64], pl.FP32]],
-             out: pl.Out[pl.Tensor[[2, 16, 64], pl.FP32]]):
+    def prog(
+        x: pl.Tensor[[2, 16, 64], pl.FP32],
+        tmp: pl.Out[pl.Tensor[[2, 16, 64], pl.FP32]],
+        out: pl.Out[pl.Tensor[[2, 16, 64], pl.FP32]],
+    ):
         double(x[0], tmp[0], device=0)
         double(tmp[0], out[0], device=0)  # ordered on one rank: reads the bytes just written
         double(x[1], tmp[1], device=1)

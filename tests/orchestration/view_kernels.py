@@ -10,20 +10,28 @@ RANKS, E, T, N, K = 2, 3, 16, 64, 64
 
 
 @pl.kernel
-def mm_plane(x: pl.Tensor[[T, K], pl.INT8], w: pl.Tensor[[N, K], pl.INT8, pl.NZ],
-             out: pl.Out[pl.Tensor[[T, N], pl.INT32]]):
+def mm_plane(
+    x: pl.Tensor[[T, K], pl.INT8],
+    w: pl.Tensor[[N, K], pl.INT8, pl.NZ],
+    out: pl.Out[pl.Tensor[[T, N], pl.INT32]],
+):
     out[:, :] = pl.matmul(x[:, :], w[:, :], b_trans=True)
 
 
 @pl.kernel
-def mm_pair(x: pl.Tensor[[2, T, K], pl.INT8], w: pl.Tensor[[2, N, K], pl.INT8, pl.NZ],
-            out: pl.Out[pl.Tensor[[2, T, N], pl.INT32]]):
+def mm_pair(
+    x: pl.Tensor[[2, T, K], pl.INT8],
+    w: pl.Tensor[[2, N, K], pl.INT8, pl.NZ],
+    out: pl.Out[pl.Tensor[[2, T, N], pl.INT32]],
+):
     for e in pl.spmd(2):
         out[e, :, :] = pl.matmul(x[e, :, :], w[e, :, :], b_trans=True)
 
 
 @pl.kernel
-def mm_nd(x: pl.Tensor[[T, K], pl.FP32], w: pl.Tensor[[N, K], pl.FP32], out: pl.Out[pl.Tensor[[T, N], pl.FP32]]):
+def mm_nd(
+    x: pl.Tensor[[T, K], pl.FP32], w: pl.Tensor[[N, K], pl.FP32], out: pl.Out[pl.Tensor[[T, N], pl.FP32]]
+):
     out[:, :] = pl.matmul(x[:, :], w[:, :], b_trans=True)
 
 
@@ -36,8 +44,10 @@ def double(x: pl.Tensor[[T, N], pl.FP32], y: pl.Out[pl.Tensor[[T, N], pl.FP32]])
 def data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """x [RANKS, E, T, K] and logical w [RANKS, E, N, K], small int8 (sums exact in int32)."""
     rng = np.random.default_rng(seed)
-    return (rng.integers(-4, 5, (RANKS, E, T, K)).astype(np.int8),
-            rng.integers(-4, 5, (RANKS, E, N, K)).astype(np.int8))
+    return (
+        rng.integers(-4, 5, (RANKS, E, T, K)).astype(np.int8),
+        rng.integers(-4, 5, (RANKS, E, N, K)).astype(np.int8),
+    )
 
 
 def ref(x: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ def _kernel(M, K=128, N=32, KT=64, dtype=pl.FP16, out=pl.FP32):
     def k(x: pl.Tensor[[M, K], dtype], w: pl.Tensor[[N, K], dtype, pl.NZ], o: pl.Out[pl.Tensor[[M, N], out]]):
         acc = pl.matmul(x[:, 0:KT], w[:, 0:KT], b_trans=True)
         for k0 in pl.pipeline(KT, K, KT):
-            acc = pl.matmul_acc(acc, x[:, k0:k0 + KT], w[:, k0:k0 + KT], b_trans=True)
+            acc = pl.matmul_acc(acc, x[:, k0 : k0 + KT], w[:, k0 : k0 + KT], b_trans=True)
         o[:, :] = acc
 
     return k

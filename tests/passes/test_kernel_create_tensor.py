@@ -17,8 +17,11 @@ REF = A.astype(np.float32) @ B.astype(np.float32)
 
 
 @pl.kernel
-def pypto_accumulator(a: pl.Tensor[[64, 256], pl.FP16], b: pl.Tensor[[256, 128], pl.FP16],
-                      c: pl.Out[pl.Tensor[[64, 128], pl.FP32]]):
+def pypto_accumulator(
+    a: pl.Tensor[[64, 256], pl.FP16],
+    b: pl.Tensor[[256, 128], pl.FP16],
+    c: pl.Out[pl.Tensor[[64, 128], pl.FP32]],
+):
     acc = pl.create_tensor([64, 128], dtype=pl.FP32)
     for k0 in pl.range(0, 256, 64):
         if k0 == 0:
@@ -49,11 +52,17 @@ def test_a_gm_scratch_tensor_in_a_kernel_is_refused_with_the_fix():
         tmp[:, :] = pl.load(x, [0, 0], [16, 64])
         y[:, :] = pl.load(tmp, [0, 0], [16, 64])
 
-    with pytest.raises(CompileError, match=r"pl.create_tensor\(\[16, 64\], pl.FP32\) in a kernel is the start value of "
-                                           r"a matmul accumulator .* a GM scratch tensor inside a kernel is not built") as ei:
+    with pytest.raises(
+        CompileError,
+        match=r"pl.create_tensor\(\[16, 64\], pl.FP32\) in a kernel is the start value of "
+        r"a matmul accumulator .* a GM scratch tensor inside a kernel is not built",
+    ) as ei:
         scratch.lower(np.zeros((16, 64), np.float32), np.zeros((16, 64), np.float32))
     assert "help: create the intermediate in the @pl.orchestration and pass it to the kernel" in str(ei.value)
-    with pytest.raises(CompileError, match=r"pl.create_tensor in a kernel takes a static shape of positive ints"):
+    with pytest.raises(
+        CompileError, match=r"pl.create_tensor in a kernel takes a static shape of positive ints"
+    ):
+
         @pl.kernel
         def bad(y: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
             pl.create_tensor([0, 64], dtype=pl.FP32)

@@ -24,8 +24,11 @@ def test_every_lane_storing_the_same_window_is_refused():
             t = pl.load(x, [0, lane * 64], [16, 64])
             out[:, 0:64] = t + t  # every lane: the same 64 columns
 
-    with pytest.raises(CompileError, match=r"(?s)\[lane-race\] every lane of pl.spmd\(4\) stores this window of the "
-                                           r"same tensor.*help: compute the window from the lane index") as info:
+    with pytest.raises(
+        CompileError,
+        match=r"(?s)\[lane-race\] every lane of pl.spmd\(4\) stores this window of the "
+        r"same tensor.*help: compute the window from the lane index",
+    ) as info:
         k.lower()
     assert "test_lane_races.py" in str(info.value.source)
     out = np.full((16, 256), 7, np.float32)
@@ -48,12 +51,15 @@ def test_a_window_through_an_inner_loop_independent_of_the_lane_is_refused():
 
 def test_lane_dependent_windows_and_a_single_lane_are_accepted():
     @pl.kernel
-    def k(x: pl.Tensor[[16, 256], pl.FP32], out: pl.Out[pl.Tensor[[16, 256], pl.FP32]],
-          one: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[16, 256], pl.FP32],
+        out: pl.Out[pl.Tensor[[16, 256], pl.FP32]],
+        one: pl.Out[pl.Tensor[[16, 64], pl.FP32]],
+    ):
         for lane in pl.spmd(4):
             idx = pl.get_block_idx()
             t = pl.load(x, [0, idx * 64], [16, 64])
-            out[:, lane * 64:lane * 64 + 64] = t + t
+            out[:, lane * 64 : lane * 64 + 64] = t + t
         for _ in pl.spmd(1):
             pl.store(pl.load(x, [0, 0], [16, 64]), [0, 0], one)
 
@@ -71,7 +77,11 @@ def test_the_grouped_matmul_is_not_refused_its_lane_windows_depend_on_the_lane()
     w = rng.integers(-128, 128, (2, 64, 128)).astype(np.int8)
     dev = runtime.Worker(0)
     out = dev.alloc_tensor((2, 16, 64), np.int32)
-    k(dev.alloc_tensor(x.shape, x.dtype, init=x), dev.alloc_tensor(w.shape, w.dtype, init=runtime.pack_nz(w)), out)
+    k(
+        dev.alloc_tensor(x.shape, x.dtype, init=x),
+        dev.alloc_tensor(w.shape, w.dtype, init=runtime.pack_nz(w)),
+        out,
+    )
     ref = np.einsum("etk,enk->etn", x.astype(np.int64), w.astype(np.int64)).astype(np.int32)
     np.testing.assert_array_equal(dev.copy_from(out), ref)
 

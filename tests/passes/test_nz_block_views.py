@@ -19,8 +19,9 @@ from nzjit.passes.strides import materialize_tensor_strides
 
 
 def _loads(g, src=None):
-    return [e for e in g.walk() if e.primitive.name == "tile.load"
-            and (src is None or e.inputs[0].hint == src)]
+    return [
+        e for e in g.walk() if e.primitive.name == "tile.load" and (src is None or e.inputs[0].hint == src)
+    ]
 
 
 def _eqns(g, prim):
@@ -41,8 +42,11 @@ def _mm_kernel(wshape, woffs, wwin, dtype=pl.INT8, M=32):
     out_dt = {pl.INT8: pl.INT32}.get(dtype, pl.FP32)
 
     @pl.kernel
-    def k(x: pl.Tensor[[M, K], dtype], w: pl.Tensor[list(wshape), dtype, pl.NZ],
-          out: pl.Out[pl.Tensor[[M, N], out_dt]]):
+    def k(
+        x: pl.Tensor[[M, K], dtype],
+        w: pl.Tensor[list(wshape), dtype, pl.NZ],
+        out: pl.Out[pl.Tensor[[M, N], out_dt]],
+    ):
         wt = pl.load(w, list(woffs), list(wwin), target_memory=pl.Mem.Mat)
         xt = pl.load(x, [0, 0], [M, K], target_memory=pl.Mem.Mat)
         pl.store(pl.matmul(xt, wt, b_trans=True), [0, 0], out)
@@ -116,11 +120,22 @@ def test_rank4_fold_of_a_symbolic_leading_offset_is_exact_arithmetic():  # NZ-28
     assert not _eqns(g, "floordiv")
 
 
-@pytest.mark.parametrize("dtype,c0", [
-    (pl.INT8, 32), (pl.UINT8, 32), (pl.FP8E4M3, 32), (pl.FP8E5M2, 32),
-    (pl.FP16, 16), (pl.BF16, 16), (pl.INT16, 16), (pl.UINT16, 16),
-    (pl.FP32, 8), (pl.INT32, 8), (pl.UINT32, 8),
-])
+@pytest.mark.parametrize(
+    "dtype,c0",
+    [
+        (pl.INT8, 32),
+        (pl.UINT8, 32),
+        (pl.FP8E4M3, 32),
+        (pl.FP8E5M2, 32),
+        (pl.FP16, 16),
+        (pl.BF16, 16),
+        (pl.INT16, 16),
+        (pl.UINT16, 16),
+        (pl.FP32, 8),
+        (pl.INT32, 8),
+        (pl.UINT32, 8),
+    ],
+)
 def test_c0_per_dtype(dtype, c0):  # NZ-4, NZ-5
     @pl.kernel
     def k(w: pl.Tensor[[256, 512], dtype, pl.NZ]):
@@ -160,8 +175,11 @@ def test_window_offsets_become_column_block_and_row_fractal():  # NZ-12
 
 def test_seed_example_slice_of_a_3d_weight():  # NZ-12: w[1:2, 256:512, 512:1024] of [E, N, K]
     @pl.kernel
-    def k(x: pl.Tensor[[64, 512], pl.INT8], w: pl.Tensor[[4, 512, 1024], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[64, 256], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[64, 512], pl.INT8],
+        w: pl.Tensor[[4, 512, 1024], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[64, 256], pl.INT32]],
+    ):
         out[:, :] = pl.matmul(x, w[1:2, 256:512, 512:1024], b_trans=True)
 
     low = k.lower()
@@ -177,8 +195,11 @@ def test_seed_example_slice_of_a_3d_weight():  # NZ-12: w[1:2, 256:512, 512:1024
 
 def test_nd_weights_are_untouched():  # NZ-1: only pl.NZ tensors are blocked
     @pl.kernel
-    def k(x: pl.Tensor[[32, 512], pl.INT8], w: pl.Tensor[[256, 512], pl.INT8],
-          out: pl.Out[pl.Tensor[[32, 128], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[32, 512], pl.INT8],
+        w: pl.Tensor[[256, 512], pl.INT8],
+        out: pl.Out[pl.Tensor[[32, 128], pl.INT32]],
+    ):
         wt = pl.load(w, [128, 0], [128, 512], target_memory=pl.Mem.Mat)
         xt = pl.load(x, [0, 0], [32, 512], target_memory=pl.Mem.Mat)
         pl.store(pl.matmul(xt, wt, b_trans=True), [0, 0], out)
@@ -193,8 +214,11 @@ def test_nd_weights_are_untouched():  # NZ-1: only pl.NZ tensors are blocked
 
 def test_no_logical_nz_type_survives():  # NZ-14: every NZ TensorType downstream has rank 5
     @pl.kernel
-    def k(x: pl.Tensor[[32, 512], pl.INT8], w: pl.Tensor[[3, 256, 512], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[32, 256], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[32, 512], pl.INT8],
+        w: pl.Tensor[[3, 256, 512], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[32, 256], pl.INT32]],
+    ):
         for layer in pl.range(3):
             wl = w[layer]
             wt = pl.load(wl, [0, 0], [256, 512], target_memory=pl.Mem.Mat)
@@ -268,8 +292,11 @@ def test_verifier_reports_an_unblocked_nz_view():  # NZ-34
 # ----------------------------------------------------------------- NZ-30, NZ-31: slices, flatten
 def test_layer_slice_blocks_like_a_load():  # NZ-30
     @pl.kernel
-    def k(x: pl.Tensor[[32, 512], pl.INT8], w: pl.Tensor[[3, 256, 512], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[32, 128], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[32, 512], pl.INT8],
+        w: pl.Tensor[[3, 256, 512], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[32, 128], pl.INT32]],
+    ):
         wl = w[2]
         wt = pl.load(wl, [128, 64], [128, 256], target_memory=pl.Mem.Mat)
         xt = pl.load(x, [0, 0], [32, 256], target_memory=pl.Mem.Mat)

@@ -12,8 +12,11 @@ from nzjit import CompileError, pl
 
 def _kernel(tiles: int, step: int = 16):
     @pl.kernel
-    def k(x: pl.Tensor[[16, 32], pl.INT8], w: pl.Tensor[[32, 64], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[16, 64], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[16, 32], pl.INT8],
+        w: pl.Tensor[[32, 64], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[16, 64], pl.INT32]],
+    ):
         xt = pl.load(x, [0, 0], [16, 32], target_memory=pl.Mem.Mat)
         for nb in pl.range(tiles):
             n0 = nb * step
@@ -53,11 +56,14 @@ def test_loop_step_tightens_the_bound():  # NZ-16: k0 in pipeline(0, 64, 32) rea
 def test_exact_maximum_not_the_interval_bound():  # NZ-12, NZ-16
     # interval arithmetic says n0 reaches 128 + 64 = 192; enumerating lane < 3 gives 128: it fits
     @pl.kernel
-    def k(x: pl.Tensor[[16, 128], pl.FP16], w: pl.Tensor[[192, 128], pl.FP16, pl.NZ],
-          out: pl.Out[pl.Tensor[[16, 192], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[16, 128], pl.FP16],
+        w: pl.Tensor[[192, 128], pl.FP16, pl.NZ],
+        out: pl.Out[pl.Tensor[[16, 192], pl.FP32]],
+    ):
         for lane in pl.spmd(3):
             n0 = (lane // 2) * 128 + (lane % 2) * 64
-            out[:, n0:n0 + 64] = pl.matmul(x[:, 0:128], w[n0:n0 + 64, 0:128], b_trans=True)
+            out[:, n0 : n0 + 64] = pl.matmul(x[:, 0:128], w[n0 : n0 + 64, 0:128], b_trans=True)
 
     rng = np.random.default_rng(1)
     x = rng.integers(-4, 4, (16, 128)).astype(np.float16)

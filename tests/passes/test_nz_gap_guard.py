@@ -50,9 +50,16 @@ def test_r65536_tile16_is_accepted():  # gap 65520
 
 
 def test_r65552_tile16_is_refused():  # gap 65536
-    msg = _refused(_kernel([65552, 64], [16, 64]),
-                   "GM gap of 65536 32-byte blocks", "tensor rows 65552", "loaded 16 rows", "2 column blocks",
-                   "NOT an expected pl.NZ limitation", "pto-isa#317", f"max {MAX_GM_GAP_BLOCKS}")
+    msg = _refused(
+        _kernel([65552, 64], [16, 64]),
+        "GM gap of 65536 32-byte blocks",
+        "tensor rows 65552",
+        "loaded 16 rows",
+        "2 column blocks",
+        "NOT an expected pl.NZ limitation",
+        "pto-isa#317",
+        f"max {MAX_GM_GAP_BLOCKS}",
+    )
     assert "taller row tile (at least 32 valid rows)" in msg  # workaround 1: a wider row tile
     assert "rank-3 [LAYERS, R, C]" in msg  # workaround 2: stack layers on the batch axis
 
@@ -95,7 +102,9 @@ def test_dynamic_rows_are_checked_at_zero_rows():  # NZ-26: worst case
         def k(w: pl.Tensor[[rows, 64], pl.INT8, pl.NZ]):
             for ob in pl.range(2):
                 o0 = ob * 32
-                pl.load(w, [o0, 0], [32, 64], target_memory=pl.Mem.Mat, valid_shape=[pl.min(rows - o0, 32), 64])  # the load
+                pl.load(
+                    w, [o0, 0], [32, 64], target_memory=pl.Mem.Mat, valid_shape=[pl.min(rows - o0, 32), 64]
+                )  # the load
 
         return k
 

@@ -22,12 +22,19 @@ def _ref(b: int, e: int) -> np.ndarray:
 
 def test_an_unbounded_inner_leading_offset_is_refused_at_lower():  # NZ-12, NZ-28
     @pl.kernel
-    def k(x: pl.Tensor[[16, 32], pl.INT8], w: pl.Tensor[[2, 2, 32, 32], pl.INT8, pl.NZ], e: pl.Scalar[pl.INT32],
-          out: pl.Out[pl.Tensor[[16, 32], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[16, 32], pl.INT8],
+        w: pl.Tensor[[2, 2, 32, 32], pl.INT8, pl.NZ],
+        e: pl.Scalar[pl.INT32],
+        out: pl.Out[pl.Tensor[[16, 32], pl.INT32]],
+    ):
         out[:, :] = pl.matmul(x[:, :], w[0, e, :, :], b_trans=True)
 
-    with pytest.raises(CompileError, match=r"offset 'e' of leading axis 1 cannot be proven to keep the window of "
-                                           r"1 inside the axis's extent 2") as info:
+    with pytest.raises(
+        CompileError,
+        match=r"offset 'e' of leading axis 1 cannot be proven to keep the window of "
+        r"1 inside the axis's extent 2",
+    ) as info:
         k.lower()
     assert info.value.rule == "NZ-12" and "pl.min(offset, 1)" in str(info.value)
     out = np.full((16, 32), 7, np.int32)
@@ -38,8 +45,12 @@ def test_an_unbounded_inner_leading_offset_is_refused_at_lower():  # NZ-12, NZ-2
 
 def test_a_clamped_inner_leading_offset_is_proven_and_exact():  # NZ-12, NZ-28
     @pl.kernel
-    def k(x: pl.Tensor[[16, 32], pl.INT8], w: pl.Tensor[[2, 2, 32, 32], pl.INT8, pl.NZ], e: pl.Scalar[pl.INT32],
-          out: pl.Out[pl.Tensor[[16, 32], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[16, 32], pl.INT8],
+        w: pl.Tensor[[2, 2, 32, 32], pl.INT8, pl.NZ],
+        e: pl.Scalar[pl.INT32],
+        out: pl.Out[pl.Tensor[[16, 32], pl.INT32]],
+    ):
         out[:, :] = pl.matmul(x[:, :], w[1, pl.max(pl.min(e, 1), 0), :, :], b_trans=True)
 
     for e in (0, 1):
@@ -48,8 +59,12 @@ def test_a_clamped_inner_leading_offset_is_proven_and_exact():  # NZ-12, NZ-28
 
 def test_an_unbounded_outermost_offset_is_still_checked_at_run_time():  # NZ-28: the slot is that axis
     @pl.kernel
-    def k(x: pl.Tensor[[16, 32], pl.INT8], w: pl.Tensor[[2, 2, 32, 32], pl.INT8, pl.NZ], b: pl.Scalar[pl.INT32],
-          out: pl.Out[pl.Tensor[[16, 32], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[16, 32], pl.INT8],
+        w: pl.Tensor[[2, 2, 32, 32], pl.INT8, pl.NZ],
+        b: pl.Scalar[pl.INT32],
+        out: pl.Out[pl.Tensor[[16, 32], pl.INT32]],
+    ):
         out[:, :] = pl.matmul(x[:, :], w[b, 1, :, :], b_trans=True)
 
     np.testing.assert_array_equal(k(X, runtime.pack_nz(W), 1), _ref(1, 1))

@@ -94,8 +94,7 @@ def test_pipeline_variable_is_a_column_block():  # NZ-16 loop row
     div = _defining(g, ld.operands("offsets")[1])
     assert div.primitive.name == "floordiv" and div.inputs[0].hint == "k0" and div.inputs[1] == _lit(32)
     (proof,) = ld.params["proofs"]
-    assert proof == ("32 | k0 by k0 in pl.pipeline(512, 1024, 512); "
-                     "k0 >= 0 by k0 = loop from 512 step 512")
+    assert proof == ("32 | k0 by k0 in pl.pipeline(512, 1024, 512); k0 >= 0 by k0 = loop from 512 step 512")
 
 
 def test_split_k_lane_arithmetic():  # NZ-16 `x % k`, `x // k` rows
@@ -292,14 +291,21 @@ SPECIAL = [0, 1, 16, 32, 256, 512, 1 << 20, 1 << 23, 1 << 24, 1 << 31, 1 << 40, 
 
 
 def _leaves():
-    lit = st.one_of(st.integers(-64, 4096), st.sampled_from(SPECIAL), st.integers(0, 64).map(lambda v: v * 16))
-    return st.one_of(st.tuples(st.just("lit"), lit), st.tuples(st.sampled_from(["arg", "uarg", "lane", "blk", "iv"])))
+    lit = st.one_of(
+        st.integers(-64, 4096), st.sampled_from(SPECIAL), st.integers(0, 64).map(lambda v: v * 16)
+    )
+    return st.one_of(
+        st.tuples(st.just("lit"), lit), st.tuples(st.sampled_from(["arg", "uarg", "lane", "blk", "iv"]))
+    )
 
 
 def _exprs():
     def extend(sub):
-        const_div = st.tuples(st.sampled_from(["floordiv", "mod"]), sub,
-                              st.tuples(st.just("lit"), st.sampled_from([1, 2, 3, 4, 16, 32, 256, -2, 0])))
+        const_div = st.tuples(
+            st.sampled_from(["floordiv", "mod"]),
+            sub,
+            st.tuples(st.just("lit"), st.sampled_from([1, 2, 3, 4, 16, 32, 256, -2, 0])),
+        )
         binary = st.tuples(st.sampled_from(["add", "sub", "mul", "min", "max", "floordiv", "mod"]), sub, sub)
         return st.one_of(binary, const_div)
 
@@ -335,18 +341,25 @@ class _Builder:
         if t[0] == "lit":
             return _lit(self.dt.wrap(t[1]), self.dt)
         if len(t) == 1:
-            return self.to_dt({"arg": self.arg, "uarg": self.uarg, "lane": self.lane, "blk": self.blk,
-                               "iv": self.iv}[t[0]])
+            return self.to_dt(
+                {"arg": self.arg, "uarg": self.uarg, "lane": self.lane, "blk": self.blk, "iv": self.iv}[t[0]]
+            )
         a, b = self.build(t[1]), self.build(t[2])
         return self.emit(P.SCALAR_BINARY[t[0]], [a, b])
 
     def graph(self, root):
         inner = Graph([self.iv], self.eqns, [])
-        rng = Eqn(P.for_p, (_lit(LOOP["start"]), _lit(LOOP["stop"]), _lit(LOOP["step"])), (),
-                  {"arity": (3, 0, 0), "kind": "range", "body": inner})
+        rng = Eqn(
+            P.for_p,
+            (_lit(LOOP["start"]), _lit(LOOP["stop"]), _lit(LOOP["step"])),
+            (),
+            {"arity": (3, 0, 0), "kind": "range", "body": inner},
+        )
         gbi = Eqn(P.get_block_idx_p, (), (self.blk,), {"arity": ()})
         lanes = Graph([self.lane], [gbi, rng], [])
-        spmd = Eqn(P.for_p, (_lit(0), _lit(LANES), _lit(1)), (), {"arity": (3, 0, 0), "kind": "spmd", "body": lanes})
+        spmd = Eqn(
+            P.for_p, (_lit(0), _lit(LANES), _lit(1)), (), {"arity": (3, 0, 0), "kind": "spmd", "body": lanes}
+        )
         return Graph([self.arg, self.uarg], [spmd], [root] if isinstance(root, Var) else [])
 
 
@@ -372,9 +385,13 @@ def _environments(rnd, dt, n=40):
     extremes = [lo, hi, 0, 1, 1 << 23, 1 << 24, -(1 << 24), 16]
     for _ in range(n):
         lane = rnd.randrange(LANES)
-        yield {"arg": rnd.choice(extremes) if rnd.random() < 0.5 else rnd.randint(lo, hi),
-               "uarg": rnd.choice([ulo, uhi, 0, 1 << 31]) if rnd.random() < 0.5 else rnd.randint(ulo, uhi),
-               "lane": lane, "blk": lane, "iv": rnd.choice(ivs)}
+        yield {
+            "arg": rnd.choice(extremes) if rnd.random() < 0.5 else rnd.randint(lo, hi),
+            "uarg": rnd.choice([ulo, uhi, 0, 1 << 31]) if rnd.random() < 0.5 else rnd.randint(ulo, uhi),
+            "lane": lane,
+            "blk": lane,
+            "iv": rnd.choice(ivs),
+        }
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -415,15 +432,24 @@ def test_prover_property_examples():  # the table's rows, evaluated the same way
         pv = Prover(b.graph(root))
         assert (pv.multiple(root, d)[0], pv.nonneg(root)[0]) == (mult, nonneg), expr
     r = random.Random(0)
-    assert all(_evaluate(("mul", ("lane",), ("lit", 256)), env, D.INT32) % 16 == 0
-               for env in _environments(r, D.INT32))
+    assert all(
+        _evaluate(("mul", ("lane",), ("lit", 256)), env, D.INT32) % 16 == 0
+        for env in _environments(r, D.INT32)
+    )
 
 
 def _enumerable():
-    leaf = st.one_of(st.tuples(st.just("lit"), st.one_of(st.integers(-64, 512), st.sampled_from(SPECIAL))),
-                     st.tuples(st.sampled_from(["lane", "blk", "iv"])))
-    return st.recursive(leaf, lambda sub: st.tuples(st.sampled_from(["add", "sub", "mul", "min", "max", "floordiv",
-                                                                     "mod"]), sub, sub), max_leaves=6)
+    leaf = st.one_of(
+        st.tuples(st.just("lit"), st.one_of(st.integers(-64, 512), st.sampled_from(SPECIAL))),
+        st.tuples(st.sampled_from(["lane", "blk", "iv"])),
+    )
+    return st.recursive(
+        leaf,
+        lambda sub: st.tuples(
+            st.sampled_from(["add", "sub", "mul", "min", "max", "floordiv", "mod"]), sub, sub
+        ),
+        max_leaves=6,
+    )
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -433,8 +459,11 @@ def test_exact_max_is_the_largest_value(expr, dt):  # NZ-12: the bounds refusal 
     root = b.build(expr)
     if not isinstance(root, Var):
         return
-    envs = [{"lane": lane, "blk": lane, "iv": iv} for lane in range(LANES)
-            for iv in range(LOOP["start"], LOOP["stop"], LOOP["step"])]
+    envs = [
+        {"lane": lane, "blk": lane, "iv": iv}
+        for lane in range(LANES)
+        for iv in range(LOOP["start"], LOOP["stop"], LOOP["step"])
+    ]
     try:
         values = [_evaluate(expr, env, dt) for env in envs]
     except ZeroDivisionError:

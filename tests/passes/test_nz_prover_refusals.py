@@ -37,8 +37,14 @@ def test_loop_variable_factor_needs_the_start_too():  # NZ-16 loop row: start AN
         for i in pl.range(8, 24, 16):  # i = 8: a multiple of 8, not of 16
             pl.load(w, [i, 0], [16, 32], target_memory=pl.Mem.Mat)  # load
 
-    _refused(k, "# load", "row offset", "cannot be proven a multiple of 16", "i in pl.range(8, 24, 16)",
-             rule="NZ-16")
+    _refused(
+        k,
+        "# load",
+        "row offset",
+        "cannot be proven a multiple of 16",
+        "i in pl.range(8, 24, 16)",
+        rule="NZ-16",
+    )
 
 
 def test_a_factor_does_not_survive_a_wrap():  # NZ-17: s * 48 wraps; only gcd(48, 2^32) = 16 survives
@@ -100,9 +106,13 @@ def test_the_lane_count_bounds_a_wrap():  # NZ-17/18: 16 lanes * 2^28 leave INT3
 
         return k
 
-    _refused(make(16), "# load", "cannot be proven non-negative", "may wrap at its 32-bit width", rule="NZ-18")
+    _refused(
+        make(16), "# load", "cannot be proven non-negative", "may wrap at its 32-bit width", rule="NZ-18"
+    )
     # 8 lanes: no wrap (7 * 2^28 < 2^31), so the sign is proven and the bound refuses the overhang
-    _refused(make(8), "# load", "up to [1879048192, 1879048208)", "ends past the tensor's extent", rule="NZ-12")
+    _refused(
+        make(8), "# load", "up to [1879048192, 1879048208)", "ends past the tensor's extent", rule="NZ-12"
+    )
 
 
 def test_the_exact_maximum_of_a_sum_refuses_an_overhang():  # NZ-12: lane 3 reads [256, 320) of 256 rows

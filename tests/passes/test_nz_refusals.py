@@ -66,8 +66,17 @@ def test_rows_not_a_multiple_of_16(rows):  # §7 `shape[-2] % 16 != 0`
     _refused(k, "# the load", "multiple of 16", f"rows {rows}")
 
 
-@pytest.mark.parametrize("dtype,cols,c0", [(pl.INT8, 48, 32), (pl.UINT8, 16, 32), (pl.FP16, 40, 16),
-                                           (pl.BF16, 8, 16), (pl.FP32, 12, 8), (pl.INT32, 4, 8)])
+@pytest.mark.parametrize(
+    "dtype,cols,c0",
+    [
+        (pl.INT8, 48, 32),
+        (pl.UINT8, 16, 32),
+        (pl.FP16, 40, 16),
+        (pl.BF16, 8, 16),
+        (pl.FP32, 12, 8),
+        (pl.INT32, 4, 8),
+    ],
+)
 def test_cols_not_a_multiple_of_c0(dtype, cols, c0):  # §7 `shape[-1] % c0 != 0`
     k = _load_kernel([32, cols], dtype, win=[16, cols], **MAT)
     _refused(k, "# the load", f"multiple of c0 = {c0}", f"columns {cols}")
@@ -79,8 +88,7 @@ def test_window_rows_and_columns_must_be_whole_fractals():  # NZ-12: a partial f
     _refused(_load_kernel([64, 64], pl.FP16, win=[16, 24], **MAT), "# the load", "multiple of c0 = 16")
 
 
-@pytest.mark.parametrize("shape", [[pl.dynamic("R"), 64], [32, pl.dynamic("C")],
-                                   [4, pl.dynamic("R"), 64]])
+@pytest.mark.parametrize("shape", [[pl.dynamic("R"), 64], [32, pl.dynamic("C")], [4, pl.dynamic("R"), 64]])
 def test_dynamic_trailing_axis(shape):  # §7 `shape[-2]` or `shape[-1]` dynamic
     win = [1] * (len(shape) - 2) + [16, 32]
     _refused(_load_kernel(shape, win=win, **MAT), "# the load", "is dynamic", "cannot be proven")
@@ -128,8 +136,9 @@ def test_load_target_memory_must_be_mat(kw, got):  # §7 tile.load target_memory
     _refused(_load_kernel([32, 64], **kw), "# the load", "target_memory=pl.Mem.Mat", got)
 
 
-@pytest.mark.parametrize("offs,phrase", [([8, 0], "multiple of 16"), ([0, 16], "multiple of 32"),
-                                         ([24, 32], "multiple of 16")])
+@pytest.mark.parametrize(
+    "offs,phrase", [([8, 0], "multiple of 16"), ([0, 16], "multiple of 32"), ([24, 32], "multiple of 16")]
+)
 def test_constant_offset_off_the_fractal_grid(offs, phrase):  # §7 slice offset not on a fractal boundary
     k = _load_kernel([64, 64], offs=offs, **MAT)
     _refused(k, "# the load", phrase, "must be a non-negative multiple of")
@@ -218,8 +227,11 @@ def test_view_and_reinterpret_view_refuse_an_nz_source():  # §7: rejected when 
 # --------------------------------------------------------------------- any other consumer (§7)
 def test_any_other_consumer_is_refused():  # §7: never pass NZ coordinates through
     @pl.kernel
-    def k(x: pl.Tensor[[32, 64], pl.INT8], w: pl.Tensor[[32, 64], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[32, 32], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[32, 64], pl.INT8],
+        w: pl.Tensor[[32, 64], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[32, 32], pl.INT32]],
+    ):
         out[:, :] = pl.matmul(x, w, b_trans=True)  # tensor matmul
 
     # run BlockNzTensorViews on the traced graph: the tensor-level matmul is not a load
@@ -247,8 +259,13 @@ def _hand_graph(wtype, prim=P.tile_load_p, offs=(0, 0)):
     o = tuple(Literal(v, ScalarType(D.INDEX)) for v in offs)
     if prim is P.tile_load_p:
         out = Var(TileType((32, 64), D.INT8, Mem.Mat), "t")
-        params = {"shape": (32, 64), "memory": Mem.Mat, "memory_given": True, "valid_static": None,
-                  "arity": (1, 2, 0)}
+        params = {
+            "shape": (32, 64),
+            "memory": Mem.Mat,
+            "memory_given": True,
+            "valid_static": None,
+            "arity": (1, 2, 0),
+        }
         e = Eqn(prim, (w, *o), (out,), params, _SRC)
     else:
         out = Var(TensorType((64, 32), D.INT8, Layout.NZ), "v")
@@ -262,10 +279,13 @@ def test_a_view_reaching_the_pass_is_refused():  # §7 any other consumer (built
     assert str(ei.value).startswith("hand_built.py:7: ")
 
 
-@pytest.mark.parametrize("wtype,phrase", [
-    (TensorType((32, 64), D.INT8, Layout.NZ, strides=(64, 1)), "explicit strides"),
-    (TensorType((32, 64), D.INT8, Layout.NZ, valid_shape=(16, 64)), "partial valid_shape"),
-])
+@pytest.mark.parametrize(
+    "wtype,phrase",
+    [
+        (TensorType((32, 64), D.INT8, Layout.NZ, strides=(64, 1)), "explicit strides"),
+        (TensorType((32, 64), D.INT8, Layout.NZ, valid_shape=(16, 64)), "partial valid_shape"),
+    ],
+)
 def test_explicit_strides_or_partial_tensor_valid_shape(wtype, phrase):  # §7
     with pytest.raises(nzjit.CompileError, match=phrase) as ei:
         block_nz_tensor_views(_hand_graph(wtype))

@@ -42,7 +42,9 @@ def _refused(kernel, text="pl.store", rule=None):
     return str(err)
 
 
-def _mm_store(M=64, K=32, N=16, R=None, C=None, offs=(0, 0), target=pl.A2A3, adt=pl.FP16, odt=pl.FP32, **attrs):
+def _mm_store(
+    M=64, K=32, N=16, R=None, C=None, offs=(0, 0), target=pl.A2A3, adt=pl.FP16, odt=pl.FP32, **attrs
+):
     """a[M,K] @ b[N,K]^T stored at `offs` into an NZ [R, C] target."""
     R = M if R is None else R
     C = N if C is None else C
@@ -91,8 +93,11 @@ def test_store_rewrite_is_idempotent():  # NZ-15
 
 def test_column_offset_and_batch_offset_are_blocked():  # NZ-20, NZ-24
     @pl.kernel
-    def k(a: pl.Tensor[[32, 16], pl.FP16], b: pl.Tensor[[16, 32], pl.FP16],
-          out: pl.Out[pl.Tensor[[3, 32, 64], pl.FP32, pl.NZ]]):
+    def k(
+        a: pl.Tensor[[32, 16], pl.FP16],
+        b: pl.Tensor[[16, 32], pl.FP16],
+        out: pl.Out[pl.Tensor[[3, 32, 64], pl.FP32, pl.NZ]],
+    ):
         at = pl.load(a, [0, 0], [32, 16], target_memory=pl.Mem.Mat)
         bt = pl.load(b, [0, 0], [16, 32], target_memory=pl.Mem.Mat)
         acc = pl.matmul(at, bt)
@@ -105,8 +110,11 @@ def test_column_offset_and_batch_offset_are_blocked():  # NZ-20, NZ-24
 
 def test_symbolic_column_offset_is_proven_and_divided():  # NZ-16, NZ-17, NZ-20
     @pl.kernel
-    def k(a: pl.Tensor[[32, 16], pl.FP16], b: pl.Tensor[[16, 64], pl.FP16],
-          out: pl.Out[pl.Tensor[[32, 64], pl.FP32, pl.NZ]]):
+    def k(
+        a: pl.Tensor[[32, 16], pl.FP16],
+        b: pl.Tensor[[16, 64], pl.FP16],
+        out: pl.Out[pl.Tensor[[32, 64], pl.FP32, pl.NZ]],
+    ):
         at = pl.load(a, [0, 0], [32, 16], target_memory=pl.Mem.Mat)
         for j in pl.range(0, 64, 32):
             bt = pl.load(b, [0, j], [16, 32], target_memory=pl.Mem.Mat)
@@ -158,8 +166,11 @@ def test_refuse_vec_or_mat_source(mem):  # NZ-21 non-Acc source
 
 def test_refuse_dynamic_valid_tile():  # NZ-21 dynamic tile
     @pl.kernel
-    def k(x: pl.Tensor[[32, 16], pl.FP32], n: pl.Scalar[pl.INDEX],
-          out: pl.Out[pl.Tensor[[32, 16], pl.FP32, pl.NZ]]):
+    def k(
+        x: pl.Tensor[[32, 16], pl.FP32],
+        n: pl.Scalar[pl.INDEX],
+        out: pl.Out[pl.Tensor[[32, 16], pl.FP32, pl.NZ]],
+    ):
         t = pl.load(x, [0, 0], [32, 16], target_memory=pl.Mem.Acc, valid_shape=[n, 16])
         pl.store(t, [0, 0], out)
 
@@ -220,8 +231,11 @@ def test_refuse_unaligned_literal_column_offset():  # NZ-21 column offset
 
 def test_refuse_unprovable_column_offset():  # NZ-21 unknown alignment, NZ-16
     @pl.kernel
-    def k(x: pl.Tensor[[32, 16], pl.FP32], c: pl.Scalar[pl.INDEX],
-          out: pl.Out[pl.Tensor[[32, 64], pl.FP32, pl.NZ]]):
+    def k(
+        x: pl.Tensor[[32, 16], pl.FP32],
+        c: pl.Scalar[pl.INDEX],
+        out: pl.Out[pl.Tensor[[32, 64], pl.FP32, pl.NZ]],
+    ):
         t = pl.load(x, [0, 0], [32, 16], target_memory=pl.Mem.Acc)
         pl.store(t, [0, c], out)
 
@@ -246,8 +260,17 @@ def test_refuse_column_window_past_the_end():  # NZ-21
     assert "exceed" in msg
 
 
-@pytest.mark.parametrize("attr, value", [("atomic", "add"), ("atomic", True), ("pre_quant", "f322f16"),
-                                         ("pre_relu", True), ("dtype", pl.FP16), ("out_dtype", pl.BF16)])
+@pytest.mark.parametrize(
+    "attr, value",
+    [
+        ("atomic", "add"),
+        ("atomic", True),
+        ("pre_quant", "f322f16"),
+        ("pre_relu", True),
+        ("dtype", pl.FP16),
+        ("out_dtype", pl.BF16),
+    ],
+)
 def test_refuse_atomic_quant_relu_and_conversion_attrs(attr, value):  # NZ-21 attributes
     msg = _refused(_mm_store(**{attr: value}), rule="NZ-21")
     assert f"attribute {attr}=" in msg and "not supported" in msg
@@ -272,8 +295,11 @@ def test_refuse_multi_panel_store():  # NZ-24: one panel per store
 # -------------------------------------------------------------- NZ-22: AutoTileMatmulL0 split
 def _split_kernel(M, K, N, dtype=pl.FP16):
     @pl.kernel
-    def k(a: pl.Tensor[[M, K], dtype], b: pl.Tensor[[K, N], dtype],
-          out: pl.Out[pl.Tensor[[M, N], pl.FP32, pl.NZ]]):
+    def k(
+        a: pl.Tensor[[M, K], dtype],
+        b: pl.Tensor[[K, N], dtype],
+        out: pl.Out[pl.Tensor[[M, N], pl.FP32, pl.NZ]],
+    ):
         at = pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat)
         bt = pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat)
         acc = pl.matmul(at, bt)

@@ -17,13 +17,18 @@ REF = A.astype(np.float32) @ B.astype(np.float32)
 
 
 @pl.kernel
-def to_rank3(a: pl.Tensor[[16, 64], pl.FP16], b: pl.Tensor[[64, 64], pl.FP16],
-             c: pl.Out[pl.Tensor[[2, 16, 32], pl.FP32]]):
+def to_rank3(
+    a: pl.Tensor[[16, 64], pl.FP16],
+    b: pl.Tensor[[64, 64], pl.FP16],
+    c: pl.Out[pl.Tensor[[2, 16, 32], pl.FP32]],
+):
     c[:, :, :] = pl.reshape(pl.matmul(a, b), [2, 16, 32])
 
 
 @pl.kernel
-def to_flat(a: pl.Tensor[[16, 64], pl.FP16], b: pl.Tensor[[64, 64], pl.FP16], c: pl.Out[pl.Tensor[[1024], pl.FP32]]):
+def to_flat(
+    a: pl.Tensor[[16, 64], pl.FP16], b: pl.Tensor[[64, 64], pl.FP16], c: pl.Out[pl.Tensor[[1024], pl.FP32]]
+):
     c[:] = pl.reshape(pl.matmul(a, b), [1024])
 
 
@@ -42,20 +47,33 @@ def test_a_reshaped_matmul_result_is_stored_through_a_view_of_the_output():
 
 def test_refusals():
     @pl.kernel
-    def part(a: pl.Tensor[[16, 64], pl.FP16], b: pl.Tensor[[64, 64], pl.FP16], c: pl.Out[pl.Tensor[[2, 1024], pl.FP32]]):
+    def part(
+        a: pl.Tensor[[16, 64], pl.FP16],
+        b: pl.Tensor[[64, 64], pl.FP16],
+        c: pl.Out[pl.Tensor[[2, 1024], pl.FP32]],
+    ):
         c[0:1, :] = pl.reshape(pl.matmul(a, b), [1, 1024])
 
-    with pytest.raises(CompileError, match=r"a reshaped matmul result is stored by viewing the destination with the "
-                                           r"result's shape \[16, 64\]: the destination must be a whole static ND "
-                                           r"tensor, got a window \[1, 1024\] of f32\[2,1024\]") as ei:
+    with pytest.raises(
+        CompileError,
+        match=r"a reshaped matmul result is stored by viewing the destination with the "
+        r"result's shape \[16, 64\]: the destination must be a whole static ND "
+        r"tensor, got a window \[1, 1024\] of f32\[2,1024\]",
+    ) as ei:
         part.lower(A, B, np.zeros((2, 1024), np.float32))
     assert "help: assign it to the whole output" in str(ei.value)
 
     @pl.kernel
-    def other_use(a: pl.Tensor[[16, 64], pl.FP16], b: pl.Tensor[[64, 64], pl.FP16], c: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+    def other_use(
+        a: pl.Tensor[[16, 64], pl.FP16],
+        b: pl.Tensor[[64, 64], pl.FP16],
+        c: pl.Out[pl.Tensor[[16, 64], pl.FP32]],
+    ):
         r = pl.reshape(pl.matmul(a, b), [16, 64])
         c[:, :] = pl.matmul_acc(r, a, b)
 
-    with pytest.raises(CompileError, match=r"a reshaped matmul result can only be assigned to a tensor") as ei:
+    with pytest.raises(
+        CompileError, match=r"a reshaped matmul result can only be assigned to a tensor"
+    ) as ei:
         other_use.lower(A, B, np.zeros((16, 64), np.float32))
     assert "help: pl.move it to pl.Mem.Vec first" in str(ei.value)

@@ -23,8 +23,11 @@ def _lowering_warnings(kernel):
 
 def test_an_out_no_store_writes_is_reported_when_lowered():
     @pl.kernel
-    def k(x: pl.Tensor[[16, 64], pl.FP32], o1: pl.Out[pl.Tensor[[16, 64], pl.FP32]],
-          o2: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[16, 64], pl.FP32],
+        o1: pl.Out[pl.Tensor[[16, 64], pl.FP32]],
+        o2: pl.Out[pl.Tensor[[16, 64], pl.FP32]],
+    ):
         pl.store(pl.load(x, [0, 0], [16, 64]), [0, 0], o1)
 
     (w,) = _lowering_warnings(k)
@@ -38,8 +41,11 @@ def test_an_out_no_store_writes_is_reported_when_lowered():
 
 def test_outputs_written_through_views_and_loops_are_not_reported():
     @pl.kernel
-    def k(x: pl.Tensor[[2, 16, 64], pl.FP32], out: pl.Out[pl.Tensor[[2, 16, 64], pl.FP32]],
-          acc: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[2, 16, 64], pl.FP32],
+        out: pl.Out[pl.Tensor[[2, 16, 64], pl.FP32]],
+        acc: pl.Out[pl.Tensor[[16, 64], pl.FP32]],
+    ):
         for lane in pl.spmd(2):
             o = out[lane]
             o[:, :] = pl.load(x[lane], [0, 0], [16, 64])

@@ -22,8 +22,11 @@ def swap_halves(x: pl.Tensor[[32, 64], pl.FP32], out: pl.Out[pl.Tensor[[32, 64],
 
 
 @pl.kernel
-def two_outs(x: pl.Tensor[[16, 64], pl.FP32], o1: pl.Out[pl.Tensor[[16, 64], pl.FP32]],
-             o2: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+def two_outs(
+    x: pl.Tensor[[16, 64], pl.FP32],
+    o1: pl.Out[pl.Tensor[[16, 64], pl.FP32]],
+    o2: pl.Out[pl.Tensor[[16, 64], pl.FP32]],
+):
     a = pl.load(x, [0, 0], [16, 64])
     pl.store(a + a, [0, 0], o1)
     pl.store(a * a, [0, 0], o2)
@@ -36,8 +39,11 @@ def double_in_place(x: pl.InOut[pl.Tensor[[32, 64], pl.FP32]]):
 
 
 @pl.kernel
-def add_inputs(x: pl.Tensor[[32, 64], pl.FP32], y: pl.Tensor[[32, 64], pl.FP32],
-               out: pl.Out[pl.Tensor[[32, 64], pl.FP32]]):
+def add_inputs(
+    x: pl.Tensor[[32, 64], pl.FP32],
+    y: pl.Tensor[[32, 64], pl.FP32],
+    out: pl.Out[pl.Tensor[[32, 64], pl.FP32]],
+):
     pl.store(pl.load(x, [0, 0], [32, 64]) + pl.load(y, [0, 0], [32, 64]), [0, 0], out)
 
 
@@ -92,7 +98,9 @@ def test_the_same_or_overlapping_device_tensors_are_refused():
 def test_two_aliased_outputs_are_refused_two_aliased_inputs_are_fine():
     x = X[:16].copy()
     o = np.full((16, 64), 3, np.float32)
-    with pytest.raises(DispatchError, match=r"parameters 'o1' and 'o2' share memory .*outputs must not alias"):
+    with pytest.raises(
+        DispatchError, match=r"parameters 'o1' and 'o2' share memory .*outputs must not alias"
+    ):
         two_outs(x, o, o)
     assert (o == 3).all()
     out = np.zeros_like(X)

@@ -10,7 +10,9 @@ import pytest
 
 from runtime import blas, threads
 
-needs_openblas = pytest.mark.skipif(blas.blas_threads() is None, reason="no OpenBLAS loaded into this process")
+needs_openblas = pytest.mark.skipif(
+    blas.blas_threads() is None, reason="no OpenBLAS loaded into this process"
+)
 
 
 @pytest.fixture

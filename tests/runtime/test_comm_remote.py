@@ -20,12 +20,24 @@ TIMEOUT = 20.0
 WINDOWS = [("data", 32, 4), ("signal", 8, 1)]  # (name, bytes per rank, grain)
 
 
-def run_linked(n: int, fns: dict[int, Callable[[RankLink], object]]) -> tuple[dict[int, object], list[RankLink]]:
+def run_linked(
+    n: int, fns: dict[int, Callable[[RankLink], object]]
+) -> tuple[dict[int, object], list[RankLink]]:
     """Each rank in its own thread with its own worker and a link to one host; every thread must end."""
     host = WorldHost(dict(enumerate(runtime.Cluster(n).workers)), WINDOWS, timeout=TIMEOUT, active=list(fns))
     own = runtime.Cluster(n).workers  # the ranks' memory: not the host's replica
-    links = [RankLink(r, n, [(name, own[r].alloc_tensor((nb,), np.uint8, init=np.zeros(nb, np.uint8)))
-                             for name, nb, _ in WINDOWS], host.call) for r in range(n)]
+    links = [
+        RankLink(
+            r,
+            n,
+            [
+                (name, own[r].alloc_tensor((nb,), np.uint8, init=np.zeros(nb, np.uint8)))
+                for name, nb, _ in WINDOWS
+            ],
+            host.call,
+        )
+        for r in range(n)
+    ]
     results: dict[int, object] = {}
 
     def body(r: int) -> None:
@@ -91,6 +103,7 @@ def test_collectives_run_on_the_host_and_return_into_each_rank() -> None:
             store(ep, 0, X * (r + 1))
             coll.allreduce(ep, ep.windows[0], (1, 8), np.float32, "sum", f"k.py:{r}")  # type: ignore[arg-type]
             return ep.windows[0].memory().view(np.float32).copy()
+
         return go
 
     res, _ = run_linked(2, {0: rank(0), 1: rank(1)})
@@ -119,12 +132,15 @@ def _local_hang() -> str:
 
 
 def test_a_hang_is_reported_in_the_words_of_a_local_world() -> None:
-    res, _ = run_linked(2, {r: (lambda ep, r=r: ep.wait(ep.windows[1], (2, 1), (r, 0), 1, "eq", f"k.py:{r}"))
-                            for r in (0, 1)})
+    res, _ = run_linked(
+        2, {r: (lambda ep, r=r: ep.wait(ep.windows[1], (2, 1), (r, 0), 1, "eq", f"k.py:{r}")) for r in (0, 1)}
+    )
     assert isinstance(res[0], CommHangError) and isinstance(res[1], CommHangError)
     assert str(res[0]) == _local_hang()
-    assert "  rank 1: waits at k.py:1 for signal[1, 0] of window 'signal' to be == 1 (WaitCmp.Eq); it holds 0; " \
-           "no rank notified it\n" in str(res[0])
+    assert (
+        "  rank 1: waits at k.py:1 for signal[1, 0] of window 'signal' to be == 1 (WaitCmp.Eq); it holds 0; "
+        "no rank notified it\n" in str(res[0])
+    )
 
 
 def test_an_unordered_store_and_remote_load_is_a_race_and_an_unwritten_read_warns_in_the_rank() -> None:
@@ -142,20 +158,28 @@ def test_an_unordered_store_and_remote_load_is_a_race_and_an_unwritten_read_warn
         return [str(w.message) for w in said if w.category is UnwrittenWindowReadWarning]
 
     res, _ = run_linked(2, {0: r0, 1: r1})
-    assert res[1] == ["k.py:10: rank 1 remote_loads 32 bytes of window 'data' of rank 0 that no rank has written "
-                      "since allocation (first: element (0, 0)); it reads the allocation's zeros - check that its "
-                      "offsets and shape match what the peer stored"]
+    assert res[1] == [
+        "k.py:10: rank 1 remote_loads 32 bytes of window 'data' of rank 0 that no rank has written "
+        "since allocation (first: element (0, 0)); it reads the allocation's zeros - check that its "
+        "offsets and shape match what the peer stored"
+    ]
     assert isinstance(res[0], CommRaceError)
-    assert str(res[0]).startswith("communication race on window 'data' of rank 0, byte 0: rank 0's store into "
-                                  "its own window (seen at the end of its kernels) and rank 1's remote_load at k.py:10 "
-                                  "are not ordered")
+    assert str(res[0]).startswith(
+        "communication race on window 'data' of rank 0, byte 0: rank 0's store into "
+        "its own window (seen at the end of its kernels) and rank 1's remote_load at k.py:10 "
+        "are not ordered"
+    )
 
 
 def test_a_lost_rank_stops_the_ranks_waiting_on_it() -> None:
     host = WorldHost(dict(enumerate(runtime.Cluster(2).workers)), WINDOWS, timeout=TIMEOUT, active=[0, 1])
     own = runtime.Cluster(2).workers[0]
-    link = RankLink(0, 2, [(name, own.alloc_tensor((nb,), np.uint8, init=np.zeros(nb, np.uint8)))
-                           for name, nb, _ in WINDOWS], host.call)
+    link = RankLink(
+        0,
+        2,
+        [(name, own.alloc_tensor((nb,), np.uint8, init=np.zeros(nb, np.uint8))) for name, nb, _ in WINDOWS],
+        host.call,
+    )
     link.start()
     threading.Timer(0.2, host.abort, (1, "rank 1 is lost: its process died")).start()
     with pytest.raises(runtime.DeviceError, match="rank 1 is lost: its process died"):

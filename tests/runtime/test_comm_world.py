@@ -107,8 +107,9 @@ def test_hang_names_every_rank_cell_expected_held_and_line() -> None:
     assert isinstance(e, CommHangError) and isinstance(e, runtime.DeviceError)
     msg = str(e)
     assert "communication hang: every rank is blocked and none can proceed" in msg
-    assert ("rank 0: waits at k.py:20 for signal[0] of window 'signal' to be >= 2 (WaitCmp.Ge); it holds 1"
-            in msg)
+    assert (
+        "rank 0: waits at k.py:20 for signal[0] of window 'signal' to be >= 2 (WaitCmp.Ge); it holds 1" in msg
+    )
     assert "rank 1: finished (its kernels returned)" in msg and "rank 2: finished" in msg
 
 
@@ -123,7 +124,9 @@ def test_mutual_wait_hang_stops_both_ranks() -> None:
     for r in (0, 1):
         assert isinstance(res[r], CommHangError)
     msg = str(res[0])
-    assert "rank 0: waits at k.py:30 for signal[1] of window 'signal' to be == 1 (WaitCmp.Eq); it holds 0" in msg
+    assert (
+        "rank 0: waits at k.py:30 for signal[1] of window 'signal' to be == 1 (WaitCmp.Eq); it holds 0" in msg
+    )
     assert "rank 1: waits at k.py:31 for signal[0]" in msg
 
 
@@ -136,8 +139,10 @@ def test_collective_some_rank_never_enters_is_a_hang() -> None:
 
     res = run_world(w, {0: r0, 1: lambda ep: None})
     assert isinstance(res[0], CommHangError)
-    assert ("rank 0: entered allreduce (collective #1) at k.py:40; waiting for rank(s) 1, which never entered it"
-            in str(res[0]))
+    assert (
+        "rank 0: entered allreduce (collective #1) at k.py:40; waiting for rank(s) 1, which never entered it"
+        in str(res[0])
+    )
 
 
 def test_remote_load_without_a_chain_is_a_race_naming_both_ranks() -> None:
@@ -178,7 +183,8 @@ def test_remote_load_without_a_chain_is_a_race_naming_both_ranks() -> None:
         "communication race on window 'data' of rank 0, byte 0: rank 0's store into its own window at k.py:6 and "
         "rank 1's remote_load at k.py:9 are not ordered; no notify/wait chain (or collective) orders the two\n"
         "help: make rank 0 notify after its write and rank 1 wait for that notify before its read (or put a "
-        "pld.tensor.barrier between them)")
+        "pld.tensor.barrier between them)"
+    )
 
 
 def test_an_unrecorded_store_is_dated_by_comparison() -> None:
@@ -203,8 +209,10 @@ def test_an_unrecorded_store_is_dated_by_comparison() -> None:
 
     res = run_world(w, {0: r0, 1: r1})
     assert isinstance(res[1], CommRaceError)
-    assert ("rank 0's store into its own window (seen at k.py:9) and rank 1's remote_load at k.py:9 are not "
-            "ordered" in str(res[1]))
+    assert (
+        "rank 0's store into its own window (seen at k.py:9) and rank 1's remote_load at k.py:9 are not "
+        "ordered" in str(res[1])
+    )
 
 
 def test_read_then_unordered_write_is_a_race_too() -> None:
@@ -229,7 +237,8 @@ def test_read_then_unordered_write_is_a_race_too() -> None:
     assert isinstance(res[0], CommRaceError)
     assert str(res[0]).startswith(
         "communication race on window 'data' of rank 0, byte 0: rank 0's store into its own window at k.py:6 and "
-        "rank 1's remote_load at k.py:9 are not ordered")
+        "rank 1's remote_load at k.py:9 are not ordered"
+    )
 
 
 def test_local_load_of_a_peers_unordered_remote_store_is_a_race() -> None:
@@ -247,8 +256,10 @@ def test_local_load_of_a_peers_unordered_remote_store_is_a_race() -> None:
 
     res = run_world(w, {0: r0, 1: r1})
     assert isinstance(res[1], CommRaceError)
-    assert ("rank 0's remote_store at k.py:3 and rank 1's load of its own window at k.py:7 are not ordered"
-            in str(res[1]))
+    assert (
+        "rank 0's remote_store at k.py:3 and rank 1's load of its own window at k.py:7 are not ordered"
+        in str(res[1])
+    )
 
 
 def test_unwritten_window_read_warns() -> None:
@@ -264,9 +275,11 @@ def test_unwritten_window_read_warns() -> None:
     res = run_world(w, {0: lambda ep: None, 1: r1})
     out, msgs = res[1]  # type: ignore[misc]
     assert not out.any()
-    assert msgs == ["k.py:12: rank 1 remote_loads 16 bytes of window 'data' of rank 0 that no rank has written "
-                    "since allocation (first: element (1, 0)); it reads the allocation's zeros - check that its "
-                    "offsets and shape match what the peer stored"]
+    assert msgs == [
+        "k.py:12: rank 1 remote_loads 16 bytes of window 'data' of rank 0 that no rank has written "
+        "since allocation (first: element (1, 0)); it reads the allocation's zeros - check that its "
+        "offsets and shape match what the peer stored"
+    ]
 
 
 def test_remote_store_atomic_add_and_region_bounds() -> None:
@@ -282,8 +295,13 @@ def test_remote_store_atomic_add_and_region_bounds() -> None:
 
     w2 = make(2)
     acc = w2.alloc_window(16, "acc")
-    res = run_world(w2, {0: lambda ep: ep.remote_store(acc, 1, (4,), (2,), np.zeros(4, np.int32), False, "k.py:1"),
-                         1: lambda ep: None})
+    res = run_world(
+        w2,
+        {
+            0: lambda ep: ep.remote_store(acc, 1, (4,), (2,), np.zeros(4, np.int32), False, "k.py:1"),
+            1: lambda ep: None,
+        },
+    )
     assert isinstance(res[0], CommError)
     assert "the region [2, 6) on axis 0 is outside the window view [4]" in str(res[0])
 
@@ -301,7 +319,9 @@ def test_allreduce_every_op_exact(op: str, ref: Callable[..., np.ndarray]) -> No
 
     run_world(w, {r: body for r in range(n)})
     for r in range(n):
-        np.testing.assert_array_equal(w.workers[r].copy_from(win.tensor(r, (2, 3), np.int32)), ref(xs, axis=0))
+        np.testing.assert_array_equal(
+            w.workers[r].copy_from(win.tensor(r, (2, 3), np.int32)), ref(xs, axis=0)
+        )
 
 
 def test_allgather_reduce_scatter_all_to_all_exact() -> None:
@@ -321,16 +341,22 @@ def test_allgather_reduce_scatter_all_to_all_exact() -> None:
     run_world(w, {r: body for r in range(n)})
     for r in range(n):
         np.testing.assert_array_equal(w.workers[r].copy_from(g.tensor(r, (n, 4), np.float32)), chunks)
-        np.testing.assert_array_equal(w.workers[r].copy_from(rs.tensor(r, (n, 4), np.float32))[r],
-                                      staged[:, r].sum(axis=0))
+        np.testing.assert_array_equal(
+            w.workers[r].copy_from(rs.tensor(r, (n, 4), np.float32))[r], staged[:, r].sum(axis=0)
+        )
         np.testing.assert_array_equal(w.workers[r].copy_from(a2a.tensor(r, (n, 4), np.float32)), staged[:, r])
 
 
 def test_mismatched_collectives_name_both_ranks() -> None:
     w = make(2)
     win = w.alloc_window(16, "data")
-    res = run_world(w, {0: lambda ep: coll.allreduce(ep, win, (4,), np.float32, "sum", "k.py:1"),
-                        1: lambda ep: coll.allreduce(ep, win, (4,), np.float32, "max", "k.py:2")})
+    res = run_world(
+        w,
+        {
+            0: lambda ep: coll.allreduce(ep, win, (4,), np.float32, "sum", "k.py:1"),
+            1: lambda ep: coll.allreduce(ep, win, (4,), np.float32, "max", "k.py:2"),
+        },
+    )
     errs = [e for e in res.values() if isinstance(e, CommError)]
     assert errs and "collective #1 differs between ranks" in str(errs[0])
     assert "at k.py:1" in str(errs[0]) and "at k.py:2" in str(errs[0])
@@ -379,9 +405,16 @@ def test_a_peer_outside_the_world_is_refused() -> None:
 def test_atomic_add_on_a_signal_cell_wraps_at_32_bits() -> None:
     w = make(2)
     sig = w.alloc_window(4, "signal")
-    run_world(w, {0: lambda ep: [ep.notify(sig, 1, (1,), (0,), (1 << 31) - 1, "atomic_add", "k.py:1"),
-                                 ep.notify(sig, 1, (1,), (0,), 2, "atomic_add", "k.py:2")],
-                  1: lambda ep: None})
+    run_world(
+        w,
+        {
+            0: lambda ep: [
+                ep.notify(sig, 1, (1,), (0,), (1 << 31) - 1, "atomic_add", "k.py:1"),
+                ep.notify(sig, 1, (1,), (0,), 2, "atomic_add", "k.py:2"),
+            ],
+            1: lambda ep: None,
+        },
+    )
     assert int(w.workers[1].copy_from(sig.tensor(1, (1,), np.int32))[0]) == -(1 << 31) + 1
 
 
@@ -412,6 +445,8 @@ def test_eq_past_the_expected_value_is_a_hang_with_its_hint() -> None:
 
     res = run_world(w, {0: late_waiter, 1: add_first, 2: add_second})
     assert isinstance(res[0], CommHangError)
-    assert ("it holds 2; notified by rank 1 (AtomicAdd 1 at k.py:1), rank 2 (AtomicAdd 1 at k.py:2) - it is past "
-            "the expected value and counters only grow: WaitCmp.Eq never holds again, wait with WaitCmp.Ge"
-            in str(res[0]))
+    assert (
+        "it holds 2; notified by rank 1 (AtomicAdd 1 at k.py:1), rank 2 (AtomicAdd 1 at k.py:2) - it is past "
+        "the expected value and counters only grow: WaitCmp.Eq never holds again, wait with WaitCmp.Ge"
+        in str(res[0])
+    )

@@ -56,9 +56,11 @@ def test_freeing_an_output_of_an_in_flight_call_never_corrupts_the_next_tensor(m
 
     def during_the_call(lo, hi):
         if not made and xt.address <= lo < xt.address + xt.nbytes:  # the kernel reads x
+
             def other_thread():
                 dev.free_tensor(out)
                 made.append(dev.alloc_tensor(x.shape, x.dtype, init=victim_init))
+
             t = threading.Thread(target=other_thread)
             t.start()
             t.join()

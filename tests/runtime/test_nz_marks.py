@@ -17,20 +17,28 @@ from runtime.layout_marks import is_nz, layout_of
 
 
 @pl.kernel
-def mm_nz(x: pl.Tensor[[32, 64], pl.INT8], w: pl.Tensor[[32, 64], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[32, 32], pl.INT32]]):
+def mm_nz(
+    x: pl.Tensor[[32, 64], pl.INT8],
+    w: pl.Tensor[[32, 64], pl.INT8, pl.NZ],
+    out: pl.Out[pl.Tensor[[32, 32], pl.INT32]],
+):
     out[:, :] = pl.matmul(x[:, :], w[:, :], b_trans=True)
 
 
 @pl.kernel
-def mm_nd(x: pl.Tensor[[32, 64], pl.INT8], w: pl.Tensor[[32, 64], pl.INT8],
-          out: pl.Out[pl.Tensor[[32, 32], pl.INT32]]):
+def mm_nd(
+    x: pl.Tensor[[32, 64], pl.INT8],
+    w: pl.Tensor[[32, 64], pl.INT8],
+    out: pl.Out[pl.Tensor[[32, 32], pl.INT32]],
+):
     out[:, :] = pl.matmul(x[:, :], w[:, :], b_trans=True)
 
 
 def _operands(seed=0):
     rng = np.random.default_rng(seed)
-    return rng.integers(-128, 128, (32, 64)).astype(np.int8), rng.integers(-128, 128, (32, 64)).astype(np.int8)
+    return rng.integers(-128, 128, (32, 64)).astype(np.int8), rng.integers(-128, 128, (32, 64)).astype(
+        np.int8
+    )
 
 
 def _ref(x, w):
@@ -43,19 +51,37 @@ def test_pack_nz_marks_and_the_mark_survives_what_keeps_planes_whole():
     p = pack_nz(w)
     assert isinstance(p, NzArray) and is_nz(p) and layout_of(p) == "NZ"
     assert isinstance(p, np.ndarray) and p.shape == w.shape and p.dtype == w.dtype
-    kept = {"p[1]": p[1], "p[1:3]": p[1:3], "p[::2]": p[::2], "p[-1]": p[-1], "copy": p.copy(),
-            "np.copy": np.copy(p), "stack": np.stack([p[0], p[2]]), "concatenate": np.concatenate([p, p]),
-            "pickle": pickle.loads(pickle.dumps(p)), "astype same": p.astype(np.int8)}
+    kept = {
+        "p[1]": p[1],
+        "p[1:3]": p[1:3],
+        "p[::2]": p[::2],
+        "p[-1]": p[-1],
+        "copy": p.copy(),
+        "np.copy": np.copy(p),
+        "stack": np.stack([p[0], p[2]]),
+        "concatenate": np.concatenate([p, p]),
+        "pickle": pickle.loads(pickle.dumps(p)),
+        "astype same": p.astype(np.int8),
+    }
     for what, a in kept.items():
         assert is_nz(a), what
     np.testing.assert_array_equal(unpack_nz(np.stack([p[0], p[2]])), w[[0, 2]])
     np.testing.assert_array_equal(unpack_nz(pickle.loads(pickle.dumps(p))), w)
-    dropped = {"p + 1": p + 1, "p * 2": p * 2, "astype": p.astype(np.int16), "reshape": p.reshape(-1),
-               "T": p.T, "row window": p[:, 0:16], "column window": p[..., 0:32], "ellipsis": p[...],
-               "stack on the plane": np.stack([p[0], p[1]], axis=-1),
-               "concatenate on the plane": np.concatenate([p, p], axis=2),
-               "stack with a plain": np.stack([p[0], w[0]]), "unpack": unpack_nz(p),
-               "np.asarray (a base-class view)": np.asarray(p)}
+    dropped = {
+        "p + 1": p + 1,
+        "p * 2": p * 2,
+        "astype": p.astype(np.int16),
+        "reshape": p.reshape(-1),
+        "T": p.T,
+        "row window": p[:, 0:16],
+        "column window": p[..., 0:32],
+        "ellipsis": p[...],
+        "stack on the plane": np.stack([p[0], p[1]], axis=-1),
+        "concatenate on the plane": np.concatenate([p, p], axis=2),
+        "stack with a plain": np.stack([p[0], w[0]]),
+        "unpack": unpack_nz(p),
+        "np.asarray (a base-class view)": np.asarray(p),
+    }
     for what, a in dropped.items():
         assert not is_nz(a), what
 
@@ -85,8 +111,11 @@ def test_as_nz_marks_without_copying_and_checks_the_shape():
 def test_plain_array_for_an_nz_parameter_is_refused_and_nothing_is_written():
     x, w = _operands()
     out = np.full((32, 32), 7, np.int32)
-    with pytest.raises(DispatchError, match=r"parameter 'w' is NZ \(pl.NZ\) and got a plain \(ND\) array"
-                       r".*runtime.pack_nz\(a\).*runtime.as_nz\(a\)"):
+    with pytest.raises(
+        DispatchError,
+        match=r"parameter 'w' is NZ \(pl.NZ\) and got a plain \(ND\) array"
+        r".*runtime.pack_nz\(a\).*runtime.as_nz\(a\)",
+    ):
         mm_nz(x, w, out)
     assert (out == 7).all()
     mm_nz(x, pack_nz(w), out)
@@ -155,8 +184,9 @@ def test_stacked_tensors_carry_the_layout():
     np.testing.assert_array_equal(unpack_nz(back), w)
     assert cluster.alloc_stacked_tensor(w).layout == "ND"
     with pytest.raises(DispatchError, match="shard 1 is ND, shard 0 is NZ"):
-        runtime.StackedDeviceTensor([st[0], cluster.workers[1].alloc_tensor((32, 64), np.int8)], (2, 32, 64),
-                                    [0, 1])
+        runtime.StackedDeviceTensor(
+            [st[0], cluster.workers[1].alloc_tensor((32, 64), np.int8)], (2, 32, 64), [0, 1]
+        )
 
 
 def test_an_orchestration_refuses_a_plain_stacked_weight_for_an_nz_parameter():
@@ -165,8 +195,11 @@ def test_an_orchestration_refuses_a_plain_stacked_weight_for_an_nz_parameter():
     w = np.random.default_rng(4).integers(-128, 128, (2, 32, 64)).astype(np.int8)
 
     @pl.orchestration
-    def both(x: pl.Tensor[[2, 32, 64], pl.INT8], w: pl.Tensor[[2, 32, 64], pl.INT8, pl.NZ],
-             out: pl.Out[pl.Tensor[[2, 32, 32], pl.INT32]]):
+    def both(
+        x: pl.Tensor[[2, 32, 64], pl.INT8],
+        w: pl.Tensor[[2, 32, 64], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[2, 32, 32], pl.INT32]],
+    ):
         for r in range(2):
             mm_nz(x[r], w[r], out[r], device=r)
 

@@ -22,7 +22,10 @@ def test_two_lanes_storing_the_same_window_race_and_the_message_names_everything
         log.check()
     e = info.value
     assert isinstance(e, DeviceError) and e.tensor == "'out'" and set(e.lanes) == {0, 1}
-    assert "lane race in pl.spmd: lane 0 writes bytes [0, 256) of 'out' and lane 1 writes bytes [0, 256)" in str(e)
+    assert (
+        "lane race in pl.spmd: lane 0 writes bytes [0, 256) of 'out' and lane 1 writes bytes [0, 256)"
+        in str(e)
+    )
     assert "help: give each lane its own window" in str(e)
 
 
@@ -40,8 +43,11 @@ def test_a_lane_reading_what_another_writes_races():
     log = LaneWriteLog({BASE: "x", BASE + 4096: "out"})
     log.write(3, BASE + 4096 + 100, BASE + 4096 + 200)
     log.read(5, BASE + 4096 + 150, BASE + 4096 + 160)
-    with pytest.raises(LaneRaceError, match=r"lane 5 reads bytes \[150, 160\) of 'out' and lane 3 writes bytes "
-                                            r"\[100, 200\) \(they share \[150, 160\)\)"):
+    with pytest.raises(
+        LaneRaceError,
+        match=r"lane 5 reads bytes \[150, 160\) of 'out' and lane 3 writes bytes "
+        r"\[100, 200\) \(they share \[150, 160\)\)",
+    ):
         log.check()
 
 
@@ -56,7 +62,7 @@ def test_an_atomic_store_against_a_plain_store_races():
 def _brute(spans):
     """Any race among (kind, lane, lo, hi) spans, by all pairs."""
     for i, (k1, l1, a1, b1) in enumerate(spans):
-        for k2, l2, a2, b2 in spans[i + 1:]:
+        for k2, l2, a2, b2 in spans[i + 1 :]:
             if l1 == l2 or a1 == b1 or a2 == b2 or not (a1 < b2 and a2 < b1):  # empty spans touch nothing
                 continue
             kinds = {k1, k2}
@@ -73,7 +79,9 @@ def test_random_spans_agree_with_all_pairs():
         spans = []
         for _ in range(n):
             lo = int(rng.integers(0, 200))
-            spans.append((str(rng.choice(["w", "r", "a"])), int(rng.integers(0, 4)), lo, lo + int(rng.integers(0, 40))))
+            spans.append(
+                (str(rng.choice(["w", "r", "a"])), int(rng.integers(0, 4)), lo, lo + int(rng.integers(0, 40)))
+            )
         log = LaneWriteLog()
         for kind, lane, lo, hi in spans:
             if kind == "r":
@@ -94,7 +102,14 @@ def test_the_error_crosses_processes_whole():
     """A rank in another process (RayCluster) pickles it: every field survives."""
     import pickle
 
-    e = LaneRaceError("msg", (1, 2), "'out'", (((0, 32), (16, 64)), ((0, 0), (16, 64))), ("k.py:3:5", "k.py:3:5"))
+    e = LaneRaceError(
+        "msg", (1, 2), "'out'", (((0, 32), (16, 64)), ((0, 0), (16, 64))), ("k.py:3:5", "k.py:3:5")
+    )
     back = pickle.loads(pickle.dumps(e))
-    assert (str(back), back.lanes, back.tensor, back.windows, back.lines) == \
-        ("msg", (1, 2), "'out'", (((0, 32), (16, 64)), ((0, 0), (16, 64))), ("k.py:3:5", "k.py:3:5"))
+    assert (str(back), back.lanes, back.tensor, back.windows, back.lines) == (
+        "msg",
+        (1, 2),
+        "'out'",
+        (((0, 32), (16, 64)), ((0, 0), (16, 64))),
+        ("k.py:3:5", "k.py:3:5"),
+    )

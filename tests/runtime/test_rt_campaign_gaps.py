@@ -25,7 +25,9 @@ def _nz_index(shape, c0):
     return b * R * C + (c // c0) * R * c0 + r * c0 + c % c0
 
 
-@pytest.mark.parametrize("dtype, c0", [(np.int8, 32), (np.float16, 16), (ml_dtypes.bfloat16, 16), (np.float32, 8)])
+@pytest.mark.parametrize(
+    "dtype, c0", [(np.int8, 32), (np.float16, 16), (ml_dtypes.bfloat16, 16), (np.float32, 8)]
+)
 @pytest.mark.parametrize("layout", ["strided", "fortran", "reversed_batches"])
 def test_unpack_nz_of_a_non_contiguous_array(dtype, c0, layout):  # NZ-8
     B, R, C = 3, 32, 4 * c0
@@ -58,7 +60,9 @@ def test_batch_offsets_at_a_stride_of_exactly_2_pow_32():  # hw §2.2: i * s0 in
 
 
 @pytest.mark.parametrize("g4, n", [(8, 12), (8, 4), (8, 28), (16, 24)])
-def test_acc_nz_store_writes_a_leftover_column_block(g4, n):  # hw §4: addr + (c//w)*dstStride*32 + r*c0 + (c%w)*E
+def test_acc_nz_store_writes_a_leftover_column_block(
+    g4, n
+):  # hw §4: addr + (c//w)*dstStride*32 + r*c0 + (c%w)*E
     R, C, m = 32, 32, 32
     w = runtime.Worker()
     t = w.alloc_tensor((R * C,), np.float32, init=np.full(R * C, -1.0, np.float32))
@@ -96,7 +100,9 @@ def test_nz_load_batch_stride_at_2_pow_32(space, dtype, s0, second):  # hw §2.2
     tload(w.gm, view, tile)
     got = tile.logical()
     np.testing.assert_array_equal(got[:, :32], logical[0])  # batch 0 at offset 0
-    np.testing.assert_array_equal(got[:, 32:], logical[second])  # batch 1: 2^32 wraps to 0, 2^32 + 1024 to 1024
+    np.testing.assert_array_equal(
+        got[:, 32:], logical[second]
+    )  # batch 1: 2^32 wraps to 0, 2^32 + 1024 to 1024
 
 
 def test_nz_load_batch_stride_just_below_2_pow_32_does_not_wrap():  # hw §2.2: affine, so it faults
@@ -120,7 +126,9 @@ def test_ub_nz_load_refuses_zero_column_blocks():  # hw §2.4: nBurst in 1..4095
 
 
 @pytest.mark.parametrize("shape", [(16, 65536), (65536, 32)])
-def test_nd2nz_load_of_65536_columns_or_rows_is_an_empty_transfer(shape):  # hw §3: dValue / nValue are 16 bits
+def test_nd2nz_load_of_65536_columns_or_rows_is_an_empty_transfer(
+    shape,
+):  # hw §3: dValue / nValue are 16 bits
     import warnings
 
     from runtime import DeviceError
@@ -202,5 +210,6 @@ def test_a_mat_to_nz_store_passes_its_debug_asserts():  # hw §5 TStoreMat2GmNz2
     tile = TileBuf("Mat", np.int8, 32, 64)
     tload(w.gm, GmView.dense(src.address, (32, 64), np.int8, "NZ"), tile)
     tstore(w.gm, GmView.dense(dst.address, (32, 64), np.int8, "NZ"), tile, debug=True)
-    np.testing.assert_array_equal(runtime.unpack_nz(w.gm.read(dst.address, dst.nbytes).view(np.int8).reshape(32, 64)),
-                                  logical)
+    np.testing.assert_array_equal(
+        runtime.unpack_nz(w.gm.read(dst.address, dst.nbytes).view(np.int8).reshape(32, 64)), logical
+    )

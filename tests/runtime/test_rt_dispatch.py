@@ -19,7 +19,11 @@ OUT = ParamSpec("out", ("B", 64, 256), np.int32, is_output=True)
 def test_bindings_from_numpy_arrays():
     b = check_args(
         [X, W_NZ, OUT],
-        [np.zeros((3, 64, 512), np.int8), pack_nz(np.zeros((3, 256, 512), np.int8)), np.zeros((3, 64, 256), np.int32)],
+        [
+            np.zeros((3, 64, 512), np.int8),
+            pack_nz(np.zeros((3, 256, 512), np.int8)),
+            np.zeros((3, 64, 256), np.int32),
+        ],
     )
     assert b == {"B": 3}
 

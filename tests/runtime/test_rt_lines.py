@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from runtime import nz
 
-pytestmark = pytest.mark.skipif(nz._native is None,
-                                reason="runtime._lines was not built (no C compiler at install)")
+pytestmark = pytest.mark.skipif(
+    nz._native is None, reason="runtime._lines was not built (no C compiler at install)"
+)
 
 
 def _lines(planes, n_i, n_j, seed):
@@ -41,8 +42,12 @@ def test_swaps_on_several_threads_at_once_each_move_their_own_lines():
 
     srcs = [_lines(1, 512, 64, seed=s) for s in range(3)]
     dsts = [np.zeros((1, 64, 512, 32), np.uint8) for _ in range(3)]
-    jobs = [(srcs[0], dsts[0], 0, 512), (srcs[1], dsts[1], 0, 512),
-            (srcs[2], dsts[2], 0, 256), (srcs[2], dsts[2], 256, 512)]
+    jobs = [
+        (srcs[0], dsts[0], 0, 512),
+        (srcs[1], dsts[1], 0, 512),
+        (srcs[2], dsts[2], 0, 256),
+        (srcs[2], dsts[2], 256, 512),
+    ]
     with ThreadPoolExecutor(4) as pool:
         for _ in range(5):
             list(pool.map(lambda j: nz._native.swap(j[0], j[1], 1, 512, 64, j[2], j[3]), jobs))
@@ -53,7 +58,11 @@ def test_swaps_on_several_threads_at_once_each_move_their_own_lines():
 @pytest.mark.parametrize(
     "args,error,match",
     [
-        (lambda a, b: (a, b, 1, 2, 3, 0, 2), ValueError, "must each hold planes \\* n_i \\* n_j 32-byte lines"),
+        (
+            lambda a, b: (a, b, 1, 2, 3, 0, 2),
+            ValueError,
+            "must each hold planes \\* n_i \\* n_j 32-byte lines",
+        ),
         (lambda a, b: (a, b[:64], 1, 2, 2, 0, 2), ValueError, "must each hold"),
         (lambda a, b: (a, b, 1, 2, 2, 1, 3), ValueError, "0 <= i_lo <= i_hi <= n_i"),
         (lambda a, b: (a, b, 1, 2, 2, 2, 1), ValueError, "0 <= i_lo <= i_hi <= n_i"),

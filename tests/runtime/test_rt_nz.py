@@ -117,7 +117,9 @@ def _record_copies(monkeypatch) -> list:
         ((3, 64, 128), 1, 0),  # planes of 256 lines: one gather over all three
     ],
 )
-def test_pack_runs_tile_by_tile_or_gathers_small_planes(shape, n_takes, n_copies, monkeypatch, numpy_swap):  # NZ-8
+def test_pack_runs_tile_by_tile_or_gathers_small_planes(
+    shape, n_takes, n_copies, monkeypatch, numpy_swap
+):  # NZ-8
     # Tiles of 64 rows x 4 lines; planes of up to 256 lines are gathered.
     monkeypatch.setattr(runtime.nz, "_PACK_TILE", (64, 4))
     monkeypatch.setattr(runtime.nz, "_UNPACK_TILE", (64, 4))
@@ -247,8 +249,9 @@ def test_pack_into_preallocated_out(swap_path):
     threads=st.integers(1, 5),
     compiled=st.booleans(),
 )
-def test_pack_matches_nz8_for_any_tile(dtype, batch, fractal_rows, lines, tile_rows, tile_lines, gather_lines,
-                                       threads, compiled):  # NZ-8
+def test_pack_matches_nz8_for_any_tile(
+    dtype, batch, fractal_rows, lines, tile_rows, tile_lines, gather_lines, threads, compiled
+):  # NZ-8
     # Whatever the tile (ragged row and line tiles, one line per tile), whichever way each
     # direction moves a plane (compiled in bands of source rows, or with numpy: gathered whole
     # or tiled) and however many threads share the work (every size parallel here: ranges of

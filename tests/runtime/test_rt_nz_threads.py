@@ -30,8 +30,9 @@ from runtime import nz, threads
     ],
 )
 @pytest.mark.parametrize("to_nz", [True, False])
-def test_parts_write_disjoint_lines_that_cover_the_output(shape, gather, n, n_parts, to_nz, monkeypatch,
-                                                          numpy_swap):  # NZ-8
+def test_parts_write_disjoint_lines_that_cover_the_output(
+    shape, gather, n, n_parts, to_nz, monkeypatch, numpy_swap
+):  # NZ-8
     monkeypatch.setattr(nz, "_PACK_GATHER_LINES", 1 << 20 if gather else 0)
     monkeypatch.setattr(nz, "_UNPACK_GATHER_LINES", 1 << 20 if gather else 0)
     monkeypatch.setattr(nz, "_PACK_TILE", (16, 4))
@@ -81,8 +82,9 @@ def _check_parts_cover(parts, out: np.ndarray, expected: np.ndarray) -> None:
     ],
 )
 @pytest.mark.parametrize("to_nz", [True, False])
-def test_compiled_parts_write_disjoint_lines_that_cover_the_output(shape, n, pack_calls, unpack_calls,
-                                                                   to_nz):  # NZ-8
+def test_compiled_parts_write_disjoint_lines_that_cover_the_output(
+    shape, n, pack_calls, unpack_calls, to_nz
+):  # NZ-8
     if nz._native is None:
         pytest.skip("runtime._lines was not built (no C compiler at install)")
     calls = pack_calls if to_nz else unpack_calls

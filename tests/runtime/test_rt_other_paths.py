@@ -41,8 +41,9 @@ def test_nd2nz_matches_reference():  # HW §8 nd2nz_load
     np.testing.assert_array_equal(tile.data, l1)
 
 
-@pytest.mark.parametrize("rows,cols,tile_rows,dtype", [(32, 64, 32, np.float16), (20, 64, 48, np.int8),
-                                                        (16, 96, 16, np.float32)])
+@pytest.mark.parametrize(
+    "rows,cols,tile_rows,dtype", [(32, 64, 32, np.float16), (20, 64, 48, np.int8), (16, 96, 16, np.float32)]
+)
 def test_nd2nz_whole_lines_declare_their_burst_copy(rows, cols, tile_rows, dtype):  # HW §3
     """An ND2NZ of whole C0 lines is decoded as exactly one burst copy (declared for plan
     consumers that read tile bytes straight from GM): replaying the declared copy writes the same
@@ -51,7 +52,7 @@ def test_nd2nz_whole_lines_declare_their_burst_copy(rows, cols, tile_rows, dtype
     view = parent.partition((5, 32 // np.dtype(dtype).itemsize), (rows, cols))
     tile = TileBuf("Mat", dtype, tile_rows, cols)
     plan = runtime.load.load_plan(w.gm, view, tile)
-    (cp, src_is_gm, so, do), = plan.copies
+    ((cp, src_is_gm, so, do),) = plan.copies
     assert (src_is_gm, so, do) == (True, 0, 0)
     by_instr, by_copy = np.full(tile.nbytes, 7, np.uint8), np.full(tile.nbytes, 7, np.uint8)
     plan.run(w.gm, view.addr, TileBuf._from_geometry(tile._g, None, None, by_instr))

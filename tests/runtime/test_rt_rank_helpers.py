@@ -12,8 +12,10 @@ import runtime
 from runtime import threads
 
 
-@pytest.mark.parametrize("count, ranks, helped", [(2, 1, True), (2, 2, False), (2, 4, False), (4, 2, True),
-                                                  (4, 4, False), (1, 2, False)])
+@pytest.mark.parametrize(
+    "count, ranks, helped",
+    [(2, 1, True), (2, 2, False), (2, 4, False), (4, 2, True), (4, 4, False), (1, 2, False)],
+)
 def test_ranks_side_by_side_leave_helpers_only_idle_cores(count, ranks, helped, monkeypatch):
     monkeypatch.setattr(threads, "THREADS", count)
     seen: dict[int, bool] = {}
@@ -24,6 +26,7 @@ def test_ranks_side_by_side_leave_helpers_only_idle_cores(count, ranks, helped, 
             with lock:
                 seen[r] = threads.helper_available()
             return r
+
         return fn
 
     assert runtime.dispatch.run_ranks({r: rank(r) for r in range(ranks)}) == {r: r for r in range(ranks)}

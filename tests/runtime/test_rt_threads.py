@@ -52,12 +52,14 @@ def test_threads_from_the_environment(value, count, monkeypatch):
 
 
 def test_threads_1_in_a_fresh_process_keeps_every_copy_on_the_calling_thread():
-    code = ("import threading, numpy as np, runtime; from runtime import threads; used = set(); c = np.copyto; "
-            "np.copyto = lambda *a, **k: used.add(threading.get_ident()) or c(*a, **k); "
-            "s = runtime.nz._native and runtime.nz._native.swap; "
-            "s and setattr(runtime.nz._native, 'swap', lambda *a: used.add(threading.get_ident()) or s(*a)); "
-            "runtime.pack_nz(np.zeros((2048, 4096), np.int8)); "
-            "print(threads.THREADS, used == {threading.get_ident()}, threads._pools)")
+    code = (
+        "import threading, numpy as np, runtime; from runtime import threads; used = set(); c = np.copyto; "
+        "np.copyto = lambda *a, **k: used.add(threading.get_ident()) or c(*a, **k); "
+        "s = runtime.nz._native and runtime.nz._native.swap; "
+        "s and setattr(runtime.nz._native, 'swap', lambda *a: used.add(threading.get_ident()) or s(*a)); "
+        "runtime.pack_nz(np.zeros((2048, 4096), np.int8)); "
+        "print(threads.THREADS, used == {threading.get_ident()}, threads._pools)"
+    )
     env = dict(os.environ, NZJIT_THREADS="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["1", "True", "None"]
@@ -119,7 +121,9 @@ def test_ahead_computes_the_next_item_on_a_helper_while_the_caller_works(monkeyp
     with threads.Ahead(item, 4) as items:
         for i in items:
             if i + 1 < 4:
-                assert started[i + 1].wait(timeout=30), f"item {i + 1} did not start while the caller held item {i}"
+                assert started[i + 1].wait(timeout=30), (
+                    f"item {i + 1} did not start while the caller held item {i}"
+                )
     assert where[0] == threading.get_ident()  # the first item: nothing to overlap it with
     assert all(where[i] != threading.get_ident() for i in (1, 2, 3))
 

@@ -43,8 +43,11 @@ def test_a_byte_swapped_dtype_is_named_as_such():
     swapped = X.astype(">i4")
     assert swapped.dtype.name == "int32"  # what made the old message read "expects int32, got int32"
     out = np.full_like(X, 7)
-    with pytest.raises(DispatchError, match=r"expects dtype int32, got int32 \(byte-swapped, '>i4'\); the device "
-                                            r"is little-endian: pass a.astype\(np.int32\)"):
+    with pytest.raises(
+        DispatchError,
+        match=r"expects dtype int32, got int32 \(byte-swapped, '>i4'\); the device "
+        r"is little-endian: pass a.astype\(np.int32\)",
+    ):
         copy16(swapped, out)
     assert (out == 7).all()
     with pytest.raises(DispatchError, match=r"byte-swapped int32.*a.astype\(np.int32\)"):
@@ -60,8 +63,11 @@ def test_a_loop_too_long_to_simulate_is_refused_clearly():
             pl.store(pl.load(x, [0, 0], [16, 64]), [0, 0], out)
 
     out = np.full_like(X, 7)
-    with pytest.raises(SimulatorLimitError, match=r"test_small_refusals.py:\d+: this loop runs 1099511627776 "
-                                                  r"trips; the simulator runs at most 2147483648"):
+    with pytest.raises(
+        SimulatorLimitError,
+        match=r"test_small_refusals.py:\d+: this loop runs 1099511627776 "
+        r"trips; the simulator runs at most 2147483648",
+    ):
         k(X, out)
     assert (out == 7).all()
     assert issubclass(SimulatorLimitError, runtime.DeviceError)

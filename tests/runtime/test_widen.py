@@ -23,8 +23,11 @@ def views(draw):
     general), with random bit patterns (NaNs and infinities included)."""
     nd = draw(st.integers(1, 4))
     dims = [draw(st.integers(1, 9)) for _ in range(nd)]
-    buf = np.random.default_rng(draw(st.integers(0, 2**16))).integers(0, 1 << 16, [d * 2 for d in dims],
-                                                                       dtype=np.uint16).view(BF16)
+    buf = (
+        np.random.default_rng(draw(st.integers(0, 2**16)))
+        .integers(0, 1 << 16, [d * 2 for d in dims], dtype=np.uint16)
+        .view(BF16)
+    )
     v = buf[tuple(slice(draw(st.integers(0, 1)), None, draw(st.integers(1, 2))) for _ in dims)]
     return v.transpose(draw(st.permutations(list(range(nd)))))
 

@@ -13,12 +13,16 @@ rng = np.random.default_rng(9)
 
 
 @pl.kernel
-def three_parts(a: pl.Tensor[[16, 64], pl.FP16], b: pl.Tensor[[64, 64], pl.FP16], x: pl.Tensor[[16, 64], pl.FP32],
-                c: pl.Out[pl.Tensor[[48, 64], pl.FP32]]):
-    c = pl.assemble(c, pl.matmul(a, b), [0, 0])                       # a matmul result: an assignment
-    c = pl.assemble(c, pl.load(x, [0, 0], [16, 64]), [16, 0])          # a tile: a store
+def three_parts(
+    a: pl.Tensor[[16, 64], pl.FP16],
+    b: pl.Tensor[[64, 64], pl.FP16],
+    x: pl.Tensor[[16, 64], pl.FP32],
+    c: pl.Out[pl.Tensor[[48, 64], pl.FP32]],
+):
+    c = pl.assemble(c, pl.matmul(a, b), [0, 0])  # a matmul result: an assignment
+    c = pl.assemble(c, pl.load(x, [0, 0], [16, 64]), [16, 0])  # a tile: a store
     t = pl.full([16, 64], dtype=pl.FP32, value=2.0)
-    t = pl.assemble(t, pl.full([16, 32], dtype=pl.FP32, value=5.0), [0, 32])   # tile into tile: TINSERT
+    t = pl.assemble(t, pl.full([16, 32], dtype=pl.FP32, value=5.0), [0, 32])  # tile into tile: TINSERT
     pl.tensor.assemble(c, t, [32, 0])
 
 
@@ -28,7 +32,9 @@ def test_assemble_into_tensors_and_tiles():
     x = rng.standard_normal((16, 64)).astype(np.float32)
     low = three_parts.lower(a, b, x, np.zeros((48, 64), np.float32))
     traced = [e.primitive.name for e in low.ir("trace").eqns]
-    assert traced.count("tensor.assign") == 1 and traced.count("tile.store") == 2 and "tile.assemble" in traced
+    assert (
+        traced.count("tensor.assign") == 1 and traced.count("tile.store") == 2 and "tile.assemble" in traced
+    )
     assert "pto.tinsert" in low.pto()
     t = np.full((16, 64), 2, np.float32)
     t[:, 32:] = 5

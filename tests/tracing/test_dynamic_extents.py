@@ -44,8 +44,8 @@ def test_dim_and_whole_dynamic_windows():
 def test_shape_arithmetic_and_a_static_dim():
     @pl.kernel
     def k(x: pl.Tensor[[B, 64], pl.INT32], y: pl.Out[pl.Tensor[[1, 64], pl.INT32]]):
-        assert pl.dim(x, 1) == 64 and pl.tensor.dim(x, -1) == 64      # static: a Python int
-        n = x.shape[0] * 2 - 1                                          # B * 2 - 1, traced
+        assert pl.dim(x, 1) == 64 and pl.tensor.dim(x, -1) == 64  # static: a Python int
+        n = x.shape[0] * 2 - 1  # B * 2 - 1, traced
         t = pl.load(x, [0, 0], [1, 64])
         pl.store(pl.add(t, pl.cast(n, pl.INT32)), [0, 0], y)
 
@@ -61,8 +61,11 @@ def test_refusals():
 
         return k.lower(np.zeros((32, 64), np.float32), np.zeros((32, 64), np.float32))
 
-    with pytest.raises(CompileError, match=r"the extent of the slice on axis 0 of the pl.dynamic dimension B must "
-                                           r"be static or the whole axis") as ei:
+    with pytest.raises(
+        CompileError,
+        match=r"the extent of the slice on axis 0 of the pl.dynamic dimension B must "
+        r"be static or the whole axis",
+    ) as ei:
         lower(lambda x, y: x[16:, :])
     assert "help: slice the whole axis (x[:, ...]) or a constant extent" in str(ei.value)
     with pytest.raises(CompileError, match=r"pl.tensor.dim: axis 2 is not an axis of the rank-2 tensor"):

@@ -14,8 +14,11 @@ from nzjit import CompileError, pl
 
 
 @pl.kernel
-def k_split(a: pl.Tensor[[64, 256], pl.FP16], b: pl.Tensor[[256, 128], pl.FP16],
-            c: pl.Out[pl.Tensor[[64, 128], pl.FP32]]):
+def k_split(
+    a: pl.Tensor[[64, 256], pl.FP16],
+    b: pl.Tensor[[256, 128], pl.FP16],
+    c: pl.Out[pl.Tensor[[64, 128], pl.FP32]],
+):
     acc = pl.matmul(a[:, 0:64], b[0:64, :])  # any value of the accumulator's type before the loop
     for kb in pl.range(4):
         k0 = kb * 64
@@ -43,7 +46,9 @@ def three_way(x: pl.Tensor[[4, 64], pl.FP32], y: pl.Out[pl.Tensor[[4, 64], pl.FP
 
 
 @pl.kernel
-def fresh_scalar(x: pl.Tensor[[4, 64], pl.FP32], y: pl.Out[pl.Tensor[[1, 64], pl.FP32]], r: pl.Scalar[pl.INT32]):
+def fresh_scalar(
+    x: pl.Tensor[[4, 64], pl.FP32], y: pl.Out[pl.Tensor[[1, 64], pl.FP32]], r: pl.Scalar[pl.INT32]
+):
     # `row` is bound in both arms and not before the `if`: a scalar carry (both arms assign it)
     if r > 1:
         row = r - 2
@@ -53,8 +58,9 @@ def fresh_scalar(x: pl.Tensor[[4, 64], pl.FP32], y: pl.Out[pl.Tensor[[1, 64], pl
 
 
 @pl.kernel
-def flag_top_level(x: pl.Tensor[[1, 64], pl.FP32], y: pl.Out[pl.Tensor[[1, 64], pl.FP32]],
-                   flag: pl.Scalar[pl.BOOL]):
+def flag_top_level(
+    x: pl.Tensor[[1, 64], pl.FP32], y: pl.Out[pl.Tensor[[1, 64], pl.FP32]], flag: pl.Scalar[pl.BOOL]
+):
     t = pl.load(x, [0, 0], [1, 64])
     if flag:  # an `if` on a BOOL scalar parameter at the kernel's top level (item 5)
         t = pl.add(t, t)
@@ -135,7 +141,9 @@ def test_arms_binding_different_types_are_refused() -> None:
         pl.store(t, [0, 0], y)
 
     err = _refusal(f)
-    assert "'t' changes type inside the staged `if`: f32[1,64]@Vec before it, f16[1,64]@Vec in an arm" in str(err)
+    assert "'t' changes type inside the staged `if`: f32[1,64]@Vec before it, f16[1,64]@Vec in an arm" in str(
+        err
+    )
     assert "# <- if" in err.render()
 
 
@@ -151,8 +159,12 @@ def test_a_tile_first_bound_in_both_arms_is_pyptos_phi() -> None:
         pl.store(t, [0, 0], y)
 
     x = np.arange(64, dtype=np.float32).reshape(1, 64)
-    assert [e.primitive.name for e in f.lower(x, np.zeros_like(x), 1).ir().eqns][:4] == ["gt", "tile.create", "cond",
-                                                                                         "cond"]
+    assert [e.primitive.name for e in f.lower(x, np.zeros_like(x), 1).ir().eqns][:4] == [
+        "gt",
+        "tile.create",
+        "cond",
+        "cond",
+    ]
     assert np.array_equal(f(x, 1), x) and np.array_equal(f(x, 0), -x)
 
 
@@ -165,8 +177,10 @@ def test_a_tensor_first_bound_in_both_arms_is_refused_with_the_fix() -> None:
         y[:, :] = pl.load(t, [0, 0], [1, 64])
 
     err = _refusal(f)
-    assert "'t' is first bound inside the staged `if`/`else` to a f32[1,64]; a tensor needs a value before the `if`" \
+    assert (
+        "'t' is first bound inside the staged `if`/`else` to a f32[1,64]; a tensor needs a value before the `if`"
         in str(err)
+    )
     assert err.help == "bind 't' before the `if`"
 
 
@@ -178,7 +192,9 @@ def test_if_else_that_ends_the_kernel_is_refused() -> None:
             pl.store(pl.neg(pl.load(x, [0, 0], [1, 64])), [0, 0], y)
 
     err = _refusal(f)
-    assert "an `if`/`else` on a traced value that ends the kernel (or helper) function is not staged" in str(err)
+    assert "an `if`/`else` on a traced value that ends the kernel (or helper) function is not staged" in str(
+        err
+    )
     assert err.help == "put the statement that follows it (or `pass`) after the `if`/`else`"
 
 
@@ -202,8 +218,11 @@ def test_fuzz_programs_with_an_if_else_equal_their_reference() -> None:
     from nzjit.fuzz import classify, generate
 
     # programs whose lanes race on one output window are refused since issue 24 (fuzz row R1): not these
-    progs = [p for p in (generate(5, i, family="vec_ew") for i in range(160))
-             if "ew:branch" in p.tags and p.expect == "ok"][:6]
+    progs = [
+        p
+        for p in (generate(5, i, family="vec_ew") for i in range(160))
+        if "ew:branch" in p.tags and p.expect == "ok"
+    ][:6]
     assert len(progs) == 6
     for p in progs:
         assert "        else:\n" in p.source and "cond" not in p.source  # an if/else in the kernel text

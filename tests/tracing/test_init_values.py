@@ -31,13 +31,13 @@ def test_two_explicit_carries_are_one_loop_with_two_results():
     (loop,) = [e for e in g.eqns if e.primitive.name == "for"]
     body = loop.params["body"]
     assert [v.hint for v in loop.outputs] == ["acc_out", "m_out"]
-    assert [p.hint for p in body.params[-2:]] == ["acc", "m"]          # the carries are the body's parameters
+    assert [p.hint for p in body.params[-2:]] == ["acc", "m"]  # the carries are the body's parameters
     assert [o.type for o in body.outputs] == [p.type for p in body.params[-2:]]
-    assert [i.hint for i in loop.inputs[-2:]] == ["acc0", "m0"]         # initial values
+    assert [i.hint for i in loop.inputs[-2:]] == ["acc0", "m0"]  # initial values
     assert "iter_args(" in low.pto()
     y = sum_and_max(x)
     xs = x.reshape(4, 16, 64)
-    ref = (((xs[0] + xs[1]) + xs[2]) + xs[3]) - xs.max(axis=0)       # the device's order of the adds
+    ref = (((xs[0] + xs[1]) + xs[2]) + xs[3]) - xs.max(axis=0)  # the device's order of the adds
     assert np.array_equal(y, ref)
 
 
@@ -45,7 +45,7 @@ def test_a_scalar_carry_and_the_loop_index_with_start_and_step():
     @pl.kernel
     def k(x: pl.Tensor[[1, 64], pl.INT32], y: pl.Out[pl.Tensor[[1, 64], pl.INT32]]):
         t0 = pl.load(x, [0, 0], [1, 64])
-        for i, (t, s) in pl.range(2, 10, 3, init_values=(t0, 0)):   # i = 2, 5, 8
+        for i, (t, s) in pl.range(2, 10, 3, init_values=(t0, 0)):  # i = 2, 5, 8
             t_out, s_out = pl.yield_(pl.add(t, pl.cast(i, pl.INT32)), s + i)
         pl.store(pl.add(t_out, pl.cast(s_out, pl.INT32)), [0, 0], y)
 
@@ -55,8 +55,11 @@ def test_a_scalar_carry_and_the_loop_index_with_start_and_step():
 
 def test_yield_in_if_arms_is_the_phi_of_the_if_k0_idiom():
     @pl.kernel
-    def k(a: pl.Tensor[[64, 256], pl.FP16], b: pl.Tensor[[256, 128], pl.FP16],
-          c: pl.Out[pl.Tensor[[64, 128], pl.FP32]]):
+    def k(
+        a: pl.Tensor[[64, 256], pl.FP16],
+        b: pl.Tensor[[256, 128], pl.FP16],
+        c: pl.Out[pl.Tensor[[64, 128], pl.FP32]],
+    ):
         acc0 = pl.matmul(a[:, 0:64], b[0:64, :])
         for kb, (acc,) in pl.range(4, init_values=(acc0,)):
             k0 = kb * 64
@@ -95,7 +98,6 @@ def test_a_vec_tile_first_bound_in_both_arms_needs_no_value_before_the_if():
     ref = x * 2
     ref[:16] = x[:16] + 1
     assert np.array_equal(k(x), ref)
-
 
 
 def test_yield_outside_a_trace_returns_its_values():
@@ -146,17 +148,39 @@ def _empty(t, y):
         pass
 
 
-@pytest.mark.parametrize("body,message,help_text", [
-    (_no_yield, r"the body of pl.range with init_values \(line \d+\) does not end with pl.yield_",
-     "help: end the body with `c0 = pl.yield_(...)`"),
-    (_two_values, r"pl.yield_ gives 2 values to pl.range with 1 init_values", "help: yield one value per init value"),
-    (_other_type, r"pl.yield_ value 0 is f16\[16,64\]@Vec, init value 0 of pl.range is f32\[16,64\]@Vec; a carry "
-                  "keeps one type", "help: yield a value of the init value's shape"),
-    (_twice, r"a second pl.yield_ in one loop body", None),
-    (_python_float, r"pl.range init_values are traced values or ints, got 1.5", "help: make a float start value"),
-    (_yield_a_number, r"pl.yield_ of a loop's carries takes traced values, got 2", "help: yield the carry itself"),
-    (_empty, r"pl.range init_values must be a non-empty tuple of values, got \(\)", None),
-])
+@pytest.mark.parametrize(
+    "body,message,help_text",
+    [
+        (
+            _no_yield,
+            r"the body of pl.range with init_values \(line \d+\) does not end with pl.yield_",
+            "help: end the body with `c0 = pl.yield_(...)`",
+        ),
+        (
+            _two_values,
+            r"pl.yield_ gives 2 values to pl.range with 1 init_values",
+            "help: yield one value per init value",
+        ),
+        (
+            _other_type,
+            r"pl.yield_ value 0 is f16\[16,64\]@Vec, init value 0 of pl.range is f32\[16,64\]@Vec; a carry "
+            "keeps one type",
+            "help: yield a value of the init value's shape",
+        ),
+        (_twice, r"a second pl.yield_ in one loop body", None),
+        (
+            _python_float,
+            r"pl.range init_values are traced values or ints, got 1.5",
+            "help: make a float start value",
+        ),
+        (
+            _yield_a_number,
+            r"pl.yield_ of a loop's carries takes traced values, got 2",
+            "help: yield the carry itself",
+        ),
+        (_empty, r"pl.range init_values must be a non-empty tuple of values, got \(\)", None),
+    ],
+)
 def test_refusals(body, message, help_text):
     with pytest.raises(CompileError, match=message) as ei:
         _lower(body)

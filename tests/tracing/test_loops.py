@@ -76,10 +76,16 @@ def test_carried_scalar_sum_starting_from_a_traced_value():
 
 def test_carried_acc_tile_matmul_accumulates():
     @pl.kernel
-    def k(a: pl.Tensor[[16, 128], pl.INT8], b: pl.Tensor[[16, 128], pl.INT8],
-          out: pl.Out[pl.Tensor[[16, 16], pl.INT32]]):
-        acc = pl.matmul(pl.load(a, [0, 0], [16, 32], target_memory=pl.Mem.Mat),
-                        pl.load(b, [0, 0], [16, 32], target_memory=pl.Mem.Mat), b_trans=True)
+    def k(
+        a: pl.Tensor[[16, 128], pl.INT8],
+        b: pl.Tensor[[16, 128], pl.INT8],
+        out: pl.Out[pl.Tensor[[16, 16], pl.INT32]],
+    ):
+        acc = pl.matmul(
+            pl.load(a, [0, 0], [16, 32], target_memory=pl.Mem.Mat),
+            pl.load(b, [0, 0], [16, 32], target_memory=pl.Mem.Mat),
+            b_trans=True,
+        )
         for k0 in pl.range(32, 128, 32):
             at = pl.load(a, [0, k0], [16, 32], target_memory=pl.Mem.Mat)
             bt = pl.load(b, [0, k0], [16, 32], target_memory=pl.Mem.Mat)
@@ -216,8 +222,11 @@ def test_loops_are_traced_once_and_unused_carries_are_dropped():
     calls = []
 
     @pl.kernel
-    def k(a: pl.Tensor[[16, 64], pl.FP16], b: pl.Tensor[[64, 16], pl.FP16],
-          out: pl.Out[pl.Tensor[[16, 16], pl.FP32]]):
+    def k(
+        a: pl.Tensor[[16, 64], pl.FP16],
+        b: pl.Tensor[[64, 16], pl.FP16],
+        out: pl.Out[pl.Tensor[[16, 16], pl.FP32]],
+    ):
         at = pl.load(a, [0, 0], [16, 32], target_memory=pl.Mem.Mat)
         bt = pl.load(b, [0, 0], [32, 16], target_memory=pl.Mem.Mat)
         acc = pl.matmul(at, bt)
@@ -238,8 +247,11 @@ def test_a_loop_over_many_trips_does_not_exhaust_l1():
     K = 8192
 
     @pl.kernel
-    def k(a: pl.Tensor[[16, K], pl.INT8], b: pl.Tensor[[16, K], pl.INT8],
-          out: pl.Out[pl.Tensor[[16, 16], pl.INT32]]):
+    def k(
+        a: pl.Tensor[[16, K], pl.INT8],
+        b: pl.Tensor[[16, K], pl.INT8],
+        out: pl.Out[pl.Tensor[[16, 16], pl.INT32]],
+    ):
         at = pl.load(a, [0, 0], [16, 128], target_memory=pl.Mem.Mat)
         bt = pl.load(b, [0, 0], [16, 128], target_memory=pl.Mem.Mat)
         acc = pl.matmul(at, bt, b_trans=True)
@@ -259,7 +271,7 @@ def test_a_loop_over_many_trips_does_not_exhaust_l1():
 def test_carried_tensor_alias_of_a_store(kind):
     @pl.kernel
     def k(x: X, out: OUT):
-        for i in (pl.range(4) if kind == "range" else pl.pipeline(0, 4, 1)):
+        for i in pl.range(4) if kind == "range" else pl.pipeline(0, 4, 1):
             out = pl.store(pl.load(x, [i + 5, 0], [1, 16]), [i, 0], out)
         show(x, 60, 4, out)
 

@@ -47,8 +47,11 @@ def test_load_defaults_to_vec_and_store_returns_an_alias_with_its_attrs():
 
 def test_tile_matmul_types_b_trans_and_matmul_acc():
     @pl.kernel
-    def k(a: pl.Tensor[[32, 64], pl.BF16], b: pl.Tensor[[48, 64], pl.BF16],
-          out: pl.Out[pl.Tensor[[32, 48], pl.FP32]]):
+    def k(
+        a: pl.Tensor[[32, 64], pl.BF16],
+        b: pl.Tensor[[48, 64], pl.BF16],
+        out: pl.Out[pl.Tensor[[32, 48], pl.FP32]],
+    ):
         at = pl.load(a, [0, 0], [32, 64], target_memory=pl.Mem.Mat)
         bt = pl.load(b, [0, 0], [48, 64], target_memory=pl.Mem.Mat)
         c = pl.matmul(at, bt, b_trans=True, out_dtype=pl.FP32)
@@ -80,8 +83,11 @@ def test_matmul_refusals_name_the_fix():
     refused(wrong_out_dtype, "accumulate in pl.INT32")
 
     @pl.kernel
-    def mixed(a: pl.Tensor[[32, 64], pl.INT8], b: pl.Tensor[[32, 64], pl.FP16],
-              out: pl.Out[pl.Tensor[[32, 32], pl.FP32]]):
+    def mixed(
+        a: pl.Tensor[[32, 64], pl.INT8],
+        b: pl.Tensor[[32, 64], pl.FP16],
+        out: pl.Out[pl.Tensor[[32, 32], pl.FP32]],
+    ):
         at = pl.load(a, [0, 0], [32, 64], target_memory=pl.Mem.Mat)
         bt = pl.load(b, [0, 0], [32, 64], target_memory=pl.Mem.Mat)
         pl.store(pl.matmul(at, bt, b_trans=True), [0, 0], out)
@@ -144,8 +150,8 @@ def test_indexing_slices_full_axes_and_integers_that_drop_axes():
     def k(w: pl.Tensor[[4, 256, 512], pl.INT8], out: pl.Out[pl.Tensor[[64, 512], pl.INT8]]):
         for e in pl.spmd(4):
             n0 = e * 16
-            a = w[e, n0:n0 + 128, :]  # traced integer + window + full axis
-            b = w[1]                  # plain integer
+            a = w[e, n0 : n0 + 128, :]  # traced integer + window + full axis
+            b = w[1]  # plain integer
             c = w[:, 0:16, 32:64]
             d = b[n0]
             assert a.shape == (128, 512) and b.shape == (256, 512) and c.shape == (4, 16, 32)
@@ -162,7 +168,7 @@ def test_slice_extent_must_be_static():
     @pl.kernel
     def k(w: pl.Tensor[[256, 512], pl.INT8], out: pl.Out[pl.Tensor[[128, 512], pl.INT8]]):
         for e in pl.spmd(2):
-            a = w[e:e * 2, :]
+            a = w[e : e * 2, :]
             pl.store(pl.load(a, [0, 0], [16, 512]), [0, 0], out)
 
     refused(k, "must be static")
@@ -170,8 +176,11 @@ def test_slice_extent_must_be_static():
 
 def test_pl_slice_reshape_and_tensor_matmul_types():
     @pl.kernel
-    def k(x: pl.Tensor[[2, 64, 128], pl.FP16], w: pl.Tensor[[32, 128], pl.FP16],
-          out: pl.Out[pl.Tensor[[2, 64, 32], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[2, 64, 128], pl.FP16],
+        w: pl.Tensor[[32, 128], pl.FP16],
+        out: pl.Out[pl.Tensor[[2, 64, 32], pl.FP32]],
+    ):
         s = pl.slice(x, [1, 64, 128], [1, 0, 0])
         r = pl.reshape(x, [128, 128])
         assert s.shape == (1, 64, 128) and r.shape == (128, 128)
@@ -193,8 +202,11 @@ def test_reshape_and_assignment_shape_errors():
     refused(bad_reshape, "element count")
 
     @pl.kernel
-    def bad_assign(x: pl.Tensor[[64, 128], pl.FP16], w: pl.Tensor[[32, 128], pl.FP16],
-                   out: pl.Out[pl.Tensor[[64, 64], pl.FP32]]):
+    def bad_assign(
+        x: pl.Tensor[[64, 128], pl.FP16],
+        w: pl.Tensor[[32, 128], pl.FP16],
+        out: pl.Out[pl.Tensor[[64, 64], pl.FP32]],
+    ):
         out[:, 0:16] = pl.matmul(x, w, b_trans=True)
 
     refused(bad_assign, r"shape \[64, 32\] to a window of shape \[64, 16\]")

@@ -253,7 +253,7 @@ def test_operators_outside_the_scalar_arithmetic(where):
 
     @pl.kernel
     def power(x: V, n: pl.Scalar[pl.INT32], out: OUT):
-        pl.store(pl.load(x, [n ** 2, 0], [1, 16]), [0, 0], out)  # <- op
+        pl.store(pl.load(x, [n**2, 0], [1, 16]), [0, 0], out)  # <- op
 
     @pl.kernel
     def shift(x: V, n: pl.Scalar[pl.INT32], out: OUT):

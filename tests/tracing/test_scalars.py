@@ -33,9 +33,15 @@ def emit(x, values, out):
 def test_int32_multiplication_wraps_before_the_division():  # NZ-17, NZ-19
     @pl.kernel
     def k(x: X, a: pl.Scalar[pl.INT32], out: OUT):
-        emit(x, [(a * 256) // 16,                  # 2**32 wraps to 0 in INT32
-                 (a * (256 // 16)) // (1 << 21),   # 2**28 fits: 2**28 / 2**21 = 128
-                 (a * 128) // (1 << 24) + 130], out)  # 2**31 wraps to -2**31: floor(-128) + 130
+        emit(
+            x,
+            [
+                (a * 256) // 16,  # 2**32 wraps to 0 in INT32
+                (a * (256 // 16)) // (1 << 21),  # 2**28 fits: 2**28 / 2**21 = 128
+                (a * 128) // (1 << 24) + 130,
+            ],
+            out,
+        )  # 2**31 wraps to -2**31: floor(-128) + 130
 
     assert observe(k, 1 << 24, n=3) == [0, 128, 2]
 
@@ -67,14 +73,20 @@ def test_index_arithmetic_does_not_wrap_at_32_bits():
 def test_negative_floor_division_and_modulo():  # NZ-19
     @pl.kernel
     def k(x: X, b: pl.Scalar[pl.INT32], out: OUT):
-        emit(x, [b // 4 + 10,      # floor(-7 / 4) = -2
-                 b % 4,            # non-negative remainder for a positive divisor: 1
-                 7 // b + 10,      # floor(7 / -7) = -1
-                 b // -4,          # floor(-7 / -4) = 1
-                 b % -4 + 10,      # floor modulo takes the divisor's sign: -3
-                 (-b) % 5,         # 7 % 5 = 2
-                 (b - 1) // 8 + 10,  # floor(-1) = -1, not truncation's 0
-                 b * -3], out)     # 21
+        emit(
+            x,
+            [
+                b // 4 + 10,  # floor(-7 / 4) = -2
+                b % 4,  # non-negative remainder for a positive divisor: 1
+                7 // b + 10,  # floor(7 / -7) = -1
+                b // -4,  # floor(-7 / -4) = 1
+                b % -4 + 10,  # floor modulo takes the divisor's sign: -3
+                (-b) % 5,  # 7 % 5 = 2
+                (b - 1) // 8 + 10,  # floor(-1) = -1, not truncation's 0
+                b * -3,
+            ],
+            out,
+        )  # 21
 
     assert observe(k, -7, n=8) == [8, 1, 9, 1, 7, 2, 9, 21]
     assert [-7 // 4, -7 % 4, 7 // -7, -7 // -4, -7 % -4] == [-2, 1, -1, 1, -3]  # Python agrees
@@ -83,8 +95,18 @@ def test_negative_floor_division_and_modulo():  # NZ-19
 def test_min_max_and_mixing_with_python_ints():
     @pl.kernel
     def k(x: X, a: pl.Scalar[pl.INT32], b: pl.Scalar[pl.INT32], out: OUT):
-        emit(x, [pl.min(a, b) + 20, pl.max(a, b), pl.min(a, 3), pl.max(1, b) + 1,
-                 pl.min(800 - a, 256) // 2, 100 - a], out)
+        emit(
+            x,
+            [
+                pl.min(a, b) + 20,
+                pl.max(a, b),
+                pl.min(a, 3),
+                pl.max(1, b) + 1,
+                pl.min(800 - a, 256) // 2,
+                100 - a,
+            ],
+            out,
+        )
 
     assert observe(k, 9, -7, n=6) == [13, 9, 3, 2, 128, 91]
 
@@ -97,8 +119,19 @@ def test_comparisons():
     @pl.kernel
     def k(x: X, a: pl.Scalar[pl.INT32], b: pl.Scalar[pl.INT32], out: OUT):
         c = pl.INT32
-        emit(x, [pl.cast(a < b, c), pl.cast(a <= a, c), pl.cast(a > b, c), pl.cast(b >= a, c),
-                 pl.cast(a == 9, c), pl.cast(a != a, c), pl.cast(b < 0, c)], out)
+        emit(
+            x,
+            [
+                pl.cast(a < b, c),
+                pl.cast(a <= a, c),
+                pl.cast(a > b, c),
+                pl.cast(b >= a, c),
+                pl.cast(a == 9, c),
+                pl.cast(a != a, c),
+                pl.cast(b < 0, c),
+            ],
+            out,
+        )
 
     assert observe(k, 9, -7, n=7) == [0, 1, 1, 0, 1, 0, 1]
 
@@ -132,9 +165,17 @@ def test_division_by_a_literal_zero_is_refused():
         k.lower()
 
 
-@pytest.mark.parametrize(("dtype", "value", "wrapped"), [
-    (D.INT8, 200, -56), (D.UINT8, -1, 255), (D.INT32, 1 << 32, 0), (D.INT32, (1 << 31), -(1 << 31)),
-    (D.INT16, -32769, 32767), (D.INDEX, 1 << 63, -(1 << 63)), (D.UINT32, 1 << 32, 0),
-])
+@pytest.mark.parametrize(
+    ("dtype", "value", "wrapped"),
+    [
+        (D.INT8, 200, -56),
+        (D.UINT8, -1, 255),
+        (D.INT32, 1 << 32, 0),
+        (D.INT32, (1 << 31), -(1 << 31)),
+        (D.INT16, -32769, 32767),
+        (D.INDEX, 1 << 63, -(1 << 63)),
+        (D.UINT32, 1 << 32, 0),
+    ],
+)
 def test_dtype_wrap(dtype, value, wrapped):
     assert dtype.wrap(value) == wrapped

@@ -56,10 +56,16 @@ def test_vector_quant_keeps_eleven_significant_bits():
 @pytest.mark.parametrize("relu", [False, True])
 def test_per_channel_dequant_of_an_int32_acc_every_stage(target, relu):
     @pl.kernel(target=target)
-    def k(a: pl.Tensor[[M, K], pl.INT8], b: pl.Tensor[[K, N], pl.INT8], s: pl.Tensor[[2, N], pl.FP32],
-          y: pl.Out[pl.Tensor[[M, N], pl.FP16]]):
-        acc = pl.matmul(pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat),
-                        pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat))
+    def k(
+        a: pl.Tensor[[M, K], pl.INT8],
+        b: pl.Tensor[[K, N], pl.INT8],
+        s: pl.Tensor[[2, N], pl.FP32],
+        y: pl.Out[pl.Tensor[[M, N], pl.FP16]],
+    ):
+        acc = pl.matmul(
+            pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat),
+            pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat),
+        )
         pl.store(pl.move(acc, target_memory=pl.Mem.Vec, dtype=pl.FP16, scale=s[1], relu=relu), [0, 0], y)
 
     a = rng.integers(-128, 128, (M, K)).astype(np.int8)
@@ -87,7 +93,9 @@ def test_per_channel_dequant_of_an_int32_acc_every_stage(target, relu):
     pto = low.pto()
     assert "%s_pview = pto.partition_view %s_view, offsets = [%c1, %c0], sizes = [%c1, %c64]" in pto
     if target is pl.A2A3:
-        assert "pre_quant = #pto<quant_mode VDEQF16>" in pto and "!pto.partition_tensor_view<1x64xf32>)" in pto
+        assert (
+            "pre_quant = #pto<quant_mode VDEQF16>" in pto and "!pto.partition_tensor_view<1x64xf32>)" in pto
+        )
     else:
         assert "pto.tmov.fp ins(%acc, %s_pview" in pto
 
@@ -95,16 +103,28 @@ def test_per_channel_dequant_of_an_int32_acc_every_stage(target, relu):
 def test_per_channel_scale_refusals():
     def lower(scale):
         @pl.kernel
-        def k(a: pl.Tensor[[M, K], pl.INT8], b: pl.Tensor[[K, N], pl.INT8], s: pl.Tensor[[2, N], pl.FP32],
-              h: pl.Tensor[[1, N], pl.FP16]):
-            acc = pl.matmul(pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat),
-                            pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat))
+        def k(
+            a: pl.Tensor[[M, K], pl.INT8],
+            b: pl.Tensor[[K, N], pl.INT8],
+            s: pl.Tensor[[2, N], pl.FP32],
+            h: pl.Tensor[[1, N], pl.FP16],
+        ):
+            acc = pl.matmul(
+                pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat),
+                pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat),
+            )
             pl.move(acc, target_memory=pl.Mem.Vec, dtype=pl.FP16, scale=scale(s, h))
 
-        return k.lower(np.zeros((M, K), np.int8), np.zeros((K, N), np.int8), np.zeros((2, N), np.float32),
-                       np.zeros((1, N), np.float16))
+        return k.lower(
+            np.zeros((M, K), np.int8),
+            np.zeros((K, N), np.int8),
+            np.zeros((2, N), np.float32),
+            np.zeros((1, N), np.float16),
+        )
 
-    with pytest.raises(nzjit.CompileError, match=r"a per-channel scale= is a \[64\] or \[1, 64\] FP32 tensor") as ei:
+    with pytest.raises(
+        nzjit.CompileError, match=r"a per-channel scale= is a \[64\] or \[1, 64\] FP32 tensor"
+    ) as ei:
         lower(lambda s, h: s)  # two rows
     assert "scales[e]" in str(ei.value)
     with pytest.raises(nzjit.CompileError, match="per-channel scale= is a"):

@@ -15,8 +15,10 @@ def test_vec_alu_programs_are_equal_and_cover_every_step():
         o = classify(p)
         assert o.cls == "equal", (o, p.source)
         seen.update(t for t in p.tags if t.startswith("alu:"))
-    assert seen == {f"alu:{k}" for k in ("scalar", "minmax", "row", "col", "unary", "full", "select", "cvt", "sum",
-                                                       "div", "rsqrt")}
+    assert seen == {
+        f"alu:{k}"
+        for k in ("scalar", "minmax", "row", "col", "unary", "full", "select", "cvt", "sum", "div", "rsqrt")
+    }
 
 
 def test_vec_mix_programs_are_equal_and_cover_every_kind():
@@ -27,13 +29,27 @@ def test_vec_mix_programs_are_equal_and_cover_every_kind():
         o = classify(p)
         assert o.cls == "equal", (o, p.source)
         seen.update(t for t in p.tags if t.startswith(("mix:", "target:")))
-    assert seen == {"mix:mm", "mix:vec2mat", "mix:pad", "mix:win", "mix:topk", "target:pl.A2A3", "target:pl.A5"}
+    assert seen == {
+        "mix:mm",
+        "mix:vec2mat",
+        "mix:pad",
+        "mix:win",
+        "mix:topk",
+        "target:pl.A2A3",
+        "target:pl.A5",
+    }
 
 
 def test_vec_alu_wrong_reference_is_caught():
     p = generate(20261201, 0, "vec_alu")
-    broken = p.__class__(**{**p.__dict__, "source": p.source.replace("put(out,", "put(out, ", 1).replace(
-        "    return outs", "    outs['out'] += 1\n    return outs", 1)})
+    broken = p.__class__(
+        **{
+            **p.__dict__,
+            "source": p.source.replace("put(out,", "put(out, ", 1).replace(
+                "    return outs", "    outs['out'] += 1\n    return outs", 1
+            ),
+        }
+    )
     assert classify(broken).cls == "wrong"
 
 

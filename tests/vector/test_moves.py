@@ -19,10 +19,16 @@ rng = np.random.default_rng(3)
 
 def mm_then_vec(target, out_dtype, relu=False):
     @pl.kernel(target=target)
-    def k(a: pl.Tensor[[M, K], pl.FP16], b: pl.Tensor[[K, N], pl.FP16], bias: pl.Tensor[[1, N], pl.FP32],
-          y: pl.Out[pl.Tensor[[M, N], pl.FP32]]):
-        acc = pl.matmul(pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat),
-                        pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat))
+    def k(
+        a: pl.Tensor[[M, K], pl.FP16],
+        b: pl.Tensor[[K, N], pl.FP16],
+        bias: pl.Tensor[[1, N], pl.FP32],
+        y: pl.Out[pl.Tensor[[M, N], pl.FP32]],
+    ):
+        acc = pl.matmul(
+            pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat),
+            pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat),
+        )
         v = pl.move(acc, target_memory=pl.Mem.Vec, dtype=out_dtype, relu=relu)
         if out_dtype is not pl.FP32:
             v = pl.cast(v, pl.FP32, mode="rint")
@@ -49,8 +55,9 @@ def every_stage(low, *args):
     return outs[-1]
 
 
-@pytest.mark.parametrize("out_dtype,np_out", [(pl.FP32, np.float32), (pl.FP16, np.float16),
-                                              (pl.BF16, ml_dtypes.bfloat16)])
+@pytest.mark.parametrize(
+    "out_dtype,np_out", [(pl.FP32, np.float32), (pl.FP16, np.float16), (pl.BF16, ml_dtypes.bfloat16)]
+)
 def test_acc_to_vec_on_a2a3_is_a_cross_core_pair_through_gm(out_dtype, np_out):
     a, b, bias, y = data()
     low = mm_then_vec(pl.A2A3, out_dtype).lower(a, b, bias, y)
@@ -80,7 +87,9 @@ def test_acc_to_vec_on_a5_is_the_direct_tmov_with_relu():
 @pytest.mark.parametrize("target", [pl.A2A3, pl.A5])
 def test_vec_to_mat_and_explicit_left_right(target):
     @pl.kernel(target=target)
-    def k(a: pl.Tensor[[M, K], pl.FP16], b: pl.Tensor[[K, N], pl.FP16], y: pl.Out[pl.Tensor[[M, N], pl.FP32]]):
+    def k(
+        a: pl.Tensor[[M, K], pl.FP16], b: pl.Tensor[[K, N], pl.FP16], y: pl.Out[pl.Tensor[[M, N], pl.FP32]]
+    ):
         va = pl.cast(pl.relu(pl.cast(pl.load(a, [0, 0], [M, K]), pl.FP32, mode="rint")), pl.FP16, mode="rint")
         left = pl.move(pl.move(va, target_memory=pl.Mem.Mat), target_memory=pl.Mem.Left)
         right = pl.move(pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat), target_memory=pl.Mem.Right)
@@ -93,15 +102,23 @@ def test_vec_to_mat_and_explicit_left_right(target):
         assert names.count("tile.tpush_to_aic") == 1 and names.count("tile.tpop_from_aiv") == 1
     assert names.count("tile.move") == (2 if target is pl.A2A3 else 3) and "tile.mad" in names
     got = every_stage(low, a, b, y)
-    np.testing.assert_allclose(got, np.maximum(a, 0).astype(np.float32) @ b.astype(np.float32), rtol=0, atol=2e-5)
+    np.testing.assert_allclose(
+        got, np.maximum(a, 0).astype(np.float32) @ b.astype(np.float32), rtol=0, atol=2e-5
+    )
 
 
 def test_moves_in_spmd_lanes():
     @pl.kernel
-    def k(a: pl.Tensor[[4 * M, K], pl.FP16], b: pl.Tensor[[K, N], pl.FP16], y: pl.Out[pl.Tensor[[4 * M, N], pl.FP32]]):
+    def k(
+        a: pl.Tensor[[4 * M, K], pl.FP16],
+        b: pl.Tensor[[K, N], pl.FP16],
+        y: pl.Out[pl.Tensor[[4 * M, N], pl.FP32]],
+    ):
         for lane in pl.spmd(4):
-            acc = pl.matmul(pl.load(a, [lane * M, 0], [M, K], target_memory=pl.Mem.Mat),
-                            pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat))
+            acc = pl.matmul(
+                pl.load(a, [lane * M, 0], [M, K], target_memory=pl.Mem.Mat),
+                pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat),
+            )
             v = pl.move(acc, target_memory=pl.Mem.Vec)
             pl.store(pl.mul(v, 2.0), [lane * M, 0], y)
 
@@ -116,13 +133,17 @@ def test_move_refusals():
     def trace(body, target=pl.A2A3):
         @pl.kernel(target=target)
         def k(a: pl.Tensor[[M, K], pl.INT8], b: pl.Tensor[[K, N], pl.INT8], x: pl.Tensor[[M, N], pl.FP32]):
-            acc = pl.matmul(pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat),
-                            pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat))
+            acc = pl.matmul(
+                pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat),
+                pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat),
+            )
             body(acc, x)
 
         return k.lower(np.zeros((M, K), np.int8), np.zeros((K, N), np.int8), np.zeros((M, N), np.float32))
 
-    with pytest.raises(nzjit.CompileError, match="converts a pl.INT32 Acc tile to pl.INT32, not pl.FP16") as ei:
+    with pytest.raises(
+        nzjit.CompileError, match="converts a pl.INT32 Acc tile to pl.INT32, not pl.FP16"
+    ) as ei:
         trace(lambda acc, x: pl.move(acc, target_memory=pl.Mem.Vec, dtype=pl.FP16))
     assert "dequant scale is pl.col_expand_mul" in str(ei.value)
     with pytest.raises(nzjit.CompileError, match="no Acc -> Mat move on A2A3"):
@@ -138,10 +159,16 @@ def test_move_refusals():
 @pytest.mark.parametrize("target", [pl.A2A3, pl.A5])
 def test_int32_acc_to_fp16_with_the_fixpipe_dequant_scale(target):
     @pl.kernel(target=target)
-    def k(a: pl.Tensor[[M, K], pl.INT8], b: pl.Tensor[[K, N], pl.INT8], s: pl.Scalar[pl.FP32],
-          y: pl.Out[pl.Tensor[[M, N], pl.FP16]]):
-        acc = pl.matmul(pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat),
-                        pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat))
+    def k(
+        a: pl.Tensor[[M, K], pl.INT8],
+        b: pl.Tensor[[K, N], pl.INT8],
+        s: pl.Scalar[pl.FP32],
+        y: pl.Out[pl.Tensor[[M, N], pl.FP16]],
+    ):
+        acc = pl.matmul(
+            pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat),
+            pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat),
+        )
         pl.store(pl.move(acc, target_memory=pl.Mem.Vec, dtype=pl.FP16, scale=s, relu=True), [0, 0], y)
 
     a = rng.integers(-128, 128, (M, K)).astype(np.int8)
@@ -153,7 +180,9 @@ def test_int32_acc_to_fp16_with_the_fixpipe_dequant_scale(target):
     assert len(mv.inputs) == 2 and str(mv.inputs[1].type) == "f32"
     got = every_stage(low, a, b, 0.001, y)
     acc = np.maximum(a.astype(np.int64) @ b.astype(np.int64), 0)
-    assert np.array_equal(got, (acc * float(np.float32(0.001))).astype(np.float16))  # rounded once: exact bits
+    assert np.array_equal(
+        got, (acc * float(np.float32(0.001))).astype(np.float16)
+    )  # rounded once: exact bits
     if target is pl.A2A3:
         assert "pre_quant = #pto<quant_mode DEQF16>" in low.pto()
 
@@ -161,8 +190,10 @@ def test_int32_acc_to_fp16_with_the_fixpipe_dequant_scale(target):
 def test_dequant_refusals():
     @pl.kernel
     def k(a: pl.Tensor[[M, K], pl.FP16], b: pl.Tensor[[K, N], pl.FP16]):
-        acc = pl.matmul(pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat),
-                        pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat))
+        acc = pl.matmul(
+            pl.load(a, [0, 0], [M, K], target_memory=pl.Mem.Mat),
+            pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat),
+        )
         pl.move(acc, target_memory=pl.Mem.Vec, scale=0.5)
 
     with pytest.raises(nzjit.CompileError, match="dequantises an INT32 Acc tile to pl.FP16, not pl.FP32"):
@@ -172,8 +203,10 @@ def test_dequant_refusals():
 def test_a5_fixpipe_row_limit():
     @pl.kernel(target=pl.A5)
     def k(a: pl.Tensor[[16, 32], pl.FP16], b: pl.Tensor[[32, 2048], pl.FP16]):
-        acc = pl.matmul(pl.load(a, [0, 0], [16, 32], target_memory=pl.Mem.Mat),
-                        pl.load(b, [0, 0], [32, 2048], target_memory=pl.Mem.Mat))
+        acc = pl.matmul(
+            pl.load(a, [0, 0], [16, 32], target_memory=pl.Mem.Mat),
+            pl.load(b, [0, 0], [32, 2048], target_memory=pl.Mem.Mat),
+        )
         pl.move(acc, target_memory=pl.Mem.Vec)
 
     with pytest.raises(nzjit.CompileError, match="rows of at most 4096 bytes, got 2048 pl.FP32"):

@@ -35,7 +35,11 @@ def test_tmrgsort_lists_merge_descending_ties_in_list_order():
     a = np.sort(rng.integers(0, 6, 16).astype(np.float32))[::-1]
     b = np.sort(rng.integers(0, 6, 32).astype(np.float32))[::-1]
     c = np.sort(rng.integers(0, 6, 16).astype(np.float32))[::-1]
-    srcs = [vec(pairs(a, np.arange(16))), vec(pairs(b, 100 + np.arange(32))), vec(pairs(c, 200 + np.arange(16)))]
+    srcs = [
+        vec(pairs(a, np.arange(16))),
+        vec(pairs(b, 100 + np.arange(32))),
+        vec(pairs(c, 200 + np.arange(16))),
+    ]
     dst = vec(np.zeros((1, 128), np.float32))
     VS.tmrgsort_lists(dst, srcs, vec(np.zeros((1, 128), np.float32)))
     w = dst.data.view(np.uint32).reshape(64, 2)
@@ -59,8 +63,11 @@ def test_tmrgsort_lists_refusals():
 def test_two_way_merge_of_sorted_halves_is_a_row_top_k_every_path():
     # two 128-expert halves sorted (sort32 + format 1), then merged with format 2: the top 16 of 256
     @pl.kernel
-    def k(s: pl.Tensor[[4, 256], pl.FP32], v: pl.Out[pl.Tensor[[4, 16], pl.FP32]],
-          ix: pl.Out[pl.Tensor[[4, 16], pl.INT32]]):
+    def k(
+        s: pl.Tensor[[4, 256], pl.FP32],
+        v: pl.Out[pl.Tensor[[4, 16], pl.FP32]],
+        ix: pl.Out[pl.Tensor[[4, 16], pl.INT32]],
+    ):
         for t in pl.spmd(4):
             halves = []
             for h in range(2):
@@ -70,7 +77,9 @@ def test_two_way_merge_of_sorted_halves_is_a_row_top_k_every_path():
             m = pl.mrgsort(halves[0], halves[1], tmp=pl.create_tile([1, 512], dtype=pl.FP32))
             top = m[:, 0:32]
             pl.store(pl.gather(top, mask_pattern=pl.tile.MaskPattern.P0101), [t, 0], v)
-            pl.store(pl.gather(top, mask_pattern=pl.tile.MaskPattern.P1010, output_dtype=pl.INT32), [t, 0], ix)
+            pl.store(
+                pl.gather(top, mask_pattern=pl.tile.MaskPattern.P1010, output_dtype=pl.INT32), [t, 0], ix
+            )
 
     s = rng.standard_normal((4, 256)).astype(np.float32)
     s[1, 200] = s[1, 3] = 5.0  # a tie across the halves: the first list's (smaller index) first
@@ -133,7 +142,9 @@ def test_rsqrt_high_precision_is_sqrt_then_divide_each_rounded(dtype, pd):
             y, z = np.zeros_like(x), np.zeros_like(x)
             k(x, y, z)
         assert np.array_equal(y, want)
-        np.testing.assert_allclose(z, 1 / np.sqrt(x.astype(np.float64)), rtol=1e-3 if dtype is np.float16 else 1e-6)
+        np.testing.assert_allclose(
+            z, 1 / np.sqrt(x.astype(np.float64)), rtol=1e-3 if dtype is np.float16 else 1e-6
+        )
     if dtype is np.float16:  # two fp16 roundings differ from one on some elements
         assert (y != z).any()
     pto = low.pto()

@@ -15,8 +15,14 @@ import runtime
 from nzjit.core.types import Layout, ScalarType, TensorType
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-KERNELS = {"row_softmax": "row_softmax", "rmsnorm_rope": "rmsnorm_rope", "ffn_swiglu": "ffn",
-           "fused_moe_expert": "moe_expert", "flash_attention": "attention", "topk": "topk"}
+KERNELS = {
+    "row_softmax": "row_softmax",
+    "rmsnorm_rope": "rmsnorm_rope",
+    "ffn_swiglu": "ffn",
+    "fused_moe_expert": "moe_expert",
+    "flash_attention": "attention",
+    "topk": "topk",
+}
 
 
 def _module(name: str):
@@ -49,6 +55,12 @@ def test_example_pto_passes_the_assembler_check(name):
         assert "pto.tpush_to_aiv" in text and "pto.tpop_from_aic" in text  # Acc -> Vec through GM (A2/A3)
         assert "pto.tpush_to_aic" in text and "pto.tpop_from_aiv" in text  # Vec -> Mat
     if name == "row_softmax":
-        for instr in ("pto.tfillpad", "pto.trowmax", "pto.trowexpandsub", "pto.texp", "pto.trowsum",
-                      "pto.trowexpanddiv"):
+        for instr in (
+            "pto.tfillpad",
+            "pto.trowmax",
+            "pto.trowexpandsub",
+            "pto.texp",
+            "pto.trowsum",
+            "pto.trowexpanddiv",
+        ):
             assert instr in text

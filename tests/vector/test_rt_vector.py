@@ -15,8 +15,14 @@ F16, F32, BF16 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(ml_dtypes.
 
 def vec(a: np.ndarray, valid: tuple[int, int] | None = None) -> TileBuf:
     layout = "DN" if a.shape[1] == 1 and a.shape[0] > 1 else None
-    t = TileBuf("Vec", a.dtype, *a.shape, layout=layout, valid_row=None if valid is None else valid[0],
-                valid_col=None if valid is None else valid[1])
+    t = TileBuf(
+        "Vec",
+        a.dtype,
+        *a.shape,
+        layout=layout,
+        valid_row=None if valid is None else valid[0],
+        valid_col=None if valid is None else valid[1],
+    )
     t.data.view(a.dtype).reshape(a.shape)[...] = a
     return t
 
@@ -119,7 +125,9 @@ def test_fp16_sum_is_a_tree_in_fp16():
     a = np.full((16, 4096), 1.0, np.float16)
     dst = vec(np.zeros((16, 1), F16))
     V.row_reduce("sum", dst, vec(a), vec(np.zeros((16, 4096), F16)))
-    assert (arr(dst)[:, 0] == 4096).all()  # a tree of powers of two is exact; sequential fp16 would stop at 2048
+    assert (
+        arr(dst)[:, 0] == 4096
+    ).all()  # a tree of powers of two is exact; sequential fp16 would stop at 2048
 
 
 def test_col_reductions():
@@ -152,8 +160,16 @@ def test_col_expand():
     assert np.array_equal(arr(dst), a / c)
 
 
-@pytest.mark.parametrize("mode,want", [("rint", [2, -2, 4, 0]), ("round", [3, -3, 4, 1]), ("trunc", [2, -2, 3, 0]),
-                                       ("floor", [2, -3, 3, 0]), ("ceil", [3, -2, 4, 1])])
+@pytest.mark.parametrize(
+    "mode,want",
+    [
+        ("rint", [2, -2, 4, 0]),
+        ("round", [3, -3, 4, 1]),
+        ("trunc", [2, -2, 3, 0]),
+        ("floor", [2, -3, 3, 0]),
+        ("ceil", [3, -2, 4, 1]),
+    ],
+)
 def test_cvt_float_to_int_modes(mode, want):
     src = vec(np.array([[2.5, -2.5, 3.5, 0.5, 0, 0, 0, 0]], np.float32))
     dst = vec(np.zeros((1, 8), np.int32))

@@ -29,8 +29,13 @@ def stages(low, *args, outs_n=1):
 
 def test_float_scalar_parameters_round_to_their_dtype():
     @pl.kernel
-    def k(x: pl.Tensor[[16, 64], pl.FP32], s: pl.Scalar[pl.FP32], h: pl.Scalar[pl.FP16],
-          b: pl.Scalar[pl.BF16], y: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[16, 64], pl.FP32],
+        s: pl.Scalar[pl.FP32],
+        h: pl.Scalar[pl.FP16],
+        b: pl.Scalar[pl.BF16],
+        y: pl.Out[pl.Tensor[[16, 64], pl.FP32]],
+    ):
         t = pl.load(x, [0, 0], [16, 64])
         pl.store(pl.sub(pl.add(pl.mul(t, s), h), b), [0, 0], y)
 
@@ -62,8 +67,15 @@ def test_float_scalar_refusals():
         pl.Scalar[pl.FP8E4M3]
 
 
-@pytest.mark.parametrize("pad,fill", [(pl.PadValue.zero, 0.0), (pl.PadValue.max, math.inf),
-                                      (pl.PadValue.min, -math.inf), (-math.inf, -math.inf)])
+@pytest.mark.parametrize(
+    "pad,fill",
+    [
+        (pl.PadValue.zero, 0.0),
+        (pl.PadValue.max, math.inf),
+        (pl.PadValue.min, -math.inf),
+        (-math.inf, -math.inf),
+    ],
+)
 def test_fillpad_then_row_max_ignores_the_padding(pad, fill):
     @pl.kernel
     def k(x: pl.Tensor[[16, 64], pl.FP32], y: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
@@ -108,8 +120,11 @@ def test_fillpad_refuses_other_values():
 
 def test_tile_windows_assignment_and_reshape():
     @pl.kernel
-    def k(x: pl.Tensor[[16, 128], pl.FP32], y: pl.Out[pl.Tensor[[16, 64], pl.FP32]],
-          z: pl.Out[pl.Tensor[[1, 16], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[16, 128], pl.FP32],
+        y: pl.Out[pl.Tensor[[16, 64], pl.FP32]],
+        z: pl.Out[pl.Tensor[[1, 16], pl.FP32]],
+    ):
         s = pl.load(x, [0, 0], [16, 128])
         t = pl.add(s[:, 0:64], s[:, 64:128])
         t[0:1, :] = pl.full([1, 64], dtype=pl.FP32, value=7.0)
@@ -145,6 +160,7 @@ def test_tile_value_refusals():
     with pytest.raises(nzjit.CompileError, match="changes the element count"):
         trace(lambda s: pl.reshape(s, [16, 64]))
     with pytest.raises(nzjit.CompileError, match="cannot assign a tile of shape"):
+
         def assign(s):
             s[0:2, :] = pl.full([1, 128], dtype=pl.FP32, value=1.0)
 

@@ -26,7 +26,9 @@ def prims(low):
 @pytest.mark.parametrize("code", range(6))
 def test_cmp_sel_tile_tile_is_numpy_where(code):
     @pl.kernel
-    def k(a: pl.Tensor[[R, C], pl.FP32], b: pl.Tensor[[R, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
+    def k(
+        a: pl.Tensor[[R, C], pl.FP32], b: pl.Tensor[[R, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]]
+    ):
         ta = pl.load(a, [0, 0], [R, C])
         tb = pl.load(b, [0, 0], [R, C])
         mask = pl.cmp(ta, tb, cmp_type=code)
@@ -63,7 +65,7 @@ def test_sels_without_tmp_gets_the_compilers_scratch_and_the_plan_charges_it():
     @pl.kernel
     def k(a: pl.Tensor[[R, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
         t = pl.load(a, [0, 0], [R, C])
-        pl.store(pl.sels(pl.cmp(t, 0.0, cmp_type=5), t, scalar=-1.0), [0, 0], y)   # relu-like: x >= 0 ? x : -1
+        pl.store(pl.sels(pl.cmp(t, 0.0, cmp_type=5), t, scalar=-1.0), [0, 0], y)  # relu-like: x >= 0 ? x : -1
 
     a = rng.standard_normal((R, C)).astype(np.float32)
     low, y = run_all_stages(k, a, np.zeros_like(a))
@@ -74,7 +76,11 @@ def test_sels_without_tmp_gets_the_compilers_scratch_and_the_plan_charges_it():
     # source 4 KiB + mask 512 B + result 4 KiB + scratch 32 B
     from tests.backend.test_memory_plan import planned, runtime_peak
 
-    assert planned(k, (a, np.zeros_like(a))) == runtime_peak(k, (a, np.zeros_like(a))) == {"Vec": 2 * R * C * 4 + R * 32 + 32}
+    assert (
+        planned(k, (a, np.zeros_like(a)))
+        == runtime_peak(k, (a, np.zeros_like(a)))
+        == {"Vec": 2 * R * C * 4 + R * 32 + 32}
+    )
 
 
 def test_where_with_a_tensor_window_and_a_scalar_pl_scalar():
@@ -91,7 +97,9 @@ def test_where_with_a_tensor_window_and_a_scalar_pl_scalar():
 
 def test_int16_select_and_uint16_cmps_on_a2a3():
     @pl.kernel
-    def k(a: pl.Tensor[[R, C], pl.INT16], b: pl.Tensor[[R, C], pl.INT16], y: pl.Out[pl.Tensor[[R, C], pl.INT16]]):
+    def k(
+        a: pl.Tensor[[R, C], pl.INT16], b: pl.Tensor[[R, C], pl.INT16], y: pl.Out[pl.Tensor[[R, C], pl.INT16]]
+    ):
         ta, tb = pl.load(a, [0, 0], [R, C]), pl.load(b, [0, 0], [R, C])
         pl.store(pl.sel(pl.cmp(ta, 7, cmp_type=3), ta, tb), [0, 0], y)
 
@@ -109,7 +117,7 @@ def test_lane_batched_select_equals_per_lane_byte_for_byte(monkeypatch):
     def k(x: pl.Tensor[[64, C], pl.FP32], y: pl.Out[pl.Tensor[[64, C], pl.FP32]]):
         for lane in pl.spmd(4):
             t = pl.load(x, [lane * R, 0], [R, C])
-            m = pl.cmp(t, pl.row_expand(t, pl.row_max(t)), cmp_type=0)     # the row maximum's position
+            m = pl.cmp(t, pl.row_expand(t, pl.row_max(t)), cmp_type=0)  # the row maximum's position
             pl.store(pl.sels(m, t, pl.create_tile([1, 32], dtype=pl.UINT8), 0.0), [lane * R, 0], y)
 
     x = rng.standard_normal((64, C)).astype(np.float32)
@@ -138,15 +146,23 @@ def test_refusals():
     with pytest.raises(nzjit.CompileError, match="cmp_type must be an int code, got 6"):
         _trace(lambda t, y: pl.cmp(t, 0.0, cmp_type=6))
     # pto-isa TCMP: the A2/A3 int32 path runs EQ whatever the mode: refused, not computed wrong
-    with pytest.raises(nzjit.CompileError, match=r"compares INT32 tiles for equality only .* cmp_type 4 \(GT\)"):
+    with pytest.raises(
+        nzjit.CompileError, match=r"compares INT32 tiles for equality only .* cmp_type 4 \(GT\)"
+    ):
         _trace(lambda t, y: pl.cmp(t, t, cmp_type=4), pl.INT32)
-    _trace(lambda t, y: pl.cmp(t, t, cmp_type=0), pl.INT32)            # EQ is what it computes
-    _trace(lambda t, y: pl.cmp(t, t, cmp_type=4), pl.INT32, pl.A5)     # A5 has every mode
-    with pytest.raises(nzjit.CompileError, match=r"pl.cmp: the A2A3 vector unit compares or selects no pl.INT16"):
+    _trace(lambda t, y: pl.cmp(t, t, cmp_type=0), pl.INT32)  # EQ is what it computes
+    _trace(lambda t, y: pl.cmp(t, t, cmp_type=4), pl.INT32, pl.A5)  # A5 has every mode
+    with pytest.raises(
+        nzjit.CompileError, match=r"pl.cmp: the A2A3 vector unit compares or selects no pl.INT16"
+    ):
         _trace(lambda t, y: pl.cmp(t, t, cmp_type=1), pl.INT16)
-    with pytest.raises(nzjit.CompileError, match=r"pl.sel: the A2A3 vector unit compares or selects no pl.INT8"):
+    with pytest.raises(
+        nzjit.CompileError, match=r"pl.sel: the A2A3 vector unit compares or selects no pl.INT8"
+    ):
         _trace(lambda t, y: pl.sel(None, t, t), pl.INT8)
-    with pytest.raises(nzjit.CompileError, match=r"pl.sel: the mask must be the ui8\[16,32\]@Vec predicate tile"):
+    with pytest.raises(
+        nzjit.CompileError, match=r"pl.sel: the mask must be the ui8\[16,32\]@Vec predicate tile"
+    ):
         _trace(lambda t, y: pl.sel(pl.cmp(t[0:8, :], 0.0), t, t))
     with pytest.raises(nzjit.CompileError, match=r"pl.sel operands differ"):
         _trace(lambda t, y: pl.sel(pl.cmp(t, 0.0), t, pl.cast(t, pl.FP16)))

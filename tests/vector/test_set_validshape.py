@@ -43,8 +43,11 @@ def test_refusals():
 
         return k.lower(np.zeros((16, 64), np.float32), np.zeros((16, 64), np.float32))
 
-    with pytest.raises(CompileError, match=r"pl.set_validshape of f32\[16,64\]@Vec to \[17, 64\]: a valid extent lies "
-                                           r"in 1 .. 16"):
+    with pytest.raises(
+        CompileError,
+        match=r"pl.set_validshape of f32\[16,64\]@Vec to \[17, 64\]: a valid extent lies "
+        r"in 1 .. 16",
+    ):
         lower(lambda x, y: pl.set_validshape(pl.load(x, [0, 0], [16, 64]), 17, 64))
     with pytest.raises(CompileError, match=r"a valid extent is an int or an integer scalar, got 2.5"):
         lower(lambda x, y: pl.set_validshape(pl.load(x, [0, 0], [16, 64]), 2.5, 64))

@@ -77,8 +77,11 @@ def test_gather_forms():
 
 def test_topk_kernel_ir_pto_and_numbers():
     @pl.kernel
-    def k(s: pl.Tensor[[1, 256], pl.FP32], v: pl.Out[pl.Tensor[[1, 8], pl.FP32]],
-          i: pl.Out[pl.Tensor[[1, 8], pl.INT32]]):
+    def k(
+        s: pl.Tensor[[1, 256], pl.FP32],
+        v: pl.Out[pl.Tensor[[1, 8], pl.FP32]],
+        i: pl.Out[pl.Tensor[[1, 8], pl.INT32]],
+    ):
         t = pl.load(s, [0, 0], [1, 256])
         p = pl.mrgsort(pl.mrgsort(pl.sort32(t, pl.arange(0, [1, 256])), block_len=64), block_len=128)
         top = p[:, 0:16]
@@ -104,7 +107,11 @@ def test_topk_kernel_ir_pto_and_numbers():
 
 def test_gather_index_form_in_a_kernel():
     @pl.kernel
-    def k(s: pl.Tensor[[8, 64], pl.FP32], ix: pl.Tensor[[8, 16], pl.INT32], y: pl.Out[pl.Tensor[[8, 16], pl.FP32]]):
+    def k(
+        s: pl.Tensor[[8, 64], pl.FP32],
+        ix: pl.Tensor[[8, 16], pl.INT32],
+        y: pl.Out[pl.Tensor[[8, 16], pl.FP32]],
+    ):
         pl.store(pl.gather(pl.load(s, [0, 0], [8, 64]), -1, pl.load(ix, [0, 0], [8, 16])), [0, 0], y)
 
     s = rng.standard_normal((8, 64)).astype(np.float32)
@@ -128,7 +135,10 @@ def test_topk_refusals():
         trace(lambda t: pl.sort32(t[0:1, 0:80], pl.arange(0, [1, 80])))
     with pytest.raises(nzjit.CompileError, match="merges one row"):
         trace(lambda t: pl.mrgsort(t, block_len=64))
-    with pytest.raises(nzjit.CompileError, match=r"takes block_len= \(format 1\) or src0, src1\[, src2\[, src3\]\] and tmp= \(format 2\)"):
+    with pytest.raises(
+        nzjit.CompileError,
+        match=r"takes block_len= \(format 1\) or src0, src1\[, src2\[, src3\]\] and tmp= \(format 2\)",
+    ):
         trace(lambda t: pl.mrgsort(t, t))
     with pytest.raises(nzjit.CompileError, match="mask_pattern 9 is not a pl.tile.MaskPattern"):
         trace(lambda t: pl.gather(t, mask_pattern=9))

@@ -45,11 +45,15 @@ def test_refusals():
     assert "help: pl.load the window and transpose the Vec tile" in str(ei.value)
     with pytest.raises(CompileError, match=r"pl.transpose of a 2-D tile swaps axes 0 and 1, got 0, 0"):
         lower(lambda x, y: pl.transpose(pl.load(x, [0, 0], [8, 64]), 0, 0))
+
     @pl.kernel
     def odd(x: pl.Tensor[[4, 64], pl.FP32], y: pl.Out[pl.Tensor[[64, 4], pl.FP32]]):
         pl.transpose(pl.load(x, [0, 0], [4, 64]), 0, 1)
 
-    with pytest.raises(CompileError, match=r"pl.transpose of f32\[4,64\]@Vec: the result's rows are the source's 4 rows "
-                                           r"of pl.FP32, 16 bytes, and a Vec row is whole 32-byte blocks") as ei:
+    with pytest.raises(
+        CompileError,
+        match=r"pl.transpose of f32\[4,64\]@Vec: the result's rows are the source's 4 rows "
+        r"of pl.FP32, 16 bytes, and a Vec row is whole 32-byte blocks",
+    ) as ei:
         odd.lower(np.zeros((4, 64), np.float32), np.zeros((64, 4), np.float32))
     assert "help: make the source's row count a multiple of 8" in str(ei.value)

@@ -28,7 +28,9 @@ def seen(monkeypatch):
     real = V.fillpad
 
     def spy(dst, src, pad):
-        got.append((src.valid_row, src.valid_col, src.data.view(src.dtype).reshape(src.rows, src.cols).copy()))
+        got.append(
+            (src.valid_row, src.valid_col, src.data.view(src.dtype).reshape(src.rows, src.cols).copy())
+        )
         return real(dst, src, pad)
 
     monkeypatch.setattr(V, "fillpad", spy)
@@ -121,8 +123,12 @@ def test_operands_of_different_valid_shapes_are_refused():
 
 def test_dynamic_valid_shapes_that_differ_are_refused_at_run_time():
     @pl.kernel
-    def k(x: pl.Tensor[[16, 64], pl.FP32], n: pl.Scalar[pl.INT32], m: pl.Scalar[pl.INT32],
-          y: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[16, 64], pl.FP32],
+        n: pl.Scalar[pl.INT32],
+        m: pl.Scalar[pl.INT32],
+        y: pl.Out[pl.Tensor[[16, 64], pl.FP32]],
+    ):
         a = pl.load(x, [0, 0], [16, 64], valid_shape=[n, 64])
         b = pl.load(x, [0, 0], [16, 64], valid_shape=[m, 64])
         pl.store(pl.tile.fillpad(pl.sub(a, b), pad_value=pl.PadValue.zero), [0, 0], y)
@@ -133,8 +139,9 @@ def test_dynamic_valid_shapes_that_differ_are_refused_at_run_time():
             y = np.full((16, 64), 3, np.float32)
             k(x, 8, 8, y)
             assert not y.any()
-            with pytest.raises(runtime.DeviceError, match="TSUB: source valid shape 4x64 differs from the "
-                                                          "destination's 8x64"):
+            with pytest.raises(
+                runtime.DeviceError, match="TSUB: source valid shape 4x64 differs from the destination's 8x64"
+            ):
                 k(x, 8, 4, y)
 
 
@@ -144,8 +151,11 @@ def test_a_result_in_place_over_a_stored_operand_leaves_the_store_its_bytes(atte
     R, C = 16, 64
 
     @pl.kernel
-    def k(x: pl.Tensor[[64, C], pl.FP32], y: pl.Out[pl.Tensor[[64, C], pl.FP32]],
-          z: pl.Out[pl.Tensor[[64, C], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[64, C], pl.FP32],
+        y: pl.Out[pl.Tensor[[64, C], pl.FP32]],
+        z: pl.Out[pl.Tensor[[64, C], pl.FP32]],
+    ):
         for lane in pl.spmd(4):
             t = pl.exp(pl.load(x, [lane * R, 0], [R, C], target_memory=pl.Mem.Vec))
             pl.store(t, [lane * R, 0], y)

@@ -47,17 +47,22 @@ R, C = 16, 64
 
 
 @pl.kernel
-def _alu(x: pl.Tensor[[64, C], pl.FP32], s: pl.Scalar[pl.FP32], o: pl.Out[pl.Tensor[[64, C], pl.FP32]],
-         rs: pl.Out[pl.Tensor[[4, R], pl.FP32]], cs: pl.Out[pl.Tensor[[4, C], pl.FP32]],
-         q: pl.Out[pl.Tensor[[64, C], pl.INT32]]):
+def _alu(
+    x: pl.Tensor[[64, C], pl.FP32],
+    s: pl.Scalar[pl.FP32],
+    o: pl.Out[pl.Tensor[[64, C], pl.FP32]],
+    rs: pl.Out[pl.Tensor[[4, R], pl.FP32]],
+    cs: pl.Out[pl.Tensor[[4, C], pl.FP32]],
+    q: pl.Out[pl.Tensor[[64, C], pl.INT32]],
+):
     for lane in pl.spmd(4):
         t = pl.load(x, [lane * R, 0], [R, C], target_memory=pl.Mem.Vec)
-        a = pl.mul(pl.add(t, 1.5), s)                       # TADDS, TMULS (a float pl.Scalar)
+        a = pl.mul(pl.add(t, 1.5), s)  # TADDS, TMULS (a float pl.Scalar)
         b = pl.div(pl.minimum(a, pl.full([R, C], dtype=pl.FP32, value=2.0)), pl.sqrt(pl.abs(t)))
         c = pl.tile.lrelu(pl.recip(pl.add(pl.relu(b), 3.0)), 0.25)
-        r = pl.row_sum(c)                                    # [R, 1] DN
+        r = pl.row_sum(c)  # [R, 1] DN
         d = pl.row_expand_mul(c, r)
-        col = pl.col_max(d)                                  # per image (not row-local)
+        col = pl.col_max(d)  # per image (not row-local)
         e = pl.col_expand_sub(d, col)
         pl.store(e, [lane * R, 0], o)
         pl.store(pl.reshape(r, [1, R]), [lane, 0], rs)
@@ -140,13 +145,22 @@ def test_per_channel_dequant_and_a_vec_to_mat_move_batched(attempts):
     M, K, N = 16, 32, 64
 
     @pl.kernel
-    def k(a: pl.Tensor[[4 * M, K], pl.INT8], b: pl.Tensor[[K, N], pl.INT8], s: pl.Tensor[[1, N], pl.FP32],
-          w: pl.Tensor[[N, N], pl.FP16], y: pl.Out[pl.Tensor[[4 * M, N], pl.FP32]]):
+    def k(
+        a: pl.Tensor[[4 * M, K], pl.INT8],
+        b: pl.Tensor[[K, N], pl.INT8],
+        s: pl.Tensor[[1, N], pl.FP32],
+        w: pl.Tensor[[N, N], pl.FP16],
+        y: pl.Out[pl.Tensor[[4 * M, N], pl.FP32]],
+    ):
         for lane in pl.spmd(4):
-            acc = pl.matmul(pl.load(a, [lane * M, 0], [M, K], target_memory=pl.Mem.Mat),
-                            pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat))
+            acc = pl.matmul(
+                pl.load(a, [lane * M, 0], [M, K], target_memory=pl.Mem.Mat),
+                pl.load(b, [0, 0], [K, N], target_memory=pl.Mem.Mat),
+            )
             h = pl.move(acc, target_memory=pl.Mem.Vec, dtype=pl.FP16, scale=s, relu=True)
-            o = pl.matmul(pl.move(h, target_memory=pl.Mem.Mat), pl.load(w, [0, 0], [N, N], target_memory=pl.Mem.Mat))
+            o = pl.matmul(
+                pl.move(h, target_memory=pl.Mem.Mat), pl.load(w, [0, 0], [N, N], target_memory=pl.Mem.Mat)
+            )
             pl.store(o, [lane * M, 0], y)
 
     a = RNG.integers(-128, 128, (4 * M, K)).astype(np.int8)

@@ -40,10 +40,19 @@ def unary_kernel(op, dtype=pl.FP32):
     return k
 
 
-@pytest.mark.parametrize("name,ref", [
-    ("exp", np.exp), ("log", np.log), ("sqrt", np.sqrt), ("rsqrt", lambda x: 1 / np.sqrt(x)),
-    ("recip", lambda x: 1 / x), ("abs", np.abs), ("neg", np.negative), ("relu", lambda x: np.maximum(x, 0)),
-])
+@pytest.mark.parametrize(
+    "name,ref",
+    [
+        ("exp", np.exp),
+        ("log", np.log),
+        ("sqrt", np.sqrt),
+        ("rsqrt", lambda x: 1 / np.sqrt(x)),
+        ("recip", lambda x: 1 / x),
+        ("abs", np.abs),
+        ("neg", np.negative),
+        ("relu", lambda x: np.maximum(x, 0)),
+    ],
+)
 def test_unary_ops_fp32(name, ref):
     x = (rng.random((R, C)) + 0.25).astype(np.float32)
     if name in ("abs", "neg", "relu"):
@@ -67,17 +76,29 @@ def test_binary_tile_tile(name, dtype, np_dtype):
     a = rng.standard_normal((R, C)).astype(np_dtype)
     b = (rng.standard_normal((R, C)) + 4).astype(np_dtype)
     low, y = run_all_stages(k, a, b, np.zeros_like(a))
-    ufunc = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "maximum": np.maximum,
-             "minimum": np.minimum}[name]
+    ufunc = {
+        "add": np.add,
+        "sub": np.subtract,
+        "mul": np.multiply,
+        "div": np.divide,
+        "maximum": np.maximum,
+        "minimum": np.minimum,
+    }[name]
     # fp16: computed in fp32 and rounded once = the correctly rounded fp16 operation (exact bits)
     assert np.array_equal(y, ufunc(a.astype(np.float32), b.astype(np.float32)).astype(np_dtype))
 
 
-@pytest.mark.parametrize("name,prim,instr", [
-    ("add", "tile.adds", "pto.tadds"), ("sub", "tile.subs", "pto.tsubs"), ("mul", "tile.muls", "pto.tmuls"),
-    ("div", "tile.divs", "pto.tdivs"), ("maximum", "tile.maximums", "pto.tmaxs"),
-    ("minimum", "tile.minimums", "pto.tmins"),
-])
+@pytest.mark.parametrize(
+    "name,prim,instr",
+    [
+        ("add", "tile.adds", "pto.tadds"),
+        ("sub", "tile.subs", "pto.tsubs"),
+        ("mul", "tile.muls", "pto.tmuls"),
+        ("div", "tile.divs", "pto.tdivs"),
+        ("maximum", "tile.maximums", "pto.tmaxs"),
+        ("minimum", "tile.minimums", "pto.tmins"),
+    ],
+)
 def test_binary_tile_scalar(name, prim, instr):
     @pl.kernel
     def k(a: pl.Tensor[[R, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
@@ -87,8 +108,14 @@ def test_binary_tile_scalar(name, prim, instr):
     low, y = run_all_stages(k, a, np.zeros_like(a))
     (e,) = [e for e in low.ir().eqns if e.primitive.name == prim]
     assert e.inputs[1].value == 0.5 and str(e.inputs[1].type) == "f32"
-    ufunc = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "maximum": np.maximum,
-             "minimum": np.minimum}[name]
+    ufunc = {
+        "add": np.add,
+        "sub": np.subtract,
+        "mul": np.multiply,
+        "div": np.divide,
+        "maximum": np.maximum,
+        "minimum": np.minimum,
+    }[name]
     assert np.array_equal(y, ufunc(a, np.float32(0.5)))
     assert instr in low.pto()
 
@@ -106,7 +133,9 @@ def test_int32_add_wraps_and_scalar_int():
 
 def test_broadcasts_by_shape_and_by_name():
     @pl.kernel
-    def k(x: pl.Tensor[[R, C], pl.FP32], col: pl.Tensor[[1, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[R, C], pl.FP32], col: pl.Tensor[[1, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP32]]
+    ):
         t = pl.load(x, [0, 0], [R, C])
         c = pl.load(col, [0, 0], [1, C])
         m = pl.row_max(t)
@@ -120,8 +149,14 @@ def test_broadcasts_by_shape_and_by_name():
     col = rng.standard_normal((1, C)).astype(np.float32)
     low, y = run_all_stages(k, x, col, np.zeros_like(x))
     names = prims(low.ir())
-    for p in ("tile.row_max", "tile.row_expand_sub", "tile.col_expand_mul", "tile.col_expand_add",
-              "tile.row_min", "tile.row_expand_mul"):
+    for p in (
+        "tile.row_max",
+        "tile.row_expand_sub",
+        "tile.col_expand_mul",
+        "tile.col_expand_add",
+        "tile.row_min",
+        "tile.row_expand_mul",
+    ):
         assert p in names
     want = ((x - x.max(1, keepdims=True)) * col + col) * x.min(1, keepdims=True)
     assert np.array_equal(y, want)
@@ -130,8 +165,11 @@ def test_broadcasts_by_shape_and_by_name():
 
 def test_reduction_types_and_sums():
     @pl.kernel
-    def k(x: pl.Tensor[[R, C], pl.FP32], rows: pl.Out[pl.Tensor[[R, 8], pl.FP32]],
-          cols: pl.Out[pl.Tensor[[1, C], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[R, C], pl.FP32],
+        rows: pl.Out[pl.Tensor[[R, 8], pl.FP32]],
+        cols: pl.Out[pl.Tensor[[1, C], pl.FP32]],
+    ):
         t = pl.load(x, [0, 0], [R, C])
         s = pl.row_sum(t, pl.create_tile([R, C], dtype=pl.FP32))
         pl.store(pl.row_expand(pl.create_tile([R, 8], dtype=pl.FP32), s), [0, 0], rows)
@@ -169,8 +207,11 @@ def test_row_sum_numbers_and_col_reductions():
 
 def test_cast_modes_and_pairs():
     @pl.kernel
-    def k(x: pl.Tensor[[8, 16], pl.FP32], y: pl.Out[pl.Tensor[[8, 16], pl.INT32]],
-          z: pl.Out[pl.Tensor[[8, 16], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[8, 16], pl.FP32],
+        y: pl.Out[pl.Tensor[[8, 16], pl.INT32]],
+        z: pl.Out[pl.Tensor[[8, 16], pl.INT32]],
+    ):
         t = pl.load(x, [0, 0], [8, 16])
         pl.store(pl.cast(t, target_type=pl.INT32, mode="round"), [0, 0], y)
         pl.store(pl.cast(t, pl.INT32, mode=5), [0, 0], z)  # 5 = trunc (pto::RoundMode code)
@@ -187,8 +228,11 @@ def test_cast_modes_and_pairs():
 
 def test_cast_fp32_fp16_bf16_int8_chain():
     @pl.kernel
-    def k(x: pl.Tensor[[16, 32], pl.FP32], y: pl.Out[pl.Tensor[[16, 32], pl.INT8]],
-          b: pl.Out[pl.Tensor[[16, 32], pl.BF16]]):
+    def k(
+        x: pl.Tensor[[16, 32], pl.FP32],
+        y: pl.Out[pl.Tensor[[16, 32], pl.INT8]],
+        b: pl.Out[pl.Tensor[[16, 32], pl.BF16]],
+    ):
         t = pl.load(x, [0, 0], [16, 32])
         h = pl.cast(t, pl.FP16, mode="rint")
         pl.store(pl.cast(h, pl.INT8, mode="rint"), [0, 0], y)
@@ -198,7 +242,9 @@ def test_cast_fp32_fp16_bf16_int8_chain():
     y = np.zeros((16, 32), np.int8)
     b = np.zeros((16, 32), pl.BF16.np_dtype)
     k(x, y, b)
-    assert np.array_equal(y, np.clip(np.rint(x.astype(np.float16).astype(np.float64)), -128, 127).astype(np.int8))
+    assert np.array_equal(
+        y, np.clip(np.rint(x.astype(np.float16).astype(np.float64)), -128, 127).astype(np.int8)
+    )
     assert np.array_equal(b, x.astype(pl.BF16.np_dtype))
 
 
@@ -213,7 +259,9 @@ def test_refusals(line_of):
     with pytest.raises(nzjit.CompileError, match="A2A3 vector unit has no pl.BF16 add") as ei:
         trace(lambda x, y: pl.add(pl.load(x, [0, 0], [R, C]), pl.load(x, [0, 0], [R, C])), pl.BF16)
     assert "help: pl.cast the tile to pl.FP32" in str(ei.value)
-    trace(lambda x, y: pl.store(pl.add(pl.load(x, [0, 0], [R, C]), 1.0), [0, 0], y), pl.BF16, pl.A5)  # A5 has bf16
+    trace(
+        lambda x, y: pl.store(pl.add(pl.load(x, [0, 0], [R, C]), 1.0), [0, 0], y), pl.BF16, pl.A5
+    )  # A5 has bf16
     with pytest.raises(nzjit.CompileError, match="has no pl.INT32 exp"):
         trace(lambda x, y: pl.exp(pl.load(x, [0, 0], [R, C])), pl.INT32)
     with pytest.raises(nzjit.CompileError, match="works on Vec tiles"):
@@ -227,6 +275,7 @@ def test_refusals(line_of):
     with pytest.raises(nzjit.CompileError, match="unknown mode 'nearest'"):
         trace(lambda x, y: pl.cast(pl.load(x, [0, 0], [R, C]), pl.FP16, mode="nearest"))
     with pytest.raises(nzjit.CompileError, match="does not combine with a pl.FP32 tile"):
+
         @pl.kernel
         def k(x: pl.Tensor[[R, C], pl.FP32], n: pl.Scalar[pl.INT32]):
             pl.mul(pl.load(x, [0, 0], [R, C]), n)
@@ -250,7 +299,11 @@ def test_refusal_names_the_kernel_line(line_of):
 
 def test_tensor_level_forms_load_the_window():
     @pl.kernel
-    def k(x: pl.Tensor[[R, 128], pl.FP32], b: pl.Tensor[[R, 64], pl.FP32], y: pl.Out[pl.Tensor[[R, 64], pl.FP32]]):
+    def k(
+        x: pl.Tensor[[R, 128], pl.FP32],
+        b: pl.Tensor[[R, 64], pl.FP32],
+        y: pl.Out[pl.Tensor[[R, 64], pl.FP32]],
+    ):
         y[:, :] = pl.add(x[:, 64:128], b[:, :])
 
     x = rng.standard_normal((R, 128)).astype(np.float32)
@@ -262,7 +315,11 @@ def test_tensor_level_forms_load_the_window():
 
 def test_tensor_level_cast_with_and_without_mode():
     @pl.kernel
-    def k(x: pl.Tensor[[R, C], pl.FP32], y: pl.Out[pl.Tensor[[R, C], pl.FP16]], z: pl.Out[pl.Tensor[[R, C], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[R, C], pl.FP32],
+        y: pl.Out[pl.Tensor[[R, C], pl.FP16]],
+        z: pl.Out[pl.Tensor[[R, C], pl.INT32]],
+    ):
         y[:, :] = pl.cast(x[:, :], pl.FP16)
         z[:, :] = pl.cast(x[:, :], pl.INT32, mode="floor")
 
@@ -293,9 +350,13 @@ def test_integer_constants_must_fit_the_tile():
 
         return k.lower(np.zeros((8, 16), np.int16))
 
-    with pytest.raises(nzjit.CompileError, match=r"the constant 100000 does not fit the pl.INT16 tile \(-32768 .. 32767\)"):
+    with pytest.raises(
+        nzjit.CompileError, match=r"the constant 100000 does not fit the pl.INT16 tile \(-32768 .. 32767\)"
+    ):
         trace(lambda t: pl.add(t, 100000))
-    with pytest.raises(nzjit.CompileError, match="a float constant 0.5 does not combine with a pl.INT16 tile"):
+    with pytest.raises(
+        nzjit.CompileError, match="a float constant 0.5 does not combine with a pl.INT16 tile"
+    ):
         trace(lambda t: pl.mul(t, 0.5))
     with pytest.raises(nzjit.CompileError, match="the constant 40000 does not fit"):
         trace(lambda t: pl.full([8, 16], dtype=pl.INT16, value=40000))

@@ -36,8 +36,11 @@ def _module(path):
 
 def _kernels():
     paths = sorted(glob.glob(os.path.join(ROOT, "examples", "*.py")))
-    paths += sorted(p for p in glob.glob(os.path.join(ROOT, "tests", "*", "*_kernels.py"))
-                    if not os.path.basename(p).startswith("test_"))
+    paths += sorted(
+        p
+        for p in glob.glob(os.path.join(ROOT, "tests", "*", "*_kernels.py"))
+        if not os.path.basename(p).startswith("test_")
+    )
     out = []
     for path in paths:
         mod = _module(path)
@@ -45,9 +48,16 @@ def _kernels():
         out += [pytest.param(k, id=f"{rel}:{n}") for n, k in vars(mod).items() if isinstance(k, Kernel)]
         if path.endswith("gmm_kernels.py"):  # factories: one INT8 and one FP16 instance each
             for n in ("grouped", "grouped_in_turns"):
-                out.append(pytest.param(getattr(mod, n)(pl.INT8, pl.INT32, 4, 32, 256, 512, 128, 256),
-                                        id=f"{rel}:{n}[INT8]"))
-            out.append(pytest.param(mod.grouped(pl.FP16, pl.FP32, 2, 16, 128, 256, 64, 128), id=f"{rel}:grouped[FP16]"))
+                out.append(
+                    pytest.param(
+                        getattr(mod, n)(pl.INT8, pl.INT32, 4, 32, 256, 512, 128, 256), id=f"{rel}:{n}[INT8]"
+                    )
+                )
+            out.append(
+                pytest.param(
+                    mod.grouped(pl.FP16, pl.FP32, 2, 16, 128, 256, 64, 128), id=f"{rel}:grouped[FP16]"
+                )
+            )
     return out
 
 
@@ -70,8 +80,11 @@ def test_every_example_and_test_kernel_validates(kernel):  # NZ-12, NZ-20, NZ-28
 
 def test_a_certificate_lists_the_facts_used():  # NZ-12, NZ-16: the loop and lane ranges, the window
     @pl.kernel
-    def k(x: pl.Tensor[[64, 1024], pl.INT8], w: pl.Tensor[[512, 1024], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[64, 512], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[64, 1024], pl.INT8],
+        w: pl.Tensor[[512, 1024], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[64, 512], pl.INT32]],
+    ):
         for nb in pl.spmd(2):
             n0 = nb * 256
             xt = pl.load(x, [0, 0], [64, 512], target_memory=pl.Mem.Mat)
@@ -108,8 +121,11 @@ def _row_plus_one(g):
 
 def _load_kernel():
     @pl.kernel
-    def k(x: pl.Tensor[[32, 512], pl.INT8], w: pl.Tensor[[512, 512], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[32, 256], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[32, 512], pl.INT8],
+        w: pl.Tensor[[512, 512], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[32, 256], pl.INT32]],
+    ):
         xt = pl.load(x, [0, 0], [32, 512], target_memory=pl.Mem.Mat)
         wt = pl.load(w, [0, 0], [256, 512], target_memory=pl.Mem.Mat)
         pl.store(pl.matmul(xt, wt, b_trans=True), [0, 0], out)
@@ -155,8 +171,11 @@ def test_the_step_only_loop_factor_mutant_is_caught(monkeypatch):  # NZ-16: issu
 
 def test_a_row_sub_window_store_is_a_counterexample():  # NZ-23: the device writes densely
     @pl.kernel
-    def k(a: pl.Tensor[[64, 32], pl.FP16], b: pl.Tensor[[32, 16], pl.FP16],
-          out: pl.Out[pl.Tensor[[128, 32], pl.FP32, pl.NZ]]):
+    def k(
+        a: pl.Tensor[[64, 32], pl.FP16],
+        b: pl.Tensor[[32, 16], pl.FP16],
+        out: pl.Out[pl.Tensor[[128, 32], pl.FP32, pl.NZ]],
+    ):
         at = pl.load(a, [0, 0], [64, 32], target_memory=pl.Mem.Mat)
         bt = pl.load(b, [0, 0], [32, 16], target_memory=pl.Mem.Mat)
         pl.store(pl.matmul(at, bt), [64, 16], out)
@@ -210,17 +229,19 @@ def test_cli_ir_validate_prints_the_certificates(capsys):  # `nzjit ir FILE --va
 def test_the_library_imports_without_z3():  # z3 is an optional extra: nothing but nzjit.verify needs it
     import subprocess
 
-    code = ("import sys; sys.modules['z3'] = None\n"
-            "import nzjit, nzjit.cli, nzjit.passes.pipeline, nzjit.fuzz, nzjit.verify\n"
-            "from nzjit import pl\n"
-            "@pl.kernel\n"
-            "def k(w: pl.Tensor[[32, 64], pl.INT8, pl.NZ]):\n"
-            "    pl.load(w, [16, 0], [16, 32], target_memory=pl.Mem.Mat)\n"
-            "low = k.lower()\n"
-            "try:\n"
-            "    low.validate()\n"
-            "except nzjit.verify.VerifyUnavailable as e:\n"
-            "    print(e)\n")
+    code = (
+        "import sys; sys.modules['z3'] = None\n"
+        "import nzjit, nzjit.cli, nzjit.passes.pipeline, nzjit.fuzz, nzjit.verify\n"
+        "from nzjit import pl\n"
+        "@pl.kernel\n"
+        "def k(w: pl.Tensor[[32, 64], pl.INT8, pl.NZ]):\n"
+        "    pl.load(w, [16, 0], [16, 32], target_memory=pl.Mem.Mat)\n"
+        "low = k.lower()\n"
+        "try:\n"
+        "    low.validate()\n"
+        "except nzjit.verify.VerifyUnavailable as e:\n"
+        "    print(e)\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "pip install nzjit[verify]" in r.stdout
@@ -228,8 +249,11 @@ def test_the_library_imports_without_z3():  # z3 is an optional extra: nothing b
 
 def test_a_rank4_batch_index_is_folded_with_its_stride():  # NZ-28: w[g, 0] is batch g * E
     @pl.kernel
-    def k(x: pl.Tensor[[16, 32], pl.INT8], w: pl.Tensor[[2, 3, 32, 32], pl.INT8, pl.NZ],
-          out: pl.Out[pl.Tensor[[16, 32], pl.INT32]]):
+    def k(
+        x: pl.Tensor[[16, 32], pl.INT8],
+        w: pl.Tensor[[2, 3, 32, 32], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[16, 32], pl.INT32]],
+    ):
         xt = pl.load(x, [0, 0], [16, 32], target_memory=pl.Mem.Mat)
         for g in pl.range(2):
             wt = pl.load(w, [g, 0, 16, 0], [1, 1, 16, 32], target_memory=pl.Mem.Mat)
@@ -238,8 +262,11 @@ def test_a_rank4_batch_index_is_folded_with_its_stride():  # NZ-28: w[g, 0] is b
     low = k.lower()
     (ld,) = [e for e in low.ir(after="BlockNzTensorViews").walk() if e.params.get("blocked")]
     batch = ld.operands("offsets")[0]
-    mul = next(e for e in low.ir(after="BlockNzTensorViews").walk() if batch in e.outputs or
-               any(batch is o for o in e.outputs))
+    mul = next(
+        e
+        for e in low.ir(after="BlockNzTensorViews").walk()
+        if batch in e.outputs or any(batch is o for o in e.outputs)
+    )
     assert mul.primitive.name in ("add", "mul")  # g * 3 (+ 0), never g itself
     v = low.validate()
     assert v.ok, str(v)

@@ -17,4 +17,16 @@ from . import (
     vector_tiles,
 )
 
-__all__ = ["comm", "control", "cube", "memory", "scalar", "tensor", "tensor_scalar", "vector", "vector_alu", "vector_select", "vector_tiles"]
+__all__ = [
+    "comm",
+    "control",
+    "cube",
+    "memory",
+    "scalar",
+    "tensor",
+    "tensor_scalar",
+    "vector",
+    "vector_alu",
+    "vector_select",
+    "vector_tiles",
+]

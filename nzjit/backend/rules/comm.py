@@ -31,8 +31,10 @@ __all__ = ["site", "window_or_none"]
 def _endpoint(e: Eqn) -> Endpoint:
     ep = current_endpoint()
     if ep is None:
-        raise runtime.DeviceError(f"{e.source}: {e.primitive.name} runs only on the ranks of an orchestration "
-                                  "that passes windows (pld.window) to its kernels")
+        raise runtime.DeviceError(
+            f"{e.source}: {e.primitive.name} runs only on the ranks of an orchestration "
+            "that passes windows (pld.window) to its kernels"
+        )
     return ep
 
 
@@ -51,8 +53,10 @@ def _window(ep: Endpoint, e: Eqn, tv: TensorVal) -> Window:
     win = window_or_none(ep, tv)
     if win is not None:
         return win
-    raise CommError(f"{e.source}: {e.primitive.name}: the operand is not a window of this program (a slice of a "
-                    "window cannot be passed to a communication op; pass the pld.DistributedTensor itself)")
+    raise CommError(
+        f"{e.source}: {e.primitive.name}: the operand is not a window of this program (a slice of a "
+        "window cannot be passed to a communication op; pass the pld.DistributedTensor itself)"
+    )
 
 
 def site(e: Eqn) -> str:
@@ -99,12 +103,15 @@ def _remote_load(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     (peer,), offs = split(e, ins, "peer"), split(e, ins, "offsets")
     shape = tuple(e.params["shape"])
     valid = tuple(e.params.get("valid") or shape)
-    box = (1,) * (len(tv.shape) - 2) + valid if len(tv.shape) > 2 else valid[-len(tv.shape):]
+    box = (1,) * (len(tv.shape) - 2) + valid if len(tv.shape) > 2 else valid[-len(tv.shape) :]
     if len(tv.shape) == 1 and shape[0] != 1:
-        raise CommError(f"{site(e)}: remote_load of a [{shape[0]}, {shape[1]}] tile from the rank-1 window "
-                        f"{list(tv.shape)}: a rank-1 window gives [1, N] tiles")
-    data = ep.remote_load(_window(ep, e, tv), int(peer), tv.shape, tv.dtype, _ints(clamp(ctx, e, offs)), box,
-                          site(e))
+        raise CommError(
+            f"{site(e)}: remote_load of a [{shape[0]}, {shape[1]}] tile from the rank-1 window "
+            f"{list(tv.shape)}: a rank-1 window gives [1, N] tiles"
+        )
+    data = ep.remote_load(
+        _window(ep, e, tv), int(peer), tv.shape, tv.dtype, _ints(clamp(ctx, e, offs)), box, site(e)
+    )
     out_t = e.outputs[0].type
     assert isinstance(out_t, TileType)
     tile = alloc(ctx, out_t, valid)
@@ -121,8 +128,15 @@ def _remote_store(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     (peer,), offs = split(e, ins, "peer"), split(e, ins, "offsets")
     data = tile.logical()[: tile.valid_row, : tile.valid_col]
     data = data.reshape((1,) * (len(tv.shape) - 2) + data.shape) if len(tv.shape) >= 2 else data.reshape(-1)
-    ep.remote_store(_window(ep, e, tv), int(peer), tv.shape, _ints(clamp(ctx, e, offs)), data,
-                    bool(e.params["atomic"]), site(e))
+    ep.remote_store(
+        _window(ep, e, tv),
+        int(peer),
+        tv.shape,
+        _ints(clamp(ctx, e, offs)),
+        data,
+        bool(e.params["atomic"]),
+        site(e),
+    )
     return []
 
 
@@ -134,8 +148,15 @@ def _put(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     shape = tuple(e.params["shape"])
     src_offs = tuple(_ints(clamp(ctx, e, split(e, ins, "src_offsets"))))
     data = src.read(ctx.gm, src_offs, shape)
-    ep.remote_store(_window(ep, e, dst), int(peer), dst.shape, _ints(clamp(ctx, e, split(e, ins, "dst_offsets"))),
-                    data, bool(e.params["atomic"]), site(e))
+    ep.remote_store(
+        _window(ep, e, dst),
+        int(peer),
+        dst.shape,
+        _ints(clamp(ctx, e, split(e, ins, "dst_offsets"))),
+        data,
+        bool(e.params["atomic"]),
+        site(e),
+    )
     return []
 
 
@@ -145,13 +166,22 @@ def _get(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     dst, src = ins[0], split(e, ins, "src")[0]
     (peer,) = split(e, ins, "peer")
     shape = tuple(e.params["shape"])
-    data = ep.remote_load(_window(ep, e, src), int(peer), src.shape, src.dtype,
-                          _ints(clamp(ctx, e, split(e, ins, "src_offsets"))), shape, site(e))
+    data = ep.remote_load(
+        _window(ep, e, src),
+        int(peer),
+        src.shape,
+        src.dtype,
+        _ints(clamp(ctx, e, split(e, ins, "src_offsets"))),
+        shape,
+        site(e),
+    )
     dst_offs = tuple(_ints(clamp(ctx, e, split(e, ins, "dst_offsets"))))
     for axis, (o, n, d) in enumerate(zip(dst_offs, shape, dst.shape)):
         if o + n > d:
-            raise CommError(f"{site(e)}: pld.tensor.get: the region [{o}, {o + n}) on axis {axis} is outside the "
-                            f"destination {list(dst.shape)}")
+            raise CommError(
+                f"{site(e)}: pld.tensor.get: the region [{o}, {o + n}) on axis {axis} is outside the "
+                f"destination {list(dst.shape)}"
+            )
     dst.write(ctx.gm, dst_offs, data)
     return []
 
@@ -215,7 +245,9 @@ def _window_store(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     tile = ins[0]
     if ep is not None and win is not None and hasattr(tile, "valid_row"):
         offs = [int(o) for o in clamp(ctx, e, split(e, ins, "offsets"))]
-        ep.local_store(win, tv.shape, tv.dtype.itemsize, offs, _box(tv, tile.valid_row, tile.valid_col), site(e))
+        ep.local_store(
+            win, tv.shape, tv.dtype.itemsize, offs, _box(tv, tile.valid_row, tile.valid_col), site(e)
+        )
     return out  # a slice of a window, or a host value: the world's byte comparison dates it instead
 
 
@@ -229,6 +261,14 @@ def _window_load(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
         offs = [int(o) for o in clamp(ctx, e, split(e, ins, "offsets"))]
         valid = [int(v) for v in split(e, ins, "valid")]
         sizes = tuple(valid) if valid else tuple(e.params["shape"])
-        ep.local_load(win, tv.shape, tv.dtype.itemsize, offs, sizes[-len(tv.shape):] if len(sizes) >= len(tv.shape)
-                      else (1,) * (len(tv.shape) - len(sizes)) + sizes, site(e))
+        ep.local_load(
+            win,
+            tv.shape,
+            tv.dtype.itemsize,
+            offs,
+            sizes[-len(tv.shape) :]
+            if len(sizes) >= len(tv.shape)
+            else (1,) * (len(tv.shape) - len(sizes)) + sizes,
+            site(e),
+        )
     return out

@@ -256,8 +256,9 @@ def _specialize_mad(st: Step) -> Run | None:
         def body(ctx: Any, env: list[Any]) -> Any:
             left, right = env[s_l], env[s_r]
             if dyn:
-                acc = ctx.onchip.alloc_tile(space, rows, cols, dt, valid_row=left.valid_row,
-                                            valid_col=right.valid_col)
+                acc = ctx.onchip.alloc_tile(
+                    space, rows, cols, dt, valid_row=left.valid_row, valid_col=right.valid_col
+                )
             else:
                 acc = ctx.onchip.alloc_tile(space, rows, cols, dt, valid_row=vr, valid_col=vc)
             _tmatmul(acc, left, right, accumulate=False, gemv=gemv)
@@ -270,7 +271,9 @@ def _specialize_mad(st: Step) -> Run | None:
     def body_acc(ctx: Any, env: list[Any]) -> Any:
         acc = env[s_acc]
         if not in_place:  # the accumulator is still read later: TMATMUL_ACC on a copy
-            copy = ctx.onchip.alloc_tile(space, rows, cols, dt, valid_row=acc.valid_row, valid_col=acc.valid_col)
+            copy = ctx.onchip.alloc_tile(
+                space, rows, cols, dt, valid_row=acc.valid_row, valid_col=acc.valid_col
+            )
             copy.data[:] = acc.data
             acc = copy
         _tmatmul(acc, env[s_l], env[s_r], accumulate=True, gemv=gemv)
@@ -307,13 +310,23 @@ def _batch_mad(st: Step) -> Any:
                 raise Fallback("accumulator")
         elif with_bias:
             left, right, bias = (env[i] for i in ins)
-            if type(bias) is not LaneTile or bias.freed or bias.g.space != "Bias" or bias.g.dtype != geom.dtype:
+            if (
+                type(bias) is not LaneTile
+                or bias.freed
+                or bias.g.space != "Bias"
+                or bias.g.dtype != geom.dtype
+            ):
                 raise Fallback("bias row")
         else:
             left, right = (env[i] for i in ins)
         if type(left) is not LaneWindow or type(right) is not LaneWindow or left.freed or right.freed:
             raise Fallback("mad operands")
-        if left.g.space != "Left" or right.g.space != "Right" or left.g.layout != "ZZ" or right.g.layout != "ZN":
+        if (
+            left.g.space != "Left"
+            or right.g.space != "Right"
+            or left.g.layout != "ZZ"
+            or right.g.layout != "ZN"
+        ):
             raise Fallback("mad operand spaces")
         if (geom.dtype, left.g.dtype, right.g.dtype) not in MATMUL_DTYPES or geom.layout != "ACC":
             raise Fallback("mad dtypes")
@@ -322,8 +335,17 @@ def _batch_mad(st: Step) -> Any:
         m, k, n = left.valid_row, left.g.cols, right.valid_col
         if m == 1 and not gemv:
             m = 16
-        if (gemv and (m != 1 or right.valid_row != k)) or left.valid_col != k or max(m, k, n) > 4095 or k > right.g.rows or n % 16 or ceil16(m) != geom.rows \
-                or n > geom.cols or acc_rows > m or (accumulate and (acc.valid_row, acc.valid_col) != (acc_rows, n)):
+        if (
+            (gemv and (m != 1 or right.valid_row != k))
+            or left.valid_col != k
+            or max(m, k, n) > 4095
+            or k > right.g.rows
+            or n % 16
+            or ceil16(m) != geom.rows
+            or n > geom.cols
+            or acc_rows > m
+            or (accumulate and (acc.valid_row, acc.valid_col) != (acc_rows, n))
+        ):
             raise Fallback("not a whole-tile mad")
         is_int = geom.dtype == np.int32
         if not accumulate:

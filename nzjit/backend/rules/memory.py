@@ -58,7 +58,7 @@ def _mat_tile_of(t: TileType, src: TensorVal) -> TileType:
     on the padded tile the pass gives it (`padded_mat_tile`), so every stage computes the same rows."""
     if t.memory is not Mem.Mat or src.nz is not None or src.layout == "NZ":
         return t
-    rows, cols = (t.shape if len(t.shape) == 2 else (int(np.prod(t.shape[:-1])), t.shape[-1]))
+    rows, cols = t.shape if len(t.shape) == 2 else (int(np.prod(t.shape[:-1])), t.shape[-1])
     return t if rows % 16 == 0 else padded_mat_tile(TileType((rows, cols), t.dtype, t.memory))
 
 
@@ -141,9 +141,16 @@ def _specialize_load(st: Step) -> Run | None:
             vr, vc = extents(sizes)
         check_window(e, src.shape, offs, sizes)
         m_src, m_sizes, plan = memo
-        if m_sizes == sizes and (m_src is src or (  # same view geometry as the previous trip / call
-                m_src is not None and m_src.strides == src.strides and m_src.dtype == src.dtype
-                and m_src.layout == src.layout and type(src) is type(m_src))):
+        if m_sizes == sizes and (
+            m_src is src
+            or (  # same view geometry as the previous trip / call
+                m_src is not None
+                and m_src.strides == src.strides
+                and m_src.dtype == src.dtype
+                and m_src.layout == src.layout
+                and type(src) is type(m_src)
+            )
+        ):
             tile = ctx.onchip.alloc_geometry(geom, vr, vc, zero=not plan.fills(geom.nbytes))
             plan.run(ctx.gm, src.addr + delta * src.dtype.itemsize, tile)
         else:
@@ -157,8 +164,15 @@ def _specialize_load(st: Step) -> Run | None:
             # one dense copy onto the whole image of a fresh tile: its bounds are proven, only
             # the GM side is checked
             block = plan.dense[1:3] if fills and plan.dense is not None else None
-            hot = (src, plan.replay, not fills, vr, vc,
-                   window_bytes(src.strides, shape, src.shape, src.dtype.itemsize), block)
+            hot = (
+                src,
+                plan.replay,
+                not fills,
+                vr,
+                vc,
+                window_bytes(src.strides, shape, src.shape, src.dtype.itemsize),
+                block,
+            )
         return tile
 
     def run(ctx: Any, env: list[Any]) -> None:
@@ -265,12 +279,19 @@ def _store(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     part = e.params.get("nz_partition")
     if part is None:
         if len(dst.shape) == 1 and tile.valid_row != 1:
-            raise runtime.DeviceError(f"{e.source}: a tile of {tile.valid_row} rows cannot be stored into "
-                                      f"the rank-1 tensor of shape {dst.shape}")
-        sizes = ((1,) * (len(dst.shape) - 2) + (tile.valid_row, tile.valid_col))[-len(dst.shape):]
+            raise runtime.DeviceError(
+                f"{e.source}: a tile of {tile.valid_row} rows cannot be stored into "
+                f"the rank-1 tensor of shape {dst.shape}"
+            )
+        sizes = ((1,) * (len(dst.shape) - 2) + (tile.valid_row, tile.valid_col))[-len(dst.shape) :]
         check_window(e, dst.shape, offs, sizes)
-        runtime.isa.tstore(ctx.gm, dst.gm_view(offs, sizes), tile, atomic_add=bool(attrs.get("atomic")),
-                           relu=bool(attrs.get("pre_relu")))
+        runtime.isa.tstore(
+            ctx.gm,
+            dst.gm_view(offs, sizes),
+            tile,
+            atomic_add=bool(attrs.get("atomic")),
+            relu=bool(attrs.get("pre_relu")),
+        )
         return [dst]
     # NZ-20: an Acc tile into the blocked rank-5 NZ view through TStoreAccNz2nz (runtime
     # nz_store_acc), with the explicit partition [1, n/8, M/16, 16, 8]: the device derives its
@@ -278,8 +299,10 @@ def _store(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     g0, g1, g2, g3, g4 = part
     check_window(e, dst.shape, offs, part)
     if dst.layout != "NZ" or len(dst.shape) != 5 or tile.space != "Acc":
-        raise runtime.DeviceError(f"{e.source}: an nz_partition store needs an Acc tile and a blocked "
-                                  f"rank-5 NZ view, got a {tile.space} tile into {dst.layout} {dst.shape}")
+        raise runtime.DeviceError(
+            f"{e.source}: an nz_partition store needs an Acc tile and a blocked "
+            f"rank-5 NZ view, got a {tile.space} tile into {dst.layout} {dst.shape}"
+        )
     step = STORE_COLS // g4 * g4
     if tile.cols <= step:
         runtime.isa.tstore(ctx.gm, dst.gm_view(offs, tuple(part)), tile)
@@ -318,13 +341,25 @@ def _specialize_store(st: Step) -> Run | None:
         offs = tuple(env[i] for i in offs_slots)
         delta = element_offset(ctx, e, offs, dst.strides)
         tile.check_live()
-        sizes = ((1,) * (len(dst.shape) - 2) + (tile.valid_row, tile.valid_col))[-len(dst.shape):]
+        sizes = ((1,) * (len(dst.shape) - 2) + (tile.valid_row, tile.valid_col))[-len(dst.shape) :]
         check_window(e, dst.shape, offs, sizes)
         m_dst, m_g, m_vr, m_vc, plan = memo
         tg = tile.geometry
-        if m_g is tg and m_vr == tile.valid_row and m_vc == tile.valid_col and (m_dst is dst or (
-                m_dst is not None and m_dst.strides == dst.strides and m_dst.dtype == dst.dtype
-                and m_dst.layout == dst.layout and m_dst.shape == dst.shape)):
+        if (
+            m_g is tg
+            and m_vr == tile.valid_row
+            and m_vc == tile.valid_col
+            and (
+                m_dst is dst
+                or (
+                    m_dst is not None
+                    and m_dst.strides == dst.strides
+                    and m_dst.dtype == dst.dtype
+                    and m_dst.layout == dst.layout
+                    and m_dst.shape == dst.shape
+                )
+            )
+        ):
             plan.run(ctx.gm, dst.addr + delta * dst.dtype.itemsize, tile)
         else:
             view = gm_view(dst, offs, sizes)
@@ -332,8 +367,14 @@ def _specialize_store(st: Step) -> Run | None:
             memo = (dst, tg, tile.valid_row, tile.valid_col, plan)
             plan.run(ctx.gm, view.addr, tile)
         if len(offs) == len(sizes) == len(dst.strides):
-            hot = (dst, tg, tile.valid_row, tile.valid_col,
-                   window_bytes(dst.strides, sizes, dst.shape, dst.dtype.itemsize), plan.replay)
+            hot = (
+                dst,
+                tg,
+                tile.valid_row,
+                tile.valid_col,
+                window_bytes(dst.strides, sizes, dst.shape, dst.dtype.itemsize),
+                plan.replay,
+            )
 
     def run(ctx: Any, env: list[Any]) -> None:
         nonlocal hot
@@ -346,8 +387,13 @@ def _specialize_store(st: Step) -> Run | None:
         if dst is not h_dst and same_layout(dst, h_dst):
             h_dst = dst  # the next trips of this call match by identity (built from the locals:
             hot = (dst, h_g, h_vr, h_vc, win_bytes, replay)  # one consistent tuple per thread)
-        if dst is h_dst and tile.geometry is h_g and tile.valid_row == h_vr and tile.valid_col == h_vc \
-                and not tile.freed:  # the last store's geometry: offsets and bounds only
+        if (
+            dst is h_dst
+            and tile.geometry is h_g
+            and tile.valid_row == h_vr
+            and tile.valid_col == h_vc
+            and not tile.freed
+        ):  # the last store's geometry: offsets and bounds only
             delta = win_bytes(offsets(env))
         if delta is None:
             slow(ctx, env, tile, dst)
@@ -393,12 +439,16 @@ def _batch_store(st: Step) -> Any:
             raise Fallback("rank > 5 store")
         if part is None:
             sizes = (1,) * (len(dst.shape) - 2) + (vr, vc)
-        elif type(tile) is LaneAcc and dst.layout == "NZ" and len(dst.shape) == 5 \
-                and vc <= STORE_COLS // part[4] * part[4]:  # wider tiles are stored in column chunks
+        elif (
+            type(tile) is LaneAcc
+            and dst.layout == "NZ"
+            and len(dst.shape) == 5
+            and vc <= STORE_COLS // part[4] * part[4]
+        ):  # wider tiles are stored in column chunks
             sizes = tuple(part)
         else:
             raise Fallback("NZ partition store")
-        addr = lanes_of(addresses(dst, [env[i] for i in offs], s.L, sizes[-len(dst.shape):]), s.L)
+        addr = lanes_of(addresses(dst, [env[i] for i in offs], s.L, sizes[-len(dst.shape) :]), s.L)
         view0 = GmView.trusted(int(addr[0]), dst.dtype, sizes, dst.strides, dst.layout)
         probe = get(0)
         plan = store_plan(s.ctx.gm, view0, probe, **flags)
@@ -412,7 +462,7 @@ def _batch_store(st: Step) -> Any:
             raise Fallback("a lane loads bytes that the body stores")
         s.stores.append((plan, addr, get))
         if wins is not None and s.ctx.lane_log is not None:
-            lane_log.note(s, kind, wins, dst, [env[i] for i in offs], sizes[-len(dst.shape):], addr)
+            lane_log.note(s, kind, wins, dst, [env[i] for i in offs], sizes[-len(dst.shape) :], addr)
         env[o] = dst
 
     return run

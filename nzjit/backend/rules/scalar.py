@@ -20,18 +20,31 @@ from ..rule import Rule, Run, Step, register, rule
 
 # operator functions (C calls) rather than lambdas: the interpreter calls these once per scalar step
 SCALAR_OPS: dict[str, Callable[[int, int], int]] = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul,
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
     "floordiv": operator.floordiv,  # Python // and % are floor division / modulo (NZ-19)
-    "mod": operator.mod, "min": min, "max": max,
+    "mod": operator.mod,
+    "min": min,
+    "max": max,
 }
 COMPARE_OPS: dict[str, Callable[[int, int], bool]] = {
-    "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge, "eq": operator.eq,
+    "lt": operator.lt,
+    "le": operator.le,
+    "gt": operator.gt,
+    "ge": operator.ge,
+    "eq": operator.eq,
     "ne": operator.ne,
 }
 # the lane-batched forms: numpy int64 arrays over lanes (min / max elementwise)
 _LANE_OPS: dict[str, Callable[[Any, Any], Any]] = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "floordiv": operator.floordiv,
-    "mod": operator.mod, "min": np.minimum, "max": np.maximum,
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "floordiv": operator.floordiv,
+    "mod": operator.mod,
+    "min": np.minimum,
+    "max": np.maximum,
 }
 
 
@@ -115,8 +128,13 @@ def _batch_scalar(st: Step) -> Any:
         if checked and (y == 0 if not isinstance(y, np.ndarray) else (y == 0).any()):
             raise Fallback("division by zero")
         # int64 overflow wraps silently: try_run_spmd runs every step under errstate(over="ignore")
-        env[o] = np.asarray(op(np.int64(x) if not isinstance(x, np.ndarray) else x,
-                               np.int64(y) if not isinstance(y, np.ndarray) else y), dtype=np.int64)
+        env[o] = np.asarray(
+            op(
+                np.int64(x) if not isinstance(x, np.ndarray) else x,
+                np.int64(y) if not isinstance(y, np.ndarray) else y,
+            ),
+            dtype=np.int64,
+        )
 
     return run
 
@@ -140,8 +158,14 @@ def _specialize_compare(st: Step) -> Run | None:
     return run
 
 
-_LANE_COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
-                 "ne": np.not_equal}
+_LANE_COMPARE = {
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "eq": np.equal,
+    "ne": np.not_equal,
+}
 
 
 def _batch_compare(st: Step) -> Any:

@@ -29,7 +29,8 @@ def _address(e: Eqn, t: TensorVal, idx: list[Any], what: str) -> int:
             raise runtime.DispatchError(
                 f"{e.source}: {what} at index {i} on axis {axis} is outside the view of shape {tuple(t.shape)}: an "
                 "index computed from the call's data addresses past the tensor; the call is refused (nothing is "
-                "written back)")
+                "written back)"
+            )
     return t.addr + sum(i * s for i, s in zip(idx, t.strides)) * t.dtype.itemsize
 
 

@@ -30,14 +30,26 @@ from ..steps import alloc, finish_or_generic, release1, result_geometry, tile_fr
 
 #: The numpy function of each elementwise primitive (by primitive name).
 ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
-    "tile.add": np.add, "tile.sub": np.subtract, "tile.mul": np.multiply, "tile.maximum": np.maximum,
-    "tile.exp": np.exp, "tile.neg": np.negative, "tile.abs": np.absolute,
+    "tile.add": np.add,
+    "tile.sub": np.subtract,
+    "tile.mul": np.multiply,
+    "tile.maximum": np.maximum,
+    "tile.exp": np.exp,
+    "tile.neg": np.negative,
+    "tile.abs": np.absolute,
 }
 
 
 #: The device instruction of each elementwise primitive (its name in a refusal).
-_INSTR = {"tile.add": "TADD", "tile.sub": "TSUB", "tile.mul": "TMUL", "tile.maximum": "TMAX",
-          "tile.exp": "TEXP", "tile.neg": "TNEG", "tile.abs": "TABS"}
+_INSTR = {
+    "tile.add": "TADD",
+    "tile.sub": "TSUB",
+    "tile.mul": "TMUL",
+    "tile.maximum": "TMAX",
+    "tile.exp": "TEXP",
+    "tile.neg": "TNEG",
+    "tile.abs": "TABS",
+}
 
 
 def same_valid(e: Eqn, xs: list[Any]) -> tuple[int, int]:
@@ -46,8 +58,10 @@ def same_valid(e: Eqn, xs: list[Any]) -> tuple[int, int]:
     vr, vc = xs[0].valid_row, xs[0].valid_col
     for x in xs[1:]:
         if (x.valid_row, x.valid_col) != (vr, vc):
-            raise runtime.DeviceError(f"{_INSTR[e.primitive.name]}: source valid shape {x.valid_row}x{x.valid_col} "
-                                      f"differs from the destination's {vr}x{vc}")
+            raise runtime.DeviceError(
+                f"{_INSTR[e.primitive.name]}: source valid shape {x.valid_row}x{x.valid_col} "
+                f"differs from the destination's {vr}x{vc}"
+            )
     return vr, vc
 
 
@@ -132,10 +146,17 @@ def _specialize_elementwise(st: Step) -> Run | None:
 
         def run2(ctx: Any, env: list[Any]) -> None:
             a, b = env[i0], env[i1]
-            if not (type(a) is TileBuf and type(b) is TileBuf and a.geometry is geom and b.geometry is geom
-                    and not (a.freed or b.freed or a.holds_logical or b.holds_logical)
-                    and a.valid_row == rows and a.valid_col == cols and b.valid_row == rows
-                    and b.valid_col == cols):
+            if not (
+                type(a) is TileBuf
+                and type(b) is TileBuf
+                and a.geometry is geom
+                and b.geometry is geom
+                and not (a.freed or b.freed or a.holds_logical or b.holds_logical)
+                and a.valid_row == rows
+                and a.valid_col == cols
+                and b.valid_row == rows
+                and b.valid_col == cols
+            ):
                 general(ctx, env)  # a partial valid region (or another geometry): `body`
                 return
             xa, xb = a.image.view(dt), b.image.view(dt)  # viewed before the result may alias one
@@ -205,7 +226,9 @@ def _batch_elementwise(st: Step) -> Any:
         data = next((d for j in donors if shared and not partial and (d := s.adopt(xs[j])) is not None), None)
         if data is None:
             data = s.zeros(n, geom.nbytes, zero=partial)
-        ufunc(*(a[:, :vr, :vc] for a in args), out=data.view(dt).reshape(n, geom.rows, geom.cols)[:, :vr, :vc])
+        ufunc(
+            *(a[:, :vr, :vc] for a in args), out=data.view(dt).reshape(n, geom.rows, geom.cols)[:, :vr, :vc]
+        )
         env[o] = LaneTile(geom, vr, vc, data, row)
 
     return run
@@ -236,8 +259,13 @@ def _batch_cast(st: Step) -> Any:
 
     def run(s: LaneState, env: list[Any]) -> None:
         x = env[a]
-        if type(x) is not LaneTile or x.freed or x.g.layout != "ND" or x.g.dtype != src_dt \
-                or (x.g.rows, x.g.cols) != (geom.rows, geom.cols):
+        if (
+            type(x) is not LaneTile
+            or x.freed
+            or x.g.layout != "ND"
+            or x.g.dtype != src_dt
+            or (x.g.rows, x.g.cols) != (geom.rows, geom.cols)
+        ):
             raise Fallback("cast operand")
         n = len(x.data)
         vr, vc = x.valid_row, x.valid_col

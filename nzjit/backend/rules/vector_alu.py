@@ -25,10 +25,25 @@ from ..steps import alloc
 from .vector_lanes import VecOp, impl_of, lanes_of, out_type
 
 #: The runtime op of each ALU primitive.
-_BINARY_OP = {"tile.div": "div", "tile.minimum": "min", "tile.adds": "add", "tile.subs": "sub",
-              "tile.muls": "mul", "tile.divs": "div", "tile.maximums": "max", "tile.minimums": "min"}
-_EXPAND_OP = {"": "expand", "_add": "add", "_sub": "sub", "_mul": "mul", "_div": "div", "_max": "max",
-              "_min": "min"}
+_BINARY_OP = {
+    "tile.div": "div",
+    "tile.minimum": "min",
+    "tile.adds": "add",
+    "tile.subs": "sub",
+    "tile.muls": "mul",
+    "tile.divs": "div",
+    "tile.maximums": "max",
+    "tile.minimums": "min",
+}
+_EXPAND_OP = {
+    "": "expand",
+    "_add": "add",
+    "_sub": "sub",
+    "_mul": "mul",
+    "_div": "div",
+    "_max": "max",
+    "_min": "min",
+}
 
 
 def like(ctx: Any, e: Eqn, src: TileBuf) -> TileBuf:
@@ -101,8 +116,12 @@ def _reduce_valid(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
 def reduce_scratch(e: Eqn, src_cols: int, target: str) -> TileType | None:
     """TROW* on A2/A3 without a tmp operand: the compiler supplies a scratch tile of the source's
     rows and `src_cols` columns, live while the instruction runs (the memory plan charges it too)."""
-    if e.primitive not in VP.REDUCE.values() or _reduce_kind(e)[0] != "row" or len(e.inputs) > 1 \
-            or target != "A2A3":
+    if (
+        e.primitive not in VP.REDUCE.values()
+        or _reduce_kind(e)[0] != "row"
+        or len(e.inputs) > 1
+        or target != "A2A3"
+    ):
         return None
     t = out_type(e)
     return TileType(t.shape[:1] + (src_cols,), t.dtype, t.memory)
@@ -124,7 +143,7 @@ def _reduce(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> 
 def _expand(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
     a, v = ins
     name = e.primitive.name.split(".")[1]
-    kind, suffix = name[:3], name[len("row_expand"):]
+    kind, suffix = name[:3], name[len("row_expand") :]
     fn = V.row_expand if kind == "row" else V.col_expand
     op = _EXPAND_OP[suffix]
     fn(op, out, None if op == "expand" else a, v, target)
@@ -151,7 +170,12 @@ def _fillpad(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) ->
 
 
 _CREATE = VecOp(_create, whole)
-register((VP.create_p,), Rule(impl_of(_CREATE), batch=lambda st: lanes_of(_CREATE)(st)
-                              if out_type(st.eqn).memory is Mem.Vec else None))  # a Mat / Acc tile: no lane image
+register(
+    (VP.create_p,),
+    Rule(
+        impl_of(_CREATE),
+        batch=lambda st: lanes_of(_CREATE)(st) if out_type(st.eqn).memory is Mem.Vec else None,
+    ),
+)  # a Mat / Acc tile: no lane image
 _vec_rule((VP.full_p,), VecOp(_full, whole))
 _vec_rule((VP.fillpad_p,), VecOp(_fillpad, whole))

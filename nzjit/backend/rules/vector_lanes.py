@@ -179,20 +179,37 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
                     s.ctx.onchip.release(sg.space, sg.nbytes)
                 scratch = s.scratch((n, sg.nbytes), np.uint8, "vector scratch") if sg is not None else None
                 if stacked:
-                    args = [_stack(xs[j].g, n, xs[j].valid_row, xs[j].valid_col, datas[j]) if j in tiles else v
-                            for j, v in enumerate(vals)]
+                    args = [
+                        _stack(xs[j].g, n, xs[j].valid_row, xs[j].valid_col, datas[j]) if j in tiles else v
+                        for j, v in enumerate(vals)
+                    ]
                     out = _stack(g, n, vr, vc, data)
-                    op.compute(e, out, args, target,
-                               None if sg is None or scratch is None else _stack(sg, n, sg.rows, sg.cols, scratch))
+                    op.compute(
+                        e,
+                        out,
+                        args,
+                        target,
+                        None if sg is None or scratch is None else _stack(sg, n, sg.rows, sg.cols, scratch),
+                    )
                     out_vr, out_vc = out.valid_row // n, out.valid_col
                 else:
                     for u in range(n):
-                        args = [TileBuf.from_geometry(xs[j].g, xs[j].valid_row, xs[j].valid_col, datas[j][u])
-                                if j in tiles else v for j, v in enumerate(vals)]
+                        args = [
+                            TileBuf.from_geometry(xs[j].g, xs[j].valid_row, xs[j].valid_col, datas[j][u])
+                            if j in tiles
+                            else v
+                            for j, v in enumerate(vals)
+                        ]
                         out = TileBuf.from_geometry(g, vr, vc, data[u])
-                        op.compute(e, out, args, target,
-                                   None if sg is None or scratch is None
-                                   else TileBuf.from_geometry(sg, None, None, scratch[u]))
+                        op.compute(
+                            e,
+                            out,
+                            args,
+                            target,
+                            None
+                            if sg is None or scratch is None
+                            else TileBuf.from_geometry(sg, None, None, scratch[u]),
+                        )
                     out_vr, out_vc = out.valid_row, out.valid_col
             except runtime.DeviceError as err:
                 raise Fallback(f"the vector instruction refuses: {err}") from err

@@ -77,8 +77,10 @@ def _set_valid(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
     dyn = iter(ins[1:])
     vr, vc = (int(next(dyn)) if s is None else s for s in static)
     if not (0 < vr <= ins[0].rows and 0 < vc <= ins[0].cols):
-        raise runtime.DispatchError(f"{e.source}: pl.set_validshape to {vr}x{vc} outside the tile's "
-                                    f"{ins[0].rows}x{ins[0].cols}; the call is refused (nothing is written back)")
+        raise runtime.DispatchError(
+            f"{e.source}: pl.set_validshape to {vr}x{vc} outside the tile's "
+            f"{ins[0].rows}x{ins[0].cols}; the call is refused (nothing is written back)"
+        )
     return vr, vc
 
 
@@ -95,8 +97,12 @@ def _trans(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> N
     RT.ttrans(out, ins[0], scratch)
 
 
-for _prim, _op in ((SP.set_validshape_p, VecOp(_copy_bytes, _set_valid)),
-                   (SP.tile_transpose_p, VecOp(_trans, _trans_valid, False, _scratch)), (SP.cmp_p, VecOp(_cmp, _mask_valid)), (SP.cmps_p, VecOp(_cmps, _mask_valid)),
-                   (SP.sel_p, VecOp(_sel, _src_valid, True, _scratch)),
-                   (SP.sels_p, VecOp(_sels, _src_valid, True, _scratch))):
+for _prim, _op in (
+    (SP.set_validshape_p, VecOp(_copy_bytes, _set_valid)),
+    (SP.tile_transpose_p, VecOp(_trans, _trans_valid, False, _scratch)),
+    (SP.cmp_p, VecOp(_cmp, _mask_valid)),
+    (SP.cmps_p, VecOp(_cmps, _mask_valid)),
+    (SP.sel_p, VecOp(_sel, _src_valid, True, _scratch)),
+    (SP.sels_p, VecOp(_sels, _src_valid, True, _scratch)),
+):
     register((_prim,), Rule(impl_of(_op), batch=lanes_of(_op)))

@@ -61,8 +61,9 @@ def _tpop_from_aic(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
 def _tpop_from_aiv(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     slot = ins[0]
     t = out_type(e)
-    out = ctx.onchip.alloc_tile("Mat", t.shape[0], t.shape[1], t.dtype.np_dtype, valid_row=slot.shape[0],
-                                valid_col=slot.shape[1])
+    out = ctx.onchip.alloc_tile(
+        "Mat", t.shape[0], t.shape[1], t.dtype.np_dtype, valid_row=slot.shape[0], valid_col=slot.shape[1]
+    )
     pipe_of(ctx.gm).pop(slot, out)
     return [out]
 
@@ -74,8 +75,9 @@ def _move_fixpipe(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     scale = _fixpipe_scale(ctx, e, ins)
     if scale is not None:  # DEQF16 / VDEQF16: the fixpipe's dequantisation
         per = vector_quant_scale(scale) if isinstance(scale, np.ndarray) else scale
-        V.valid_region(out)[...] = dequant_fp16(acc.logical()[: acc.valid_row, : acc.valid_col], per,
-                                                bool(e.params.get("relu")))
+        V.valid_region(out)[...] = dequant_fp16(
+            acc.logical()[: acc.valid_row, : acc.valid_col], per, bool(e.params.get("relu"))
+        )
         return [out]
     runtime.isa.tmov(out, acc, relu=bool(e.params.get("relu")))
     return [out]
@@ -109,8 +111,13 @@ def _reshape(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) ->
 
 # TRESHAPE re-reads the bytes with another shape: not row-local (a [R, 1] column becomes a row),
 # so its batch form runs once per image
-register(VP.tile_reshape_p, Rule(impl_of(VecOp(_reshape, _whole, row_local=False)),
-                                 batch=lanes_of(VecOp(_reshape, _whole, row_local=False))))
+register(
+    VP.tile_reshape_p,
+    Rule(
+        impl_of(VecOp(_reshape, _whole, row_local=False)),
+        batch=lanes_of(VecOp(_reshape, _whole, row_local=False)),
+    ),
+)
 
 
 @rule(VP.ci_p)

@@ -25,7 +25,9 @@ __all__ = ["COMM_PTO_RULES"]
 def _peer_view(em: Emitter, v: View, peer: str) -> View:
     """The peer's copy of window `v`: same shape and strides, the peer's base address."""
     ssa = em.names.fresh(f"{v.name}_peer")
-    em.line(f"{ssa} = pto.comm.peer_view {v.ssa}, {peer} : {tensor_view_type(v.type.rank, v.type.dtype)}, i32")
+    em.line(
+        f"{ssa} = pto.comm.peer_view {v.ssa}, {peer} : {tensor_view_type(v.type.rank, v.type.dtype)}, i32"
+    )
     return View(ssa, f"{v.name}_peer", v.type, v.ptr, v.strides, v.offsets, v.axes)
 
 
@@ -44,7 +46,7 @@ def _rank(em: Emitter, e: Eqn) -> None:
     v = em.view(e.inputs[0])
     field = "rankId" if e.primitive is P.comm_rank_p else "rankNum"
     out = em.define(e.outputs[0], "rank")
-    em.line(f"{out} = pto.comm.ctx_field {v.ssa} {{field = \"{field}\"}} : i32")
+    em.line(f'{out} = pto.comm.ctx_field {v.ssa} {{field = "{field}"}} : i32')
 
 
 def _notify(em: Emitter, e: Eqn) -> None:
@@ -52,7 +54,9 @@ def _notify(em: Emitter, e: Eqn) -> None:
     v = _peer_view(em, em.view(e.inputs[0]), peer)
     offsets = [em.index(a) for a in e.operands("offsets")]
     pview, ptype = em.partition(v, offsets, [1] * len(offsets))
-    em.line(f"pto.comm.tnotify({pview}, {value} : {ptype}, i32) {{notifyOp = #pto<notify_op {e.params['op']}>}}")
+    em.line(
+        f"pto.comm.tnotify({pview}, {value} : {ptype}, i32) {{notifyOp = #pto<notify_op {e.params['op']}>}}"
+    )
 
 
 def _wait(em: Emitter, e: Eqn) -> None:
@@ -103,20 +107,31 @@ def _transfer(em: Emitter, e: Eqn, op: str) -> None:
 def _collective(em: Emitter, e: Eqn) -> None:
     views = [em.view(a) for a in e.inputs]
     name = e.primitive.name.split(".", 1)[1]
-    attrs = [f"{k} = \"{e.params[k]}\"" for k in ("op", "mode") if k in e.params]
+    attrs = [f'{k} = "{e.params[k]}"' for k in ("op", "mode") if k in e.params]
     attrs += [f"root = {e.params['root']} : i64"] if "root" in e.params else []
     extra = " {" + ", ".join(attrs) + "}" if attrs else ""
     types = ", ".join(tensor_view_type(v.type.rank, v.type.dtype) for v in views)
     em.line(f"pto.comm.{name} {', '.join(v.ssa for v in views)}{extra} : {types}")
-    em.env[e.outputs[0]] = views[0] if e.primitive is P.comm_barrier_p else views[-2 if len(views) == 3 else 0]
+    em.env[e.outputs[0]] = (
+        views[0] if e.primitive is P.comm_barrier_p else views[-2 if len(views) == 3 else 0]
+    )
 
 
 COMM_PTO_RULES: dict[P.Primitive, Rule] = {
-    P.comm_rank_p: _rank, P.comm_nranks_p: _rank, P.comm_notify_p: _notify, P.comm_wait_p: _wait,
-    P.comm_remote_load_p: _remote_load, P.comm_remote_store_p: _remote_store,
-    P.comm_put_p: lambda em, e: _transfer(em, e, "tput"), P.comm_get_p: lambda em, e: _transfer(em, e, "tget"),
-    P.comm_allreduce_p: _collective, P.comm_reduce_scatter_p: _collective, P.comm_allgather_p: _collective,
-    P.comm_all_to_all_p: _collective, P.comm_barrier_p: _collective, P.comm_broadcast_p: _collective,
+    P.comm_rank_p: _rank,
+    P.comm_nranks_p: _rank,
+    P.comm_notify_p: _notify,
+    P.comm_wait_p: _wait,
+    P.comm_remote_load_p: _remote_load,
+    P.comm_remote_store_p: _remote_store,
+    P.comm_put_p: lambda em, e: _transfer(em, e, "tput"),
+    P.comm_get_p: lambda em, e: _transfer(em, e, "tget"),
+    P.comm_allreduce_p: _collective,
+    P.comm_reduce_scatter_p: _collective,
+    P.comm_allgather_p: _collective,
+    P.comm_all_to_all_p: _collective,
+    P.comm_barrier_p: _collective,
+    P.comm_broadcast_p: _collective,
 }
 # the backend's instrumented local window accesses (backend/comm_instrument.py) are the plain
 # TSTORE / TLOAD on the device: the same text

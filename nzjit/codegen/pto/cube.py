@@ -74,11 +74,15 @@ def _extract(em: Emitter, e: Eqn) -> None:
     r0s, c0s = em.operand(r0), em.operand(c0)
     if t.memory is Mem.Bias:
         # Mat -> Bias is TMOV (pto-isa TMOV.md: tmov.m2b), of the window at (r0, c0)
-        em.line(f"pto.tmov ins({src.ssa}, {r0s}, {c0s} : {src.spelled}, index, index) outs({out.ssa} : {out.spelled})")
+        em.line(
+            f"pto.tmov ins({src.ssa}, {r0s}, {c0s} : {src.spelled}, index, index) outs({out.ssa} : {out.spelled})"
+        )
         return
     flag = " {transpose}" if e.params.get("transpose") else ""
-    em.line(f"pto.textract ins({src.ssa}, {r0s}, {c0s} : {src.spelled}, index, index) "
-            f"outs({out.ssa} : {out.spelled}){flag}")
+    em.line(
+        f"pto.textract ins({src.ssa}, {r0s}, {c0s} : {src.spelled}, index, index) "
+        f"outs({out.ssa} : {out.spelled}){flag}"
+    )
 
 
 def _op(e: Eqn, suffix: str) -> str:

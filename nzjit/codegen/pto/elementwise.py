@@ -13,9 +13,15 @@ def _cast(em: Emitter, e: Eqn) -> None:
     instr(em, e, "pto.tcvt", valid_from=em.tile(e.inputs[0]))
 
 
-_ELEMENTWISE = {"tile.add": "pto.tadd", "tile.sub": "pto.tsub", "tile.mul": "pto.tmul",
-                "tile.maximum": "pto.tmax", "tile.exp": "pto.texp", "tile.neg": "pto.tneg",
-                "tile.abs": "pto.tabs"}
+_ELEMENTWISE = {
+    "tile.add": "pto.tadd",
+    "tile.sub": "pto.tsub",
+    "tile.mul": "pto.tmul",
+    "tile.maximum": "pto.tmax",
+    "tile.exp": "pto.texp",
+    "tile.neg": "pto.tneg",
+    "tile.abs": "pto.tabs",
+}
 
 
 def _elementwise(em: Emitter, e: Eqn) -> None:

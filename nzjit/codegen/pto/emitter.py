@@ -73,6 +73,7 @@ pto_rules: dict[P.Primitive, Rule] = {}
 
 def rule(*prims: P.Primitive) -> Callable[[Rule], Rule]:
     """Decorator: register `fn` as the PTO emitter of `prims` in `pto_rules`."""
+
     def deco(fn: Rule) -> Rule:
         for p in prims:
             pto_rules[p] = fn
@@ -200,7 +201,9 @@ class Emitter:
             out.append(s if isinstance(s, int) else acc)
             if i:
                 d = t.shape[i]
-                acc = self.binop("muli", acc, d if isinstance(d, int) else self.dims[d.name], f"{name}_stride{i - 1}")
+                acc = self.binop(
+                    "muli", acc, d if isinstance(d, int) else self.dims[d.name], f"{name}_stride{i - 1}"
+                )
         return out[::-1]
 
     def make_view(self, ptr: str, name: str, t: TensorType) -> View:
@@ -209,16 +212,22 @@ class Emitter:
         strides = self.strides(t, name)
         ssa = self.names.fresh(f"{name}_view")
         layout = "nz" if t.layout is Layout.NZ else "nd"
-        self.line(f"{ssa} = pto.make_tensor_view {ptr}, shape = [{', '.join(shape)}], "
-                  f"strides = [{', '.join(self.operand(s) for s in strides)}] {{layout = #pto.layout<{layout}>}} : "
-                  f"{tensor_view_type(t.rank, t.dtype)}")
+        self.line(
+            f"{ssa} = pto.make_tensor_view {ptr}, shape = [{', '.join(shape)}], "
+            f"strides = [{', '.join(self.operand(s) for s in strides)}] {{layout = #pto.layout<{layout}>}} : "
+            f"{tensor_view_type(t.rank, t.dtype)}"
+        )
         return View(ssa, name, t, ptr, tuple(strides), (0,) * t.rank, tuple(range(t.rank)))
 
-    def root_window(self, v: View, offsets: Sequence[Dim], sizes: Sequence[Dim]) -> tuple[list[Dim], list[Dim]]:
+    def root_window(
+        self, v: View, offsets: Sequence[Dim], sizes: Sequence[Dim]
+    ) -> tuple[list[Dim], list[Dim]]:
         """Offsets and sizes on the root view's axes (a dropped axis has extent 1)."""
         if len(offsets) != len(v.axes) or len(sizes) != len(v.axes):
-            raise InternalError(f"codegen: a window of rank {len(offsets)}/{len(sizes)} on a view of "
-                                f"{v.name} with {len(v.axes)} visible axes")
+            raise InternalError(
+                f"codegen: a window of rank {len(offsets)}/{len(sizes)} on a view of "
+                f"{v.name} with {len(v.axes)} visible axes"
+            )
         offs: list[Dim] = list(v.offsets)
         szs: list[Dim] = [1] * len(v.offsets)
         for j, axis in enumerate(v.axes):
@@ -232,9 +241,11 @@ class Emitter:
         offs = [self.clamp(o) for o in offs]
         ssa = self.names.fresh(f"{v.name}_pview")
         ptype = partition_type(szs, v.type.dtype)
-        self.line(f"{ssa} = pto.partition_view {v.ssa}, offsets = [{', '.join(self.operand(o) for o in offs)}], "
-                  f"sizes = [{', '.join(self.operand(s) for s in szs)}] : "
-                  f"{tensor_view_type(v.type.rank, v.type.dtype)} -> {ptype}")
+        self.line(
+            f"{ssa} = pto.partition_view {v.ssa}, offsets = [{', '.join(self.operand(o) for o in offs)}], "
+            f"sizes = [{', '.join(self.operand(s) for s in szs)}] : "
+            f"{tensor_view_type(v.type.rank, v.type.dtype)} -> {ptype}"
+        )
         return ssa, ptype
 
     # -------------------------------------------------------------------------- tiles
@@ -244,13 +255,17 @@ class Emitter:
         assert isinstance(t, TileType)
         vs = t.valid_shape
         if valid is None and not t.fully_valid and vs is not None and all(isinstance(x, int) for x in vs):
-            valid = cast("tuple[Dim, Dim]", vs)  # all ints (just checked); static (a decode batch's Mat / Left / Acc tiles: M of 16 rows valid)
+            valid = cast(
+                "tuple[Dim, Dim]", vs
+            )  # all ints (just checked); static (a decode batch's Mat / Left / Acc tiles: M of 16 rows valid)
         if valid is not None and all(isinstance(x, int) for x in valid):
             valid = None if tuple(valid) == tile_rows_cols(t) else valid
         tile = Tile(self.names.fresh(v.hint, "t"), t, TILE_LAYOUTS[t.memory], valid)
         dyn = ""
         if tile.valid is not None:
-            dyn = "".join(f" {k} = {x}" for k, x in zip(("valid_row", "valid_col"), tile.valid) if isinstance(x, str))
+            dyn = "".join(
+                f" {k} = {x}" for k, x in zip(("valid_row", "valid_col"), tile.valid) if isinstance(x, str)
+            )
         self.line(f"{tile.ssa} = pto.alloc_tile{dyn} : {tile.spelled}")
         self.env[v] = tile
         return tile
@@ -278,7 +293,9 @@ def unlowered(after: str) -> Rule:
     """The rule of a primitive that `after` removes: reaching codegen is an internal error."""
 
     def refuse(em: Emitter, e: Eqn) -> None:
-        raise InternalError(f"codegen: '{e.primitive.name}' reached PTO emission; {after} removes it, "
-                            "so codegen runs on the graph after every pass (Lowered.pto())")
+        raise InternalError(
+            f"codegen: '{e.primitive.name}' reached PTO emission; {after} removes it, "
+            "so codegen runs on the graph after every pass (Lowered.pto())"
+        )
 
     return refuse

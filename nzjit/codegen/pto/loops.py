@@ -66,11 +66,16 @@ def _for(em: Emitter, e: Eqn) -> None:
     em.eqns(body.eqns)
     if iters:
         outs = [body.outputs[i] for i in iters]
-        em.line(f"scf.yield {', '.join(_ssa(em, a) for a in outs)} : "
-                f"{', '.join(_scalar_or_tile_type(em, inits[i]) for i in iters)}")
+        em.line(
+            f"scf.yield {', '.join(_ssa(em, a) for a in outs)} : "
+            f"{', '.join(_scalar_or_tile_type(em, inits[i]) for i in iters)}"
+        )
     em.depth -= 1
     stage = e.params.get("stage")
-    em.line("}" + (f" {{pto.pipeline_stages = {stage} : i64}}" if e.params["kind"] == "pipeline" and stage else ""))
+    em.line(
+        "}"
+        + (f" {{pto.pipeline_stages = {stage} : i64}}" if e.params["kind"] == "pipeline" and stage else "")
+    )
 
 
 def _ssa(em: Emitter, a: Atom) -> str:
@@ -126,8 +131,14 @@ def launch_loop(g: Graph) -> Eqn | None:
         return None
     (loop,) = spmd
     start, stop, step = loop.inputs[:3]
-    if not (isinstance(start, Literal) and isinstance(stop, Literal) and isinstance(step, Literal)
-            and start.value == 0 and step.value == 1 and int(stop.value) > 0):
+    if not (
+        isinstance(start, Literal)
+        and isinstance(stop, Literal)
+        and isinstance(step, Literal)
+        and start.value == 0
+        and step.value == 1
+        and int(stop.value) > 0
+    ):
         return None
     for e in g.eqns:
         if e is not loop and _stores(e):

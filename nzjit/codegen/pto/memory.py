@@ -77,8 +77,10 @@ def _read(em: Emitter, e: Eqn) -> None:
 def _write(em: Emitter, e: Eqn) -> None:
     """`pto.store_scalar %x, %ptr[%off] : !pto.ptr<T>, T`; the result is the same view."""
     v, ptr, off = _element(em, e, len(e.inputs) - 2)
-    em.line(f"pto.store_scalar {em.value(e.inputs[-1])}, {ptr}[{off}] : {pointer_type(v.type.dtype)}, "
-            f"{v.type.dtype.short}")
+    em.line(
+        f"pto.store_scalar {em.value(e.inputs[-1])}, {ptr}[{off}] : {pointer_type(v.type.dtype)}, "
+        f"{v.type.dtype.short}"
+    )
     em.alias(e.outputs[0], e.inputs[0])
 
 
@@ -88,8 +90,10 @@ def _load_valid(em: Emitter, e: Eqn, sizes: list[Dim]) -> tuple[Dim, Dim] | None
     if not e.operands("valid"):
         return None
     if e.params.get("blocked"):  # [1, cols/c0, rows/16, 16, c0] (NZ-12)
-        return (em.binop("muli", sizes[2], sizes[3], "valid_rows"),
-                em.binop("muli", sizes[1], sizes[4], "valid_cols"))
+        return (
+            em.binop("muli", sizes[2], sizes[3], "valid_rows"),
+            em.binop("muli", sizes[1], sizes[4], "valid_cols"),
+        )
     rows: Dim = 1
     for s in sizes[:-1]:
         rows = em.binop("muli", rows, s, "valid_rows")

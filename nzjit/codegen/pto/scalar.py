@@ -9,8 +9,14 @@ from ...core.ir import Eqn
 from ...errors import CompileError
 from .emitter import Emitter, rule
 
-_SIGNED = {"add": "addi", "sub": "subi", "mul": "muli", "floordiv": "floordivsi", "min": "minsi",
-           "max": "maxsi"}
+_SIGNED = {
+    "add": "addi",
+    "sub": "subi",
+    "mul": "muli",
+    "floordiv": "floordivsi",
+    "min": "minsi",
+    "max": "maxsi",
+}
 _UNSIGNED = {**_SIGNED, "floordiv": "divui", "mod": "remui", "min": "minui", "max": "maxui"}
 _FLOAT = {"add": "addf", "sub": "subf", "mul": "mulf", "min": "minimumf", "max": "maximumf"}
 
@@ -18,8 +24,11 @@ _FLOAT = {"add": "addf", "sub": "subf", "mul": "mulf", "min": "minimumf", "max":
 def _arith_op(name: str, d: DType, e: Eqn) -> str:
     table = _FLOAT if d.is_float else _SIGNED if d.is_signed else _UNSIGNED
     if name not in table:
-        raise CompileError(f"'{name}' of {d.name} scalars has no PTO lowering", e.source,
-                           help="use integer scalars for floor division and modulo")
+        raise CompileError(
+            f"'{name}' of {d.name} scalars has no PTO lowering",
+            e.source,
+            help="use integer scalars for floor division and modulo",
+        )
     return table[name]
 
 
@@ -46,8 +55,10 @@ def _mod(em: Emitter, e: Eqn) -> None:
     t = d.short
     out = em.define(e.outputs[0])
     base = out[1:]
-    rem, nz, rneg, kneg, differ, fix, adj = (em.names.fresh(f"{base}_{s}") for s in
-                                             ("rem", "rem_nz", "rem_neg", "k_neg", "signs_differ", "fix", "adj"))
+    rem, nz, rneg, kneg, differ, fix, adj = (
+        em.names.fresh(f"{base}_{s}")
+        for s in ("rem", "rem_nz", "rem_neg", "k_neg", "signs_differ", "fix", "adj")
+    )
     zero = em.const(0, d)
     em.line(f"{rem} = arith.remsi {a}, {k} : {t}")
     em.line(f"{nz} = arith.cmpi ne, {rem}, {zero} : {t}")

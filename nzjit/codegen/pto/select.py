@@ -22,14 +22,19 @@ def _cmp(em: Emitter, e: Eqn) -> None:
     valid = None
     if src.valid is not None:  # a dynamic valid row count carries over; the packed columns are static
         if isinstance(src.valid[1], str):
-            raise CompileError("the PTO text of a compare on a dynamic valid column count is not emitted: "
-                               "its mask's valid bytes are ceil(cols / 8)", e.source,
-                               help="pl.tile.fillpad the tile first (a fully valid row)")
+            raise CompileError(
+                "the PTO text of a compare on a dynamic valid column count is not emitted: "
+                "its mask's valid bytes are ceil(cols / 8)",
+                e.source,
+                help="pl.tile.fillpad the tile first (a fully valid row)",
+            )
         valid = (src.valid[0], (mask.valid_shape or mask.shape)[1])
     out = em.alloc(e.outputs[0], valid=valid)  # type: ignore[arg-type]
     mode = e.params["mode"]
-    em.line(f"{e.primitive.name.replace('tile.', 'pto.t')} ins({', '.join(names)} {{cmpMode = #pto<cmp {mode}>}} : "
-            f"{', '.join(types)}) outs({out.ssa} : {out.spelled})")
+    em.line(
+        f"{e.primitive.name.replace('tile.', 'pto.t')} ins({', '.join(names)} {{cmpMode = #pto<cmp {mode}>}} : "
+        f"{', '.join(types)}) outs({out.ssa} : {out.spelled})"
+    )
 
 
 def _sel(em: Emitter, e: Eqn) -> None:
@@ -64,8 +69,18 @@ def _transpose(em: Emitter, e: Eqn) -> None:
     em.line(f"{tmp.ssa} = pto.alloc_tile : {tmp.spelled}")
     valid = None if src.valid is None else (src.valid[1], src.valid[0])
     out = em.alloc(e.outputs[0], valid=valid)
-    em.line(f"pto.ttrans ins({src.ssa}, {tmp.ssa} : {src.spelled}, {tmp.spelled}) outs({out.ssa} : {out.spelled})")
+    em.line(
+        f"pto.ttrans ins({src.ssa}, {tmp.ssa} : {src.spelled}, {tmp.spelled}) outs({out.ssa} : {out.spelled})"
+    )
 
 
-pto_rules.update({SP.cmp_p: _cmp, SP.cmps_p: _cmp, SP.sel_p: _sel, SP.sels_p: _sel,
-                  SP.set_validshape_p: _set_validshape, SP.tile_transpose_p: _transpose})
+pto_rules.update(
+    {
+        SP.cmp_p: _cmp,
+        SP.cmps_p: _cmp,
+        SP.sel_p: _sel,
+        SP.sels_p: _sel,
+        SP.set_validshape_p: _set_validshape,
+        SP.tile_transpose_p: _transpose,
+    }
+)

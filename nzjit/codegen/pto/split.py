@@ -45,8 +45,12 @@ SLOT_NUM = 8
 #: The cross-core directions' bits in `dir_mask` (PyPTO's automatic pipe setup).
 C2V, V2C = 1, 2
 _CUBE_MEMORY = frozenset({Mem.Mat, Mem.Left, Mem.Right, Mem.Acc})
-_PIPE_SIDE = {VP.tpush_to_aiv_p: CUBE, VP.tpop_from_aiv_p: CUBE, VP.tpop_from_aic_p: VECTOR,
-              VP.tpush_to_aic_p: VECTOR}
+_PIPE_SIDE = {
+    VP.tpush_to_aiv_p: CUBE,
+    VP.tpop_from_aiv_p: CUBE,
+    VP.tpop_from_aic_p: VECTOR,
+    VP.tpush_to_aic_p: VECTOR,
+}
 
 
 def side_of(e: Eqn) -> str | None:
@@ -127,7 +131,9 @@ def _keep_loop(e: Eqn, body: Graph, side: str, need: set[Var]) -> Eqn | None:
     first = _keep(body, side)
     assert first is not None
     read = _eqn_reads(first)
-    keep_k = [i for i in range(nk) if _on_side(carries[i], side) and (e.outputs[i] in need or carries[i] in read)]
+    keep_k = [
+        i for i in range(nk) if _on_side(carries[i], side) and (e.outputs[i] in need or carries[i] in read)
+    ]
     yields = [body.outputs[i] for i in keep_k]
     inner = _keep(Graph(params, body.eqns, yields, body.attrs, body.name), side)
     assert inner is not None
@@ -135,11 +141,19 @@ def _keep_loop(e: Eqn, body: Graph, side: str, need: set[Var]) -> Eqn | None:
         return None
     read = _eqn_reads(inner) | {a for a in yields if isinstance(a, Var)}
     keep_c = [i for i in range(nc) if captured[i] in read]
-    inner = Graph([params[0], *(captured[i] for i in keep_c), *(carries[i] for i in keep_k)], inner.eqns, yields,
-                  body.attrs, body.name)
+    inner = Graph(
+        [params[0], *(captured[i] for i in keep_c), *(carries[i] for i in keep_k)],
+        inner.eqns,
+        yields,
+        body.attrs,
+        body.name,
+    )
     ins = (*e.inputs[:nb], *(e.inputs[nb + i] for i in keep_c), *(e.inputs[nb + nc + i] for i in keep_k))
-    return e.replace(inputs=ins, outputs=tuple(e.outputs[i] for i in keep_k),
-                     params={**e.params, "body": inner, "arity": (nb, len(keep_c), len(keep_k))})
+    return e.replace(
+        inputs=ins,
+        outputs=tuple(e.outputs[i] for i in keep_k),
+        params={**e.params, "body": inner, "arity": (nb, len(keep_c), len(keep_k))},
+    )
 
 
 def _on_side(v: Var, side: str) -> bool:
@@ -183,15 +197,21 @@ def pipe_setup(em: Emitter, kernel: str, side: str, pipe: Pipe) -> None:
         if side == consumer:
             ssa = em.names.fresh(f"{name}_slot_buffer")
             loc = "vec" if consumer == VECTOR else "mat"
-            em.line(f'{ssa} = pto.reserve_buffer {{name = "{buffer}", size = {pipe.slot_size * SLOT_NUM}, '
-                    f"location = #pto.address_space<{loc}>, auto = true}} -> i32")
+            em.line(
+                f'{ssa} = pto.reserve_buffer {{name = "{buffer}", size = {pipe.slot_size * SLOT_NUM}, '
+                f"location = #pto.address_space<{loc}>, auto = true}} -> i32"
+            )
         else:
             ssa = em.names.fresh(f"{name}_slot_buffer_import")
-            em.line(f'{ssa} = pto.import_reserved_buffer {{name = "{buffer}", peer_func = @{kernel}_{peer}}} -> i32')
+            em.line(
+                f'{ssa} = pto.import_reserved_buffer {{name = "{buffer}", peer_func = @{kernel}_{peer}}} -> i32'
+            )
         bufs[name] = ssa
-    em.line(f"pto.{me}_initialize_pipe {{dir_mask = {pipe.dir_mask}, slot_size = {pipe.slot_size}, "
-            f"slot_num = {SLOT_NUM}}} (gm_slot_buffer = {GM_PIPE_BUFFER} : !pto.ptr<f32>, "
-            f"c2v_consumer_buf = {bufs['c2v']} : i32, v2c_consumer_buf = {bufs['v2c']} : i32)")
+    em.line(
+        f"pto.{me}_initialize_pipe {{dir_mask = {pipe.dir_mask}, slot_size = {pipe.slot_size}, "
+        f"slot_num = {SLOT_NUM}}} (gm_slot_buffer = {GM_PIPE_BUFFER} : !pto.ptr<f32>, "
+        f"c2v_consumer_buf = {bufs['c2v']} : i32, v2c_consumer_buf = {bufs['v2c']} : i32)"
+    )
 
 
 #: The GM FIFO the A2/A3 backend injects as a trailing kernel argument (PyPTO's __gm_pipe_buffer).
@@ -208,9 +228,21 @@ def emit_split(kernel: str, sides: tuple[Graph, Graph], pipe: Pipe, function: Fu
     def setup(side: str) -> Callable[[Emitter], None]:
         return lambda em: pipe_setup(em, kernel, side, pipe)
 
-    return "".join(function(g, f"{kernel}_{tag}", kind, setup(kind))
-                   for g, tag, kind in ((aic, "aic", CUBE), (aiv, "aiv", VECTOR)))
+    return "".join(
+        function(g, f"{kernel}_{tag}", kind, setup(kind))
+        for g, tag, kind in ((aic, "aic", CUBE), (aiv, "aiv", VECTOR))
+    )
 
 
-__all__ = ["CUBE", "VECTOR", "SLOT_NUM", "GM_PIPE_BUFFER", "Pipe", "side_of", "pipe_of", "split", "emit_split",
-           "pipe_setup"]
+__all__ = [
+    "CUBE",
+    "VECTOR",
+    "SLOT_NUM",
+    "GM_PIPE_BUFFER",
+    "Pipe",
+    "side_of",
+    "pipe_of",
+    "split",
+    "emit_split",
+    "pipe_setup",
+]

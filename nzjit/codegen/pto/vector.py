@@ -19,12 +19,29 @@ from ..pto_types import TILE_LAYOUTS, TileLayout
 from .emitter import Emitter, Tile, pto_rules
 
 _DN = TileLayout("col_major", "none_box", 512)
-_INSTR = {"tile.sort32": "pto.tsort32", "tile.gather": "pto.tgather", "tile.div": "pto.tdiv", "tile.minimum": "pto.tmin", "tile.adds": "pto.tadds",
-          "tile.subs": "pto.tsubs", "tile.muls": "pto.tmuls", "tile.divs": "pto.tdivs",
-          "tile.maximums": "pto.tmaxs", "tile.minimums": "pto.tmins", "tile.lrelu": "pto.tlrelu",
-          "tile.fillpad": "pto.tfillpad"}
-_ROUND = {"none": "CAST_NONE", "rint": "CAST_RINT", "round": "CAST_ROUND", "floor": "CAST_FLOOR",
-          "ceil": "CAST_CEIL", "trunc": "CAST_TRUNC", "odd": "CAST_ODD"}
+_INSTR = {
+    "tile.sort32": "pto.tsort32",
+    "tile.gather": "pto.tgather",
+    "tile.div": "pto.tdiv",
+    "tile.minimum": "pto.tmin",
+    "tile.adds": "pto.tadds",
+    "tile.subs": "pto.tsubs",
+    "tile.muls": "pto.tmuls",
+    "tile.divs": "pto.tdivs",
+    "tile.maximums": "pto.tmaxs",
+    "tile.minimums": "pto.tmins",
+    "tile.lrelu": "pto.tlrelu",
+    "tile.fillpad": "pto.tfillpad",
+}
+_ROUND = {
+    "none": "CAST_NONE",
+    "rint": "CAST_RINT",
+    "round": "CAST_ROUND",
+    "floor": "CAST_FLOOR",
+    "ceil": "CAST_CEIL",
+    "trunc": "CAST_TRUNC",
+    "odd": "CAST_ODD",
+}
 
 
 def _alloc(em: Emitter, e: Eqn, valid_from: Tile | None = None) -> Tile:
@@ -82,7 +99,9 @@ def _rsqrt_high_precision(em: Emitter, e: Eqn) -> None:
     tmp = Tile(em.names.fresh("tmp", "t"), block, TILE_LAYOUTS[Mem.Vec], None)
     em.line(f"{tmp.ssa} = pto.alloc_tile : {tmp.spelled}")
     out = _alloc(em, e, src)
-    em.line(f"pto.trsqrt ins({src.ssa}, {tmp.ssa} : {src.spelled}, {tmp.spelled}) outs({out.ssa} : {out.spelled})")
+    em.line(
+        f"pto.trsqrt ins({src.ssa}, {tmp.ssa} : {src.spelled}, {tmp.spelled}) outs({out.ssa} : {out.spelled})"
+    )
 
 
 def _row_reduce_with_scratch(em: Emitter, e: Eqn) -> None:
@@ -159,14 +178,18 @@ def _move_fixpipe(em: Emitter, e: Eqn) -> None:
     src = em.tile(e.inputs[0])  # TMOV_FP: the vector-quant move, its scales read through the fixpipe
     fp, fp_type = _scale_operand(em, e.inputs[1])
     out = _alloc(em, e, src)
-    em.line(f"pto.tmov.fp ins({src.ssa}, {fp} : {src.spelled}, {fp_type}) outs({out.ssa} : {out.spelled}){mode}")
+    em.line(
+        f"pto.tmov.fp ins({src.ssa}, {fp} : {src.spelled}, {fp_type}) outs({out.ssa} : {out.spelled}){mode}"
+    )
 
 
 def _slice(em: Emitter, e: Eqn) -> None:
     src = em.tile(e.inputs[0])
     r0, c0 = (em.const(x, INDEX) for x in e.params["offsets"])
     out = _alloc(em, e)
-    em.line(f"pto.textract ins({src.ssa}, {r0}, {c0} : {src.spelled}, index, index) outs({out.ssa} : {out.spelled})")
+    em.line(
+        f"pto.textract ins({src.ssa}, {r0}, {c0} : {src.spelled}, index, index) outs({out.ssa} : {out.spelled})"
+    )
 
 
 def _assemble(em: Emitter, e: Eqn) -> None:
@@ -176,7 +199,9 @@ def _assemble(em: Emitter, e: Eqn) -> None:
     r0, c0 = (em.const(x, INDEX) for x in e.params["offsets"])
     out = _alloc(em, e, dst)
     em.line(f"pto.tmov ins({dst.ssa} : {dst.spelled}) outs({out.ssa} : {out.spelled})")
-    em.line(f"pto.tinsert ins({src.ssa}, {r0}, {c0} : {src.spelled}, index, index) outs({out.ssa} : {out.spelled})")
+    em.line(
+        f"pto.tinsert ins({src.ssa}, {r0}, {c0} : {src.spelled}, index, index) outs({out.ssa} : {out.spelled})"
+    )
 
 
 def _reshape(em: Emitter, e: Eqn) -> None:
@@ -203,8 +228,10 @@ def _mrgsort2(em: Emitter, e: Eqn) -> None:
     executed = em.names.fresh("executed_vec")
     em.line(f"{executed} = arith.constant dense<0> : vector<4xi16>")
     out = _alloc(em, e, tiles[0])
-    em.line(f"pto.tmrgsort ins({', '.join(t.ssa for t in tiles)} {{exhausted = false}} : "
-            f"{', '.join(t.spelled for t in tiles)}) outs({out.ssa}, {executed} : {out.spelled}, vector<4xi16>)")
+    em.line(
+        f"pto.tmrgsort ins({', '.join(t.ssa for t in tiles)} {{exhausted = false}} : "
+        f"{', '.join(t.spelled for t in tiles)}) outs({out.ssa}, {executed} : {out.spelled}, vector<4xi16>)"
+    )
 
 
 def _mrgsort(em: Emitter, e: Eqn) -> None:
@@ -219,16 +246,37 @@ def _gather_mask(em: Emitter, e: Eqn) -> None:
 
 
 def _register() -> None:
-    for p in (*VP.BINARY.values(), *VP.BINARY_SCALAR.values(), *VP.UNARY.values(), *VP.REDUCE.values(),
-              *VP.EXPAND.values(), VP.lrelu_p):
+    for p in (
+        *VP.BINARY.values(),
+        *VP.BINARY_SCALAR.values(),
+        *VP.UNARY.values(),
+        *VP.REDUCE.values(),
+        *VP.EXPAND.values(),
+        VP.lrelu_p,
+    ):
         pto_rules[p] = _named
-    pto_rules.update({
-        VP.cvt_p: _cvt, VP.create_p: _create, VP.full_p: _full, VP.fillpad_p: _fillpad,
-        VP.tpush_to_aiv_p: _tpush("aiv"), VP.tpop_from_aic_p: _tpop("aic"), VP.tpush_to_aic_p: _tpush("aic"),
-        VP.tpop_from_aiv_p: _tpop("aiv"), VP.move_fixpipe_p: _move_fixpipe, VP.tile_slice_p: _slice,
-        VP.tile_assemble_p: _assemble, VP.tile_reshape_p: _reshape, VP.ci_p: _ci, VP.sort32_p: _named,
-        VP.mrgsort_p: _mrgsort, VP.mrgsort2_p: _mrgsort2, VP.gather_mask_p: _gather_mask, VP.gather_p: _named,
-    })
+    pto_rules.update(
+        {
+            VP.cvt_p: _cvt,
+            VP.create_p: _create,
+            VP.full_p: _full,
+            VP.fillpad_p: _fillpad,
+            VP.tpush_to_aiv_p: _tpush("aiv"),
+            VP.tpop_from_aic_p: _tpop("aic"),
+            VP.tpush_to_aic_p: _tpush("aic"),
+            VP.tpop_from_aiv_p: _tpop("aiv"),
+            VP.move_fixpipe_p: _move_fixpipe,
+            VP.tile_slice_p: _slice,
+            VP.tile_assemble_p: _assemble,
+            VP.tile_reshape_p: _reshape,
+            VP.ci_p: _ci,
+            VP.sort32_p: _named,
+            VP.mrgsort_p: _mrgsort,
+            VP.mrgsort2_p: _mrgsort2,
+            VP.gather_mask_p: _gather_mask,
+            VP.gather_p: _named,
+        }
+    )
 
 
 _register()

@@ -19,8 +19,11 @@ from nzjit import pl
 
 
 @pl.kernel
-def kernel(x: pl.Tensor[[8, 64], pl.FP16], w: pl.Tensor[[32, 64], pl.FP16, pl.NZ],
-           out: pl.Out[pl.Tensor[[8, 32], pl.FP32]]):
+def kernel(
+    x: pl.Tensor[[8, 64], pl.FP16],
+    w: pl.Tensor[[32, 64], pl.FP16, pl.NZ],
+    out: pl.Out[pl.Tensor[[8, 32], pl.FP32]],
+):
     out[:, :] = pl.matmul(x, w, b_trans=True)
 
 

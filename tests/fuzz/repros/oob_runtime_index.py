@@ -19,8 +19,12 @@ LAYERS = 2
 
 
 @pl.kernel
-def kernel(w: pl.Tensor[[LAYERS, 32, 64], pl.INT8, pl.NZ], x: pl.Tensor[[32, 64], pl.INT8],
-           layer: pl.Scalar[pl.INDEX], out: pl.Out[pl.Tensor[[32, 32], pl.INT32]]):
+def kernel(
+    w: pl.Tensor[[LAYERS, 32, 64], pl.INT8, pl.NZ],
+    x: pl.Tensor[[32, 64], pl.INT8],
+    layer: pl.Scalar[pl.INDEX],
+    out: pl.Out[pl.Tensor[[32, 32], pl.INT32]],
+):
     out[:, :] = pl.matmul(x, w[layer], b_trans=True)
 
 
@@ -35,7 +39,9 @@ def main() -> None:
         return
     ghost = x.astype(np.int32) @ runtime.unpack_nz(x).astype(np.int32).T
     what = "x @ unpack_nz(x)^T: x's bytes were read as layer 2" if np.array_equal(out, ghost) else "garbage"
-    raise AssertionError(f"w[{LAYERS}] of a {LAYERS}-layer weight ran and returned {what} instead of being refused")
+    raise AssertionError(
+        f"w[{LAYERS}] of a {LAYERS}-layer weight ran and returned {what} instead of being refused"
+    )
 
 
 if __name__ == "__main__":

@@ -16,8 +16,11 @@ from nzjit import pl
 
 
 @pl.kernel
-def kernel(x: pl.Tensor[[16, 32], pl.INT8], w: pl.Tensor[[32, 64], pl.INT8, pl.NZ],
-           out: pl.Out[pl.Tensor[[16, 48], pl.INT32]]):
+def kernel(
+    x: pl.Tensor[[16, 32], pl.INT8],
+    w: pl.Tensor[[32, 64], pl.INT8, pl.NZ],
+    out: pl.Out[pl.Tensor[[16, 48], pl.INT32]],
+):
     for nb in pl.range(3):
         n0 = nb * 16  # proven: multiple of 16, >= 0; never proven <= 32 - 16
         xt = pl.load(x, [0, 0], [16, 32], target_memory=pl.Mem.Mat)
@@ -36,8 +39,10 @@ def main() -> None:
         return
     ghost = x.astype(np.int32) @ w[0:16, 32:64].astype(np.int32).T
     same = np.array_equal(out[:, 32:48], ghost)
-    raise AssertionError("accepted a window past the last row; out[:, 32:48] "
-                         + ("== x @ w[0:16, 32:64]^T (column block 1 read as rows 32..47)" if same else "is garbage"))
+    raise AssertionError(
+        "accepted a window past the last row; out[:, 32:48] "
+        + ("== x @ w[0:16, 32:64]^T (column block 1 read as rows 32..47)" if same else "is garbage")
+    )
 
 
 if __name__ == "__main__":

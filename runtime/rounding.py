@@ -1,0 +1,77 @@
+"""Element conversion as the vector core performs it (TCVT): rounding to a float dtype with a
+pto::RoundMode, and rounding plus saturation to an integer dtype. Pure value functions on numpy
+arrays; runtime/vector.py applies them to tiles."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from .errors import DeviceError
+
+__all__ = ["ROUND_MODES", "round_to", "convert"]
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+#: pto::RoundMode, by PyPTO's names (code = position).
+ROUND_MODES = ("none", "rint", "round", "floor", "ceil", "trunc", "odd")
+
+
+def _bits(d: np.dtype) -> np.dtype:
+    by_size: dict[int, np.dtype] = {2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
+    return by_size[d.itemsize]
+
+
+def round_to(x: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
+    """``x`` (any real dtype) rounded to the float `dtype` with a pto::RoundMode: rint (nearest,
+    ties to even), round (nearest, ties away), floor, ceil, trunc (toward zero), odd (round to odd)."""
+    x64 = x.astype(np.float64)
+    r = x64.astype(dtype)  # nearest, ties to even
+    if mode in ("rint", "none"):
+        return r
+    r64 = r.astype(np.float64)
+    inexact = (x64 != r64) & np.isfinite(r64)
+    up = np.abs(x64) > np.abs(r64)  # the other neighbour has the larger magnitude
+    bits = r.view(_bits(dtype)).astype(np.int64)
+    other = np.where(up, bits + 1, bits - 1).astype(_bits(dtype)).view(dtype)
+    o64 = other.astype(np.float64)
+    if mode == "round":
+        tie = inexact & (np.abs(o64 - x64) == np.abs(x64 - r64))
+        pick = tie & up
+    elif mode == "trunc":
+        pick = ~up
+    elif mode == "floor":
+        pick = o64 < r64
+    elif mode == "ceil":
+        pick = o64 > r64
+    elif mode == "odd":
+        pick = (bits & 1) == 0
+    else:
+        raise DeviceError(f"unknown round mode {mode!r}; expected one of {ROUND_MODES}")
+    out = np.where(inexact & pick, other, r)
+    return out.astype(dtype)
+
+
+def _round_int(x: np.ndarray, mode: str) -> np.ndarray:
+    if mode in ("rint", "none"):
+        return np.rint(x)
+    if mode == "round":
+        return np.sign(x) * np.floor(np.abs(x) + 0.5)
+    if mode in ("floor", "ceil", "trunc"):
+        return {"floor": np.floor, "ceil": np.ceil, "trunc": np.trunc}[mode](x)
+    raise DeviceError(f"round mode {mode!r} does not apply to a float -> integer conversion")
+
+
+def convert(x: np.ndarray, dtype: np.dtype, mode: str = "round") -> np.ndarray:
+    """The element conversion TCVT performs: float targets rounded with `mode`; integer targets
+    rounded with `mode` and saturated (NaN -> 0), the target-default saturation of the device."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f" or dtype == BF16:
+        return round_to(x, dtype, mode)
+    info = np.iinfo(dtype)
+    if x.dtype.kind in "iu":
+        return np.clip(x.astype(np.int64), info.min, info.max).astype(dtype)
+    with np.errstate(invalid="ignore"):
+        v = _round_int(x.astype(np.float64), mode)
+        v = np.where(np.isnan(v), 0, v)
+        return np.clip(v, info.min, info.max).astype(dtype)
