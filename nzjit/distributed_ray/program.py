@@ -220,8 +220,12 @@ def _replies_of(
 
 
 def _first_error(errors: dict[int, BaseException], communicating: bool) -> BaseException:
-    """The error of the lowest failing rank; when ranks communicate, of the lowest rank that failed
-    on its own (as comm_run.run_ranks names it on a local Cluster)."""
+    """The error of the lowest failing rank; when ranks communicate, of the lowest rank whose actor
+    died (its peers' errors only say that it is lost, whichever reply arrived first), else of the
+    lowest rank that failed on its own (as comm_run.run_ranks names it on a local Cluster)."""
+    lost = sorted(r for r, e in errors.items() if isinstance(e, RankLost))
+    if communicating and lost:
+        return errors[lost[0]]
     cause = comm_run.cause_of(errors) if communicating else None
     return cause[1] if cause is not None else errors[min(errors)]
 

@@ -248,3 +248,17 @@ def test_a_rank_is_a_worker_seen_from_the_driver(cluster):
     assert t.freed
     with pytest.raises(DispatchError, match=r"was freed \(use after free\)"):
         w1.copy_from(t)
+
+
+def test_a_dead_actor_is_named_whichever_reply_arrives_first():
+    # the flake of the dead-actor test: rank 0's reply (its wait stopped: "rank 1 is lost: ...")
+    # may arrive before rank 1's own; the program's error is the dead actor's either way
+    from nzjit.distributed_ray.program import _first_error
+    from nzjit.distributed_ray.proxy import actor_died
+    from runtime.comm import CommHangError
+
+    dead = actor_died(1, RuntimeError("killed"))
+    peer = DeviceError("rank 0: mesh_allreduce: rank 1 is lost: " + str(dead))
+    for errors in ({0: peer, 1: dead}, {1: dead, 0: peer}, {0: CommHangError("hang"), 1: dead}):
+        assert _first_error(errors, communicating=True) is dead
+    assert _first_error({0: peer, 1: dead}, communicating=False) is peer  # independent ranks: the lowest
