@@ -24,7 +24,7 @@ from ..core import dtypes as dt
 from ..errors import CompileError, user_source
 from ..prims import select as SP
 from ..tracing import Tracer, bind, current_state
-from .vector_ops import as_tile
+from .vector_ops import as_tile, is_scalar
 
 _CODES = "0=EQ, 1=NE, 2=LT, 3=LE, 4=GT, 5=GE"
 
@@ -63,16 +63,10 @@ def _int32_mode(what: str, tile: Tracer, mode: str) -> None:
         )
 
 
-def _is_scalar(x: Any) -> bool:
-    if isinstance(x, Tracer):
-        return not hasattr(x.type, "shape")
-    return isinstance(x, numbers.Real) and not isinstance(x, bool | np.bool_)
-
-
 def cmp(lhs: Any, rhs: Any, cmp_type: int = 0) -> Tracer:
     """`pl.cmp(lhs, rhs, cmp_type=0)`: the packed predicate mask of `lhs <cmp_type> rhs` (TCMP);
     a scalar `rhs` dispatches to `pl.cmps`."""
-    if _is_scalar(rhs):
+    if is_scalar(rhs):
         return cmps(lhs, rhs, cmp_type)
     mode = _mode("pl.cmp", cmp_type)
     a, b = as_tile(lhs, "pl.cmp"), as_tile(rhs, "pl.cmp")
@@ -87,7 +81,7 @@ def cmps(lhs: Any, rhs: Any, cmp_type: int = 0) -> Tracer:
     a = as_tile(lhs, "pl.cmps")
     _dtype("pl.cmps", a, RS.CMPS_DTYPES)
     _int32_mode("pl.cmps", a, mode)
-    if not _is_scalar(rhs):
+    if not is_scalar(rhs):
         raise CompileError(
             f"pl.cmps compares with a scalar, got {rhs!r}", user_source(), help="use pl.cmp for two tiles"
         )
@@ -151,7 +145,7 @@ def sels(mask: Any, src: Any, tmp: Any = None, scalar: Any = None) -> Tracer:
     """`pl.sels(mask, src, tmp, scalar)`: `src` where the mask bit is set, else `scalar` (TSELS)."""
     a = as_tile(src, "pl.sels")
     _dtype("pl.sels", a, RS.SEL_DTYPES)
-    if scalar is None or not _is_scalar(scalar):
+    if scalar is None or not is_scalar(scalar):
         raise CompileError(
             f"pl.sels selects a scalar where the mask is clear, got {scalar!r}",
             user_source(),

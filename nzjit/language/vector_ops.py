@@ -50,7 +50,8 @@ def _fail(msg: str, help: str | None = None) -> CompileError:
     return CompileError(msg, user_source(), help=help)
 
 
-def _is_scalar(x: Any) -> bool:
+def is_scalar(x: Any) -> bool:
+    """A scalar operand: a traced scalar, or a Python / numpy real number (not a bool)."""
     if isinstance(x, Tracer):
         return isinstance(x.type, ScalarType)
     return isinstance(x, numbers.Real) and not isinstance(x, bool | np.bool_)
@@ -120,7 +121,7 @@ def binary(name: str, lhs: Any, rhs: Any) -> Tracer:
     broadcast along the rows / columns (TROWEXPAND* / TCOLEXPAND*)."""
     what = f"pl.{name}"
     a = _vec(lhs, what, name)
-    if _is_scalar(rhs):
+    if is_scalar(rhs):
         _check_literal(what, rhs, a.type.dtype)
         return bind(VP.BINARY_SCALAR[name], [[a], [rhs]], dtype=a.type.dtype)[0]
     b = _vec(rhs, what, name)
@@ -226,7 +227,7 @@ def relu(x: Any) -> Tracer:
 def lrelu(x: Any, slope: Any) -> Tracer:
     """`pl.tile.lrelu(tile, slope)`: elementwise max(x, slope * x)."""
     t = _vec(x, "pl.tile.lrelu", "lrelu")
-    if not _is_scalar(slope):
+    if not is_scalar(slope):
         raise _fail(f"pl.tile.lrelu: the slope must be a number or a pl.Scalar, got {slope!r}")
     return bind(VP.lrelu_p, [[t], [slope]], dtype=t.type.dtype)[0]
 
@@ -419,7 +420,7 @@ def full(shape: Sequence[int], *args: Any, dtype: dt.DType | None = None, value:
             value = a
     if dtype is None or value is None:
         raise _fail("pl.full needs dtype= and value=")
-    if not _is_scalar(value):
+    if not is_scalar(value):
         raise _fail(f"pl.full: the value must be a number or a pl.Scalar, got {value!r}")
     _check_literal("pl.full", value, dtype)
     s = _vec_shape("pl.full", shape, dtype)
@@ -505,7 +506,7 @@ def move(
                         f"tensor (one scale per column of the Acc tile), got {st}",
                         help="index the scale tensor down to the row of this tile, e.g. scales[e]",
                     )
-            elif not _is_scalar(scale) or isinstance(scale, Tracer) and not scale.type.dtype.is_float:
+            elif not is_scalar(scale) or isinstance(scale, Tracer) and not scale.type.dtype.is_float:
                 raise _fail(
                     f"pl.move: scale= is one float (the fixpipe's scalar dequant, DEQF16) or an FP32 "
                     f"tensor of one scale per column (VDEQF16), got {scale!r}",
