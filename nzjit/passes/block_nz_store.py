@@ -163,9 +163,22 @@ def _static_tile_shape(tt: TileType, what: str, src: Source | None) -> tuple[int
             rule="NZ-21",
         )
     rows, cols = tt.shape
-    # a ragged N tile (valid columns from its rhs, all rows valid): the NZ store writes its whole
-    # 16-column blocks into the padded output, as it always has; the columns past the valid part
-    # hold no product
+    # a ragged N tile (all rows valid, static valid columns from its rhs): the store's partition is
+    # its valid columns, whole 16-column blocks (TStoreAccNz2nz: validCol % 16 == 0 and validCol ==
+    # the partition's columns); the columns past the valid part hold no product and are not written.
+    # Dynamic valid columns keep the whole tile's partition: the store writes the run-time valid part.
+    vc = tt.valid_shape[1] if tt.valid_shape is not None and tt.valid_shape[0] == rows else cols
+    if isinstance(vc, int) and vc != cols:
+        if vc % ACC_COL_ALIGN:
+            raise CompileError(
+                f"{what}: the accumulator tile {rows}x{cols} has {_show((vc,))} valid columns; the NZ "
+                "store writes whole 16-column blocks of valid columns (pto-isa TStoreAccNz2nz: "
+                "validCol % 16 == 0), so the valid columns must be a multiple of 16",
+                src,
+                rule="NZ-21",
+                help="pad the N tail to a multiple of 16 columns, or store into an ND output",
+            )
+        cols = vc
     if tt.valid_shape is not None and tt.valid_shape[0] != rows:
         vs = tuple(tt.valid_shape)
         if any(v is None or isinstance(v, DynDim) for v in vs):

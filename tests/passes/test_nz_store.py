@@ -385,3 +385,55 @@ def test_split_diagnostics_name_the_sizes():  # NZ-22: the numbers a user needs 
     assert "even a 16-column block of 4096 rows needs 256 KiB" in msg  # 4096 * 16 * 4 B
     msg = _refused(_split_kernel(2048, 16, 32, pl.FP32), rule="NZ-22")
     assert "fits L0A/L0B (64/64 KiB)" in msg
+
+
+# ------------------------------------------------ NZ-21: a ragged N tile (issue 23's clamped rhs)
+@pl.kernel
+def _ragged_n_into_nz(
+    x: pl.Tensor[[16, 64], pl.FP16],
+    w: pl.Tensor[[48, 64], pl.FP16, pl.NZ],
+    y: pl.InOut[pl.Tensor[[16, 64], pl.FP32, pl.NZ]],
+):
+    a = pl.load(x, [0, 0], [16, 64], target_memory=pl.Mem.Mat)
+    b = pl.load(w, [0, 0], [64, 64], target_memory=pl.Mem.Mat, clamp=True)  # valid rows 48 of 64
+    pl.store(pl.matmul(a, b, b_trans=True), [0, 0], y)
+
+
+def test_ragged_n_tile_stores_its_valid_column_blocks_only():  # NZ-21
+    import warnings
+
+    import numpy as np
+
+    import runtime
+
+    rng = np.random.default_rng(3)
+    x = rng.integers(-2, 3, (16, 64)).astype(np.float16)
+    w = rng.integers(-2, 3, (48, 64)).astype(np.float16)
+    y = np.full((16, 64), 7, np.float32)
+    low = _ragged_n_into_nz.lower(x, runtime.pack_nz(w), runtime.pack_nz(y))
+    stores = [ln for ln in str(low.final).splitlines() if "tile.store[" in ln]
+    assert len(stores) == 1 and "nz_partition=(1, 6, 1, 16, 8)" in stores[0]  # 48 FP32 columns: 6 C0 lines
+    yn = runtime.pack_nz(y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no PTO_ASSERT mismatch (validCol == the partition's columns)
+        _ragged_n_into_nz(x, runtime.pack_nz(w), yn)
+    got = runtime.unpack_nz(yn)
+    ref = x.astype(np.float32) @ w.astype(np.float32).T
+    np.testing.assert_array_equal(got[:, :48], ref)
+    assert (got[:, 48:] == 7).all()  # past the valid columns: untouched
+
+
+def test_refuse_ragged_n_tile_whose_valid_columns_are_not_whole_blocks():  # NZ-21
+    @pl.kernel
+    def k(
+        x: pl.Tensor[[16, 64], pl.FP16],
+        w: pl.Tensor[[64, 44], pl.FP16],
+        y: pl.InOut[pl.Tensor[[16, 64], pl.FP32, pl.NZ]],
+    ):
+        a = pl.load(x, [0, 0], [16, 64], target_memory=pl.Mem.Mat)
+        b = pl.load(w, [0, 0], [64, 64], target_memory=pl.Mem.Mat, clamp=True)  # valid cols 44
+        pl.store(pl.matmul(a, b), [0, 0], y)
+
+    msg = _refused(k, rule="NZ-21")
+    assert "has [44] valid columns" in msg and "validCol % 16 == 0" in msg
+    assert "pad the N tail to a multiple of 16 columns, or store into an ND output" in msg
