@@ -34,6 +34,7 @@ __all__ = [
     "check_rank_flow",
     "MAX_TRIPS",
     "blocked_view_shape",
+    "raise_for_rank",
     "run_ranks",
 ]
 
@@ -285,6 +286,12 @@ def check_trips(n: int, where: object = None) -> None:
             f"{at}this loop runs {n} trips; the simulator runs at most {MAX_TRIPS} per loop (it would not "
             "finish); help: shorten the loop, or check its bounds"
         )
+
+
+def raise_for_rank(rank: int, e: BaseException) -> None:
+    """Raise ``e``, rank `rank`'s error, as `run_ranks` raises it: the same type, its message
+    prefixed ``"rank r: "`` (for ranks run otherwise than on `run_ranks`' threads)."""
+    _reraise(rank, e)
 
 
 def _reraise(rank: int, e: BaseException) -> None:
