@@ -24,7 +24,7 @@ from typing import Generic, TypeVar
 
 from .blas import one_thread
 
-__all__ = ["THREADS", "Ahead", "helper_available", "ranks_running", "run"]
+__all__ = ["THREADS", "Ahead", "helper_available", "ranks_running", "run", "side_by_side"]
 
 T = TypeVar("T")
 
@@ -160,6 +160,28 @@ def ranks_running(n: int) -> Iterator[None]:
     finally:
         with _ranks_lock:
             _RANKS -= n
+
+
+def side_by_side(parts: list[Callable[[], None]]) -> None:
+    """Run `parts` at once, each keeping a core busy (`ranks_running`): the first on this thread,
+    the others on the pool's helpers, which are started once per process (starting a thread per
+    call costs a scheduler round trip, milliseconds on a loaded machine). Returns when every part
+    has ended, raising the first error (no part outlives the call). On a helper, or with more
+    parts than threads, one after another on this thread: a helper waiting for helpers could wait
+    forever."""
+    with ranks_running(len(parts)):
+        if len(parts) == 1 or _on_helper() or len(parts) > THREADS:
+            for part in parts:
+                part()
+            return
+        pool = _pool(THREADS - 1)
+        futures = [pool.submit(part) for part in parts[1:]]
+        try:
+            parts[0]()
+        finally:
+            cf.wait(futures)  # every part, even after a failure: none may outlive the call
+        for f in futures:
+            f.result()
 
 
 def helper_available() -> bool:

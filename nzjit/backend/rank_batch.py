@@ -28,7 +28,7 @@ Semantics are the per-rank ones:
 
 from __future__ import annotations
 
-import concurrent.futures as cf
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -162,22 +162,21 @@ def run_together(ranks: Sequence[Any]) -> None:
     cuts = [len(ranks) * g // n for g in range(n + 1)]
     groups = [list(ranks[a:b]) for a, b in zip(cuts, cuts[1:])]
     failed: dict[int, BaseException] = {}
-    if len(groups) == 1:
+    if len(groups) == 1:  # the helpers may convert operands meanwhile (threads.Ahead)
         failed = _run_group(groups[0])
     else:
-        with runtime.threads.ranks_running(len(groups)), cf.ThreadPoolExecutor(len(groups)) as pool:
-            futures = [pool.submit(_run_group, g) for g in groups]
-            cf.wait(futures)  # every group, even after a failure: none may outlive the call
-        for f in futures:
-            failed.update(f.result())
+        runtime.threads.side_by_side([functools.partial(_run_group, g, failed) for g in groups])
     if failed:
         r = min(failed)
         runtime.dispatch.raise_for_rank(r, failed[r])
 
 
-def _run_group(ranks: Sequence[Any]) -> dict[int, BaseException]:
-    """`run_together` of one group of ranks on this thread: each rank's first error, by rank."""
-    failed: dict[int, BaseException] = {}
+def _run_group(
+    ranks: Sequence[Any], failed: dict[int, BaseException] | None = None
+) -> dict[int, BaseException]:
+    """`run_together` of one group of ranks on this thread: each rank's first error, by rank, in
+    `failed` (the groups' dict: each writes its own ranks' keys only)."""
+    failed = {} if failed is None else failed
     with one_thread():
         for i in range(len(ranks[0].launches)):
             placed: list[tuple[Any, list[Any]]] = []
