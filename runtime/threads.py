@@ -53,7 +53,12 @@ def run(parts: list[Callable[[], None]]) -> None:
         for part in parts:
             part()
         return
-    pool = _pool(max(THREADS, len(parts)) - 1)  # one pool however many parts a call has
+    _at_once(parts, _pool(max(THREADS, len(parts)) - 1))  # one pool however many parts a call has
+
+
+def _at_once(parts: list[Callable[[], None]], pool: cf.ThreadPoolExecutor) -> None:
+    """The first part on this thread, the others on `pool`; returns when all ended, raising the
+    first error."""
     futures = [pool.submit(part) for part in parts[1:]]
     try:
         parts[0]()
@@ -174,14 +179,7 @@ def side_by_side(parts: list[Callable[[], None]]) -> None:
             for part in parts:
                 part()
             return
-        pool = _pool(THREADS - 1)
-        futures = [pool.submit(part) for part in parts[1:]]
-        try:
-            parts[0]()
-        finally:
-            cf.wait(futures)  # every part, even after a failure: none may outlive the call
-        for f in futures:
-            f.result()
+        _at_once(parts, _pool(THREADS - 1))
 
 
 def helper_available() -> bool:

@@ -215,3 +215,18 @@ def test_same_program_needs_every_rank_batchable():
     assert not rank_batch.same_program([Stub([])])  # one rank: nothing to batch
     assert not rank_batch.same_program([Stub([]), Stub([], "A5")])  # two targets
     assert not rank_batch.same_program([Stub([]), Stub([None])])  # different call counts
+
+
+@pytest.mark.parametrize("lane_group", [1, 3])
+def test_lane_groups_that_cut_across_ranks_give_the_same_bytes(lane_group, monkeypatch):
+    # lane groups of 1 or 3 lanes (of the 2 ranks x 2 lanes of a group): each group sees its own
+    # lanes' addresses, whichever ranks they belong to
+    monkeypatch.setattr(runtime.threads, "THREADS", 2)
+    x, w, ref = data(8)
+    cluster = runtime.Cluster(RANKS)
+    ws = cluster.alloc_stacked_tensor(pack(w))
+    batched, per_rank = _spy_launches(monkeypatch)
+    with using(Options(lane_group=lane_group)):
+        out = tp(x, ws)
+    np.testing.assert_array_equal(out, ref)
+    assert sorted(batched) == _groups(2) and per_rank == []
