@@ -18,7 +18,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Generic, TypeVar
 
@@ -56,7 +56,7 @@ def run(parts: list[Callable[[], None]]) -> None:
     _at_once(parts, _pool(max(THREADS, len(parts)) - 1))  # one pool however many parts a call has
 
 
-def _at_once(parts: list[Callable[[], None]], pool: cf.ThreadPoolExecutor) -> None:
+def _at_once(parts: Sequence[Callable[[], object]], pool: cf.ThreadPoolExecutor) -> None:
     """The first part on this thread, the others on `pool`; returns when all ended, raising the
     first error."""
     futures = [pool.submit(part) for part in parts[1:]]
@@ -167,7 +167,7 @@ def ranks_running(n: int) -> Iterator[None]:
             _RANKS -= n
 
 
-def side_by_side(parts: list[Callable[[], None]]) -> None:
+def side_by_side(parts: list[Callable[[], object]]) -> None:
     """Run `parts` at once, each keeping a core busy (`ranks_running`): the first on this thread,
     the others on the pool's helpers, which are started once per process (starting a thread per
     call costs a scheduler round trip, milliseconds on a loaded machine). Returns when every part
