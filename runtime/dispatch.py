@@ -310,6 +310,7 @@ def _reraise(rank: int, e: BaseException) -> None:
 
 def run_ranks(fns: Mapping[int, Callable[[], Any]]) -> dict[int, Any]:
     """Run one callable per rank in parallel threads (numpy releases the GIL); return results.
+    (Ranks that run the same program may run as one launch instead: runtime.cluster_memory.)
 
     Every rank runs to completion; if any failed, the error of the lowest failing rank is
     re-raised with its message prefixed ``"rank r: "``.
