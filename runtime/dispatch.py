@@ -34,6 +34,7 @@ __all__ = [
     "check_rank_flow",
     "MAX_TRIPS",
     "blocked_view_shape",
+    "raise_for_rank",
     "run_ranks",
 ]
 
@@ -287,6 +288,12 @@ def check_trips(n: int, where: object = None) -> None:
         )
 
 
+def raise_for_rank(rank: int, e: BaseException) -> None:
+    """Raise ``e``, rank `rank`'s error, as `run_ranks` raises it: the same type, its message
+    prefixed ``"rank r: "`` (for ranks run otherwise than on `run_ranks`' threads)."""
+    _reraise(rank, e)
+
+
 def _reraise(rank: int, e: BaseException) -> None:
     """Raise ``e`` again as the same type with its message prefixed by the rank.
 
@@ -303,6 +310,7 @@ def _reraise(rank: int, e: BaseException) -> None:
 
 def run_ranks(fns: Mapping[int, Callable[[], Any]]) -> dict[int, Any]:
     """Run one callable per rank in parallel threads (numpy releases the GIL); return results.
+    (Ranks that run the same program may run as one launch instead: runtime.cluster_memory.)
 
     Every rank runs to completion; if any failed, the error of the lowest failing rank is
     re-raised with its message prefixed ``"rank r: "``.

@@ -18,13 +18,13 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 from .blas import one_thread
 
-__all__ = ["THREADS", "Ahead", "helper_available", "ranks_running", "run"]
+__all__ = ["THREADS", "Ahead", "helper_available", "ranks_running", "run", "side_by_side"]
 
 T = TypeVar("T")
 
@@ -53,7 +53,12 @@ def run(parts: list[Callable[[], None]]) -> None:
         for part in parts:
             part()
         return
-    pool = _pool(max(THREADS, len(parts)) - 1)  # one pool however many parts a call has
+    _at_once(parts, _pool(max(THREADS, len(parts)) - 1))  # one pool however many parts a call has
+
+
+def _at_once(parts: Sequence[Callable[[], object]], pool: cf.ThreadPoolExecutor) -> None:
+    """The first part on this thread, the others on `pool`; returns when all ended, raising the
+    first error."""
     futures = [pool.submit(part) for part in parts[1:]]
     try:
         parts[0]()
@@ -160,6 +165,21 @@ def ranks_running(n: int) -> Iterator[None]:
     finally:
         with _ranks_lock:
             _RANKS -= n
+
+
+def side_by_side(parts: list[Callable[[], object]]) -> None:
+    """Run `parts` at once, each keeping a core busy (`ranks_running`): the first on this thread,
+    the others on the pool's helpers, which are started once per process (starting a thread per
+    call costs a scheduler round trip, milliseconds on a loaded machine). Returns when every part
+    has ended, raising the first error (no part outlives the call). On a helper, or with more
+    parts than threads, one after another on this thread: a helper waiting for helpers could wait
+    forever."""
+    with ranks_running(len(parts)):
+        if len(parts) == 1 or _on_helper() or len(parts) > THREADS:
+            for part in parts:
+                part()
+            return
+        _at_once(parts, _pool(THREADS - 1))
 
 
 def helper_available() -> bool:

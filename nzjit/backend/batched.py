@@ -57,7 +57,7 @@ from runtime import TileBuf
 
 from . import lane_gm, lane_log
 from .lane_state import Fallback, LaneDependent, LaneState, Step
-from .lane_values import LANE_VALUES
+from .lane_values import LANE_VALUES, LaneTensor
 
 
 # ---------------------------------------------------------------------------------- steps
@@ -97,7 +97,9 @@ def run_lane_plan(s: LaneState, plan: Any, args: list[Any]) -> list[Any]:
 
 
 # ---------------------------------------------------------------------------------- running
-def try_run_spmd(ctx: Any, plan: Any, lanes: range, n: int, captured: list[Any], spmd: bool = True) -> bool:
+def try_run_spmd(
+    ctx: Any, plan: Any, lanes: range | np.ndarray, n: int, captured: list[Any], spmd: bool = True
+) -> bool:
     """Run all `lanes` of an SPMD body's `plan` (or the independent trips of a carry-free loop,
     `spmd=False`: the body's index takes the trip values, the block index stays) batched;
     False (nothing written to GM, on-chip accounting restored) when that cannot be exact - the
@@ -129,7 +131,7 @@ def _run_lanes(s: LaneState, plan: Any, all_lanes: np.ndarray, captured: list[An
                 n_notes = len(s.notes)
                 s.group_loads = n_loaded
                 try:
-                    run_lane_plan(s, plan, [s.lanes, *captured])
+                    run_lane_plan(s, plan, [s.lanes, *group_values(captured, base, s.L)])
                 except LaneDependent:
                     # e.g. a ragged last tile: retry this group's lanes in halves (nothing of the
                     # attempt reached GM - stores wait for every group), a bounded number of times
@@ -177,6 +179,19 @@ def _run_lanes(s: LaneState, plan: Any, all_lanes: np.ndarray, captured: list[An
             for plan_, addr, get in stores:
                 plan_.run(gm, int(addr[lane]), get(lane))
     return True
+
+
+def group_values(captured: list[Any], base: int, L: int) -> list[Any]:
+    """The captured values as the lanes ``base .. base + L - 1`` of a group see them: a LaneTensor
+    given for every lane (the ranks of a rank-batched launch, rank_batch.py) sliced to the group."""
+    if not any(type(c) is LaneTensor for c in captured):
+        return captured
+    return [
+        LaneTensor(c.addr[base : base + L], c.dtype, c.shape, c.strides, c.layout)
+        if type(c) is LaneTensor
+        else c
+        for c in captured
+    ]
 
 
 #: After this many fallbacks in a row a body's plan is no longer tried batched.

@@ -23,7 +23,10 @@ import runtime
 from runtime import DeviceTensor, DispatchError, StackedDeviceTensor, Worker
 
 from ..core.types import DynDim, ScalarType
-from . import comm_run  # comm hook (issue 28): windows and the comm world of communicating ranks
+from . import (
+    comm_run,  # comm hook (issue 28): windows and the comm world of communicating ranks
+    rank_batch,  # ranks that run the same program: one launch per call (issue 25 item 4)
+)
 from .convention import LaunchPlan, download, free_temps, restore
 from .launch import default_worker, execute
 from .options import Options, current
@@ -205,23 +208,38 @@ class RankPlan:
     def run(self, name_calls: bool) -> None:
         """The calling convention (convention.py) for each launch in order; host outputs wait for
         `gather` (every rank must succeed first)."""
+        self.begin()
+        for i in range(len(self.launches)):
+            self.launch(i, self.place(i), name_calls)
+
+    def begin(self) -> None:
+        """Snapshot the resident outputs of every launch (restored if any rank fails)."""
         gm = self.worker.gm
         seen: list[Any] = []
         for ln in self.launches:
             self.snapshots += ln.plan.snapshot(gm, values_of(ln.call), seen)
-        for ln in self.launches:
-            values = values_of(ln.call)
-            keys = [a.key if isinstance(a, HostRef) else None for a in ln.call.args]
-            vals, host_outputs, _ = ln.plan.place(values, gm, self.placed, self.temps, keys)
-            for _, _, addr, slot in host_outputs:
-                if all(addr != a for _, a, _ in self.host_outputs):
-                    self.host_outputs.append((ln.call.args[slot.pos], addr, slot))
-            try:
-                execute(ln.plan, self.worker, vals)
-            except Exception as e:
-                if not name_calls:
-                    raise
-                _reraise_in(ln.call, e)
+
+    def place(self, i: int) -> list[Any]:
+        """Place launch `i`'s arguments on this rank's worker; the graph's argument values."""
+        ln = self.launches[i]
+        keys = [a.key if isinstance(a, HostRef) else None for a in ln.call.args]
+        vals, host_outputs, _ = ln.plan.place(
+            values_of(ln.call), self.worker.gm, self.placed, self.temps, keys
+        )
+        for _, _, addr, slot in host_outputs:
+            if all(addr != a for _, a, _ in self.host_outputs):
+                self.host_outputs.append((ln.call.args[slot.pos], addr, slot))
+        return vals
+
+    def launch(self, i: int, vals: list[Any], name_calls: bool = True) -> None:
+        """Run launch `i` on this rank's worker with its placed values `vals`."""
+        ln = self.launches[i]
+        try:
+            execute(ln.plan, self.worker, vals)
+        except Exception as e:
+            if not name_calls:
+                raise
+            _reraise_in(ln.call, e)
 
     def restore(self) -> None:
         """Put the resident outputs' snapshotted bytes back (another rank, or this one, failed)."""
@@ -453,6 +471,8 @@ def run_program(
         try:
             if world is not None:  # comm hook (issue 28): ranks as threads of one comm world
                 comm_run.run_ranks(world, plan)
+            elif rank_prefix and rank_batch.same_program(list(plan.values())):
+                rank_batch.run_together(list(plan.values()))  # one launch per call over every rank
             elif rank_prefix:
                 runtime.dispatch.run_ranks({r: functools.partial(rk.run, True) for r, rk in plan.items()})
             else:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from runtime.cluster_memory import RANK_SHIFT
 from runtime.convert import fixpipe_convert
 from runtime.errors import DeviceError
 from runtime.spans import byte_span, overlaps_itself
@@ -94,10 +95,14 @@ def run_views(
 
 def arithmetic_runs(addrs: np.ndarray) -> list[tuple[int, int, int]]:
     """Split increasing `addrs` into maximal arithmetic runs ``(start, stop, step)``, greedily
-    from the first address (lanes of one expert, say, form one run)."""
+    from the first address (lanes of one expert, say, form one run). A run never joins the
+    addresses of two ranks (a launch over several ranks' memory, runtime.cluster_memory): one
+    view reaches one rank's GM."""
     U = len(addrs)
     if U == 1:
         return [(0, 1, 0)]
+    if (int(addrs[0]) ^ int(addrs[-1])) >> RANK_SHIFT:
+        return _runs_per_rank(addrs)
     if U == 2 or (addrs[2:] - addrs[1:-1] == addrs[1] - addrs[0]).all():
         return [(0, U, int(addrs[1] - addrs[0]))]
     a = addrs.tolist()  # several runs: one comparison per lane on a list is cheaper than numpy here
@@ -112,6 +117,17 @@ def arithmetic_runs(addrs: np.ndarray) -> list[tuple[int, int, int]]:
         runs.append((i, j + 1, step))
         i = j + 1
     return runs
+
+
+def _runs_per_rank(addrs: np.ndarray) -> list[tuple[int, int, int]]:
+    """`arithmetic_runs` of each rank's addresses (increasing: each rank's form one block)."""
+    ranks = addrs >> RANK_SHIFT
+    cuts = [0, *(np.flatnonzero(ranks[1:] != ranks[:-1]) + 1).tolist(), len(addrs)]
+    return [
+        (u0 + a, u0 + b, step)
+        for u0, u1 in zip(cuts, cuts[1:])
+        for a, b, step in arithmetic_runs(addrs[u0:u1])
+    ]
 
 
 def image_strides(plan: Any, g: Any) -> tuple[Any, tuple[int, ...], tuple[int, ...]] | None:

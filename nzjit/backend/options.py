@@ -38,6 +38,10 @@ class Options:
     #: Threads a batched mad may use: None = `runtime.threads.THREADS` (``NZJIT_THREADS``); 1 =
     #: the calling thread only.
     threads: int | None = None
+    #: Ranks that run the same program (same kernels, dims, argument geometries) run each call as
+    #: one lane-batched launch over every rank's lanes (rank_batch.py); False: each rank on a
+    #: thread of its own. Needs `batch`.
+    rank_batch: bool = True
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Options:
         names = [f.name for f in fields(cls)]

@@ -12,6 +12,7 @@ import runtime
 from nzjit import pl
 from nzjit.backend import call as call_mod
 from nzjit.backend import launch
+from nzjit.backend.options import Options, using
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +53,8 @@ def test_direct_calls_per_rank_give_the_same_numbers(tp_data):
 
 
 def test_ranks_run_in_parallel_each_on_its_own_worker(tp_data, monkeypatch):
+    # ranks as threads (rank_batch=False; by default ranks that run the same program run as one
+    # launch, test_rank_batch.py)
     x, w, ref = tp_data
     cluster = runtime.Cluster(RANKS)
     seen: dict[int, tuple[int, runtime.Worker]] = {}
@@ -64,7 +67,8 @@ def test_ranks_run_in_parallel_each_on_its_own_worker(tp_data, monkeypatch):
         return real(plan, worker, vals)
 
     monkeypatch.setattr(call_mod, "execute", spy)
-    out = tp(x, pack(w), cluster=cluster)
+    with using(Options(rank_batch=False)):
+        out = tp(x, pack(w), cluster=cluster)
     np.testing.assert_array_equal(out, ref)
     assert sorted(seen) == list(range(RANKS))
     assert [seen[r][1] for r in range(RANKS)] == cluster.workers

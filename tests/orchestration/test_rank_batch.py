@@ -1,0 +1,232 @@
+"""Ranks that run the same program run each call as one lane-batched launch over every rank's
+lanes (issue 25 item 4, nzjit/backend/rank_batch.py): the same bytes as one rank at a time and as
+ranks on threads, each rank's memory its own, and the errors / rollback of ranks on threads."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from orch_kernels import RANKS, data, pack, tp
+
+import runtime
+from nzjit import pl
+from nzjit.backend import call as call_mod
+from nzjit.backend import rank_batch
+from nzjit.backend.options import Options, using
+from runtime.cluster_memory import ClusterMemory
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture(scope="module")
+def moe():
+    """examples/tp_moe.py: 4 ranks x (gate_up, act, down), intermediates on their rank, fp16 NZ weights."""
+    spec = importlib.util.spec_from_file_location("tp_moe_for_rank_batch", EXAMPLES / "tp_moe.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    rng = np.random.default_rng(3)
+    # real-valued fp16 data: the float claim (the same bits on every path), not only small integers
+    xe = rng.standard_normal((mod.RANKS, mod.E_LOCAL, mod.CAP, mod.H)).astype(np.float16)
+    ws = [
+        (rng.standard_normal((mod.RANKS, mod.E_LOCAL, *shape)) / 16).astype(np.float16)
+        for shape in ((mod.F, mod.H), (mod.F, mod.H), (mod.H, mod.F))
+    ]
+    return mod, xe, ws
+
+
+def _spy_launches(monkeypatch) -> tuple[list[Any], list[int]]:
+    """Record each rank-batched attempt (the device ids of its ranks, or False when it fell back)
+    and each rank's own launch (by device id)."""
+    batched: list[Any] = []
+    per_rank: list[int] = []
+    real_together, real_execute = rank_batch.launch_together, call_mod.execute
+
+    def together(plans, workers, vals):
+        ok = real_together(plans, workers, vals)
+        batched.append(ok and tuple(w.device_id for w in workers))
+        return ok
+
+    def execute(plan, worker, vals):
+        per_rank.append(worker.device_id)
+        return real_execute(plan, worker, vals)
+
+    monkeypatch.setattr(rank_batch, "launch_together", together)
+    monkeypatch.setattr(call_mod, "execute", execute)
+    return batched, per_rank
+
+
+def _one_rank(mod, r: int):
+    @pl.orchestration
+    def rank_r(
+        xe: pl.Tensor[[mod.RANKS, mod.E_LOCAL, mod.CAP, mod.H], pl.FP16],
+        wg: pl.Tensor[[mod.RANKS, mod.E_LOCAL, mod.F, mod.H], pl.FP16, pl.NZ],
+        wu: pl.Tensor[[mod.RANKS, mod.E_LOCAL, mod.F, mod.H], pl.FP16, pl.NZ],
+        wd: pl.Tensor[[mod.RANKS, mod.E_LOCAL, mod.H, mod.F], pl.FP16, pl.NZ],
+        ye: pl.InOut[pl.Tensor[[mod.RANKS, mod.E_LOCAL, mod.CAP, mod.H], pl.FP32]],
+    ):
+        g, u = mod.gate_up(xe[r], wg[r], wu[r], device=r)
+        h = mod.act(g, u, device=r)
+        mod.down(h, wd[r], ye[r], device=r)
+
+    return rank_r
+
+
+def _groups(threads: int) -> list[tuple[int, ...]]:
+    """The rank groups of 4 ranks with `threads` threads: one launch per group and call."""
+    return {1: [(0, 1, 2, 3)], 2: [(0, 1), (2, 3)], 4: [(0,), (1,), (2,), (3,)]}[threads]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_moe_program_is_one_launch_per_call_with_the_bytes_of_one_rank_at_a_time(moe, threads, monkeypatch):
+    monkeypatch.setattr(runtime.threads, "THREADS", threads)
+    mod, xe, ws = moe
+    cluster = runtime.Cluster(mod.RANKS)
+    wd = [cluster.alloc_stacked_tensor(runtime.pack_nz(w)) for w in ws]
+    alone = np.zeros((mod.RANKS, mod.E_LOCAL, mod.CAP, mod.H), np.float32)
+    for r in range(mod.RANKS):  # each rank by itself: a one-rank program, never batched
+        _one_rank(mod, r)(xe, *wd, alone)
+    with using(Options(rank_batch=False)):
+        as_threads = mod.moe_experts(xe, *wd)
+    batched, per_rank = _spy_launches(monkeypatch)
+    together = mod.moe_experts(xe, *wd)
+    # three calls (gate_up, act, down), each one launch per group of ranks (all 4 ranks' 8 lanes
+    # with one thread; 2 ranks' 4 lanes on each of two threads); no rank alone
+    assert sorted(batched) == sorted(_groups(threads) * 3) and per_rank == []
+    assert together.tobytes() == alone.tobytes() == as_threads.tobytes()
+    ref = mod.reference_experts(xe, *ws)
+    np.testing.assert_allclose(together, ref, rtol=2e-2, atol=2e-2)  # fp16 activation in between
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_int8_program_exact_and_outputs_on_their_own_rank(threads, monkeypatch):
+    monkeypatch.setattr(runtime.threads, "THREADS", threads)
+    x, w, ref = data(5)
+    cluster = runtime.Cluster(RANKS)
+    ws = cluster.alloc_stacked_tensor(pack(w))
+    out = cluster.alloc_stacked_tensor(np.full(ref.shape, 7, np.int32))  # resident InOut-like Out shards
+    batched, per_rank = _spy_launches(monkeypatch)
+    tp(x, ws, out)
+    if threads == 4:  # one rank per thread: nothing to batch, each rank its own launch
+        assert batched == [] and sorted(per_rank) == [0, 1, 2, 3]
+    else:
+        assert sorted(batched) == _groups(threads) and per_rank == []
+    for r, worker in enumerate(cluster.workers):  # rank r's shard on rank r's worker holds rank r's numbers
+        assert out[r].worker is worker
+        np.testing.assert_array_equal(worker.copy_from(out[r]), ref[r])
+
+
+def test_a_call_that_cannot_batch_runs_rank_by_rank_exactly(moe, monkeypatch):
+    monkeypatch.setattr(runtime.threads, "THREADS", 2)
+    # every rank-batched attempt falls back (an access refused): each call runs rank by rank, with
+    # the same bytes, and the kernels' own lane-batching is not counted as failing
+    mod, xe, ws = moe
+    cluster = runtime.Cluster(mod.RANKS)
+    wd = [cluster.alloc_stacked_tensor(runtime.pack_nz(w)) for w in ws]
+    want = mod.moe_experts(xe, *wd)
+
+    def refused(self, *args):
+        raise runtime.DeviceError("refused for the test")
+
+    monkeypatch.setattr(ClusterMemory, "view_span", refused)
+    batched, per_rank = _spy_launches(monkeypatch)
+    for _ in range(4):  # more often than batched.MAX_FAILS
+        got = mod.moe_experts(xe, *wd)
+        assert got.tobytes() == want.tobytes()
+    groups = _groups(2)
+    assert batched == [False] * (4 * 3 * 2)  # 4 programs of 3 calls, on 2 groups of ranks
+    assert sorted(per_rank) == sorted([0, 1, 2, 3] * 12)
+    monkeypatch.undo()
+    monkeypatch.setattr(runtime.threads, "THREADS", 2)
+    batched, per_rank = _spy_launches(monkeypatch)
+    mod.moe_experts(xe, *wd)
+    assert sorted(batched) == sorted(groups * 3) and per_rank == []  # the body plans are still batched
+
+
+@pytest.mark.parametrize("bad", [(2,), (1, 3)])
+def test_an_error_in_one_rank_leaves_every_output_untouched(bad, monkeypatch):
+    x, w, ref = data(6)
+    cluster = runtime.Cluster(RANKS)
+    ws = cluster.alloc_stacked_tensor(pack(w))
+    before = np.arange(ref.size, dtype=np.int32).reshape(ref.shape)
+    resident = cluster.alloc_stacked_tensor(before)
+    host = before.copy()
+
+    def refused(self, *args):  # the rank-batched attempt falls back ...
+        raise runtime.DeviceError("refused for the test")
+
+    real = call_mod.execute
+
+    def execute(plan, worker, vals):  # ... and the ranks `bad` fault in their own launch
+        out = real(plan, worker, vals)
+        if worker.device_id in bad:
+            raise runtime.DeviceError(f"fault on worker {worker.device_id}")
+        return out
+
+    monkeypatch.setattr(ClusterMemory, "view_span", refused)
+    monkeypatch.setattr(call_mod, "execute", execute)
+    messages = []
+    for options in (Options(), Options(rank_batch=False)):  # rank-batched, and ranks as threads
+        for out in (resident, host):
+            with using(options), pytest.raises(runtime.DeviceError) as e:
+                tp(x, ws, out)
+            messages.append(str(e.value))
+    assert messages[0].startswith(f"rank {bad[0]}: gmm (") and messages[0].endswith(
+        f": fault on worker {bad[0]}"
+    )
+    assert messages == [messages[0]] * 4  # the same report on either path, the lowest failing rank's
+    np.testing.assert_array_equal(cluster.copy_stacked_from(resident), before)  # restored from snapshots
+    np.testing.assert_array_equal(host, before)  # never copied back
+
+
+def test_ranks_with_different_programs_run_as_threads(monkeypatch):
+    x, w, ref = data(7)
+    cluster = runtime.Cluster(RANKS)
+    ws = cluster.alloc_stacked_tensor(pack(w))
+    from orch_kernels import gmm
+
+    @pl.orchestration
+    def uneven(
+        x: pl.Tensor[[RANKS, *x.shape[1:]], pl.INT8],
+        w: pl.Tensor[[RANKS, *w.shape[1:]], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[RANKS, *ref.shape[1:]], pl.INT32]],
+    ):
+        for r in range(RANKS):
+            gmm(x[r], w[r], out[r], device=r)
+        gmm(x[0], w[0], out[0], device=0)  # rank 0 runs one call more
+
+    batched, per_rank = _spy_launches(monkeypatch)
+    np.testing.assert_array_equal(uneven(x, ws), ref)
+    assert batched == [] and sorted(per_rank) == [0, 0, 1, 2, 3]
+
+
+def test_same_program_needs_every_rank_batchable():
+    class Stub:  # what same_program reads of a RankPlan
+        def __init__(self, launches, target="A2A3"):
+            self.launches, self.worker = launches, type("W", (), {"target": target})()
+
+    assert not rank_batch.same_program([])
+    assert not rank_batch.same_program([Stub([])])  # one rank: nothing to batch
+    assert not rank_batch.same_program([Stub([]), Stub([], "A5")])  # two targets
+    assert not rank_batch.same_program([Stub([]), Stub([None])])  # different call counts
+
+
+@pytest.mark.parametrize("lane_group", [1, 3])
+def test_lane_groups_that_cut_across_ranks_give_the_same_bytes(lane_group, monkeypatch):
+    # lane groups of 1 or 3 lanes (of the 2 ranks x 2 lanes of a group): each group sees its own
+    # lanes' addresses, whichever ranks they belong to
+    monkeypatch.setattr(runtime.threads, "THREADS", 2)
+    x, w, ref = data(8)
+    cluster = runtime.Cluster(RANKS)
+    ws = cluster.alloc_stacked_tensor(pack(w))
+    batched, per_rank = _spy_launches(monkeypatch)
+    with using(Options(lane_group=lane_group)):
+        out = tp(x, ws)
+    np.testing.assert_array_equal(out, ref)
+    assert sorted(batched) == _groups(2) and per_rank == []
