@@ -8,10 +8,14 @@ uses (4 ranks of examples/tp_moe.py used ~10x the CPU time with numpy's default 
 with one). So while ranks run side by side BLAS runs on the calling thread only (`one_thread`), and
 the library's own setting comes back afterwards.
 
+A product's bytes can depend on the thread count: with OPENBLAS_CORETYPE=Haswell, a float32
+[256, 512] @ [512, 384] differs in 6% of its elements between one thread and two (other kernels,
+e.g. SkylakeX's, give the same bits). So the simulator runs every launch that multiplies on one
+BLAS thread too (nzjit's executor enters `one_thread` around it), and its bits are the same alone,
+on ranks side by side and rank-batched; its own helper threads (runtime/threads.py) use the cores.
+
 The library is found among those loaded into this process (numpy's `scipy_openblas`, or a system
-OpenBLAS); with none found, or on a platform without `/proc/self/maps`, nothing changes. A product's
-bytes do not depend on the thread count: OpenBLAS splits a product by blocks of rows and columns,
-never along the summed axis.
+OpenBLAS); with none found, or on a platform without `/proc/self/maps`, nothing changes.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from runtime import GlobalMemory, OnChip
+from runtime.blas import one_thread
 
 from ..core.ir import Eqn, Graph
 from .options import DEFAULT, Options
@@ -58,6 +59,11 @@ def run_graph(ctx: Ctx, g: Graph, args: Sequence[Any], n_owned_params: int = 0) 
     invalid operations are silent, as on the device (inf / nan results, no numpy warnings)."""
     plan = plan_of(g, n_owned_params, ctx.options)
     with np.errstate(over="ignore", invalid="ignore"):
+        if plan.multiplies:
+            # OpenBLAS's bits depend on its thread count on some CPUs (its Haswell kernels), so
+            # every launch multiplies on one BLAS thread: the same bits alone, on ranks, batched
+            with one_thread():
+                return plan.run(ctx, args)
         return plan.run(ctx, args)
 
 

@@ -45,6 +45,9 @@ class Plan:
     #: the steps that note their GM window in a launch's lane-race log (lane_log.py): a load or
     #: store (tile or scalar) the compiler did not prove race-free; a proven one runs unwrapped
     logged: tuple[int, ...] = ()
+    #: the graph (nested bodies included) runs a cube product: a launch of it runs BLAS on one
+    #: thread (executor.run_graph), since on some CPUs a product's bits depend on BLAS's threads
+    multiplies: bool = False
 
     def run(self, ctx: Any, args: Sequence[Any]) -> list[Any]:
         """Run the plan on `args` in `ctx`; returns the values of its output slots."""
@@ -221,7 +224,27 @@ def build_plan(g: Graph, n_owned_params: int, options: Options, in_launch: bool 
     lane_steps = None if lanes is None else tuple(with_frees(*x) for x in lanes)
     if unread and lane_steps is not None:  # the same on the batched path: its on-chip peak is the trip's
         lane_steps = (with_frees(_no_step, unread, ()), *lane_steps)
-    return Plan(steps, template, param_slots, out_slots, tuple(runs), lane_steps, logged=tuple(logged))
+    return Plan(
+        steps,
+        template,
+        param_slots,
+        out_slots,
+        tuple(runs),
+        lane_steps,
+        logged=tuple(logged),
+        multiplies=multiplies(g),
+    )
+
+
+def multiplies(g: Graph) -> bool:
+    """Whether `g`, nested bodies included, runs a product on the cube (a tensor or tile matmul,
+    its accumulating / bias / batched / gemv forms, or their lowered `tile.mad*`): those are the
+    equations whose numpy implementation calls BLAS."""
+    for e in g.walk():
+        op = e.primitive.name.rsplit(".", 1)[-1]
+        if "matmul" in op or "gemv" in op or op.startswith("mad"):
+            return True
+    return False
 
 
 def _then_free(run: Run, dead: tuple[int, ...]) -> Run:
@@ -257,4 +280,4 @@ def clear_plans() -> None:
     _PLANS.clear()
 
 
-__all__ = ["Plan", "build_plan", "plan_of", "clear_plans", "liveness", "window_extracts"]
+__all__ = ["Plan", "build_plan", "plan_of", "clear_plans", "liveness", "multiplies", "window_extracts"]
