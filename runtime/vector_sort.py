@@ -122,11 +122,18 @@ def tmrgsort(dst: TileBuf, src: TileBuf, block_len: int) -> None:
     valid_region(dst)[...] = merged.reshape(1, -1).view(dst.dtype)
 
 
-def tmrgsort_lists(dst: TileBuf, srcs: list[TileBuf], tmp: TileBuf) -> None:
-    """TMRGSORT format 2 (not exhausted): 2-4 separate sorted lists of value-index pairs (one row each)
-    merged descending into `dst` (ties: the earlier list first). On the device vmrgsort4 writes the
-    merge into the workspace `tmp` and copies it to dst; here tmp is checked (its size) but left as
-    it was, since a kernel's tiles are values: nothing reads a workspace after the instruction."""
+def tmrgsort_lists(
+    dst: TileBuf, srcs: list[TileBuf], tmp: TileBuf, exhausted: bool = False
+) -> tuple[int, ...]:
+    """TMRGSORT format 2: 2-4 separate sorted lists of value-index pairs (one row each) merged
+    descending (ties: the earlier list first). Returns the executed-count list (MrgSortExecutedNumList:
+    the pairs taken from each of 4 lists, VMS4_SR).
+
+    vmrgsort4 writes the merge into the workspace `tmp` and MovUb2Ub copies dst's valid columns from
+    tmp to dst. With `exhausted` (Xt[12], the suspending merge) it stops after the first pick that
+    empties a list, so only that many pairs are merged: the rest of dst is what tmp held there
+    (pto-isa a2a3 TMrgSort.hpp; the CPU model's ReachExhausted). Here tmp itself is left as it was,
+    since a kernel's tiles are values: nothing reads a workspace after the instruction."""
     what = "TMRGSORT"
     for t in (dst, tmp, *srcs):
         check_vec(t, what)
@@ -146,8 +153,21 @@ def tmrgsort_lists(dst: TileBuf, srcs: list[TileBuf], tmp: TileBuf) -> None:
     parts = [_pairs(t, what) for t in srcs]
     vals = np.concatenate([v.reshape(-1) for v, _, _ in parts])
     raw = np.concatenate([r.reshape(-1) for _, _, r in parts])
+    sizes = np.array([r.size for _, _, r in parts])
     order = np.argsort(-vals, kind="stable")  # the lists in order: ties keep list order
-    valid_region(dst)[...] = raw[order].reshape(1, -1).view(dst.dtype)
+    merged = raw[order]
+    produced = merged.size
+    if exhausted:
+        # it stops right after the pick that empties a list: the earliest position of a list's last pair
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        ends = rank[(np.cumsum(sizes) - 1)[sizes > 0]]
+        produced = min(merged.size, 1) if sizes.min() == 0 else int(ends.min()) + 1  # checked after a pick
+    words = np.ascontiguousarray(tmp.window(0, 0, 1, total)).view(np.uint64).reshape(-1)
+    words[:produced] = merged[:produced]  # tmp's first pairs; dst is MovUb2Ub's copy of tmp
+    valid_region(dst)[...] = words.reshape(1, -1).view(dst.dtype)
+    counts = np.bincount(np.repeat(np.arange(len(srcs)), sizes)[order[:produced]], minlength=4)
+    return tuple(int(n) for n in counts)
 
 
 def gather_mask(dst: TileBuf, src: TileBuf, pattern: int) -> None:

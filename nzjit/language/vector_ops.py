@@ -122,11 +122,13 @@ def binary(name: str, lhs: Any, rhs: Any, high_precision: bool = False) -> Trace
     selects TDIV's precision mode, which PyPTO exposes on the tile-tile form only."""
     what = f"pl.{name}"
     a = _vec(lhs, what, name)
-    if high_precision and (is_scalar(rhs) or getattr(getattr(rhs, "type", None), "shape", None) != getattr(a.type, "shape", None)):
+    if high_precision and (
+        is_scalar(rhs) or getattr(getattr(rhs, "type", None), "shape", None) != getattr(a.type, "shape", None)
+    ):
         raise _fail(
             f"{what}: high_precision requires a Tile rhs of the lhs's shape (TDIV's precision mode; "
             f"the scalar and broadcast forms have none in PyPTO), got {rhs!r}",
-            help=f"drop high_precision, or pl.full / pl.row_expand the divisor to the lhs's shape first",
+            help="drop high_precision, or pl.full / pl.row_expand the divisor to the lhs's shape first",
         )
     if is_scalar(rhs):
         _check_literal(what, rhs, a.type.dtype)

@@ -136,7 +136,7 @@ def _sort32(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
 
 
 def _mrgsort2(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
-    VS.tmrgsort_lists(out, ins[:-1], ins[-1])
+    VS.tmrgsort_lists(out, ins[:-1], ins[-1], bool(e.params.get("exhausted")))
 
 
 def _mrgsort2_valid(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:

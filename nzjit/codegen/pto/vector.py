@@ -233,10 +233,11 @@ def _mrgsort2(em: Emitter, e: Eqn) -> None:
     """TMRGSORT format 2: the lists and tmp in, dst and the per-list executed counts out."""
     tiles = [em.tile(a) for a in e.inputs]
     executed = em.names.fresh("executed_vec")
+    flag = "true" if e.params.get("exhausted") else "false"
     em.line(f"{executed} = arith.constant dense<0> : vector<4xi16>")
     out = _alloc(em, e, tiles[0])
     em.line(
-        f"pto.tmrgsort ins({', '.join(t.ssa for t in tiles)} {{exhausted = false}} : "
+        f"pto.tmrgsort ins({', '.join(t.ssa for t in tiles)} {{exhausted = {flag}}} : "
         f"{', '.join(t.spelled for t in tiles)}) outs({out.ssa}, {executed} : {out.spelled}, vector<4xi16>)"
     )
 
