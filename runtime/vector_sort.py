@@ -12,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import DeviceError
+from .memory import CAPACITIES
 from .tile import TileBuf
-from .vector import UB_BYTES, check_vec, valid_region
+from .vector import check_vec, valid_region
 
 __all__ = [
     "MASK_PATTERNS",
@@ -123,7 +124,7 @@ def tmrgsort(dst: TileBuf, src: TileBuf, block_len: int) -> None:
 
 
 def tmrgsort_lists(
-    dst: TileBuf, srcs: list[TileBuf], tmp: TileBuf, exhausted: bool = False
+    dst: TileBuf, srcs: list[TileBuf], tmp: TileBuf, exhausted: bool = False, target: str = "A2A3"
 ) -> tuple[int, ...]:
     """TMRGSORT format 2: 2-4 separate sorted lists of value-index pairs (one row each) merged
     descending (ties: the earlier list first). Returns the executed-count list (MrgSortExecutedNumList:
@@ -146,8 +147,9 @@ def tmrgsort_lists(
     total = sum(t.valid_col for t in srcs)
     if tmp.cols < total:
         raise DeviceError(f"{what}: tmp has {tmp.cols} columns, the lists {total} (GETMRGSORTTMPSIZE)")
-    if (sum(t.cols for t in srcs) + tmp.cols) * dst.dtype.itemsize >= UB_BYTES:
-        raise DeviceError(f"{what}: the lists and tmp exceed the unified buffer ({UB_BYTES} bytes)")
+    ub = CAPACITIES[target]["Vec"]  # A2/A3's hard-coded UB_SIZE, A5's PTO_UBUF_SIZE_BYTES
+    if (sum(t.cols for t in srcs) + tmp.cols) * dst.dtype.itemsize >= ub:
+        raise DeviceError(f"{what}: the lists and tmp exceed the unified buffer ({ub} bytes on {target})")
     if (dst.valid_row, dst.valid_col) != (1, total):
         raise DeviceError(f"{what}: dst valid shape {dst.valid_row}x{dst.valid_col} != 1x{total}")
     parts = [_pairs(t, what) for t in srcs]

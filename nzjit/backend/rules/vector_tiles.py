@@ -164,7 +164,7 @@ register((VP.sort32_p,), Rule(impl_of(_SORT32), batch=lanes_of(_SORT32)))
 
 
 def _mrgsort2(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
-    VS.tmrgsort_lists(out, ins[:-1], ins[-1], bool(e.params.get("exhausted")))
+    VS.tmrgsort_lists(out, ins[:-1], ins[-1], bool(e.params.get("exhausted")), target)
 
 
 def _mrgsort2_valid(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
