@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from nzjit import pl
@@ -510,6 +511,29 @@ def _creation_cases() -> list[Case]:
                     "dtype", lambda t, s: pl.mul(t, s), "does not combine with", ins=(I32, In(scalar=0.3))
                 ),
             ),
+        ),
+        Case(
+            "pl.mul(fp16 tile, pl.Scalar[pl.FP16])",
+            6,
+            "tile.muls",
+            "pto.tmuls",
+            lambda t, s: pl.mul(t, s),
+            lambda x, s: (x.astype(np.float64) * np.float64(np.float16(s))).astype(
+                np.float16
+            ),  # one rounding
+            ins=(In(dtype=pl.FP16), In(scalar=0.3, dtype=pl.FP16)),
+            out=((R, C), pl.FP16),
+            doc="pl.Scalar[pl.FP32]` (and FP16, BF16)",
+        ),
+        Case(
+            "pl.add(tile, pl.Scalar[pl.BF16])",
+            6,
+            "tile.adds",
+            "pto.tadds",
+            lambda t, s: pl.add(t, s),
+            lambda x, s: _r32(x + np.float64(ml_dtypes.bfloat16(s))),  # the value rounded to bf16 first
+            ins=(In(), In(scalar=0.3, dtype=pl.BF16)),
+            doc="pl.Scalar[pl.FP32]` (and FP16, BF16)",
         ),
     ]
 
