@@ -139,35 +139,21 @@ def fam_vec_alu(g: G) -> None:
         elif kind == "minmax":
             op = str(g.choice(["minimum", "maximum"]))
             g.emit(2, f"{t} = pl.{op}({a}, {b})", f"{t} = np.{op}({a}, {b})")
-        elif kind == "row":
+        elif kind in ("row", "col"):  # a reduction broadcast back along its axis
+            axis = 1 if kind == "row" else 0
             red, exp = str(g.choice(["max", "min"])), str(g.choice(["add", "sub", "mul", "div"]))
             if exp == "div":  # by |max| + 1: never zero
                 exact = False
                 g.emit(
                     2,
-                    f"{t} = pl.row_expand_div({a}, pl.add(pl.abs(pl.row_{red}({a})), 1.0))",
-                    f"{t} = ({a} / (np.abs({a}.{red}(axis=1, keepdims=True)) + 1.0){_R32}){_R32}",
+                    f"{t} = pl.{kind}_expand_div({a}, pl.add(pl.abs(pl.{kind}_{red}({a})), 1.0))",
+                    f"{t} = ({a} / (np.abs({a}.{red}(axis={axis}, keepdims=True)) + 1.0){_R32}){_R32}",
                 )
             else:
                 g.emit(
                     2,
-                    f"{t} = pl.row_expand_{exp}({a}, pl.row_{red}({a}))",
-                    f"{t} = ({a} {_SCALAR[exp]} {a}.{red}(axis=1, keepdims=True)){_R32}",
-                )
-        elif kind == "col":
-            red, exp = str(g.choice(["max", "min"])), str(g.choice(["add", "sub", "mul", "div"]))
-            if exp == "div":  # by |max| + 1: never zero
-                exact = False
-                g.emit(
-                    2,
-                    f"{t} = pl.col_expand_div({a}, pl.add(pl.abs(pl.col_{red}({a})), 1.0))",
-                    f"{t} = ({a} / (np.abs({a}.{red}(axis=0, keepdims=True)) + 1.0){_R32}){_R32}",
-                )
-            else:
-                g.emit(
-                    2,
-                    f"{t} = pl.col_expand_{exp}({a}, pl.col_{red}({a}))",
-                    f"{t} = ({a} {_SCALAR[exp]} {a}.{red}(axis=0, keepdims=True)){_R32}",
+                    f"{t} = pl.{kind}_expand_{exp}({a}, pl.{kind}_{red}({a}))",
+                    f"{t} = ({a} {_SCALAR[exp]} {a}.{red}(axis={axis}, keepdims=True)){_R32}",
                 )
         elif kind == "unary":
             op = str(g.choice(["abs", "neg", "relu"]))

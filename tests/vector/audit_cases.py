@@ -882,55 +882,35 @@ def _move_cases() -> list[Case]:
                 ),
             )
         )
-    out.append(
-        Case(
-            "pl.move(vec, target_memory=pl.Mem.Mat) on A2A3",
-            1,
-            "tile.tpush_to_aic",
-            "pto.tpush_to_aic",
-            lambda v, b: pl.matmul(
-                pl.move(pl.move(v, target_memory=Mem.Mat), target_memory=Mem.Left),
-                pl.move(b, target_memory=Mem.Right),
-            ),
-            _f32mm,
-            ins=(In(shape=(R, 32), dtype=pl.FP16), _B),
-            rtol=1e-6,
-            doc="Vec -> Mat",
-            refusals=(
-                Refusal(
-                    "shape",
-                    lambda v, b: pl.move(v, target_memory=Mem.Mat),
-                    "whole 16 x 16 fractals",
-                    ins=(In(shape=(8, 32), dtype=pl.FP16), _B),
+    for target, prim, instr in (
+        (pl.A2A3, "tile.tpush_to_aic", "pto.tpush_to_aic"),
+        (pl.A5, "tile.move", "pto.tmov"),
+    ):
+        out.append(
+            Case(
+                f"pl.move(vec, target_memory=pl.Mem.Mat) on {target.value}",
+                1,
+                prim,
+                instr,
+                lambda v, b: pl.matmul(
+                    pl.move(pl.move(v, target_memory=Mem.Mat), target_memory=Mem.Left),
+                    pl.move(b, target_memory=Mem.Right),
                 ),
-            ),
-        )
-    )
-    out.append(
-        Case(
-            "pl.move(vec, target_memory=pl.Mem.Mat) on A5",
-            1,
-            "tile.move",
-            "pto.tmov",
-            lambda v, b: pl.matmul(
-                pl.move(pl.move(v, target_memory=Mem.Mat), target_memory=Mem.Left),
-                pl.move(b, target_memory=Mem.Right),
-            ),
-            _f32mm,
-            ins=(In(shape=(R, 32), dtype=pl.FP16), _B),
-            rtol=1e-6,
-            target=pl.A5,
-            doc="Vec -> Mat",
-            refusals=(
-                Refusal(
-                    "shape",
-                    lambda v, b: pl.move(v, target_memory=Mem.Mat),
-                    "whole 16 x 16 fractals",
-                    ins=(In(shape=(8, 32), dtype=pl.FP16), _B),
+                _f32mm,
+                ins=(In(shape=(R, 32), dtype=pl.FP16), _B),
+                rtol=1e-6,
+                target=target,
+                doc="Vec -> Mat",
+                refusals=(
+                    Refusal(
+                        "shape",
+                        lambda v, b: pl.move(v, target_memory=Mem.Mat),
+                        "whole 16 x 16 fractals",
+                        ins=(In(shape=(8, 32), dtype=pl.FP16), _B),
+                    ),
                 ),
-            ),
+            )
         )
-    )
     out.append(
         Case(
             "pl.move(tile, target_memory=pl.Mem.Vec) (Vec -> Vec)",
