@@ -461,6 +461,7 @@ def fillpad(tile: Any, pad_value: Any = PadValue.zero) -> Tracer:
 
 
 def is_tensor(x: Any) -> bool:
+    """`x` is a traced tensor (a GM operand, e.g. a per-channel scale tensor), not a tile."""
     return isinstance(x, Tracer) and isinstance(x.type, TensorType)
 
 
