@@ -31,6 +31,7 @@ from .language.carries import yield_
 from .language.cube_ops import gemv, gemv_acc, gemv_bias, matmul_bias
 from .language.kernel import kernel, orchestration
 from .language.loops import range, spmd
+from .language.move_ops import move
 from .language.ops import (
     create_tensor,
     get_block_idx,
@@ -77,7 +78,6 @@ from .language.vector_ops import (
     matmul_acc,
     maximum,
     minimum,
-    move,
     mul,
     neg,
     recip,

@@ -64,6 +64,7 @@ __all__ = [
     "pad_scalar",
     "round_to",
     "BINARY_INSTR",
+    "HIGH_PRECISION",
     "extract",
     "insert",
     "reshape",
@@ -136,6 +137,17 @@ UNARY_OPS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "relu": lambda x: np.maximum(x, x.dtype.type(0)),
 }
 _FLOAT_ONLY = frozenset({"div", "exp", "log", "sqrt", "rsqrt", "recip"})
+#: The instructions with a HIGH_PRECISION algorithm (pto-isa's PrecisionType template argument)
+#: that PyPTO exposes as `high_precision=`, and what it changes per target: "ignored" (pto-isa:
+#: "only available on A5, the PrecisionType option is ignored on A3"), "ieee" (A5's Div754
+#: IEEE-754 division: the correctly rounded result, which the default model already computes),
+#: "fp64" (computed in fp64, rounded once), "sqrt-div" (TSQRT then TDIV, two roundings).
+HIGH_PRECISION: dict[str, dict[str, str]] = {
+    "div": {"A2A3": "ignored", "A5": "ieee"},
+    "recip": {"A2A3": "ignored", "A5": "ieee"},
+    "log": {"A2A3": "ignored", "A5": "fp64"},
+    "rsqrt": {"A2A3": "sqrt-div", "A5": "sqrt-div"},
+}
 REDUCE_OPS = ("sum", "max", "min")
 PAD_VALUES = ("zero", "max", "min")
 
@@ -243,10 +255,18 @@ def binary_scalar(op: str, dst: TileBuf, a: TileBuf, scalar: float | int, target
 def unary(op: str, dst: TileBuf, src: TileBuf, target: str = "A2A3", high_precision: bool = False) -> None:
     """TEXP / TLOG / TSQRT / TRSQRT / TRECIP / TABS / TNEG / TRELU over dst's valid region.
 
-    `high_precision` TRSQRT is pto-isa's documented high-precision form (the A2/A3 overload with a
-    tmp tile; A5's HIGH_PRECISION algorithm): a correctly rounded square root, then a correctly
-    rounded division of 1 by it, each rounded to the tile dtype (TSQRT then TDIV). The default is
-    the device's approximate TRSQRT (A2/A3 vrsqrt), modelled as 1 / sqrt rounded once."""
+    `high_precision` (PyPTO's flag on log / recip / rsqrt, pto-isa's PrecisionType template
+    argument, see HIGH_PRECISION):
+
+    * TRSQRT, both targets: the documented high-precision form (the A2/A3 overload with a tmp
+      tile, TRsqrtHighPrecision; A5's HIGH_PRECISION): a correctly rounded square root, then a
+      correctly rounded division of 1 by it, each rounded to the tile dtype (TSQRT then TDIV). The
+      default is the device's approximate vrsqrt, modelled as 1 / sqrt rounded once.
+    * TLOG / TRECIP on A2/A3: "the PrecisionType option is ignored on A3" (pto-isa TLOG.md,
+      TRECIP.md): the same bits as the default.
+    * TLOG on A5: the HIGH_PRECISION algorithm (LogPrecisionImpl), modelled as the logarithm
+      computed in fp64 and rounded once to the tile dtype; the default vln is the fp32 function.
+    * TRECIP on A5: IEEE-754 division of 1 (Div754), which the default model already is."""
     what = f"T{op.upper()}"
     check_vec(dst, what)
     check_vec(src, what)
@@ -255,10 +275,15 @@ def unary(op: str, dst: TileBuf, src: TileBuf, target: str = "A2A3", high_precis
     _same_valid(what, dst, src)
     c = _compute_dtype(dst.dtype)
     x = valid_region(src).astype(c, copy=False)
-    if high_precision and op == "rsqrt":
+    algorithm = HIGH_PRECISION.get(op, {}).get(target) if high_precision else None
+    if algorithm == "sqrt-div":
         with np.errstate(invalid="ignore", divide="ignore"):
             root = np.sqrt(x).astype(dst.dtype).astype(c, copy=False)  # TSQRT's rounded result
         _apply(dst, np.divide, np.ones((), c), root)
+        return
+    if algorithm == "fp64":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            _write(dst, UNARY_OPS[op](x.astype(np.float64)))
         return
     _apply(dst, UNARY_OPS[op], x)
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import DeviceError
+from .memory import CAPACITIES
 from .tile import TileBuf
-from .vector import UB_BYTES, check_vec, valid_region
+from .vector import check_vec, valid_region
 
 __all__ = [
     "MASK_PATTERNS",
@@ -122,11 +123,18 @@ def tmrgsort(dst: TileBuf, src: TileBuf, block_len: int) -> None:
     valid_region(dst)[...] = merged.reshape(1, -1).view(dst.dtype)
 
 
-def tmrgsort_lists(dst: TileBuf, srcs: list[TileBuf], tmp: TileBuf) -> None:
-    """TMRGSORT format 2 (not exhausted): 2-4 separate sorted lists of value-index pairs (one row each)
-    merged descending into `dst` (ties: the earlier list first). On the device vmrgsort4 writes the
-    merge into the workspace `tmp` and copies it to dst; here tmp is checked (its size) but left as
-    it was, since a kernel's tiles are values: nothing reads a workspace after the instruction."""
+def tmrgsort_lists(
+    dst: TileBuf, srcs: list[TileBuf], tmp: TileBuf, exhausted: bool = False, target: str = "A2A3"
+) -> tuple[int, ...]:
+    """TMRGSORT format 2: 2-4 separate sorted lists of value-index pairs (one row each) merged
+    descending (ties: the earlier list first). Returns the executed-count list (MrgSortExecutedNumList:
+    the pairs taken from each of 4 lists, VMS4_SR).
+
+    vmrgsort4 writes the merge into the workspace `tmp` and MovUb2Ub copies dst's valid columns from
+    tmp to dst. With `exhausted` (Xt[12], the suspending merge) it stops after the first pick that
+    empties a list, so only that many pairs are merged: the rest of dst is what tmp held there
+    (pto-isa a2a3 TMrgSort.hpp; the CPU model's ReachExhausted). Here tmp itself is left as it was,
+    since a kernel's tiles are values: nothing reads a workspace after the instruction."""
     what = "TMRGSORT"
     for t in (dst, tmp, *srcs):
         check_vec(t, what)
@@ -139,15 +147,29 @@ def tmrgsort_lists(dst: TileBuf, srcs: list[TileBuf], tmp: TileBuf) -> None:
     total = sum(t.valid_col for t in srcs)
     if tmp.cols < total:
         raise DeviceError(f"{what}: tmp has {tmp.cols} columns, the lists {total} (GETMRGSORTTMPSIZE)")
-    if (sum(t.cols for t in srcs) + tmp.cols) * dst.dtype.itemsize >= UB_BYTES:
-        raise DeviceError(f"{what}: the lists and tmp exceed the unified buffer ({UB_BYTES} bytes)")
+    ub = CAPACITIES[target]["Vec"]  # A2/A3's hard-coded UB_SIZE, A5's PTO_UBUF_SIZE_BYTES
+    if (sum(t.cols for t in srcs) + tmp.cols) * dst.dtype.itemsize >= ub:
+        raise DeviceError(f"{what}: the lists and tmp exceed the unified buffer ({ub} bytes on {target})")
     if (dst.valid_row, dst.valid_col) != (1, total):
         raise DeviceError(f"{what}: dst valid shape {dst.valid_row}x{dst.valid_col} != 1x{total}")
     parts = [_pairs(t, what) for t in srcs]
     vals = np.concatenate([v.reshape(-1) for v, _, _ in parts])
     raw = np.concatenate([r.reshape(-1) for _, _, r in parts])
+    sizes = np.array([r.size for _, _, r in parts])
     order = np.argsort(-vals, kind="stable")  # the lists in order: ties keep list order
-    valid_region(dst)[...] = raw[order].reshape(1, -1).view(dst.dtype)
+    merged = raw[order]
+    produced = merged.size
+    if exhausted:
+        # it stops right after the pick that empties a list: the earliest position of a list's last pair
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        ends = rank[(np.cumsum(sizes) - 1)[sizes > 0]]
+        produced = min(merged.size, 1) if sizes.min() == 0 else int(ends.min()) + 1  # checked after a pick
+    words = np.ascontiguousarray(tmp.window(0, 0, 1, total)).view(np.uint64).reshape(-1)
+    words[:produced] = merged[:produced]  # tmp's first pairs; dst is MovUb2Ub's copy of tmp
+    valid_region(dst)[...] = words.reshape(1, -1).view(dst.dtype)
+    counts = np.bincount(np.repeat(np.arange(len(srcs)), sizes)[order[:produced]], minlength=4)
+    return tuple(int(n) for n in counts)
 
 
 def gather_mask(dst: TileBuf, src: TileBuf, pattern: int) -> None:

@@ -59,19 +59,50 @@ def batch_push_acc(st: Step) -> Any:
     ins, (o,) = st.ins, st.outs
 
     def run(s: LaneState, env: list[Any]) -> None:
-        acc = env[ins[0]]
-        if type(acc) is not LaneAcc or acc.freed:
-            raise Fallback("pipe operand")
-        vals = acc.data[:, : acc.valid_row, :]
-        if len(ins) > 1:
-            scale = _uniform_scale(s, e, env[ins[1]])
-            if isinstance(scale, np.ndarray):
-                scale = vector_quant_scale(scale[: vals.shape[-1]])
-            conv = dequant_fp16(vals, scale, relu)
-        else:
-            conv = fixpipe_convert(vals, out, relu)
+        conv = _fixpipe(s, e, env, ins, out, relu, valid_cols=False)
         slot = pipe_of(s.ctx.gm).reserve("c2v", conv.shape[1:], out)
         env[o] = LaneSlot(conv, np.arange(len(conv)), slot)
+
+    return run
+
+
+def _fixpipe(
+    s: LaneState, e: Any, env: list[Any], ins: Any, out: np.dtype, relu: bool, valid_cols: bool
+) -> np.ndarray:
+    """Every lane's accumulator (its valid rows; all columns, or the valid ones) as the fixpipe
+    converts it: the dtype conversion and ReLU, or the DEQF16 / VDEQF16 dequantisation."""
+    acc = env[ins[0]]
+    if type(acc) is not LaneAcc or acc.freed:
+        raise Fallback("fixpipe operand")
+    vals = acc.data[:, : acc.valid_row, : acc.valid_col if valid_cols else acc.data.shape[2]]
+    if len(ins) > 1:
+        scale = _uniform_scale(s, e, env[ins[1]])
+        if isinstance(scale, np.ndarray):
+            scale = vector_quant_scale(scale[: vals.shape[-1]])
+        return dequant_fp16(vals, scale, relu)
+    return fixpipe_convert(vals, out, relu)
+
+
+def batch_move_fixpipe(st: Step) -> Any:
+    """A5's direct Acc -> Vec TMOV: every lane's accumulator converted by the fixpipe straight into
+    its Vec image (the valid region; alloc_tile's zeros outside it)."""
+    e = st.eqn
+    out = np.dtype(e.params["dtype"].np_dtype)
+    relu = bool(e.params.get("relu"))
+    t = e.outputs[0].type
+    assert isinstance(t, TileType)
+    g = result_geometry(t)
+    ins, (o,) = st.ins, st.outs
+
+    def run(s: LaneState, env: list[Any]) -> None:
+        if g is None:
+            raise Fallback("fixpipe result")
+        conv = _fixpipe(s, e, env, ins, out, relu, valid_cols=True)
+        n, vr, vc = conv.shape
+        s.reserve(g)
+        data = s.zeros(n, g.nbytes, zero=(vr, vc) != (g.rows, g.cols))
+        data.view(g.dtype).reshape(n, g.rows, g.cols)[:, :vr, :vc] = conv
+        env[o] = LaneTile(g, vr, vc, data, np.arange(n))
 
     return run
 

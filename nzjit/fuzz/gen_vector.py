@@ -1,7 +1,9 @@
 """Fuzzer family vec_alu: SPMD lanes running random chains of the vector unit's ops (tile-scalar
-ALU, tile-tile minimum / maximum / div, row and column reductions with their broadcasts, unary
-ops, conversions with a rounding mode, fills and padding, compare + select) on fp32 Vec windows, against a numpy
-reference on float64 that rounds every instruction's result to fp32 once, as the device does.
+and tile-tile ALU, row and column reductions with their broadcasts, unary ops and the float math
+(exp / log / sqrt / recip, as runtime.vector models them: the fp32 function), TLRELU, conversions
+with and without a rounding mode, fills and padding, TGATHER's index form, compare + select) on
+fp32 Vec windows, against a numpy reference on float64 that rounds every instruction's result to
+fp32 once, as the device does.
 
 Data are small integers, so every sum and product stays exact in fp32 and the comparison is exact;
 a division only divides by |y| + 1 (never zero) and is followed by no sum or conversion, whose
@@ -44,33 +46,115 @@ def fam_vec_alu(g: G) -> None:
         )
     names, exact = ["x", "y"], True
     for step in range(int(g.choice([1, 2, 3, 4]))):
-        kinds = ["scalar", "minmax", "row", "col", "unary", "full", "select"] + (
-            ["cvt", "sum", "div", "rsqrt"] if exact else []
+        kinds = ["scalar", "minmax", "row", "col", "unary", "full", "select", "tiles", "expand", "lrelu"]
+        kinds += ["odd"] if c >= 16 else []  # an fp16 row is whole 32-byte blocks: 16 columns
+        kinds += (
+            ["cvt", "sum", "div", "rsqrt", "math", "colsum", "gather"] + (["cast"] if c >= 16 else [])
+            if exact
+            else []
         )
         kind = str(g.choice(kinds))
         g.tag(f"alu:{kind}")
         a, b, t = str(g.choice(names)), str(g.choice(names)), f"t{step}"
         if kind == "scalar":
-            op = str(g.choice(list(_SCALAR)))
+            op = str(g.choice([*_SCALAR, "div", "maximum", "minimum"]))
             s = float(g.choice([2.0, -1.0, 0.5]))
-            g.emit(2, f"{t} = pl.{op}({a}, {s})", f"{t} = ({a} {_SCALAR[op]} {s}){_R32}")
+            ref = (
+                f"np.{op}({a}, {s})" if op in ("maximum", "minimum") else f"({a} {_SCALAR.get(op, '/')} {s})"
+            )
+            g.emit(2, f"{t} = pl.{op}({a}, {s})", f"{t} = {ref}{_R32}")
+        elif kind == "tiles":  # tile <op> tile: one fp32 rounding, as the reference's
+            op = str(g.choice(list(_SCALAR)))
+            g.emit(2, f"{t} = pl.{op}({a}, {b})", f"{t} = ({a} {_SCALAR[op]} {b}){_R32}")
+        elif kind == "expand":  # the plain broadcasts and the max / min ones of a reduction
+            form = str(g.choice(["row", "col", "rowmax", "rowmin", "colmax", "colmin"]))
+            ref = {
+                "row": f"np.broadcast_to({a}.max(axis=1, keepdims=True), {a}.shape)",
+                "col": f"np.broadcast_to({a}.min(axis=0, keepdims=True), {a}.shape)",
+                "rowmax": f"np.maximum({b}, {a}.min(axis=1, keepdims=True))",
+                "rowmin": f"np.minimum({b}, {a}.max(axis=1, keepdims=True))",
+                "colmax": f"np.maximum({b}, {a}.min(axis=0, keepdims=True))",
+                "colmin": f"np.minimum({b}, {a}.max(axis=0, keepdims=True))",
+            }[form]
+            src = {
+                "row": f"pl.row_expand({a}, pl.row_max({a}))",
+                "col": f"pl.col_expand({a}, pl.col_min({a}))",
+                "rowmax": f"pl.maximum({b}, pl.row_min({a}))",
+                "rowmin": f"pl.minimum({b}, pl.row_max({a}))",
+                "colmax": f"pl.maximum({b}, pl.col_min({a}))",
+                "colmin": f"pl.minimum({b}, pl.col_max({a}))",
+            }[form]
+            g.emit(2, f"{t} = {src}", f"{t} = {ref}")
+        elif kind == "lrelu":
+            g.emit(2, f"{t} = pl.tile.lrelu({a}, 0.25)", f"{t} = np.maximum({a}, ({a} * 0.25){_R32})")
+        elif kind == "math":  # the model of each (runtime.vector): the fp32 function, rounded once
+            exact = False
+            op = str(g.choice(["exp", "log", "sqrt", "recip"]))
+            x = f"(np.abs({a}) + 1.0).astype(np.float32)"
+            ref = {
+                "exp": f"np.exp({x})",
+                "log": f"np.log({x})",
+                "sqrt": f"np.sqrt({x})",
+                "recip": f"(1.0 / {x})",
+            }[op]
+            hp = ", high_precision=True" if op in ("log", "recip") and g.p(0.5) else ""
+            g.emit(2, f"{t} = pl.{op}(pl.add(pl.abs({a}), 1.0){hp})", f"{t} = {ref}.astype(np.float64)")
+        elif kind == "colsum":  # integer-valued: the tree sum is exact
+            g.emit(
+                2,
+                f"{t} = pl.col_expand_sub({a}, pl.col_sum({a}))",
+                f"{t} = ({a} - {a}.sum(axis=0, keepdims=True)){_R32}",
+            )
+        elif kind == "cast":  # tile.cast without a mode: nearest-even to fp16 and back
+            g.emit(
+                2,
+                f"{t} = pl.cast(pl.cast({a}, pl.FP16), pl.FP32)",
+                f"{t} = {a}.astype(np.float16).astype(np.float64)",
+            )
+        elif kind == "gather":
+            rev = f"pl.arange({c - 1}, [1, {c}], dtype=pl.INT32, descending=True)"
+            if g.p(0.5):  # TGATHER's flat index form: the first row reversed, on every row
+                g.emit(
+                    2,
+                    f"{t} = pl.col_expand({a}, pl.tile.gather({a}, {rev}))",
+                    f"{t} = np.broadcast_to({a}[0, ::-1], {a}.shape).copy()",
+                )
+            else:  # the row-wise form (pl.gather(x, -1, index)): every row reversed
+                g.emit(
+                    2,
+                    f"{t} = pl.gather({a}, -1, pl.col_expand(pl.full([{r}, {c}], dtype=pl.INT32, value=0), {rev}))",
+                    f"{t} = {a}[:, ::-1].copy()",
+                )
+        elif kind == "odd":  # TCVT round-to-odd into fp16: toward zero, an inexact result made odd
+            x = f"np.clip({a}, -64.0, 64.0)"
+            g.emit(
+                2,
+                f"{t} = pl.cast(pl.cast(pl.maximum(pl.minimum({a}, 64.0), -64.0), pl.FP16, mode='odd'), "
+                "pl.FP32, mode='none')",
+                f"_h = {x}.astype(np.float16); "
+                f"_z = np.where(np.abs(_h.astype(np.float64)) > np.abs({x}), np.nextafter(_h, np.float16(0)), _h); "
+                f"{t} = np.where((_z.astype(np.float64) == {x}) | ((_z.view(np.uint16) & 1) == 1), _z, "
+                f"np.nextafter(_z, np.where({x} < 0, -np.inf, np.inf).astype(np.float16))).astype(np.float64)",
+            )
         elif kind == "minmax":
             op = str(g.choice(["minimum", "maximum"]))
             g.emit(2, f"{t} = pl.{op}({a}, {b})", f"{t} = np.{op}({a}, {b})")
-        elif kind == "row":
-            red, exp = str(g.choice(["max", "min"])), str(g.choice(["add", "sub", "mul"]))
-            g.emit(
-                2,
-                f"{t} = pl.row_expand_{exp}({a}, pl.row_{red}({a}))",
-                f"{t} = ({a} {_SCALAR[exp]} {a}.{red}(axis=1, keepdims=True)){_R32}",
-            )
-        elif kind == "col":
-            red, exp = str(g.choice(["max", "min"])), str(g.choice(["add", "sub"]))
-            g.emit(
-                2,
-                f"{t} = pl.col_expand_{exp}({a}, pl.col_{red}({a}))",
-                f"{t} = ({a} {_SCALAR[exp]} {a}.{red}(axis=0, keepdims=True)){_R32}",
-            )
+        elif kind in ("row", "col"):  # a reduction broadcast back along its axis
+            axis = 1 if kind == "row" else 0
+            red, exp = str(g.choice(["max", "min"])), str(g.choice(["add", "sub", "mul", "div"]))
+            if exp == "div":  # by |max| + 1: never zero
+                exact = False
+                g.emit(
+                    2,
+                    f"{t} = pl.{kind}_expand_div({a}, pl.add(pl.abs(pl.{kind}_{red}({a})), 1.0))",
+                    f"{t} = ({a} / (np.abs({a}.{red}(axis={axis}, keepdims=True)) + 1.0){_R32}){_R32}",
+                )
+            else:
+                g.emit(
+                    2,
+                    f"{t} = pl.{kind}_expand_{exp}({a}, pl.{kind}_{red}({a}))",
+                    f"{t} = ({a} {_SCALAR[exp]} {a}.{red}(axis={axis}, keepdims=True)){_R32}",
+                )
         elif kind == "unary":
             op = str(g.choice(["abs", "neg", "relu"]))
             ref = {"abs": f"np.abs({a})", "neg": f"-{a}", "relu": f"np.maximum({a}, 0)"}[op]
@@ -138,11 +222,33 @@ def fam_vec_mix(g: G) -> None:
     cube (Vec -> Mat -> Left), a partial load padded with pl.tile.fillpad, tile windows and window
     assignment, and a row top-k (sort32 / mrgsort / gather). Small integers keep every product
     and sum exact in fp32."""
-    kind = str(g.choice(["mm", "vec2mat", "pad", "win", "topk"]))
+    kind = str(g.choice(["mm", "vec2mat", "pad", "win", "topk", "deq"]))
     g.target = str(g.choice(["pl.A2A3", "pl.A5"]))
     lanes = int(g.choice([1, 2, 3]))
     g.tag(f"mix:{kind}", f"target:{g.target}")
     g.emit(1, f"for lane in pl.spmd({lanes}):", f"for lane in lanes({lanes}):")
+    if kind == "deq":  # int8 x int8 -> int32 Acc, the fixpipe's DEQF16 to fp16 (its model, exact)
+        m, k, n = 16, int(g.choice([32, 64])), int(g.choice([32, 64]))  # int8 Mat: 16 x 32 fractals
+        s = float(g.choice([0.5, 0.0078125, 3.0]))
+        relu = g.p(0.3)
+        g.tensor("x", (lanes * m, k), "INT8")
+        g.tensor("w", (k, n), "INT8")
+        g.tensor("out", (lanes * m, n), "FP16", False, "out")
+        g.emit(
+            2,
+            f"acc = pl.matmul(pl.load(x, [lane * {m}, 0], [{m}, {k}], target_memory=pl.Mem.Mat), "
+            f"pl.load(w, [0, 0], [{k}, {n}], target_memory=pl.Mem.Mat))",
+            f"acc = win(x, (lane * {m}, 0), ({m}, {k})) @ w",
+        )
+        g.emit(
+            2,
+            f"v = pl.move(acc, target_memory=pl.Mem.Vec, dtype=pl.FP16, scale={s}, relu={relu})",
+            f"v = np.clip(acc.astype(np.float32) * np.float32({s}), -65504, 65504)"
+            + (".clip(0)" if relu else "")
+            + ".astype(np.float16).astype(np.float64)",
+        )
+        g.emit(2, f"pl.store(v, [lane * {m}, 0], out)", f"put(out, (lane * {m}, 0), ({m}, {n}), v)")
+        return
     if kind in ("mm", "vec2mat"):
         m, k, n = 16, int(g.choice([16, 32])), int(g.choice([16, 32]))
         g.tensor("x", (lanes * m, k), "FP16")
@@ -202,7 +308,10 @@ def fam_vec_mix(g: G) -> None:
             bl *= 4
         if lists:
             runs = ", ".join(f"p[:, {i * bl}:{(i + 1) * bl}]" for i in range(4))
-            g.emit(2, f"p = pl.mrgsort({runs}, pl.create_tile([1, {4 * bl}], dtype=pl.FP32))", None)
+            # the suspending merge: the first k pairs are merged before a list of bl / 2 >= k runs out
+            ex = ", exhausted=True" if g.p(0.5) else ""
+            g.tag(f"mrgsort:exhausted={bool(ex)}")
+            g.emit(2, f"p = pl.mrgsort({runs}, pl.create_tile([1, {4 * bl}], dtype=pl.FP32){ex})", None)
             bl *= 4
         if bl < 2 * n:  # the last merge: runs of bl elements, 2n / bl of them
             g.unknown = True  # (not generated: n is 128 or 512, 2n a power of 4 times 64)
@@ -245,6 +354,8 @@ def fam_vec_mix(g: G) -> None:
         f"s = win(a, (lane * {r}, 0), ({r}, {2 * c})).copy()",
     )
     g.emit(2, f"t = pl.add(s[:, 0:{c}], s[:, {c}:{2 * c}])", f"t = s[:, 0:{c}] + s[:, {c}:{2 * c}]")
+    if g.p(0.5):  # a Vec -> Vec TMOV: a copy
+        g.emit(2, "t = pl.move(t, target_memory=pl.Mem.Vec)", None)
     row = int(g.choice(range(r)))
     g.emit(
         2,

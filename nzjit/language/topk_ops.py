@@ -56,7 +56,9 @@ def mrgsort(
     """`pl.mrgsort(src, block_len=)` (TMRGSORT format 1): runs of 4 sorted blocks of `block_len`
     elements merged into sorted runs of 4 * block_len; `pl.mrgsort(src0, src1[, src2[, src3]],
     tmp=)` (format 2): 2-4 separate sorted one-row lists merged into one row (`tmp` is the
-    instruction's workspace of their total length; `exhausted=True` is refused)."""
+    instruction's workspace of their total length). `exhausted=True` is the suspending merge: it
+    stops once a list is used up, so only the first min(list lengths) pairs are sure to be merged
+    (enough for a top-k with k pairs per list); the rest of the row is what `tmp` held."""
     if block_len is not None:
         if any(x is not None for x in (src1, src2, src3, tmp)):
             raise CompileError(

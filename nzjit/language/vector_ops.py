@@ -116,11 +116,20 @@ def _vec(x: Any, what: str, op: str) -> Tracer:
 
 
 # --------------------------------------------------------------------------------- binary ops
-def binary(name: str, lhs: Any, rhs: Any) -> Tracer:
+def binary(name: str, lhs: Any, rhs: Any, high_precision: bool = False) -> Tracer:
     """`lhs <name> rhs`: tile-tile, tile-scalar (TADDS ...), or a `[R, 1]` / `[1, C]` right operand
-    broadcast along the rows / columns (TROWEXPAND* / TCOLEXPAND*)."""
+    broadcast along the rows / columns (TROWEXPAND* / TCOLEXPAND*). `high_precision` (pl.div only)
+    selects TDIV's precision mode, which PyPTO exposes on the tile-tile form only."""
     what = f"pl.{name}"
     a = _vec(lhs, what, name)
+    if high_precision and (
+        is_scalar(rhs) or getattr(getattr(rhs, "type", None), "shape", None) != getattr(a.type, "shape", None)
+    ):
+        raise _fail(
+            f"{what}: high_precision requires a Tile rhs of the lhs's shape (TDIV's precision mode; "
+            f"the scalar and broadcast forms have none in PyPTO), got {rhs!r}",
+            help="drop high_precision, or pl.full / pl.row_expand the divisor to the lhs's shape first",
+        )
     if is_scalar(rhs):
         _check_literal(what, rhs, a.type.dtype)
         return bind(VP.BINARY_SCALAR[name], [[a], [rhs]], dtype=a.type.dtype)[0]
@@ -132,7 +141,7 @@ def binary(name: str, lhs: Any, rhs: Any) -> Tracer:
         if sb == (1, sa[1]):
             return bind(VP.EXPAND[f"col_expand{_SUFFIX[name]}"], [[a], [b]])[0]
     prim = P.ELEMENTWISE.get(name) or VP.BINARY[name]
-    return bind(prim, [[a], [b]])[0]
+    return bind(prim, [[a], [b]], {"high_precision": True} if high_precision else None)[0]
 
 
 def add(lhs: Any, rhs: Any) -> Tracer:
@@ -151,9 +160,10 @@ def mul(lhs: Any, rhs: Any) -> Tracer:
 
 
 def div(lhs: Any, rhs: Any, high_precision: bool = False) -> Tracer:
-    """`pl.div(lhs, rhs, high_precision=False)`: elementwise quotient (float tiles; the simulator's
-    division is correctly rounded either way)."""
-    return binary("div", lhs, rhs)
+    """`pl.div(lhs, rhs, high_precision=False)`: elementwise quotient of float tiles. `high_precision`
+    (tile-tile only, as PyPTO) is TDIV's HIGH_PRECISION algorithm: ignored on A2/A3, IEEE-754
+    division on A5 (runtime.vector.unary's docstring says what the simulator computes)."""
+    return binary("div", lhs, rhs, bool(high_precision))
 
 
 def maximum(lhs: Any, rhs: Any) -> Tracer:
@@ -450,115 +460,8 @@ def fillpad(tile: Any, pad_value: Any = PadValue.zero) -> Tracer:
     return bind(VP.fillpad_p, [[t]], {"pad": _pad(pad_value)})[0]
 
 
-# ----------------------------------------------------------------------------------------- moves
-#: The fixpipe's non-quant conversions of an Acc tile (runtime.convert's ACC_OUT_DTYPES).
-_FIXPIPE = {dt.FP32: (dt.FP32, dt.FP16, dt.BF16), dt.INT32: (dt.INT32,)}
-#: A5's fixpipe buffer: a destination row of at most 4096 bytes (pto-isa TMOV, A5 checks).
-_A5_FIXPIPE_ROW_BYTES = 4096
-
-
-def move(
-    tile: Any,
-    target_memory: Mem,
-    blayout: Any = None,
-    slayout: Any = None,
-    *,
-    dtype: dt.DType | None = None,
-    relu: bool = False,
-    scale: Any = None,
-) -> Tracer:
-    """`pl.move(tile, target_memory=...)`, lowered the way the target moves the bytes:
-
-    - Acc -> Vec (`dtype=` picks the fixpipe's conversion: fp32 -> fp32 / fp16 / bf16, int32 ->
-      int32, and int32 -> fp16 times a float `scale=`, the fixpipe's DEQF16 dequantisation, or
-      times one fp32 per column, `scale=` an FP32 `[C]` / `[1, C]` tensor: VDEQF16, whose scales
-      keep 11 significant bits; `relu=True` its ReLU). On A2/A3 the cube and vector cores are separate: the move
-      is PyPTO's cross-core pair, `tile.tpush_to_aiv` (fixpipe store into a GM FIFO slot, then the
-      data-ready flag) and `tile.tpop_from_aic` (wait, load the slot into UB, free it). On A5 it is
-      the direct `TMOV` (`tile.move_fixpipe`).
-    - Vec -> Mat (a vector result feeding the cube): on A2/A3 `tile.tpush_to_aic` (UB -> GM slot) and
-      `tile.tpop_from_aiv` (GM -> L1, ND -> NZ); on A5 the direct `TMOV`.
-    - Mat -> Left / Right (TEXTRACT / TMOV, what AutoTileMatmulL0 does implicitly) and Vec -> Vec.
-    """
-    t = as_tile(tile, "pl.move")
-    tt: TileType = t.type  # type: ignore[assignment]
-    src, target = tt.memory, current_state().target
-    if not isinstance(target_memory, Mem):
-        raise _fail(f"pl.move: target_memory must be a pl.Mem, got {target_memory!r}")
-    if (dtype is not None or scale is not None) and src is not Mem.Acc:
-        raise _fail(
-            "pl.move: dtype= / scale= are the fixpipe's conversion of an Acc -> Vec move",
-            help="convert a Vec tile with pl.cast (and pl.mul)",
-        )
-    if (src, target_memory) == (Mem.Acc, Mem.Vec):
-        to = dtype or (dt.FP16 if scale is not None else tt.dtype)
-        quant = [] if scale is None else [scale]
-        if scale is not None:
-            if _is_tensor(scale):  # VDEQF16: one fp32 scale per column, read by the fixpipe
-                st = scale.type
-                if (
-                    st.dtype is not dt.FP32
-                    or st.shape[-1] != tt.shape[-1]
-                    or math.prod(st.shape) != st.shape[-1]
-                ):
-                    raise _fail(
-                        f"pl.move: a per-channel scale= is a [{tt.shape[-1]}] or [1, {tt.shape[-1]}] FP32 "
-                        f"tensor (one scale per column of the Acc tile), got {st}",
-                        help="index the scale tensor down to the row of this tile, e.g. scales[e]",
-                    )
-            elif not is_scalar(scale) or isinstance(scale, Tracer) and not scale.type.dtype.is_float:
-                raise _fail(
-                    f"pl.move: scale= is one float (the fixpipe's scalar dequant, DEQF16) or an FP32 "
-                    f"tensor of one scale per column (VDEQF16), got {scale!r}",
-                    help="a per-channel scale in a Vec tile is pl.col_expand_mul on the vector unit",
-                )
-            if (tt.dtype, to) != (dt.INT32, dt.FP16):
-                raise _fail(
-                    f"pl.move: the fixpipe dequantises an INT32 Acc tile to pl.FP16, not {tt.dtype!r} -> "
-                    f"{to!r}"
-                )
-        elif to not in _FIXPIPE.get(tt.dtype, ()):
-            raise _fail(
-                f"pl.move: the fixpipe converts a {tt.dtype!r} Acc tile to "
-                f"{', '.join(repr(d) for d in _FIXPIPE.get(tt.dtype, ())) or 'nothing'}, not {to!r}",
-                help="move it unconverted and pl.cast / pl.mul on the vector unit (a dequant scale is "
-                "pl.col_expand_mul of the INT32 -> FP32 cast)",
-            )
-        if (tt.shape[-1] * to.itemsize) % 32:
-            raise _fail(f"pl.move: the Vec tile row of {tt.shape[-1]} {to!r} is not whole 32-byte blocks")
-        if target == "A5":
-            if tt.shape[-1] * to.itemsize > _A5_FIXPIPE_ROW_BYTES:
-                raise _fail(
-                    f"pl.move: A5's Acc -> Vec TMOV takes rows of at most {_A5_FIXPIPE_ROW_BYTES} bytes, "
-                    f"got {tt.shape[-1]} {to!r}",
-                    help="move the accumulator in column blocks",
-                )
-            return bind(VP.move_fixpipe_p, [[t], quant], {"dtype": to, "relu": bool(relu)}, dtype=dt.FP32)[0]
-        slot = bind(VP.tpush_to_aiv_p, [[t], quant], {"dtype": to, "relu": bool(relu)}, dtype=dt.FP32)[0]
-        return bind(VP.tpop_from_aic_p, [[slot]], {"valid": tt.valid_shape})[0]
-    if relu:
-        raise _fail("pl.move: relu= is the fixpipe's pre-ReLU of an Acc -> Vec move")
-    if (src, target_memory) == (Mem.Vec, Mem.Mat):
-        c0 = dt.c0_of(tt.dtype)
-        if len(tt.shape) != 2 or tt.shape[0] % 16 or tt.shape[1] % c0:
-            raise _fail(
-                f"pl.move: a Mat tile is whole 16 x {c0} fractals, got {tt}",
-                help="pad the Vec tile to whole fractals (pl.tile.fillpad with a larger window)",
-            )
-        if target == "A5":
-            return bind(P.tile_move_p, [[t]], {"memory": Mem.Mat})[0]
-        slot = bind(VP.tpush_to_aic_p, [[t]])[0]
-        return bind(VP.tpop_from_aiv_p, [[slot]])[0]
-    if (src, target_memory) in ((Mem.Mat, Mem.Left), (Mem.Mat, Mem.Right), (Mem.Vec, Mem.Vec)):
-        return bind(P.tile_move_p, [[t]], {"memory": target_memory})[0]
-    raise _fail(
-        f"pl.move: no {src.value} -> {target_memory.value} move on {target}",
-        help="the moves are Acc -> Vec, Vec -> Mat, Mat -> Left / Right and Vec -> Vec; an Acc result "
-        "reaches GM with pl.store",
-    )
-
-
-def _is_tensor(x: Any) -> bool:
+def is_tensor(x: Any) -> bool:
+    """`x` is a traced tensor (a GM operand, e.g. a per-channel scale tensor), not a tile."""
     return isinstance(x, Tracer) and isinstance(x.type, TensorType)
 
 

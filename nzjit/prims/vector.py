@@ -405,8 +405,9 @@ def mrgsort_p(a: Type, *, block_len: int, **_: Any) -> list[Type]:
 
 @primitive("tile.mrgsort_format2", ("srcs", "tmp"))
 def mrgsort2_p(*ts: Type, exhausted: bool = False, **_: Any) -> list[Type]:
-    """`pl.mrgsort(src0, src1[, src2[, src3]], tmp=)` (TMRGSORT format 2): 2-4 sorted one-row lists of
-    value-index pairs merged into one row of their total length (`tmp`'s)."""
+    """`pl.mrgsort(src0, src1[, src2[, src3]], tmp=, exhausted=False)` (TMRGSORT format 2): 2-4 sorted
+    one-row lists of value-index pairs merged into one row of their total length (`tmp`'s); with
+    `exhausted` the merge stops once a list is used up and the rest of the row is tmp's bytes."""
     *srcs, tmp = [vec_tile(t, "pl.mrgsort") for t in ts]
     if not 2 <= len(srcs) <= 4:
         raise CompileError(f"pl.mrgsort merges 2 to 4 lists (format 2), got {len(srcs)}")
@@ -421,12 +422,6 @@ def mrgsort2_p(*ts: Type, exhausted: bool = False, **_: Any) -> list[Type]:
         raise CompileError(
             f"pl.mrgsort: tmp has {tmp.shape[1]} columns, the lists {total}",
             help=f"pass a [1, {total}] tmp tile (GETMRGSORTTMPSIZE: the lists' columns)",
-        )
-    if exhausted:
-        raise CompileError(
-            "pl.mrgsort(..., exhausted=True): the suspending merge (stops when a list runs out) "
-            "is not modelled",
-            help="merge with exhausted=False",
         )
     return [TileType((1, total), d, Mem.Vec)]
 

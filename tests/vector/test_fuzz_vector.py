@@ -10,14 +10,17 @@ from nzjit.fuzz.gen import FAMILIES, generate
 def test_vec_alu_programs_are_equal_and_cover_every_step():
     assert "vec_alu" in FAMILIES
     seen: set[str] = set()
-    for i in range(40):
+    for i in range(80):
         p = generate(20261201, i, "vec_alu")
         o = classify(p)
         assert o.cls == "equal", (o, p.source)
         seen.update(t for t in p.tags if t.startswith("alu:"))
     assert seen == {
         f"alu:{k}"
-        for k in ("scalar", "minmax", "row", "col", "unary", "full", "select", "cvt", "sum", "div", "rsqrt")
+        for k in (
+            *("scalar", "minmax", "row", "col", "unary", "full", "select", "cvt", "sum", "div", "rsqrt"),
+            *("tiles", "expand", "lrelu", "math", "colsum", "cast", "gather", "odd"),
+        )
     }
 
 
@@ -35,6 +38,7 @@ def test_vec_mix_programs_are_equal_and_cover_every_kind():
         "mix:pad",
         "mix:win",
         "mix:topk",
+        "mix:deq",
         "target:pl.A2A3",
         "target:pl.A5",
     }
@@ -65,4 +69,5 @@ def test_vec_mix_top_k_merges_with_both_mrgsort_formats():
         seen.update(t for t in p.tags if t.startswith("mrgsort:"))
         if "mrgsort:format2" in p.tags:
             assert "pl.create_tile([1, " in p.source and "p[:, 0:" in p.source
-    assert seen == {"mrgsort:format1", "mrgsort:format2"}
+        assert ("exhausted=True" in p.source) == ("mrgsort:exhausted=True" in p.tags)
+    assert seen == {"mrgsort:format1", "mrgsort:format2", "mrgsort:exhausted=True", "mrgsort:exhausted=False"}

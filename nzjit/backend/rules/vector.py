@@ -22,11 +22,12 @@ from runtime import TileBuf
 
 from ... import prims as P
 from ...core.ir import Eqn
-from ...core.types import TileType
+from ...core.types import Mem, TileType
 from ..lane_state import Fallback, LaneState
-from ..lane_values import LaneTile
+from ..lane_values import LaneTile, LaneWindow
 from ..rule import Rule, Run, Step, register, rule
 from ..steps import alloc, finish_or_generic, release1, result_geometry, tile_free
+from .vector_lanes import VecOp, lanes_of, out_type
 
 #: The numpy function of each elementwise primitive (by primitive name).
 ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
@@ -294,7 +295,37 @@ def _cast(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
 
 
 # ------------------------------------------------------------------------------------- move
-@rule(P.tile_move_p)
+def _tmov(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
+    runtime.isa.tmov(out, ins[0])
+
+
+def _tmov_valid(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
+    return ins[0].valid_row, ins[0].valid_col
+
+
+#: Vec -> Vec is a row-local copy (lanes stacked); Mat -> Left / Right changes the fractal layout:
+#: once per lane image
+_TMOV = {row_local: VecOp(_tmov, _tmov_valid, row_local=row_local) for row_local in (True, False)}
+
+
+def _batch_move(st: Step) -> Any:
+    """TMOV of every lane image; a Left / Right result is handed to the batched mad as the window
+    (0, 0) of itself (`LaneWindow`, what a fused TEXTRACT gives it): the same logical matrix."""
+    t = out_type(st.eqn)
+    inner = lanes_of(_TMOV[t.memory is Mem.Vec])(st)
+    if inner is None or t.memory not in (Mem.Left, Mem.Right):
+        return inner
+    (o,) = st.outs
+
+    def run(s: LaneState, env: list[Any]) -> None:
+        inner(s, env)
+        x = env[o]
+        env[o] = LaneWindow(x.g, x, 0, 0, False, x.valid_row, x.valid_col)
+
+    return run
+
+
+@rule(P.tile_move_p, batch=_batch_move)
 def _move(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     src: TileBuf = ins[0]
     t = e.outputs[0].type

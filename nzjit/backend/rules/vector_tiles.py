@@ -22,7 +22,7 @@ from .. import lane_pipe
 from ..rule import Rule, register, rule
 from ..steps import alloc
 from ..values import TensorVal
-from .vector_alu import like, scalar_operand
+from .vector_alu import scalar_operand
 from .vector_alu import whole as _whole
 from .vector_lanes import VecOp, impl_of, lanes_of, out_type
 
@@ -68,7 +68,7 @@ def _tpop_from_aiv(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [out]
 
 
-@rule(VP.move_fixpipe_p)
+@rule(VP.move_fixpipe_p, batch=lane_pipe.batch_move_fixpipe)
 def _move_fixpipe(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     acc: TileBuf = ins[0]
     out = alloc(ctx, out_type(e), (acc.valid_row, acc.valid_col))
@@ -83,18 +83,40 @@ def _move_fixpipe(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [out]
 
 
-@rule(VP.tile_slice_p)
-def _slice(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    src: TileBuf = ins[0]
+def by_eqn(pick: Any) -> Any:
+    """A batch form whose VecOp depends on the equation (`pick(e) -> VecOp`)."""
+    return lambda st: lanes_of(pick(st.eqn))(st)
+
+
+def _slice_valid(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
+    src = ins[0]
     r0, c0 = e.params["offsets"]
     rows, cols = e.params["shape"]
-    vr, vc = max(0, min(rows, src.valid_row - r0)), max(0, min(cols, src.valid_col - c0))
-    out = alloc(ctx, out_type(e), (vr, vc))
-    V.extract(out, src, r0, c0)
-    return [out]
+    return max(0, min(rows, src.valid_row - r0)), max(0, min(cols, src.valid_col - c0))
 
 
-@rule(VP.tile_assemble_p)
+def _slice(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
+    V.extract(out, ins[0], *e.params["offsets"])
+
+
+_SLICE = VecOp(_slice, _slice_valid, row_local=False)  # a window of rows: once per lane image
+register((VP.tile_slice_p,), Rule(impl_of(_SLICE), batch=lanes_of(_SLICE)))
+
+
+def _assemble_batch(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
+    """TINSERT into a copy of dst (the batch form's result is a fresh image, or dst's own when dst
+    dies here: the copy onto itself is then a no-op)."""
+    dst, src = ins
+    if out.data is not dst.data:
+        out.data[...] = dst.data
+    V.insert(out, src, *e.params["offsets"])
+
+
+def _assemble_valid(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
+    return ins[0].valid_row, ins[0].valid_col
+
+
+@rule(VP.tile_assemble_p, batch=lanes_of(VecOp(_assemble_batch, _assemble_valid, row_local=False)))
 def _assemble(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     dst, src = ins
     if not ctx.consumes(e, 0):  # the old tile is still read later: TINSERT into a copy
@@ -120,23 +142,29 @@ register(
 )
 
 
-@rule(VP.ci_p)
-def _ci(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    out = alloc(ctx, out_type(e))
+def _ci(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
     VS.tci(out, int(ins[0]), bool(e.params.get("descending")))
-    return [out]
 
 
-@rule(VP.sort32_p)
-def _sort32(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    src, idx = ins
-    out = alloc(ctx, out_type(e), (src.valid_row, src.valid_col * VS.pair_elems(src.dtype)))
-    VS.tsort32(out, src, idx)
-    return [out]
+_CI = VecOp(_ci, _whole)  # no tile operand: one image for every lane (a lane-uniform start)
+register((VP.ci_p,), Rule(impl_of(_CI), batch=lanes_of(_CI)))
+
+
+def _sort32(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
+    VS.tsort32(out, ins[0], ins[1])
+
+
+def _sort32_valid(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
+    src = ins[0]
+    return src.valid_row, src.valid_col * VS.pair_elems(src.dtype)
+
+
+_SORT32 = VecOp(_sort32, _sort32_valid)  # each row's blocks on their own: row-local
+register((VP.sort32_p,), Rule(impl_of(_SORT32), batch=lanes_of(_SORT32)))
 
 
 def _mrgsort2(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
-    VS.tmrgsort_lists(out, ins[:-1], ins[-1])
+    VS.tmrgsort_lists(out, ins[:-1], ins[-1], bool(e.params.get("exhausted")), target)
 
 
 def _mrgsort2_valid(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
@@ -147,25 +175,43 @@ _MRGSORT2 = VecOp(_mrgsort2, _mrgsort2_valid, row_local=False)  # one-row lists:
 register((VP.mrgsort2_p,), Rule(impl_of(_MRGSORT2), batch=lanes_of(_MRGSORT2)))
 
 
-@rule(VP.mrgsort_p)
-def _mrgsort(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    out = like(ctx, e, ins[0])
+def _mrgsort(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
     VS.tmrgsort(out, ins[0], e.params["block_len"])
-    return [out]
 
 
-@rule(VP.gather_mask_p)
-def _gather_mask(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+def _like_first(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
+    return ins[0].valid_row, ins[0].valid_col
+
+
+_MRGSORT = VecOp(_mrgsort, _like_first, row_local=False)  # one-row lists: never stacked
+register((VP.mrgsort_p,), Rule(impl_of(_MRGSORT), batch=lanes_of(_MRGSORT)))
+
+
+def _gather_mask(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
+    VS.gather_mask(out, ins[0], e.params["pattern"])
+
+
+def _gather_mask_valid(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
     src = ins[0]
     start, stride = VS.MASK_PATTERNS[e.params["pattern"]]
-    out = alloc(ctx, out_type(e), (src.valid_row, len(range(start, src.valid_col, stride))))
-    VS.gather_mask(out, src, e.params["pattern"])
-    return [out]
+    return src.valid_row, len(range(start, src.valid_col, stride))
 
 
-@rule(VP.gather_p)
-def _gather(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    src, idx = ins
-    out = alloc(ctx, out_type(e), (idx.valid_row, idx.valid_col))
-    VS.gather(out, src, idx, bool(e.params.get("rowwise", True)))
-    return [out]
+_GATHER_MASK = VecOp(_gather_mask, _gather_mask_valid)  # positions within each row: row-local
+register((VP.gather_mask_p,), Rule(impl_of(_GATHER_MASK), batch=lanes_of(_GATHER_MASK)))
+
+
+def _gather(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
+    VS.gather(out, ins[0], ins[1], bool(e.params.get("rowwise", True)))
+
+
+def _gather_valid(e: Eqn, ins: list[Any]) -> tuple[int | None, int | None]:
+    return ins[1].valid_row, ins[1].valid_col
+
+
+#: the row-wise form reads its own row only; the flat form indexes the whole tile: once per image
+_GATHER = {rw: VecOp(_gather, _gather_valid, row_local=rw) for rw in (True, False)}
+register(
+    (VP.gather_p,),
+    Rule(impl_of(_GATHER[True]), batch=by_eqn(lambda e: _GATHER[bool(e.params.get("rowwise", True))])),
+)

@@ -33,6 +33,9 @@ _INSTR = {
     "tile.lrelu": "pto.tlrelu",
     "tile.fillpad": "pto.tfillpad",
 }
+#: PTOAS's precision attribute of the ops PyPTO gives `high_precision=` (its tile.div / log / recip
+#: codegen); rsqrt's high-precision form is the tmp-tile overload instead.
+_PRECISION_ATTR = {"div": "div_precision", "log": "log_precision", "recip": "recip_precision"}
 _ROUND = {
     "none": "CAST_NONE",
     "rint": "CAST_RINT",
@@ -88,7 +91,11 @@ def _named(em: Emitter, e: Eqn) -> None:
     if name == "tile.rsqrt" and e.params.get("high_precision"):
         _rsqrt_high_precision(em, e)
         return
-    _instr(em, e, _INSTR.get(name) or "pto.t" + name.split(".")[1].replace("_", ""))
+    short = name.split(".")[1]
+    precision = ""
+    if short in _PRECISION_ATTR and e.params.get("high_precision"):
+        precision = f" {{precisionType = #pto<{_PRECISION_ATTR[short]} high_precision>}}"
+    _instr(em, e, _INSTR.get(name) or "pto.t" + short.replace("_", ""), precision)
 
 
 def _rsqrt_high_precision(em: Emitter, e: Eqn) -> None:
@@ -226,10 +233,11 @@ def _mrgsort2(em: Emitter, e: Eqn) -> None:
     """TMRGSORT format 2: the lists and tmp in, dst and the per-list executed counts out."""
     tiles = [em.tile(a) for a in e.inputs]
     executed = em.names.fresh("executed_vec")
+    flag = "true" if e.params.get("exhausted") else "false"
     em.line(f"{executed} = arith.constant dense<0> : vector<4xi16>")
     out = _alloc(em, e, tiles[0])
     em.line(
-        f"pto.tmrgsort ins({', '.join(t.ssa for t in tiles)} {{exhausted = false}} : "
+        f"pto.tmrgsort ins({', '.join(t.ssa for t in tiles)} {{exhausted = {flag}}} : "
         f"{', '.join(t.spelled for t in tiles)}) outs({out.ssa}, {executed} : {out.spelled}, vector<4xi16>)"
     )
 
