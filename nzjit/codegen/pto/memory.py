@@ -114,7 +114,11 @@ def _load(em: Emitter, e: Eqn) -> None:
 def _store_sizes(em: Emitter, e: Eqn, tile: Tile, rank: int) -> list[Dim]:
     part = e.params.get("nz_partition")
     if part is not None:  # the explicit rank-5 partition of an Acc store into NZ (NZ-20)
-        return [x if isinstance(x, int) else em.index(x) for x in part]
+        sizes: list[Dim] = [x if isinstance(x, int) else em.index(x) for x in part]
+        if e.params.get("nz_dynamic_cols") and tile.valid is not None:
+            # dynamic valid columns (NZ-21): the partition's column blocks are validCol / C0
+            sizes[1] = em.binop("divui", tile.valid[1], part[4], "col_blocks")
+        return sizes
     rows, cols = tile.valid if tile.valid is not None else tile_rows_cols(tile.type)
     return ([1] * max(0, rank - 2) + [rows, cols])[-rank:]
 
