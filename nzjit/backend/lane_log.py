@@ -124,8 +124,8 @@ def store_sizes(e: Eqn, tile: Any, rank: int) -> tuple[int, ...] | None:
     """The extents of the window a store writes (as `rules/memory._store` computes them)."""
     part = e.params.get("nz_partition")
     if part is not None:
-        vc = getattr(tile, "valid_col", None)
-        return nz_store_partition(e, part, vc) if isinstance(vc, int) else tuple(int(v) for v in part)
+        cols = getattr(tile, "valid_col", None)
+        return nz_store_partition(e, part, cols) if isinstance(cols, int) else tuple(int(v) for v in part)
     vr: int | None
     vc: int | None
     if type(tile) is TileBuf:
