@@ -1,11 +1,14 @@
 """Running a graph: the run-time context of one kernel call on one rank, and `run_graph`.
 
 `run_graph(ctx, g, args)` runs the cached plan of `g` under the context's options (plan.py);
-loops inside run their bodies' plans (loops.py), batched when exact (batched.py).
+loops inside run their bodies' plans (loops.py), batched when exact (batched.py). A mixed kernel's
+cross-core pipe slot buffers (passes/pipe_buffers.py) are held on chip for the whole call, as the
+split kernel's `pto.reserve_buffer` holds them.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +18,7 @@ import numpy as np
 from runtime import GlobalMemory, OnChip
 
 from ..core.ir import Eqn, Graph
+from ..passes.pipe_buffers import PipeBuffer, pipe_buffers
 from .options import DEFAULT, Options
 from .plan import Plan, clear_plans, plan_of
 from .rule import Step
@@ -57,8 +61,20 @@ def run_graph(ctx: Ctx, g: Graph, args: Sequence[Any], n_owned_params: int = 0) 
     """Run `g` on `args` (kernel arguments: TensorVals and ints). Floating-point overflow and
     invalid operations are silent, as on the device (inf / nan results, no numpy warnings)."""
     plan = plan_of(g, n_owned_params, ctx.options)
-    with np.errstate(over="ignore", invalid="ignore"):
-        return plan.run(ctx, args)
+    pipe = _PIPES.get(g)
+    if pipe is None:
+        pipe = _PIPES[g] = pipe_buffers(g)
+    for b in pipe:
+        ctx.onchip.reserve(b.memory.value, b.nbytes)
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return plan.run(ctx, args)
+    finally:
+        for b in pipe:
+            ctx.onchip.release(b.memory.value, b.nbytes)
+
+
+_PIPES: weakref.WeakKeyDictionary[Graph, list[PipeBuffer]] = weakref.WeakKeyDictionary()
 
 
 __all__ = ["Ctx", "run_graph", "run_plan", "plan_of", "clear_plans", "free_value", "TransposedTile"]
