@@ -46,6 +46,8 @@ class TraceState:
         self.user_frames: dict[int, FrameType] = {}  # kernel (and helper) frames that bound ops
         self.branches: list[Any] = []  # open arms of staged `if`s, innermost last (language/branch.py)
         self.kernel_code: Any = None  # the kernel function's code object (its frame is the kernel's)
+        #: tensor views with a valid region (pl.tensor.set_validshape): tensor-level ops load only it
+        self.valid_regions: dict[Var, tuple[Any, ...]] = {}
 
     @property
     def top(self) -> TraceFrame:
