@@ -507,7 +507,10 @@ def transpose_view(tile: Tracer) -> Tracer:
 
 
 def cast(x: Any, dtype: dt.DType) -> Any:
-    """pl.cast on a tile (element conversion) or an integer scalar (wraps to the new width)."""
+    """pl.cast on a tile (element conversion) or an integer scalar (wraps to the new width); a
+    `pl.dynamic` dimension (`x.shape[0]`) is its value for the call, an INDEX scalar."""
+    if isinstance(x, DynDim):
+        x = DynDim.kernel_value(x)
     if _is_tile(x):
         _check_tile_geometry("pl.cast", x.type.shape, dtype, x.type.memory)
         return bind(P.tile_cast_p, [[x]], {"dtype": dtype})[0]
