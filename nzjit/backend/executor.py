@@ -3,14 +3,15 @@
 `run_graph(ctx, g, args)` runs the cached plan of `g` under the context's options (plan.py);
 loops inside run their bodies' plans (loops.py), batched when exact (batched.py). A mixed kernel's
 cross-core pipe slot buffers (passes/pipe_buffers.py) are held on chip for the whole call, as the
-split kernel's `pto.reserve_buffer` holds them.
+split kernel's `pto.reserve_buffer` holds them; its GM scratch tensors (`tensor.create`) are freed
+when it returns.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,8 @@ class Ctx:
     #: the open lane-race log of the running pl.spmd launch (lane_log.py) and the lane it is in
     lane_log: Any = None
     lane: int = 0
+    #: GM addresses of the kernel's scratch tensors (pl.create_tensor in a kernel), freed at its end
+    scratch: list[int] = field(default_factory=list)
 
     def consumes(self, e: Eqn, i: int) -> bool:
         """True when input `i` of the running step dies there, so the impl may update it in place."""
@@ -72,6 +75,8 @@ def run_graph(ctx: Ctx, g: Graph, args: Sequence[Any], n_owned_params: int = 0) 
     finally:
         for b in pipe:
             ctx.onchip.release(b.memory.value, b.nbytes)
+        while ctx.scratch:  # the kernel's GM scratch tensors end with it
+            ctx.gm.free(ctx.scratch.pop())
 
 
 _PIPES: weakref.WeakKeyDictionary[Graph, list[PipeBuffer]] = weakref.WeakKeyDictionary()
