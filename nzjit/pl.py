@@ -45,7 +45,10 @@ from .language.ops import tensor_reinterpret_view as _reinterpret_view
 from .language.ops import tensor_view as _view
 from .language.ops import transpose_view as _transpose_view
 from .language.pypto_forms import FunctionType, Level, at, function, incore, jit, parallel, pipeline, unroll
-from .language.select_ops import cmp, cmps, sel, sels, set_validshape, transpose
+from .language.select_ops import cmp, cmps, sel, sels
+from .language.select_ops import set_validshape as _tile_set_validshape
+from .language.select_ops import transpose as _tile_transpose
+from .language.tensor_forms import set_validshape, tensor_set_validshape, tensor_transpose, transpose
 from .language.tensor_ops import assemble, dim, read, write
 from .language.tile_values import assemble as _assemble
 from .language.tile_values import reshape, store
@@ -120,8 +123,8 @@ tile = _types.SimpleNamespace(
     cmps=cmps,
     sel=sel,
     sels=sels,
-    set_validshape=set_validshape,
-    transpose=transpose,
+    set_validshape=_tile_set_validshape,
+    transpose=_tile_transpose,
     matmul_bias=matmul_bias,
     gemv=gemv,
     gemv_acc=gemv_acc,
@@ -136,7 +139,8 @@ tensor = _types.SimpleNamespace(
     read=read,
     write=write,
     assemble=assemble,
-    set_validshape=set_validshape,
+    set_validshape=tensor_set_validshape,
+    transpose=tensor_transpose,
 )
 
 __all__ = [

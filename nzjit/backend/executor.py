@@ -1,13 +1,17 @@
 """Running a graph: the run-time context of one kernel call on one rank, and `run_graph`.
 
 `run_graph(ctx, g, args)` runs the cached plan of `g` under the context's options (plan.py);
-loops inside run their bodies' plans (loops.py), batched when exact (batched.py).
+loops inside run their bodies' plans (loops.py), batched when exact (batched.py). A mixed kernel's
+cross-core pipe slot buffers (passes/pipe_buffers.py) are held on chip for the whole call, as the
+split kernel's `pto.reserve_buffer` holds them; its GM scratch tensors (`tensor.create`) are freed
+when it returns.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -16,6 +20,7 @@ from runtime import GlobalMemory, OnChip
 from runtime.blas import one_thread
 
 from ..core.ir import Eqn, Graph
+from ..passes.pipe_buffers import PipeBuffer, pipe_buffers
 from .options import DEFAULT, Options
 from .plan import Plan, clear_plans, plan_of
 from .rule import Step
@@ -38,6 +43,8 @@ class Ctx:
     #: the open lane-race log of the running pl.spmd launch (lane_log.py) and the lane it is in
     lane_log: Any = None
     lane: int = 0
+    #: GM addresses of the kernel's scratch tensors (pl.create_tensor in a kernel), freed at its end
+    scratch: list[int] = field(default_factory=list)
 
     def consumes(self, e: Eqn, i: int) -> bool:
         """True when input `i` of the running step dies there, so the impl may update it in place."""
@@ -58,13 +65,28 @@ def run_graph(ctx: Ctx, g: Graph, args: Sequence[Any], n_owned_params: int = 0) 
     """Run `g` on `args` (kernel arguments: TensorVals and ints). Floating-point overflow and
     invalid operations are silent, as on the device (inf / nan results, no numpy warnings)."""
     plan = plan_of(g, n_owned_params, ctx.options)
-    with np.errstate(over="ignore", invalid="ignore"):
-        if plan.multiplies:
-            # OpenBLAS's bits depend on its thread count on some CPUs (its Haswell kernels), so
-            # every launch multiplies on one BLAS thread: the same bits alone, on ranks, batched
-            with one_thread():
-                return plan.run(ctx, args)
-        return plan.run(ctx, args)
+    pipe = _PIPES.get(g)
+    if pipe is None:
+        pipe = _PIPES[g] = pipe_buffers(g)
+    for b in pipe:
+        ctx.onchip.reserve(b.memory.value, b.nbytes)
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            if plan.multiplies:
+                # OpenBLAS's bits depend on its thread count on some CPUs (its Haswell kernels),
+                # so every launch multiplies on one BLAS thread: the same bits alone, on ranks,
+                # rank-batched
+                with one_thread():
+                    return plan.run(ctx, args)
+            return plan.run(ctx, args)
+    finally:
+        for b in pipe:
+            ctx.onchip.release(b.memory.value, b.nbytes)
+        while ctx.scratch:  # the kernel's GM scratch tensors end with it
+            ctx.gm.free(ctx.scratch.pop())
+
+
+_PIPES: weakref.WeakKeyDictionary[Graph, list[PipeBuffer]] = weakref.WeakKeyDictionary()
 
 
 __all__ = ["Ctx", "run_graph", "run_plan", "plan_of", "clear_plans", "free_value", "TransposedTile"]

@@ -35,6 +35,7 @@ from runtime.spans import byte_span
 from .. import prims as P
 from ..core.ir import Eqn
 from ..passes.lane_windows import LANE_LOG
+from .nz_partition import nz_store_partition
 from .rule import Run, Step
 from .steps import operand_groups
 from .values import HostValue, TensorVal
@@ -123,7 +124,8 @@ def store_sizes(e: Eqn, tile: Any, rank: int) -> tuple[int, ...] | None:
     """The extents of the window a store writes (as `rules/memory._store` computes them)."""
     part = e.params.get("nz_partition")
     if part is not None:
-        return tuple(int(v) for v in part)
+        cols = getattr(tile, "valid_col", None)
+        return nz_store_partition(e, part, cols) if isinstance(cols, int) else tuple(int(v) for v in part)
     vr: int | None
     vc: int | None
     if type(tile) is TileBuf:

@@ -10,7 +10,9 @@ after its last use (`plan.liveness`, the same table the executor frees by). A lo
 copied when they are read after the loop. Every trip of a body starts with the same live bytes, so
 one trip's peak is the loop's, plus a pipeline's extra stage buffers of the tiles its body loads
 (double_buffers.py: S - 1 more copies each for `stage=S`, held for the loop). The bias table is a
-space like the others (TMOV Mat -> Bias of a bias matmul). An `if` arm counts as taken. With those rules the plan equals the
+space like the others (TMOV Mat -> Bias of a bias matmul). A mixed kernel's cross-core pipe slot
+buffers (passes/pipe_buffers.py: UB for cube -> vector, L1 for vector -> cube) are held for the
+whole kernel. An `if` arm counts as taken. With those rules the plan equals the
 simulator's run-time peak of a call that takes every arm, and bounds it otherwise.
 `tests/backend/test_memory_plan.py` checks this on every example.
 """
@@ -22,9 +24,11 @@ from dataclasses import dataclass, field
 from runtime.memory import CAPACITIES, HW_NAMES
 
 from .. import prims as P
+from ..core.dtypes import UINT8
 from ..core.ir import Eqn, Graph, Var
 from ..core.types import TileType
 from ..errors import CompileError, Source
+from ..passes.pipe_buffers import pipe_buffers
 from .double_buffers import charge, prefetch_buffers, trips_at_least_two
 from .plan import liveness
 from .rules.vector_alu import reduce_scratch
@@ -189,7 +193,10 @@ class _Walk:
 def memory_plan(g: Graph, target: str) -> MemoryPlan:
     """The on-chip memory plan of the final graph `g` on `target` (module docstring)."""
     plan = MemoryPlan(target)
-    _Walk(plan).graph(g, 0)
+    walk = _Walk(plan)
+    for b in pipe_buffers(g):  # held for the whole kernel (the split kernel's pto.reserve_buffer)
+        walk.alloc(Var(TileType((b.nbytes,), UINT8, b.memory), b.name), None)
+    walk.graph(g, 0)
     return plan
 
 

@@ -22,6 +22,8 @@ Families (weights in FAMILIES):
   and negative loop starts, odd divisors, symbolic steps, INT32 wraps, lane-count bounds.
 - cube_tail: one-row and small-M matmuls with K and N tails (`clamp=True`), gemv, the bias row
   (TMATMUL_BIAS), ragged N tiles stored into exact-size outputs (fam_cube.py).
+- tensor_lang: pl.read / pl.write, pl.tensor.dim, pl.transpose of a tile or a tensor, explicit
+  carries (init_values + pl.yield_), if/else on traced values, one ending the kernel (fam_tensor.py).
 - probe: one refusal of the §7 table each (or its accepted neighbour): ranks, dynamic axes,
   sub-byte and 64-bit dtypes, views, plane slices, target memory, the NZ-25 gap guard.
 
@@ -41,6 +43,7 @@ from .fam_mm import fam_tensor_mm, fam_tile_mm
 from .fam_probe import fam_probe
 from .fam_prover import fam_prover
 from .fam_store import fam_acc_store, fam_flatten, fam_vec_ew
+from .fam_tensor import fam_tensor_lang
 from .gen_vector import fam_vec_alu, fam_vec_mix
 from .harness import HARNESS
 from .orch_comm import fam_orch_comm  # HOOK (issue 28)
@@ -71,6 +74,9 @@ FAMILIES["vec_alu"] = (6, fam_vec_alu)
 FAMILIES["vec_mix"] = (4, fam_vec_mix)
 # the cube's variants (issue 23): K / N tails, ragged stores, the bias row (fam_cube.py)
 FAMILIES["cube_tail"] = (6, fam_cube_tail)
+# the rest of the tile language (issue 23): pl.read / write, tensor.dim, transpose, explicit carries,
+# branches on traced values (one that ends the kernel too) (fam_tensor.py)
+FAMILIES["tensor_lang"] = (6, fam_tensor_lang)
 
 
 def generate(seed: int, index: int, family: str | None = None, exclude: Sequence[str] = ()) -> Program:

@@ -280,7 +280,8 @@ def setitem(t: Tracer, key: Any, value: Any) -> None:
 def create_tensor(shape: Sequence[int], dtype: Any) -> Any:
     """pl.create_tensor(shape, dtype): a new tensor. In an orchestration body, an intermediate of
     the program, resident on the rank of the first kernel call that uses it (driver/intermediates.py);
-    in a kernel, the start value of a matmul accumulator (PyPTO's `if k0 == 0` idiom)."""
+    in a kernel, the start value of a matmul accumulator (PyPTO's `if k0 == 0` idiom) or, stored
+    into and loaded from, a GM scratch tensor of the kernel (passes/tensor_to_tile.py)."""
     prog = active_program()
     if prog is not None:  # an orchestration body is recording on this thread
         return prog.create_tensor(shape, dtype)
@@ -507,7 +508,10 @@ def transpose_view(tile: Tracer) -> Tracer:
 
 
 def cast(x: Any, dtype: dt.DType) -> Any:
-    """pl.cast on a tile (element conversion) or an integer scalar (wraps to the new width)."""
+    """pl.cast on a tile (element conversion) or an integer scalar (wraps to the new width); a
+    `pl.dynamic` dimension (`x.shape[0]`) is its value for the call, an INDEX scalar."""
+    if isinstance(x, DynDim):
+        x = DynDim.kernel_value(x)
     if _is_tile(x):
         _check_tile_geometry("pl.cast", x.type.shape, dtype, x.type.memory)
         return bind(P.tile_cast_p, [[x]], {"dtype": dtype})[0]

@@ -98,14 +98,12 @@ def sel(mask: Any, lhs: Any, rhs: Any, tmp: Any = None) -> Tracer:
 
 def set_validshape(x: Any, valid_rows: Any, valid_cols: Any) -> Tracer:
     """`pl.set_validshape(tile, valid_rows, valid_cols)` (ints or integer scalars): the tile's bytes
-    with another valid region (a tensor's is refused: give valid_shape= where it is loaded)."""
+    with another valid region (a tensor's form is tensor_forms.tensor_set_validshape)."""
     if isinstance(x, Tracer) and hasattr(x.type, "layout"):  # a tensor: its valid shape is the load's
         raise CompileError(
-            "pl.set_validshape of a tensor is not built: a tensor's valid region is given where it is "
-            "loaded or sliced",
+            "pl.tile.set_validshape takes a tile, got a tensor",
             user_source(),
-            help="pl.load(x, offsets, shape, valid_shape=[rows, cols]) or pl.slice(x, shape, offsets, "
-            "valid_shape=[rows, cols])",
+            help="pl.tensor.set_validshape(x, rows, cols) (or pl.set_validshape) for a tensor",
         )
     t = as_tile(x, "pl.set_validshape")
     vals = [valid_rows, valid_cols]
@@ -120,13 +118,13 @@ def set_validshape(x: Any, valid_rows: Any, valid_cols: Any) -> Tracer:
 
 def transpose(x: Any, axis1: int = 0, axis2: int = 1) -> Tracer:
     """`pl.transpose(tile, axis1, axis2)` of a 2-D Vec tile (TTRANS, a copy; the compiler supplies its
-    tmp). A tensor is refused: load it, or let the matmul read it transposed."""
+    tmp). A tensor's form is tensor_forms.tensor_transpose."""
     if isinstance(x, Tracer) and hasattr(x.type, "layout"):
         raise CompileError(
-            "pl.transpose of a tensor is not built: a GM transpose moves data",
+            "pl.tile.transpose takes a Vec tile, got a tensor",
             user_source(),
-            help="pl.load the window and transpose the Vec tile, or pass b_trans=True / a_trans=True "
-            "to pl.matmul",
+            help="pl.tensor.transpose(x, 0, 1) (or pl.transpose) for a tensor, or pass b_trans=True / "
+            "a_trans=True to pl.matmul",
         )
     t = as_tile(x, "pl.transpose")
     axes = (

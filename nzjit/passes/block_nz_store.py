@@ -132,6 +132,11 @@ def rewrite_nz_store(blk: Any, e: Eqn) -> None:
     zero = _lit(0, row)
     params = {k: v for k, v in e.params.items() if k != "arity"}
     params.update(nz_partition=nz_partition(rows, cols), proofs=tuple(proofs))
+    vs = tt.valid_shape
+    if vs is not None and vs[0] == rows and not isinstance(vs[1], int):
+        # dynamic valid columns: the partition above is the tile's whole width; each run stores
+        # its valid columns only, refused at run time when they are not whole blocks (NZ-21)
+        params["nz_dynamic_cols"] = True
     outs = [blk.fresh(v) for v in e.outputs]
     blk.emit(
         P.tile_store_p,
@@ -166,7 +171,8 @@ def _static_tile_shape(tt: TileType, what: str, src: Source | None) -> tuple[int
     # a ragged N tile (all rows valid, static valid columns from its rhs): the store's partition is
     # its valid columns, whole 16-column blocks (TStoreAccNz2nz: validCol % 16 == 0 and validCol ==
     # the partition's columns); the columns past the valid part hold no product and are not written.
-    # Dynamic valid columns keep the whole tile's partition: the store writes the run-time valid part.
+    # Dynamic valid columns: the partition is the whole tile, narrowed to the valid columns at run
+    # time (`nz_dynamic_cols`, backend/nz_partition.py), which refuses a part that is not whole blocks.
     vc = tt.valid_shape[1] if tt.valid_shape is not None and tt.valid_shape[0] == rows else cols
     if isinstance(vc, int) and vc != cols:
         if vc % ACC_COL_ALIGN:

@@ -7,7 +7,8 @@ constant (e.g. `lane * 0`) counts as lane-independent too.
 
 Lane dependence is a taint: the spmd index and `pl.get_block_idx()` are lane-dependent, and so is
 everything computed from them, a loop index whose bounds are, and a loop body parameter bound to a
-lane-dependent operand (body parameter i + 1 is loop operand nb + i: the index comes first).
+lane-dependent operand (body parameter i + 1 is loop operand nb + i: the index comes first), and a
+tensor created inside the launch (`pl.create_tensor`: each lane has its own GM scratch).
 Windows that do depend on the lane are left to the run-time check (`runtime.races`), which is
 exact; so are stores under lane-dependent control (a loop whose bounds or an `if` whose predicate
 vary with the lane: some lanes may not store at all, `pl.range(core, 1, ...)`). Reads of another
@@ -89,7 +90,8 @@ def _scan(g: Graph, tainted: set[Var], n: int, prover: Prover, guarded: bool = F
                 if a in tainted:
                     tainted.add(p)
             _scan(body, tainted, n, prover, guarded or control)
-        if e.primitive is P.get_block_idx_p or any(x in tainted for x in ins):
+        # a tensor created inside the launch (pl.create_tensor) is each lane's own: lane-dependent
+        if e.primitive in (P.get_block_idx_p, P.tensor_create_p) or any(x in tainted for x in ins):
             tainted.update(e.outputs)
 
 

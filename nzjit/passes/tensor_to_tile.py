@@ -8,7 +8,10 @@ and stores (nz-layout.md §3: the tile ops BlockNzTensorViews rewrites must exis
 - `pl.create_tensor(shape, dtype)` in a kernel (issue 23 item 4) is PyPTO's start value of a matmul
   accumulator (`acc = pl.create_tensor(...)`, then `if k0 == 0: acc = pl.matmul(...) else:
   acc = pl.matmul_acc(acc, ...)`): when its only uses are as a loop's or an `if`'s carry, it becomes
-  an Acc `tile.create` of its shape. Any other use (a GM scratch tensor) is refused with the fix.
+  an Acc `tile.create` of its shape. Read any other way (stored into, loaded from, sliced) it is a
+  GM scratch tensor of the kernel (PyPTO's InCore workspace): `tensor.create[scratch=True]`, fresh
+  zeroed GM for each run of the equation (each SPMD lane its own when created inside the launch),
+  freed when the kernel returns.
 - `out[...] = pl.reshape(acc, shape)` of a matmul result (issue 23 item 4): the same row-major
   elements, so the Acc tile is stored into `out` viewed with the tile's shape (`tensor.reshape` of
   the whole root tensor, which must be ND, static and exactly the window). A reshaped matmul result
@@ -38,14 +41,18 @@ class _Convert(Rewriter):
         (v,) = e.outputs
         t = v.type
         assert isinstance(t, TensorType)
-        if v not in self.carried or len(t.shape) != 2 or t.dtype not in (FP32, INT32):
+        if v not in self.carried:  # read as a tensor: a GM scratch of the kernel (an InCore workspace)
+            (o,) = self.emit(P.tensor_create_p, [], dict(e.params, scratch=True), [t], e.source)
+            o.hint = v.hint
+            self.env[v] = o
+            return
+        if len(t.shape) != 2 or t.dtype not in (FP32, INT32):
             raise CompileError(
-                f"pl.create_tensor({list(t.shape)}, {t.dtype!r}) in a kernel is the start value of a matmul "
-                "accumulator (a loop's or an `if`'s carry, then bound to pl.matmul / pl.matmul_acc); a GM scratch "
-                "tensor inside a kernel is not built",
+                f"pl.create_tensor({list(t.shape)}, {t.dtype!r}) in a kernel that is only a loop's or an "
+                "`if`'s carry is the start value of a matmul accumulator, a 2-D FP32 / INT32 Acc tile",
                 e.source,
-                help="create the intermediate in the @pl.orchestration and pass it to the kernel (an Out or "
-                "InOut parameter)",
+                help="create the accumulator as a 2-D pl.FP32 (or pl.INT32) tensor, or store into it / load "
+                "from it to use it as a GM scratch tensor",
             )
         acc_t = TileType(tuple(t.shape), t.dtype, Mem.Acc)  # type: ignore[arg-type]
         (o,) = self.emit(

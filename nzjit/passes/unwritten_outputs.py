@@ -7,7 +7,8 @@ not a pass: it reads the final graph and changes nothing.
 
 A destination is followed through the views that alias it (tensor.slice / reshape / view /
 reinterpret_view, the alias a store returns) and into loop bodies (body parameter i + 1 is loop
-operand i + 3: the index comes first, the bounds are not passed in)."""
+operand i + 3: the index comes first, the bounds are not passed in) and the arms of a staged `if`
+(a `cond`'s body parameter i is its operand i)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,9 @@ def _written_roots(g: Graph, roots: dict[Var, int], written: set[int]) -> None:
                 roots[o] = roots[ins[0]]
         body = e.params.get("body")
         if isinstance(body, Graph):
-            for p, a in zip(body.params[1:], ins[3:]):
+            # a loop's body params skip its bounds; a `cond`'s are its operands one for one
+            pairs = zip(body.params, ins) if e.primitive is P.cond_p else zip(body.params[1:], ins[3:])
+            for p, a in pairs:
                 if a in roots:
                     roots[p] = roots[a]
             _written_roots(body, roots, written)

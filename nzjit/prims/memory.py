@@ -160,9 +160,10 @@ def tile_move_p(src: Type, *, memory: Mem, **_: Any) -> list[Type]:
 # ------------------------------------------------------------------------------ kernel tensors
 @primitive("tensor.create", ())
 def tensor_create_p(*, shape: tuple[int, ...], dtype: dt.DType, **_: Any) -> list[Type]:
-    """`pl.create_tensor(shape, dtype)` inside a kernel: a new tensor of undefined contents. PyPTO's
-    accumulator idiom starts a matmul accumulator with it; ConvertTensorToTileOps makes that start
-    value an Acc tile (tile.create) and refuses any other use."""
+    """`pl.create_tensor(shape, dtype)` inside a kernel: a new row-major ND tensor. PyPTO's
+    accumulator idiom starts a matmul accumulator with it (ConvertTensorToTileOps makes a start
+    value that is only carried an Acc tile.create); read as a tensor it is a GM scratch
+    (`scratch=True` after that pass): zeroed GM per run of the equation, freed with the kernel."""
     if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
         raise _fail(f"pl.create_tensor in a kernel takes a static shape of positive ints, got {list(shape)}")
     return [TensorType(tuple(shape), dtype)]

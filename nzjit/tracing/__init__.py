@@ -1,4 +1,6 @@
-"""Tracing: tracer objects stage a Python kernel into a Graph, once (never parsing its source).
+"""Tracing: tracer objects stage a Python kernel into a Graph, once (never parsing its source; an
+if/else that ends the kernel has its `else` arm traced by a second call that starts there,
+language/branch.py).
 
 A `Tracer` is a mutable handle on a Var of a trace frame. Every staged loop opens a child frame;
 values of enclosing frames used in a body are captured as explicit body inputs (closure

@@ -45,6 +45,9 @@ class TraceState:
         self.pending: CompileError | None = None  # a break/return seen inside a staged loop
         self.user_frames: dict[int, FrameType] = {}  # kernel (and helper) frames that bound ops
         self.branches: list[Any] = []  # open arms of staged `if`s, innermost last (language/branch.py)
+        self.kernel_code: Any = None  # the kernel function's code object (its frame is the kernel's)
+        #: tensor views with a valid region (pl.tensor.set_validshape): tensor-level ops load only it
+        self.valid_regions: dict[Var, tuple[Any, ...]] = {}
 
     @property
     def top(self) -> TraceFrame:
@@ -55,7 +58,8 @@ class TraceState:
 _local = threading.local()
 
 #: The staged `if` on a traced BOOL (nzjit/language/branch.py sets it; tracing never imports it):
-#: `open_if(tracer)`, `close_done(state)`, `close_above(state, frame)`, `finish(state)`.
+#: `open_if(tracer)`, `close_done(state)`, `close_above(state, frame)`, `finish(state)`,
+#: `replay_returned(state, call)`.
 branch_handler: Any = None
 
 

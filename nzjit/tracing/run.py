@@ -27,8 +27,12 @@ def trace(
     root.params = [Var(t, n) for t, n in zip(param_types, param_names)]
     st.frames.append(root)
     set_state(st)
+    st.kernel_code = getattr(fn, "__code__", None)
+    args = [Tracer(v, root) for v in root.params]
     try:
-        fn(*(Tracer(v, root) for v in root.params))
+        fn(*args)
+        if st.branches:  # an if/else that ends the kernel: its `else` arm is traced by a second call
+            frames.branch_handler.replay_returned(st, lambda: fn(*args))
         if st.branches:  # an `if` arm that runs to the end of the kernel
             frames.branch_handler.close_above(st, root)
         if st.pending is not None:

@@ -1,7 +1,7 @@
 """`pl.create_tensor(shape, dtype)` inside a kernel (issue 23 item 4): PyPTO's own spelling of the
 accumulator idiom (`acc = pl.create_tensor(...)`, then `if k0 == 0: acc = pl.matmul(...) else:
 acc = pl.matmul_acc(acc, ...)`). ConvertTensorToTileOps makes the start value an Acc tile.create;
-every stage computes the same; a GM scratch use is refused with the fix."""
+every stage computes the same; read as a tensor it is a GM scratch (test_kernel_scratch.py)."""
 
 from __future__ import annotations
 
@@ -45,20 +45,8 @@ def test_the_accumulator_idiom_with_create_tensor():
     assert np.array_equal(pypto_accumulator(A, B), REF)
 
 
-def test_a_gm_scratch_tensor_in_a_kernel_is_refused_with_the_fix():
-    @pl.kernel
-    def scratch(x: pl.Tensor[[16, 64], pl.FP32], y: pl.Out[pl.Tensor[[16, 64], pl.FP32]]):
-        tmp = pl.create_tensor([16, 64], dtype=pl.FP32)
-        tmp[:, :] = pl.load(x, [0, 0], [16, 64])
-        y[:, :] = pl.load(tmp, [0, 0], [16, 64])
-
-    with pytest.raises(
-        CompileError,
-        match=r"pl.create_tensor\(\[16, 64\], pl.FP32\) in a kernel is the start value of "
-        r"a matmul accumulator .* a GM scratch tensor inside a kernel is not built",
-    ) as ei:
-        scratch.lower(np.zeros((16, 64), np.float32), np.zeros((16, 64), np.float32))
-    assert "help: create the intermediate in the @pl.orchestration and pass it to the kernel" in str(ei.value)
+# a GM scratch use (stored into, loaded from) is built since issue 23 item 4: test_kernel_scratch.py
+def test_a_create_tensor_shape_is_static_and_positive():
     with pytest.raises(
         CompileError, match=r"pl.create_tensor in a kernel takes a static shape of positive ints"
     ):

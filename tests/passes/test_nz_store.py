@@ -437,3 +437,112 @@ def test_refuse_ragged_n_tile_whose_valid_columns_are_not_whole_blocks():  # NZ-
     msg = _refused(k, rule="NZ-21")
     assert "has [44] valid columns" in msg and "validCol % 16 == 0" in msg
     assert "pad the N tail to a multiple of 16 columns, or store into an ND output" in msg
+
+
+# ------------------------------------------------ NZ-21: dynamic valid columns (a clamped N tail at a run-time offset)
+@pl.kernel
+def _dynamic_n_tail_into_nz(
+    x: pl.Tensor[[16, 64], pl.FP16],
+    w: pl.Tensor[[88, 64], pl.FP16],
+    y: pl.InOut[pl.Tensor[[16, 128], pl.FP32, pl.NZ]],
+    n0: pl.Scalar[pl.INDEX],
+):
+    a = pl.load(x, [0, 0], [16, 64], target_memory=pl.Mem.Mat)
+    b = pl.load(w, [n0, 0], [64, 64], target_memory=pl.Mem.Mat, clamp=True)  # valid rows min(64, 88 - n0)
+    pl.store(pl.matmul(a, b, b_trans=True), [0, 0], y)  # <- dynamic store
+
+
+def _dyn_inputs():
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    x = rng.integers(-2, 3, (16, 64)).astype(np.float16)
+    w = rng.integers(-2, 3, (88, 64)).astype(np.float16)
+    return x, w
+
+
+def test_dynamic_valid_columns_partition_is_narrowed_at_run_time():  # NZ-21
+    import numpy as np
+
+    import runtime
+
+    x, w = _dyn_inputs()
+    low = _dynamic_n_tail_into_nz.lower(x, w, runtime.pack_nz(np.zeros((16, 128), np.float32)), 0)
+    stores = [ln for ln in str(low.final).splitlines() if "tile.store[" in ln]
+    assert len(stores) == 1 and "nz_partition=(1, 8, 1, 16, 8) nz_dynamic_cols=True" in stores[0]
+    text = str(low.pto())
+    assert "%col_blocks = arith.divui %vwin, %c8 : index" in text
+    assert "sizes = [%c1, %col_blocks, %c1, %c16, %c8]" in text
+    nzjit.check_ptoas(text)
+
+
+@pytest.mark.parametrize("n0", [0, 40, 56])  # 64, 48 and 32 valid columns: whole 16-column blocks
+def test_dynamic_valid_columns_in_whole_blocks_store_exactly(n0):  # NZ-21
+    import warnings
+
+    import numpy as np
+
+    import runtime
+
+    x, w = _dyn_inputs()
+    y = np.full((16, 128), 7, np.float32)
+    yn = runtime.pack_nz(y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # validCol equals the partition's columns: no PTO_ASSERT warning
+        _dynamic_n_tail_into_nz(x, w, yn, n0)
+    got = runtime.unpack_nz(yn)
+    v = min(64, 88 - n0)
+    ref = x.astype(np.float32) @ w[n0 : n0 + v].astype(np.float32).T
+    np.testing.assert_array_equal(got[:, :v], ref)
+    assert (got[:, v:] == 7).all()  # past the valid columns: untouched
+
+
+@pytest.mark.parametrize("n0", [32, 48, 80])  # 56, 40 and 8 valid columns: not whole blocks
+def test_dynamic_valid_columns_not_whole_blocks_are_refused_before_writing(n0, line_of):  # NZ-21
+    import numpy as np
+
+    import runtime
+
+    x, w = _dyn_inputs()
+    yn = runtime.pack_nz(np.full((16, 128), 7, np.float32))
+    with pytest.raises(runtime.DeviceError) as ei:
+        _dynamic_n_tail_into_nz(x, w, yn, n0)
+    msg = str(ei.value)
+    line = line_of(_dynamic_n_tail_into_nz.__wrapped__, "# <- dynamic store")
+    assert f"test_nz_store.py:{line}" in msg and "NZ-21" in msg
+    assert f"has {88 - n0} valid columns at run time" in msg and "validCol % 16 == 0" in msg
+    assert "help: make the N tail a multiple of 16 columns, or store into an ND output" in msg
+    assert (runtime.unpack_nz(yn) == 7).all()  # nothing was written
+
+
+@pytest.mark.parametrize("rows_w", [112, 104])  # second trip: 48 valid columns (exact) / 40 (refused)
+def test_dynamic_valid_columns_in_a_staged_loop(rows_w):  # NZ-21
+    import numpy as np
+
+    import runtime
+
+    @pl.kernel
+    def k(
+        x: pl.Tensor[[16, 64], pl.FP16],
+        w: pl.Tensor[[rows_w, 64], pl.FP16],
+        y: pl.InOut[pl.Tensor[[16, 128], pl.FP32, pl.NZ]],
+    ):
+        a = pl.load(x, [0, 0], [16, 64], target_memory=pl.Mem.Mat)
+        for j in pl.range(2):
+            n0 = j * 64
+            b = pl.load(w, [n0, 0], [64, 64], target_memory=pl.Mem.Mat, clamp=True)
+            pl.store(pl.matmul(a, b, b_trans=True), [0, n0], y)
+
+    rng = np.random.default_rng(7)
+    x = rng.integers(-2, 3, (16, 64)).astype(np.float16)
+    w = rng.integers(-2, 3, (rows_w, 64)).astype(np.float16)
+    yn = runtime.pack_nz(np.full((16, 128), 7, np.float32))
+    if rows_w % 16:
+        with pytest.raises(runtime.DeviceError, match="NZ-21: .* has 40 valid columns at run time"):
+            k(x, w, yn)
+        assert (runtime.unpack_nz(yn)[:, 64:] == 7).all()  # the refused store wrote nothing
+        return
+    k(x, w, yn)
+    got = runtime.unpack_nz(yn)
+    np.testing.assert_array_equal(got[:, :rows_w], x.astype(np.float32) @ w.astype(np.float32).T)
+    assert (got[:, rows_w:] == 7).all()

@@ -184,20 +184,6 @@ def test_a_tensor_first_bound_in_both_arms_is_refused_with_the_fix() -> None:
     assert err.help == "bind 't' before the `if`"
 
 
-def test_if_else_that_ends_the_kernel_is_refused() -> None:
-    def f(x: pl.Tensor[[1, 64], pl.FP32], y: pl.Out[pl.Tensor[[1, 64], pl.FP32]], n: pl.Scalar[pl.INT32]):
-        if n > 0:
-            pl.store(pl.load(x, [0, 0], [1, 64]), [0, 0], y)
-        else:
-            pl.store(pl.neg(pl.load(x, [0, 0], [1, 64])), [0, 0], y)
-
-    err = _refusal(f)
-    assert "an `if`/`else` on a traced value that ends the kernel (or helper) function is not staged" in str(
-        err
-    )
-    assert err.help == "put the statement that follows it (or `pass`) after the `if`/`else`"
-
-
 def test_an_arm_ending_in_continue_and_a_conditional_expression_stay_refused() -> None:
     def c(x: pl.Tensor[[1, 64], pl.FP32], y: pl.Out[pl.Tensor[[1, 64], pl.FP32]], n: pl.Scalar[pl.INT32]):
         for i in pl.range(4):

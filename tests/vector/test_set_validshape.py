@@ -51,6 +51,9 @@ def test_refusals():
         lower(lambda x, y: pl.set_validshape(pl.load(x, [0, 0], [16, 64]), 17, 64))
     with pytest.raises(CompileError, match=r"a valid extent is an int or an integer scalar, got 2.5"):
         lower(lambda x, y: pl.set_validshape(pl.load(x, [0, 0], [16, 64]), 2.5, 64))
-    with pytest.raises(CompileError, match=r"pl.set_validshape of a tensor is not built") as ei:
-        lower(lambda x, y: pl.tensor.set_validshape(x, 4, 64))
-    assert "help: pl.load(x, offsets, shape, valid_shape=[rows, cols])" in str(ei.value)
+    # issue 23 item 5: pl.tensor.set_validshape is built (tests/vector/test_tensor_forms.py)
+    with pytest.raises(CompileError, match=r"pl.tile.set_validshape takes a tile, got a tensor") as ei:
+        lower(lambda x, y: pl.tile.set_validshape(x, 4, 64))
+    assert "help: pl.tensor.set_validshape(x, rows, cols) (or pl.set_validshape) for a tensor" in str(
+        ei.value
+    )

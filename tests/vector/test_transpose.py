@@ -40,9 +40,10 @@ def test_refusals():
 
         return k.lower(np.zeros((8, 64), np.float32), np.zeros((64, 8), np.float32))
 
-    with pytest.raises(CompileError, match=r"pl.transpose of a tensor is not built") as ei:
-        lower(lambda x, y: pl.transpose(x, 0, 1))
-    assert "help: pl.load the window and transpose the Vec tile" in str(ei.value)
+    # issue 23 item 5: pl.transpose / pl.tensor.transpose of a tensor is built (tests/vector/test_tensor_forms.py)
+    with pytest.raises(CompileError, match=r"pl.tile.transpose takes a Vec tile, got a tensor") as ei:
+        lower(lambda x, y: pl.tile.transpose(x, 0, 1))
+    assert "help: pl.tensor.transpose(x, 0, 1) (or pl.transpose) for a tensor" in str(ei.value)
     with pytest.raises(CompileError, match=r"pl.transpose of a 2-D tile swaps axes 0 and 1, got 0, 0"):
         lower(lambda x, y: pl.transpose(pl.load(x, [0, 0], [8, 64]), 0, 0))
 

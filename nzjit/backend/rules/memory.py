@@ -31,6 +31,7 @@ from ...passes.block_nz_store import ACC_COL_ALIGN, MAX_STORE_COLS
 from .. import lane_gm, lane_log
 from ..lane_state import Fallback, LaneState, addresses, distinct, lanes_of, uniform, view_span
 from ..lane_values import LaneAcc, LaneTensor, LaneTile
+from ..nz_partition import nz_store_partition
 from ..replay import element_offset, offsets_getter, same_layout, window_bytes
 from ..rule import Run, Step, rule
 from ..steps import (
@@ -296,6 +297,7 @@ def _store(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     # NZ-20: an Acc tile into the blocked rank-5 NZ view through TStoreAccNz2nz (runtime
     # nz_store_acc), with the explicit partition [1, n/8, M/16, 16, 8]: the device derives its
     # column-block pitch from that partition, so a wrong partition mis-writes as on hardware.
+    part = nz_store_partition(e, part, tile.valid_col)
     g0, g1, g2, g3, g4 = part
     check_window(e, dst.shape, offs, part)
     if dst.layout != "NZ" or len(dst.shape) != 5 or tile.space != "Acc":
@@ -445,7 +447,7 @@ def _batch_store(st: Step) -> Any:
             and len(dst.shape) == 5
             and vc <= STORE_COLS // part[4] * part[4]
         ):  # wider tiles are stored in column chunks
-            sizes = tuple(part)
+            sizes = nz_store_partition(e, part, vc)
         else:
             raise Fallback("NZ partition store")
         addr = lanes_of(addresses(dst, [env[i] for i in offs], s.L, sizes[-len(dst.shape) :]), s.L)

@@ -143,16 +143,23 @@ def _tensor_matmul(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
 
 @rule(P.tensor_create_p)
 def _tensor_create(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    """Before ConvertTensorToTileOps: the accumulator's start value, as the Acc tile it becomes
-    (tile.create: zeroed bytes, what alloc_tile gives), so every stage computes the same."""
+    """A kernel's `pl.create_tensor`: fresh zeroed GM of its shape, row-major, freed when the kernel
+    returns (`Ctx.scratch`). Each run of the equation (each SPMD lane, when it is created inside
+    the launch) gets its own. Zeroed: before ConvertTensorToTileOps the same value is the
+    accumulator's start value, as the Acc tile.create it becomes (zeroed bytes), so every stage
+    computes the same."""
     out_t = e.outputs[0].type
     assert isinstance(out_t, TensorType)
-    return [HostValue(np.zeros(tuple(static_dim(d) for d in out_t.shape), out_t.dtype.np_dtype))]
+    shape = tuple(static_dim(d) for d in out_t.shape)
+    dtype = np.dtype(out_t.dtype.np_dtype)
+    addr = ctx.gm.alloc(max(int(np.prod(shape)) * dtype.itemsize, 32), zero=True)
+    ctx.scratch.append(addr)
+    return [TensorVal(addr, dtype, shape, runtime.isa.row_major_strides(shape))]
 
 
 @rule(P.tensor_matmul_acc_p)
 def _tensor_matmul_acc(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
-    acc = ins[0].logical()
+    acc = ins[0].read(ctx.gm) if isinstance(ins[0], TensorVal) else ins[0].logical()  # a create's zeros
     a, b = (_operand(ctx, x) for x in ins[1:])
     prod = reference_matmul(a, b, e.params["b_trans"], acc.dtype)
     return [HostValue((acc + prod).astype(acc.dtype))]

@@ -99,7 +99,7 @@ def emit_pto(graph: Graph, kernel: Any = None) -> str:
 def _function(graph: Graph, name: str, kind: str | None = None, setup: Any = None) -> str:
     """One `func.func`: a whole kernel, or one side (`kind` cube / vector, `setup` its pipe setup)."""
     em = Emitter()
-    args = _signature(em, graph)
+    args = _signature(em, graph) + memory.scratch_arguments(em, graph)
     if kind is not None:
         args.append(f"{split.GM_PIPE_BUFFER}: !pto.ptr<f32>")
     em.launch = launch_loop(graph)

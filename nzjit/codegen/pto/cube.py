@@ -14,7 +14,6 @@ from ..pto_types import tile_rows_cols
 from .emitter import Dim, Emitter, Tile, pto_rules, rule, unlowered
 
 pto_rules[P.tensor_matmul_p] = pto_rules[P.tensor_matmul_acc_p] = unlowered("ConvertTensorToTileOps")
-pto_rules[P.tensor_create_p] = unlowered("ConvertTensorToTileOps")
 pto_rules[P.tile_matmul_p] = pto_rules[P.tile_matmul_acc_p] = unlowered("AutoTileMatmulL0")
 pto_rules[P.tile_matmul_bias_p] = unlowered("AutoTileMatmulL0")
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from ... import prims as P
-from ...core.ir import Eqn
+from ...core.ir import Eqn, Graph
 from ...core.types import TensorType, TileType
+from ...errors import InternalError
 from ..pto_types import Dim, pointer_type, tile_rows_cols
 from .emitter import Emitter, Tile, View, instr, pto_rules, rule, unlowered
 
@@ -100,6 +101,32 @@ def _load_valid(em: Emitter, e: Eqn, sizes: list[Dim]) -> tuple[Dim, Dim] | None
     return rows, sizes[-1]
 
 
+@rule(P.tensor_create_p)
+def _scratch(em: Emitter, e: Eqn) -> None:
+    """A kernel's GM scratch tensor: its view was made from its workspace argument at the top of
+    the function (`scratch_arguments`); the accumulator form never reaches codegen."""
+    if not e.params.get("scratch") or e.outputs[0] not in em.env:
+        raise InternalError(
+            "codegen: 'tensor.create' reached PTO emission; ConvertTensorToTileOps removes it, "
+            "so codegen runs on the graph after every pass (Lowered.pto())"
+        )
+
+
+def scratch_arguments(em: Emitter, g: Graph) -> list[str]:
+    """One trailing workspace argument per GM scratch tensor of `g` (`pl.create_tensor` in a
+    kernel: PyPTO's InCore workspace; the host passes each core its own), its view made here."""
+    args = []
+    for e in g.walk():
+        if e.primitive is P.tensor_create_p and e.params.get("scratch"):
+            v = e.outputs[0]
+            t = v.type
+            assert isinstance(t, TensorType)
+            ptr = em.names.fresh(f"{v.hint or 'scratch'}_workspace")
+            args.append(f"{ptr}: {pointer_type(t.dtype)}")
+            em.env[v] = em.make_view(ptr, v.hint or ptr[1:], t)
+    return args
+
+
 @rule(P.tile_load_p)
 def _load(em: Emitter, e: Eqn) -> None:
     v = em.view(e.inputs[0])
@@ -114,7 +141,11 @@ def _load(em: Emitter, e: Eqn) -> None:
 def _store_sizes(em: Emitter, e: Eqn, tile: Tile, rank: int) -> list[Dim]:
     part = e.params.get("nz_partition")
     if part is not None:  # the explicit rank-5 partition of an Acc store into NZ (NZ-20)
-        return [x if isinstance(x, int) else em.index(x) for x in part]
+        sizes: list[Dim] = [x if isinstance(x, int) else em.index(x) for x in part]
+        if e.params.get("nz_dynamic_cols") and tile.valid is not None:
+            # dynamic valid columns (NZ-21): the partition's column blocks are validCol / C0
+            sizes[1] = em.binop("divui", tile.valid[1], part[4], "col_blocks")
+        return sizes
     rows, cols = tile.valid if tile.valid is not None else tile_rows_cols(tile.type)
     return ([1] * max(0, rank - 2) + [rows, cols])[-rank:]
 

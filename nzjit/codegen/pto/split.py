@@ -31,19 +31,15 @@ one function: the split is then not PyPTO's either (its pass refuses or fences i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ...core.dtypes import INT32
 from ...core.ir import Eqn, Graph, Literal, Var
-from ...core.types import Mem, TensorType, TileType, static_dim
+from ...core.types import Mem, TileType
+from ...passes.pipe_buffers import C2V, SLOT_NUM, V2C, Pipe, pipe_of
 from ...prims import vector as VP
 from .emitter import Emitter
 
 CUBE, VECTOR = "cube", "vector"
-#: The FIFO depth of the simulator's pipe (runtime.crosscore.SLOT_NUM; a test keeps them equal).
-SLOT_NUM = 8
-#: The cross-core directions' bits in `dir_mask` (PyPTO's automatic pipe setup).
-C2V, V2C = 1, 2
 _CUBE_MEMORY = frozenset({Mem.Mat, Mem.Left, Mem.Right, Mem.Acc})
 _PIPE_SIDE = {
     VP.tpush_to_aiv_p: CUBE,
@@ -62,29 +58,6 @@ def side_of(e: Eqn) -> str | None:
     if mems & _CUBE_MEMORY:
         return CUBE
     return VECTOR if Mem.Vec in mems else None
-
-
-@dataclass(frozen=True)
-class Pipe:
-    """The cross-core pipe a split kernel uses: its directions and its slot size in bytes."""
-
-    dir_mask: int
-    slot_size: int
-
-
-def pipe_of(g: Graph) -> Pipe | None:
-    """The pipe of a kernel whose body pushes across the cores (an A2/A3 mixed kernel), else None."""
-    mask, size = 0, 0
-    for e in g.walk():
-        if e.primitive in (VP.tpush_to_aiv_p, VP.tpush_to_aic_p):
-            mask |= C2V if e.primitive is VP.tpush_to_aiv_p else V2C
-            t = e.outputs[0].type
-            assert isinstance(t, TensorType)
-            n = t.dtype.itemsize
-            for d in t.shape:
-                n *= static_dim(d)
-            size = max(size, n)
-    return Pipe(mask, size) if mask else None
 
 
 def split(g: Graph) -> tuple[Graph, Graph] | None:
