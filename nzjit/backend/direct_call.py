@@ -16,6 +16,7 @@ import numpy as np
 
 import runtime
 from runtime import DeviceTensor, Worker
+from runtime.device import NzDeviceTensor
 
 from ..core.ir import Graph
 from .convention import HOST, RESIDENT, SCALAR, LaunchPlan, download, free_temps, restore
@@ -35,11 +36,11 @@ def direct_key(args: Sequence[Any], device: Any, options: Options) -> tuple[Any,
     key: list[Any] = [device, options]
     for a in args:
         t = type(a)
-        if t is DeviceTensor or t is np.ndarray:
+        if t is DeviceTensor or t is NzDeviceTensor or t is np.ndarray:  # the class is in the key
             if type(a.shape) is not tuple:
                 return None  # a hand-made DeviceTensor: its shape may not even hash
             key.append((t, a.shape, a.dtype))
-        elif t is int or a is None:
+        elif t is int or t is float or a is None:  # a float only reaches a float parameter
             key.append(t)
         else:
             return None
