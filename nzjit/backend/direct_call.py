@@ -19,7 +19,7 @@ from runtime import DeviceTensor, Worker
 from runtime.device import NzDeviceTensor
 
 from ..core.ir import Graph
-from .convention import HOST, RESIDENT, SCALAR, LaunchPlan, download, free_temps, restore
+from .convention import HOST, RESIDENT, SCALAR, LaunchPlan, Rollback, download, free_temps
 from .launch import default_worker, execute
 from .options import Options
 
@@ -112,14 +112,21 @@ class CallPlan:
         if w is None:
             return MISS
         plan, gm = self.launch, w.gm
-        snapshots = plan.snapshot(gm, args, []) if plan.resident_outputs else ()
+        rollback = Rollback(plan, gm, args) if plan.resident_outputs else None
+        pending = None
+        if rollback is not None:
+            if plan.commits_last:
+                pending = [rollback.take]  # taken only if the launch needs it (convention.Rollback)
+            else:
+                rollback.take()
         temps: list[int] = []
         try:
             try:
                 vals, host_outputs, outs = plan.place(args, gm, {}, temps)
-                execute(plan, w, vals)
+                execute(plan, w, vals, pending)
             except BaseException:
-                restore(snapshots)
+                if rollback is not None:
+                    rollback.restore()
                 raise
             if host_outputs:
                 download(gm, host_outputs, outs)

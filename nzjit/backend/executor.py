@@ -37,6 +37,16 @@ class Ctx:
     #: the open lane-race log of the running pl.spmd launch (lane_log.py) and the lane it is in
     lane_log: Any = None
     lane: int = 0
+    #: snapshots the launch has not taken yet (convention.Rollback.take): `take_pending` runs
+    #: them before the first GM write a later failure could leave behind
+    pending: list[Any] | None = None
+
+    def take_pending(self) -> None:
+        """Take the launch's deferred snapshots now (something is about to write GM)."""
+        if self.pending:
+            todo, self.pending = self.pending, None
+            for take in todo:
+                take()
 
     def consumes(self, e: Eqn, i: int) -> bool:
         """True when input `i` of the running step dies there, so the impl may update it in place."""

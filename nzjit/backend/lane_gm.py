@@ -4,6 +4,7 @@ place as views of GM; the byte-range overlap test of loads against stores."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,11 +14,19 @@ from runtime.errors import DeviceError
 from runtime.spans import byte_span, overlaps_itself
 
 
-def lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: bool) -> bool:
+def lane_copy(
+    plan: Any,
+    gm: Any,
+    addrs: np.ndarray,
+    images: np.ndarray,
+    load: bool,
+    before: Callable[[int], None] | None = None,
+) -> bool:
     """Replay `plan` (one burst copy, no warnings) for the increasing lane GM addresses `addrs` and
     tile images `images[i]`: one strided assignment per arithmetic run of addresses.  False, with
     nothing copied, when it is not that simple (the caller replays lane by lane) - for a store,
-    also when a byte could be written twice (lane order decides then)."""
+    also when a byte could be written twice (lane order decides then). `before(n)` is called with
+    the number of assignments once every view is made, before the first one."""
     copies = plan.copies
     if copies is None or len(copies) != 1 or plan.warns or len(addrs) < 2:
         return False
@@ -33,6 +42,8 @@ def lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: b
     views = run_views(gm, addrs + g_off, cp.shape, g_strides, disjoint=not load)
     if views is None:
         return False
+    if before is not None:
+        before(len(views))
     for u0, u1, g in views:
         t = np.ndarray((u1 - u0, *cp.shape), np.uint8, images, t_off + u0 * nbytes, (nbytes, *t_strides))
         if load:
@@ -42,12 +53,14 @@ def lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: b
     return True
 
 
-def lane_acc_store(plan: Any, gm: Any, addrs: np.ndarray, acc: np.ndarray) -> bool:
+def lane_acc_store(
+    plan: Any, gm: Any, addrs: np.ndarray, acc: np.ndarray, before: Callable[[int], None] | None = None
+) -> bool:
     """Replay an Acc -> ND store `plan` (``runtime.store.AccNdTransfer``, warning nothing) for every
     lane at once: lane i writes its logical accumulator ``acc[i]`` at GM address ``addrs[i]``.
     One strided assignment per arithmetic run of the (increasing) addresses; False, with nothing
     written, when a byte could be written twice (the in-order replay decides then), a view is
-    refused, or the fixpipe does not read the logical matrix."""
+    refused, or the fixpipe does not read the logical matrix. `before` as for `lane_copy`."""
     op = plan.single
     spec = getattr(op, "acc_nd", None)
     if spec is None or not spec.logical or len(addrs) < 2:
@@ -57,6 +70,8 @@ def lane_acc_store(plan: Any, gm: Any, addrs: np.ndarray, acc: np.ndarray) -> bo
     if views is None:
         return False
     vals = fixpipe_convert(acc[:, : spec.m, : spec.n], spec.out, spec.relu)
+    if before is not None:
+        before(len(views))
     for u0, u1, v in views:
         v = v.view(spec.out)
         if spec.atomic_add:
