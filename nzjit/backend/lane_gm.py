@@ -181,6 +181,63 @@ def _image_strides_of(plan: Any, g: Any) -> tuple[Any, tuple[int, ...], tuple[in
     return copies[0], shape, tuple(reversed(strides))
 
 
+def unwritten(plan: Any, nbytes: int) -> tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...] | None:
+    """For a load `plan` that is one GM -> tile burst copy (no warnings) into an `nbytes` image: the
+    image bytes it does not write, as byte views ``(offset, shape, strides)`` of the image - what
+    a fresh tile's zeros must cover when the copy itself writes the rest (a partial valid region:
+    each row's tail). None when the copy is not that simple or the gaps are not a few regular
+    runs (the caller zeroes the whole image). Cached per plan."""
+    hit = _GAPS.get(plan)
+    if hit is not None and hit[0] == nbytes:
+        return hit[1]
+    res = _gaps_of(plan, nbytes)
+    if len(_GAPS) > 4096:
+        _GAPS.clear()
+    _GAPS[plan] = (nbytes, res)
+    return res
+
+
+_GAPS: dict[Any, tuple[int, Any]] = {}  # keyed by the plan itself, as _IMAGE_STRIDES
+#: At most this many separate gap views (else the whole image is zeroed).
+MAX_GAP_VIEWS = 4
+
+
+def _gaps_of(plan: Any, nbytes: int) -> tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...] | None:
+    copies = plan.copies
+    if copies is None or len(copies) != 1 or plan.warns:
+        return None
+    cp, src_is_gm, _, do = copies[0]
+    lo, hi = cp.d_span
+    if not src_is_gm or cp.add_dtype is not None or hi <= lo or do + lo < 0 or do + hi > nbytes:
+        return None
+    written = np.zeros(nbytes, bool)
+    np.ndarray(cp.shape, bool, written, do, cp.d_strides)[...] = True
+    edges = np.flatnonzero(np.diff(np.concatenate(([True], written, [True])).astype(np.int8)))
+    starts, stops = edges[0::2], edges[1::2]  # the runs of unwritten bytes
+    if len(starts) == 0:
+        return ()
+    lengths, out = stops - starts, []
+    if (
+        len(starts) > 1
+        and (lengths[:-1] == lengths[0]).all()
+        and len(set(np.diff(starts[:-1]).tolist())) <= 1
+    ):
+        # equal runs at a constant pitch (each row's tail), perhaps then a different last one
+        n = len(starts) - 1 if lengths[-1] != lengths[0] else len(starts)
+        pitch = int(starts[1] - starts[0])
+        out.append((int(starts[0]), (n, int(lengths[0])), (pitch, 1)))
+        starts, lengths = starts[n:], lengths[n:]
+    out += [(int(a), (int(m),), (1,)) for a, m in zip(starts, lengths)]
+    return tuple(out) if len(out) <= MAX_GAP_VIEWS else None
+
+
+def zero_gaps(images: np.ndarray, gaps: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]) -> None:
+    """Zero the `gaps` (from `unwritten`) of every image of the (U, nbytes) uint8 `images`."""
+    U, nbytes = images.shape
+    for off, shape, strides in gaps:
+        np.ndarray((U, *shape), np.uint8, images, off, (nbytes, *strides))[...] = 0
+
+
 def gm_images(plan: Any, gm: Any, addrs: np.ndarray, g: Any) -> list[tuple[int, np.ndarray]] | None:
     """The images that `plan` would load for the increasing lane GM addresses `addrs`, as
     read-only element views of GM, ``(u0, (n, *g.phys))`` per arithmetic run of addresses; None
