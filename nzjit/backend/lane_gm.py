@@ -216,7 +216,8 @@ def _gaps_of(plan: Any, nbytes: int) -> tuple[tuple[int, tuple[int, ...], tuple[
     starts, stops = edges[0::2], edges[1::2]  # the runs of unwritten bytes
     if len(starts) == 0:
         return ()
-    lengths, out = stops - starts, []
+    lengths = stops - starts
+    out: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []
     if (
         len(starts) > 1
         and (lengths[:-1] == lengths[0]).all()
