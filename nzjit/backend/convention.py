@@ -21,6 +21,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from runtime import DeviceTensor, GlobalMemory
@@ -60,10 +61,15 @@ def scalar_check(dtype: Any) -> Any:
     if not dtype.is_float:
         return dtype.wrap
     np_dtype = dtype.np_dtype
+    # rounding is monotonic and the largest finite value is one of the dtype's: a real number of
+    # at most its magnitude rounds to a finite value (the common case, decided without numpy)
+    largest = float(ml_dtypes.finfo(np_dtype).max)
 
     def check(a: Any) -> Any:
         if type(a) is not float and type(a) is not int:
             return _REFUSED
+        if -largest <= a <= largest:
+            return a
         with np.errstate(over="ignore"):
             return a if np.isfinite(np.asarray(a).astype(np_dtype)) else _REFUSED
 

@@ -314,3 +314,8 @@ def test_a_float_scalar_out_of_range_after_cached_calls_is_refused_as_cold():
     o = np.full((16, 32), 7, np.float16)
     assert refusal(k, x, 1e6, o) == cold
     np.testing.assert_array_equal(o, 7)
+    # fp16's largest value and the first one that rounds past it (65520 rounds to inf, RNE)
+    np.testing.assert_array_equal(k(x, 65504.0), np.full((16, 32), 65504, np.float16))
+    np.testing.assert_array_equal(k(x, 65519.0), np.full((16, 32), 65504, np.float16))
+    assert refusal(k, x, 65520.0, o) == refusal(make_scaled(), x, 65520.0)
+    np.testing.assert_array_equal(o, 7)
