@@ -7,7 +7,8 @@ same data, ratios measured side by side in one run (interleaved best-of-N).
   gate / up with dequantisation, SwiGLU, fp16 down) on resident device tensors; numpy: the same
   math in float32 from the same int8 / fp16 arrays (int8 products are exact in float32 here).
 
-The target is 1.5x of numpy. The vector rules have batch forms (backend/rules/vector_lanes.py):
+The target is 1.5x of numpy; each row has its CPU-time twin (docs/performance.md, issue 22 item 10,
+says what the gap is made of). The vector rules have batch forms (backend/rules/vector_lanes.py):
 the softmax body runs once for all 16 lanes (each instruction on the lanes' stacked images, in
 place over the images of the operand that dies there). The fused expert's cross-core moves
 (tpush / tpop through the GM pipe) run batched too (backend/lane_pipe.py), so its four lanes run
