@@ -134,19 +134,26 @@ def image_strides(plan: Any, g: Any) -> tuple[Any, tuple[int, ...], tuple[int, .
     warnings): the copy, the image's bytes as a C-contiguous shape ``(*g.phys[:-1], g.phys[-1] *
     itemsize)`` and their GM byte strides (relative to the lane's address); None when the copy is
     not that simple.  Cached per plan (plans are cached per geometry)."""
-    hit = _IMAGE_STRIDES.get(plan)
-    if hit is not None and hit[0] is g:
-        return hit[1]
-    res = _image_strides_of(plan, g)
-    if len(_IMAGE_STRIDES) > 4096:
-        _IMAGE_STRIDES.clear()
-    _IMAGE_STRIDES[plan] = (g, res)
-    return res
+    return _per_plan(_IMAGE_STRIDES, plan, g, _image_strides_of)
 
 
 #: keyed by the plan object itself (identity; the entry holds it, so a key never stands for a
 #: dead plan), bounded
 _IMAGE_STRIDES: dict[Any, tuple[Any, Any]] = {}
+
+
+def _per_plan(
+    cache: dict[Any, tuple[Any, Any]], plan: Any, arg: Any, compute: Callable[[Any, Any], Any]
+) -> Any:
+    """``compute(plan, arg)``, remembered per plan for its last `arg` (at most 4096 plans)."""
+    hit = cache.get(plan)
+    if hit is not None and (hit[0] is arg or hit[0] == arg):
+        return hit[1]
+    res = compute(plan, arg)
+    if len(cache) > 4096:
+        cache.clear()
+    cache[plan] = (arg, res)
+    return res
 
 
 def _image_strides_of(plan: Any, g: Any) -> tuple[Any, tuple[int, ...], tuple[int, ...]] | None:
@@ -187,14 +194,7 @@ def unwritten(plan: Any, nbytes: int) -> tuple[tuple[int, tuple[int, ...], tuple
     a fresh tile's zeros must cover when the copy itself writes the rest (a partial valid region:
     each row's tail). None when the copy is not that simple or the gaps are not a few regular
     runs (the caller zeroes the whole image). Cached per plan."""
-    hit = _GAPS.get(plan)
-    if hit is not None and hit[0] == nbytes:
-        return hit[1]
-    res = _gaps_of(plan, nbytes)
-    if len(_GAPS) > 4096:
-        _GAPS.clear()
-    _GAPS[plan] = (nbytes, res)
-    return res
+    return _per_plan(_GAPS, plan, nbytes, _gaps_of)
 
 
 _GAPS: dict[Any, tuple[int, Any]] = {}  # keyed by the plan itself, as _IMAGE_STRIDES
