@@ -222,10 +222,12 @@ class Rollback:
         self.saved: list[tuple[np.ndarray, np.ndarray]] | None = None
 
     def take(self) -> None:
+        """Snapshot the resident outputs now, if that has not been done (later calls do nothing)."""
         if self.saved is None:
             self.saved = self.plan.snapshot(self.gm, self.args, [])
 
     def restore(self) -> None:
+        """Put back what `take` saved (nothing taken: nothing was written that needs it)."""
         if self.saved:
             restore(self.saved)
 
