@@ -11,3 +11,6 @@ def swap(src: Buffer, dst: Buffer, planes: int, n_i: int, n_j: int, i_lo: int, i
 
 def widen_bf16(src: np.ndarray, dst: np.ndarray, /) -> None:
     """dst[...] = src widened: bf16 bit patterns (uint16, any strides) to float32 bit patterns (uint32)."""
+
+def lookup16(src: np.ndarray, dst: np.ndarray, table: np.ndarray, /) -> None:
+    """dst[i] = table[src[i]]: 2-byte items in, 4-byte results of a 65536-entry table out."""

@@ -22,9 +22,20 @@ def _bits(d: np.dtype) -> np.dtype:
     return by_size[d.itemsize]
 
 
+#: Integer dtypes whose every value a float64 holds exactly, and the float targets whose numpy
+#: cast from them is correctly rounded (ml_dtypes' bf16 is left to float64). Float sources keep
+#: the cast through float64: it quiets signalling NaNs, a direct cast keeps their payload bits.
+_EXACT_IN_F64 = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.uint8, np.uint16, np.uint32))
+_NUMPY_FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
+
+
 def round_to(x: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
     """``x`` (any real dtype) rounded to the float `dtype` with a pto::RoundMode: rint (nearest,
     ties to even), round (nearest, ties away), floor, ceil, trunc (toward zero), odd (round to odd)."""
+    if mode in ("rint", "none") and x.dtype in _EXACT_IN_F64 and np.dtype(dtype) in _NUMPY_FLOATS:
+        # every value of x is a float64 exactly, so one cast rounds the exact value (nearest,
+        # ties to even) as the cast through float64 below does, without the float64 copy
+        return x.astype(dtype)
     x64 = x.astype(np.float64)
     r = x64.astype(dtype)  # nearest, ties to even
     if mode in ("rint", "none"):

@@ -209,15 +209,19 @@ def _write(dst: TileBuf, values: np.ndarray) -> None:
         valid_region(dst)[...] = values.astype(dst.dtype, copy=False)
 
 
-def _apply(dst: TileBuf, fn: Callable[..., np.ndarray], *args: np.ndarray) -> None:
-    """``dst = fn(*args)`` over dst's valid region, computed in `_compute_dtype`: straight into
-    the region when that is dst's own dtype (the same ufunc on the same values: the same bits,
-    without the temporary and the second pass), else computed, then rounded to dst's dtype."""
+def _apply(
+    dst: TileBuf, fn: Callable[..., np.ndarray], *args: np.ndarray, shape: tuple[int, ...] | None = None
+) -> None:
+    """``dst = fn(*args)`` over dst's valid region (viewed as `shape`, when given: stacked lanes),
+    computed in `_compute_dtype`: straight into the region when that is dst's own dtype (the same
+    ufunc on the same values: the same bits, without the temporary and the second pass), else
+    computed, then rounded to dst's dtype."""
+    region = valid_region(dst) if shape is None else valid_region(dst).reshape(shape)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         if _compute_dtype(dst.dtype) == dst.dtype and isinstance(fn, np.ufunc):
-            fn(*args, out=valid_region(dst))
+            fn(*args, out=region)
         else:
-            _write(dst, fn(*args))
+            region[...] = fn(*args).astype(dst.dtype, copy=False)
 
 
 # ---------------------------------------------------------------------------------- elementwise
@@ -409,11 +413,14 @@ def _per_row(what: str, row: TileBuf, dst: TileBuf) -> np.ndarray:
     return np.tile(v, (1, reps))[:, : dst.valid_col]
 
 
-def _per_col(what: str, col: TileBuf, dst: TileBuf) -> np.ndarray:
+def _per_col(what: str, col: TileBuf, dst: TileBuf, lanes: int = 1) -> np.ndarray:
     if col.valid_col != dst.valid_col:
         raise DeviceError(
             f"{what}: the per-column operand has {col.valid_col} valid columns, the tile {dst.valid_col}"
         )
+    if lanes > 1:  # stacked lanes: each lane's row 0, broadcast down that lane's rows only
+        v = col.data.view(col.dtype).reshape(col.rows, col.cols)[:: col.rows // lanes, : col.valid_col]
+        return v.reshape(lanes, 1, col.valid_col)
     return col.data.view(col.dtype).reshape(col.rows, col.cols)[:1, : col.valid_col]
 
 
@@ -424,10 +431,17 @@ def row_expand(op: str, dst: TileBuf, a: TileBuf | None, row: TileBuf, target: s
     _broadcast(what, op, dst, a, row, target, _per_row)
 
 
-def col_expand(op: str, dst: TileBuf, a: TileBuf | None, col: TileBuf, target: str = "A2A3") -> None:
-    """TCOLEXPAND (op "expand": dst[i, j] = col[j]) and TCOLEXPANDADD / SUB / MUL / DIV / MAX / MIN."""
+def col_expand(
+    op: str, dst: TileBuf, a: TileBuf | None, col: TileBuf, target: str = "A2A3", lanes: int = 1
+) -> None:
+    """TCOLEXPAND (op "expand": dst[i, j] = col[j]) and TCOLEXPANDADD / SUB / MUL / DIV / MAX / MIN.
+    `lanes` > 1: dst, a and col are the images of that many lanes stacked along the rows (each
+    wholly valid rows), and each lane's rows take its own col's row 0 - one instruction per lane,
+    on the same element values (the lane-batched form)."""
     what = "TCOLEXPAND" if op == "expand" else BINARY_INSTR[op][3]
-    _broadcast(what, op, dst, a, col, target, _per_col)
+    if lanes > 1 and (dst.rows % lanes or col.rows % lanes or dst.valid_row != dst.rows):
+        raise DeviceError(f"{what}: {lanes} stacked lanes need whole valid rows of whole images")
+    _broadcast(what, op, dst, a, col, target, lambda w, v, d: _per_col(w, v, d, lanes), lanes)
 
 
 def _broadcast(
@@ -438,21 +452,25 @@ def _broadcast(
     v: TileBuf,
     target: str,
     expanded: Callable[[str, TileBuf, TileBuf], np.ndarray],
+    lanes: int = 1,
 ) -> None:
     check_vec(dst, what)
     check_vec(v, what)
     _same_dtype(what, dst, v)
     _dtypes(what, "add" if op == "expand" else op, dst.dtype, target)
     e = expanded(what, v, dst)
+    # stacked lanes (col_expand): the region as (lanes, rows, cols), e as (lanes, 1, cols)
+    shape = (lanes, dst.valid_row // lanes, dst.valid_col) if lanes > 1 else (dst.valid_row, dst.valid_col)
     if op == "expand":
-        valid_region(dst)[...] = np.broadcast_to(e, (dst.valid_row, dst.valid_col))
+        valid_region(dst).reshape(shape)[...] = np.broadcast_to(e, shape)
         return
     assert a is not None
     check_vec(a, what)
     _same_dtype(what, dst, a)
     _same_valid(what, dst, a)
     c = _compute_dtype(dst.dtype)
-    _apply(dst, BINARY_OPS[op], valid_region(a).astype(c, copy=False), e.astype(c, copy=False))
+    x = valid_region(a).astype(c, copy=False).reshape(shape)
+    _apply(dst, BINARY_OPS[op], x, e.astype(c, copy=False), shape=shape)
 
 
 # ----------------------------------------------------------------------------------- conversion

@@ -161,6 +161,14 @@ def _run_lanes(s: LaneState, plan: Any, all_lanes: np.ndarray, captured: list[An
         lane_log.feed(s, s.notes)
     # every lane's stores, in per-lane program order (loads never see them: checked above)
     gm = ctx.gm
+    # the launch's deferred snapshots (Ctx.pending) are needed unless the whole commit is one
+    # assignment: it either lands whole, as the last thing the launch does, or not at all
+    alone = sum(1 for stores in groups if stores) == 1
+
+    def before(assignments: int) -> None:
+        if not alone or assignments != 1:
+            ctx.take_pending()
+
     for stores in groups:
         if not stores:
             continue
@@ -170,11 +178,12 @@ def _run_lanes(s: LaneState, plan: Any, all_lanes: np.ndarray, captured: list[An
             if images is not None:
                 data, row = images
                 imgs = data if len(data) == len(row) and (row == np.arange(len(row))).all() else data[row]
-                if lane_gm.lane_copy(plan_, gm, addr, imgs, False):
+                if lane_gm.lane_copy(plan_, gm, addr, imgs, False, before):
                     continue
             sums = getattr(get, "sums", None)
-            if sums is not None and lane_gm.lane_acc_store(plan_, gm, addr, sums):
+            if sums is not None and lane_gm.lane_acc_store(plan_, gm, addr, sums, before):
                 continue
+        ctx.take_pending()
         for lane in range(len(stores[0][1])):
             for plan_, addr, get in stores:
                 plan_.run(gm, int(addr[lane]), get(lane))

@@ -5,7 +5,9 @@ A `LaunchPlan` is what the checks of a call fixed: the graph and dims, each para
 is always the same sequence, for a recorded program (`call.run_program`, rank by rank) and for a
 cached direct call (`direct_call.CallPlan`) alike:
 
-1. `snapshot` the resident outputs' GM bytes (restored if anything fails: outputs untouched);
+1. `snapshot` the resident outputs' GM bytes (restored if anything fails: outputs untouched) -
+   for a cached call of a kernel that is one `pl.spmd` launch (`LaunchPlan.commits_last`), only
+   once the launch is about to write anything but its single final commit (`Rollback`);
 2. `place` the arguments: scalars wrapped to their declared width, resident tensors where they
    live, host arrays uploaded once per worker and program (an omitted Out allocated as zeros);
 3. `launch` the graph (launch.py: a fresh on-chip accounting, the plan under the options);
@@ -19,6 +21,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from runtime import DeviceTensor, GlobalMemory
@@ -58,10 +61,15 @@ def scalar_check(dtype: Any) -> Any:
     if not dtype.is_float:
         return dtype.wrap
     np_dtype = dtype.np_dtype
+    # rounding is monotonic and the largest finite value is one of the dtype's: a real number of
+    # at most its magnitude rounds to a finite value (the common case, decided without numpy)
+    largest = float(ml_dtypes.finfo(np_dtype).max)
 
     def check(a: Any) -> Any:
         if type(a) is not float and type(a) is not int:
             return _REFUSED
+        if -largest <= a <= largest:
+            return a
         with np.errstate(over="ignore"):
             return a if np.isfinite(np.asarray(a).astype(np_dtype)) else _REFUSED
 
@@ -128,6 +136,10 @@ class LaunchPlan:
             self.slots.append(ArgSlot(at, kind, p, shape, layout, v, not (fresh and fresh[i])))
         self.resident_outputs = [s for s in self.slots if s.kind == RESIDENT and s.is_output and s.nbytes]
         self._vals: dict[tuple[int, int], TensorVal] = {}
+        #: the graph is one pl.spmd launch: run batched, it writes GM only in its final commit of
+        #: deferred stores, after which nothing can fail (batched.py); run lane by lane, it takes
+        #: the snapshot first (loops.py) - so the snapshot waits until one of them asks for it
+        self.commits_last = len(graph.eqns) == 1 and graph.eqns[0].params.get("kind") == "spmd"
 
     # ------------------------------------------------------------------------------ steps
     def snapshot(
@@ -194,6 +206,30 @@ class LaunchPlan:
                 self._vals.clear()
             v = self._vals[(s.pos, address)] = TensorVal(address, *s.layout)
         return v
+
+
+class Rollback:
+    """The resident outputs' snapshot of one launch, taken lazily: `take` snapshots them (once),
+    `restore` puts back what was taken. A launch of a `commits_last` plan hands `take` to the
+    executor (`Ctx.pending`), which calls it before the first GM write that a later failure could
+    leave behind; a batched launch whose commit is one assignment, the last thing that can fail,
+    never calls it - nothing is copied, and a failure before the commit has written nothing."""
+
+    __slots__ = ("plan", "gm", "args", "saved")
+
+    def __init__(self, plan: LaunchPlan, gm: GlobalMemory, args: Sequence[Any]) -> None:
+        self.plan, self.gm, self.args = plan, gm, args
+        self.saved: list[tuple[np.ndarray, np.ndarray]] | None = None
+
+    def take(self) -> None:
+        """Snapshot the resident outputs now, if that has not been done (later calls do nothing)."""
+        if self.saved is None:
+            self.saved = self.plan.snapshot(self.gm, self.args, [])
+
+    def restore(self) -> None:
+        """Put back what `take` saved (nothing taken: nothing was written that needs it)."""
+        if self.saved:
+            restore(self.saved)
 
 
 def restore(snapshots: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:

@@ -16,9 +16,10 @@ import numpy as np
 
 import runtime
 from runtime import DeviceTensor, Worker
+from runtime.device import NzDeviceTensor
 
 from ..core.ir import Graph
-from .convention import HOST, RESIDENT, SCALAR, LaunchPlan, download, free_temps, restore
+from .convention import HOST, RESIDENT, SCALAR, LaunchPlan, Rollback, download, free_temps
 from .launch import default_worker, execute
 from .options import Options
 
@@ -35,11 +36,11 @@ def direct_key(args: Sequence[Any], device: Any, options: Options) -> tuple[Any,
     key: list[Any] = [device, options]
     for a in args:
         t = type(a)
-        if t is DeviceTensor or t is np.ndarray:
+        if t is DeviceTensor or t is NzDeviceTensor or t is np.ndarray:  # the class is in the key
             if type(a.shape) is not tuple:
                 return None  # a hand-made DeviceTensor: its shape may not even hash
             key.append((t, a.shape, a.dtype))
-        elif t is int or a is None:
+        elif t is int or t is float or a is None:  # a float only reaches a float parameter
             key.append(t)
         else:
             return None
@@ -111,14 +112,21 @@ class CallPlan:
         if w is None:
             return MISS
         plan, gm = self.launch, w.gm
-        snapshots = plan.snapshot(gm, args, []) if plan.resident_outputs else ()
+        rollback = Rollback(plan, gm, args) if plan.resident_outputs else None
+        pending = None
+        if rollback is not None:
+            if plan.commits_last:
+                pending = [rollback.take]  # taken only if the launch needs it (convention.Rollback)
+            else:
+                rollback.take()
         temps: list[int] = []
         try:
             try:
                 vals, host_outputs, outs = plan.place(args, gm, {}, temps)
-                execute(plan, w, vals)
+                execute(plan, w, vals, pending)
             except BaseException:
-                restore(snapshots)
+                if rollback is not None:
+                    rollback.restore()
                 raise
             if host_outputs:
                 download(gm, host_outputs, outs)

@@ -45,6 +45,16 @@ class Ctx:
     lane: int = 0
     #: GM addresses of the kernel's scratch tensors (pl.create_tensor in a kernel), freed at its end
     scratch: list[int] = field(default_factory=list)
+    #: snapshots the launch has not taken yet (convention.Rollback.take): `take_pending` runs
+    #: them before the first GM write a later failure could leave behind
+    pending: list[Any] | None = None
+
+    def take_pending(self) -> None:
+        """Take the launch's deferred snapshots now (something is about to write GM)."""
+        if self.pending:
+            todo, self.pending = self.pending, None
+            for take in todo:
+                take()
 
     def consumes(self, e: Eqn, i: int) -> bool:
         """True when input `i` of the running step dies there, so the impl may update it in place."""

@@ -4,6 +4,7 @@ place as views of GM; the byte-range overlap test of loads against stores."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -14,11 +15,19 @@ from runtime.errors import DeviceError
 from runtime.spans import byte_span, overlaps_itself
 
 
-def lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: bool) -> bool:
+def lane_copy(
+    plan: Any,
+    gm: Any,
+    addrs: np.ndarray,
+    images: np.ndarray,
+    load: bool,
+    before: Callable[[int], None] | None = None,
+) -> bool:
     """Replay `plan` (one burst copy, no warnings) for the increasing lane GM addresses `addrs` and
     tile images `images[i]`: one strided assignment per arithmetic run of addresses.  False, with
     nothing copied, when it is not that simple (the caller replays lane by lane) - for a store,
-    also when a byte could be written twice (lane order decides then)."""
+    also when a byte could be written twice (lane order decides then). `before(n)` is called with
+    the number of assignments once every view is made, before the first one."""
     copies = plan.copies
     if copies is None or len(copies) != 1 or plan.warns or len(addrs) < 2:
         return False
@@ -34,6 +43,8 @@ def lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: b
     views = run_views(gm, addrs + g_off, cp.shape, g_strides, disjoint=not load)
     if views is None:
         return False
+    if before is not None:
+        before(len(views))
     for u0, u1, g in views:
         t = np.ndarray((u1 - u0, *cp.shape), np.uint8, images, t_off + u0 * nbytes, (nbytes, *t_strides))
         if load:
@@ -43,12 +54,14 @@ def lane_copy(plan: Any, gm: Any, addrs: np.ndarray, images: np.ndarray, load: b
     return True
 
 
-def lane_acc_store(plan: Any, gm: Any, addrs: np.ndarray, acc: np.ndarray) -> bool:
+def lane_acc_store(
+    plan: Any, gm: Any, addrs: np.ndarray, acc: np.ndarray, before: Callable[[int], None] | None = None
+) -> bool:
     """Replay an Acc -> ND store `plan` (``runtime.store.AccNdTransfer``, warning nothing) for every
     lane at once: lane i writes its logical accumulator ``acc[i]`` at GM address ``addrs[i]``.
     One strided assignment per arithmetic run of the (increasing) addresses; False, with nothing
     written, when a byte could be written twice (the in-order replay decides then), a view is
-    refused, or the fixpipe does not read the logical matrix."""
+    refused, or the fixpipe does not read the logical matrix. `before` as for `lane_copy`."""
     op = plan.single
     spec = getattr(op, "acc_nd", None)
     if spec is None or not spec.logical or len(addrs) < 2:
@@ -58,6 +71,8 @@ def lane_acc_store(plan: Any, gm: Any, addrs: np.ndarray, acc: np.ndarray) -> bo
     if views is None:
         return False
     vals = fixpipe_convert(acc[:, : spec.m, : spec.n], spec.out, spec.relu)
+    if before is not None:
+        before(len(views))
     for u0, u1, v in views:
         v = v.view(spec.out)
         if spec.atomic_add:
@@ -135,19 +150,26 @@ def image_strides(plan: Any, g: Any) -> tuple[Any, tuple[int, ...], tuple[int, .
     warnings): the copy, the image's bytes as a C-contiguous shape ``(*g.phys[:-1], g.phys[-1] *
     itemsize)`` and their GM byte strides (relative to the lane's address); None when the copy is
     not that simple.  Cached per plan (plans are cached per geometry)."""
-    hit = _IMAGE_STRIDES.get(plan)
-    if hit is not None and hit[0] is g:
-        return hit[1]
-    res = _image_strides_of(plan, g)
-    if len(_IMAGE_STRIDES) > 4096:
-        _IMAGE_STRIDES.clear()
-    _IMAGE_STRIDES[plan] = (g, res)
-    return res
+    return _per_plan(_IMAGE_STRIDES, plan, g, _image_strides_of)
 
 
 #: keyed by the plan object itself (identity; the entry holds it, so a key never stands for a
 #: dead plan), bounded
 _IMAGE_STRIDES: dict[Any, tuple[Any, Any]] = {}
+
+
+def _per_plan(
+    cache: dict[Any, tuple[Any, Any]], plan: Any, arg: Any, compute: Callable[[Any, Any], Any]
+) -> Any:
+    """``compute(plan, arg)``, remembered per plan for its last `arg` (at most 4096 plans)."""
+    hit = cache.get(plan)
+    if hit is not None and (hit[0] is arg or hit[0] == arg):
+        return hit[1]
+    res = compute(plan, arg)
+    if len(cache) > 4096:
+        cache.clear()
+    cache[plan] = (arg, res)
+    return res
 
 
 def _image_strides_of(plan: Any, g: Any) -> tuple[Any, tuple[int, ...], tuple[int, ...]] | None:
@@ -182,6 +204,57 @@ def _image_strides_of(plan: Any, g: Any) -> tuple[Any, tuple[int, ...], tuple[in
     return copies[0], shape, tuple(reversed(strides))
 
 
+def unwritten(plan: Any, nbytes: int) -> tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...] | None:
+    """For a load `plan` that is one GM -> tile burst copy (no warnings) into an `nbytes` image: the
+    image bytes it does not write, as byte views ``(offset, shape, strides)`` of the image - what
+    a fresh tile's zeros must cover when the copy itself writes the rest (a partial valid region:
+    each row's tail). None when the copy is not that simple or the gaps are not a few regular
+    runs (the caller zeroes the whole image). Cached per plan."""
+    return _per_plan(_GAPS, plan, nbytes, _gaps_of)
+
+
+_GAPS: dict[Any, tuple[int, Any]] = {}  # keyed by the plan itself, as _IMAGE_STRIDES
+#: At most this many separate gap views (else the whole image is zeroed).
+MAX_GAP_VIEWS = 4
+
+
+def _gaps_of(plan: Any, nbytes: int) -> tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...] | None:
+    copies = plan.copies
+    if copies is None or len(copies) != 1 or plan.warns:
+        return None
+    cp, src_is_gm, _, do = copies[0]
+    lo, hi = cp.d_span
+    if not src_is_gm or cp.add_dtype is not None or hi <= lo or do + lo < 0 or do + hi > nbytes:
+        return None
+    written = np.zeros(nbytes, bool)
+    np.ndarray(cp.shape, bool, written, do, cp.d_strides)[...] = True
+    edges = np.flatnonzero(np.diff(np.concatenate(([True], written, [True])).astype(np.int8)))
+    starts, stops = edges[0::2], edges[1::2]  # the runs of unwritten bytes
+    if len(starts) == 0:
+        return ()
+    lengths = stops - starts
+    out: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []
+    if (
+        len(starts) > 1
+        and (lengths[:-1] == lengths[0]).all()
+        and len(set(np.diff(starts[:-1]).tolist())) <= 1
+    ):
+        # equal runs at a constant pitch (each row's tail), perhaps then a different last one
+        n = len(starts) - 1 if lengths[-1] != lengths[0] else len(starts)
+        pitch = int(starts[1] - starts[0])
+        out.append((int(starts[0]), (n, int(lengths[0])), (pitch, 1)))
+        starts, lengths = starts[n:], lengths[n:]
+    out += [(int(a), (int(m),), (1,)) for a, m in zip(starts, lengths)]
+    return tuple(out) if len(out) <= MAX_GAP_VIEWS else None
+
+
+def zero_gaps(images: np.ndarray, gaps: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]) -> None:
+    """Zero the `gaps` (from `unwritten`) of every image of the (U, nbytes) uint8 `images`."""
+    U, nbytes = images.shape
+    for off, shape, strides in gaps:
+        np.ndarray((U, *shape), np.uint8, images, off, (nbytes, *strides))[...] = 0
+
+
 def gm_images(plan: Any, gm: Any, addrs: np.ndarray, g: Any) -> list[tuple[int, np.ndarray]] | None:
     """The images that `plan` would load for the increasing lane GM addresses `addrs`, as
     read-only element views of GM, ``(u0, (n, *g.phys))`` per arithmetic run of addresses; None
@@ -205,6 +278,16 @@ def overlap(a: list[tuple[np.ndarray, int, int]], b: list[tuple[np.ndarray, int,
     ranges [address + lo, address + hi) of every lane. Vectorised: sort `b`, search `a` in it."""
     if not a or not b:
         return False
+    # most accesses are of distinct tensors: when no entry's hull meets one of the other side's,
+    # nothing does (a few entries of a few lanes: Python on lists beats the vectorised test)
+    if len(a) * len(b) <= 64:
+        hulls_b = [_hull(x, lo, hi) for x, lo, hi in b]
+        if not any(
+            h_lo < b_hi and b_lo < h_hi
+            for h_lo, h_hi in (_hull(x, lo, hi) for x, lo, hi in a)
+            for b_lo, b_hi in hulls_b
+        ):
+            return False
     lo1 = np.concatenate([x + lo for x, lo, _ in a])
     hi1 = np.concatenate([x + hi for x, _, hi in a])
     lo2 = np.concatenate([x + lo for x, lo, _ in b])
@@ -216,3 +299,9 @@ def overlap(a: list[tuple[np.ndarray, int, int]], b: list[tuple[np.ndarray, int,
     run_max = np.maximum.accumulate(hi2)
     has = idx > 0
     return bool((run_max[np.maximum(idx - 1, 0)][has] > lo1[has]).any())
+
+
+def _hull(addrs: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
+    """The byte range ``[min address + lo, max address + hi)`` every lane's range lies in."""
+    a = addrs.tolist() if len(addrs) <= 64 else (int(addrs.min()), int(addrs.max()))
+    return min(a) + lo, max(a) + hi

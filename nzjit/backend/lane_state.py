@@ -181,7 +181,12 @@ def addresses(src: Any, offs: list[Any], L: int, sizes: Any) -> np.ndarray | int
     delta: Any = 0
     for o, s, n, d in zip(offs, src.strides, sizes, src.shape):
         if isinstance(o, np.ndarray):
-            if o.min() < 0 or o.max() > d - n:
+            if len(o) <= SMALL_LANES:  # a few lanes: Python's min / max of a list beat numpy's calls
+                ol = o.tolist()
+                lo, hi = min(ol), max(ol)
+            else:
+                lo, hi = o.min(), o.max()
+            if lo < 0 or hi > d - n:
                 raise Fallback("window out of bounds")
         elif o < 0 or o + n > d:
             raise Fallback("window out of bounds")

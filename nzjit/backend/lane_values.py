@@ -13,7 +13,7 @@ import numpy as np
 
 from runtime import TileBuf
 from runtime.cube import TileWindow
-from runtime.widen import widen_bf16
+from runtime.widen import widen_bf16, widen_f16
 
 
 @dataclass(frozen=True, eq=False)
@@ -219,6 +219,9 @@ def gather_cast(
         return
     tmp = alloc(lines.shape, _LINE)  # the gathered lines (a reused buffer, when `alloc` gives one)
     copy_lines(tmp, lines)
+    if v.dtype == np.float16 and out.dtype == np.float32 and out.flags.c_contiguous:
+        widen_f16(out, tmp.view(v.dtype).reshape(v.shape))  # numpy's bits, by its own table
+        return
     np.copyto(out, tmp.view(v.dtype).reshape(v.shape), casting="unsafe")
 
 

@@ -80,10 +80,12 @@ def recycle_onchip(onchip: runtime.OnChip) -> None:
         idle.append(onchip)
 
 
-def execute(plan: Any, worker: Worker, vals: list[Any]) -> list[Any]:
+def execute(plan: Any, worker: Worker, vals: list[Any], pending: list[Any] | None = None) -> list[Any]:
     """Launch `plan` (a convention.LaunchPlan: graph, dims, options) on `worker` with the placed
-    argument values `vals`; on-chip buffers are per launch."""
+    argument values `vals`; on-chip buffers are per launch. `pending`: snapshots to take before
+    the launch first writes GM outside a one-assignment final commit (`Ctx.pending`)."""
     onchip = launch_onchip(worker.target)
-    out = run_graph(Ctx(worker.gm, onchip, plan.dims, plan.options), plan.graph, vals)
+    ctx = Ctx(worker.gm, onchip, plan.dims, plan.options, pending=pending)
+    out = run_graph(ctx, plan.graph, vals)
     recycle_onchip(onchip)
     return out

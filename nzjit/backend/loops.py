@@ -63,6 +63,7 @@ def run_loop(
                 and batched.try_run_spmd(ctx, plan, range(start, stop, step), n, captured)
             ):
                 return []
+            ctx.take_pending()  # lane by lane, each lane's stores land as it runs
             for lane in range(start, stop, step):
                 ctx.block_idx, ctx.block_num = lane, n
                 if log is not None:
@@ -106,6 +107,7 @@ def _run_trips_or_carries(
     if batch and nk == 0 and len(trips) > 1:  # independent trips: batched when exact
         if batched.try_run_spmd(ctx, plan, trips, len(trips), captured, spmd=False):
             return carries
+    ctx.take_pending()  # trip by trip, each trip's stores land as it runs
     if nk == 0:
         _run_trips(ctx, plan, trips, captured)
         return carries

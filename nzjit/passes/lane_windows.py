@@ -24,8 +24,10 @@ disjoint bytes). With a static lane count this is checked for all pairs at once 
 ``|a| >= max(hiX + sX, hiY + sY) - min(loX, loY)`` on one axis separates any two distinct lanes.
 Two loads never race, nor two atomic stores (the device combines them). Distinct kernel
 parameters never share memory (a call that aliases an output is refused, runtime.dispatch), so
-only accesses of one parameter are paired; an access whose tensor is not a kernel parameter (a
-view) is paired with everything. A store into a `pld` window is the comm world's (issue 28).
+only accesses of one parameter are paired. A `tensor.slice` view (`out[e]`) is a box of the
+tensor it is taken of: its accesses are that parameter's, their windows shifted by the slice's
+offsets (a dropped axis: the offset, extent 1). An access whose tensor is any other value is
+paired with everything. A store into a `pld` window is the comm world's (issue 28).
 """
 
 from __future__ import annotations
@@ -232,7 +234,7 @@ class _Collector:
         tensor = e.inputs[_WRITES.get(e.primitive, 0)]
         if isinstance(tensor.type, P.DistributedTensorType):
             return None  # a pld window: the comm world's race detector (issue 28)
-        root, name = _root(tensor, prover)
+        root, name, chain = _root_of_view(tensor, prover)
         atomic = store and _atomic(e)
         kind = "atomic" if atomic else "store" if store else "load"
         sizes: tuple[int, ...] | None
@@ -247,7 +249,35 @@ class _Collector:
             parts = [self.launch.part(o) for o in offsets]
             if all(p is not None for p in parts):
                 axes = [(p, s) for p, s in zip(parts, sizes) if p is not None]
+        for view in chain:  # the window in the coordinates of the tensor each slice was taken of
+            axes = self.through_slice(view, axes)
         return _Access(e, kind, root, name, axes)
+
+    def through_slice(
+        self, view: Eqn, axes: list[tuple[_Part, int]] | None
+    ) -> list[tuple[_Part, int]] | None:
+        """An access window of the `tensor.slice` result `view`, on the sliced tensor's axes: the
+        slice is a box of it (its strides are the kept axes' own), so each kept axis adds the
+        slice's offset, and a dropped axis is the slice's offset with extent 1. None when the
+        window is not known or the slice keeps other axes than its type says."""
+        offsets, drop = view.operands("offsets"), set(view.params["drop"])
+        if axes is None or len(axes) != len(offsets) - len(drop):
+            return None
+        kept = iter(axes)
+        out: list[tuple[_Part, int]] = []
+        for d, o in enumerate(offsets):
+            base = self.launch.part(o)
+            if base is None:
+                return None
+            if d in drop:
+                out.append((base, 1))
+                continue
+            p, size = next(kept)
+            total = self.launch._combine("add", base, p)
+            if total is None:
+                return None
+            out.append((total, size))
+        return out
 
 
 def _atomic(e: Eqn) -> bool:
@@ -258,19 +288,32 @@ def _atomic(e: Eqn) -> bool:
 def _root(x: Atom, prover: Prover) -> tuple[Var | None, str]:
     """The kernel parameter a tensor value is (through captures and the results of stores and
     pl.writes into it), and its name; (None, name) for a view or anything else."""
+    root, name, chain = _root_of_view(x, prover)
+    return (root, name) if not chain else (None, name)
+
+
+def _root_of_view(x: Atom, prover: Prover) -> tuple[Var | None, str, list[Eqn]]:
+    """`_root`, also through `tensor.slice` views: the kernel parameter whose bytes a tensor value
+    lies in (a slice is a box of its source: its bytes are the source's), its name, and the
+    slices taken on the way, the one nearest to `x` first; (None, name, []) for anything else."""
+    chain: list[Eqn] = []
     for _ in range(1024):
         x = prover.root(x)
         e = prover.defs.get(x) if isinstance(x, Var) else None
         if e is not None and e.primitive in _WRITES:
             x = e.inputs[_WRITES[e.primitive]]
             continue
+        if e is not None and e.primitive is P.tensor_slice_p:
+            chain.append(e)
+            x = e.inputs[0]
+            continue
         if isinstance(x, Var) and e is None and x not in prover.carries and x not in prover.loop_vars:
-            return x, x.hint or "a tensor"
+            return x, x.hint or "a tensor", chain
         if e is not None and e.inputs:
             _, name = _root(e.inputs[0], prover)
-            return None, name
+            return None, name, []
         break
-    return None, getattr(x, "hint", None) or "a tensor"
+    return None, getattr(x, "hint", None) or "a tensor", []
 
 
 def _store_sizes(e: Eqn, rank: int) -> tuple[int, ...] | None:
@@ -332,7 +375,8 @@ def _written(e: Eqn, accesses: list[_Access], prover: Prover) -> tuple[int, ...]
     written in place is not an output the calling convention restores)."""
     nb, nc, _ = e.params["arity"]
     captured = e.inputs[nb : nb + nc]
-    roots = [_root(a, prover)[0] if isinstance(a, Var) else None for a in captured]
+    # a captured slice of a parameter holds the bytes the stores through it write
+    roots = [_root_of_view(a, prover)[0] if isinstance(a, Var) else None for a in captured]
     out: set[int] = set()
     for x in accesses:
         if x.kind == "load":

@@ -265,3 +265,57 @@ def test_none_for_an_input_is_refused_before_anything_runs():
         "DispatchError: parameter 'o' got None; only an Out parameter may be "
         "None (allocated and returned), an input needs its data"
     )
+
+
+def test_float_scalars_and_nz_device_tensors_take_the_cached_plan():
+    # a pl.Scalar[pl.FP32] argument is a Python float and an NZ weight an NzDeviceTensor: both are
+    # in the signature (the float by its type, the tensor by its class), so repeated calls of the
+    # fused expert reuse their plan instead of re-checking everything on the general path
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import fused_moe_expert as fm
+
+    w = runtime.Worker(0)
+    x8, wg, wu, sg, su, wd, xs = fm.data()
+    devs = [
+        w.alloc_tensor(a.shape, a.dtype, init=a)
+        for a in (x8, runtime.pack_nz(wg), runtime.pack_nz(wu), sg, su, runtime.pack_nz(wd))
+    ]
+    outs = []
+    for scale in (float(xs), 0.5 * float(xs)):
+        out = w.alloc_tensor((fm.E, fm.T, fm.H), np.float32)
+        fm.moe_expert(*devs, scale, out)
+        outs.append(w.copy_from(out))
+        ref = fm.reference(x8, wg, wu, sg, su, wd, scale)
+        assert np.abs(outs[-1] - ref).max() <= 2e-3 * np.abs(ref).max()
+    assert len(fm.moe_expert._direct_plans) == 1
+    assert not np.array_equal(outs[0], outs[1])  # the scalar is read per call, not cached
+
+
+def test_a_float_scalar_out_of_range_after_cached_calls_is_refused_as_cold():
+    def make_scaled():
+        @pl.kernel
+        def k(
+            x: pl.Tensor[[16, 32], pl.FP16], s: pl.Scalar[pl.FP16], o: pl.Out[pl.Tensor[[16, 32], pl.FP16]]
+        ):
+            pl.store(pl.mul(pl.load(x, [0, 0], [16, 32]), s), [0, 0], o)
+
+        return k
+
+    x = np.ones((16, 32), np.float16)
+    k = make_scaled()
+    np.testing.assert_array_equal(k(x, 2.0), np.full((16, 32), 2, np.float16))
+    np.testing.assert_array_equal(k(x, 3), np.full((16, 32), 3, np.float16))  # an int: its own plan
+    assert len(k._direct_plans) == 2
+    cold = refusal(make_scaled(), x, 1e6)
+    assert "outside its range" in cold
+    o = np.full((16, 32), 7, np.float16)
+    assert refusal(k, x, 1e6, o) == cold
+    np.testing.assert_array_equal(o, 7)
+    # fp16's largest value and the first one that rounds past it (65520 rounds to inf, RNE)
+    np.testing.assert_array_equal(k(x, 65504.0), np.full((16, 32), 65504, np.float16))
+    np.testing.assert_array_equal(k(x, 65519.0), np.full((16, 32), 65504, np.float16))
+    assert refusal(k, x, 65520.0, o) == refusal(make_scaled(), x, 65520.0)
+    np.testing.assert_array_equal(o, 7)

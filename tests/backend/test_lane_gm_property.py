@@ -142,3 +142,35 @@ def test_disjoint_run_views_cover_each_lane_once(rows, width, pitch, gaps):
     for lane, bytes_ in enumerate(lane_bytes):
         want[sorted(bytes_)] = lane + 1
     np.testing.assert_array_equal(w.copy_from(t), want)
+
+
+@st.composite
+def span_lists(draw):
+    """Entries (lane addresses, lo, hi) of a few accesses: near each other, so that some meet."""
+    n = draw(st.integers(1, 5))
+    out = []
+    for _ in range(n):
+        lanes = draw(st.integers(1, 6))
+        base, step = draw(st.integers(0, 4096)), draw(st.integers(0, 512))
+        addrs = np.sort(
+            base
+            + step * np.arange(lanes)
+            + np.asarray(draw(st.lists(st.integers(0, 64), min_size=lanes, max_size=lanes)))
+        )
+        lo = draw(st.integers(0, 64))
+        out.append((addrs.astype(np.int64), lo, lo + draw(st.integers(1, 256))))
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(a=span_lists(), b=span_lists())
+def test_overlap_is_exactly_whether_any_two_ranges_meet(a, b):
+    # the hull prefilter (distinct tensors) must never hide a meeting pair
+    want = any(
+        x + lo1 < y + hi2 and y + lo2 < x + hi1
+        for xs, lo1, hi1 in a
+        for ys, lo2, hi2 in b
+        for x in xs.tolist()
+        for y in ys.tolist()
+    )
+    assert lane_gm.overlap(a, b) == want

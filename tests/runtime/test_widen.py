@@ -99,3 +99,43 @@ def test_the_compiled_loop_refuses_bad_buffers():
         f(buf.view(np.uint16)[:24].reshape(2, 3, 4), buf[:24].reshape(2, 3, 4))
     with pytest.raises(ValueError, match="not C-contiguous"):  # numpy's buffer export refuses
         f(src, np.empty((2, 4, 3), np.uint32).transpose(0, 2, 1))
+
+
+def test_widen_f16_gives_numpys_bits_for_every_pattern(way):
+    # all 65536 fp16 patterns (NaN payloads, signed zeros, subnormals, infinities): the table is
+    # numpy's own conversion, the lookup must give back exactly the cast's bits
+    from runtime.widen import widen_f16
+
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).reshape(4, 16, 1024)
+    out = np.empty(bits.shape, np.float32)
+    widen_f16(out, bits.view(np.float16))
+    want = np.empty_like(out)
+    np.copyto(want, bits.view(np.float16), casting="unsafe")
+    assert out.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+    small = bits[0, :1, :8].view(np.float16)  # below F16_TABLE_FROM: numpy's cast itself
+    out = np.empty(small.shape, np.float32)
+    widen_f16(out, small)
+    assert np.array_equal(out, small.astype(np.float32))
+
+
+def test_widen_f16_refuses_what_it_cannot_write():
+    from runtime.widen import widen_f16
+
+    with pytest.raises(ValueError, match="a C-contiguous fp16 array and a C-contiguous float32 array"):
+        widen_f16(np.empty((64, 64), np.float32), np.zeros((64, 64), np.float16).T)
+    with pytest.raises(ValueError, match="a C-contiguous fp16 array"):
+        widen_f16(np.empty((2, 3), np.float32), np.zeros((2, 3), BF16))
+
+
+@pytest.mark.skipif(widen._native is None, reason="runtime._lines was not built")
+def test_the_compiled_lookup_refuses_bad_buffers():
+    f = widen._native.lookup16
+    table = np.zeros(1 << 16, np.uint32)
+    src = np.zeros(8, np.uint16)
+    with pytest.raises(ValueError, match="as many 4-byte items"):
+        f(src, np.empty(7, np.uint32), table)
+    with pytest.raises(ValueError, match="a table of 65536"):
+        f(src, np.empty(8, np.uint32), table[:100])
+    buf = np.zeros(16, np.uint32)
+    with pytest.raises(ValueError, match="must not overlap"):
+        f(buf.view(np.uint16)[:8], buf[:8], table)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from nzjit import pl
 from nzjit.backend.options import Options, using
@@ -173,3 +174,55 @@ def test_per_channel_dequant_and_a_vec_to_mat_move_batched(attempts):
     per = (s[0].view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
     h = np.maximum((a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32) * per, 0).astype(np.float16)
     np.testing.assert_allclose(outs[0], h.astype(np.float32) @ w.astype(np.float32), rtol=2e-3, atol=1e-3)
+
+
+def _col_kernel(d, op):
+    fn = {
+        "expand": lambda t, c: pl.col_expand(t, c),
+        "add": pl.col_expand_add,
+        "sub": pl.col_expand_sub,
+        "mul": pl.col_expand_mul,
+        "div": pl.col_expand_div,
+    }[op]
+
+    @pl.kernel
+    def k(x: pl.Tensor[[64, C], d], col: pl.Tensor[[4, C], d], o: pl.Out[pl.Tensor[[64, C], d]]):
+        for lane in pl.spmd(4):
+            t = pl.load(x, [lane * R, 0], [R, C], target_memory=pl.Mem.Vec)
+            c = pl.load(col, [lane, 0], [1, C], target_memory=pl.Mem.Vec)  # each lane its own column
+            pl.store(fn(t, c), [lane * R, 0], o)
+
+    return k
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("op", ["expand", "add", "sub", "mul", "div"])
+def test_column_broadcasts_run_once_for_all_lanes_each_with_its_own_column(attempts, monkeypatch, dtype, op):
+    # issue 22 item 10: TCOLEXPAND* ran image by image in the batch form (a column operand per
+    # lane); stacked along the rows and told the lane count, one instruction serves every lane
+    from runtime import vector as V
+
+    lanes_seen: list[int] = []
+    real = V.col_expand
+
+    def spy(*a, **k):
+        lanes_seen.append(k.get("lanes", a[5] if len(a) > 5 else 1))
+        return real(*a, **k)
+
+    monkeypatch.setattr(V, "col_expand", spy)
+    d = pl.FP32 if dtype is np.float32 else pl.FP16
+    x = RNG.standard_normal((64, C)).astype(dtype)
+    col = (RNG.standard_normal((4, C)) + 3).astype(dtype)
+    outs = _on_every_path(_col_kernel(d, op), x, col)
+    _same_bytes(outs)
+    assert attempts and attempts[0] is True
+    assert lanes_seen[0] == 4 and lanes_seen[1:] == [1] * 4 * (len(PATHS) - 1)  # batched once, then per lane
+    xs, cs = x.reshape(4, R, C).astype(np.float32), col[:, None, :].astype(np.float32)
+    want = {
+        "expand": np.broadcast_to(cs, xs.shape),
+        "add": xs + cs,
+        "sub": xs - cs,
+        "mul": xs * cs,
+        "div": xs / cs,
+    }[op].astype(dtype)
+    np.testing.assert_array_equal(outs[0].reshape(4, R, C), want)

@@ -244,7 +244,12 @@ def _batch_load(st: Step) -> Any:
         lazy = lane_gm.gm_images(plan, gm, uniq, geom)
 
         def fill() -> np.ndarray:  # the load's copy, done when the bytes themselves are needed
-            data = s.zeros(len(uniq), geom.nbytes, zero=lazy is None and not plan.fills(geom.nbytes))
+            zero = lazy is None and not plan.fills(geom.nbytes)
+            # a partial valid region: only the bytes the copy leaves are a fresh tile's zeros
+            gaps = lane_gm.unwritten(plan, geom.nbytes) if zero else None
+            data = s.zeros(len(uniq), geom.nbytes, zero=zero and gaps is None)
+            if gaps:
+                lane_gm.zero_gaps(data, gaps)
             if lazy is not None:
                 images = data.view(geom.dtype).reshape(len(uniq), *geom.phys)
                 for u0, v in lazy:

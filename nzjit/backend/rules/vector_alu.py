@@ -149,10 +149,18 @@ def _expand(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> 
     fn(op, out, None if op == "expand" else a, v, target)
 
 
+def _col_expand_lanes(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any, lanes: int) -> None:
+    """A column broadcast of `lanes` lanes' images stacked along the rows, each lane its own column."""
+    a, v = ins
+    op = _EXPAND_OP[e.primitive.name.split(".")[1][len("col_expand") :]]
+    V.col_expand(op, out, None if op == "expand" else a, v, target, lanes)
+
+
 for _p in VP.REDUCE.values():  # a row reduction is row-local, a column one is not
     _vec_rule((_p,), VecOp(_reduce, _reduce_valid, _p.name.startswith("tile.row"), _reduce_scratch))
 for _p in VP.EXPAND.values():
-    _vec_rule((_p,), VecOp(_expand, _like_first, _p.name.startswith("tile.row")))
+    row = _p.name.startswith("tile.row")
+    _vec_rule((_p,), VecOp(_expand, _like_first, row, lanes_compute=None if row else _col_expand_lanes))
 
 
 # ---------------------------------------------------------------------------- creation / fills

@@ -13,7 +13,10 @@ The batch form (`lanes_of`) runs the instruction once for the lanes of an SPMD b
   lanes' images stacked along the rows - a `[U * R, C]` tile over the `(U, nbytes)` image buffer
   (a `[R, 1]` DN column stacks to `[U * R, 1]`, the same bytes) - when every tile operand's valid
   rows are its whole rows, so the stack's valid region is exactly every image's;
-* otherwise (TCOL*, a partial valid row count) it runs once per distinct image, on views of it.
+* a column broadcast (TCOLEXPAND*) runs once on the stacked images too, told the lane count
+  (`lanes_compute`: each lane's rows take its own column operand), under the same condition;
+* otherwise (TCOL* reductions, a partial valid row count) it runs once per distinct image, on
+  views of it.
 
 Either way the bytes are those of one instruction per lane: the same instruction code on the same
 element values, and the stacked checks (valid shapes, dtypes, the scratch size) scale with U.
@@ -53,6 +56,9 @@ class VecOp:
     valid: Callable[[Eqn, list[Any]], tuple[int | None, int | None]]
     row_local: bool = True
     scratch_type: Callable[[Eqn, list[Any], str], TileType | None] | None = None
+    #: an instruction that is not row-local but runs on lanes stacked along the rows when told how
+    #: many (TCOLEXPAND*: each lane's rows take its own column operand): `compute` with `lanes`
+    lanes_compute: Callable[[Eqn, TileBuf, list[Any], str, TileBuf | None, int], None] | None = None
 
 
 def out_type(e: Eqn) -> TileType:
@@ -172,25 +178,26 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
             data = next((d for j in donors if shared and whole and (d := s.adopt(xs[j])) is not None), None)
             if data is None:
                 data = s.zeros(n, g.nbytes, zero=not whole)
-            stacked = op.row_local and vr == g.rows and all(xs[j].valid_row == xs[j].g.rows for j in tiles)
+            whole_rows = vr == g.rows and all(xs[j].valid_row == xs[j].g.rows for j in tiles)
+            stacked = op.row_local and whole_rows
+            by_lane = not stacked and whole_rows and op.lanes_compute is not None and n > 1
             try:
                 if sg is not None:  # the scratch tile's allocation and free, as the impl's
                     s.ctx.onchip.reserve(sg.space, sg.nbytes)
                     s.ctx.onchip.release(sg.space, sg.nbytes)
                 scratch = s.scratch((n, sg.nbytes), np.uint8, "vector scratch") if sg is not None else None
-                if stacked:
+                if stacked or by_lane:
                     args = [
                         _stack(xs[j].g, n, xs[j].valid_row, xs[j].valid_col, datas[j]) if j in tiles else v
                         for j, v in enumerate(vals)
                     ]
                     out = _stack(g, n, vr, vc, data)
-                    op.compute(
-                        e,
-                        out,
-                        args,
-                        target,
-                        None if sg is None or scratch is None else _stack(sg, n, sg.rows, sg.cols, scratch),
-                    )
+                    st = None if sg is None or scratch is None else _stack(sg, n, sg.rows, sg.cols, scratch)
+                    if stacked:
+                        op.compute(e, out, args, target, st)
+                    else:
+                        assert op.lanes_compute is not None
+                        op.lanes_compute(e, out, args, target, st, n)
                     out_vr, out_vc = out.valid_row // n, out.valid_col
                 else:
                     for u in range(n):
