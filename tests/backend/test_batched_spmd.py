@@ -93,6 +93,7 @@ def test_right_images_of_many_column_blocks_gather_in_slices(
     run one by one."""
     from nzjit.backend import lane_values
 
+    monkeypatch.setattr(lane_values, "RUNS_AT_ONCE", 8)  # the slicing under test, whatever the tuning
     runs = []
     real, real_widen = lane_values.copy_lines, lane_values.widen_lines
     monkeypatch.setattr(

@@ -78,10 +78,13 @@ def test_bf16_lines_widen_runs_at_once():
     v = x[:, :, 1, :]
     seen = []
     real = np.left_shift
-    with mock.patch.object(
-        lane_values.np,
-        "left_shift",
-        side_effect=lambda s, *a, **k: seen.append(s.shape[-2]) or real(s, *a, **k),
+    with (
+        mock.patch.object(lane_values, "RUNS_AT_ONCE", 8),
+        mock.patch.object(
+            lane_values.np,
+            "left_shift",
+            side_effect=lambda s, *a, **k: seen.append(s.shape[-2]) or real(s, *a, **k),
+        ),
     ):
         out = np.empty(v.shape, np.float32)
         gather_cast(out, v)
