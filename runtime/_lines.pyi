@@ -11,3 +11,6 @@ def swap(src: Buffer, dst: Buffer, planes: int, n_i: int, n_j: int, i_lo: int, i
 
 def widen_bf16(src: np.ndarray, dst: np.ndarray, /) -> None:
     """dst[...] = src widened: bf16 bit patterns (uint16, any strides) to float32 bit patterns (uint32)."""
+
+def widen_runs(src: np.ndarray, dst: np.ndarray, /) -> None:
+    """dst[...] = src widened, src's innermost axis contiguous (uint16, at most 8 axes) into a C-contiguous uint32 dst."""

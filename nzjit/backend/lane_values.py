@@ -13,7 +13,7 @@ import numpy as np
 
 from runtime import TileBuf
 from runtime.cube import TileWindow
-from runtime.widen import widen_bf16
+from runtime.widen import COMPILED, widen_bf16
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,6 +170,8 @@ _BF16 = np.dtype(ml_dtypes.bfloat16)
 #: mad operand's 16 or 32 runs is fastest: a 16-lane 128 x 256 bf16 Right chunk widens in
 #: 280 us against 500 us in slices of 8, the gemv kernel -26% CPU, the grouped bf16 -6%.
 RUNS_AT_ONCE = 32
+#: bf16 lines widen in runtime.widen's compiled loop when it is built (else `widen_lines`).
+NATIVE_WIDEN = COMPILED
 
 
 def copy_lines(dst: np.ndarray, src: np.ndarray) -> None:
@@ -215,7 +217,10 @@ def gather_cast(
             np.copyto(out, v, casting="unsafe")
         return
     if v.dtype == _BF16 and out.dtype == np.float32:
-        widen_lines(out.view(np.uint32), v.view(np.uint16))
+        if NATIVE_WIDEN and out.flags.c_contiguous:
+            widen_bf16(out, v)  # compiled: one pass, ~40% less time than numpy's line by line shift
+        else:
+            widen_lines(out.view(np.uint32), v.view(np.uint16))
         return
     lines = v.view(_LINE)[..., 0]
     if out.dtype == v.dtype:
