@@ -114,6 +114,34 @@ static void widen_rows(const char *src, uint32_t *dst, const Py_ssize_t *shape, 
     }
 }
 
+/* The two buffers of a widening call: src (any strides) and dst (C-contiguous, writable); -1 with
+ * the exception set (and nothing held) when either is refused. */
+static int widen_buffers(PyObject *args, Py_buffer *src, Py_buffer *dst) {
+    PyObject *so, *dobj;
+    if (!PyArg_ParseTuple(args, "OO", &so, &dobj))
+        return -1;
+    if (PyObject_GetBuffer(so, src, PyBUF_STRIDES) < 0)
+        return -1;
+    if (PyObject_GetBuffer(dobj, dst, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(src);
+        return -1;
+    }
+    return 0;
+}
+
+/* Does dst share a byte with the range src reads? (src's strides may be negative.) */
+static int overlaps(const Py_buffer *src, const Py_buffer *dst) {
+    if (!src->len || !dst->len)
+        return 0;
+    const char *lo = src->buf, *hi = src->buf;
+    for (int a = 0; a < src->ndim; a++) {
+        const Py_ssize_t reach = (src->shape[a] - 1) * src->strides[a];
+        if (reach < 0) lo += reach; else hi += reach;
+    }
+    hi += src->itemsize;
+    return (const char *)dst->buf < hi && lo < (const char *)dst->buf + dst->len;
+}
+
 PyDoc_STRVAR(widen_bf16_doc,
 "widen_bf16(src, dst)\n--\n\n"
 "dst[u, i, j] = src[u, i, j] << 16: src a 3-D buffer of 2-byte items, any strides; dst a\n"
@@ -121,33 +149,17 @@ PyDoc_STRVAR(widen_bf16_doc,
 "The GIL is released while the elements move.");
 
 static PyObject *widen_bf16(PyObject *self, PyObject *args) {
-    PyObject *so, *dobj;
     Py_buffer src, dst;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OO", &so, &dobj))
+    if (widen_buffers(args, &src, &dst) < 0)
         return NULL;
-    if (PyObject_GetBuffer(so, &src, PyBUF_STRIDES) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(dobj, &dst, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&src);
-        return NULL;
-    }
     const char *error = NULL;
     if (src.ndim != 3 || dst.ndim != 3 || src.itemsize != 2 || dst.itemsize != 4)
         error = "widen_bf16: src and dst must be 3-D, of 2- and 4-byte items";
     else if (src.shape[0] != dst.shape[0] || src.shape[1] != dst.shape[1] || src.shape[2] != dst.shape[2])
         error = "widen_bf16: src and dst must have the same shape";
-    else if (dst.len && src.len) {
-        /* the byte range src reads: its strides may be negative */
-        const char *lo = src.buf, *hi = src.buf;
-        for (int a = 0; a < 3; a++) {
-            const Py_ssize_t reach = (src.shape[a] - 1) * src.strides[a];
-            if (reach < 0) lo += reach; else hi += reach;
-        }
-        hi += src.itemsize;
-        if ((const char *)dst.buf < hi && lo < (const char *)dst.buf + dst.len)
-            error = "widen_bf16: src and dst must not overlap";
-    }
+    else if (overlaps(&src, &dst))
+        error = "widen_bf16: src and dst must not overlap";
     if (error == NULL && dst.len) {
         Py_BEGIN_ALLOW_THREADS
         widen_rows(src.buf, dst.buf, src.shape, src.strides);
@@ -191,17 +203,10 @@ PyDoc_STRVAR(widen_runs_doc,
 "writable, not overlapping src. The GIL is released while the elements move.");
 
 static PyObject *widen_runs(PyObject *self, PyObject *args) {
-    PyObject *so, *dobj;
     Py_buffer src, dst;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OO", &so, &dobj))
+    if (widen_buffers(args, &src, &dst) < 0)
         return NULL;
-    if (PyObject_GetBuffer(so, &src, PyBUF_STRIDES) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(dobj, &dst, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&src);
-        return NULL;
-    }
     const char *error = NULL;
     if (src.ndim < 1 || src.ndim > MAX_DIMS || dst.ndim != src.ndim || src.itemsize != 2 || dst.itemsize != 4)
         error = "widen_runs: src and dst must have the same 1 to 8 axes, of 2- and 4-byte items";
@@ -212,16 +217,8 @@ static PyObject *widen_runs(PyObject *self, PyObject *args) {
             if (src.shape[a] != dst.shape[a])
                 error = "widen_runs: src and dst must have the same shape";
     }
-    if (error == NULL && dst.len && src.len) {
-        const char *lo = src.buf, *hi = src.buf; /* the byte range src reads: strides may be negative */
-        for (int a = 0; a < src.ndim; a++) {
-            const Py_ssize_t reach = (src.shape[a] - 1) * src.strides[a];
-            if (reach < 0) lo += reach; else hi += reach;
-        }
-        hi += src.itemsize;
-        if ((const char *)dst.buf < hi && lo < (const char *)dst.buf + dst.len)
-            error = "widen_runs: src and dst must not overlap";
-    }
+    if (error == NULL && overlaps(&src, &dst))
+        error = "widen_runs: src and dst must not overlap";
     if (error == NULL && dst.len) {
         Py_BEGIN_ALLOW_THREADS
         widen_run_lines(src.buf, dst.buf, src.ndim, src.shape, src.strides);
