@@ -20,8 +20,8 @@ BF16 = ml_dtypes.bfloat16
 
 @st.composite
 def views(draw):
-    """A bf16 view of a larger buffer: 1-4 axes, permuted, sliced with steps (never contiguous in
-    general), with random bit patterns (NaNs and infinities included)."""
+    """A bf16 view of a larger buffer: 1-4 axes, permuted, sliced with steps, backwards too (never
+    contiguous in general), with random bit patterns (NaNs and infinities included)."""
     nd = draw(st.integers(1, 4))
     dims = [draw(st.integers(1, 9)) for _ in range(nd)]
     buf = (
@@ -29,7 +29,8 @@ def views(draw):
         .integers(0, 1 << 16, [d * 2 for d in dims], dtype=np.uint16)
         .view(BF16)
     )
-    v = buf[tuple(slice(draw(st.integers(0, 1)), None, draw(st.integers(1, 2))) for _ in dims)]
+    steps = [draw(st.sampled_from([1, 2, -1, -2])) for _ in dims]  # negative strides too
+    v = buf[tuple(slice(draw(st.integers(0, 1)), None, k) if k > 0 else slice(None, None, k) for k in steps)]
     return v.transpose(draw(st.permutations(list(range(nd)))))
 
 
