@@ -4,7 +4,7 @@ same math on the same data (one BLAS thread, interleaved best of 3, in one run).
 | row | kernel | lanes x K steps |
 | --- | --- | --- |
 | decode | 16 tokens x bf16 NZ W[4096, 4096] (`x @ W.T`), 256-wide lanes, K pipelined by 256 | 16 x 16 |
-| gemv | 1 token x bf16 NZ W[4096, 4096], 256-wide lanes, K by 512 | 16 x 8 |
+| gemv | 1 token x bf16 NZ W[4096, 4096], 128-wide lanes, K by 512 | 32 x 8 |
 | int8 prefill | 256 tokens x int8 NZ W[4096, 4096], 128-wide lanes, K by 256 | 32 x 16 |
 | ND weight | 16 tokens x bf16 ND W[K, N] = [4096, 4096] (`x @ W`, the Qwen3 decode projection), 256-wide lanes, K chunks of 128 | 16 x 32 |
 
@@ -86,7 +86,7 @@ def nd_weight_kernel(M: int, N: int, K: int, NT: int, KT: int, dtype: Any, out_d
 #: name -> (M, N, K, NT, KT, operand dtype, weight layout)
 CASES: dict[str, tuple[int, int, int, int, int, str, str]] = {
     "decode": (16, 4096, 4096, 256, 256, "bf16", "NZ"),
-    "gemv": (1, 4096, 4096, 256, 512, "bf16", "NZ"),
+    "gemv": (1, 4096, 4096, 128, 512, "bf16", "NZ"),  # 256-wide lanes: 2 x 256 KiB buffers overfill L1
     "int8 prefill": (256, 4096, 4096, 128, 256, "int8", "NZ"),
     "ND weight": (16, 4096, 4096, 256, 128, "bf16", "ND"),
 }

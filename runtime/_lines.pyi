@@ -14,3 +14,6 @@ def widen_bf16(src: np.ndarray, dst: np.ndarray, /) -> None:
 
 def lookup16(src: np.ndarray, dst: np.ndarray, table: np.ndarray, /) -> None:
     """dst[i] = table[src[i]]: 2-byte items in, 4-byte results of a 65536-entry table out."""
+
+def widen_runs(src: np.ndarray, dst: np.ndarray, /) -> None:
+    """dst[...] = src widened, src's innermost axis contiguous (uint16, at most 8 axes) into a C-contiguous uint32 dst."""

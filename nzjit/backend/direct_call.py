@@ -14,12 +14,11 @@ from typing import Any
 
 import numpy as np
 
-import runtime
 from runtime import DeviceTensor, Worker
 from runtime.device import NzDeviceTensor
 
 from ..core.ir import Graph
-from .convention import HOST, RESIDENT, SCALAR, LaunchPlan, Rollback, download, free_temps
+from .convention import HOST, RESIDENT, SCALAR, ArgSlot, LaunchPlan, Rollback, download, free_temps
 from .launch import default_worker, execute
 from .options import Options
 
@@ -71,9 +70,8 @@ class CallPlan:
         resident = any(s.kind == RESIDENT for s in self.launch.slots)
         self.worker = None if resident else default_worker(self.target, device or 0)
         # issue 24 item 3: a signature does not fix which tensor arguments share memory; each call
-        # re-checks them when one of them is written
-        tensors = [(s.pos, s.is_output) for s in self.launch.slots if s.kind in (RESIDENT, HOST)]
-        self.alias_slots = tensors if len(tensors) > 1 and any(o for _, o in tensors) else None
+        # re-checks them when one of them is written (`overlapping`)
+        self.alias_pairs = alias_pairs(self.launch.slots)
 
     def worker_for(self, args: Sequence[Any]) -> Worker | None:
         """The worker this call runs on, if every per-call fact is as the general path would accept
@@ -96,9 +94,7 @@ class CallPlan:
                 a = args[s.pos]
                 if s.check(a) != a:  # type: ignore[misc]
                     return None  # out of range
-        if self.alias_slots and runtime.dispatch.find_alias(
-            [(str(p), args[p], o) for p, o in self.alias_slots]
-        ):
+        if self.alias_pairs and overlapping(args, self.alias_pairs):
             return None  # the general path refuses it (check_args)
         if w is None:
             w = self.worker
@@ -134,3 +130,32 @@ class CallPlan:
             if temps:
                 free_temps(gm, temps)
         return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def alias_pairs(slots: Sequence[ArgSlot]) -> tuple[tuple[int, int, int, int, bool], ...]:
+    """The pairs of tensor arguments `runtime.dispatch.find_alias` would compare, as (position,
+    bytes, position, bytes, host?): both of one kind (a host array and a DeviceTensor live in
+    different memories: never aliased), one of them written, neither empty. The byte counts are
+    the signature's (shape and dtype), so a call only reads each argument's first byte."""
+    tensors = [s for s in slots if s.kind in (RESIDENT, HOST) and s.nbytes]
+    return tuple(
+        (a.pos, a.nbytes, b.pos, b.nbytes, a.kind == HOST)
+        for i, a in enumerate(tensors)
+        for b in tensors[i + 1 :]
+        if a.kind == b.kind and (a.is_output or b.is_output)
+    )
+
+
+def overlapping(args: Sequence[Any], pairs: Sequence[tuple[int, int, int, int, bool]]) -> bool:
+    """Do the byte ranges of any pair share a byte? `find_alias`'s test, for the arguments of a
+    cached call: its host arrays are C-contiguous (one range from the data pointer) and its
+    resident tensors live on the one worker `worker_for` found (one memory), so the ranges alone
+    decide; the general path then names the pair."""
+    for i, n_i, j, n_j, host in pairs:
+        if host:
+            lo_i, lo_j = (args[p].__array_interface__["data"][0] for p in (i, j))
+        else:
+            lo_i, lo_j = args[i].address, args[j].address
+        if lo_i < lo_j + n_j and lo_j < lo_i + n_i:
+            return True
+    return False

@@ -93,6 +93,8 @@ def test_right_images_of_many_column_blocks_gather_in_slices(
     run one by one."""
     from nzjit.backend import lane_values
 
+    monkeypatch.setattr(lane_values, "RUNS_AT_ONCE", 8)  # the slicing under test, whatever the tuning
+    monkeypatch.setattr(lane_values, "NATIVE_WIDEN", False)  # numpy's line widening, which slices
     runs = []
     real, real_widen = lane_values.copy_lines, lane_values.widen_lines
     monkeypatch.setattr(
@@ -799,11 +801,30 @@ def test_large_lane_groups_run_their_mads_in_chunks(
     for the first mad and the accumulating ones, whether a chunk's lanes share one Left image or
     not, in float and in int8 (exact integers, wrapping int32 sums). With a helper thread (every
     mad large enough for it here), the next chunk's operands are converted, and the last one's
-    products added, on the helper while BLAS multiplies: the same bytes again."""
+    products added, on the helper while BLAS multiplies, and a chunk's lanes are multiplied on
+    both threads (lane_cube._multiply_shared): the same bytes again."""
     from nzjit.backend import lane_cube
 
     monkeypatch.setattr(runtime.threads, "THREADS", 2 if helper else 1)
     monkeypatch.setattr(lane_cube, "OVERLAP_MACS", 0)
+    multiplied = set()  # the threads that ran a share of a chunk's products
+    real_run, real_shared, sharing = runtime.threads.run, lane_cube._multiply_shared, []
+
+    def run(parts):
+        def on(part):
+            return lambda: multiplied.add(threading.get_ident()) or part()
+
+        real_run([on(p) for p in parts] if sharing else parts)  # pack_nz shares its copies too
+
+    def shared(*args):
+        sharing.append(True)
+        try:
+            real_shared(*args)
+        finally:
+            sharing.pop()
+
+    monkeypatch.setattr(runtime.threads, "run", run)
+    monkeypatch.setattr(lane_cube, "_multiply_shared", shared)
     chunks, where = [], set()
     real = lane_cube._Side.chunk
 
@@ -830,6 +851,7 @@ def test_large_lane_groups_run_their_mads_in_chunks(
     assert spy == [True]
     assert any(l0 >= lane_cube.MAD_CHUNK for l0, _ in chunks)  # a group larger than one chunk
     assert len(where) == (2 if helper else 1)
+    assert len(multiplied) == (2 if helper else 0)
     # with a helper, a group's few Left images (an expert's per chunk, or a decode batch's) are
     # converted chunk by chunk, on the helper; on one thread all at once
     assert (not any(left_at_once)) if helper else all(left_at_once)

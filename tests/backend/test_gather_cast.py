@@ -9,6 +9,7 @@ from unittest import mock
 
 import ml_dtypes
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,10 +56,15 @@ def test_adjacent_lines_cast_directly():
     assert np.array_equal(out, x.astype(np.float32).reshape(3, 4, 16))
 
 
-def test_bf16_lines_widen_to_the_bits_of_the_cast_for_every_pattern():
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_lines_widen_to_the_bits_of_the_cast_for_every_pattern(native, monkeypatch):
     # the bf16 -> float32 lines are widened by a 16-bit shift, not ml_dtypes' cast: the same bits
     # for all 65536 patterns (NaN payloads and signs, infinities, subnormals), gathered from C0
-    # lines 64 bytes apart (not adjacent: the line path)
+    # lines 64 bytes apart (not adjacent: the line path); runtime.widen's compiled loop, and the
+    # numpy shift it replaces when it is not built
+    if native and not lane_values.NATIVE_WIDEN:
+        pytest.skip("runtime._lines was not built")
+    monkeypatch.setattr(lane_values, "NATIVE_WIDEN", native)
     bits = np.arange(1 << 16, dtype=np.uint16).reshape(-1, 16)  # 4096 lines of 16 elements
     buf = np.zeros((bits.shape[0], 2, 16), np.uint16)
     buf[:, 0] = bits
@@ -74,14 +80,19 @@ def test_bf16_lines_widen_to_the_bits_of_the_cast_for_every_pattern():
 
 def test_bf16_lines_widen_runs_at_once():
     # 20 lines per row, RUNS_AT_ONCE = 8: slices of 8, 8 and 4 lines, each widened into its place
+    # (numpy's shift: the way without the compiled loop)
     x = np.random.default_rng(3).standard_normal((5, 20, 2, 16)).astype(ml_dtypes.bfloat16)
     v = x[:, :, 1, :]
     seen = []
     real = np.left_shift
-    with mock.patch.object(
-        lane_values.np,
-        "left_shift",
-        side_effect=lambda s, *a, **k: seen.append(s.shape[-2]) or real(s, *a, **k),
+    with (
+        mock.patch.object(lane_values, "NATIVE_WIDEN", False),
+        mock.patch.object(lane_values, "RUNS_AT_ONCE", 8),
+        mock.patch.object(
+            lane_values.np,
+            "left_shift",
+            side_effect=lambda s, *a, **k: seen.append(s.shape[-2]) or real(s, *a, **k),
+        ),
     ):
         out = np.empty(v.shape, np.float32)
         gather_cast(out, v)

@@ -146,3 +146,62 @@ def test_find_alias_is_exact_on_byte_ranges():
     assert find_alias([("a", buf[0:0], False), ("b", buf[0:0], True)]) is None  # empty
     with pytest.raises(DispatchError, match="'a' and 'b' share memory"):
         check_args(specs, [buf[0:16], buf[8:24]])
+
+
+def _no_alias_search(monkeypatch):
+    """Make the general path's alias search fail loudly: a call it serves is not the cached one."""
+
+    def searched(items):
+        raise AssertionError("the general path's alias search ran")
+
+    monkeypatch.setattr(runtime.dispatch, "find_alias", searched)
+
+
+def test_the_cached_call_compares_byte_ranges_of_resident_tensors(monkeypatch):
+    # issue 21 item 7: a cached call compares the ranges of its written tensor pairs, with the
+    # signature's byte counts, instead of the general search; its boundary is the same as
+    # find_alias's (test_find_alias_is_exact_on_byte_ranges): touching is fine, one byte is not
+    dev = Worker(0)
+    t = dev.alloc_tensor(X.shape, X.dtype, init=X)
+    swap_halves(t, dev.alloc_tensor(X.shape, X.dtype))  # the signatures' plans
+    add_inputs(t, t, dev.alloc_tensor(X.shape, X.dtype))
+    nbytes = X.nbytes
+    big = dev.alloc_tensor((96, 64), np.float32, init=np.concatenate([X, X, X]))
+
+    def view(offset):  # hand-made (32, 64) tensors into `big`
+        return DeviceTensor(dev, big.address + offset, (32, 64), np.dtype(np.float32))
+
+    with monkeypatch.context() as m:
+        _no_alias_search(m)
+        swap_halves(view(0), view(nbytes))  # out starts where x ends
+        swap_halves(view(2 * nbytes), view(nbytes))  # x starts where out ends
+        add_inputs(t, t, view(2 * nbytes))  # two inputs may share memory
+    got = dev.copy_from(big)
+    np.testing.assert_array_equal(got[32:64], _swap_ref(X))
+    np.testing.assert_array_equal(got[64:], 2 * X)
+    before = dev.copy_from(big)
+    for x, out in ((view(0), view(nbytes - 4)), (view(nbytes - 4), view(0))):  # 4 bytes in common
+        with pytest.raises(
+            DispatchError, match=MSG.replace("share memory ", r"share memory \(4 bytes overlap\)")
+        ):
+            swap_halves(x, out)
+    np.testing.assert_array_equal(dev.copy_from(big), before)  # nothing written
+
+
+def test_the_cached_call_compares_byte_ranges_of_host_arrays(monkeypatch):
+    out = np.zeros_like(X)
+    swap_halves(X, out)  # the signatures' plans
+    two_outs(X[:16], out[:16], out[16:])
+    big = np.concatenate([X, X])
+    with monkeypatch.context() as m:
+        _no_alias_search(m)
+        swap_halves(big[0:32], big[32:64])  # adjacent
+        two_outs(X[:16], big[0:16], big[16:32])  # two outputs side by side
+    np.testing.assert_array_equal(big[0:16], 2 * X[:16])
+    flat = np.concatenate([X, X]).reshape(-1)
+    before = flat.copy()
+    with pytest.raises(DispatchError, match=r"share memory \(4 bytes overlap\)"):
+        swap_halves(flat[: 32 * 64].reshape(32, 64), flat[32 * 64 - 1 : 64 * 64 - 1].reshape(32, 64))
+    with pytest.raises(DispatchError, match=r"'o1' and 'o2' share memory \(4 bytes overlap\)"):
+        two_outs(X[:16], flat[: 16 * 64].reshape(16, 64), flat[16 * 64 - 1 : 32 * 64 - 1].reshape(16, 64))
+    np.testing.assert_array_equal(flat, before)

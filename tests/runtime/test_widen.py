@@ -1,5 +1,5 @@
 """runtime.widen.widen_bf16: bf16 -> float32 of a strided view, compiled for the transposing case
-(runtime/_lines.c widen_bf16) - the same bits as numpy's cast for every view and every bit pattern,
+(runtime/_lines.c widen_bf16) and for views of contiguous runs (widen_runs: NZ C0 lines) - the same bits as numpy's cast for every view and every bit pattern,
 with and without the compiled loop; the compiled loop's refusals."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.lib.stride_tricks import as_strided
 
+import runtime
 import runtime.widen as widen
 from runtime.widen import widen_bf16
 
@@ -19,8 +20,8 @@ BF16 = ml_dtypes.bfloat16
 
 @st.composite
 def views(draw):
-    """A bf16 view of a larger buffer: 1-4 axes, permuted, sliced with steps (never contiguous in
-    general), with random bit patterns (NaNs and infinities included)."""
+    """A bf16 view of a larger buffer: 1-4 axes, permuted, sliced with steps, backwards too (never
+    contiguous in general), with random bit patterns (NaNs and infinities included)."""
     nd = draw(st.integers(1, 4))
     dims = [draw(st.integers(1, 9)) for _ in range(nd)]
     buf = (
@@ -28,7 +29,8 @@ def views(draw):
         .integers(0, 1 << 16, [d * 2 for d in dims], dtype=np.uint16)
         .view(BF16)
     )
-    v = buf[tuple(slice(draw(st.integers(0, 1)), None, draw(st.integers(1, 2))) for _ in dims)]
+    steps = [draw(st.sampled_from([1, 2, -1, -2])) for _ in dims]  # negative strides too
+    v = buf[tuple(slice(draw(st.integers(0, 1)), None, k) if k > 0 else slice(None, None, k) for k in steps)]
     return v.transpose(draw(st.permutations(list(range(nd)))))
 
 
@@ -139,3 +141,48 @@ def test_the_compiled_lookup_refuses_bad_buffers():
     buf = np.zeros(16, np.uint32)
     with pytest.raises(ValueError, match="must not overlap"):
         f(buf.view(np.uint16)[:8], buf[:8], table)
+
+
+def test_every_bit_pattern_in_c0_lines(way):
+    # all 65536 patterns as 4096 C0 lines of 16, each line 64 bytes from the next (the runs case)
+    bits = np.arange(1 << 16, dtype=np.uint16).reshape(-1, 16)
+    buf = np.zeros((bits.shape[0], 2, 16), np.uint16)
+    buf[:, 1] = bits
+    v = buf.view(BF16)[:, 1, :].reshape(64, 64, 16)
+    out = np.empty(v.shape, np.float32)
+    widen_bf16(out, v)
+    assert np.array_equal(out.view(np.uint32).reshape(-1), bits.reshape(-1).astype(np.uint32) << 16)
+
+
+def test_an_nz_weight_window_as_the_mads_operand(way):
+    # the Right operand of 4 lanes of 64 x 128 windows of an NZ-packed bf16 W[256, 256]: (lane,
+    # row, column block, 16) with the column blocks 256 rows x 32 bytes apart - 4 axes, each line
+    # a contiguous run of 16
+    w = np.random.default_rng(2).standard_normal((256, 256)).astype(BF16)
+    nz = runtime.pack_nz(w).reshape(-1).reshape(16, 256, 16)  # (column block, row, 16)
+    v = nz[0:8].reshape(8, 4, 64, 16).transpose(1, 2, 0, 3)
+    out = np.empty(v.shape, np.float32)
+    widen_bf16(out, v)
+    assert np.array_equal(out.reshape(4, 64, 128), w[:, :128].reshape(4, 64, 128).astype(np.float32))
+
+
+@pytest.mark.skipif(widen._native is None, reason="runtime._lines was not built")
+def test_the_compiled_run_loop_refuses_bad_buffers():
+    f = widen._native.widen_runs
+    src = np.zeros((2, 3, 4), np.uint16)
+    with pytest.raises(ValueError, match="the same 1 to 8 axes, of 2- and 4-byte items"):
+        f(src[0], np.empty((2, 3, 4), np.uint32))
+    with pytest.raises(ValueError, match="the same 1 to 8 axes, of 2- and 4-byte items"):
+        f(src, np.empty((2, 3, 4), np.uint16))
+    with pytest.raises(ValueError, match="the same 1 to 8 axes"):
+        f(np.zeros((1,) * 9, np.uint16), np.empty((1,) * 9, np.uint32))
+    with pytest.raises(ValueError, match="innermost axis must be contiguous"):
+        f(src.transpose(0, 2, 1), np.empty((2, 4, 3), np.uint32))
+    with pytest.raises(ValueError, match="must have the same shape"):
+        f(src, np.empty((2, 4, 3), np.uint32))
+    buf = np.zeros(64, np.uint32)
+    with pytest.raises(ValueError, match="must not overlap"):
+        f(buf.view(np.uint16)[:24].reshape(2, 3, 4), buf[:24].reshape(2, 3, 4))
+    out = np.empty((2, 3, 4), np.uint32)
+    f(np.arange(24, dtype=np.uint16).reshape(2, 3, 4), out)
+    assert np.array_equal(out, np.arange(24, dtype=np.uint32).reshape(2, 3, 4) << 16)
