@@ -28,7 +28,7 @@ from .core.types import Mem, Target
 from .language import branch as _branch  # noqa: F401 - stages an `if` on a traced value (sets the tracing hook)
 from .language.annotations import InOut, Out, Scalar, Tensor, dynamic
 from .language.carries import yield_
-from .language.cube_ops import gemv, gemv_acc, gemv_bias, matmul_bias
+from .language.cube_ops import batch_matmul, gemv, gemv_acc, gemv_bias, matmul_bias
 from .language.kernel import kernel, orchestration
 from .language.loops import range, spmd
 from .language.ops import (
@@ -126,6 +126,7 @@ tile = _types.SimpleNamespace(
     gemv=gemv,
     gemv_acc=gemv_acc,
     gemv_bias=gemv_bias,
+    batch_matmul=batch_matmul,
 )
 tensor = _types.SimpleNamespace(
     view=_view,
@@ -245,6 +246,7 @@ __all__ = [
     "gemv",
     "gemv_acc",
     "gemv_bias",
+    "batch_matmul",
     # PyPTO's loop, scope and decorator forms (language/pypto_forms.py)
     "parallel",
     "unroll",
