@@ -22,6 +22,7 @@ Families (weights in FAMILIES):
   and negative loop starts, odd divisors, symbolic steps, INT32 wraps, lane-count bounds.
 - cube_tail: one-row and small-M matmuls with K and N tails (`clamp=True`), gemv, the bias row
   (TMATMUL_BIAS), ragged N tiles stored into exact-size outputs (fam_cube.py).
+- cube_batch: pl.batch_matmul of rank-3 Mat tiles, ND or NZ weights, transposed, broadcast (fam_cube.py).
 - probe: one refusal of the §7 table each (or its accepted neighbour): ranks, dynamic axes,
   sub-byte and 64-bit dtypes, views, plane slices, target memory, the NZ-25 gap guard.
 
@@ -36,7 +37,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
-from .fam_cube import fam_cube_tail
+from .fam_cube import fam_cube_batch, fam_cube_tail
 from .fam_mm import fam_tensor_mm, fam_tile_mm
 from .fam_probe import fam_probe
 from .fam_prover import fam_prover
@@ -71,6 +72,7 @@ FAMILIES["vec_alu"] = (6, fam_vec_alu)
 FAMILIES["vec_mix"] = (4, fam_vec_mix)
 # the cube's variants (issue 23): K / N tails, ragged stores, the bias row (fam_cube.py)
 FAMILIES["cube_tail"] = (6, fam_cube_tail)
+FAMILIES["cube_batch"] = (4, fam_cube_batch)  # pl.batch_matmul on rank-3 Mat tiles (fam_cube.py)
 
 
 def generate(seed: int, index: int, family: str | None = None, exclude: Sequence[str] = ()) -> Program:

@@ -237,6 +237,62 @@ def test_a_product_too_wide_for_l0c_is_split_per_batch():  # NZ-22 / AutoTileMat
     assert k.lower().memory().peak["Acc"] <= 128 * 1024
 
 
+def _dynamic_batch_kernel(M, K, N):
+    bd = pl.dynamic("Bd")
+
+    @pl.kernel
+    def dyn(
+        a: pl.Tensor[[bd, M, K], pl.FP16],
+        b: pl.Tensor[[bd, N, K], pl.FP16, pl.NZ],
+        out: pl.Out[pl.Tensor[[bd, M, N], pl.FP32]],
+    ):
+        ta = pl.load(a, [1, 0, 0], [2, M, K], target_memory=pl.Mem.Mat)
+        tb = pl.load(b, [1, 0, 0], [2, N, K], target_memory=pl.Mem.Mat)
+        pl.store(pl.batch_matmul(ta, tb, b_trans=True), [1, 0, 0], out)
+
+    return dyn
+
+
+def test_an_nz_weight_with_a_dynamic_batch_is_addressed_per_batch_slot():  # NZ-29, NZ-28
+    M, K, N = 16, 64, 32
+    k = _dynamic_batch_kernel(M, K, N)
+    rng = np.random.default_rng(13)
+    for bsz in (3, 4):
+        a, b = _data(rng, bsz, M, K, N, np.float16, b_trans=True)
+        out = np.zeros((bsz, M, N), np.float32)
+        got = k(a, runtime.pack_nz(b), out)
+        _check(got[1:3], _ref(a, b, b_trans=True)[1:3])
+        assert not got[0].any() and not got[3:].any()  # batches 0 and 3 are not written
+
+
+def test_a_batch_window_past_a_dynamic_batch_is_refused_before_anything_is_written():
+    M, K, N = 16, 64, 32
+    k = _dynamic_batch_kernel(M, K, N)
+    a, b = _data(np.random.default_rng(1), 2, M, K, N, np.float16, b_trans=True)
+    with pytest.raises(runtime.DispatchError, match=r"the window \[2, 3\) on axis 0 is out of bounds"):
+        k(a, runtime.pack_nz(b))
+
+
+def test_an_nz_page_that_is_not_whole_fractals_is_refused_by_the_nz_rule():  # NZ-12
+    def build():
+        @pl.kernel
+        def k(
+            a: pl.Tensor[[2, 16, 64], pl.FP16],
+            b: pl.Tensor[[2, 48, 64], pl.FP16, pl.NZ],
+            out: pl.Out[pl.Tensor[[2, 16, 40], pl.FP32]],
+        ):
+            ta = pl.load(a, [0, 0, 0], [2, 16, 64], target_memory=pl.Mem.Mat)
+            tb = pl.load(b, [0, 0, 0], [2, 40, 64], target_memory=pl.Mem.Mat)  # 40 rows
+            pl.store(pl.batch_matmul(ta, tb, b_trans=True), [0, 0, 0], out)
+
+        return k
+
+    msg = _refused(
+        build, "[NZ-12] load of NZ tensor 'b': the window rows 40 must be a multiple of 16", "# 40 rows"
+    )
+    assert "help: use a row tile that is a multiple of 16" in msg
+
+
 # --------------------------------------------------------------------------------- refusals
 def _refused(build, *needles, at=None):
     with pytest.raises(CompileError) as ei:
