@@ -12,6 +12,8 @@
   tile whose valid rows stay M, the mad computes m = Left.validRow rows (m == 1 is forced to 16,
   §6) into an Acc tile of ceil16(M) rows - so the L0C pitch ceil16(m) is the tile's - and the store
   writes the M valid rows only. Any other ND window into Mat is still whole fractals or refused.
+- K tails: a static valid K runs its last chunk over its valid columns; a dynamic one (a run-time
+  valid_shape) is one mad whose k is the Left tile's run-time validCol (`dynamic_k_block`).
 """
 
 from __future__ import annotations
@@ -235,9 +237,12 @@ class _AutoTile(Rewriter):
             vr = at.valid_shape[-2]  # type: ignore[index]
             rows = None if vr is None else max(0, min(m, vr - mi))
         kv = k if at.fully_valid else at.valid_shape[-1]  # type: ignore[index]
-        assert isinstance(kv, int)  # a dynamic K is refused by the matmul's type rule
         nv = bt.shape[-1] if bt.fully_valid else bt.valid_shape[-1]  # type: ignore[index]
         cols = None if nv is None else min(n, nv - ni)
+        if kv is None:  # a dynamic K tail: TMATMUL's k is the Left tile's run-time validCol
+            return self.dynamic_k_block(
+                a, b, acc, mi, ni, (m, k, n), plan, rows, cols, out_dtype, source, bias
+            )
         n_chunks = -(-kv // kc)
         tail = kv - (n_chunks - 1) * kc  # valid K of the last chunk
 
@@ -282,6 +287,52 @@ class _AutoTile(Rewriter):
         if n_chunks > 1 and tail < kc:  # the K tail: one more mad over its valid columns
             cur = chunk(a, b, _lit((n_chunks - 1) * kc), tail, cur)
         return cur
+
+    def dynamic_k_block(
+        self,
+        a: Atom,
+        b: Atom,
+        acc: Atom | None,
+        mi: int,
+        ni: int,
+        shape: tuple[int, int, int],
+        plan: MatmulPlan,
+        rows: int | None,
+        cols: int | None,
+        out_dtype: Any,
+        source: Source | None,
+        bias: Atom | None,
+    ) -> Var:
+        """A dynamic K tail in one mad: the Left TEXTRACT's valid K is the Mat tile's run-time valid
+        K (TMATMUL k = Left.validCol, hardware-model.md §6), the Right's its source's valid rows,
+        checked at run time to cover k (`dynamic_k`). Several K chunks would need a run-time count
+        of mads (a chunk past the valid K has k = 0, which TMATMUL refuses), so the static K window
+        must fit one chunk."""
+        m, k, n = shape
+        if plan.kc < k:
+            raise CompileError(
+                f"matmul [{m}x{k}] x [{k}x{n}] with a dynamic valid K: the K window of {k} does not fit "
+                f"one L0 chunk ({plan.kc} columns fit L0A / L0B), and a chunk past the run-time K "
+                "would be a TMATMUL with k = 0",
+                source,
+                rule="k-tail",
+                help=f"loop over K in windows of at most {plan.kc} columns (pl.range), each with "
+                f"valid_shape [.., pl.min({plan.kc}, K - k0)], or make the valid K static",
+            )
+        row = self.bias_row(bias, ni, n, source) if acc is None and bias is not None else None
+        left = self.extract(a, _lit(mi), _lit(0), (m, k), Mem.Left, source, (rows, None))
+        right = self.extract(b, _lit(0), _lit(ni), (k, n), Mem.Right, source, (None, cols))
+        acc_t = TileType((m, n), out_dtype, Mem.Acc, None if (rows, cols) == (m, n) else (rows, cols))
+        flag = {"dynamic_k": True}
+        if row is not None:
+            return self.emit(
+                P.tile_mad_bias_p, [[left], [right], [row]], {"out_dtype": out_dtype, **flag}, [acc_t], source
+            )[0]
+        if acc is None:
+            return self.emit(
+                P.tile_mad_p, [[left], [right]], {"out_dtype": out_dtype, **flag}, [acc_t], source
+            )[0]
+        return self.emit(P.tile_mad_acc_p, [[acc], [left], [right]], flag, [acc_t], source)[0]
 
     def bias_row(self, bias: Atom, ni: int, n: int, source: Source | None) -> Atom:
         """The bias table row of output columns [ni, ni + n): TMOV Mat -> Bias of that window, or
