@@ -100,4 +100,19 @@ def batch_matmul(lhs: Tracer, rhs: Tracer, *, a_trans: bool = False, b_trans: bo
     return bind(P.tile_batch_matmul_p, [[lhs], [rhs]])[0]
 
 
-__all__ = ["ACC_PHASES", "batch_matmul", "gemv", "gemv_acc", "gemv_bias", "matmul_bias"]
+def batch_matmul_acc(
+    acc: Tracer, lhs: Tracer, rhs: Tracer, *, a_trans: bool = False, b_trans: bool = False
+) -> Tracer:
+    """`pl.tile.batch_matmul_acc(acc, lhs, rhs)`: `acc + lhs @ rhs` batch by batch, `acc` the
+    `[B, M, N]` product of an earlier `pl.batch_matmul` (a K split written with Python's `range`,
+    which tracing unrolls). `a_trans` / `b_trans` as in `batch_matmul`."""
+    for x, name in ((acc, "acc"), (lhs, "lhs"), (rhs, "rhs")):
+        _tile_operand(x, "pl.tile.batch_matmul_acc", name)
+    if a_trans:
+        lhs = bind(P.tile_transpose_view_p, [[lhs]])[0]
+    if b_trans:
+        rhs = bind(P.tile_transpose_view_p, [[rhs]])[0]
+    return bind(P.tile_batch_matmul_acc_p, [[acc], [lhs], [rhs]])[0]
+
+
+__all__ = ["ACC_PHASES", "batch_matmul", "batch_matmul_acc", "gemv", "gemv_acc", "gemv_bias", "matmul_bias"]

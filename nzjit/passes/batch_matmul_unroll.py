@@ -65,7 +65,7 @@ class BatchMatmulUnroll(Rewriter):
                     uses.setdefault(a, []).append(e)
         operands: set[Var] = set()  # the values read by a batch_matmul, through transposed views
         for e in reversed(g.eqns):
-            if e.primitive is P.tile_batch_matmul_p or (
+            if e.primitive in (P.tile_batch_matmul_p, P.tile_batch_matmul_acc_p) or (
                 e.primitive is P.tile_transpose_view_p and e.outputs[0] in operands
             ):
                 operands.update(a for a in e.inputs if isinstance(a, Var))
@@ -105,7 +105,7 @@ class BatchMatmulUnroll(Rewriter):
             load, transposed = self.pending[e.inputs[0]]
             self.pending[e.outputs[0]] = (load, not transposed)
             return True
-        if p is P.tile_batch_matmul_p:
+        if p is P.tile_batch_matmul_p or p is P.tile_batch_matmul_acc_p:
             self.unroll(e)
             return True
         if e in self.fused:  # its batches were stored with their matmuls
@@ -116,6 +116,14 @@ class BatchMatmulUnroll(Rewriter):
             self.store(e, accs, range(len(accs)))
             return True
         for a in e.inputs:
+            if a in self.products and "body" in e.params:
+                raise CompileError(
+                    f"the {a.type} product of pl.batch_matmul cannot be carried into a staged loop or "
+                    "branch: its batches are unrolled at compile time",
+                    e.source,
+                    help="split K with Python's range (unrolled when traced) and "
+                    "pl.tile.batch_matmul_acc, " + PER_BATCH_HELP,
+                )
             if a in self.products:
                 raise CompileError(
                     f"the {a.type} product of pl.batch_matmul can only be stored (pl.store into a "
@@ -175,7 +183,8 @@ class BatchMatmulUnroll(Rewriter):
         """One tile.matmul per batch on its pages, each stored at once when the store is fusable."""
         out_t = e.outputs[0].type
         assert isinstance(out_t, TileType)
-        a, b = e.inputs
+        *prev, a, b = e.inputs  # tile.batch_matmul_acc: its accumulator first
+        olds = self.accumulators(e, prev[0]) if prev else None
         st = self.fusable_store(e)
         accs: list[Var] = []
         aliases: list[Var] = []
@@ -183,9 +192,15 @@ class BatchMatmulUnroll(Rewriter):
             pa, pb = self.page(a, i, e.source), self.page(b, i, e.source)
             ta, tb = pa.type, pb.type
             assert isinstance(ta, TileType) and isinstance(tb, TileType)
-            (mt,) = P.tile_matmul_p.type_rule(ta, tb, b_trans=False)
-            params = {"b_trans": False, "out_dtype": None}
-            (acc,) = self.emit(P.tile_matmul_p, [[pa], [pb]], params, [Var(mt, e.outputs[0].hint)], e.source)
+            out = Var(P.tile_matmul_p.type_rule(ta, tb, b_trans=False)[0], e.outputs[0].hint)
+            if olds is None:
+                (acc,) = self.emit(
+                    P.tile_matmul_p, [[pa], [pb]], {"b_trans": False, "out_dtype": None}, [out], e.source
+                )
+            else:  # TMATMUL_ACC into batch i's accumulator
+                (acc,) = self.emit(
+                    P.tile_matmul_acc_p, [[olds[i]], [pa], [pb]], {"b_trans": False}, [out], e.source
+                )
             accs.append(acc)
             if st is not None:
                 aliases += self.store(st, [acc], [i], first=i == 0)
@@ -193,6 +208,18 @@ class BatchMatmulUnroll(Rewriter):
             self.fused[st] = aliases[0]
         else:
             self.products[e.outputs[0]] = accs
+
+    def accumulators(self, e: Eqn, acc: Atom) -> list[Var]:
+        """The per-batch Acc tiles a batch_matmul_acc accumulates into: an earlier product of this
+        block that is not stored yet."""
+        if not isinstance(acc, Var) or acc not in self.products:
+            raise CompileError(
+                f"pl.tile.batch_matmul_acc accumulates into the [B, M, N] product of a pl.batch_matmul "
+                f"of the same block; {acc.type} here is not one (a loop carry, or a stored product)",
+                e.source,
+                help="split K with Python's range (unrolled when traced) in one block, " + PER_BATCH_HELP,
+            )
+        return self.products[acc]
 
     def store(self, st: Eqn, accs: list[Var], batches: Any, *, first: bool = True) -> list[Var]:
         """TSTORE of each batch's Acc tile into its `[1, M, N]` window of the store's target."""

@@ -73,3 +73,18 @@ def tile_batch_matmul_p(a: Type, b: Type, **_: Any) -> list[Type]:
     ta, tb = batch_operand(a, what, "lhs"), batch_operand(b, what, "rhs")
     bsz, m, _k, n = batch_shape(ta, tb, what)
     return [TileType((bsz, m, n), _matmul_out_dtype(ta.dtype, tb.dtype, None, what), Mem.Acc)]
+
+
+@primitive("tile.batch_matmul_acc", ("acc", "a", "b"))
+def tile_batch_matmul_acc_p(acc: Type, a: Type, b: Type, **_: Any) -> list[Type]:
+    """`pl.tile.batch_matmul_acc(acc, a, b)`: `acc + a @ b` batch by batch; `acc` is the `[B, M, N]`
+    Acc tile of an earlier batched product (PyPTO: the acc's batch shape is not broadcast)."""
+    what = "pl.tile.batch_matmul_acc"
+    (want,) = tile_batch_matmul_p.type_rule(a, b)
+    tc = _tile(acc, what)
+    if tc.shape != want.shape or tc.dtype is not want.dtype or tc.memory is not Mem.Acc:  # type: ignore[attr-defined]
+        raise _fail(
+            f"{what}: the accumulator {tc} is not the product's {want}",
+            help="accumulate into the [B, M, N] result of pl.batch_matmul of operands of the same shapes",
+        )
+    return [tc]

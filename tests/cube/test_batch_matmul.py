@@ -436,3 +436,114 @@ def test_refuses_a_batched_operand_captured_by_a_loop():
         return k
 
     _refused(build, "an ND->NZ load into Mat takes a 2-D window", "# outside the loop")
+
+
+# ------------------------------------------------------------------- pl.tile.batch_matmul_acc
+def _split_k_kernel(B, M, K, N, KT, dtype, acc_dtype):
+    @pl.kernel
+    def splitk(
+        a: pl.Tensor[[B, M, K], dtype],
+        b: pl.Tensor[[B, N, K], dtype, pl.NZ],
+        out: pl.Out[pl.Tensor[[B, M, N], acc_dtype]],
+    ):
+        acc = None
+        for k0 in range(0, K, KT):  # Python's range: unrolled when traced
+            ta = pl.load(a, [0, 0, k0], [B, M, KT], target_memory=pl.Mem.Mat)
+            tb = pl.load(b, [0, 0, k0], [B, N, KT], target_memory=pl.Mem.Mat)
+            if acc is None:
+                acc = pl.batch_matmul(ta, tb, b_trans=True)
+            else:
+                acc = pl.tile.batch_matmul_acc(acc, ta, tb, b_trans=True)
+        pl.store(acc, [0, 0, 0], out)
+
+    return splitk
+
+
+@pytest.mark.parametrize("int8", [True, False], ids=["int8", "fp16"])
+def test_batch_matmul_acc_splits_k_on_every_stage_and_path(int8):  # TMATMUL then TMATMUL_ACC per batch
+    B, M, K, N, KT = 3, 32, 256, 48, 128
+    dtype, acc = (pl.INT8, pl.INT32) if int8 else (pl.FP16, pl.FP32)
+    k = _split_k_kernel(B, M, K, N, KT, dtype, acc)
+    a, b = _data(np.random.default_rng(21), B, M, K, N, np.int8 if int8 else np.float16, b_trans=True)
+    low = k.lower()
+    outs = [low.run(a, runtime.pack_nz(b), after=stage) for stage in STAGES]
+    for opts in PATHS:
+        with using(opts):
+            outs.append(k(a, runtime.pack_nz(b)))
+    _check(outs[0], _ref(a, b, b_trans=True))
+    for got in outs[1:]:
+        np.testing.assert_array_equal(got, outs[0])
+    final = str(low.ir())
+    assert (
+        final.count("tile.mad[") == B and final.count("tile.mad_acc") == B and final.count("tile.store") == B
+    )
+    assert "tile.batch_matmul_acc" in str(low.ir("LowerCompositeOps"))
+
+
+def test_batch_matmul_acc_refuses_an_accumulator_of_another_shape():
+    def build():
+        @pl.kernel
+        def k(
+            a: pl.Tensor[[2, 32, 64], pl.FP16],
+            b: pl.Tensor[[2, 64, 32], pl.FP16],
+            c: pl.Tensor[[2, 64, 16], pl.FP16],
+        ):
+            ta = pl.load(a, [0, 0, 0], [2, 32, 64], target_memory=pl.Mem.Mat)
+            tb = pl.load(b, [0, 0, 0], [2, 64, 32], target_memory=pl.Mem.Mat)
+            tc = pl.load(c, [0, 0, 0], [2, 64, 16], target_memory=pl.Mem.Mat)
+            acc = pl.batch_matmul(ta, tb)
+            pl.tile.batch_matmul_acc(acc, ta, tc)  # N = 16
+
+        return k
+
+    msg = _refused(
+        build, "pl.tile.batch_matmul_acc: the accumulator f32[2,32,32]@Acc is not the product's", "# N = 16"
+    )
+    assert "help: accumulate into the [B, M, N] result of pl.batch_matmul" in msg
+
+
+def test_batch_matmul_acc_refuses_a_stored_product():
+    def build():
+        @pl.kernel
+        def k(
+            a: pl.Tensor[[2, 32, 64], pl.FP16],
+            b: pl.Tensor[[2, 64, 32], pl.FP16],
+            o: pl.Out[pl.Tensor[[2, 32, 32], pl.FP32]],
+        ):
+            ta = pl.load(a, [0, 0, 0], [2, 32, 64], target_memory=pl.Mem.Mat)
+            tb = pl.load(b, [0, 0, 0], [2, 64, 32], target_memory=pl.Mem.Mat)
+            acc = pl.batch_matmul(ta, tb)
+            pl.store(acc, [0, 0, 0], o)
+            pl.store(pl.tile.batch_matmul_acc(acc, ta, tb), [0, 0, 0], o)  # after its store
+
+        return k
+
+    msg = _refused(
+        build, "pl.tile.batch_matmul_acc accumulates into the [B, M, N] product", "# after its store"
+    )
+    assert "help: split K with Python's range (unrolled when traced) in one block" in msg
+
+
+def test_a_batched_product_carried_by_a_staged_loop_is_refused():
+    def build():
+        @pl.kernel
+        def k(
+            a: pl.Tensor[[2, 32, 256], pl.FP16],
+            b: pl.Tensor[[2, 256, 32], pl.FP16],
+            o: pl.Out[pl.Tensor[[2, 32, 32], pl.FP32]],
+        ):
+            acc = pl.batch_matmul(
+                pl.load(a, [0, 0, 0], [2, 32, 64], target_memory=pl.Mem.Mat),
+                pl.load(b, [0, 0, 0], [2, 64, 32], target_memory=pl.Mem.Mat),
+            )
+            for k0 in pl.range(64, 256, 64):
+                ta = pl.load(a, [0, 0, k0], [2, 32, 64], target_memory=pl.Mem.Mat)
+                tb = pl.load(b, [0, k0, 0], [2, 64, 32], target_memory=pl.Mem.Mat)
+                acc = pl.tile.batch_matmul_acc(acc, ta, tb)  # a loop carry
+            pl.store(acc, [0, 0, 0], o)
+
+        return k
+
+    msg = _refused(build, "product of pl.batch_matmul cannot be carried into a staged loop or branch")
+    assert "for k0 in pl.range(64, 256, 64):" in msg  # the loop's line
+    assert "help: split K with Python's range (unrolled when traced) and pl.tile.batch_matmul_acc" in msg

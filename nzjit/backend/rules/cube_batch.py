@@ -31,15 +31,25 @@ def batches(v: Any, t: TileType) -> np.ndarray:
     return v.logical().reshape(bsz, rows, cols)
 
 
-@rule(P.tile_batch_matmul_p)
-def _tile_batch_matmul(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+def _product(e: Eqn, ins: list[Any]) -> np.ndarray:
     out_t = e.outputs[0].type
-    ta, tb = (x.type for x in e.inputs)
+    ta, tb = (x.type for x in e.inputs[-2:])
     assert isinstance(out_t, TileType) and isinstance(ta, TileType) and isinstance(tb, TileType)
-    a, b = batches(ins[0], ta), batches(ins[1], tb)
+    a, b = batches(ins[-2], ta), batches(ins[-1], tb)
     bsz, m, n = out_t.shape
     dtype = out_t.dtype.np_dtype
     prod = np.empty((bsz, m, n), dtype)
     for i in range(bsz):  # one 2-D product per batch, as the unrolled TMATMULs (a size-1 side broadcast)
         prod[i] = reference_matmul(a[i % a.shape[0]], b[i % b.shape[0]], False, dtype)
-    return [HostValue(prod)]  # only a store reads it (FlattenTileNdTo2D refuses any other use)
+    return prod
+
+
+@rule(P.tile_batch_matmul_p)
+def _tile_batch_matmul(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    return [HostValue(_product(e, ins))]  # a store or an accumulation reads it (FlattenTileNdTo2D)
+
+
+@rule(P.tile_batch_matmul_acc_p)
+def _tile_batch_matmul_acc(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
+    prod = _product(e, ins)
+    return [HostValue((ins[0].logical() + prod).astype(prod.dtype))]  # as TMATMUL_ACC: float32 / int32 wrap
