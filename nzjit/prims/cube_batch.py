@@ -81,8 +81,9 @@ def tile_batch_matmul_acc_p(acc: Type, a: Type, b: Type, **_: Any) -> list[Type]
     Acc tile of an earlier batched product (PyPTO: the acc's batch shape is not broadcast)."""
     what = "pl.tile.batch_matmul_acc"
     (want,) = tile_batch_matmul_p.type_rule(a, b)
+    assert isinstance(want, TileType)  # the product's rule makes an Acc tile
     tc = _tile(acc, what)
-    if tc.shape != want.shape or tc.dtype is not want.dtype or tc.memory is not Mem.Acc:  # type: ignore[attr-defined]
+    if tc.shape != want.shape or tc.dtype is not want.dtype or tc.memory is not Mem.Acc:
         raise _fail(
             f"{what}: the accumulator {tc} is not the product's {want}",
             help="accumulate into the [B, M, N] result of pl.batch_matmul of operands of the same shapes",
