@@ -13,7 +13,7 @@
   §6) into an Acc tile of ceil16(M) rows - so the L0C pitch ceil16(m) is the tile's - and the store
   writes the M valid rows only. Any other ND window into Mat is still whole fractals or refused.
 - K tails: a static valid K runs its last chunk over its valid columns; a dynamic one (a run-time
-  valid_shape) is one mad whose k is the Left tile's run-time validCol (`dynamic_k_block`).
+  valid_shape) is one mad whose k is the Left tile's run-time validCol (`check_dynamic_k`).
 """
 
 from __future__ import annotations
@@ -239,21 +239,17 @@ class _AutoTile(Rewriter):
         kv = k if at.fully_valid else at.valid_shape[-1]  # type: ignore[index]
         nv = bt.shape[-1] if bt.fully_valid else bt.valid_shape[-1]  # type: ignore[index]
         cols = None if nv is None else min(n, nv - ni)
-        if kv is None:  # a dynamic K tail: TMATMUL's k is the Left tile's run-time validCol
-            return self.dynamic_k_block(
-                a, b, acc, mi, ni, (m, k, n), plan, rows, cols, out_dtype, source, bias
-            )
-        n_chunks = -(-kv // kc)
-        tail = kv - (n_chunks - 1) * kc  # valid K of the last chunk
 
-        def chunk(src_a: Atom, src_b: Atom, k0: Atom, valid_k: int, cur: Atom | None) -> Var:
+        def chunk(src_a: Atom, src_b: Atom, k0: Atom, valid_k: int | None, cur: Atom | None) -> Var:
             # a bias row first: the Left / Right TEXTRACTs stay next to their mad (fused into it)
             row = self.bias_row(bias, ni, n, source) if cur is None and bias is not None else None
             left = self.extract(src_a, _lit(mi), k0, (m, kc), Mem.Left, source, (rows, valid_k))
             # the Right tile's valid rows are the K the cube reads (TGEMV takes k from them)
             right = self.extract(src_b, k0, _lit(ni), (kc, n), Mem.Right, source, (valid_k, cols))
             acc_t = TileType((m, n), out_dtype, Mem.Acc, None if (rows, cols) == (m, n) else (rows, cols))
-            flag = {"gemv": True} if gemv else {}
+            flag: dict[str, Any] = {"gemv": True} if gemv else {}
+            if valid_k is None:  # a dynamic K: k = the Left tile's run-time validCol (check_dynamic_k)
+                flag["dynamic_k"] = True
             if row is not None:
                 return self.emit(
                     P.tile_mad_bias_p,
@@ -268,6 +264,11 @@ class _AutoTile(Rewriter):
                 )[0]
             return self.emit(P.tile_mad_acc_p, [[cur], [left], [right]], flag, [acc_t], source)[0]
 
+        if kv is None:  # a dynamic K tail: one mad over the run-time valid K
+            self.check_dynamic_k(plan, (m, k, n), source)
+            return chunk(a, b, _lit(0), None, acc)
+        n_chunks = -(-kv // kc)
+        tail = kv - (n_chunks - 1) * kc  # valid K of the last chunk
         cur = chunk(a, b, _lit(0), kc if n_chunks > 1 else tail, acc)
         full_end = (n_chunks - 1) * kc if tail < kc else n_chunks * kc
         if full_end > kc:  # the whole chunks after the first: a pipelined loop carrying the accumulator
@@ -288,26 +289,11 @@ class _AutoTile(Rewriter):
             cur = chunk(a, b, _lit((n_chunks - 1) * kc), tail, cur)
         return cur
 
-    def dynamic_k_block(
-        self,
-        a: Atom,
-        b: Atom,
-        acc: Atom | None,
-        mi: int,
-        ni: int,
-        shape: tuple[int, int, int],
-        plan: MatmulPlan,
-        rows: int | None,
-        cols: int | None,
-        out_dtype: Any,
-        source: Source | None,
-        bias: Atom | None,
-    ) -> Var:
-        """A dynamic K tail in one mad: the Left TEXTRACT's valid K is the Mat tile's run-time valid
-        K (TMATMUL k = Left.validCol, hardware-model.md §6), the Right's its source's valid rows,
-        checked at run time to cover k (`dynamic_k`). Several K chunks would need a run-time count
-        of mads (a chunk past the valid K has k = 0, which TMATMUL refuses), so the static K window
-        must fit one chunk."""
+    def check_dynamic_k(self, plan: MatmulPlan, shape: tuple[int, int, int], source: Source | None) -> None:
+        """A dynamic K tail is one mad whose k is the Left tile's run-time validCol (TMATMUL,
+        hardware-model.md §6), its Right rows' cover checked at run time (`dynamic_k`). Several K
+        chunks would need a run-time count of mads (a chunk past the valid K has k = 0, which
+        TMATMUL refuses), so the static K window must fit one chunk."""
         m, k, n = shape
         if plan.kc < k:
             raise CompileError(
@@ -319,20 +305,6 @@ class _AutoTile(Rewriter):
                 help=f"loop over K in windows of at most {plan.kc} columns (pl.range), each with "
                 f"valid_shape [.., pl.min({plan.kc}, K - k0)], or make the valid K static",
             )
-        row = self.bias_row(bias, ni, n, source) if acc is None and bias is not None else None
-        left = self.extract(a, _lit(mi), _lit(0), (m, k), Mem.Left, source, (rows, None))
-        right = self.extract(b, _lit(0), _lit(ni), (k, n), Mem.Right, source, (None, cols))
-        acc_t = TileType((m, n), out_dtype, Mem.Acc, None if (rows, cols) == (m, n) else (rows, cols))
-        flag = {"dynamic_k": True}
-        if row is not None:
-            return self.emit(
-                P.tile_mad_bias_p, [[left], [right], [row]], {"out_dtype": out_dtype, **flag}, [acc_t], source
-            )[0]
-        if acc is None:
-            return self.emit(
-                P.tile_mad_p, [[left], [right]], {"out_dtype": out_dtype, **flag}, [acc_t], source
-            )[0]
-        return self.emit(P.tile_mad_acc_p, [[acc], [left], [right]], flag, [acc_t], source)[0]
 
     def bias_row(self, bias: Atom, ni: int, n: int, source: Source | None) -> Atom:
         """The bias table row of output columns [ni, ni + n): TMOV Mat -> Bias of that window, or
