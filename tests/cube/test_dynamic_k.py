@@ -177,3 +177,28 @@ def test_the_k_loop_of_the_fix_is_exact():  # one chunk per trip, the last trip'
         x = rng.standard_normal((16, kk)).astype(np.float16)
         w = rng.standard_normal((kk, 256)).astype(np.float16)
         np.testing.assert_allclose(k(x, w), x.astype(np.float64) @ w.astype(np.float64), rtol=1e-3, atol=1e-2)
+
+
+def test_spmd_lanes_with_a_dynamic_k_are_exact_on_every_path():  # each mad checks its own K cover
+    lanes_n, n = 4, 64
+
+    @pl.kernel
+    def lanes(
+        x: pl.Tensor[[1, KD], pl.INT8],
+        w: pl.Tensor[[KD, lanes_n * n], pl.INT8],
+        y: pl.Out[pl.Tensor[[1, lanes_n * n], pl.INT32]],
+    ):
+        for lane in pl.spmd(lanes_n):
+            n0 = lane * n
+            tx = pl.load(x, [0, 0], [1, 512], valid_shape=[1, x.shape[1]], target_memory=pl.Mem.Mat)
+            tw = pl.load(w, [0, n0], [512, n], valid_shape=[w.shape[0], n], target_memory=pl.Mem.Mat)
+            pl.store(pl.matmul(tx, tw), [0, n0], y)
+
+    rng = np.random.default_rng(17)
+    for kk in (77, 512):
+        x = rng.integers(-128, 128, (1, kk)).astype(np.int8)
+        w = rng.integers(-128, 128, (kk, lanes_n * n)).astype(np.int8)
+        ref = (x.astype(np.int64) @ w.astype(np.int64)).astype(np.int32)
+        for opts in PATHS:
+            with using(opts):
+                np.testing.assert_array_equal(lanes(x, w), ref)
