@@ -1,13 +1,14 @@
 """The cube-variant families `cube_tail` and `cube_batch` (issue 23): one-row and small-M matmuls whose K and N run
 past the tensors (`pl.load(..., clamp=True)`: valid K, a ragged last N tile), with or without a
 bias row (`pl.tile.matmul_bias` / `pl.tile.gemv_bias`, TMATMUL_BIAS), each N tile stored into an
-exact-size ND output (its valid part only). The reference multiplies the valid parts in float64
+exact-size ND output (its valid part only); the valid K is sometimes a scalar argument (a
+dynamic K tail: TMATMUL's run-time k). The reference multiplies the valid parts in float64
 (the data are small integers: every sum is exact)."""
 
 from __future__ import annotations
 
 from .forms import pick
-from .program import ACC, G, c0_of, data_dtype
+from .program import ACC, DTYPES, G, c0_of, data_dtype
 
 
 def fam_cube_tail(g: G) -> None:
@@ -22,8 +23,13 @@ def fam_cube_tail(g: G) -> None:
     nt = int(g.choice([1, 2, 3]))
     n_real = nt * tn - (int(g.choice(range(tn))) if g.p(0.7) else 0)
     bias = g.p(0.4)
-    gemv = m == 1 and g.p(0.5)
+    esize = DTYPES[dt][1] // 8
+    # a run-time K (a scalar argument): one mad, so the K window must fit L0A / L0B in one chunk
+    # (else refused, rule k-tail); TGEMV takes static K tails only, so it is not drawn with one
+    dyn_k = g.p(0.3) and tk * tn * esize <= 65536 and max(m, 16) * tk * esize <= 65536
+    gemv = m == 1 and not dyn_k and g.p(0.5)
     g.tag(
+        f"k_dynamic:{dyn_k}",
         f"k_tail:{kv < tk}",
         f"n_tail:{n_real < nt * tn}",
         "bias" if bias else "no_bias",
@@ -34,9 +40,13 @@ def fam_cube_tail(g: G) -> None:
     if bias:
         g.tensor("b", (1, n_real), acc)
     g.tensor("out", (m, n_real), acc, kind="out")
+    kvalid = ""
+    if dyn_k:
+        g.scalar("kv", kv)
+        kvalid = f"valid_shape=[{m}, kv], "
     g.emit(
         1,
-        f"tx = pl.load(x, [0, 0], [{m}, {tk}], target_memory=pl.Mem.Mat, clamp=True)",
+        f"tx = pl.load(x, [0, 0], [{m}, {tk}], {kvalid}target_memory=pl.Mem.Mat, clamp=True)",
         f"tx = win(x, (0, 0), ({m}, {kv}))",
     )
     loop = g.choice(["pl.range", "pl.spmd", "range"])
@@ -44,7 +54,8 @@ def fam_cube_tail(g: G) -> None:
     g.emit(1, f"for nb in {loop}({nt}):", f"for nb in range({nt}):")
     g.emit(2, f"n0 = nb * {tn}", f"n0 = nb * {tn}")
     g.emit(2, None, f"v = min({tn}, {n_real} - n0)")
-    g.emit(2, f"tw = pl.load(w, [0, n0], [{tk}, {tn}], target_memory=pl.Mem.Mat, clamp=True)", None)
+    wvalid = f"valid_shape=[kv, {tn}], " if dyn_k else ""
+    g.emit(2, f"tw = pl.load(w, [0, n0], [{tk}, {tn}], {wvalid}target_memory=pl.Mem.Mat, clamp=True)", None)
     if bias:
         g.emit(2, f"tb = pl.load(b, [0, n0], [1, {tn}], target_memory=pl.Mem.Mat, clamp=True)", None)
         op = "pl.tile.gemv_bias(tx, tw, tb)" if gemv else "pl.tile.matmul_bias(tx, tw, tb)"
