@@ -547,3 +547,17 @@ def test_a_batched_product_carried_by_a_staged_loop_is_refused():
     msg = _refused(build, "product of pl.batch_matmul cannot be carried into a staged loop or branch")
     assert "for k0 in pl.range(64, 256, 64):" in msg  # the loop's line
     assert "help: split K with Python's range (unrolled when traced) and pl.tile.batch_matmul_acc" in msg
+
+
+def test_the_memory_plan_refuses_b_acc_tiles_that_outlive_l0c_at_compile_time():  # issue 23 item 8
+    B, M, K, N = 4, 128, 64, 128  # 4 products of 64 KiB live until the late store: 256 KiB > 128 KiB
+    k = _late_store_kernel(B, M, K, N)
+    low = k.lower()
+    assert low.memory().over() == ["Acc"] and low.memory().peak["Acc"] == B * M * N * 4
+    with pytest.raises(CompileError) as ei:
+        low.pto()
+    msg = str(ei.value)
+    assert "on-chip memory plan: Acc (L0C) needs 262144 bytes at its peak but holds 131072 on A2A3" in msg
+    assert msg.count("f32[128,128]@Acc (65536 B") == B
+    fused = _kernel(B, M, K, N, pl.FP16).lower().memory()  # stored per batch: one product at a time
+    assert fused.over() == [] and fused.peak["Acc"] == M * N * 4
