@@ -12,8 +12,9 @@ batch's own NZ block, NZ-12 / NZ-28), transposed per page when the operand is a
 The product is stored batch by batch. When the store is the product's only use and its operands
 exist at the matmul, each batch's load, TMATMUL and TSTORE are emitted together (PyPTO's direct
 store fusion), so one batch's pages and Acc tile are live at a time; otherwise the B Acc tiles
-live until the store. Any other use of the `[B, M, N]` Acc tile (or of a rank-3 Mat tile) is
-refused, naming its line.
+live until the store. `tile.batch_matmul_acc` is one TMATMUL_ACC per batch into such a product's
+Acc tiles. Any other use of the `[B, M, N]` Acc tile (or of a rank-3 Mat tile), a loop carry
+among them, is refused, naming its line.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ class BatchMatmulUnroll(Rewriter):
             self.env[e.outputs[0]] = self.fused.pop(e)
             return True
         if p is P.tile_store_p and e.inputs[0] in self.products:
-            accs = self.products.pop(e.inputs[0])
+            accs = self.products[e.inputs[0]]  # still a product: stored again, or accumulated into
             self.store(e, accs, range(len(accs)))
             return True
         for a in e.inputs:
@@ -215,7 +216,7 @@ class BatchMatmulUnroll(Rewriter):
         if not isinstance(acc, Var) or acc not in self.products:
             raise CompileError(
                 f"pl.tile.batch_matmul_acc accumulates into the [B, M, N] product of a pl.batch_matmul "
-                f"of the same block; {acc.type} here is not one (a loop carry, or a stored product)",
+                f"of the same block; {acc.type} here is not one",
                 e.source,
                 help="split K with Python's range (unrolled when traced) in one block, " + PER_BATCH_HELP,
             )

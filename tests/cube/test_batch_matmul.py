@@ -502,24 +502,43 @@ def test_batch_matmul_acc_refuses_an_accumulator_of_another_shape():
     assert "help: accumulate into the [B, M, N] result of pl.batch_matmul" in msg
 
 
-def test_batch_matmul_acc_refuses_a_stored_product():
+def test_a_stored_product_can_be_stored_again_and_accumulated_into():
+    B, M, K, N = 2, 32, 64, 32
+
+    @pl.kernel
+    def twice(
+        a: pl.Tensor[[B, M, K], pl.INT8],
+        b: pl.Tensor[[B, K, N], pl.INT8],
+        o1: pl.Out[pl.Tensor[[B, M, N], pl.INT32]],
+        o2: pl.Out[pl.Tensor[[B, M, N], pl.INT32]],
+    ):
+        ta = pl.load(a, [0, 0, 0], [B, M, K], target_memory=pl.Mem.Mat)
+        tb = pl.load(b, [0, 0, 0], [B, K, N], target_memory=pl.Mem.Mat)
+        c = pl.batch_matmul(ta, tb)
+        pl.store(c, [0, 0, 0], o1)
+        pl.store(pl.tile.batch_matmul_acc(c, ta, tb), [0, 0, 0], o2)  # after its store
+
+    a, b = _data(np.random.default_rng(8), B, M, K, N, np.int8)
+    for opts in PATHS:
+        with using(opts):
+            o1, o2 = twice(a, b)
+            np.testing.assert_array_equal(o1, _ref(a, b))
+            np.testing.assert_array_equal(o2, 2 * _ref(a, b))
+
+
+def test_batch_matmul_acc_refuses_an_accumulator_that_is_not_a_product():
     def build():
         @pl.kernel
-        def k(
-            a: pl.Tensor[[2, 32, 64], pl.FP16],
-            b: pl.Tensor[[2, 64, 32], pl.FP16],
-            o: pl.Out[pl.Tensor[[2, 32, 32], pl.FP32]],
-        ):
+        def k(a: pl.Tensor[[2, 32, 64], pl.FP16], b: pl.Tensor[[2, 64, 32], pl.FP16]):
             ta = pl.load(a, [0, 0, 0], [2, 32, 64], target_memory=pl.Mem.Mat)
             tb = pl.load(b, [0, 0, 0], [2, 64, 32], target_memory=pl.Mem.Mat)
-            acc = pl.batch_matmul(ta, tb)
-            pl.store(acc, [0, 0, 0], o)
-            pl.store(pl.tile.batch_matmul_acc(acc, ta, tb), [0, 0, 0], o)  # after its store
+            acc = pl.tile.create([2, 32, 32], pl.FP32, target_memory=pl.Mem.Acc)
+            pl.tile.batch_matmul_acc(acc, ta, tb)  # a created tile
 
         return k
 
     msg = _refused(
-        build, "pl.tile.batch_matmul_acc accumulates into the [B, M, N] product", "# after its store"
+        build, "pl.tile.batch_matmul_acc accumulates into the [B, M, N] product", "# a created tile"
     )
     assert "help: split K with Python's range (unrolled when traced) in one block" in msg
 
