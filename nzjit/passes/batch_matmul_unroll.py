@@ -35,6 +35,31 @@ def batched_mat(t: Any) -> bool:
     return isinstance(t, TileType) and t.memory is Mem.Mat and t.rank == 3 and t.shape[0] != 1
 
 
+def nested_operands(g: Graph) -> set[Var]:
+    """The values of `g` that a batch_matmul inside one of its loops or branches reads (through
+    the nested body's captures): they would have to be loaded per batch inside that body."""
+    out: set[Var] = set()
+    for e in g.eqns:
+        body = e.params.get("body")
+        if not isinstance(body, Graph):
+            continue
+        inner = _operands(body) | nested_operands(body)
+        nb = e.params["arity"][0]
+        out.update(a for p, a in zip(body.params[1:], e.inputs[nb:]) if p in inner and isinstance(a, Var))
+    return out
+
+
+def _operands(g: Graph) -> set[Var]:
+    """The values read by a batch_matmul of `g` itself, through transposed views."""
+    operands: set[Var] = set()
+    for e in reversed(g.eqns):
+        if e.primitive in (P.tile_batch_matmul_p, P.tile_batch_matmul_acc_p) or (
+            e.primitive is P.tile_transpose_view_p and e.outputs[0] in operands
+        ):
+            operands.update(a for a in e.inputs if isinstance(a, Var))
+    return operands
+
+
 def _lit(v: int) -> Literal:
     return Literal(v, ScalarType(INDEX))
 
@@ -51,6 +76,8 @@ class BatchMatmulUnroll(Rewriter):
         self.uses: list[dict[Var, list[Eqn]]] = []
         self.position: list[dict[Eqn, int]] = []
         self.operands: list[set[Var]] = []
+        self.nested: list[set[Var]] = []
+        self.expanding: set[int] = set()  # ids of the loop bodies whose product carries are expanded
 
     def load(self, e: Eqn) -> list[Var]:
         """The pass's rewrite of a tile.load (flatten_2d.py); its outputs."""
@@ -64,12 +91,8 @@ class BatchMatmulUnroll(Rewriter):
             for a in e.inputs:
                 if isinstance(a, Var):
                     uses.setdefault(a, []).append(e)
-        operands: set[Var] = set()  # the values read by a batch_matmul, through transposed views
-        for e in reversed(g.eqns):
-            if e.primitive in (P.tile_batch_matmul_p, P.tile_batch_matmul_acc_p) or (
-                e.primitive is P.tile_transpose_view_p and e.outputs[0] in operands
-            ):
-                operands.update(a for a in e.inputs if isinstance(a, Var))
+        operands = _operands(g)
+        self.nested.append(nested_operands(g) - operands)
         self.uses.append(uses)
         self.position.append({e: i for i, e in enumerate(g.eqns)})
         self.operands.append(operands)
@@ -79,7 +102,10 @@ class BatchMatmulUnroll(Rewriter):
             self.uses.pop()
             self.position.pop()
             self.operands.pop()
+            self.nested.pop()
         for a in g.outputs:
+            if id(g) in self.expanding and a in self.products:
+                continue  # a loop carry of a product: its batches are the loop's carries (carry_products)
             if isinstance(a, Var) and (a in self.pending or a in self.products):
                 raise CompileError(
                     f"a rank-3 tile {a.type} of pl.batch_matmul cannot leave its block (a loop carry "
@@ -99,6 +125,13 @@ class BatchMatmulUnroll(Rewriter):
     def batched(self, e: Eqn) -> bool:
         """Handle `e` if it is part of a batched matmul (True), else leave it to the pass."""
         p = e.primitive
+        if p is P.tile_load_p and batched_mat(e.outputs[0].type) and e.outputs[0] in self.nested[-1]:
+            raise CompileError(
+                f"the rank-3 Mat tile {e.outputs[0].type} loaded here is read by a pl.batch_matmul inside "
+                "a staged loop or branch; its batches are loaded where the batch_matmul is",
+                e.source,
+                help="load it in the same block as its pl.batch_matmul (inside the loop or arm)",
+            )
         if p is P.tile_load_p and batched_mat(e.outputs[0].type) and e.outputs[0] in self.operands[-1]:
             self.pending[e.outputs[0]] = (e, False)  # loaded per batch at its matmul
             return True
@@ -115,6 +148,8 @@ class BatchMatmulUnroll(Rewriter):
         if p is P.tile_store_p and e.inputs[0] in self.products:
             accs = self.products[e.inputs[0]]  # still a product: stored again, or accumulated into
             self.store(e, accs, range(len(accs)))
+            return True
+        if self.carry_products(e):
             return True
         for a in e.inputs:
             if a in self.products and "body" in e.params:
@@ -135,6 +170,54 @@ class BatchMatmulUnroll(Rewriter):
             if a in self.pending:  # any other use: the load as the pass makes it (which refuses it)
                 self.load(self.pending[a][0])
         return False
+
+    def carry_products(self, e: Eqn) -> bool:
+        """A staged loop (`pl.range`) that captures or carries batched products: each product's B
+        Acc tiles become B captures / carries of the loop, and its body sees them as the product
+        again (a K loop of pl.tile.batch_matmul_acc). True when `e` was rebuilt so."""
+        if e.primitive is not P.for_p or not any(isinstance(a, Var) and a in self.products for a in e.inputs):
+            return False
+        nb, nc, nk = e.params["arity"]
+        body = e.params["body"]
+        groups: list[list[Atom]] = [list(self.atoms(e.inputs[:nb])), [], []]
+        params = [self.fresh(body.params[0])]
+        for gi, lo, hi in ((1, nb, nb + nc), (2, nb + nc, nb + nc + nk)):
+            for a, p in zip(e.inputs[lo:hi], body.params[1 + lo - nb : 1 + hi - nb]):
+                if isinstance(a, Var) and a in self.products:
+                    accs = self.products[a]
+                    self.products[p] = [Var(x.type, p.hint) for x in accs]
+                    groups[gi] += accs
+                    params += self.products[p]
+                else:
+                    x = self.atom(a)
+                    groups[gi].append(x)
+                    params.append(self.fresh(p, x.type) if x.type != p.type else self.fresh(p))
+        self.expanding.add(id(body))
+        try:
+            eqns = self.body(body)
+        finally:
+            self.expanding.discard(id(body))
+        outputs: list[Atom] = []
+        for o in body.outputs:
+            outputs += self.products[o] if isinstance(o, Var) and o in self.products else [self.atom(o)]
+        outs: list[Var] = []
+        for v, a in zip(e.outputs, e.inputs[nb + nc :]):
+            if isinstance(a, Var) and a in self.products:
+                self.products[v] = [Var(x.type, v.hint) for x in self.products[a]]
+                outs += self.products[v]
+            else:
+                outs.append(self.fresh(v, self.atom(a).type))
+        if len(outputs) != len(outs):  # the body's carry is not the product it was given
+            raise CompileError(
+                "a staged loop carries a pl.batch_matmul product but its body does not yield one "
+                "of the same batches",
+                e.source,
+                help="accumulate into it with pl.tile.batch_matmul_acc in the loop's body",
+            )
+        par = dict(e.params, arity=(nb, len(groups[1]), len(groups[2])))
+        par["body"] = Graph(params, eqns, outputs, dict(body.attrs), body.name)
+        self.out.append(Eqn(e.primitive, tuple(x for grp in groups for x in grp), tuple(outs), par, e.source))
+        return True
 
     # ------------------------------------------------------------------------------ unrolling
     def page(self, x: Atom, b: int, source: Any) -> Atom:
