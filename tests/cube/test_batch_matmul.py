@@ -67,6 +67,19 @@ def _ref(a, b, b_trans=False):
     return np.matmul(a.astype(np.float64), bt.astype(np.float64))
 
 
+def on_every_stage_and_path(k, *args):
+    """(the result, the Lowered) of `k(*args)`, after asserting that every stage of the pipeline
+    (`low.run(after=...)`) and every execution path gives the same bits."""
+    low = k.lower()
+    outs = [low.run(*args, after=stage) for stage in STAGES]
+    for opts in PATHS:
+        with using(opts):
+            outs.append(k(*args))
+    for got in outs[1:]:
+        np.testing.assert_array_equal(got, outs[0])
+    return outs[0], low
+
+
 def _check(got, ref):
     if got.dtype == np.int32:
         np.testing.assert_array_equal(got, ref)
@@ -92,14 +105,7 @@ def test_batch_matmul_against_numpy_at_every_stage_and_path(B, M, K, N, dtype, b
     k = _kernel(B, M, K, N, dtype, b_trans=b_trans, nz=nz)
     arg_b = runtime.pack_nz(b) if nz else b
     ref = _ref(a, b, b_trans)
-    low = k.lower()
-    outs = [low.run(a, arg_b, after=stage) for stage in STAGES]
-    for opts in PATHS:
-        with using(opts):
-            outs.append(k(a, arg_b))
-    _check(outs[0], ref)
-    for got in outs[1:]:  # the same bits on every stage and path
-        np.testing.assert_array_equal(got, outs[0])
+    _check(on_every_stage_and_path(k, a, arg_b)[0], ref)
 
 
 def test_the_unrolled_ir_has_one_tmatmul_per_batch_with_its_pages():  # PyPTO's FlattenTileNdTo2D

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_batch_matmul import PATHS, STAGES, _check, _data, _ref, _refused
+from test_batch_matmul import PATHS, _check, _data, _ref, _refused, on_every_stage_and_path
 
 import runtime
 from nzjit import pl
@@ -42,14 +42,8 @@ def test_batch_matmul_acc_splits_k_on_every_stage_and_path(int8):  # TMATMUL the
     dtype, acc = (pl.INT8, pl.INT32) if int8 else (pl.FP16, pl.FP32)
     k = _split_k_kernel(B, M, K, N, KT, dtype, acc)
     a, b = _data(np.random.default_rng(21), B, M, K, N, np.int8 if int8 else np.float16, b_trans=True)
-    low = k.lower()
-    outs = [low.run(a, runtime.pack_nz(b), after=stage) for stage in STAGES]
-    for opts in PATHS:
-        with using(opts):
-            outs.append(k(a, runtime.pack_nz(b)))
-    _check(outs[0], _ref(a, b, b_trans=True))
-    for got in outs[1:]:
-        np.testing.assert_array_equal(got, outs[0])
+    got, low = on_every_stage_and_path(k, a, runtime.pack_nz(b))
+    _check(got, _ref(a, b, b_trans=True))
     final = str(low.ir())
     assert (
         final.count("tile.mad[") == B and final.count("tile.mad_acc") == B and final.count("tile.store") == B
@@ -149,14 +143,8 @@ def test_a_staged_k_loop_carries_the_batches_of_the_product(int8, lanes):
     dtype, acc = (pl.INT8, pl.INT32) if int8 else (pl.FP16, pl.FP32)
     k = _k_loop_kernel(B, M, K, N, KT, dtype, acc, lanes)
     a, b = _data(np.random.default_rng(31), lanes * B, M, K, N, np.int8 if int8 else np.float16, b_trans=True)
-    low = k.lower()
-    outs = [low.run(a, runtime.pack_nz(b), after=stage) for stage in STAGES]
-    for opts in PATHS:
-        with using(opts):
-            outs.append(k(a, runtime.pack_nz(b)))
-    _check(outs[0], _ref(a, b, b_trans=True))
-    for got in outs[1:]:
-        np.testing.assert_array_equal(got, outs[0])
+    got, low = on_every_stage_and_path(k, a, runtime.pack_nz(b))
+    _check(got, _ref(a, b, b_trans=True))
     flat = str(low.ir("FlattenTileNdTo2D"))
     loop = [ln for ln in flat.splitlines() if "= for[kind=range] 128 512 128" in ln]
     assert len(loop) == 1 and loop[0].count("@Acc") == B  # B per-batch carries
