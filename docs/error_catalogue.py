@@ -296,6 +296,48 @@ ENTRIES: tuple[Entry, ...] = (
         "    out[:, :] = pl.matmul(x[0, :, 0:64], w[:, :], b_trans=True)\n",
     ),
     Entry(
+        "k-tail",
+        "a dynamic K tail through TGEMV",
+        'Kd = pl.dynamic("Kd")\n\n\n@pl.kernel\n'
+        "def k(x: pl.Tensor[[1, Kd], pl.FP16], w: pl.Tensor[[Kd, 48], pl.FP16],\n"
+        "      y: pl.Out[pl.Tensor[[1, 48], pl.FP32]]):\n"
+        "    tx = pl.load(x, [0, 0], [1, 512], valid_shape=[1, x.shape[1]], target_memory=pl.Mem.Mat)\n"
+        "    tw = pl.load(w, [0, 0], [512, 48], valid_shape=[w.shape[0], 48], target_memory=pl.Mem.Mat)\n"
+        "    pl.store(pl.tile.gemv(tx, tw), [0, 0], y)\n",
+        "TGEMV takes k from the Right tile's valid rows; TMATMUL (pl.matmul) takes it from the Left row's "
+        "valid columns at run time, so a run-time K is exact there",
+        'Kd = pl.dynamic("Kd")\n\n\n@pl.kernel\n'
+        "def k(x: pl.Tensor[[1, Kd], pl.FP16], w: pl.Tensor[[Kd, 48], pl.FP16],\n"
+        "      y: pl.Out[pl.Tensor[[1, 48], pl.FP32]]):\n"
+        "    tx = pl.load(x, [0, 0], [1, 512], valid_shape=[1, x.shape[1]], target_memory=pl.Mem.Mat)\n"
+        "    tw = pl.load(w, [0, 0], [512, 48], valid_shape=[w.shape[0], 48], target_memory=pl.Mem.Mat)\n"
+        "    pl.store(pl.matmul(tx, tw), [0, 0], y)\n",
+    ),
+    Entry(
+        "k-tail",
+        "a dynamic K tail over several L0 chunks",
+        'Kd = pl.dynamic("Kd")\n\n\n@pl.kernel\n'
+        "def k(x: pl.Tensor[[16, Kd], pl.FP16], w: pl.Tensor[[Kd, 256], pl.FP16],\n"
+        "      y: pl.Out[pl.Tensor[[16, 256], pl.FP32]]):\n"
+        "    tx = pl.load(x, [0, 0], [16, 4096], valid_shape=[16, x.shape[1]], target_memory=pl.Mem.Mat)\n"
+        "    tw = pl.load(w, [0, 0], [4096, 256], valid_shape=[w.shape[0], 256], target_memory=pl.Mem.Mat)\n"
+        "    pl.store(pl.matmul(tx, tw), [0, 0], y)\n",
+        "a chunk past the run-time K would be a TMATMUL with k = 0: loop over K in windows of one chunk, "
+        "each with its run-time valid K",
+        'Kd = pl.dynamic("Kd")\n\n\n@pl.kernel\n'
+        "def k(x: pl.Tensor[[16, Kd], pl.FP16], w: pl.Tensor[[Kd, 256], pl.FP16],\n"
+        "      y: pl.Out[pl.Tensor[[16, 256], pl.FP32]]):\n"
+        "    kd = x.shape[1]\n    kv = pl.min(128, kd)\n"
+        "    tx = pl.load(x, [0, 0], [16, 128], valid_shape=[16, kv], target_memory=pl.Mem.Mat)\n"
+        "    tw = pl.load(w, [0, 0], [128, 256], valid_shape=[kv, 256], target_memory=pl.Mem.Mat)\n"
+        "    acc = pl.matmul(tx, tw)\n"
+        "    for k0 in pl.range(128, kd, 128):\n        kv = pl.min(128, kd - k0)\n"
+        "        tx = pl.load(x, [0, k0], [16, 128], valid_shape=[16, kv], target_memory=pl.Mem.Mat)\n"
+        "        tw = pl.load(w, [k0, 0], [128, 256], valid_shape=[kv, 256], target_memory=pl.Mem.Mat)\n"
+        "        acc = pl.matmul_acc(acc, tx, tw)\n"
+        "    pl.store(acc, [0, 0], y)\n",
+    ),
+    Entry(
         "",
         "a Python `while` on a traced value",
         "@pl.kernel\ndef k(x: pl.Tensor[[16, 32], pl.FP32], out: pl.Out[pl.Tensor[[16, 32], pl.FP32]]):\n"

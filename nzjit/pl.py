@@ -28,7 +28,7 @@ from .core.types import Mem, Target
 from .language import branch as _branch  # noqa: F401 - stages an `if` on a traced value (sets the tracing hook)
 from .language.annotations import InOut, Out, Scalar, Tensor, dynamic
 from .language.carries import yield_
-from .language.cube_ops import gemv, gemv_acc, gemv_bias, matmul_bias
+from .language.cube_ops import batch_matmul, batch_matmul_acc, gemv, gemv_acc, gemv_bias, matmul_bias
 from .language.kernel import kernel, orchestration
 from .language.loops import range, spmd
 from .language.move_ops import move
@@ -129,6 +129,8 @@ tile = _types.SimpleNamespace(
     gemv=gemv,
     gemv_acc=gemv_acc,
     gemv_bias=gemv_bias,
+    batch_matmul=batch_matmul,
+    batch_matmul_acc=batch_matmul_acc,
 )
 tensor = _types.SimpleNamespace(
     view=_view,
@@ -249,6 +251,7 @@ __all__ = [
     "gemv",
     "gemv_acc",
     "gemv_bias",
+    "batch_matmul",
     # PyPTO's loop, scope and decorator forms (language/pypto_forms.py)
     "parallel",
     "unroll",

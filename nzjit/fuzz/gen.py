@@ -24,6 +24,7 @@ Families (weights in FAMILIES):
   (TMATMUL_BIAS), ragged N tiles stored into exact-size outputs (fam_cube.py).
 - tensor_lang: pl.read / pl.write, pl.tensor.dim, pl.transpose of a tile or a tensor, explicit
   carries (init_values + pl.yield_), if/else on traced values, one ending the kernel (fam_tensor.py).
+- cube_batch: pl.batch_matmul of rank-3 Mat tiles, ND or NZ weights, transposed, broadcast (fam_cube.py).
 - probe: one refusal of the §7 table each (or its accepted neighbour): ranks, dynamic axes,
   sub-byte and 64-bit dtypes, views, plane slices, target memory, the NZ-25 gap guard.
 
@@ -38,7 +39,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
-from .fam_cube import fam_cube_tail
+from .fam_cube import fam_cube_batch, fam_cube_tail
 from .fam_mm import fam_tensor_mm, fam_tile_mm
 from .fam_probe import fam_probe
 from .fam_prover import fam_prover
@@ -77,6 +78,7 @@ FAMILIES["cube_tail"] = (6, fam_cube_tail)
 # the rest of the tile language (issue 23): pl.read / write, tensor.dim, transpose, explicit carries,
 # branches on traced values (one that ends the kernel too) (fam_tensor.py)
 FAMILIES["tensor_lang"] = (6, fam_tensor_lang)
+FAMILIES["cube_batch"] = (4, fam_cube_batch)  # pl.batch_matmul on rank-3 Mat tiles (fam_cube.py)
 
 
 def generate(seed: int, index: int, family: str | None = None, exclude: Sequence[str] = ()) -> Program:

@@ -6,6 +6,9 @@ fractal, as a decode batch's is) through TGEMV (pto-isa docs/isa/TGEMV.md: m = 1
 Right tile's valid rows, n = its valid columns), where a plain one-row TMATMUL would compute the
 whole fractal (m = 1 is forced to 16 on A2/A3, hardware-model.md §6). K and N tails are the operands' valid shapes:
 k = the lhs's valid K, n = the rhs's valid N (`pl.load(..., valid_shape=..., clamp=True)`).
+
+The batched matmul (`pl.batch_matmul`, prims/cube_batch.py) multiplies rank-3 Mat tiles batch by
+batch; FlattenTileNdTo2D unrolls it into one TMATMUL per batch, as PyPTO does.
 """
 
 from __future__ import annotations
@@ -80,4 +83,36 @@ def gemv_bias(lhs: Tracer, rhs: Tracer, bias: Tracer, acc_phase: str = "unspecif
     return matmul_bias(lhs, rhs, bias, _gemv=True)
 
 
-__all__ = ["ACC_PHASES", "gemv", "gemv_acc", "gemv_bias", "matmul_bias"]
+def batch_matmul(lhs: Tracer, rhs: Tracer, *, a_trans: bool = False, b_trans: bool = False) -> Tracer:
+    """`pl.batch_matmul(lhs, rhs)` (and `pl.tile.batch_matmul`): `[B, M, K] x [B, K, N] -> [B, M, N]`
+    on rank-3 Mat tiles, an Acc tile to `pl.store` into a `[B, M, N]` tensor window. A transposed
+    operand is PyPTO's `pl.tile.transpose_view(t)`; `a_trans` / `b_trans` are nzjit's shorthand
+    for it (as on nzjit's tile-level `pl.matmul`)."""
+    for x, name in ((lhs, "lhs"), (rhs, "rhs")):
+        _tile_operand(x, "pl.batch_matmul", name)
+    for flag, name in ((a_trans, "a_trans"), (b_trans, "b_trans")):
+        if not isinstance(flag, bool):
+            raise CompileError(f"pl.batch_matmul {name} must be a bool, got {flag!r}", user_source())
+    if a_trans:
+        lhs = bind(P.tile_transpose_view_p, [[lhs]])[0]
+    if b_trans:
+        rhs = bind(P.tile_transpose_view_p, [[rhs]])[0]
+    return bind(P.tile_batch_matmul_p, [[lhs], [rhs]])[0]
+
+
+def batch_matmul_acc(
+    acc: Tracer, lhs: Tracer, rhs: Tracer, *, a_trans: bool = False, b_trans: bool = False
+) -> Tracer:
+    """`pl.tile.batch_matmul_acc(acc, lhs, rhs)`: `acc + lhs @ rhs` batch by batch, `acc` the
+    `[B, M, N]` product of an earlier `pl.batch_matmul` (a K split written with Python's `range`,
+    which tracing unrolls). `a_trans` / `b_trans` as in `batch_matmul`."""
+    for x, name in ((acc, "acc"), (lhs, "lhs"), (rhs, "rhs")):
+        _tile_operand(x, "pl.tile.batch_matmul_acc", name)
+    if a_trans:
+        lhs = bind(P.tile_transpose_view_p, [[lhs]])[0]
+    if b_trans:
+        rhs = bind(P.tile_transpose_view_p, [[rhs]])[0]
+    return bind(P.tile_batch_matmul_acc_p, [[acc], [lhs], [rhs]])[0]
+
+
+__all__ = ["ACC_PHASES", "batch_matmul", "batch_matmul_acc", "gemv", "gemv_acc", "gemv_bias", "matmul_bias"]

@@ -12,6 +12,8 @@
   tile whose valid rows stay M, the mad computes m = Left.validRow rows (m == 1 is forced to 16,
   §6) into an Acc tile of ceil16(M) rows - so the L0C pitch ceil16(m) is the tile's - and the store
   writes the M valid rows only. Any other ND window into Mat is still whole fractals or refused.
+- K tails: a static valid K runs its last chunk over its valid columns; a dynamic one (a run-time
+  valid_shape) is one mad whose k is the Left tile's run-time validCol (`check_dynamic_k`).
 """
 
 from __future__ import annotations
@@ -235,20 +237,19 @@ class _AutoTile(Rewriter):
             vr = at.valid_shape[-2]  # type: ignore[index]
             rows = None if vr is None else max(0, min(m, vr - mi))
         kv = k if at.fully_valid else at.valid_shape[-1]  # type: ignore[index]
-        assert isinstance(kv, int)  # a dynamic K is refused by the matmul's type rule
         nv = bt.shape[-1] if bt.fully_valid else bt.valid_shape[-1]  # type: ignore[index]
         cols = None if nv is None else min(n, nv - ni)
-        n_chunks = -(-kv // kc)
-        tail = kv - (n_chunks - 1) * kc  # valid K of the last chunk
 
-        def chunk(src_a: Atom, src_b: Atom, k0: Atom, valid_k: int, cur: Atom | None) -> Var:
+        def chunk(src_a: Atom, src_b: Atom, k0: Atom, valid_k: int | None, cur: Atom | None) -> Var:
             # a bias row first: the Left / Right TEXTRACTs stay next to their mad (fused into it)
             row = self.bias_row(bias, ni, n, source) if cur is None and bias is not None else None
             left = self.extract(src_a, _lit(mi), k0, (m, kc), Mem.Left, source, (rows, valid_k))
             # the Right tile's valid rows are the K the cube reads (TGEMV takes k from them)
             right = self.extract(src_b, k0, _lit(ni), (kc, n), Mem.Right, source, (valid_k, cols))
             acc_t = TileType((m, n), out_dtype, Mem.Acc, None if (rows, cols) == (m, n) else (rows, cols))
-            flag = {"gemv": True} if gemv else {}
+            flag: dict[str, Any] = {"gemv": True} if gemv else {}
+            if valid_k is None:  # a dynamic K: k = the Left tile's run-time validCol (check_dynamic_k)
+                flag["dynamic_k"] = True
             if row is not None:
                 return self.emit(
                     P.tile_mad_bias_p,
@@ -263,6 +264,11 @@ class _AutoTile(Rewriter):
                 )[0]
             return self.emit(P.tile_mad_acc_p, [[cur], [left], [right]], flag, [acc_t], source)[0]
 
+        if kv is None:  # a dynamic K tail: one mad over the run-time valid K
+            self.check_dynamic_k(plan, (m, k, n), source)
+            return chunk(a, b, _lit(0), None, acc)
+        n_chunks = -(-kv // kc)
+        tail = kv - (n_chunks - 1) * kc  # valid K of the last chunk
         cur = chunk(a, b, _lit(0), kc if n_chunks > 1 else tail, acc)
         full_end = (n_chunks - 1) * kc if tail < kc else n_chunks * kc
         if full_end > kc:  # the whole chunks after the first: a pipelined loop carrying the accumulator
@@ -282,6 +288,23 @@ class _AutoTile(Rewriter):
         if n_chunks > 1 and tail < kc:  # the K tail: one more mad over its valid columns
             cur = chunk(a, b, _lit((n_chunks - 1) * kc), tail, cur)
         return cur
+
+    def check_dynamic_k(self, plan: MatmulPlan, shape: tuple[int, int, int], source: Source | None) -> None:
+        """A dynamic K tail is one mad whose k is the Left tile's run-time validCol (TMATMUL,
+        hardware-model.md §6), its Right rows' cover checked at run time (`dynamic_k`). Several K
+        chunks would need a run-time count of mads (a chunk past the valid K has k = 0, which
+        TMATMUL refuses), so the static K window must fit one chunk."""
+        m, k, n = shape
+        if plan.kc < k:
+            raise CompileError(
+                f"matmul [{m}x{k}] x [{k}x{n}] with a dynamic valid K: the K window of {k} does not fit "
+                f"one L0 chunk ({plan.kc} columns fit L0A / L0B), and a chunk past the run-time K "
+                "would be a TMATMUL with k = 0",
+                source,
+                rule="k-tail",
+                help=f"loop over K in windows of at most {plan.kc} columns (pl.range), each with "
+                f"valid_shape [.., pl.min({plan.kc}, K - k0)], or make the valid K static",
+            )
 
     def bias_row(self, bias: Atom, ni: int, n: int, source: Source | None) -> Atom:
         """The bias table row of output columns [ni, ni + n): TMOV Mat -> Bias of that window, or

@@ -71,6 +71,7 @@ from .cube import (
     tile_matmul_bias_p,
     tile_matmul_p,
 )
+from .cube_batch import tile_batch_matmul_acc_p, tile_batch_matmul_p
 from .memory import (
     tensor_assign_p,
     tensor_create_p,
@@ -186,6 +187,8 @@ __all__ = [
     "tile_mad_p",
     "tile_mad_acc_p",
     "tile_matmul_bias_p",
+    "tile_batch_matmul_p",
+    "tile_batch_matmul_acc_p",
     "tile_mad_bias_p",
     "vector",
     "BINARY",

@@ -56,22 +56,26 @@ def _valid2(t: TileType) -> tuple[Any, Any]:
 
 
 def product_valid(
-    ta: TileType, tb: TileType, b_trans: bool, m: int, n: int, what: str
+    ta: TileType, tb: TileType, b_trans: bool, m: int, n: int, what: str, gemv: bool = False
 ) -> tuple[Any, ...] | None:
     """The valid region of `a @ b` (TMATMUL: m = Left.validRow, k = Left.validCol, n =
     Right.validCol; hardware-model.md §6): the lhs's valid rows by the rhs's valid N, None when
-    that is the whole product. A K tail is the lhs's valid K and must be static (the cube's k field
-    is fixed per instruction here), and the rhs's valid K must cover it (its rows past K are never
-    read; PyPTO's rule: "the rhs logical K must cover the lhs logical K")."""
+    that is the whole product. A K tail is the lhs's valid K; the rhs's valid K must cover it (its
+    rows past K are never read; PyPTO's rule: "the rhs logical K must cover the lhs logical K").
+    A dynamic K tail is TMATMUL's run-time k (the Left tile's validCol): the cover is then checked
+    at run time. TGEMV takes k from the Right tile's valid rows instead, which would read the Left
+    row's stale columns past a shorter dynamic K, so a gemv's K tail must be static."""
     ar, ak = _valid2(ta)
     bk, bn = _valid2(tb)[::-1] if b_trans else _valid2(tb)
-    if ak is None or bk is None:
+    if gemv and (ak is None or bk is None):
         raise _fail(
             f"{what}: a dynamic valid K (contraction) extent of {ta if ak is None else tb} is not "
-            "supported: the cube's k is static here",
-            help="narrow K with a static valid_shape, or pad K in GM with zeros",
+            "supported by TGEMV, whose k is the Right tile's valid rows",
+            rule="k-tail",
+            help="use pl.matmul (TMATMUL takes k from the Left row's valid columns at run time), "
+            "or a static valid K",
         )
-    if bk < ak:
+    if isinstance(ak, int) and isinstance(bk, int) and bk < ak:
         raise _fail(
             f"{what}: the rhs's valid K {bk} does not cover the lhs's valid K {ak} ({ta} x {tb})",
             help="give the rhs a valid_shape whose K is at least the lhs's",
@@ -81,7 +85,9 @@ def product_valid(
 
 
 @primitive("tile.matmul", ("a", "b"))
-def tile_matmul_p(a: Type, b: Type, *, b_trans: bool = False, out_dtype: Any = None, **_: Any) -> list[Type]:
+def tile_matmul_p(
+    a: Type, b: Type, *, b_trans: bool = False, out_dtype: Any = None, gemv: bool = False, **_: Any
+) -> list[Type]:
     """`pl.matmul` on Mat (or Left/Right) tiles: `[M,N]` Acc tile of the accumulator dtype, valid
     where the lhs's valid rows meet the rhs's valid columns (`product_valid`)."""
     ta, tb = _mm_operands(a, b, "pl.matmul")
@@ -91,13 +97,15 @@ def tile_matmul_p(a: Type, b: Type, *, b_trans: bool = False, out_dtype: Any = N
             (m, n),
             _matmul_out_dtype(ta.dtype, tb.dtype, out_dtype, "pl.matmul"),
             Mem.Acc,
-            product_valid(ta, tb, b_trans, m, n, "pl.matmul"),
+            product_valid(ta, tb, b_trans, m, n, "pl.tile.gemv" if gemv else "pl.matmul", gemv),
         )
     ]
 
 
 @primitive("tile.matmul_acc", ("acc", "a", "b"))
-def tile_matmul_acc_p(acc: Type, a: Type, b: Type, *, b_trans: bool = False, **_: Any) -> list[Type]:
+def tile_matmul_acc_p(
+    acc: Type, a: Type, b: Type, *, b_trans: bool = False, gemv: bool = False, **_: Any
+) -> list[Type]:
     """`pl.matmul_acc` on tiles: `acc + a @ b`; the accumulator must be the product's Acc tile."""
     tc = _tile(acc, "pl.matmul_acc")
     ta, tb = _mm_operands(a, b, "pl.matmul_acc")
@@ -106,7 +114,7 @@ def tile_matmul_acc_p(acc: Type, a: Type, b: Type, *, b_trans: bool = False, **_
         (m, n),
         _matmul_out_dtype(ta.dtype, tb.dtype, None, "pl.matmul_acc"),
         Mem.Acc,
-        product_valid(ta, tb, b_trans, m, n, "pl.matmul_acc"),
+        product_valid(ta, tb, b_trans, m, n, "pl.tile.gemv_acc" if gemv else "pl.matmul_acc", gemv),
     )
     if tc.shape != want.shape or tc.dtype is not want.dtype or tc.memory is not Mem.Acc:
         raise _fail(f"pl.matmul_acc: accumulator {tc} does not match the product {want}")
@@ -194,10 +202,12 @@ def _check_bias(
 
 
 @primitive("tile.matmul_bias", ("a", "b", "bias"))
-def tile_matmul_bias_p(a: Type, b: Type, bias: Type, *, b_trans: bool = False, **_: Any) -> list[Type]:
+def tile_matmul_bias_p(
+    a: Type, b: Type, bias: Type, *, b_trans: bool = False, gemv: bool = False, **_: Any
+) -> list[Type]:
     """`pl.tile.matmul_bias(a, b, bias)` on Mat tiles: `a @ b + bias`, the `[1, N]` bias (Mat or Bias,
     the accumulator's dtype) added to every row by the cube (TMATMUL_BIAS)."""
-    (out,) = tile_matmul_p.type_rule(a, b, b_trans=b_trans)
+    (out,) = tile_matmul_p.type_rule(a, b, b_trans=b_trans, gemv=gemv)
     assert isinstance(out, TileType)
     vn = out.shape[1] if out.fully_valid else out.valid_shape[1]  # type: ignore[index]
     _check_bias(bias, out.dtype, out.shape[1], vn, "pl.tile.matmul_bias", (Mem.Mat, Mem.Bias))

@@ -141,11 +141,14 @@ def tile_store_p(tile: Type, *rest: Type, arity: tuple[int, ...], **_: Any) -> l
 @primitive("tile.transpose_view", ("src",))
 def tile_transpose_view_p(src: Type, **_: Any) -> list[Type]:
     """`pl.tile.transpose_view`: a 2-D tile's bytes read as its transpose (no copy); the valid shape is
-    swapped too."""
+    swapped too. A rank-3 Mat tile (a `pl.batch_matmul` operand) swaps its last two axes, batch by batch."""
     s = _tile(src, "pl.tile.transpose_view")
+    if s.rank == 3 and s.memory is Mem.Mat and s.shape[0] != 1:
+        vs3 = None if s.valid_shape is None else (s.valid_shape[0], s.valid_shape[2], s.valid_shape[1])
+        return [TileType((s.shape[0], s.shape[2], s.shape[1]), s.dtype, s.memory, vs3)]
     shape = _squeeze2(s.shape)
     if len(shape) != 2:
-        raise _fail(f"pl.tile.transpose_view needs a 2-D tile, got {s}")
+        raise _fail(f"pl.tile.transpose_view needs a 2-D tile (or a rank-3 Mat tile), got {s}")
     vs = None if s.valid_shape is None else tuple(reversed(s.valid_shape[-2:]))
     return [TileType((shape[1], shape[0]), s.dtype, s.memory, vs)]
 

@@ -181,20 +181,28 @@ def test_a_rhs_whose_valid_k_does_not_cover_the_lhs_is_refused():
         k.lower()
 
 
-def test_a_dynamic_k_tail_is_refused():
+def test_a_dynamic_k_tail_is_the_run_time_k_of_tmatmul():  # hw §6: k = Left.validCol
+    # was refused (the cube's k was static here); a K window that fits one L0 chunk now runs with
+    # TMATMUL's run-time k (tests/cube/test_dynamic_k.py has the rest)
     @pl.kernel
     def k(
         a: pl.Tensor[[16, 64], pl.FP16],
         b: pl.Tensor[[64, 32], pl.FP16],
-        out: pl.Out[pl.Tensor[[16, 32], pl.FP32]],
+        out: pl.Out[pl.Tensor[[2, 16, 32], pl.FP32]],
     ):
         for i in pl.range(1, 3):
             ta = pl.load(a, [0, 0], [16, 64], valid_shape=[16, i * 16], target_memory=pl.Mem.Mat)
             tb = pl.load(b, [0, 0], [64, 32], target_memory=pl.Mem.Mat)
-            pl.store(pl.matmul(ta, tb), [0, 0], out)
+            pl.store(pl.matmul(ta, tb), [i - 1, 0, 0], out)
 
-    with pytest.raises(CompileError, match="a dynamic valid K .* is not supported"):
-        k.lower()
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((16, 64)).astype(np.float16)
+    b = rng.standard_normal((64, 32)).astype(np.float16)
+    got = k(a, b)
+    for i in (1, 2):
+        ref = a[:, : i * 16].astype(np.float64) @ b[: i * 16].astype(np.float64)
+        np.testing.assert_allclose(got[i - 1], ref, rtol=1e-3, atol=1e-2)
+    assert "tile.mad[out_dtype=f32 dynamic_k=True]" in str(k.lower().ir())
 
 
 def test_gemv_needs_a_one_row_lhs():

@@ -1,5 +1,5 @@
 """The cube examples of issue 23 (bias matmul, gemv with ragged K and N, a Qwen3-style decode
-projection with the `if k0 == 0` idiom), each run as `python examples/<name>.py` runs it: its
+projection with the `if k0 == 0` idiom, per-head scores with pl.batch_matmul), each run as `python examples/<name>.py` runs it: its
 `main()` checks the result against numpy (INT8 exact, floats within the float32 accumulation bound)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ["matmul_bias.py", "gemv_ragged.py", "qwen3_decode_proj.py"]
+EXAMPLES = ["matmul_bias.py", "gemv_ragged.py", "qwen3_decode_proj.py", "batch_matmul.py"]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -39,3 +39,12 @@ def test_the_bias_example_splits_n_to_fit_the_bias_table():
     ns = runpy.run_path(str(ROOT / "examples" / "matmul_bias.py"), run_name="example")
     ir = str(ns["linear_bias"].lower().ir())
     assert ir.count("tile.mad_bias") == 2 and "memory=Bias] tb 0 256" in ir
+
+
+def test_the_batched_example_runs_one_tmatmul_per_head_of_its_lane():
+    ns = runpy.run_path(str(ROOT / "examples" / "batch_matmul.py"), run_name="example")
+    low = ns["head_scores"].lower()
+    assert "tile.batch_matmul" in str(low.ir("LowerCompositeOps"))
+    final = str(low.ir())
+    assert final.count("tile.mad[") == ns["HB"] and final.count("tile.store") == ns["HB"]
+    assert low.memory().peak["Acc"] == ns["S"] * ns["S_KV"] * 4  # one head's scores at a time

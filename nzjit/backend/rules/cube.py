@@ -221,8 +221,22 @@ rule(P.tile_extract_p, specialize=_specialize_extract, batch=_batch_extract)(_ex
 
 
 # -------------------------------------------------------------------------------------- mad
+def check_dynamic_k(e: Eqn, left: Any, right: Any) -> None:
+    """A dynamic K tail (AutoTileMatmulL0's `dynamic_k`): TMATMUL reads k = Left.validCol rows of
+    the Right tile, so rows past the Right's valid K would be stale bytes: refused, as the static
+    K tail is refused at compile time (prims/cube.product_valid)."""
+    if right.valid_row < left.valid_col:
+        raise runtime.DeviceError(
+            f"{e.source}: the rhs's valid K {right.valid_row} does not cover the lhs's valid K "
+            f"{left.valid_col} (a dynamic K tail): TMATMUL would read {left.valid_col - right.valid_row} "
+            "stale rows of the Right tile"
+        )
+
+
 def _mad(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     left, right = ins
+    if e.params.get("dynamic_k"):
+        check_dynamic_k(e, left, right)
     t = e.outputs[0].type
     assert isinstance(t, TileType)
     acc = alloc(ctx, t, (left.valid_row, right.valid_col) if _dynamic(t) else None)
@@ -232,6 +246,8 @@ def _mad(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
 
 def _mad_acc(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     acc, left, right = ins
+    if e.params.get("dynamic_k"):
+        check_dynamic_k(e, left, right)
     if not ctx.consumes(e, 0):  # the accumulator is still read later: TMATMUL_ACC on a copy
         t = e.outputs[0].type
         assert isinstance(t, TileType)
@@ -250,6 +266,8 @@ def _specialize_mad(st: Step) -> Run | None:
     vr, vc = static_valid(t)  # a decode batch's Acc tile: the store writes its M valid rows
     dyn = _dynamic(t)  # a ragged tile's valid extents are its operands' (TMATMUL m, n) at run time
     gemv = bool(st.eqn.params.get("gemv"))  # TGEMV: m = 1 exactly, k = Right.validRow
+    if st.eqn.params.get("dynamic_k"):  # the generic impls check the run-time K cover
+        return None
     if st.eqn.primitive is P.tile_mad_p:
         s_l, s_r = st.ins
 
@@ -301,6 +319,8 @@ def _batch_mad(st: Step) -> Any:
     ins = st.ins
     (o,) = st.outs
     gemv = bool(e.params.get("gemv"))  # TGEMV: m = 1 exactly, k = Right.validRow
+    if e.params.get("dynamic_k"):  # a run-time K: lane by lane, where each mad checks its K cover
+        return None
 
     def run(s: LaneState, env: list[Any]) -> None:
         bias = None
@@ -375,6 +395,8 @@ rule(P.tile_mad_p, specialize=_specialize_mad, batch=_batch_mad)(_mad)
 def _mad_bias(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     """TMATMUL_BIAS: a fresh accumulator, the one-row Bias tile added to every row."""
     left, right, bias = ins
+    if e.params.get("dynamic_k"):
+        check_dynamic_k(e, left, right)
     t = e.outputs[0].type
     assert isinstance(t, TileType)
     acc = alloc(ctx, t, (left.valid_row, right.valid_col) if _dynamic(t) else None)

@@ -27,6 +27,7 @@ from ... import prims as P
 from ...core.ir import Eqn
 from ...core.types import Mem, TileType
 from ...passes.auto_tile_matmul import padded_mat_tile
+from ...passes.batch_matmul_unroll import batched_mat
 from ...passes.block_nz_store import ACC_COL_ALIGN, MAX_STORE_COLS
 from .. import lane_gm, lane_log
 from ..lane_state import Fallback, LaneState, addresses, distinct, lanes_of, uniform, view_span
@@ -88,7 +89,8 @@ def _load(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     sizes = tuple(valid) if valid else shape
     vr = int(np.prod(sizes[:-1])) if len(sizes) > 1 else 1
     tile = alloc(ctx, _mat_tile_of(out_t, src), (vr, sizes[-1]))
-    if src.nz is not None:  # reference path: the logical NZ window, before blocking
+    if src.nz is not None or batched_mat(out_t):  # reference path: the logical window, before
+        # blocking (NZ) or before FlattenTileNdTo2D loads a batched matmul's operand per batch
         tile.set_logical(_pad(src.read(ctx.gm, offs, sizes).reshape(vr, sizes[-1]), tile))
         return [tile]
     runtime.isa.tload(ctx.gm, src.gm_view(offs, sizes), tile)
@@ -98,7 +100,7 @@ def _load(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
 def _specialize_load(st: Step) -> Run | None:
     e = st.eqn
     geom = result_geometry(e.outputs[0].type)
-    if geom is None:
+    if geom is None or batched_mat(e.outputs[0].type):  # a reference load (`_load`)
         return None
     g = operand_groups(e, st.ins)
     (s_src,) = g["src"]
@@ -208,7 +210,7 @@ def _specialize_load(st: Step) -> Run | None:
 def _batch_load(st: Step) -> Any:
     e = st.eqn
     geom = result_geometry(e.outputs[0].type)
-    if geom is None:
+    if geom is None or batched_mat(e.outputs[0].type):  # a reference load (`_load`)
         return None
     g = operand_groups(e, st.ins)
     (s_src,) = g["src"]

@@ -1,6 +1,6 @@
 """PTO emitters of the cube primitives: `pto.textract` into Left/Right, `pto.tmov` into the bias
-table and `pto.tmatmul(.acc/.bias)`. The matmuls before tiling never reach codegen (refused as
-internal errors). A ragged tile's dynamic valid extent is computed in the text: a window's is its
+table and `pto.tmatmul(.acc/.bias)`. The matmuls before tiling (and the batched matmuls, unrolled by
+FlattenTileNdTo2D) never reach codegen (refused as internal errors). A ragged tile's dynamic valid extent is computed in the text: a window's is its
 source's past the window's start, clipped to the window (`arith.subi`, `arith.minsi`); a mad's is
 its Left's valid rows by its Right's valid columns (TMATMUL m, n)."""
 
@@ -16,6 +16,8 @@ from .emitter import Dim, Emitter, Tile, pto_rules, rule, unlowered
 pto_rules[P.tensor_matmul_p] = pto_rules[P.tensor_matmul_acc_p] = unlowered("ConvertTensorToTileOps")
 pto_rules[P.tile_matmul_p] = pto_rules[P.tile_matmul_acc_p] = unlowered("AutoTileMatmulL0")
 pto_rules[P.tile_matmul_bias_p] = unlowered("AutoTileMatmulL0")
+# the batched matmul is one 2-D matmul per batch after FlattenTileNdTo2D (passes/batch_matmul_unroll.py)
+pto_rules[P.tile_batch_matmul_p] = pto_rules[P.tile_batch_matmul_acc_p] = unlowered("FlattenTileNdTo2D")
 
 
 def _dynamic(t: TileType) -> bool:
