@@ -86,9 +86,19 @@ def test_accepted_program_of_each_family_is_equal(family):
     ],
 )
 def test_accepted_form_is_equal(form):
-    p = _find(lambda p: p.expect == "ok" and form in p.tags)
-    o = classify(p)
-    assert o.cls == "equal", (o, p.source)
+    # a generated form whose lanes write one window (e.g. off:max_diff clamping two lanes to n0 = 0)
+    # races: its reference's lanes see the race too, and the run is refused (issue 24), which is
+    # the spec's outcome for it; the form itself must run equal on the first program that does not race
+    for i in range(4000):
+        p = generate(SEED, i, None, KNOWN_DEFECT_TAGS)
+        if not (p.expect == "ok" and form in p.tags):
+            continue
+        o = classify(p)
+        if o.cls == "refused" and o.rule == "lane-race" and o.detail == "the reference races too":
+            continue
+        assert o.cls == "equal", (o, p.source)
+        return
+    raise AssertionError(f"no generated program of form {form} runs without a lane race")
 
 
 REFUSAL_ROWS = [
