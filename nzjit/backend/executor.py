@@ -9,7 +9,6 @@ when it returns.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +19,6 @@ from runtime import GlobalMemory, OnChip
 from runtime.blas import one_thread
 
 from ..core.ir import Eqn, Graph
-from ..passes.pipe_buffers import PipeBuffer, pipe_buffers
 from .options import DEFAULT, Options
 from .plan import Plan, clear_plans, plan_of
 from .rule import Step
@@ -75,9 +73,7 @@ def run_graph(ctx: Ctx, g: Graph, args: Sequence[Any], n_owned_params: int = 0) 
     """Run `g` on `args` (kernel arguments: TensorVals and ints). Floating-point overflow and
     invalid operations are silent, as on the device (inf / nan results, no numpy warnings)."""
     plan = plan_of(g, n_owned_params, ctx.options)
-    pipe = _PIPES.get(g)
-    if pipe is None:
-        pipe = _PIPES[g] = pipe_buffers(g)
+    pipe = plan.reserved
     for b in pipe:
         ctx.onchip.reserve(b.memory.value, b.nbytes)
     try:
@@ -94,9 +90,6 @@ def run_graph(ctx: Ctx, g: Graph, args: Sequence[Any], n_owned_params: int = 0) 
             ctx.onchip.release(b.memory.value, b.nbytes)
         while ctx.scratch:  # the kernel's GM scratch tensors end with it
             ctx.gm.free(ctx.scratch.pop())
-
-
-_PIPES: weakref.WeakKeyDictionary[Graph, list[PipeBuffer]] = weakref.WeakKeyDictionary()
 
 
 __all__ = ["Ctx", "run_graph", "run_plan", "plan_of", "clear_plans", "free_value", "TransposedTile"]

@@ -21,6 +21,7 @@ from typing import Any
 from .. import prims as P
 from ..core.ir import Graph, Literal, Var
 from ..errors import InternalError
+from ..passes.pipe_buffers import pipe_buffers
 from . import rules as _rules  # noqa: F401 - registers every rule
 from .batched import with_frees
 from .lane_log import logging_run
@@ -48,6 +49,9 @@ class Plan:
     #: the graph (nested bodies included) runs a cube product: a launch of it runs BLAS on one
     #: thread (executor.run_graph), since on some CPUs a product's bits depend on BLAS's threads
     multiplies: bool = False
+    #: the on-chip slot buffers the graph's cross-core pipe holds for the whole launch (a split
+    #: mixed kernel, passes/pipe_buffers.py): reserved around a launch of it (executor.run_graph)
+    reserved: tuple[Any, ...] = ()
 
     def run(self, ctx: Any, args: Sequence[Any]) -> list[Any]:
         """Run the plan on `args` in `ctx`; returns the values of its output slots."""
@@ -233,6 +237,7 @@ def build_plan(g: Graph, n_owned_params: int, options: Options, in_launch: bool 
         lane_steps,
         logged=tuple(logged),
         multiplies=multiplies(g),
+        reserved=tuple(pipe_buffers(g)),
     )
 
 

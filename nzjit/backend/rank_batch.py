@@ -29,6 +29,7 @@ Semantics are the per-rank ones:
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,19 +50,15 @@ from .values import TensorVal
 
 __all__ = ["run_together", "same_program", "spmd_launch"]
 
-_SPMD: dict[int, tuple[Graph, Any]] = {}  # id(graph) -> (graph, its SPMD launch or None)
+_SPMD: weakref.WeakKeyDictionary[Graph, Any] = weakref.WeakKeyDictionary()  # per graph: its launch or None
 
 
 def spmd_launch(g: Graph) -> tuple[Any, range, list[int]] | None:
     """(the loop's body, its lanes, the graph parameter each captured value is) when the kernel
     graph `g` is one proven race-free `pl.spmd` loop over its parameters, else None."""
-    hit = _SPMD.get(id(g))
-    if hit is not None and hit[0] is g:
-        return hit[1]
-    found = _spmd_launch_of(g)
-    if len(_SPMD) > 1024:
-        _SPMD.clear()
-    _SPMD[id(g)] = (g, found)
+    if g in _SPMD:
+        return _SPMD[g]
+    found = _SPMD[g] = _spmd_launch_of(g)
     return found
 
 
