@@ -34,9 +34,9 @@ def _cases() -> list[Any]:
 
 def fuzz_equations() -> list[tuple[str, dict[str, Any]]]:
     """(primitive, params) of every equation the sampled fuzz programs stage (once per distinct pair)."""
-    import numpy as np
 
     from nzjit.errors import CompileError
+    from nzjit.fuzz.classify import lowering_arguments
     from nzjit.fuzz.gen import generate
 
     seen: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -47,15 +47,8 @@ def fuzz_equations() -> list[tuple[str, dict[str, Any]]]:
                 path = Path(d) / f"audit_{fam}_{i}.py"
                 path.write_text(p.source)
                 mod = runpy.run_path(str(path), run_name=f"nzjit_vector_audit_{fam}_{i}")
-                data, args = mod["inputs"](), []
-                for name, kind, _ in mod["PARAMS"]:
-                    if kind == "out":
-                        shape, dtype, _ = mod["OUTS"][name]
-                        args.append(np.zeros(shape, dtype))
-                    else:
-                        args.append(data[name])
                 try:
-                    low = mod["kernel"].lower(*args)
+                    low = mod["kernel"].lower(*lowering_arguments(mod))
                 except CompileError:
                     continue
                 for e in low.ir().walk():

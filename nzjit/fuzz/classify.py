@@ -54,6 +54,21 @@ class Outcome:
         return self.cls in ("wrong", "crash")
 
 
+def lowering_arguments(module: dict) -> list:
+    """A generated program's inputs and zero outputs, in parameter order, from its module's
+    namespace (`runpy.run_path`): shapes and dtypes are all that lowering it needs."""
+    import numpy as np
+
+    data, args = module["inputs"](), []
+    for name, kind, _ in module["PARAMS"]:
+        if kind == "out":
+            shape, dtype, _ = module["OUTS"][name]
+            args.append(np.zeros(shape, dtype))
+        else:
+            args.append(data[name])
+    return args
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}"

@@ -7,27 +7,14 @@ from __future__ import annotations
 import itertools
 import runpy
 
-import numpy as np
 import pytest
 
 from nzjit import check_ptoas
 from nzjit.errors import CompileError
+from nzjit.fuzz.classify import lowering_arguments
 from nzjit.fuzz.gen import FAMILIES, generate
 
 _names = itertools.count()
-
-
-def _arguments(mod: dict) -> list:
-    """The program's inputs and zero outputs, in parameter order (shapes and dtypes are all
-    lowering needs)."""
-    data, args = mod["inputs"](), []
-    for name, kind, _ in mod["PARAMS"]:
-        if kind == "out":
-            shape, dtype, _ = mod["OUTS"][name]
-            args.append(np.zeros(shape, dtype))
-        else:
-            args.append(data[name])
-    return args
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -39,7 +26,7 @@ def test_accepted_fuzz_programs_emit_checked_pto(tmp_path, family):
         path.write_text(p.source)
         mod = runpy.run_path(str(path), run_name=f"nzjit_codegen_{next(_names)}")
         try:
-            low = mod["kernel"].lower(*_arguments(mod))
+            low = mod["kernel"].lower(*lowering_arguments(mod))
         except CompileError:
             continue  # refused at compile time: nothing to emit
         check_ptoas(str(low.pto()))
