@@ -11,6 +11,7 @@ from .forms import (
     Iter,
     _assign,
     iterate,
+    lanes_share_window,
     load_ref,
     load_text,
     offset_form,
@@ -59,15 +60,16 @@ def fam_tensor_mm(g: G) -> None:
         n0 = it.direct
         assert n0 is not None
     else:
-        e, pad_n = offset_form(g, it.t, tn, n_len, n_align, "n0")
+        e, pad_n, form = offset_form(g, it.t, tn, n_len, n_align, "n0")
         n0 = _assign(g, ind, "n0", e)
+        lanes_share_window(g, it, form)
     # K loop (its offset expression is chosen now: a shifted window widens the K axis)
     kstyle = "single" if kt == 1 else g.wchoice([(4, "pipe"), (2, "range"), (1, "python"), (1, "carried")])
     g.tag(f"kloop:{kstyle}")
     pad_k, k_expr = 0, None
     if kstyle in ("range", "python"):
         kb = pyvar("kb") if kstyle == "python" else var("kb")
-        k_expr, pad_k = offset_form(g, kb, tk, kt * tk, k_align, "k0")
+        k_expr, pad_k, _ = offset_form(g, kb, tk, kt * tk, k_align, "k0")
     big_n, big_k = n_len + pad_n, kt * tk + pad_k
     # mutations of the weight shape: partial fractals / C0 lines
     w_rows_extra = 8 if g.p(0.04) else 0
@@ -201,7 +203,12 @@ def fam_tile_mm(g: G) -> None:
         g.emit(1, "wl = w[layer]", "wl = win(w, (layer, 0, 0), (None, w.shape[1], w.shape[2]))")
         loop = g.choice(["pl.range", "pl.spmd", "range"])
         g.emit(1, f"for nb in {loop}({nt}):", f"for nb in {'lanes' if loop == 'pl.spmd' else 'range'}({nt}):")
-        it = Iter(2, it.batch, pyvar("nb") if loop == "range" else var("nb"))
+        it = Iter(
+            2,
+            it.batch,
+            pyvar("nb") if loop == "range" else var("nb"),
+            parallel_tiles=loop == "pl.spmd" and nt > 1,
+        )
     else:
         it = iterate(g, lead, nt, tn, nt * tn)
     ind = it.ind
@@ -210,8 +217,9 @@ def fam_tile_mm(g: G) -> None:
         n0 = it.direct
         assert n0 is not None
     else:
-        e, pad = offset_form(g, it.t, tn, nt * tn, 16, "n0")
+        e, pad, form = offset_form(g, it.t, tn, nt * tn, 16, "n0")
         n0 = _assign(g, ind, "n0", e)
+        lanes_share_window(g, it, form)
     n_real += pad  # a shifted window stays inside the weight and the output
     n_out = nt * tn + pad
     x_nz = g.p(0.15)

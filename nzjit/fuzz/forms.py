@@ -11,10 +11,14 @@ from dataclasses import dataclass
 from .expr import Expr, add, floordiv, lit, mod, mul, named, pmax, pmin, pyvar, sub, var
 from .program import G, check_nz_param
 
+#: Offset forms that map two tile indices to one offset (max_diff: tiles 0 and 1 both to 0).
+MERGES_TILES = frozenset({"max_diff"})
 
-def offset_form(g: G, t: Expr, T: int, length: int, align: int, name: str) -> tuple[Expr, int]:
+
+def offset_form(g: G, t: Expr, T: int, length: int, align: int, name: str) -> tuple[Expr, int, str]:
     """An offset worth `t * T` (usually) in one of the NZ-16 binding forms; returns the named
-    expression and the padding the axis needs so that shifted windows stay in bounds."""
+    expression, the padding the axis needs so that shifted windows stay in bounds, and the form
+    (see `MERGES_TILES`)."""
     forms: list[tuple[float, str]] = [
         (6, "mul"),
         (2, "rmul"),
@@ -64,7 +68,7 @@ def offset_form(g: G, t: Expr, T: int, length: int, align: int, name: str) -> tu
     else:  # neg: negative for t > 0; the reference refuses
         e = mul(t, lit(-T))
     g.tag(f"off:{f}")
-    return e, pad
+    return e, pad, str(f)
 
 
 def _assign(g: G, ind: int, name: str, e: Expr) -> Expr:
@@ -82,6 +86,9 @@ class Iter:
     batch: list[Expr]  # one index per leading axis iterated
     t: Expr | None  # tile index (None: `direct`, the offset is the loop variable itself)
     direct: Expr | None = None
+    # tiles t and t + 1 of one batch index run on two concurrent pl.spmd lanes (two lanes, or two
+    # cores' ranges): an offset form mapping both to one window makes those lanes race (issue 24)
+    parallel_tiles: bool = False
 
 
 def iterate(g: G, lead: Sequence[int], nt: int, tile: int, length: int) -> Iter:
@@ -101,6 +108,7 @@ def iterate(g: G, lead: Sequence[int], nt: int, tile: int, length: int) -> Iter:
     )
     g.tag(f"loop:{s}")
     ind = 2
+    parallel = nt > 1 and s in ("lane", "block_idx")
     if s == "lane":
         g.emit(1, f"for lane in pl.spmd({total}):", f"for lane in lanes({total}):")
         lane = var("lane")
@@ -110,6 +118,7 @@ def iterate(g: G, lead: Sequence[int], nt: int, tile: int, length: int) -> Iter:
         lane = var("lane")
     elif s == "cores":
         cores = int(g.choice([1, 2, 3, 4]))
+        parallel = nt > 1 and cores > 1  # lanes l, l + 1 on cores l % cores, (l + 1) % cores
         step = "pl.get_block_num()" if g.p(0.4) else str(cores)
         g.emit(1, f"for core in pl.spmd({cores}):", f"for core in lanes({cores}):")
         g.emit(
@@ -140,7 +149,7 @@ def iterate(g: G, lead: Sequence[int], nt: int, tile: int, length: int) -> Iter:
         return Iter(ind + 1, batch, t)
     # decompose the lane into (batch..., tile)
     if not lead:
-        return Iter(ind, [], lane)
+        return Iter(ind, [], lane, parallel_tiles=parallel)
     t = _assign(g, ind, "nb", mod(lane, nt)) if nt > 1 else lit(0)
     b = _assign(g, ind, "bi", floordiv(lane, nt)) if nt > 1 else lane
     batch = []
@@ -149,7 +158,16 @@ def iterate(g: G, lead: Sequence[int], nt: int, tile: int, length: int) -> Iter:
         inner = math.prod(lead[i + 1 :])
         batch.append(_assign(g, ind, f"b{i}", floordiv(rest, inner) if inner > 1 else rest))
         rest = _assign(g, ind, f"r{i}", mod(rest, inner)) if inner > 1 else lit(0)
-    return Iter(ind, batch, t)
+    return Iter(ind, batch, t, parallel_tiles=parallel)
+
+
+def lanes_share_window(g: G, it: Iter, form: str) -> None:
+    """Predict the lane race of an N offset in form `form` over the tiles of `it`: when the form maps
+    tiles 0 and 1 to one window and those tiles run on two concurrent lanes, both lanes store that
+    window, and the run is refused (row R2, issue 24) - the reference's lanes race too."""
+    if form in MERGES_TILES and it.parallel_tiles:
+        g.refuse.add("R2")
+        g.tag("lanes_share_window")
 
 
 def _ref_loop(kind: str) -> str:
