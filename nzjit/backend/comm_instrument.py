@@ -12,26 +12,27 @@ two primitives' rules are in backend/rules/comm.py.
 from __future__ import annotations
 
 import threading
+import weakref
 
 from .. import prims as P
 from ..core.ir import Graph
 
 __all__ = ["instrument"]
 
-_cache: dict[int, tuple[Graph, Graph]] = {}  # id(original) -> (original kept alive, instrumented)
+# original -> instrumented, dropped with the original (a Graph hashes by identity: eq=False).
+# A graph with nothing to instrument maps to None, not to itself: a value referring to its key
+# would keep the entry alive for ever
+_cache: weakref.WeakKeyDictionary[Graph, Graph | None] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
 def instrument(g: Graph) -> Graph:
     """`g` with its stores into / loads from window parameters instrumented (cached per graph)."""
     with _lock:
-        hit = _cache.get(id(g))
-        if hit is not None and hit[0] is g:
-            return hit[1]
+        if g in _cache:
+            return _cache[g] or g
         out = _rewrite(g)
-        if len(_cache) > 1024:
-            _cache.clear()
-        _cache[id(g)] = (g, out)
+        _cache[g] = None if out is g else out
         return out
 
 

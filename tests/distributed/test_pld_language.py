@@ -215,6 +215,29 @@ def test_instrumented_window_accesses_emit_the_plain_instructions() -> None:
     assert instrument(low.final) is inst  # cached per graph
 
 
+def test_instrumented_graphs_are_cached_only_while_the_original_lives() -> None:
+    """The per-graph cache holds no graph alive: instrumented or untouched, the entry goes with
+    the original graph (it was keyed by id() once: a recycled id could have hit a stale entry)."""
+    import copy
+    import gc
+    import weakref
+
+    from nzjit.backend import comm_instrument
+    from nzjit.core.ir import Graph
+
+    low = mesh_allreduce.lower()
+    windows = copy.copy(low.final)  # a graph of its own, with window accesses
+    plain = Graph(list(windows.params), [], [], {}, "plain")  # nothing to instrument
+    inst = comm_instrument.instrument(windows)
+    assert inst is not windows and comm_instrument.instrument(plain) is plain
+    assert windows in comm_instrument._cache and plain in comm_instrument._cache
+    gone = [weakref.ref(windows), weakref.ref(plain)]
+    del windows, plain
+    gc.collect()
+    assert [r() for r in gone] == [None, None]
+    assert "comm.window_store" in str(inst)  # the instrumented graph stands on its own
+
+
 def test_remote_store_short_form_dispatches_and_tile_put_get_stage() -> None:
     """PyPTO: `pld.remote_store` is the tile form for a tile, `pld.tensor.remote_store` for a tensor;
     `pld.tile.put` / `get` take explicit Vec staging tiles."""
