@@ -7,12 +7,15 @@ the bound the cores allow, and the same program on a RayCluster against the loca
   of the process, BLAS on the calling thread: their cheapest CPU time) divided by the cores this
   process may use; the 4-rank call should finish within 1.1x of it (wall / bound) and never
   slower than running the ranks one after another (wall / one after another). Both are measured
-  alternately, best of 5. By default the 4 ranks run each call as one rank-batched launch
-  (nzjit/backend/rank_batch.py); the row "ranks as threads" is the same call with one thread per
-  rank. On a shared machine the wall-time rows say more about the load than about nzjit: read the
-  CPU-time row, the cores the call got (with the load average) and the quiet-machine floor there
-  (the busiest thread's CPU time, from Linux schedstat, or the CPU time over the cores: the wall
-  time cannot be lower on any machine; lock waits come on top, docs/performance.md);
+  alternately, best of 7. By default the 4 ranks run each call as rank-batched launches, one
+  group of ranks per core (nzjit/backend/rank_batch.py); the row "ranks as threads" is the same
+  call with one thread per rank. On a shared machine the wall-time rows say more about the load
+  than about nzjit: read the CPU-time row, the cores the call got (with the load average) and the
+  quiet-machine floor there (the busiest thread's CPU time, from Linux schedstat, or the CPU time
+  over the cores: the wall time cannot be lower on any machine; lock waits come on top,
+  docs/performance.md). Those rows are the fastest run's; the per-round medians pair the two
+  calls of each round instead (steadier under load), and the split row says how evenly the
+  work is spread over the cores (the busiest thread's CPU over the CPU time per core);
 - numpy: the 4-rank call against the plain numpy of the same expert FFNs on the same fp16 data
   (float32 matmuls of every rank's experts, the fp16 rounding of the activation), interleaved;
 - BLAS threads: the 4-rank call with numpy's default BLAS threads against one (ranks side by side
@@ -101,24 +104,48 @@ def _thread_cpu() -> dict[str, float]:
     return out
 
 
-def timed(fns: dict[str, object], repeat: int = 5) -> dict[str, tuple[float, float, float]]:
+def timed(
+    fns: dict[str, object], repeat: int = 5, rounds: list[dict[str, tuple[float, float, float]]] | None = None
+) -> dict[str, tuple[float, float, float]]:
     """Per function, (wall, CPU, busiest thread's CPU) of its fastest run: `repeat` rounds after
     one warm-up, the functions alternating within each round (a busy machine slows them alike).
     The busiest thread's CPU time is what the run needs at least on any number of cores (a
-    thread that ends inside the run is not seen: then 0)."""
+    thread that ends inside the run is not seen: then 0). Each round's figures are appended to
+    `rounds` if given (`paired`)."""
     for fn in fns.values():
         fn()
     best = {name: (float("inf"), 0.0, 0.0) for name in fns}
     for _ in range(repeat):
+        this = {}
         for name, fn in fns.items():
             s0, c0, t0 = _thread_cpu(), time.process_time(), time.perf_counter()
             fn()
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             s1 = _thread_cpu()
             busiest = max((v - s0.get(t, 0.0) for t, v in s1.items()), default=0.0)
+            this[name] = (wall, cpu, busiest)
             if wall < best[name][0]:
                 best[name] = (wall, cpu, busiest)
+        if rounds is not None:
+            rounds.append(this)
     return best
+
+
+def paired(rounds: list[dict[str, tuple[float, float, float]]], ours: str, ref: str) -> dict[str, float]:
+    """Medians over the rounds of the ratios of `ours` to `ref` in the same round: the CPU time,
+    the quiet-machine floor over the bound, and the busiest thread over the CPU time per core
+    (1.0: the work split evenly over the cores). A run that is the fastest in wall time on a
+    shared machine is the one whose neighbours paused: the ratios of each round, paired, say
+    more about the work than that run's alone."""
+
+    def median(xs: list[float]) -> float:
+        xs = sorted(xs)
+        return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
+
+    cpu = [r[ours][1] / r[ref][1] for r in rounds]
+    floor = [max(r[ours][2], r[ours][1] / CORES) / (r[ref][1] / CORES) for r in rounds]
+    split = [r[ours][2] / (r[ours][1] / CORES) for r in rounds]
+    return {"cpu": median(cpu), "floor": median(floor), "split": median(split)}
 
 
 def numpy_experts(xe: np.ndarray, wg: np.ndarray, wu: np.ndarray, wd: np.ndarray) -> np.ndarray:
@@ -131,7 +158,7 @@ def numpy_experts(xe: np.ndarray, wg: np.ndarray, wu: np.ndarray, wd: np.ndarray
     return h.astype(f32) @ wd.astype(f32).swapaxes(-1, -2)
 
 
-def local_rows(repeat: int = 5) -> list[dict[str, str]]:
+def local_rows(repeat: int = 7) -> list[dict[str, str]]:
     """The 4-rank call against the cores bound and against the ranks one after another; the same
     call with ranks as threads (the design before rank-batched launches) for comparison. The
     bound counts each rank's cheapest CPU time: alone, with BLAS on its calling thread
@@ -150,9 +177,13 @@ def local_rows(repeat: int = 5) -> list[dict[str, str]]:
         with using(Options(rank_batch=False)):
             m.moe_experts(xe, *ws, ye)
 
+    rounds: list[dict[str, tuple[float, float, float]]] = []
     best = timed(
-        {"serial": serial, "4 ranks": lambda: m.moe_experts(xe, *ws, ye), "threads": as_threads}, repeat
+        {"serial": serial, "4 ranks": lambda: m.moe_experts(xe, *ws, ye), "threads": as_threads},
+        repeat,
+        rounds,
     )
+    med = paired(rounds, "4 ranks", "serial")
     assert np.array_equal(ye, ref), "4 ranks: not numpy's numbers"
     assert np.array_equal(numpy_experts(xe, *host), ref), "numpy's experts: not the example's reference"
     vs = harness.interleaved(
@@ -201,6 +232,20 @@ def local_rows(repeat: int = 5) -> list[dict[str, str]]:
             harness.fmt_time(cpu1),
             f"{cpu4 / cpu1:.2f}x",
             "<= 1.0x",
+        ),
+        harness.row(
+            f"  per-round medians ({len(rounds)} rounds): CPU / one after another",
+            f"{med['cpu']:.2f}x",
+            f"floor {med['floor']:.2f}x",
+            f"{med['cpu']:.2f}x",
+            "<= 1.0x; the floor over the bound, each round's",
+        ),
+        harness.row(
+            "  busiest thread / (CPU / cores), per-round median",
+            f"{med['split']:.2f}",
+            "1.00",
+            f"{med['split']:.2f}x",
+            "<= 1.05x: the work split evenly over the cores",
         ),
         harness.row(
             "  cores the 4 ranks got",

@@ -59,14 +59,15 @@ class ClusterMemory:
 
     def view(self, addr: int, shape: Sequence[int], byte_strides: Sequence[int]) -> np.ndarray:
         """`GlobalMemory.view` on the rank that owns the bytes."""
+        addr = int(addr)
         shape, byte_strides = tuple(int(n) for n in shape), tuple(int(s) for s in byte_strides)
-        lo, hi = (
-            byte_span(int(addr), shape, byte_strides) if len(shape) == len(byte_strides) else (addr, addr)
-        )
+        lo, hi = byte_span(addr, shape, byte_strides) if len(shape) == len(byte_strides) else (addr, addr)
         if hi <= lo:
             return self.gms[0].view(addr & _LOCAL, shape, byte_strides)  # empty (or refused) as there
         gm, base = self._gm(lo, hi)
-        return gm.view(int(addr) - base, shape, byte_strides)
+        # the span is known: the rank's checked view without computing it again (a per-lane store
+        # takes one view per lane, ~3 us saved of ~8)
+        return gm.view_span(addr - base, shape, byte_strides, lo - addr, hi - addr)
 
     def view_span(
         self, addr: int, shape: tuple[int, ...], byte_strides: tuple[int, ...], lo: int, hi: int

@@ -153,8 +153,6 @@ def run_together(ranks: Sequence[Any]) -> None:
     (`runtime.threads.THREADS`, one per core), each group batched on a thread of its own: the
     groups' Python steps are few (one per call and group), so two groups rarely wait for each
     other's interpreter lock, and every core computes."""
-    for rk in ranks:
-        rk.begin()
     n = max(1, min(runtime.threads.THREADS, len(ranks)))
     cuts = [len(ranks) * g // n for g in range(n + 1)]
     groups = [list(ranks[a:b]) for a, b in zip(cuts, cuts[1:])]
@@ -172,8 +170,13 @@ def _run_group(
     ranks: Sequence[Any], failed: dict[int, BaseException] | None = None
 ) -> dict[int, BaseException]:
     """`run_together` of one group of ranks on this thread: each rank's first error, by rank, in
-    `failed` (the groups' dict: each writes its own ranks' keys only)."""
+    `failed` (the groups' dict: each writes its own ranks' keys only). Each rank snapshots its
+    resident outputs first, here: a rank's snapshot only has to precede its own launches (no
+    rank writes another's GM), and the caller's thread, which alone plans and gathers the
+    program, has the less to do (docs/performance.md, issue 25 item 4)."""
     failed = {} if failed is None else failed
+    for rk in ranks:
+        rk.begin()
     with one_thread():
         for i in range(len(ranks[0].launches)):
             placed: list[tuple[Any, list[Any]]] = []

@@ -185,6 +185,42 @@ def test_an_error_in_one_rank_leaves_every_output_untouched(bad, monkeypatch):
     np.testing.assert_array_equal(host, before)  # never copied back
 
 
+def test_each_group_snapshots_its_own_ranks_on_its_own_thread_and_a_failure_restores_them(monkeypatch):
+    # the caller's thread plans and gathers the whole program: each group's thread takes its own
+    # ranks' snapshots before their launches (docs/performance.md, issue 25 item 4)
+    import threading
+
+    monkeypatch.setattr(runtime.threads, "THREADS", 2)
+    x, w, ref = data(8)
+    cluster = runtime.Cluster(RANKS)
+    ws = cluster.alloc_stacked_tensor(pack(w))
+    before = np.arange(ref.size, dtype=np.int32).reshape(ref.shape)
+    resident = cluster.alloc_stacked_tensor(before)
+    begun: dict[int, int] = {}
+    launched: dict[int, int] = {}
+    real_begin, real_together = call_mod.RankPlan.begin, rank_batch.launch_together
+
+    def begin(self):
+        begun[self.rank] = threading.get_ident()
+        real_begin(self)
+
+    def together(plans, workers, vals):
+        for wk in workers:
+            assert wk.device_id in begun  # its snapshot came first
+            launched[wk.device_id] = threading.get_ident()
+        if workers[0].device_id == 2:  # the second group faults after the first group wrote
+            raise runtime.DeviceError("fault for the test")
+        return real_together(plans, workers, vals)
+
+    monkeypatch.setattr(call_mod.RankPlan, "begin", begin)
+    monkeypatch.setattr(rank_batch, "launch_together", together)
+    with pytest.raises(runtime.DeviceError, match="fault for the test"):
+        tp(x, ws, resident)
+    assert begun == launched and sorted(begun) == list(range(RANKS))
+    assert begun[0] == begun[1] != begun[2] == begun[3]  # two groups, two threads
+    np.testing.assert_array_equal(cluster.copy_stacked_from(resident), before)  # restored from snapshots
+
+
 def test_ranks_with_different_programs_run_as_threads(monkeypatch):
     x, w, ref = data(7)
     cluster = runtime.Cluster(RANKS)
