@@ -5,9 +5,9 @@ Per lane the move is a fixpipe (or UB) store into a GM FIFO slot, then a load of
 the destination tile. Batched, the slot carries the lanes' converted values themselves
 (`LaneSlot`): the bytes a lane's TPOP loads are exactly its slot's, which are exactly the
 converted values its TPUSH stored (an ND row-major window of the source's valid shape). The FIFO
-and the GM slot are charged as one lane's (`CrossCorePipe.reserve` / `release`), as on-chip
-accounting is everywhere in batched.py, so a full FIFO or a pop without a push is refused the
-same way. What is not plainly that - a lane-dependent dequant scale tensor, a partial Mat slot -
+is charged as one lane's (`CrossCorePipe.reserve` / `release`), as on-chip accounting is
+everywhere in batched.py, so a full FIFO or a pop without a push is refused the same way; the
+slot takes no GM bytes (nothing reads them, and GM refuses no allocation). What is not plainly that - a lane-dependent dequant scale tensor, a partial Mat slot -
 falls back to the lanes one by one.
 """
 

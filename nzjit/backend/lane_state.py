@@ -177,10 +177,16 @@ def lanes_of(x: Any, L: int) -> np.ndarray:
 
 def addresses(src: Any, offs: list[Any], L: int, sizes: Any) -> np.ndarray | int:
     """Element offset sum(o*s) added to the base address(es): an int if lane-uniform. A negative
-    or out-of-bounds window falls back to the per-lane path, which refuses it with the lane."""
-    delta: Any = 0
+    or out-of-bounds window falls back to the per-lane path, which refuses it with the lane.
+
+    The lane-uniform part is summed in Python ints and each lane-dependent offset scaled to bytes
+    once, so a slice of the lane index costs two small numpy operations (it ran five, ~14 us of
+    a 4-lane slice step)."""
+    const = 0
+    lane: Any = None  # the lane-dependent byte offsets
+    E = src.dtype.itemsize
     for o, s, n, d in zip(offs, src.strides, sizes, src.shape):
-        if isinstance(o, np.ndarray):
+        if type(o) is np.ndarray:
             if len(o) <= SMALL_LANES:  # a few lanes: Python's min / max of a list beat numpy's calls
                 ol = o.tolist()
                 lo, hi = min(ol), max(ol)
@@ -188,13 +194,19 @@ def addresses(src: Any, offs: list[Any], L: int, sizes: Any) -> np.ndarray | int
                 lo, hi = o.min(), o.max()
             if lo < 0 or hi > d - n:
                 raise Fallback("window out of bounds")
-        elif o < 0 or o + n > d:
-            raise Fallback("window out of bounds")
-        delta = delta + o * s
-    addr = src.addr + delta * src.dtype.itemsize
-    if isinstance(addr, np.ndarray):
-        return addr.astype(np.int64)
-    return int(addr)
+            term = o * (s * E)
+            lane = term if lane is None else lane + term
+        else:
+            if o < 0 or o + n > d:
+                raise Fallback("window out of bounds")
+            const += int(o) * s
+    base = src.addr
+    if lane is None:
+        if type(base) is np.ndarray:
+            return (base + const * E).astype(np.int64, copy=False)
+        return int(base + const * E)
+    addr = lane + (base + const * E)
+    return addr if addr.dtype == np.int64 else addr.astype(np.int64)
 
 
 def distinct(addr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
