@@ -34,7 +34,7 @@ import numpy as np
 
 from .errors import DeviceError
 from .memory import CAPACITIES
-from .rounding import ROUND_MODES, convert, round_to
+from .rounding import ROUND_MODES, convert, convert_into, round_to
 from .tile import TileBuf
 
 __all__ = [
@@ -487,7 +487,7 @@ def cvt(dst: TileBuf, src: TileBuf, mode: str = "round", target: str = "A2A3") -
             f"vector unit (from {src.dtype.name}: {', '.join(sorted(p.name for p in pairs)) or 'none'})"
         )
     _same_valid("TCVT", dst, src)
-    valid_region(dst)[...] = convert(valid_region(src), dst.dtype, mode)
+    convert_into(valid_region(dst), valid_region(src), mode)
 
 
 # -------------------------------------------------------------------------------------- padding
