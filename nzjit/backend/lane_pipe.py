@@ -21,7 +21,7 @@ from runtime.convert import fixpipe_convert
 from runtime.crosscore import dequant_fp16, pipe_of, vector_quant_scale
 
 from ..core.types import TileType
-from .lane_state import Fallback, LaneState
+from .lane_state import Fallback, LaneState, iota
 from .lane_values import LaneAcc, LaneTile
 from .rule import Step
 from .steps import result_geometry
@@ -61,7 +61,7 @@ def batch_push_acc(st: Step) -> Any:
     def run(s: LaneState, env: list[Any]) -> None:
         conv = _fixpipe(s, e, env, ins, out, relu, valid_cols=False)
         slot = pipe_of(s.ctx.gm).reserve("c2v", conv.shape[1:], out)
-        env[o] = LaneSlot(conv, np.arange(len(conv)), slot)
+        env[o] = LaneSlot(conv, iota(len(conv)), slot)
 
     return run
 
@@ -102,7 +102,7 @@ def batch_move_fixpipe(st: Step) -> Any:
         s.reserve(g)
         data = s.zeros(n, g.nbytes, zero=(vr, vc) != (g.rows, g.cols))
         data.view(g.dtype).reshape(n, g.rows, g.cols)[:, :vr, :vc] = conv
-        env[o] = LaneTile(g, vr, vc, data, np.arange(n))
+        env[o] = LaneTile(g, vr, vc, data, iota(n))
 
     return run
 

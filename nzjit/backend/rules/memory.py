@@ -270,7 +270,8 @@ def _batch_load(st: Step) -> Any:
                     plan.run(gm, a, TileBuf.from_geometry(geom, vr, vc, data[u]))
             return data
 
-        tile = LaneTile(geom, vr, vc, None if lazy is not None else fill(), row.reshape(-1), lazy, fill)
+        row = row if row.ndim == 1 else row.reshape(-1)  # an identity map stays the shared `iota`
+        tile = LaneTile(geom, vr, vc, None if lazy is not None else fill(), row, lazy, fill)
         s.loaded.append((uniq, lo, hi))  # checked against every store before any is applied
         env[o] = tile
 

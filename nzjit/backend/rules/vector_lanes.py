@@ -40,7 +40,7 @@ from runtime.tile import tile_geometry
 
 from ...core.ir import Eqn
 from ...core.types import TileType
-from ..lane_state import Fallback, LaneState
+from ..lane_state import Fallback, LaneState, iota
 from ..lane_values import LaneTile
 from ..rule import Impl, Step
 from ..steps import alloc, tile_dims, tile_layout
@@ -221,7 +221,7 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
                     row = r0
                 else:
                     datas = {j: xs[j].data[xs[j].row] for j in tiles}
-                    row = np.arange(s.L)
+                    row = iota(s.L)
                 n = len(datas[tiles[0]])
             else:  # TEXPANDS of a uniform scalar: one image for every lane
                 datas, row, n, shared = {}, np.zeros(s.L, np.int64), 1, False
