@@ -252,8 +252,12 @@ def binary_scalar(op: str, dst: TileBuf, a: TileBuf, scalar: float | int, target
         if dst.dtype.kind == "f"
         else np.asarray(scalar).astype(c, copy=False)
     )
+    x = valid_region(a).astype(c, copy=False)
+    if c == dst.dtype and dst.dtype.kind == "f":  # straight into the region (`_apply`): the same
+        _apply(dst, BINARY_OPS[op], x, s)  # ufunc on the same values, without a temporary
+        return
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        _write(dst, BINARY_OPS[op](valid_region(a).astype(c, copy=False), s))
+        _write(dst, BINARY_OPS[op](x, s))
 
 
 def unary(op: str, dst: TileBuf, src: TileBuf, target: str = "A2A3", high_precision: bool = False) -> None:
