@@ -17,3 +17,7 @@ def lookup16(src: np.ndarray, dst: np.ndarray, table: np.ndarray, /) -> None:
 
 def widen_runs(src: np.ndarray, dst: np.ndarray, /) -> None:
     """dst[...] = src widened, src's innermost axis contiguous (uint16, at most 8 axes) into a C-contiguous uint32 dst."""
+
+def narrow_f16(src: np.ndarray, dst: np.ndarray, /) -> bool:
+    """dst[i] = fp16 bits (uint16) of float32 src[i], rounded to nearest even, both C-contiguous;
+    False when not all converted (no F16C, a NaN, a value that rounds to inf): the caller converts."""

@@ -74,6 +74,10 @@ def dequant_fp16(acc: np.ndarray, scale: float | np.ndarray, relu: bool = False)
         return v.astype(np.float16)
 
 
+#: The address of a slot that holds no GM bytes (`CrossCorePipe.reserve`).
+NO_BYTES = -1
+
+
 @dataclass
 class PipeSlot:
     """One FIFO entry: its GM bytes, the logical shape / dtype it holds, and whether the
@@ -98,15 +102,18 @@ class CrossCorePipe:
         self.slot_num = slot_num
         self.in_flight = {"c2v": 0, "v2c": 0}
 
-    def _slot(self, direction: str, shape: tuple[int, int], dtype: np.dtype) -> PipeSlot:
+    def _slot(
+        self, direction: str, shape: tuple[int, int], dtype: np.dtype, gm_bytes: bool = True
+    ) -> PipeSlot:
         if self.in_flight[direction] >= self.slot_num:
             raise DeviceError(
                 f"TPUSH ({direction}): all {self.slot_num} FIFO slots hold data nobody popped; "
                 "the producer core would wait for a free slot forever"
             )
-        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        dtype = np.dtype(dtype)
+        nbytes = int(shape[0]) * int(shape[1]) * dtype.itemsize
         self.in_flight[direction] += 1
-        return PipeSlot(self.gm.alloc(max(nbytes, 32)), shape, np.dtype(dtype), direction)
+        return PipeSlot(self.gm.alloc(max(nbytes, 32)) if gm_bytes else NO_BYTES, shape, dtype, direction)
 
     def push_acc(
         self, acc: TileBuf, dtype: np.dtype, relu: bool = False, scale: float | np.ndarray | None = None
@@ -159,10 +166,13 @@ class CrossCorePipe:
             )
 
     def reserve(self, direction: str, shape: tuple[int, int], dtype: np.dtype) -> PipeSlot:
-        """TPUSH's FIFO and GM accounting without its bytes, data-ready set: the slot one lane pushes,
+        """TPUSH's FIFO accounting without its bytes, data-ready set: the slot one lane pushes,
         standing for every lane's in a batched run whose caller carries the lanes' values (each lane
-        is its own core pair with its own FIFO; the lanes' accounting is the same)."""
-        slot = self._slot(direction, shape, dtype)
+        is its own core pair with its own FIFO; the lanes' accounting is the same). The slot holds
+        no GM allocation (its address is `NO_BYTES`): nothing reads or writes its bytes, and GM
+        has no capacity to refuse one (`GlobalMemory.alloc`), so allocating it per push only cost
+        time (its poison fill) and left one allocation record per push."""
+        slot = self._slot(direction, shape, dtype, gm_bytes=False)
         slot.ready = True
         return slot
 
@@ -171,7 +181,8 @@ class CrossCorePipe:
         self._ready(slot)
         slot.ready = False
         self.in_flight[slot.direction] -= 1
-        self.gm.free(slot.addr)
+        if slot.addr != NO_BYTES:
+            self.gm.free(slot.addr)
 
 
 _PIPES: weakref.WeakKeyDictionary[GlobalMemory, CrossCorePipe] = weakref.WeakKeyDictionary()

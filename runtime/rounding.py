@@ -9,7 +9,12 @@ import numpy as np
 
 from .errors import DeviceError
 
-__all__ = ["ROUND_MODES", "round_to", "convert"]
+try:  # the compiled F16C conversion (runtime/_lines.c); None where it was not built: numpy's
+    from . import _lines as _native
+except ImportError:  # pragma: no cover - depends on the install
+    _native = None  # type: ignore[assignment]  # the module or None: mypy cannot spell an optional module
+
+__all__ = ["ROUND_MODES", "round_to", "convert", "convert_into"]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -61,6 +66,28 @@ def round_to(x: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
         raise DeviceError(f"unknown round mode {mode!r}; expected one of {ROUND_MODES}")
     out = np.where(inexact & pick, other, r)
     return out.astype(dtype)
+
+
+def convert_into(out: np.ndarray, x: np.ndarray, mode: str = "round") -> None:
+    """``out[...] = convert(x, out.dtype, mode)``. float32 -> fp16 rounded to nearest (rint /
+    none) of C-contiguous arrays runs in one compiled pass (`runtime._lines.narrow_f16`, the
+    CPU's F16C conversion: ~5x faster than numpy's element by element one, the same bits for
+    every value it takes); a NaN or an overflow to inf, or no F16C, takes numpy's path."""
+    if (
+        _native is not None
+        and mode in ("rint", "none")
+        and x.dtype == _F32
+        and out.dtype == _F16
+        and x.shape == out.shape
+        and x.flags.c_contiguous
+        and out.flags.c_contiguous
+        and _native.narrow_f16(x, out.view(np.uint16))
+    ):
+        return
+    out[...] = convert(x, out.dtype, mode)
+
+
+_F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)
 
 
 def _round_int(x: np.ndarray, mode: str) -> np.ndarray:

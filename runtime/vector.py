@@ -34,7 +34,7 @@ import numpy as np
 
 from .errors import DeviceError
 from .memory import CAPACITIES
-from .rounding import ROUND_MODES, convert, round_to
+from .rounding import ROUND_MODES, convert, convert_into, round_to
 from .tile import TileBuf
 
 __all__ = [
@@ -252,8 +252,12 @@ def binary_scalar(op: str, dst: TileBuf, a: TileBuf, scalar: float | int, target
         if dst.dtype.kind == "f"
         else np.asarray(scalar).astype(c, copy=False)
     )
+    x = valid_region(a).astype(c, copy=False)
+    if c == dst.dtype and dst.dtype.kind == "f":  # straight into the region (`_apply`): the same
+        _apply(dst, BINARY_OPS[op], x, s)  # ufunc on the same values, without a temporary
+        return
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        _write(dst, BINARY_OPS[op](valid_region(a).astype(c, copy=False), s))
+        _write(dst, BINARY_OPS[op](x, s))
 
 
 def unary(op: str, dst: TileBuf, src: TileBuf, target: str = "A2A3", high_precision: bool = False) -> None:
@@ -487,7 +491,7 @@ def cvt(dst: TileBuf, src: TileBuf, mode: str = "round", target: str = "A2A3") -
             f"vector unit (from {src.dtype.name}: {', '.join(sorted(p.name for p in pairs)) or 'none'})"
         )
     _same_valid("TCVT", dst, src)
-    valid_region(dst)[...] = convert(valid_region(src), dst.dtype, mode)
+    convert_into(valid_region(dst), valid_region(src), mode)
 
 
 # -------------------------------------------------------------------------------------- padding

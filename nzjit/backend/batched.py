@@ -56,7 +56,7 @@ import runtime
 from runtime import TileBuf
 
 from . import lane_gm, lane_log
-from .lane_state import Fallback, LaneDependent, LaneState, Step
+from .lane_state import Fallback, LaneDependent, LaneState, Step, iota
 from .lane_values import LANE_VALUES, LaneTensor
 
 
@@ -66,6 +66,19 @@ def with_frees(step: Step, free: tuple[int, ...], outs: tuple[int, ...], dead: t
     in place) and its results nobody reads (`dead`)."""
     if not free and not dead:
         return step
+    if len(outs) == 1 and not dead:  # the common step: one result, inputs dying
+        (o,) = outs
+
+        def run1(s: LaneState, env: list[Any]) -> None:
+            step(s, env)
+            r = env[o]
+            for slot in free:
+                v = env[slot]
+                env[slot] = None
+                if v is not r and type(v) in LANE_VALUES:
+                    s.release(v)
+
+        return run1
 
     def run(s: LaneState, env: list[Any]) -> None:
         step(s, env)
@@ -177,7 +190,11 @@ def _run_lanes(s: LaneState, plan: Any, all_lanes: np.ndarray, captured: list[An
             images = getattr(get, "images", None)
             if images is not None:
                 data, row = images
-                imgs = data if len(data) == len(row) and (row == np.arange(len(row))).all() else data[row]
+                imgs = (
+                    data
+                    if len(data) == len(row) and (row is iota(len(row)) or (row == iota(len(row))).all())
+                    else data[row]
+                )
                 if lane_gm.lane_copy(plan_, gm, addr, imgs, False, before):
                     continue
             sums = getattr(get, "sums", None)

@@ -106,6 +106,9 @@ def _add_products(s: LaneState, acc: np.ndarray, products: np.ndarray, accumulat
     converted exactly, then added mod 2**32 like the accumulator. Deferred work runs one item at
     a time (`Ahead`), so one conversion buffer serves every chunk."""
     if acc.dtype == np.int32:
+        if not accumulate:  # the cast straight into the accumulator: the same values, one pass
+            np.copyto(acc, products, casting="unsafe")
+            return
         ints = s.scratch(products.shape, np.int32, "int products")
         np.copyto(ints, products, casting="unsafe")
         products = ints

@@ -118,7 +118,12 @@ def arithmetic_runs(addrs: np.ndarray) -> list[tuple[int, int, int]]:
         return [(0, 1, 0)]
     if (int(addrs[0]) ^ int(addrs[-1])) >> RANK_SHIFT:
         return _runs_per_rank(addrs)
-    if U == 2 or (addrs[2:] - addrs[1:-1] == addrs[1] - addrs[0]).all():
+    if U <= 64:  # a few lanes: one comparison per lane on a list beats numpy's calls
+        a = addrs.tolist()
+        step0 = a[1] - a[0]
+        if all(y - x == step0 for x, y in zip(a[1:], a[2:])):
+            return [(0, U, step0)]
+    elif (addrs[2:] - addrs[1:-1] == addrs[1] - addrs[0]).all():
         return [(0, U, int(addrs[1] - addrs[0]))]
     a = addrs.tolist()  # several runs: one comparison per lane on a list is cheaper than numpy here
     runs, i = [], 0

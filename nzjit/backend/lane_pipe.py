@@ -5,9 +5,9 @@ Per lane the move is a fixpipe (or UB) store into a GM FIFO slot, then a load of
 the destination tile. Batched, the slot carries the lanes' converted values themselves
 (`LaneSlot`): the bytes a lane's TPOP loads are exactly its slot's, which are exactly the
 converted values its TPUSH stored (an ND row-major window of the source's valid shape). The FIFO
-and the GM slot are charged as one lane's (`CrossCorePipe.reserve` / `release`), as on-chip
-accounting is everywhere in batched.py, so a full FIFO or a pop without a push is refused the
-same way. What is not plainly that - a lane-dependent dequant scale tensor, a partial Mat slot -
+is charged as one lane's (`CrossCorePipe.reserve` / `release`), as on-chip accounting is
+everywhere in batched.py, so a full FIFO or a pop without a push is refused the same way; the
+slot takes no GM bytes (nothing reads them, and GM refuses no allocation). What is not plainly that - a lane-dependent dequant scale tensor, a partial Mat slot -
 falls back to the lanes one by one.
 """
 
@@ -21,7 +21,7 @@ from runtime.convert import fixpipe_convert
 from runtime.crosscore import dequant_fp16, pipe_of, vector_quant_scale
 
 from ..core.types import TileType
-from .lane_state import Fallback, LaneState
+from .lane_state import Fallback, LaneState, iota
 from .lane_values import LaneAcc, LaneTile
 from .rule import Step
 from .steps import result_geometry
@@ -61,7 +61,7 @@ def batch_push_acc(st: Step) -> Any:
     def run(s: LaneState, env: list[Any]) -> None:
         conv = _fixpipe(s, e, env, ins, out, relu, valid_cols=False)
         slot = pipe_of(s.ctx.gm).reserve("c2v", conv.shape[1:], out)
-        env[o] = LaneSlot(conv, np.arange(len(conv)), slot)
+        env[o] = LaneSlot(conv, iota(len(conv)), slot)
 
     return run
 
@@ -102,7 +102,7 @@ def batch_move_fixpipe(st: Step) -> Any:
         s.reserve(g)
         data = s.zeros(n, g.nbytes, zero=(vr, vc) != (g.rows, g.cols))
         data.view(g.dtype).reshape(n, g.rows, g.cols)[:, :vr, :vc] = conv
-        env[o] = LaneTile(g, vr, vc, data, np.arange(n))
+        env[o] = LaneTile(g, vr, vc, data, iota(n))
 
     return run
 

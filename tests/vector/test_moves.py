@@ -11,7 +11,7 @@ import pytest
 import nzjit
 from nzjit import pl
 from runtime import DeviceError, GlobalMemory, TileBuf
-from runtime.crosscore import CrossCorePipe
+from runtime.crosscore import NO_BYTES, CrossCorePipe
 
 M, K, N = 32, 64, 64
 rng = np.random.default_rng(3)
@@ -230,6 +230,24 @@ def test_pipe_push_pop_converts_and_frees_the_slot():
     vec = TileBuf("Vec", np.float16, 16, 32)
     pipe.pop(slot, vec)
     assert np.array_equal(vec.logical(), np.maximum(vals, 0).astype(np.float16))
+    assert pipe.in_flight["c2v"] == 0 and gm.live_bytes == before
+
+
+def test_a_reserved_slot_is_fifo_accounting_without_gm_bytes():
+    # the batched pipe (backend/lane_pipe.py) carries the lanes' values itself: its slot takes a
+    # FIFO entry, refused when the FIFO is full, and released once, but allocates no GM
+    gm = GlobalMemory()
+    pipe = CrossCorePipe(gm, slot_num=2)
+    before = gm.live_bytes
+    a = pipe.reserve("c2v", (32, 128), np.dtype(np.int32))
+    b = pipe.reserve("c2v", (16, 16), np.dtype(np.float16))
+    assert a.ready and a.addr == NO_BYTES and pipe.in_flight["c2v"] == 2 and gm.live_bytes == before
+    with pytest.raises(DeviceError, match="all 2 FIFO slots hold data nobody popped"):
+        pipe.reserve("c2v", (32, 128), np.dtype(np.int32))
+    pipe.release(a)
+    with pytest.raises(DeviceError, match="data-ready flag is not set"):
+        pipe.release(a)
+    pipe.release(b)
     assert pipe.in_flight["c2v"] == 0 and gm.live_bytes == before
 
 

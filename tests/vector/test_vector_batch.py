@@ -226,3 +226,28 @@ def test_column_broadcasts_run_once_for_all_lanes_each_with_its_own_column(attem
         "div": xs / cs,
     }[op].astype(dtype)
     np.testing.assert_array_equal(outs[0].reshape(4, R, C), want)
+
+
+@pl.kernel
+def _valid_rows(
+    x: pl.Tensor[[64, C], pl.FP32], n: pl.Scalar[pl.INDEX], o: pl.Out[pl.Tensor[[64, C], pl.FP32]]
+):
+    for lane in pl.spmd(4):
+        t = pl.load(x, [lane * R, 0], [R, C], valid_shape=[n, C], target_memory=pl.Mem.Vec)
+        u = pl.col_expand_mul(pl.mul(pl.exp(pl.neg(t)), 0.5), pl.load(x, [lane, 0], [1, C]))
+        pl.store(pl.tile.fillpad(u, pad_value=pl.PadValue.zero), [lane * R, 0], o)
+
+
+def test_a_vector_step_decides_per_valid_shape_not_once(attempts):
+    # rules/vector_lanes.py keeps what a step decides from its operands' geometries and valid
+    # shapes (stacked or per image, the result's valid shape, zeros outside it) per such key:
+    # the same compiled step called with 16, then 12, then 16 valid rows gives each call's bytes
+    x = RNG.standard_normal((64, C)).astype(np.float32)
+    for n in (R, 12, R, 7):
+        outs = _on_every_path(_valid_rows, x, n)
+        _same_bytes(outs)
+        want = np.zeros((4, R, C), np.float32)
+        t = x.reshape(4, R, C)[:, :n]
+        want[:, :n] = (np.exp(-t) * np.float32(0.5)) * x[:4, None, :]
+        np.testing.assert_allclose(outs[0].reshape(4, R, C), want, rtol=1e-6)
+    assert attempts == [True] * 4  # every call ran batched (the other paths do not try)

@@ -40,7 +40,7 @@ from runtime.tile import tile_geometry
 
 from ...core.ir import Eqn
 from ...core.types import TileType
-from ..lane_state import Fallback, LaneState
+from ..lane_state import Fallback, LaneState, iota
 from ..lane_values import LaneTile
 from ..rule import Impl, Step
 from ..steps import alloc, tile_dims, tile_layout
@@ -114,10 +114,42 @@ def _geometry(t: TileType) -> Any:
         return None
 
 
-def _stack(g: Any, n: int, vr: int, vc: int, data: np.ndarray) -> TileBuf:
-    """`n` images of geometry `g` (rows stacked) as one tile over their buffer."""
-    sg = tile_geometry(g.space, g.dtype, n * g.rows, g.cols, g.layout)
-    return TileBuf.from_geometry(sg, n * vr, vc, data.reshape(-1))
+def _stacked(g: Any, n: int, vr: int, vc: int) -> tuple[Any, int, int]:
+    """The geometry and valid shape of `n` images of geometry `g` stacked along the rows (a tile
+    over their buffer: `TileBuf.from_geometry(*_stacked(...), data.reshape(-1))`)."""
+    return tile_geometry(g.space, g.dtype, n * g.rows, g.cols, g.layout), n * vr, vc
+
+
+class _Layout:
+    """What a vector step decides from its operands' geometries and valid shapes (`lanes_of`):
+    the result's valid shape, the scratch geometry, whether the result may take over a dying
+    operand's images (`in_place`) or needs zeros outside its valid region (`zero`), and how the
+    instruction runs - on the stacked images (`stacked`), stacked and told the lane count
+    (`by_lane`), else image by image - with the stacked tiles' ``(geometry, valid rows, valid
+    cols)`` per operand index (`stacks`), of the result (`out`) and of the scratch."""
+
+    __slots__ = ("vr", "vc", "sg", "in_place", "zero", "stacked", "by_lane", "stacks", "out", "scratch")
+
+    def __init__(
+        self,
+        vr: int,
+        vc: int,
+        sg: Any,
+        in_place: bool,
+        stacked: bool,
+        by_lane: bool,
+        stacks: dict[int, tuple[Any, int, int]],
+        out: tuple[Any, int, int] | None,
+        scratch: tuple[Any, int, int] | None,
+    ) -> None:
+        self.vr, self.vc, self.sg, self.in_place, self.zero = vr, vc, sg, in_place, False
+        self.stacked, self.by_lane, self.stacks, self.out, self.scratch = (
+            stacked,
+            by_lane,
+            stacks,
+            out,
+            scratch,
+        )
 
 
 def _same_bytes(a: Any, b: TileType) -> bool:
@@ -142,6 +174,38 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
         donors = tuple(j for j in sorted(st.consumed) if j in tiles and _same_bytes(e.inputs[j].type, t))
         (o,) = st.outs
 
+        scalars = tuple(j for j in range(len(e.inputs)) if j not in tiles)
+        # what depends only on the operands' geometries, valid shapes and scalar values (the
+        # result's valid shape, the scratch, the stacked tiles' geometries), decided once per
+        # such key: a step then runs the instruction and the value bookkeeping only
+        memo: dict[tuple[Any, ...], _Layout] = {}
+
+        def layout(xs: list[Any], vals: list[Any], n: int, shared: bool, target: str) -> _Layout:
+            views = [_View(x) if j in tiles else x for j, x in enumerate(vals)]
+            vr, vc = op.valid(e, views)
+            vr = g.rows if vr is None else vr
+            vc = g.cols if vc is None else vc
+            stype = op.scratch_type(e, views, target) if op.scratch_type is not None else None
+            sg = _geometry(stype) if stype is not None else None
+            if stype is not None and sg is None:
+                raise Fallback("scratch geometry")
+            whole = (vr, vc) == (g.rows, g.cols)
+            whole_rows = vr == g.rows and all(xs[j].valid_row == xs[j].g.rows for j in tiles)
+            stacked = op.row_local and whole_rows
+            by_lane = not stacked and whole_rows and op.lanes_compute is not None and n > 1
+            if stacked or by_lane:
+                try:
+                    stacks = {j: _stacked(xs[j].g, n, xs[j].valid_row, xs[j].valid_col) for j in tiles}
+                    out = _stacked(g, n, vr, vc)
+                    scr = None if sg is None else _stacked(sg, n, sg.rows, sg.cols)
+                except runtime.DeviceError as err:  # a stack the hardware model cannot hold
+                    raise Fallback(f"the vector instruction refuses: {err}") from err
+                lay = _Layout(vr, vc, sg, whole and shared, stacked, by_lane, stacks, out, scr)
+            else:
+                lay = _Layout(vr, vc, sg, whole and shared, False, False, {}, None, None)
+            lay.zero = not whole
+            return lay
+
         def run(s: LaneState, env: list[Any]) -> None:
             xs = [env[i] for i in ins]
             for j in tiles:
@@ -150,50 +214,64 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
                     raise Fallback("vector operand")
             vals: list[Any] = [x if j in tiles else _scalar(x) for j, x in enumerate(xs)]
             if tiles:
-                rows = [xs[j].row for j in tiles]
-                r0 = rows[0]
-                shared = all(r is r0 or np.array_equal(r, r0) for r in rows)
+                r0 = xs[tiles[0]].row
+                shared = all(xs[j].row is r0 or np.array_equal(xs[j].row, r0) for j in tiles)
                 if shared:  # the same images per lane
                     datas = {j: xs[j].data for j in tiles}
                     row = r0
                 else:
                     datas = {j: xs[j].data[xs[j].row] for j in tiles}
-                    row = np.arange(s.L)
-                n = len(next(iter(datas.values())))
+                    row = iota(s.L)
+                n = len(datas[tiles[0]])
             else:  # TEXPANDS of a uniform scalar: one image for every lane
                 datas, row, n, shared = {}, np.zeros(s.L, np.int64), 1, False
-            views = [_View(x) if j in tiles else x for j, x in enumerate(vals)]
             target = s.ctx.onchip.target
-            vr, vc = op.valid(e, views)
-            vr = g.rows if vr is None else vr
-            vc = g.cols if vc is None else vc
-            stype = op.scratch_type(e, views, target) if op.scratch_type is not None else None
-            sg = _geometry(stype) if stype is not None else None
-            if stype is not None and sg is None:
-                raise Fallback("scratch geometry")
+            key: tuple[Any, ...] | None = (
+                n,
+                shared,
+                target,
+                *((xs[j].g, xs[j].valid_row, xs[j].valid_col) for j in tiles),
+                *(vals[j] for j in scalars),
+            )
+            try:
+                lay = memo.get(key)  # type: ignore[arg-type]
+            except TypeError:  # an unhashable scalar: decided every time
+                key, lay = None, None
+            if lay is None:
+                lay = layout(xs, vals, n, shared, target)
+                if key is not None and len(memo) < 64:
+                    memo[key] = lay
+            vr, vc, sg = lay.vr, lay.vc, lay.sg
             s.reserve(g)
-            whole = (vr, vc) == (g.rows, g.cols)
             # a wholly valid result writes every byte: in place over a dying operand's images (its
             # views above are taken), else fresh bytes, alloc_tile's zeros outside the valid region
-            data = next((d for j in donors if shared and whole and (d := s.adopt(xs[j])) is not None), None)
+            data = None
+            if lay.in_place:
+                for j in donors:
+                    data = s.adopt(xs[j])
+                    if data is not None:
+                        break
             if data is None:
-                data = s.zeros(n, g.nbytes, zero=not whole)
-            whole_rows = vr == g.rows and all(xs[j].valid_row == xs[j].g.rows for j in tiles)
-            stacked = op.row_local and whole_rows
-            by_lane = not stacked and whole_rows and op.lanes_compute is not None and n > 1
+                data = s.zeros(n, g.nbytes, zero=lay.zero)
             try:
                 if sg is not None:  # the scratch tile's allocation and free, as the impl's
                     s.ctx.onchip.reserve(sg.space, sg.nbytes)
                     s.ctx.onchip.release(sg.space, sg.nbytes)
                 scratch = s.scratch((n, sg.nbytes), np.uint8, "vector scratch") if sg is not None else None
-                if stacked or by_lane:
+                if lay.stacked or lay.by_lane:
+                    stacks = lay.stacks
                     args = [
-                        _stack(xs[j].g, n, xs[j].valid_row, xs[j].valid_col, datas[j]) if j in tiles else v
+                        TileBuf.from_geometry(*stacks[j], datas[j].reshape(-1)) if j in stacks else v
                         for j, v in enumerate(vals)
                     ]
-                    out = _stack(g, n, vr, vc, data)
-                    st = None if sg is None or scratch is None else _stack(sg, n, sg.rows, sg.cols, scratch)
-                    if stacked:
+                    assert lay.out is not None
+                    out = TileBuf.from_geometry(*lay.out, data.reshape(-1))
+                    st = (
+                        None
+                        if lay.scratch is None or scratch is None
+                        else TileBuf.from_geometry(*lay.scratch, scratch.reshape(-1))
+                    )
+                    if lay.stacked:
                         op.compute(e, out, args, target, st)
                     else:
                         assert op.lanes_compute is not None
