@@ -17,3 +17,6 @@ def lookup16(src: np.ndarray, dst: np.ndarray, table: np.ndarray, /) -> None:
 
 def widen_runs(src: np.ndarray, dst: np.ndarray, /) -> None:
     """dst[...] = src widened, src's innermost axis contiguous (uint16, at most 8 axes) into a C-contiguous uint32 dst."""
+
+def tree_sum(src: np.ndarray, dst: np.ndarray, rounding: int, /) -> int:
+    """dst[r] = the rounded binary-tree sum of float32 row r of src (rounding 0 none, 1 fp16, 2 bf16); returns the number of NaN rows."""

@@ -37,6 +37,11 @@ from .memory import CAPACITIES
 from .rounding import ROUND_MODES, convert, round_to
 from .tile import TileBuf
 
+try:  # the compiled row tree sum (runtime/_lines.c); None where it was not built: numpy's levels
+    from . import _lines as _native
+except ImportError:  # pragma: no cover - depends on the install
+    _native = None  # type: ignore[assignment]
+
 __all__ = [
     "UB_BYTES",
     "ALU_DTYPES",
@@ -69,6 +74,7 @@ __all__ = [
     "insert",
     "reshape",
     "reduce_values",
+    "tree_levels",
 ]
 
 F16, F32, BF16 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)
@@ -316,10 +322,36 @@ def expands(dst: TileBuf, value: float | int) -> None:
 # ---------------------------------------------------------------------------------- reductions
 def _tree(x: np.ndarray, axis: int, dtype: np.dtype) -> np.ndarray:
     """Sum along `axis` as a binary tree, rounding to `dtype` at each level (vcgadd / vcadd): level
-    by level, element i + the element half a level on (an odd level's last element carried on), in
-    one buffer of half the length (the sums written over the terms they replace)."""
+    by level, element i + the element half a level on (an odd level's last element carried on).
+    float32 rows (the reduced axis contiguous: TROWSUM) take the compiled loop (runtime/_lines.c
+    `tree_sum`: the same adds, without numpy's copies of overlapping halves); anything else, and
+    a row whose sum is NaN (the payload two NaN operands give is the ufunc's), numpy's levels."""
     c = _compute_dtype(dtype)
     x = np.moveaxis(x.astype(c, copy=False), axis, -1)
+    rounding = _TREE_ROUNDING.get(dtype)
+    if _native is not None and rounding is not None and x.shape[-1] > 1 and x.strides[-1] == c.itemsize:
+        rows: np.ndarray | None = x.view()
+        try:
+            rows.shape = (-1, x.shape[-1])  # type: ignore[union-attr]  # no copy: refused when it would need one
+        except AttributeError:
+            rows = None
+        if rows is not None:
+            out = np.empty(rows.shape[0], c)
+            if _native.tree_sum(rows, out, rounding):
+                nan = np.flatnonzero(np.isnan(out))
+                out[nan] = tree_levels(rows[nan], dtype)
+            return out.reshape(x.shape[:-1])
+    return tree_levels(x, dtype)
+
+
+#: The rounding code of `tree_sum` per tile dtype (float32 sums: fp32 none, fp16 / bf16 per level).
+_TREE_ROUNDING = {F32: 0, F16: 1, BF16: 2}
+
+
+def tree_levels(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """numpy's form of `_tree` along the last axis of `x` (already in the compute dtype): level by
+    level in one buffer of half the length (the sums written over the terms they replace)."""
+    c = x.dtype
     n = x.shape[-1]
     if n <= 1:
         return x[..., 0].copy()
