@@ -36,11 +36,7 @@ from .errors import DeviceError
 from .memory import CAPACITIES
 from .rounding import ROUND_MODES, convert, round_to
 from .tile import TileBuf
-
-try:  # the compiled row tree sum (runtime/_lines.c); None where it was not built: numpy's levels
-    from . import _lines as _native
-except ImportError:  # pragma: no cover - depends on the install
-    _native = None  # type: ignore[assignment]
+from .vector_tree import tree_sum
 
 __all__ = [
     "UB_BYTES",
@@ -74,7 +70,6 @@ __all__ = [
     "insert",
     "reshape",
     "reduce_values",
-    "tree_levels",
 ]
 
 F16, F32, BF16 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)
@@ -320,62 +315,13 @@ def expands(dst: TileBuf, value: float | int) -> None:
 
 
 # ---------------------------------------------------------------------------------- reductions
-def _tree(x: np.ndarray, axis: int, dtype: np.dtype) -> np.ndarray:
-    """Sum along `axis` as a binary tree, rounding to `dtype` at each level (vcgadd / vcadd): level
-    by level, element i + the element half a level on (an odd level's last element carried on).
-    float32 rows (the reduced axis contiguous: TROWSUM) take the compiled loop (runtime/_lines.c
-    `tree_sum`: the same adds, without numpy's copies of overlapping halves); anything else, and
-    a row whose sum is NaN (the payload two NaN operands give is the ufunc's), numpy's levels."""
-    c = _compute_dtype(dtype)
-    x = np.moveaxis(x.astype(c, copy=False), axis, -1)
-    rounding = _TREE_ROUNDING.get(dtype)
-    if _native is not None and rounding is not None and x.shape[-1] > 1 and x.strides[-1] == c.itemsize:
-        rows: np.ndarray | None = x.view()
-        try:
-            rows.shape = (-1, x.shape[-1])  # type: ignore[union-attr]  # no copy: refused when it would need one
-        except AttributeError:
-            rows = None
-        if rows is not None:
-            out = np.empty(rows.shape[0], c)
-            if _native.tree_sum(rows, out, rounding):
-                nan = np.flatnonzero(np.isnan(out))
-                out[nan] = tree_levels(rows[nan], dtype)
-            return out.reshape(x.shape[:-1])
-    return tree_levels(x, dtype)
-
-
-#: The rounding code of `tree_sum` per tile dtype (float32 sums: fp32 none, fp16 / bf16 per level).
-_TREE_ROUNDING = {F32: 0, F16: 1, BF16: 2}
-
-
-def tree_levels(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """numpy's form of `_tree` along the last axis of `x` (already in the compute dtype): level by
-    level in one buffer of half the length (the sums written over the terms they replace)."""
-    c = x.dtype
-    n = x.shape[-1]
-    if n <= 1:
-        return x[..., 0].copy()
-    half = n // 2
-    buf = np.empty(x.shape[:-1] + (half + n % 2,), c)
-    src = x
-    while n > 1:
-        half, odd = n // 2, n % 2
-        np.add(src[..., :half], src[..., half : 2 * half], out=buf[..., :half])
-        if c != dtype:  # fp16: every level rounds to the tile dtype
-            buf[..., :half] = buf[..., :half].astype(dtype)
-        if odd:
-            buf[..., half] = src[..., 2 * half]
-        src, n = buf, half + odd
-    return buf[..., 0].copy()
-
-
 def reduce_values(op: str, x: np.ndarray, axis: int, dtype: np.dtype) -> np.ndarray:
     """The reduction TROW* / TCOL* compute (sum: the rounded binary tree; max, min) of values `x` of
     the tile dtype `dtype` along `axis`. Leading axes are independent: an array of many lanes'
     valid regions ``[L, R, C]`` reduces each lane as its own instruction would (axis -1 or -2)."""
     if op == "sum":
-        return _tree(x, axis, dtype)
-    return (np.max if op == "max" else np.min)(x, axis=axis)
+        return tree_sum(x, axis, dtype)
+    return (np.maximum if op == "max" else np.minimum).reduce(x, axis=axis)  # np.max / np.min's own call
 
 
 def row_reduce(op: str, dst: TileBuf, src: TileBuf, tmp: TileBuf | None = None, target: str = "A2A3") -> None:

@@ -1,7 +1,7 @@
-"""runtime.vector's rounded binary-tree sum (TROWSUM / TCOLSUM): the compiled row loop
+"""runtime.vector_tree's rounded binary-tree sum (TROWSUM / TCOLSUM): the compiled row loop
 (runtime/_lines.c tree_sum) gives the bits of numpy's level-by-level form (`tree_levels`) for every
 length, dtype, stacked leading axes and special values; rows summing to NaN are redone by numpy;
-without the compiled module `_tree` is numpy's form; the compiled loop's refusals."""
+without the compiled module `tree_sum` is numpy's form; the compiled loop's refusals."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import runtime.vector as V
+import runtime.vector_tree as V
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 DTYPES = [np.dtype(np.float32), np.dtype(np.float16), BF16]
@@ -46,7 +46,7 @@ def test_compiled_tree_is_numpys_tree_bit_for_bit(case):
     x, dtype = case
     c = np.float32
     with np.errstate(all="ignore"):
-        got = V._tree(x, -1, dtype)
+        got = V.tree_sum(x, -1, dtype)
         want = V.tree_levels(x.astype(c), dtype)
     assert got.dtype == want.dtype and got.shape == want.shape == x.shape[:-1]
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))  # the same bits, NaNs included
@@ -75,16 +75,16 @@ def test_strided_rows_and_column_sums():
     x = np.random.default_rng(3).standard_normal((16, 1024)).astype(np.float16)
     region = x[:5, :1000]
     for axis in (-1, -2):
-        got = V._tree(region, axis, np.dtype(np.float16))
+        got = V.tree_sum(region, axis, np.dtype(np.float16))
         want = V.tree_levels(np.moveaxis(region.astype(np.float32), axis, -1), np.dtype(np.float16))
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 def test_without_the_compiled_loop_numpy_sums(monkeypatch):
     x = np.random.default_rng(4).standard_normal((3, 4, 37)).astype(np.float32)
-    want = V._tree(x, -1, np.dtype(np.float32))
+    want = V.tree_sum(x, -1, np.dtype(np.float32))
     monkeypatch.setattr(V, "_native", None)
-    assert np.array_equal(V._tree(x, -1, np.dtype(np.float32)), want)
+    assert np.array_equal(V.tree_sum(x, -1, np.dtype(np.float32)), want)
 
 
 @compiled

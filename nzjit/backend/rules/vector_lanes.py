@@ -116,8 +116,18 @@ def _geometry(t: TileType) -> Any:
 
 def _stack(g: Any, n: int, vr: int, vc: int, data: np.ndarray) -> TileBuf:
     """`n` images of geometry `g` (rows stacked) as one tile over their buffer."""
-    sg = tile_geometry(g.space, g.dtype, n * g.rows, g.cols, g.layout)
+    sg = _STACKED.get((g, n))
+    if sg is None:
+        sg = tile_geometry(g.space, g.dtype, n * g.rows, g.cols, g.layout)
+        if len(_STACKED) > 4096:
+            _STACKED.clear()
+        _STACKED[(g, n)] = sg
     return TileBuf.from_geometry(sg, n * vr, vc, data.reshape(-1))
+
+
+#: The stacked geometry of `n` images of a geometry (tile_geometry's own cache takes a longer key:
+#: a step stacks the same few geometries on every call), bounded
+_STACKED: dict[tuple[Any, int], Any] = {}
 
 
 def _same_bytes(a: Any, b: TileType) -> bool:
@@ -141,6 +151,27 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
         # for the valid shape, which the result's own replaces)
         donors = tuple(j for j in sorted(st.consumed) if j in tiles and _same_bytes(e.inputs[j].type, t))
         (o,) = st.outs
+        scratches: dict[tuple[Any, ...], Any] = {}  # the scratch geometry per (target, operand shapes)
+
+        def scratch_of(views: list[Any], target: str) -> Any:
+            """The geometry of the scratch tile `op` needs, else None (Fallback when the type has
+            none): a function of the target and the operands' static and valid shapes only."""
+            key = (
+                target,
+                *((v.rows, v.cols, v.valid_row, v.valid_col) if type(v) is _View else None for v in views),
+            )
+            if key in scratches:
+                sg = scratches[key]
+            else:
+                assert op.scratch_type is not None
+                stype = op.scratch_type(e, views, target)
+                sg = _geometry(stype) if stype is not None else None
+                if stype is not None and sg is None:
+                    sg = False  # no such scratch tile: every call falls back
+                scratches[key] = sg
+            if sg is False:
+                raise Fallback("scratch geometry")
+            return sg
 
         def run(s: LaneState, env: list[Any]) -> None:
             xs = [env[i] for i in ins]
@@ -167,10 +198,7 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
             vr, vc = op.valid(e, views)
             vr = g.rows if vr is None else vr
             vc = g.cols if vc is None else vc
-            stype = op.scratch_type(e, views, target) if op.scratch_type is not None else None
-            sg = _geometry(stype) if stype is not None else None
-            if stype is not None and sg is None:
-                raise Fallback("scratch geometry")
+            sg = scratch_of(views, target) if op.scratch_type is not None else None
             s.reserve(g)
             whole = (vr, vc) == (g.rows, g.cols)
             # a wholly valid result writes every byte: in place over a dying operand's images (its
