@@ -31,6 +31,15 @@
  * here). A NaN or an overflow stops it (numpy's NaN bits and overflow warning are the caller's
  * path); the other values round as IEEE 754 says, as numpy's conversion does
  * (tests/runtime/test_narrow_f16.py).
+ *
+ * tree_sum (used by runtime/vector.py, TROWSUM's rounded binary tree): each row of a float32 view
+ * summed level by level, element i + the element half a level on (an odd level's last element
+ * carried on), every level rounded to fp16 or bf16 when asked (round to nearest even) - the same
+ * float adds in the same pairs as the numpy loop there, so the same bits. numpy's level-by-level
+ * adds on views of one buffer copy their operands (its overlap test cannot prove the halves
+ * apart), about 3x the time of this loop, which keeps a row's levels in two small buffers.
+ * A row whose sum is NaN is reported (the caller redoes it with numpy: which NaN payload comes
+ * out of two NaN operands is the ufunc's choice, not one this loop promises).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -343,12 +352,126 @@ static PyObject *narrow_f16(PyObject *self, PyObject *args) {
     return PyBool_FromLong(done);
 }
 
+
+/* float32 bits and back (no aliasing through pointers) */
+static inline uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* v rounded to the nearest fp16 value (ties to even), as a float32; a NaN stays as it is. Overflow
+ * gives inf (from 65520 on), a magnitude below 2^-14 rounds on fp16's subnormal grid of 2^-24.
+ * Written without branches (both candidates, then selects) so the level's loop vectorises. */
+static inline float round_f16(float v) {
+    const uint32_t x = f2u(v), sign = x & 0x80000000u, a = x ^ sign;
+    const uint32_t normal = (a + 0xfffu + ((a >> 13) & 1u)) & ~0x1fffu; /* 13 bits dropped, ties to even */
+    const uint32_t sub = f2u((u2f(a) + 0.5f) - 0.5f); /* 0.5 + |v| rounds to a multiple of 2^-24 */
+    uint32_t r = a < 0x38800000u ? sub : normal;
+    r = a >= 0x477ff000u ? 0x7f800000u : r; /* |v| >= 65520 (inf too): inf */
+    return a > 0x7f800000u ? v : u2f(r | sign);
+}
+
+/* v rounded to the nearest bf16 value (ties to even), as a float32; a NaN stays as it is. */
+static inline float round_bf16(float v) {
+    const uint32_t x = f2u(v);
+    const uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) & 0xffff0000u;
+    return (x & 0x7fffffffu) > 0x7f800000u ? v : u2f(r);
+}
+
+/* d[i] = a[i] + b[i] for i < n, then rounded (0: none, 1: fp16, 2: bf16) */
+static void add_level(float *restrict d, const float *restrict a, const float *restrict b, Py_ssize_t n, int rounding) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        d[i] = a[i] + b[i];
+    if (rounding == 1)
+        for (Py_ssize_t i = 0; i < n; i++)
+            d[i] = round_f16(d[i]);
+    else if (rounding == 2)
+        for (Py_ssize_t i = 0; i < n; i++)
+            d[i] = round_bf16(d[i]);
+}
+
+/* The tree of one row of n >= 2 contiguous floats; bufs: two scratch rows of (n + 1) / 2. */
+static float tree_row(const float *row, Py_ssize_t n, float *b0, float *b1, int rounding) {
+    const float *s = row;
+    float *d = b0;
+    while (n > 1) {
+        const Py_ssize_t h = n / 2, odd = n % 2;
+        add_level(d, s, s + h, h, rounding);
+        if (odd)
+            d[h] = s[2 * h];
+        s = d;
+        d = d == b0 ? b1 : b0;
+        n = h + odd;
+    }
+    return s[0];
+}
+
+PyDoc_STRVAR(tree_sum_doc,
+"tree_sum(src, dst, rounding) -> int\n--\n\n"
+"dst[r] = the binary-tree sum of row r of src (level by level, element i + element i + half,\n"
+"an odd level's last element carried on), each level rounded to fp16 (rounding 1) or bf16 (2),\n"
+"or not (0). src: a 2-D buffer of float32 whose rows are contiguous (any row stride); dst: a\n"
+"writable C-contiguous buffer of one float32 per row. Returns how many rows summed to NaN\n"
+"(their payload is not promised: the caller recomputes them). The GIL is released meanwhile.");
+
+static PyObject *tree_sum(PyObject *self, PyObject *args) {
+    PyObject *so, *dobj;
+    int rounding;
+    Py_buffer src, dst;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOi", &so, &dobj, &rounding))
+        return NULL;
+    if (PyObject_GetBuffer(so, &src, PyBUF_STRIDES | PyBUF_FORMAT) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(dobj, &dst, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    const char *error = NULL;
+    Py_ssize_t nan_rows = 0;
+    if (src.ndim != 2 || src.itemsize != 4 || src.format == NULL || strcmp(src.format, "f") != 0)
+        error = "tree_sum: src must be a 2-D float32 buffer";
+    else if (src.shape[1] < 1 || (src.strides[1] != 4 && src.shape[1] > 1))
+        error = "tree_sum: src's rows must be non-empty and contiguous";
+    else if (rounding < 0 || rounding > 2)
+        error = "tree_sum: rounding is 0 (none), 1 (fp16) or 2 (bf16)";
+    else if (dst.len != 4 * src.shape[0])
+        error = "tree_sum: dst must hold one float32 per row of src";
+    else if (overlaps(&src, &dst))
+        error = "tree_sum: src and dst must not overlap";
+    if (error == NULL && src.shape[0]) {
+        const Py_ssize_t rows = src.shape[0], n = src.shape[1], half = (n + 1) / 2;
+        float *bufs = PyMem_RawMalloc(sizeof(float) * 2 * (size_t)half);
+        if (bufs == NULL) {
+            PyBuffer_Release(&src);
+            PyBuffer_Release(&dst);
+            return PyErr_NoMemory();
+        }
+        float *out = dst.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t r = 0; r < rows; r++) {
+            const float *row = (const float *)((const char *)src.buf + r * src.strides[0]);
+            const float v = n == 1 ? row[0] : tree_row(row, n, bufs, bufs + half, rounding);
+            out[r] = v;
+            nan_rows += v != v;
+        }
+        Py_END_ALLOW_THREADS
+        PyMem_RawFree(bufs);
+    }
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    if (error != NULL) {
+        PyErr_SetString(PyExc_ValueError, error);
+        return NULL;
+    }
+    return PyLong_FromSsize_t(nan_rows);
+}
+
 static PyMethodDef methods[] = {
     {"swap", swap, METH_VARARGS, swap_doc},
     {"widen_bf16", widen_bf16, METH_VARARGS, widen_bf16_doc},
     {"lookup16", lookup16, METH_VARARGS, lookup16_doc},
     {"widen_runs", widen_runs, METH_VARARGS, widen_runs_doc},
     {"narrow_f16", narrow_f16, METH_VARARGS, narrow_f16_doc},
+    {"tree_sum", tree_sum, METH_VARARGS, tree_sum_doc},
     {NULL, NULL, 0, NULL},
 };
 

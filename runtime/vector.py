@@ -36,6 +36,7 @@ from .errors import DeviceError
 from .memory import CAPACITIES
 from .rounding import ROUND_MODES, convert, convert_into, round_to
 from .tile import TileBuf
+from .vector_tree import tree_sum
 
 __all__ = [
     "UB_BYTES",
@@ -318,36 +319,13 @@ def expands(dst: TileBuf, value: float | int) -> None:
 
 
 # ---------------------------------------------------------------------------------- reductions
-def _tree(x: np.ndarray, axis: int, dtype: np.dtype) -> np.ndarray:
-    """Sum along `axis` as a binary tree, rounding to `dtype` at each level (vcgadd / vcadd): level
-    by level, element i + the element half a level on (an odd level's last element carried on), in
-    one buffer of half the length (the sums written over the terms they replace)."""
-    c = _compute_dtype(dtype)
-    x = np.moveaxis(x.astype(c, copy=False), axis, -1)
-    n = x.shape[-1]
-    if n <= 1:
-        return x[..., 0].copy()
-    half = n // 2
-    buf = np.empty(x.shape[:-1] + (half + n % 2,), c)
-    src = x
-    while n > 1:
-        half, odd = n // 2, n % 2
-        np.add(src[..., :half], src[..., half : 2 * half], out=buf[..., :half])
-        if c != dtype:  # fp16: every level rounds to the tile dtype
-            buf[..., :half] = buf[..., :half].astype(dtype)
-        if odd:
-            buf[..., half] = src[..., 2 * half]
-        src, n = buf, half + odd
-    return buf[..., 0].copy()
-
-
 def reduce_values(op: str, x: np.ndarray, axis: int, dtype: np.dtype) -> np.ndarray:
     """The reduction TROW* / TCOL* compute (sum: the rounded binary tree; max, min) of values `x` of
     the tile dtype `dtype` along `axis`. Leading axes are independent: an array of many lanes'
     valid regions ``[L, R, C]`` reduces each lane as its own instruction would (axis -1 or -2)."""
     if op == "sum":
-        return _tree(x, axis, dtype)
-    return (np.max if op == "max" else np.min)(x, axis=axis)
+        return tree_sum(x, axis, dtype)
+    return (np.maximum if op == "max" else np.minimum).reduce(x, axis=axis)  # np.max / np.min's own call
 
 
 def row_reduce(op: str, dst: TileBuf, src: TileBuf, tmp: TileBuf | None = None, target: str = "A2A3") -> None:

@@ -88,24 +88,49 @@ def run_views(
     """Writable GM views ``(u0, u1, (u1 - u0, *shape))`` of a byte view of `shape` / `strides` at
     each of the `addrs`, one per arithmetic run; None when the addresses do not increase, a view is
     refused or, with `disjoint`, unless no byte belongs to two lanes (within a run: the strides say
-    so; across runs: their byte ranges are apart) nor twice to one lane."""
+    so; across runs: their byte ranges are apart) nor twice to one lane. The runs and those tests
+    depend on the addresses, shape and strides only: remembered for the last few (a kernel's
+    steps replay the same lanes' addresses on every call); the views are made, and GM checks
+    them, on every call."""
+    key = (addrs.dtype.char, addrs.tobytes(), shape, strides, disjoint)
+    runs = _RUNS.get(key, _MISSING)
+    if runs is _MISSING:
+        runs = _runs_of(addrs, shape, strides, disjoint)
+        if len(_RUNS) > 256:
+            _RUNS.clear()
+        _RUNS[key] = runs
+    if runs is None:
+        return None
+    try:
+        return [(u0, u1, gm.view_span(start, rs, rst, lo, span)) for u0, u1, start, rs, rst, lo, span in runs]
+    except DeviceError:
+        return None
+
+
+_MISSING = object()
+#: `_runs_of` per (addresses, shape, strides, disjoint), bounded
+_RUNS: dict[tuple[Any, ...], Any] = {}
+
+
+def _runs_of(
+    addrs: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...], disjoint: bool
+) -> list[tuple[int, int, int, tuple[int, ...], tuple[int, ...], int, int]] | None:
+    """The runs of `run_views` as ``(u0, u1, address, shape, strides, lo, span)`` (view_span's
+    arguments), or None (`run_views`'s refusals but GM's own)."""
     lo, hi = byte_span(0, shape, strides)
     if hi <= lo or not (addrs[1:] > addrs[:-1]).all():
         return None
-    views, end = [], None
-    try:
-        for u0, u1, step in arithmetic_runs(addrs):
-            run_shape, run_strides = (u1 - u0, *shape), (step, *strides)
-            start = int(addrs[u0])
-            if disjoint and (
-                overlaps_itself(run_shape, run_strides, 1) or (end is not None and start + lo < end)
-            ):
-                return None
-            end = start + hi + (u1 - u0 - 1) * step
-            views.append((u0, u1, gm.view_span(start, run_shape, run_strides, lo, end - start)))
-    except DeviceError:
-        return None
-    return views
+    runs, end = [], None
+    for u0, u1, step in arithmetic_runs(addrs):
+        run_shape, run_strides = (u1 - u0, *shape), (step, *strides)
+        start = int(addrs[u0])
+        if disjoint and (
+            overlaps_itself(run_shape, run_strides, 1) or (end is not None and start + lo < end)
+        ):
+            return None
+        end = start + hi + (u1 - u0 - 1) * step
+        runs.append((u0, u1, start, run_shape, run_strides, lo, end - start))
+    return runs
 
 
 def arithmetic_runs(addrs: np.ndarray) -> list[tuple[int, int, int]]:

@@ -10,6 +10,7 @@ sources (only that region is computed).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -105,7 +106,13 @@ _vec_rule((VP.cvt_p,), VecOp(_cvt, _like_first))
 
 # ------------------------------------------------------------------------ reductions / broadcasts
 def _reduce_kind(e: Eqn) -> tuple[str, str]:
-    kind, op = e.primitive.name.split(".")[1].split("_")
+    return _kind_of(e.primitive.name)
+
+
+@functools.cache
+def _kind_of(name: str) -> tuple[str, str]:
+    """("row" / "col", op) of a reduction's primitive name (parsed once: it runs every step)."""
+    kind, op = name.split(".")[1].split("_")
     return kind, op
 
 
@@ -142,11 +149,15 @@ def _reduce(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> 
 
 def _expand(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> None:
     a, v = ins
-    name = e.primitive.name.split(".")[1]
-    kind, suffix = name[:3], name[len("row_expand") :]
-    fn = V.row_expand if kind == "row" else V.col_expand
-    op = _EXPAND_OP[suffix]
-    fn(op, out, None if op == "expand" else a, v, target)
+    row, op = _expand_of(e.primitive.name)
+    (V.row_expand if row else V.col_expand)(op, out, None if op == "expand" else a, v, target)
+
+
+@functools.cache
+def _expand_of(name: str) -> tuple[bool, str]:
+    """(a row broadcast?, runtime op) of a TROWEXPAND* / TCOLEXPAND* primitive name (parsed once)."""
+    name = name.split(".")[1]
+    return name[:3] == "row", _EXPAND_OP[name[len("row_expand") :]]
 
 
 def _col_expand_lanes(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any, lanes: int) -> None:
