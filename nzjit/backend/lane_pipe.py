@@ -60,6 +60,8 @@ def batch_push_acc(st: Step) -> Any:
 
     def run(s: LaneState, env: list[Any]) -> None:
         conv = _fixpipe(s, e, env, ins, out, relu, valid_cols=False)
+        if not conv.flags.owndata:  # no conversion: a view of the accumulators, which a later
+            conv = conv.copy()  # mad_acc may update in place; the slot holds the pushed bytes
         slot = pipe_of(s.ctx.gm).reserve("c2v", conv.shape[1:], out)
         env[o] = LaneSlot(conv, iota(len(conv)), slot)
 
