@@ -134,7 +134,11 @@ class GlobalMemory:
             raise DeviceError(f"cannot allocate {nbytes} bytes")
         data = self._pooled(nbytes)
         if data is None:
-            data = np.zeros(nbytes, dtype=np.uint8) if zero else np.full(nbytes, POISON_BYTE, dtype=np.uint8)
+            if zero:
+                data = np.zeros(nbytes, dtype=np.uint8)
+            else:  # np.full's bytes, without its Python wrapper (a cached call allocates its omitted Outs)
+                data = np.empty(nbytes, dtype=np.uint8)
+                data.fill(POISON_BYTE)
         else:
             data.fill(0 if zero else POISON_BYTE)
         return self._map(data)
