@@ -134,7 +134,11 @@ class GlobalMemory:
             raise DeviceError(f"cannot allocate {nbytes} bytes")
         data = self._pooled(nbytes)
         if data is None:
-            data = np.zeros(nbytes, dtype=np.uint8) if zero else np.full(nbytes, POISON_BYTE, dtype=np.uint8)
+            if zero:
+                data = np.zeros(nbytes, dtype=np.uint8)
+            else:  # np.full's bytes, without its Python wrapper (a cached call allocates its omitted Outs)
+                data = np.empty(nbytes, dtype=np.uint8)
+                data.fill(POISON_BYTE)
         else:
             data.fill(0 if zero else POISON_BYTE)
         return self._map(data)
@@ -236,13 +240,19 @@ class GlobalMemory:
         """:meth:`view` with ``shape`` / ``byte_strides`` already ints and the touched byte range
         ``[addr + lo, addr + hi)`` precomputed (``byte_span`` relative to ``addr``; non-empty)."""
         a = self._checked(addr + lo, addr + hi)
-        return strided_bytes(_held(a, addr + lo, addr + hi), addr - a.base, shape, byte_strides)
+        data = a.data  # `_held`, inline on this hot path: the bytes taken once, then checked
+        if data is None:
+            data = _held(a, addr + lo, addr + hi)  # raises: freed meanwhile
+        return strided_bytes(data, addr - a.base, shape, byte_strides)
 
     def span(self, lo: int, hi: int) -> np.ndarray:
         """GM bytes ``[lo, hi)`` (non-empty) as a flat view, checked like :meth:`view_span`: the
         view of a dense transfer, whose bytes are in view order (a slice, no strided view)."""
         a = self._checked(lo, hi)
-        return _held(a, lo, hi)[lo - a.base : hi - a.base]
+        data = a.data  # `_held`, inline (see `view_span`)
+        if data is None:
+            data = _held(a, lo, hi)  # raises: freed meanwhile
+        return data[lo - a.base : hi - a.base]
 
     def _checked(self, lo: int, hi: int) -> _Allocation:  # callers take the bytes with `_held`
         """The live allocation holding ``[lo, hi)`` (remembered in ``_last``), else DeviceError."""

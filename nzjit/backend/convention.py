@@ -30,6 +30,7 @@ from ..core.ir import Graph
 from ..core.types import ScalarType
 from .launch import execute, tensor_layout
 from .options import Options
+from .plan import GENERATION, Plan, plan_of
 from .values import TensorVal
 
 SCALAR, RESIDENT, HOST, OMITTED = range(4)
@@ -140,6 +141,17 @@ class LaunchPlan:
         #: deferred stores, after which nothing can fail (batched.py); run lane by lane, it takes
         #: the snapshot first (loops.py) - so the snapshot waits until one of them asks for it
         self.commits_last = len(graph.eqns) == 1 and graph.eqns[0].params.get("kind") == "spmd"
+        self._plan: Plan | None = None
+        self._generation = -1
+
+    def compiled(self) -> Plan:
+        """The graph's plan under the options (plan.plan_of), kept here while the plan cache is not
+        cleared: a launch does not look it up again."""
+        if self._generation != GENERATION[0] or self._plan is None:
+            generation = GENERATION[0]  # before the lookup: a clear meanwhile makes it stale
+            self._plan = plan_of(self.graph, 0, self.options)
+            self._generation = generation
+        return self._plan
 
     # ------------------------------------------------------------------------------ steps
     def snapshot(

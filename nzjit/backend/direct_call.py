@@ -18,7 +18,7 @@ from runtime import DeviceTensor, Worker
 from runtime.device import NzDeviceTensor
 
 from ..core.ir import Graph
-from .convention import HOST, RESIDENT, SCALAR, ArgSlot, LaunchPlan, Rollback, download, free_temps
+from .convention import HOST, RESIDENT, SCALAR, ArgSlot, LaunchPlan, Rollback, download, free_temps, restore
 from .launch import default_worker, execute
 from .options import Options
 
@@ -70,8 +70,11 @@ class CallPlan:
         resident = any(s.kind == RESIDENT for s in self.launch.slots)
         self.worker = None if resident else default_worker(self.target, device or 0)
         # issue 24 item 3: a signature does not fix which tensor arguments share memory; each call
-        # re-checks them when one of them is written (`overlapping`)
+        # re-checks them when one of them is written (`overlapping`; resident pairs by their
+        # addresses, compared in `worker_for` itself)
         self.alias_pairs = alias_pairs(self.launch.slots)
+        self.resident_pairs = tuple((i, n_i, j, n_j) for i, n_i, j, n_j, host in self.alias_pairs if not host)
+        self.host_pairs = tuple(p for p in self.alias_pairs if p[4])
 
     def worker_for(self, args: Sequence[Any]) -> Worker | None:
         """The worker this call runs on, if every per-call fact is as the general path would accept
@@ -94,8 +97,12 @@ class CallPlan:
                 a = args[s.pos]
                 if s.check(a) != a:  # type: ignore[misc]
                     return None  # out of range
-        if self.alias_pairs and overlapping(args, self.alias_pairs):
-            return None  # the general path refuses it (check_args)
+        for i, n_i, j, n_j in self.resident_pairs:  # `overlapping` of one worker's addresses
+            lo_i, lo_j = args[i].address, args[j].address
+            if lo_i < lo_j + n_j and lo_j < lo_i + n_i:
+                return None  # the general path refuses it (check_args)
+        if self.host_pairs and overlapping(args, self.host_pairs):
+            return None
         if w is None:
             w = self.worker
         elif self.device is not None and self.device != w.device_id:
@@ -108,20 +115,23 @@ class CallPlan:
         if w is None:
             return MISS
         plan, gm = self.launch, w.gm
-        rollback = Rollback(plan, gm, args) if plan.resident_outputs else None
-        pending = None
-        if rollback is not None:
-            if plan.commits_last:
-                pending = [rollback.take]  # taken only if the launch needs it (convention.Rollback)
-            else:
-                rollback.take()
+        saved: list[tuple[np.ndarray, np.ndarray]] | None = None
+        rollback = pending = None
+        if plan.resident_outputs:
+            if plan.commits_last:  # taken only if the launch needs it (convention.Rollback)
+                rollback = Rollback(plan, gm, args)
+                pending = [rollback.take]
+            else:  # the snapshot a Rollback would take at once, without the object
+                saved = plan.snapshot(gm, args, [])
         temps: list[int] = []
         try:
             try:
                 vals, host_outputs, outs = plan.place(args, gm, {}, temps)
                 execute(plan, w, vals, pending)
             except BaseException:
-                if rollback is not None:
+                if saved:
+                    restore(saved)
+                elif rollback is not None:
                     rollback.restore()
                 raise
             if host_outputs:

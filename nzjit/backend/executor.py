@@ -70,9 +70,19 @@ def run_plan(ctx: Ctx, plan: Plan, args: Sequence[Any]) -> list[Any]:
 
 
 def run_graph(ctx: Ctx, g: Graph, args: Sequence[Any], n_owned_params: int = 0) -> list[Any]:
-    """Run `g` on `args` (kernel arguments: TensorVals and ints). Floating-point overflow and
-    invalid operations are silent, as on the device (inf / nan results, no numpy warnings)."""
-    plan = plan_of(g, n_owned_params, ctx.options)
+    """Run `g` on `args` (kernel arguments: TensorVals and ints): the launch of its cached plan
+    (`run_launch`)."""
+    return run_launch(ctx, plan_of(g, n_owned_params, ctx.options), args)
+
+
+def run_launch(ctx: Ctx, plan: Plan, args: Sequence[Any]) -> list[Any]:
+    """Run the launch of `plan` on `args`. Floating-point overflow and invalid operations are
+    silent, as on the device (inf / nan results, no numpy warnings). A `Plan.plain` launch is the
+    run alone; else its pipe slot buffers are held around it, its products run on one BLAS thread
+    and its GM scratch tensors are freed when it ends."""
+    if plan.plain:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return plan.run(ctx, args)
     pipe = plan.reserved
     for b in pipe:
         ctx.onchip.reserve(b.memory.value, b.nbytes)
@@ -92,4 +102,13 @@ def run_graph(ctx: Ctx, g: Graph, args: Sequence[Any], n_owned_params: int = 0) 
             ctx.gm.free(ctx.scratch.pop())
 
 
-__all__ = ["Ctx", "run_graph", "run_plan", "plan_of", "clear_plans", "free_value", "TransposedTile"]
+__all__ = [
+    "Ctx",
+    "run_graph",
+    "run_launch",
+    "run_plan",
+    "plan_of",
+    "clear_plans",
+    "free_value",
+    "TransposedTile",
+]

@@ -12,7 +12,7 @@ import runtime
 from runtime import DeviceTensor, Worker
 
 from ..core.types import DynDim, Layout, TensorType
-from .executor import Ctx, run_graph
+from .executor import Ctx, run_launch
 from .values import NzWindow, TensorVal
 
 _workers: dict[tuple[str, int], Worker] = {}
@@ -81,11 +81,10 @@ def recycle_onchip(onchip: runtime.OnChip) -> None:
 
 
 def execute(plan: Any, worker: Worker, vals: list[Any], pending: list[Any] | None = None) -> list[Any]:
-    """Launch `plan` (a convention.LaunchPlan: graph, dims, options) on `worker` with the placed
-    argument values `vals`; on-chip buffers are per launch. `pending`: snapshots to take before
-    the launch first writes GM outside a one-assignment final commit (`Ctx.pending`)."""
+    """Launch `plan` (a convention.LaunchPlan: graph, dims, options, its compiled plan) on `worker`
+    with the placed argument values `vals`; on-chip buffers are per launch. `pending`: snapshots
+    to take before the launch first writes GM outside a one-assignment final commit (`Ctx.pending`)."""
     onchip = launch_onchip(worker.target)
-    ctx = Ctx(worker.gm, onchip, plan.dims, plan.options, pending=pending)
-    out = run_graph(ctx, plan.graph, vals)
+    out = run_launch(Ctx(worker.gm, onchip, plan.dims, plan.options, pending=pending), plan.compiled(), vals)
     recycle_onchip(onchip)
     return out

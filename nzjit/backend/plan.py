@@ -52,6 +52,15 @@ class Plan:
     #: the on-chip slot buffers the graph's cross-core pipe holds for the whole launch (a split
     #: mixed kernel, passes/pipe_buffers.py): reserved around a launch of it (executor.run_graph)
     reserved: tuple[Any, ...] = ()
+    #: the graph (nested bodies included) creates a GM scratch tensor (`tensor.create`): a launch
+    #: of it frees the kernel's scratch tensors when it ends (executor.run_launch)
+    creates: bool = False
+    #: nothing to set up or end around a launch (no pipe buffers, no scratch, no product): a
+    #: launch of it is the plan's run alone (executor.run_launch), decided once here
+    plain: bool = True
+
+    def __post_init__(self) -> None:
+        self.plain = not (self.reserved or self.creates or self.multiplies)
 
     def run(self, ctx: Any, args: Sequence[Any]) -> list[Any]:
         """Run the plan on `args` in `ctx`; returns the values of its output slots."""
@@ -238,6 +247,7 @@ def build_plan(g: Graph, n_owned_params: int, options: Options, in_launch: bool 
         logged=tuple(logged),
         multiplies=multiplies(g),
         reserved=tuple(pipe_buffers(g)),
+        creates=any(e.primitive is P.tensor_create_p for e in g.walk()),
     )
 
 
@@ -245,11 +255,18 @@ def multiplies(g: Graph) -> bool:
     """Whether `g`, nested bodies included, runs a product on the cube (a tensor or tile matmul,
     its accumulating / bias / batched / gemv forms, or their lowered `tile.mad*`): those are the
     equations whose numpy implementation calls BLAS."""
-    for e in g.walk():
-        op = e.primitive.name.rsplit(".", 1)[-1]
-        if "matmul" in op or "gemv" in op or op.startswith("mad"):
-            return True
-    return False
+    return any(_multiplies(e.primitive) for e in g.walk())
+
+
+_MULTIPLIES: dict[P.Primitive, bool] = {}  # per primitive: its name decides (a handful in use)
+
+
+def _multiplies(p: P.Primitive) -> bool:
+    m = _MULTIPLIES.get(p)
+    if m is None:
+        op = p.name.rsplit(".", 1)[-1]
+        m = _MULTIPLIES[p] = "matmul" in op or "gemv" in op or op.startswith("mad")
+    return m
 
 
 def _then_free(run: Run, dead: tuple[int, ...]) -> Run:
@@ -280,9 +297,24 @@ def plan_of(g: Graph, n_owned_params: int, options: Options, in_launch: bool = F
     return plan
 
 
+#: bumped by `clear_plans`: a plan kept outside this cache (convention.LaunchPlan.compiled) is
+#: valid while the generation it was taken in is current
+GENERATION = [0]
+
+
 def clear_plans() -> None:
     """Drop every cached plan (after registering a different rule for a primitive)."""
     _PLANS.clear()
+    GENERATION[0] += 1
 
 
-__all__ = ["Plan", "build_plan", "plan_of", "clear_plans", "liveness", "multiplies", "window_extracts"]
+__all__ = [
+    "Plan",
+    "build_plan",
+    "plan_of",
+    "clear_plans",
+    "GENERATION",
+    "liveness",
+    "multiplies",
+    "window_extracts",
+]

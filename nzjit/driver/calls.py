@@ -80,9 +80,10 @@ def call_lowered(low: Any, graph: Graph, args: Sequence[Any], device: int | None
     return _call(low.kernel, args, device, low, graph, current())
 
 
-def call_kernel(kernel: Any, args: Sequence[Any], device: int | None = None) -> Any:
-    """`kernel(*args, device=)`: a one-kernel orchestration, or a recorded call inside one."""
-    prog = active_program()
+def call_kernel(kernel: Any, *args: Any, device: int | None = None) -> Any:
+    """`kernel(*args, device=)` (Kernel.__call__): a one-kernel orchestration, or a recorded call
+    inside one."""
+    prog = getattr(recording, "program", None)  # active_program(), inline: every call asks
     if prog is not None:
         return prog.record(kernel, args, device)
     options = current()

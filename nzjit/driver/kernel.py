@@ -61,6 +61,6 @@ class Kernel:
         """Trace and run every pass; args (or nzjit.spec placeholders) only select the cache entry."""
         return self.cache.lowered(args)
 
-    @api_boundary
-    def __call__(self, *args: Any, device: int | None = None) -> Any:
-        return calls.call_kernel(self, args, device=device)
+    #: `kernel(*args, device=)`: the API boundary straight around calls.call_kernel (a cached call
+    #: pays for one wrapper frame, not two)
+    __call__ = api_boundary(calls.call_kernel)

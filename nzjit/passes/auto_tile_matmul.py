@@ -33,6 +33,7 @@ from ..core.types import Mem, ScalarType, TensorType, TileType
 from ..errors import CompileError, Source
 from .block_nz_store import check_nz_store_emission, split_nz_store
 from .rewrite import Rewriter
+from .scan import primitives
 
 MAX_CUBE_EXTENT = 4095
 
@@ -137,6 +138,9 @@ def left_only_values(g: Graph) -> set[Var]:
     return {v for v, r in roles.items() if r == {"left"}}
 
 
+_MATMULS = (P.tile_matmul_p, P.tile_matmul_acc_p, P.tile_matmul_bias_p)
+
+
 def _row_paddable(e: Eqn) -> tuple[int, ...]:
     """The operands of a matmul whose Mat tile may have fewer rows than whole fractals: the Left
     operand (a decode batch) and a bias row."""
@@ -163,16 +167,23 @@ class _AutoTile(Rewriter):
         self.deferred: dict[Var, Eqn] = {}
         self.uses: list[Counter[Var]] = []
         self.left_only: set[Var] = set()
+        #: the graph has a tile matmul (passes/scan.py): else no operand roles or use counts are
+        #: needed - loads and stores are all this pass rewrites
+        self.multiplies = True
 
     def operands(self, e: Eqn) -> tuple[Any, Any, Any, Any]:
         """The rewritten (accumulator, a, b, bias) atoms of a tile matmul (None where it has none)."""
         return tuple(None if x is None else self.atom(x) for x in mm_operands(e))  # type: ignore[return-value]
 
     def run(self, g: Graph) -> Graph:
-        self.left_only = left_only_values(g)
+        self.multiplies = not primitives(g).isdisjoint(_MATMULS)
+        # without a matmul no value is a Left operand: left_only_values would find none
+        self.left_only = left_only_values(g) if self.multiplies else set()
         return super().run(g)
 
     def body(self, g: Graph) -> list[Eqn]:
+        if not self.multiplies:
+            return super().body(g)
         uses: Counter[Var] = Counter(a for e in g.eqns for a in e.inputs if isinstance(a, Var))
         uses.update(a for a in g.outputs if isinstance(a, Var))
         self.uses.append(uses)
@@ -371,7 +382,7 @@ class _AutoTile(Rewriter):
         p = e.primitive
         if p is P.tile_load_p and e.params.get("window_2d"):  # ND -> NZ: the Mat tile the cube reads
             self.nd2nz_load(e)
-        elif p in (P.tile_matmul_p, P.tile_matmul_acc_p, P.tile_matmul_bias_p):
+        elif p in _MATMULS:
             self.matmul(e)
         elif p is P.tile_store_p and e.inputs[0] in self.deferred:
             self.split_store(self.deferred.pop(e.inputs[0]), e)

@@ -28,6 +28,9 @@ from ..core.types import Mem, ScalarType, TileType
 from ..errors import CompileError
 from ..prims.cube_batch import PER_BATCH_HELP
 from .rewrite import Rewriter
+from .scan import primitives
+
+BATCHED = (P.tile_batch_matmul_p, P.tile_batch_matmul_acc_p)
 
 
 def batched_mat(t: Any) -> bool:
@@ -53,11 +56,15 @@ def _operands(g: Graph) -> set[Var]:
     """The values read by a batch_matmul of `g` itself, through transposed views."""
     operands: set[Var] = set()
     for e in reversed(g.eqns):
-        if e.primitive in (P.tile_batch_matmul_p, P.tile_batch_matmul_acc_p) or (
-            e.primitive is P.tile_transpose_view_p and e.outputs[0] in operands
-        ):
+        if e.primitive in BATCHED or (e.primitive is P.tile_transpose_view_p and e.outputs[0] in operands):
             operands.update(a for a in e.inputs if isinstance(a, Var))
     return operands
+
+
+def has_batch_matmul(g: Graph) -> bool:
+    """Does `g` (nested bodies included) run a batched matmul? Without one the unroll has nothing
+    to do: no rank-3 Mat tile is pending, no product exists, so it leaves every equation to the pass."""
+    return not primitives(g).isdisjoint(BATCHED)
 
 
 def _lit(v: int) -> Literal:
@@ -78,6 +85,9 @@ class BatchMatmulUnroll(Rewriter):
         self.operands: list[set[Var]] = []
         self.nested: list[set[Var]] = []
         self.expanding: set[int] = set()  # ids of the loop bodies whose product carries are expanded
+        #: the graph has a batched matmul (`has_batch_matmul`); else `body` and `batched` are the
+        #: plain rebuild (the bookkeeping of uses and operands per body costs as much as the pass)
+        self.unrolls = True
 
     def load(self, e: Eqn) -> list[Var]:
         """The pass's rewrite of a tile.load (flatten_2d.py); its outputs."""
@@ -86,6 +96,8 @@ class BatchMatmulUnroll(Rewriter):
     def body(self, g: Graph) -> list[Eqn]:
         """The rebuilt body, with its uses, positions and batch_matmul operands known to the unroll;
         a rank-3 tile may not leave it."""
+        if not self.unrolls:
+            return super().body(g)
         uses: dict[Var, list[Eqn]] = {}
         for e in g.eqns:
             for a in e.inputs:
@@ -124,6 +136,8 @@ class BatchMatmulUnroll(Rewriter):
     # ------------------------------------------------------------------------------ dispatch
     def batched(self, e: Eqn) -> bool:
         """Handle `e` if it is part of a batched matmul (True), else leave it to the pass."""
+        if not self.unrolls:
+            return False
         p = e.primitive
         if p is P.tile_load_p and batched_mat(e.outputs[0].type) and e.outputs[0] in self.nested[-1]:
             raise CompileError(

@@ -13,7 +13,7 @@ from .. import prims as P
 from ..core.ir import Eqn, Graph, Var
 from ..core.types import Layout, Mem, TensorType, TileType, Type
 from ..errors import CompileError
-from .batch_matmul_unroll import BatchMatmulUnroll
+from .batch_matmul_unroll import BatchMatmulUnroll, has_batch_matmul
 
 
 def _flat(shape: tuple[int, ...]) -> tuple[int, int]:
@@ -37,7 +37,7 @@ class _Flatten(BatchMatmulUnroll):
         return t
 
     def rewrite(self, e: Eqn) -> None:
-        if self.batched(e):  # a batched matmul, its rank-3 operands and its stores
+        if self.unrolls and self.batched(e):  # a batched matmul, its rank-3 operands and its stores
             return
         if e.primitive is P.tile_load_p:
             self.load(e)
@@ -65,4 +65,6 @@ class _Flatten(BatchMatmulUnroll):
 
 def flatten_tile_nd_to_2d(g: Graph) -> Graph:
     """N-D tiles -> 2-D tiles; ND->NZ source windows collapsed, NZ source windows kept (NZ-10)."""
-    return _Flatten().run(g)
+    flatten = _Flatten()
+    flatten.unrolls = has_batch_matmul(g)
+    return flatten.run(g)

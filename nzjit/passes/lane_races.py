@@ -22,6 +22,7 @@ from ..core.types import ScalarType
 from ..errors import CompileError
 from .guard_bypass import GuardBypass
 from .proofs import Prover
+from .scan import has_loops
 
 __all__ = ["check_lane_races"]
 
@@ -110,6 +111,6 @@ def _find_spmd(g: Graph, prover: Prover) -> None:
 
 def check_lane_races(g: Graph) -> Graph:
     """Refuse a pl.spmd whose lanes provably store the same window; return `g` unchanged."""
-    if not _bypass_for_tests.active and any(isinstance(e.params.get("body"), Graph) for e in g.eqns):
+    if not _bypass_for_tests.active and has_loops(g):
         _find_spmd(g, Prover(g))
     return g

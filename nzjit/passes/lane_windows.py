@@ -43,6 +43,7 @@ from ..core.ir import Atom, Eqn, Graph, Literal, Var
 from ..core.types import TileType
 from .proofs import Prover, dtype_range
 from .rewrite import Rewriter
+from .scan import primitives
 
 __all__ = ["mark_lane_windows", "LANE_LOG", "MAX_PAIRWISE"]
 
@@ -412,7 +413,7 @@ class _Marker(Rewriter):
 
 def mark_lane_windows(g: Graph) -> Graph:
     """`g` with every GM access and every pl.spmd loop marked `lane_log` (see the module docstring)."""
-    if not any(e.params.get("kind") == "spmd" for e in g.walk()):
+    if P.for_p not in primitives(g) or not any(e.params.get("kind") == "spmd" for e in g.walk()):
         return g  # no launch: nothing to mark (the executor logs only inside launches)
     marks: dict[Eqn, Any] = {}
     _collect(g, Prover(g), marks)

@@ -15,6 +15,7 @@ from ..core.ir import Graph, Var
 from ..core.types import Layout, Mem, TensorType
 from ..errors import CompileError
 from .guard_bypass import GuardBypass
+from .scan import equations
 
 MAX_ND_ROW_PITCH = 65535  # the 16-bit srcDValue field, in elements
 RULE = "ND2NZ-pitch"
@@ -27,8 +28,8 @@ def check_nd_row_pitch(g: Graph) -> Graph:
     """Refuse every ND -> Mat load whose static GM row pitch exceeds 65535 elements."""
     if _bypass_for_tests.active:
         return g
-    for e in g.walk():
-        if e.primitive is not P.tile_load_p or e.params.get("memory") is not Mem.Mat or not e.inputs:
+    for e in equations(g, (P.tile_load_p,)):
+        if e.params.get("memory") is not Mem.Mat or not e.inputs:
             continue
         src = e.inputs[0]
         t = src.type if isinstance(src, Var) else None

@@ -27,6 +27,7 @@ from ..core.ir import Atom, Eqn, Graph, Literal, Var
 from ..core.types import Mem, ScalarType, TensorType, TileType, static_dim
 from ..errors import CompileError
 from .rewrite import Rewriter
+from .scan import primitives
 
 _RESHAPED = "a reshaped matmul result"
 
@@ -139,7 +140,7 @@ class _Convert(Rewriter):
 
     def rewrite(self, e: Eqn) -> None:
         p = e.primitive
-        if any(isinstance(x, Var) and x in self.reshaped for x in e.inputs):
+        if self.reshaped and any(isinstance(x, Var) and x in self.reshaped for x in e.inputs):
             if p is P.tensor_assign_p and e.inputs[1] in self.reshaped and e.inputs[0] not in self.reshaped:
                 self._store_reshaped(e, self.reshaped[e.inputs[1]])
                 return
@@ -221,5 +222,6 @@ def convert_tensor_to_tile_ops(g: Graph) -> Graph:
     """Tensor-level ops -> tile ops (see module docstring)."""
     creates: set[Var] = set()
     other: set[Var] = set()
-    _carried_creates(g, creates, other)
+    if P.tensor_create_p in primitives(g):  # else no use needs sorting out
+        _carried_creates(g, creates, other)
     return _Convert(creates - other).run(g)

@@ -22,13 +22,16 @@ from ..core.ir import Graph, Var
 __all__ = ["UnwrittenOutputWarning", "unwritten_outputs", "warn_unwritten_outputs"]
 
 _VIEWS = (P.tensor_slice_p, P.tensor_reshape_p, P.tensor_view_p, P.tensor_reinterpret_view_p)
+_WRITES = (P.tensor_assign_p, P.tensor_write_p)
 
 
 class UnwrittenOutputWarning(UserWarning):
     """A `pl.Out` parameter that no store writes: its result bytes are whatever memory held."""
 
 
-def _written_roots(g: Graph, roots: dict[Var, int], written: set[int]) -> None:
+def _written_roots(g: Graph, roots: dict[Var, int], written: set[int], want: int) -> bool:
+    """Follow `roots` through `g`, adding the written ones to `written`; True as soon as `want`
+    roots are (every output found written: the rest of the kernel cannot change the answer)."""
     for e in g.eqns:
         ins = e.inputs
         if e.primitive in _VIEWS and ins and ins[0] in roots:
@@ -36,10 +39,14 @@ def _written_roots(g: Graph, roots: dict[Var, int], written: set[int]) -> None:
                 roots[o] = roots[ins[0]]
         elif e.primitive is P.tile_store_p and ins and ins[-1] in roots:
             written.add(roots[ins[-1]])
+            if len(written) == want:
+                return True
             for o in e.outputs:
                 roots[o] = roots[ins[-1]]
-        elif e.primitive in (P.tensor_assign_p, P.tensor_write_p) and ins and ins[0] in roots:
+        elif e.primitive in _WRITES and ins and ins[0] in roots:
             written.add(roots[ins[0]])
+            if len(written) == want:
+                return True
             for o in e.outputs:
                 roots[o] = roots[ins[0]]
         body = e.params.get("body")
@@ -49,14 +56,16 @@ def _written_roots(g: Graph, roots: dict[Var, int], written: set[int]) -> None:
             for p, a in pairs:
                 if a in roots:
                     roots[p] = roots[a]
-            _written_roots(body, roots, written)
+            if _written_roots(body, roots, written, want):
+                return True
+    return False
 
 
 def unwritten_outputs(g: Graph, outputs: Sequence[int]) -> list[int]:
     """The indices among `outputs` (graph parameter positions) that no store writes."""
     roots = {g.params[i]: i for i in outputs if i < len(g.params)}
     written: set[int] = set()
-    _written_roots(g, roots, written)
+    _written_roots(g, roots, written, len(roots))
     return [i for i in outputs if i not in written]
 
 
