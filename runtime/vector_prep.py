@@ -6,7 +6,8 @@ are for TLOAD / TSTORE.
 `prepare(name, dst, *srcs, target=..., **params)` takes each tile as a `Spec`, ``(geometry,
 valid_row, valid_col)`` (TileBuf.from_geometry's arguments; None: the static extent), and runs the
 instruction itself once on zero images of those geometries: every check it makes, in its order,
-with its message, raises there (a DeviceError) before anything of the caller's is touched. It
+with its message, raises there (a DeviceError) before anything of the caller's is touched (the
+kernels' own refusals too: they depend on the parameters, never on the element values). It
 returns a `Prepared`: called with the destination's and the operands' uint8 byte images (``nbytes``
 bytes each, C-contiguous; a scalar operand as its value), in the instruction's operand order, it
 runs the instruction's own kernel (runtime/vector.py's ``_*_k``: the same ufunc, dtype path,
