@@ -18,6 +18,11 @@ The batch form (`lanes_of`) runs the instruction once for the lanes of an SPMD b
 * otherwise (TCOL* reductions, a partial valid row count) it runs once per distinct image, on
   views of it.
 
+A stacked (or lane-told) step whose VecOp has a `prepare` runs the instruction prepared for its
+stacked tiles (runtime.vector_prep: every check run once, when the step's `_Layout` is decided,
+then the instruction's own kernel on the raw stacked images), not the call that rebuilds TileBufs
+and re-checks per step: the same bytes by construction.
+
 Either way the bytes are those of one instruction per lane: the same instruction code on the same
 element values, and the stacked checks (valid shapes, dtypes, the scratch size) scale with U.
 A wholly valid result (it writes every byte) takes over the images of an operand of its type that
