@@ -210,19 +210,17 @@ def _write(dst: TileBuf, values: np.ndarray) -> None:
         valid_region(dst)[...] = values.astype(dst.dtype, copy=False)
 
 
-def _apply(
-    dst: TileBuf, fn: Callable[..., np.ndarray], *args: np.ndarray, shape: tuple[int, ...] | None = None
-) -> None:
-    """``dst = fn(*args)`` over dst's valid region (viewed as `shape`, when given: stacked lanes),
-    computed in `_compute_dtype`: straight into the region when that is dst's own dtype (the same
-    ufunc on the same values: the same bits, without the temporary and the second pass), else
-    computed, then rounded to dst's dtype."""
-    region = valid_region(dst) if shape is None else valid_region(dst).reshape(shape)
+def _apply(region: np.ndarray, fn: Callable[..., np.ndarray], *args: np.ndarray) -> None:
+    """``region = fn(*args)`` (a destination's valid region, as its dtype), computed in
+    `_compute_dtype`: straight into the region when that is its own dtype (the same ufunc on the
+    same values: the same bits, without the temporary and the second pass), else computed, then
+    rounded. The kernels below (``_*_k``) take valid regions: the instructions and their prepared
+    forms (vector_prep.py) run the same code after the same checks."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        if _compute_dtype(dst.dtype) == dst.dtype and isinstance(fn, np.ufunc):
+        if _compute_dtype(region.dtype) == region.dtype and isinstance(fn, np.ufunc):
             fn(*args, out=region)
         else:
-            region[...] = fn(*args).astype(dst.dtype, copy=False)
+            region[...] = fn(*args).astype(region.dtype, copy=False)
 
 
 # ---------------------------------------------------------------------------------- elementwise
@@ -234,8 +232,12 @@ def binary(op: str, dst: TileBuf, a: TileBuf, b: TileBuf, target: str = "A2A3") 
     _same_dtype(what, dst, a, b)
     _dtypes(what, op, dst.dtype, target)
     _same_valid(what, dst, a, b)
-    c = _compute_dtype(dst.dtype)
-    _apply(dst, BINARY_OPS[op], valid_region(a).astype(c, copy=False), valid_region(b).astype(c, copy=False))
+    _binary_k(op, valid_region(dst), valid_region(a), valid_region(b))
+
+
+def _binary_k(op: str, region: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    c = _compute_dtype(region.dtype)
+    _apply(region, BINARY_OPS[op], a.astype(c, copy=False), b.astype(c, copy=False))
 
 
 def binary_scalar(op: str, dst: TileBuf, a: TileBuf, scalar: float | int, target: str = "A2A3") -> None:
@@ -247,18 +249,23 @@ def binary_scalar(op: str, dst: TileBuf, a: TileBuf, scalar: float | int, target
     _same_dtype(what, dst, a)
     _dtypes(what, op, dst.dtype, target)
     _same_valid(what, dst, a)
-    c = _compute_dtype(dst.dtype)
+    _binary_scalar_k(op, valid_region(dst), valid_region(a), scalar)
+
+
+def _binary_scalar_k(op: str, region: np.ndarray, a: np.ndarray, scalar: float | int) -> None:
+    d = region.dtype
+    c = _compute_dtype(d)
     s = (
-        np.asarray(scalar).astype(dst.dtype).astype(c, copy=False)
-        if dst.dtype.kind == "f"
+        np.asarray(scalar).astype(d).astype(c, copy=False)
+        if d.kind == "f"
         else np.asarray(scalar).astype(c, copy=False)
     )
-    x = valid_region(a).astype(c, copy=False)
-    if c == dst.dtype and dst.dtype.kind == "f":  # straight into the region (`_apply`): the same
-        _apply(dst, BINARY_OPS[op], x, s)  # ufunc on the same values, without a temporary
+    x = a.astype(c, copy=False)
+    if c == d and d.kind == "f":  # straight into the region (`_apply`): the same
+        _apply(region, BINARY_OPS[op], x, s)  # ufunc on the same values, without a temporary
         return
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        _write(dst, BINARY_OPS[op](x, s))
+        region[...] = BINARY_OPS[op](x, s).astype(d, copy=False)  # `_write`
 
 
 def unary(op: str, dst: TileBuf, src: TileBuf, target: str = "A2A3", high_precision: bool = False) -> None:
@@ -282,19 +289,24 @@ def unary(op: str, dst: TileBuf, src: TileBuf, target: str = "A2A3", high_precis
     _same_dtype(what, dst, src)
     _dtypes(what, op, dst.dtype, target)
     _same_valid(what, dst, src)
-    c = _compute_dtype(dst.dtype)
-    x = valid_region(src).astype(c, copy=False)
     algorithm = HIGH_PRECISION.get(op, {}).get(target) if high_precision else None
+    _unary_k(op, valid_region(dst), valid_region(src), algorithm)
+
+
+def _unary_k(op: str, region: np.ndarray, src: np.ndarray, algorithm: str | None) -> None:
+    d = region.dtype
+    c = _compute_dtype(d)
+    x = src.astype(c, copy=False)
     if algorithm == "sqrt-div":
         with np.errstate(invalid="ignore", divide="ignore"):
-            root = np.sqrt(x).astype(dst.dtype).astype(c, copy=False)  # TSQRT's rounded result
-        _apply(dst, np.divide, np.ones((), c), root)
+            root = np.sqrt(x).astype(d).astype(c, copy=False)  # TSQRT's rounded result
+        _apply(region, np.divide, np.ones((), c), root)
         return
     if algorithm == "fp64":
-        with np.errstate(invalid="ignore", divide="ignore"):
-            _write(dst, UNARY_OPS[op](x.astype(np.float64)))
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            region[...] = UNARY_OPS[op](x.astype(np.float64)).astype(d, copy=False)  # `_write`
         return
-    _apply(dst, UNARY_OPS[op], x)
+    _apply(region, UNARY_OPS[op], x)
 
 
 def lrelu(dst: TileBuf, src: TileBuf, slope: float, target: str = "A2A3") -> None:
@@ -357,8 +369,13 @@ def row_reduce(op: str, dst: TileBuf, src: TileBuf, tmp: TileBuf | None = None, 
                 f"{what}: tmp holds {tmp.nbytes} bytes, the reduction needs {need} "
                 "(the source's valid shape for floats, one 32-byte block per row for ints)"
             )
-    values = reduce_values(op, valid_region(src), -1, src.dtype)
-    dst.data.view(dst.dtype).reshape(dst.rows, dst.cols)[: dst.valid_row, 0] = values.astype(dst.dtype)
+    _row_reduce_k(
+        op, dst.data.view(dst.dtype).reshape(dst.rows, dst.cols)[: dst.valid_row, 0], valid_region(src)
+    )
+
+
+def _row_reduce_k(op: str, column: np.ndarray, src: np.ndarray) -> None:
+    column[...] = reduce_values(op, src, -1, src.dtype).astype(column.dtype)
 
 
 def col_reduce(op: str, dst: TileBuf, src: TileBuf, target: str = "A2A3") -> None:
@@ -388,11 +405,15 @@ def _per_row(what: str, row: TileBuf, dst: TileBuf) -> np.ndarray:
             f"{what}: the per-row operand must be [R, 1] (one value per row) or one 32-byte "
             f"block ({block} elements) per row, got {row.valid_row}x{row.valid_col}"
         )
-    v = row.data.view(row.dtype).reshape(row.rows, row.cols)[: row.valid_row, : row.valid_col]
-    if row.valid_col == 1:
+    return _per_row_k(valid_region(row), dst.valid_col)
+
+
+def _per_row_k(v: np.ndarray, cols: int) -> np.ndarray:
+    """The per-row operand's region `v` expanded to `cols` columns (its block repeats)."""
+    if v.shape[1] == 1:
         return v
-    reps = -(-dst.valid_col // block)
-    return np.tile(v, (1, reps))[:, : dst.valid_col]
+    block = 32 // v.dtype.itemsize
+    return np.tile(v, (1, -(-cols // block)))[:, :cols]
 
 
 def _per_col(what: str, col: TileBuf, dst: TileBuf, lanes: int = 1) -> np.ndarray:
@@ -443,16 +464,24 @@ def _broadcast(
     e = expanded(what, v, dst)
     # stacked lanes (col_expand): the region as (lanes, rows, cols), e as (lanes, 1, cols)
     shape = (lanes, dst.valid_row // lanes, dst.valid_col) if lanes > 1 else (dst.valid_row, dst.valid_col)
+    if op != "expand":
+        assert a is not None
+        check_vec(a, what)
+        _same_dtype(what, dst, a)
+        _same_valid(what, dst, a)
+    _broadcast_k(
+        op, valid_region(dst).reshape(shape), None if op == "expand" or a is None else valid_region(a), e
+    )
+
+
+def _broadcast_k(op: str, region: np.ndarray, a: np.ndarray | None, e: np.ndarray) -> None:
+    """`region` (viewed as its broadcast shape) = e, or a <op> e (`a`: the tile operand's region)."""
     if op == "expand":
-        valid_region(dst).reshape(shape)[...] = np.broadcast_to(e, shape)
+        region[...] = np.broadcast_to(e, region.shape)
         return
     assert a is not None
-    check_vec(a, what)
-    _same_dtype(what, dst, a)
-    _same_valid(what, dst, a)
-    c = _compute_dtype(dst.dtype)
-    x = valid_region(a).astype(c, copy=False).reshape(shape)
-    _apply(dst, BINARY_OPS[op], x, e.astype(c, copy=False), shape=shape)
+    c = _compute_dtype(region.dtype)
+    _apply(region, BINARY_OPS[op], a.astype(c, copy=False).reshape(region.shape), e.astype(c, copy=False))
 
 
 # ----------------------------------------------------------------------------------- conversion

@@ -17,6 +17,7 @@ import numpy as np
 
 from runtime import TileBuf
 from runtime import vector as V
+from runtime import vector_prep as VR
 
 from ...core.ir import Eqn
 from ...core.types import Mem, ScalarType, TileType
@@ -97,11 +98,31 @@ def _cvt(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch: Any) -> Non
     V.cvt(out, ins[0], e.params["mode"], target)
 
 
-_vec_rule(tuple(VP.BINARY.values()), VecOp(_binary, _like_first))
-_vec_rule(tuple(VP.BINARY_SCALAR.values()), VecOp(_binary_scalar, _like_first))
-_vec_rule(tuple(VP.UNARY.values()), VecOp(_unary, _like_first))
+# The prepared forms (runtime.vector_prep) of the same calls, for lane-batched steps: `specs` are
+# the stacked operands (a scalar's value at prepare time only; the step passes each call's own).
+def _binary_prep(e: Eqn, specs: list[Any], out: Any, scr: Any, target: str, lanes: int) -> Any:
+    return VR.prepare("binary", out, specs[0], specs[1], target=target, op=_BINARY_OP[e.primitive.name])
+
+
+def _binary_scalar_prep(e: Eqn, specs: list[Any], out: Any, scr: Any, target: str, lanes: int) -> Any:
+    p = VR.prepare("binary_scalar", out, specs[0], target=target, op=_BINARY_OP[e.primitive.name])
+    return lambda o, x, s: p(o, x, scalar_operand(e, 1, s))
+
+
+def _unary_prep(e: Eqn, specs: list[Any], out: Any, scr: Any, target: str, lanes: int) -> Any:
+    op, hp = e.primitive.name.split(".")[1], bool(e.params.get("high_precision"))
+    return VR.prepare("unary", out, specs[0], target=target, op=op, high_precision=hp)
+
+
+def _cvt_prep(e: Eqn, specs: list[Any], out: Any, scr: Any, target: str, lanes: int) -> Any:
+    return VR.prepare("cvt", out, specs[0], target=target, mode=e.params["mode"])
+
+
+_vec_rule(tuple(VP.BINARY.values()), VecOp(_binary, _like_first, prepare=_binary_prep))
+_vec_rule(tuple(VP.BINARY_SCALAR.values()), VecOp(_binary_scalar, _like_first, prepare=_binary_scalar_prep))
+_vec_rule(tuple(VP.UNARY.values()), VecOp(_unary, _like_first, prepare=_unary_prep))
 _vec_rule((VP.lrelu_p,), VecOp(_lrelu, _like_first))
-_vec_rule((VP.cvt_p,), VecOp(_cvt, _like_first))
+_vec_rule((VP.cvt_p,), VecOp(_cvt, _like_first, prepare=_cvt_prep))
 
 
 # ------------------------------------------------------------------------ reductions / broadcasts
@@ -167,11 +188,31 @@ def _col_expand_lanes(e: Eqn, out: TileBuf, ins: list[Any], target: str, scratch
     V.col_expand(op, out, None if op == "expand" else a, v, target, lanes)
 
 
+def _reduce_prep(e: Eqn, specs: list[Any], out: Any, scr: Any, target: str, lanes: int) -> Any:
+    kind, op = _reduce_kind(e)
+    if kind != "row":
+        return None
+    tmp = specs[1] if len(specs) > 1 else scr
+    return VR.prepare("row_reduce", out, specs[0], tmp, target=target, op=op)
+
+
+def _expand_prep(e: Eqn, specs: list[Any], out: Any, scr: Any, target: str, lanes: int) -> Any:
+    row, op = _expand_of(e.primitive.name)
+    a = None if op == "expand" else specs[0]
+    if row:
+        return VR.prepare("row_expand", out, a, specs[1], target=target, op=op)
+    return VR.prepare("col_expand", out, a, specs[1], target=target, op=op, lanes=lanes)
+
+
 for _p in VP.REDUCE.values():  # a row reduction is row-local, a column one is not
-    _vec_rule((_p,), VecOp(_reduce, _reduce_valid, _p.name.startswith("tile.row"), _reduce_scratch))
+    _vec_rule(
+        (_p,),
+        VecOp(_reduce, _reduce_valid, _p.name.startswith("tile.row"), _reduce_scratch, prepare=_reduce_prep),
+    )
 for _p in VP.EXPAND.values():
     row = _p.name.startswith("tile.row")
-    _vec_rule((_p,), VecOp(_expand, _like_first, row, lanes_compute=None if row else _col_expand_lanes))
+    lanes = None if row else _col_expand_lanes
+    _vec_rule((_p,), VecOp(_expand, _like_first, row, lanes_compute=lanes, prepare=_expand_prep))
 
 
 # ---------------------------------------------------------------------------- creation / fills

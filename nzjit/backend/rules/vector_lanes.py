@@ -18,6 +18,11 @@ The batch form (`lanes_of`) runs the instruction once for the lanes of an SPMD b
 * otherwise (TCOL* reductions, a partial valid row count) it runs once per distinct image, on
   views of it.
 
+A stacked (or lane-told) step whose VecOp has a `prepare` runs the instruction prepared for its
+stacked tiles (runtime.vector_prep: every check run once, when the step's `_Layout` is decided,
+then the instruction's own kernel on the raw stacked images), not the call that rebuilds TileBufs
+and re-checks per step: the same bytes by construction.
+
 Either way the bytes are those of one instruction per lane: the same instruction code on the same
 element values, and the stacked checks (valid shapes, dtypes, the scratch size) scale with U.
 A wholly valid result (it writes every byte) takes over the images of an operand of its type that
@@ -46,6 +51,12 @@ from ..rule import Impl, Step
 from ..steps import alloc, tile_dims, tile_layout
 
 Compute = Callable[[Eqn, TileBuf, list[Any], str, "TileBuf | None"], None]
+#: `prepare(e, specs, out, scratch, target, lanes)`: the instruction prepared for the stacked tiles
+#: (runtime.vector_prep; `specs` per operand: a tile's Spec, a scalar's value), called as
+#: ``p(out_bytes, *operand_bytes_or_scalars)``; None: not prepared (the instruction call runs)
+PrepareFn = Callable[[Eqn, list[Any], Any, Any, str, int], "Callable[..., None] | None"]
+#: False: every step calls the instruction (the A/B switch of the prepared form's measurements)
+USE_PREPARED = True
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,8 @@ class VecOp:
     #: an instruction that is not row-local but runs on lanes stacked along the rows when told how
     #: many (TCOLEXPAND*: each lane's rows take its own column operand): `compute` with `lanes`
     lanes_compute: Callable[[Eqn, TileBuf, list[Any], str, TileBuf | None, int], None] | None = None
+    #: the stacked form prepared once per operand layout (its checks run then), else None
+    prepare: PrepareFn | None = None
 
 
 def out_type(e: Eqn) -> TileType:
@@ -128,7 +141,19 @@ class _Layout:
     (`by_lane`), else image by image - with the stacked tiles' ``(geometry, valid rows, valid
     cols)`` per operand index (`stacks`), of the result (`out`) and of the scratch."""
 
-    __slots__ = ("vr", "vc", "sg", "in_place", "zero", "stacked", "by_lane", "stacks", "out", "scratch")
+    __slots__ = (
+        "vr",
+        "vc",
+        "sg",
+        "in_place",
+        "zero",
+        "stacked",
+        "by_lane",
+        "stacks",
+        "out",
+        "scratch",
+        "prep",
+    )
 
     def __init__(
         self,
@@ -150,6 +175,8 @@ class _Layout:
             out,
             scratch,
         )
+        #: the instruction prepared for `stacks` (VecOp.prepare), else None
+        self.prep: Callable[..., None] | None = None
 
 
 def _same_bytes(a: Any, b: TileType) -> bool:
@@ -201,6 +228,12 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
                 except runtime.DeviceError as err:  # a stack the hardware model cannot hold
                     raise Fallback(f"the vector instruction refuses: {err}") from err
                 lay = _Layout(vr, vc, sg, whole and shared, stacked, by_lane, stacks, out, scr)
+                if op.prepare is not None:  # every check of the instruction, once, for these tiles
+                    specs = [stacks[j] if j in stacks else v for j, v in enumerate(vals)]
+                    try:
+                        lay.prep = op.prepare(e, specs, out, scr, target, n if by_lane else 1)
+                    except runtime.DeviceError as err:
+                        raise Fallback(f"the vector instruction refuses: {err}") from err
             else:
                 lay = _Layout(vr, vc, sg, whole and shared, False, False, {}, None, None)
             lay.zero = not whole
@@ -258,7 +291,15 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
                     s.ctx.onchip.reserve(sg.space, sg.nbytes)
                     s.ctx.onchip.release(sg.space, sg.nbytes)
                 scratch = s.scratch((n, sg.nbytes), np.uint8, "vector scratch") if sg is not None else None
-                if lay.stacked or lay.by_lane:
+                if lay.prep is not None and USE_PREPARED:  # the checked kernel on the stacked bytes
+                    stacks = lay.stacks
+                    lay.prep(
+                        data.reshape(-1),
+                        *(datas[j].reshape(-1) if j in stacks else v for j, v in enumerate(vals)),
+                    )
+                    assert lay.out is not None
+                    out_vr, out_vc = lay.out[1] // n, lay.out[2]
+                elif lay.stacked or lay.by_lane:
                     stacks = lay.stacks
                     args = [
                         TileBuf.from_geometry(*stacks[j], datas[j].reshape(-1)) if j in stacks else v
