@@ -42,6 +42,10 @@ class Options:
     #: one lane-batched launch over every rank's lanes (rank_batch.py); False: each rank on a
     #: thread of its own. Needs `batch`.
     rank_batch: bool = True
+    #: Lane-batched vector steps run their instruction's prepared form (runtime.vector_prep: the
+    #: checks once per operand layout, then the computation on the stacked bytes); False: the
+    #: instruction call every time (tests compare the two byte for byte).
+    prepared: bool = True
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Options:
         names = [f.name for f in fields(cls)]

@@ -1,5 +1,5 @@
 """Lane-batched vector steps run the prepared instruction (runtime.vector_prep, cached in the
-step's _Layout) and give the bytes of the instruction call (`USE_PREPARED` off), of one
+step's _Layout) and give the bytes of the instruction call (`Options(prepared=False)`), of one
 instruction per lane and of the reference impls; a refusal still falls back and refuses as the
 reference does (a prepare refusal is a Fallback)."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import runtime
 from nzjit import pl
 from nzjit.backend.options import Options, using
-from nzjit.backend.rules import vector_alu, vector_lanes
+from nzjit.backend.rules import vector_alu
 
 RNG = np.random.default_rng(1212)
 R, C = 16, 64
@@ -58,12 +58,7 @@ def test_prepared_steps_give_the_bytes_of_the_instruction_calls(monkeypatch):
     w = RNG.standard_normal((4, C)).astype(np.float32)
     k = _kernel()
     runs = []
-    for flag, o in (
-        (True, Options(strict=True)),
-        (False, Options(strict=True)),
-        (True, Options(batch=False)),
-    ):
-        monkeypatch.setattr(vector_lanes, "USE_PREPARED", flag)
+    for o in (Options(strict=True), Options(strict=True, prepared=False), Options(batch=False)):
         with using(o):
             runs.append(k(x, w, 0.75))
     for run in runs[1:]:

@@ -55,8 +55,6 @@ Compute = Callable[[Eqn, TileBuf, list[Any], str, "TileBuf | None"], None]
 #: (runtime.vector_prep; `specs` per operand: a tile's Spec, a scalar's value), called as
 #: ``p(out_bytes, *operand_bytes_or_scalars)``; None: not prepared (the instruction call runs)
 PrepareFn = Callable[[Eqn, list[Any], Any, Any, str, int], "Callable[..., None] | None"]
-#: False: every step calls the instruction (the A/B switch of the prepared form's measurements)
-USE_PREPARED = True
 
 
 @dataclass(frozen=True)
@@ -291,7 +289,7 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
                     s.ctx.onchip.reserve(sg.space, sg.nbytes)
                     s.ctx.onchip.release(sg.space, sg.nbytes)
                 scratch = s.scratch((n, sg.nbytes), np.uint8, "vector scratch") if sg is not None else None
-                if lay.prep is not None and USE_PREPARED:  # the checked kernel on the stacked bytes
+                if lay.prep is not None and s.ctx.options.prepared:  # the checked kernel on the stacked bytes
                     stacks = lay.stacks
                     lay.prep(
                         data.reshape(-1),
