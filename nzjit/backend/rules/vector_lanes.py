@@ -131,6 +131,7 @@ def _stacked(g: Any, n: int, vr: int, vc: int) -> tuple[Any, int, int]:
     return tile_geometry(g.space, g.dtype, n * g.rows, g.cols, g.layout), n * vr, vc
 
 
+@dataclass(slots=True)
 class _Layout:
     """What a vector step decides from its operands' geometries and valid shapes (`lanes_of`):
     the result's valid shape, the scratch geometry, whether the result may take over a dying
@@ -139,42 +140,18 @@ class _Layout:
     (`by_lane`), else image by image - with the stacked tiles' ``(geometry, valid rows, valid
     cols)`` per operand index (`stacks`), of the result (`out`) and of the scratch."""
 
-    __slots__ = (
-        "vr",
-        "vc",
-        "sg",
-        "in_place",
-        "zero",
-        "stacked",
-        "by_lane",
-        "stacks",
-        "out",
-        "scratch",
-        "prep",
-    )
-
-    def __init__(
-        self,
-        vr: int,
-        vc: int,
-        sg: Any,
-        in_place: bool,
-        stacked: bool,
-        by_lane: bool,
-        stacks: dict[int, tuple[Any, int, int]],
-        out: tuple[Any, int, int] | None,
-        scratch: tuple[Any, int, int] | None,
-    ) -> None:
-        self.vr, self.vc, self.sg, self.in_place, self.zero = vr, vc, sg, in_place, False
-        self.stacked, self.by_lane, self.stacks, self.out, self.scratch = (
-            stacked,
-            by_lane,
-            stacks,
-            out,
-            scratch,
-        )
-        #: the instruction prepared for `stacks` (VecOp.prepare), else None
-        self.prep: Callable[..., None] | None = None
+    vr: int
+    vc: int
+    sg: Any
+    in_place: bool
+    stacked: bool
+    by_lane: bool
+    stacks: dict[int, tuple[Any, int, int]]
+    out: tuple[Any, int, int] | None
+    scratch: tuple[Any, int, int] | None
+    zero: bool = False
+    #: the instruction prepared for `stacks` (VecOp.prepare), else None
+    prep: Callable[..., None] | None = None
 
 
 def _same_bytes(a: Any, b: TileType) -> bool:
@@ -295,8 +272,7 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
                         data.reshape(-1),
                         *(datas[j].reshape(-1) if j in stacks else v for j, v in enumerate(vals)),
                     )
-                    assert lay.out is not None
-                    out_vr, out_vc = lay.out[1] // n, lay.out[2]
+                    out_vr, out_vc = vr, vc  # the prepared kernel writes the valid region it was given
                 elif lay.stacked or lay.by_lane:
                     stacks = lay.stacks
                     args = [
