@@ -29,14 +29,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import ml_dtypes
 import numpy as np
 
 from .errors import DeviceError
 from .memory import CAPACITIES
 from .rounding import ROUND_MODES, convert, convert_into, round_to
 from .tile import TileBuf
-from .vector_tree import tree_sum
+from .vector_tree import BF16, F16, F32, tree_sum
+from .vector_tree import compute_dtype as _compute_dtype
 
 __all__ = [
     "UB_BYTES",
@@ -72,7 +72,6 @@ __all__ = [
     "reduce_values",
 ]
 
-F16, F32, BF16 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)
 I8, U8, I16, I32, I64 = (np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.int32, np.int64))
 
 #: The unified buffer of one vector core (pto-isa UB_SIZE on A2/A3).
@@ -198,11 +197,6 @@ def _same_dtype(what: str, *ts: TileBuf) -> None:
     for t in ts[1:]:
         if t.dtype != ts[0].dtype:
             raise DeviceError(f"{what}: operand dtypes differ ({ts[0].dtype.name} and {t.dtype.name})")
-
-
-def _compute_dtype(d: np.dtype) -> np.dtype:
-    """fp16 is computed in fp32 and rounded once (see the module docstring)."""
-    return F32 if d in (F16, BF16) else d
 
 
 def _write(dst: TileBuf, values: np.ndarray) -> None:

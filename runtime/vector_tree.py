@@ -20,9 +20,15 @@ try:  # the compiled row tree sum (runtime/_lines.c); None where it was not buil
 except ImportError:  # pragma: no cover - depends on the install
     _native = None  # type: ignore[assignment]  # the module or None: mypy cannot spell an optional module
 
-__all__ = ["tree_sum", "tree_levels"]
+__all__ = ["tree_sum", "tree_levels", "compute_dtype"]
 
 F16, F32, BF16 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)
+
+
+def compute_dtype(d: np.dtype) -> np.dtype:
+    """The dtype the vector unit computes a tile dtype in: fp16 / bf16 in fp32, rounded once per
+    instruction (runtime/vector.py's module docstring), others in their own."""
+    return F32 if d in (F16, BF16) else d
 
 
 def tree_sum(x: np.ndarray, axis: int, dtype: np.dtype) -> np.ndarray:
@@ -31,7 +37,7 @@ def tree_sum(x: np.ndarray, axis: int, dtype: np.dtype) -> np.ndarray:
     float32 rows (the reduced axis contiguous: TROWSUM) take the compiled loop (runtime/_lines.c
     `tree_sum`: the same adds, without numpy's copies of overlapping halves); anything else, and
     a row whose sum is NaN (the payload two NaN operands give is the ufunc's), numpy's levels."""
-    c = F32 if dtype in (F16, BF16) else dtype  # fp16 / bf16 sums are fp32 adds (vector.py)
+    c = compute_dtype(dtype)  # fp16 / bf16 sums are fp32 adds
     x = x.astype(c, copy=False)
     if axis != -1 and axis != x.ndim - 1:
         x = np.moveaxis(x, axis, -1)
