@@ -72,9 +72,9 @@ class CallPlan:
         # issue 24 item 3: a signature does not fix which tensor arguments share memory; each call
         # re-checks them when one of them is written (`overlapping`; resident pairs by their
         # addresses, compared in `worker_for` itself)
-        self.alias_pairs = alias_pairs(self.launch.slots)
-        self.resident_pairs = tuple((i, n_i, j, n_j) for i, n_i, j, n_j, host in self.alias_pairs if not host)
-        self.host_pairs = tuple(p for p in self.alias_pairs if p[4])
+        pairs = alias_pairs(self.launch.slots)
+        self.resident_pairs = tuple((i, n_i, j, n_j) for i, n_i, j, n_j, host in pairs if not host)
+        self.host_pairs = tuple(p for p in pairs if p[4])
 
     def worker_for(self, args: Sequence[Any]) -> Worker | None:
         """The worker this call runs on, if every per-call fact is as the general path would accept

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import prims as P
@@ -57,7 +57,7 @@ class Plan:
     creates: bool = False
     #: nothing to set up or end around a launch (no pipe buffers, no scratch, no product): a
     #: launch of it is the plan's run alone (executor.run_launch), decided once here
-    plain: bool = True
+    plain: bool = field(init=False, default=True)
 
     def __post_init__(self) -> None:
         self.plain = not (self.reserved or self.creates or self.multiplies)
