@@ -37,7 +37,7 @@ class _Flatten(BatchMatmulUnroll):
         return t
 
     def rewrite(self, e: Eqn) -> None:
-        if self.unrolls and self.batched(e):  # a batched matmul, its rank-3 operands and its stores
+        if self.batched(e):  # a batched matmul, its rank-3 operands and its stores
             return
         if e.primitive is P.tile_load_p:
             self.load(e)
