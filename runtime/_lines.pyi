@@ -6,7 +6,16 @@ from typing_extensions import Buffer
 #: source rows per band of the loop (a caller splits work in whole bands)
 BAND: int
 
-def swap(src: Buffer, dst: Buffer, planes: int, n_i: int, n_j: int, i_lo: int, i_hi: int, /) -> None:
+def swap(
+    src: np.ndarray | Buffer,
+    dst: np.ndarray | Buffer,
+    planes: int,
+    n_i: int,
+    n_j: int,
+    i_lo: int,
+    i_hi: int,
+    /,
+) -> None:
     """Copy the 32-byte lines src[b, i, j] to dst[b, j, i] for i_lo <= i < i_hi and every b, j."""
 
 def widen_bf16(src: np.ndarray, dst: np.ndarray, /) -> None:

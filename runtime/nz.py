@@ -48,13 +48,13 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from types import ModuleType
 
 import numpy as np
 
 from . import threads
 from .dtypes import C0_BYTES, FRACTAL_ROWS, c0_of, itemsize_bits
 from .layout_marks import NzArray, is_nz, mark_nz, plain
+from .native import lines as _native  # the compiled line swap; None where not built: numpy copies
 
 __all__ = ["nz_blocked_shape", "pack_nz", "unpack_nz", "as_nz"]
 
@@ -70,11 +70,6 @@ _UNPACK_TILE = (512, 64)
 _PACK_GATHER_LINES = 1 << 15
 _UNPACK_GATHER_LINES = 1 << 18
 _LINE = np.dtype(f"V{C0_BYTES}")
-_native: ModuleType | None  # the compiled line swap (runtime/_lines.c, typed in _lines.pyi)
-try:  # None where it was not built: numpy copies
-    from . import _lines as _native
-except ImportError:  # pragma: no cover - depends on the install
-    _native = None
 #: Below this a hand-off to the pool (~50-100 us here) costs about what the second thread saves.
 _PARALLEL_BYTES = 4 << 20
 

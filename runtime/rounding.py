@@ -8,11 +8,7 @@ import ml_dtypes
 import numpy as np
 
 from .errors import DeviceError
-
-try:  # the compiled F16C conversion (runtime/_lines.c); None where it was not built: numpy's
-    from . import _lines as _native
-except ImportError:  # pragma: no cover - depends on the install
-    _native = None  # type: ignore[assignment]  # the module or None: mypy cannot spell an optional module
+from .native import lines as _native  # None where runtime/_lines.c was not built
 
 __all__ = ["ROUND_MODES", "round_to", "convert", "convert_into"]
 

@@ -15,10 +15,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-try:  # the compiled row tree sum (runtime/_lines.c); None where it was not built: numpy's levels
-    from . import _lines as _native
-except ImportError:  # pragma: no cover - depends on the install
-    _native = None  # type: ignore[assignment]  # the module or None: mypy cannot spell an optional module
+from .native import lines as _native  # None where runtime/_lines.c was not built
 
 __all__ = ["tree_sum", "tree_levels", "compute_dtype"]
 

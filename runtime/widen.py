@@ -22,10 +22,7 @@ import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-try:  # the compiled loop (runtime/_lines.c); None where it was not built: numpy's cast
-    from . import _lines as _native
-except ImportError:  # pragma: no cover - depends on the install
-    _native = None  # type: ignore[assignment]  # the module or None: mypy cannot spell an optional module
+from .native import lines as _native  # None where runtime/_lines.c was not built
 
 __all__ = ["COMPILED", "widen_bf16", "widen_f16"]
 
