@@ -17,75 +17,10 @@ from ..core.types import DynDim, Layout, Mem, ScalarType, TensorType, TileType
 from ..driver.calls import active_program
 from ..errors import CompileError, user_source
 from ..tracing import Operators, Tracer, bind, current_state, in_trace, lift
+from . import valid_regions
+from .scalar_math import scalar_binary
 
 Index = int | Tracer
-
-
-def _is_num(x: Any) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool | np.bool_)
-
-
-def _check_constant(x: Any, dtype: dt.DType) -> None:
-    """A Python int meeting a scalar of a declared width must fit it (no silent wrap of a constant)."""
-    if isinstance(x, numbers.Integral) and dtype.is_int:
-        v = int(x)
-        lo, hi = (
-            (-(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1)
-            if dtype.is_signed
-            else (0, (1 << dtype.bits) - 1)
-        )
-        if not lo <= v <= hi:
-            raise CompileError(
-                f"the constant {v} does not fit {dtype!r} (range {lo} .. {hi})",
-                user_source(),
-                help="use a wider scalar (pl.cast) or a constant in range",
-            )
-
-
-def _scalar_dtype_of(*xs: Any) -> dt.DType:
-    for x in xs:
-        if isinstance(x, Tracer):
-            if not isinstance(x.type, ScalarType):
-                raise CompileError(f"scalar arithmetic on a non-scalar value {x.type}", user_source())
-            return x.type.dtype
-    return dt.INDEX
-
-
-def _python_scalar(name: str, a: Any, b: Any) -> Any:
-    return {
-        "add": lambda: a + b,
-        "sub": lambda: a - b,
-        "mul": lambda: a * b,
-        "floordiv": lambda: a // b,
-        "mod": lambda: a % b,
-        "min": lambda: builtins.min(a, b),
-        "max": lambda: builtins.max(a, b),
-        "lt": lambda: a < b,
-        "le": lambda: a <= b,
-        "gt": lambda: a > b,
-        "ge": lambda: a >= b,
-        "eq": lambda: a == b,
-        "ne": lambda: a != b,
-    }[name]()
-
-
-def scalar_binary(name: str, a: Any, b: Any) -> Any:
-    """`a <op> b` on index scalars; integers wrap at their declared width, // and % floor (NZ-19)."""
-    a, b = (
-        DynDim.kernel_value(x) if isinstance(x, DynDim) else x for x in (a, b)
-    )  # x.shape[0] of a pl.dynamic
-    if not isinstance(a, Tracer) and not isinstance(b, Tracer):
-        return _python_scalar(name, a, b)
-    for x in (a, b):
-        if not isinstance(x, Tracer) and not _is_num(x):
-            raise CompileError(f"cannot combine a traced scalar with {type(x).__name__}", user_source())
-    if name in ("floordiv", "mod") and not isinstance(b, Tracer) and b == 0:
-        raise CompileError(f"integer {name} by zero", user_source())
-    dtype = _scalar_dtype_of(a, b)
-    for x in (a, b):
-        _check_constant(x, dtype)
-    prim = P.SCALAR_BINARY.get(name) or P.COMPARE[name]
-    return bind(prim, [[a], [b]], dtype=dtype)[0]
 
 
 def min(a: Any, b: Any) -> Any:  # noqa: A001 - the kernel language's pl.min
@@ -257,7 +192,10 @@ def getitem(t: Tracer, key: Any) -> Tracer:
     if isinstance(t.type, TileType) and "get" in tile_indexing:
         return tile_indexing["get"](t, key)
     offsets, sizes, drop = _parse_key(t, key)
-    return bind(P.tensor_slice_p, [[t], offsets, []], {"shape": tuple(sizes), "drop": drop})[0]
+    region = valid_regions.of_slice(t, offsets, sizes, None, drop)
+    view = bind(P.tensor_slice_p, [[t], offsets, []], {"shape": tuple(sizes), "drop": drop})[0]
+    valid_regions.record(view, region)
+    return view
 
 
 def setitem(t: Tracer, key: Any, value: Any) -> None:
@@ -311,11 +249,15 @@ def slice(
     valid = list(valid_shape) if valid_shape is not None else []
     if isinstance(t, Tracer) and isinstance(t.type, TensorType):
         _check_window("pl.slice", offsets, valid or shape, t.type.shape)
-    return bind(P.tensor_slice_p, [[t], list(offsets), valid], {"shape": tuple(shape), "drop": ()})[0]
+    region = valid_regions.of_slice(t, offsets, shape, valid)
+    view = bind(P.tensor_slice_p, [[t], list(offsets), valid], {"shape": tuple(shape), "drop": ()})[0]
+    valid_regions.record(view, region)
+    return view
 
 
 def reshape(t: Tracer, shape: Sequence[int]) -> Tracer:
     """pl.reshape(t, shape) of a whole tensor."""
+    valid_regions.refuse_reshape(t, "pl.reshape")
     return bind(P.tensor_reshape_p, [[t]], {"shape": tuple(shape)})[0]
 
 
@@ -332,12 +274,14 @@ def _refuse_nz(t: Tracer, what: str) -> None:
 def tensor_view(t: Tracer, shape: Sequence[int]) -> Tracer:
     """pl.tensor.view(t, shape): reinterpret the shape of an ND tensor (refuses NZ when built)."""
     _refuse_nz(t, "'tensor.view'")
+    valid_regions.refuse_reshape(t, "pl.tensor.view")
     return bind(P.tensor_view_p, [[t]], {"shape": tuple(shape)})[0]
 
 
 def tensor_reinterpret_view(t: Tracer, dtype: dt.DType, shape: Sequence[int] | None = None) -> Tracer:
     """pl.tensor.reinterpret_view(t, dtype, shape): reinterpret the bytes of an ND tensor."""
     _refuse_nz(t, "'tensor.reinterpret_view'")
+    valid_regions.refuse_reshape(t, "pl.tensor.reinterpret_view")
     tt = t.type
     assert isinstance(tt, TensorType)
     new_shape = tuple(shape) if shape is not None else tt.shape
@@ -386,6 +330,7 @@ def load(
         help="a ragged tile reads only its valid part: give it a valid_shape inside the tensor, "
         "or pass clamp=True",
     )
+    valid = valid_regions.of_load(tensor, offsets, shapes, valid)  # a view's region bounds the tile
     valid_static = tuple(v if isinstance(v, int) else None for v in valid) if valid else None
     memory = Mem.Vec if target_memory is None else target_memory
     _check_tile_geometry("pl.load", tuple(shapes), tensor.type.dtype, memory)

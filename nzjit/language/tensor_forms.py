@@ -19,7 +19,7 @@ from typing import Any
 
 from ..core.types import DynDim, TensorType
 from ..errors import CompileError, user_source
-from ..tracing import Tracer, current_state
+from ..tracing import Tracer
 from . import ops
 from . import select_ops as tile_forms
 from .vector_ops import as_tile
@@ -54,9 +54,7 @@ def tensor_set_validshape(tensor: Any, valid_rows: Any, valid_cols: Any) -> Trac
                 user_source(),
                 help=f"the valid region lies inside the tensor's {list(t.shape)}",
             )
-    view = ops.slice(tensor, list(t.shape), [0, 0], valid_shape=vals)
-    current_state().valid_regions[view.var] = tuple(vals)
-    return view
+    return ops.slice(tensor, list(t.shape), [0, 0], valid_shape=vals)  # the slice records the region
 
 
 def set_validshape(x: Any, valid_rows: Any, valid_cols: Any) -> Tracer:

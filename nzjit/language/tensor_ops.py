@@ -25,7 +25,8 @@ from ..core.types import DynDim, TensorType, TileType
 from ..errors import CompileError, user_source
 from ..prims import tensor_assign_p, tensor_dim_p, tensor_read_p, tensor_write_p
 from ..tracing import Tracer, bind, current_state, literal
-from .ops import _check_constant, _offsets
+from .ops import _offsets
+from .scalar_math import check_constant
 from .tile_values import assemble as tile_assemble
 from .tile_values import store
 
@@ -71,7 +72,7 @@ def write(dst: Any, offset: Any, value: Any) -> Tracer:
     tensor's dtype, or a number that fits it)."""
     idx = [x if isinstance(x, Tracer) else literal(x, dt.INDEX) for x in _indices(dst, offset, "pl.write")]
     d = dst.type.dtype
-    _check_constant(value, d)
+    check_constant(value, d)
     return bind(tensor_write_p, [[dst], idx, [value]], dtype=d)[0]  # a number value: a literal of d
 
 

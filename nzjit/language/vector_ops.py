@@ -87,8 +87,8 @@ def as_tile(x: Any, what: str) -> Tracer:
                 f"{what} on a tensor needs a static 2-D window, got {t}",
                 help="slice a 2-D window (x[r0:r0 + R, :]) or pl.load it yourself",
             )
-        valid = current_state().valid_regions.get(x.var)  # a pl.tensor.set_validshape view: its region
-        return ops.load(x, [0, 0], [static_dim(d) for d in t.shape], target_memory=Mem.Vec, valid_shape=valid)
+        # the load takes a partially valid view's region (language/valid_regions.py) as the tile's
+        return ops.load(x, [0, 0], [static_dim(d) for d in t.shape], target_memory=Mem.Vec)
     raise _fail(f"{what} takes tiles or tensor windows, got {x!r}")
 
 
