@@ -335,9 +335,24 @@ def fam_vec_mix(g: G) -> None:
         fill = {"zero": "0.0", "max": "np.inf", "min": "-np.inf"}[pad]
         g.tensor("a", (lanes * r, c), "FP32")
         g.tensor("out", (lanes * r, c), "FP32", False, "out")
+        # the valid columns come from the load, from a view's valid region (pl.slice valid_shape=,
+        # language/valid_regions.py), or from both (the narrower wins): the same tile every way
+        source = str(g.choice(["load", "view", "both"]))
+        g.tag(f"pad_region:{source}")
+        wider = int(g.choice([v for v in (vc, c - 1, c) if vc <= v <= c]))
+        view_vc, load_vc = {
+            "load": (None, vc),
+            "view": (vc, None),
+            "both": g.choice([(vc, wider), (wider, vc)]),
+        }[source]
+        if view_vc is not None:
+            g.emit(2, f"v = pl.slice(a, [{r}, {c}], [lane * {r}, 0], valid_shape=[{r}, {view_vc}])", None)
+        load_at = "[0, 0]" if view_vc is not None else f"[lane * {r}, 0]"
+        src = "v" if view_vc is not None else "a"
+        valid = f", valid_shape=[{r}, {load_vc}]" if load_vc is not None else ""
         g.emit(
             2,
-            f"t = pl.load(a, [lane * {r}, 0], [{r}, {c}], valid_shape=[{r}, {vc}])",
+            f"t = pl.load({src}, {load_at}, [{r}, {c}]{valid})",
             f"t = win(a, (lane * {r}, 0), ({r}, {c})).copy()",
         )
         g.emit(2, f"t = pl.tile.fillpad(t, pad_value=pl.PadValue.{pad})", f"t[:, {vc}:] = {fill}")

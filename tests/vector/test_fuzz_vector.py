@@ -44,6 +44,21 @@ def test_vec_mix_programs_are_equal_and_cover_every_kind():
     }
 
 
+def test_vec_mix_padding_takes_its_valid_columns_from_the_load_a_view_or_both():
+    # the valid region of a pl.slice(valid_shape=) view bounds the loaded tile (valid_regions.py)
+    seen: set[str] = set()
+    for i in range(400):
+        p = generate(20261203, i, "vec_mix")
+        if "mix:pad" not in p.tags:
+            continue
+        o = classify(p)
+        assert o.cls == "equal", (o, p.source)
+        seen.update(t for t in p.tags if t.startswith("pad_region:"))
+        if seen == {"pad_region:load", "pad_region:view", "pad_region:both"}:
+            break
+    assert seen == {"pad_region:load", "pad_region:view", "pad_region:both"}
+
+
 def test_vec_alu_wrong_reference_is_caught():
     p = generate(20261201, 0, "vec_alu")
     broken = p.__class__(
