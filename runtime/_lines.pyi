@@ -31,5 +31,5 @@ def narrow_f16(src: np.ndarray, dst: np.ndarray, /) -> bool:
     """dst[i] = fp16 bits (uint16) of float32 src[i], rounded to nearest even, both C-contiguous;
     False when not all converted (no F16C, a NaN, a value that rounds to inf): the caller converts."""
 
-def tree_sum(src: np.ndarray, dst: np.ndarray, rounding: int, /) -> int:
-    """dst[r] = the rounded binary-tree sum of float32 row r of src (rounding 0 none, 1 fp16, 2 bf16); returns the number of NaN rows."""
+def tree_sum(src: np.ndarray, dst: np.ndarray, rounding: int, baseline: bool = False, /) -> int:
+    """dst[r] = the rounded binary-tree sum of float32 row r of src (rounding 0 none, 1 fp16, 2 bf16); returns the number of NaN rows. baseline: the SSE2 loop even on an AVX2 CPU (tests)."""

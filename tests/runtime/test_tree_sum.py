@@ -69,6 +69,24 @@ def test_compiled_rows_without_nan_match_bit_for_bit(case):
 
 
 @compiled
+@settings(max_examples=100, deadline=None)
+@given(values())
+def test_avx2_loop_is_the_baseline_loop_bit_for_bit(case):
+    """runtime/_lines.c compiles the row loop twice (SSE2 baseline, AVX2 chosen at run time): the
+    same IEEE adds and roundings in the same pairs, so both give the same bits and NaN count."""
+    x, dtype = case
+    rows = np.ascontiguousarray(x.astype(np.float32)).reshape(-1, x.shape[-1])
+    fast, base = np.empty(rows.shape[0], np.float32), np.empty(rows.shape[0], np.float32)
+    with np.errstate(all="ignore"):
+        nan_fast = V._native.tree_sum(rows, fast, V._TREE_ROUNDING[dtype])
+        nan_base = V._native.tree_sum(rows, base, V._TREE_ROUNDING[dtype], True)
+    assert nan_fast == nan_base
+    ok = ~np.isnan(base)
+    assert np.array_equal(np.isnan(fast), ~ok)
+    assert np.array_equal(fast[ok].view(np.uint32), base[ok].view(np.uint32))
+
+
+@compiled
 def test_strided_rows_and_column_sums():
     """Rows of a view with a row stride (a valid region) take the loop; a column sum (the reduced
     axis strided) is numpy's form; both agree with numpy's levels."""
