@@ -378,10 +378,16 @@ static inline float round_bf16(float v) {
     return (x & 0x7fffffffu) > 0x7f800000u ? v : u2f(r);
 }
 
+#if defined(__GNUC__)
+#define ALWAYS_INLINE __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE
+#endif
+
 /* d[i] = a[i] + b[i] for i < n, then rounded (0: none, 1: fp16, 2: bf16). always_inline: it is
  * compiled inside each target's copy of tree_rows below (a default-target body may be inlined into
  * an AVX2 one, whose vector width it then takes). */
-static inline __attribute__((always_inline)) void add_level(float *restrict d, const float *restrict a,
+static inline ALWAYS_INLINE void add_level(float *restrict d, const float *restrict a,
                                                             const float *restrict b, Py_ssize_t n, int rounding) {
     for (Py_ssize_t i = 0; i < n; i++)
         d[i] = a[i] + b[i];
@@ -394,7 +400,7 @@ static inline __attribute__((always_inline)) void add_level(float *restrict d, c
 }
 
 /* The tree of one row of n >= 2 contiguous floats; bufs: two scratch rows of (n + 1) / 2. */
-static inline __attribute__((always_inline)) float tree_row(const float *row, Py_ssize_t n, float *b0, float *b1,
+static inline ALWAYS_INLINE float tree_row(const float *row, Py_ssize_t n, float *b0, float *b1,
                                                             int rounding) {
     const float *s = row;
     float *d = b0;
