@@ -264,6 +264,63 @@ def local_rows(repeat: int = 7) -> list[dict[str, str]]:
     ]
 
 
+def caller_rows(repeat: int = 7) -> list[dict[str, str]]:
+    """What the caller's thread does before any rank starts (recording the body, validating and
+    planning all 12 calls: what a cache of the recording per call signature could save at most),
+    against the whole call's CPU time; and the call with one rank group on this thread
+    (`runtime.threads.THREADS = 1`) against one group per core: the second core's gain in wall
+    time, and what the second group adds in CPU time (record + plan: thread CPU time, best of `repeat`)."""
+    from nzjit.backend import call as C
+    from nzjit.backend.options import current
+
+    cluster = runtime.Cluster(m.RANKS)
+    xe, ws, ref, _ = inputs(cluster)
+    ye = np.zeros_like(ref)
+    m.moe_experts(xe, *ws, ye)
+    before_ranks = float("inf")
+    for _ in range(repeat):
+        t0 = time.thread_time()
+        prog = m.moe_experts.record(xe, *ws, ye)
+        plan = C.plan_program(prog.calls, dict(enumerate(cluster.workers)), True, current())
+        before_ranks = min(before_ranks, time.thread_time() - t0)
+        for rk in plan.values():
+            rk.free()
+        for p in C.pending_refs(prog.calls):
+            if p.tensor is not None and not p.tensor.freed:
+                p.tensor.worker.free_tensor(p.tensor)
+    threads = runtime.threads.THREADS
+
+    def groups(n: int):
+        def call() -> None:
+            runtime.threads.THREADS = n
+            try:
+                m.moe_experts(xe, *ws, ye)
+            finally:
+                runtime.threads.THREADS = threads
+
+        return call
+
+    best = timed({"one group": groups(1), "per core": groups(threads)}, repeat)
+    assert np.array_equal(ye, ref), "4 ranks: not numpy's numbers"
+    (wall1, cpu1, _), (wall_n, cpu_n, _) = best["one group"], best["per core"]
+    return [
+        harness.row(
+            "  caller before the ranks start: record + plan 12 calls",
+            harness.fmt_time(before_ranks),
+            harness.fmt_time(cpu_n),
+            f"{before_ranks / cpu_n:.2f}x",
+            "of the call's CPU: a plan cache's ceiling",
+        ),
+        harness.row(
+            f"  {threads} rank groups vs 1 (THREADS=1): wall",
+            harness.fmt_time(wall_n),
+            harness.fmt_time(wall1),
+            f"{wall_n / wall1:.2f}x",
+            f"CPU {cpu_n / cpu1:.2f}x: what the second group costs",
+        ),
+    ]
+
+
 def default_blas_rows(repeat: int = 3) -> list[dict[str, str]]:
     """The 4-rank call with numpy's default BLAS threads (one per core) against one BLAS thread:
     equal, as ranks side by side run BLAS on their own threads (runtime/blas.py)."""
@@ -322,7 +379,7 @@ def ray_rows() -> list[dict[str, str]]:
 
 
 def run(with_ray: bool = True) -> list[dict[str, str]]:
-    rows = local_rows() + default_blas_rows()
+    rows = local_rows() + caller_rows() + default_blas_rows()
     try:
         import ray  # noqa: F401
     except ModuleNotFoundError:

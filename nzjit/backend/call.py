@@ -213,9 +213,12 @@ class RankPlan:
             self.launch(i, self.place(i), name_calls)
 
     def begin(self) -> None:
-        """Snapshot the resident outputs of every launch (restored if any rank fails)."""
+        """Snapshot the resident outputs of every launch (restored if any rank fails). The
+        program's own intermediates are left out: they are allocated for it and freed when it
+        ends, by failure too, so no one could see their bytes restored (tp_moe: 2.6 MB of
+        copies per call saved, issue 25 item 4)."""
         gm = self.worker.gm
-        seen: list[Any] = []
+        seen: list[Any] = [p.tensor for p in pending_refs([ln.call for ln in self.launches])]
         for ln in self.launches:
             self.snapshots += ln.plan.snapshot(gm, values_of(ln.call), seen)
 

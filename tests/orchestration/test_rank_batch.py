@@ -266,3 +266,38 @@ def test_lane_groups_that_cut_across_ranks_give_the_same_bytes(lane_group, monke
         out = tp(x, ws)
     np.testing.assert_array_equal(out, ref)
     assert sorted(batched) == _groups(2) and per_rank == []
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_snapshots_copy_only_the_outputs_a_failure_restores_not_the_programs_intermediates(
+    moe, threads, monkeypatch
+):
+    # issue 25 item 4: an intermediate (g, u, h of tp_moe) is allocated for the program and freed
+    # when it ends, by failure too, so its bytes are not snapshotted; the resident Out still is,
+    # and a fault in the last call restores it on every rank
+    monkeypatch.setattr(runtime.threads, "THREADS", threads)
+    mod, xe, ws = moe
+    cluster = runtime.Cluster(mod.RANKS)
+    w_d = [cluster.alloc_stacked_tensor(runtime.pack_nz(w)) for w in ws]
+    before = np.arange(mod.RANKS * mod.E_LOCAL * mod.CAP * mod.H, dtype=np.float32)
+    resident = cluster.alloc_stacked_tensor(before.reshape(mod.RANKS, mod.E_LOCAL, mod.CAP, mod.H))
+    snapped: dict[int, int] = {}
+    real_begin, real_together = call_mod.RankPlan.begin, rank_batch.launch_together
+
+    def begin(self):
+        real_begin(self)
+        snapped[self.rank] = sum(saved.nbytes for _, saved in self.snapshots)
+
+    def together(plans, workers, vals):
+        ok = real_together(plans, workers, vals)
+        if plans[0].kernel is mod.down:  # after down wrote its shards of the resident Out
+            raise runtime.DeviceError("fault in down for the test")
+        return ok
+
+    monkeypatch.setattr(call_mod.RankPlan, "begin", begin)
+    monkeypatch.setattr(rank_batch, "launch_together", together)
+    with pytest.raises(runtime.DeviceError, match="fault in down"):
+        mod.moe_experts(xe, *w_d, resident)
+    shard = mod.E_LOCAL * mod.CAP * mod.H * 4
+    assert snapped == {r: shard for r in range(mod.RANKS)}  # ye's shard only: no g, u, h
+    np.testing.assert_array_equal(cluster.copy_stacked_from(resident).ravel(), before)
