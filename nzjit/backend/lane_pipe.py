@@ -142,6 +142,13 @@ def batch_pop(st: Step) -> Any:
             raise Fallback("a partial Mat slot")
         pipe_of(s.ctx.gm).release(sl.slot)
         s.reserve(g)
+        v = sl.values
+        if g.layout == "ND" and (vr, vc) == (g.rows, g.cols) and v.dtype == g.dtype and v.flags.c_contiguous:
+            # the slot's values are the tile's images already (a whole ND tile of their dtype) and
+            # nothing reads the slot after its pop (the push made them its own): the tile takes
+            # them, without the copy into fresh bytes
+            env[o] = LaneTile(g, vr, vc, v.view(np.uint8).reshape(n, g.nbytes), sl.row)
+            return
         data = s.zeros(n, g.nbytes, zero=(vr, vc) != (g.rows, g.cols))
         if g.layout == "ND":
             data.view(g.dtype).reshape(n, g.rows, g.cols)[:, :vr, :vc] = sl.values
