@@ -315,6 +315,133 @@ __attribute__((target("f16c,avx"))) static int narrow_rows(const float *s, uint1
 }
 #endif
 
+/* The outer axes of a run-wise conversion: every axis but the innermost walked as an odometer,
+ * `body(s, d)` converting one run of shape[ndim-1] items from s into d (d advancing by a run). */
+#define FOR_EACH_RUN(src, dst, ndim, shape, st, body)                                             \
+    do {                                                                                          \
+        Py_ssize_t outer_ = 1, idx_[MAX_DIMS] = {0};                                              \
+        for (int a_ = 0; a_ < (ndim) - 1; a_++)                                                   \
+            outer_ *= (shape)[a_];                                                                \
+        const char *s = (src);                                                                    \
+        for (Py_ssize_t o_ = 0; o_ < outer_; o_++) {                                              \
+            body;                                                                                 \
+            (dst) += (shape)[(ndim) - 1];                                                         \
+            for (int a_ = (ndim) - 2; a_ >= 0; a_--) {                                            \
+                s += (st)[a_];                                                                    \
+                if (++idx_[a_] < (shape)[a_])                                                     \
+                    break;                                                                        \
+                s -= (shape)[a_] * (st)[a_];                                                      \
+                idx_[a_] = 0;                                                                     \
+            }                                                                                     \
+        }                                                                                         \
+    } while (0)
+
+/* The two buffers of a run-wise conversion, checked: the same 1 to 8 axes, src of `itemsize`-byte
+ * items with a contiguous innermost axis, dst of 4-byte items, not overlapping; NULL or the error. */
+static const char *run_buffers_error(const Py_buffer *src, const Py_buffer *dst, Py_ssize_t itemsize) {
+    if (src->ndim < 1 || src->ndim > MAX_DIMS || dst->ndim != src->ndim || src->itemsize != itemsize ||
+        dst->itemsize != 4)
+        return "src and dst must have the same 1 to 8 axes, of the source item size and 4-byte items";
+    if (src->strides[src->ndim - 1] != itemsize && src->shape[src->ndim - 1] > 1)
+        return "src's innermost axis must be contiguous";
+    for (int a = 0; a < src->ndim; a++)
+        if (src->shape[a] != dst->shape[a])
+            return "src and dst must have the same shape";
+    if (overlaps(src, dst))
+        return "src and dst must not overlap";
+    return NULL;
+}
+
+PyDoc_STRVAR(widen_i8_runs_doc,
+"widen_i8_runs(src, dst)\n--\n\n"
+"dst[...] = float32(src): src a buffer of int8 items of at most 8 axes whose innermost axis is\n"
+"contiguous, any other strides (an NZ operand's C0 lines); dst a C-contiguous float32 buffer of\n"
+"the same shape, writable, not overlapping src. Exact (every int8 is a float32). The GIL is\n"
+"released while the elements move.");
+
+static PyObject *widen_i8_runs(PyObject *self, PyObject *args) {
+    Py_buffer src, dst;
+    (void)self;
+    if (widen_buffers(args, &src, &dst) < 0)
+        return NULL;
+    const char *error = run_buffers_error(&src, &dst, 1);
+    if (error == NULL && dst.len) {
+        float *d = dst.buf;
+        const Py_ssize_t run = src.shape[src.ndim - 1];
+        Py_BEGIN_ALLOW_THREADS
+        FOR_EACH_RUN(src.buf, d, src.ndim, src.shape, src.strides, {
+            const int8_t *r = (const int8_t *)s;
+            for (Py_ssize_t j = 0; j < run; j++)
+                d[j] = (float)r[j];
+        });
+        Py_END_ALLOW_THREADS
+    }
+    return finish(&src, &dst, error);
+}
+
+#ifdef HAVE_F16C_PATH
+/* One run of n fp16 items into float32 (F16C, exact for every finite value and inf); 0 at the
+ * first NaN - the instruction quiets a signalling NaN, numpy keeps its bits - else 1. */
+__attribute__((target("f16c,avx"))) static int widen_f16_run(const char *s, float *d, Py_ssize_t n) {
+    const __m128i magnitude = _mm_set1_epi16(0x7fff), inf = _mm_set1_epi16(0x7c00);
+    Py_ssize_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m128i h = _mm_loadu_si128((const __m128i *)(s + 2 * j));
+        /* a NaN: magnitude bits above inf's (as signed 16-bit: both are below 0x8000) */
+        if (_mm_movemask_epi8(_mm_cmpgt_epi16(_mm_and_si128(h, magnitude), inf)))
+            return 0;
+        _mm256_storeu_ps(d + j, _mm256_cvtph_ps(h));
+    }
+    for (; j < n; j++) {
+        uint16_t bits;
+        memcpy(&bits, s + 2 * j, sizeof bits);
+        if ((bits & 0x7fff) > 0x7c00)
+            return 0;
+        d[j] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)));
+    }
+    return 1;
+}
+#endif
+
+PyDoc_STRVAR(widen_f16_runs_doc,
+"widen_f16_runs(src, dst) -> bool\n--\n\n"
+"dst[...] = float32(src): src a buffer of fp16 items (2-byte) of at most 8 axes whose innermost\n"
+"axis is contiguous, any other strides; dst a C-contiguous float32 buffer of the same shape,\n"
+"writable, not overlapping src. False when it did not convert everything - the CPU has no F16C,\n"
+"or src holds a NaN (dst then partly written) - and the caller converts. The GIL is released\n"
+"while the elements move.");
+
+static PyObject *widen_f16_runs(PyObject *self, PyObject *args) {
+    Py_buffer src, dst;
+    (void)self;
+    if (widen_buffers(args, &src, &dst) < 0)
+        return NULL;
+    const char *error = run_buffers_error(&src, &dst, 2);
+    if (error != NULL)
+        return finish(&src, &dst, error);
+    int done = 0;
+#ifdef HAVE_F16C_PATH
+    if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx")) {
+        done = 1;
+        float *d = dst.buf;
+        const Py_ssize_t run = src.shape[src.ndim - 1];
+        if (dst.len) {
+            Py_BEGIN_ALLOW_THREADS
+            FOR_EACH_RUN(src.buf, d, src.ndim, src.shape, src.strides, {
+                if (!widen_f16_run(s, d, run)) {
+                    done = 0;
+                    break;
+                }
+            });
+            Py_END_ALLOW_THREADS
+        }
+    }
+#endif
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    return PyBool_FromLong(done);
+}
+
 PyDoc_STRVAR(narrow_f16_doc,
 "narrow_f16(src, dst) -> bool\n--\n\n"
 "dst[i] = fp16 bits of float32 src[i], rounded to nearest even: src a C-contiguous buffer of\n"
@@ -471,6 +598,8 @@ static PyMethodDef methods[] = {
     {"lookup16", lookup16, METH_VARARGS, lookup16_doc},
     {"widen_runs", widen_runs, METH_VARARGS, widen_runs_doc},
     {"narrow_f16", narrow_f16, METH_VARARGS, narrow_f16_doc},
+    {"widen_i8_runs", widen_i8_runs, METH_VARARGS, widen_i8_runs_doc},
+    {"widen_f16_runs", widen_f16_runs, METH_VARARGS, widen_f16_runs_doc},
     {"tree_sum", tree_sum, METH_VARARGS, tree_sum_doc},
     {NULL, NULL, 0, NULL},
 };
