@@ -352,12 +352,57 @@ static const char *run_buffers_error(const Py_buffer *src, const Py_buffer *dst,
     return NULL;
 }
 
+/* src's axes with the size-1 ones dropped and neighbours merged where the outer stride is the
+ * inner one's span (an ND operand's rows become one run); the count. Called after
+ * run_buffers_error: the innermost axis is contiguous, or of size 1 - then the runs are of one
+ * item, any stride apart. */
+static int merged_axes(const Py_buffer *b, Py_ssize_t *shape, Py_ssize_t *st) {
+    int n = 0;
+    for (int a = 0; a < b->ndim; a++) {
+        if (b->shape[a] == 1)
+            continue;
+        if (n && st[n - 1] == b->strides[a] * b->shape[a]) {
+            shape[n - 1] *= b->shape[a];
+            st[n - 1] = b->strides[a];
+        } else {
+            shape[n] = b->shape[a];
+            st[n] = b->strides[a];
+            n++;
+        }
+    }
+    if (n == 0 || st[n - 1] != b->itemsize) { /* runs of one item (a size-1 axis was dropped: room) */
+        shape[n] = 1;
+        st[n] = b->itemsize;
+        n++;
+    }
+    return n;
+}
+
 PyDoc_STRVAR(widen_i8_runs_doc,
 "widen_i8_runs(src, dst)\n--\n\n"
 "dst[...] = float32(src): src a buffer of int8 items of at most 8 axes whose innermost axis is\n"
-"contiguous, any other strides (an NZ operand's C0 lines); dst a C-contiguous float32 buffer of\n"
+"contiguous (or of size 1), any other strides (an NZ operand's C0 lines); dst a C-contiguous float32 buffer of\n"
 "the same shape, writable, not overlapping src. Exact (every int8 is a float32). The GIL is\n"
 "released while the elements move.");
+
+/* One run of n int8 items into float32, a scalar loop (gcc vectorises it poorly: numpy's cast of a
+ * contiguous run is ~2x faster) or 16 at a time with AVX2 where the CPU has it. */
+static void widen_i8_run(const int8_t *r, float *d, Py_ssize_t n) {
+    for (Py_ssize_t j = 0; j < n; j++)
+        d[j] = (float)r[j];
+}
+
+#ifdef HAVE_F16C_PATH
+__attribute__((target("avx2"))) static void widen_i8_run_avx2(const int8_t *r, float *d, Py_ssize_t n) {
+    Py_ssize_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        const __m128i b = _mm_loadu_si128((const __m128i *)(r + j));
+        _mm256_storeu_ps(d + j, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)));
+        _mm256_storeu_ps(d + j + 8, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))));
+    }
+    widen_i8_run(r + j, d + j, n - j);
+}
+#endif
 
 static PyObject *widen_i8_runs(PyObject *self, PyObject *args) {
     Py_buffer src, dst;
@@ -367,13 +412,16 @@ static PyObject *widen_i8_runs(PyObject *self, PyObject *args) {
     const char *error = run_buffers_error(&src, &dst, 1);
     if (error == NULL && dst.len) {
         float *d = dst.buf;
-        const Py_ssize_t run = src.shape[src.ndim - 1];
+        Py_ssize_t shape[MAX_DIMS], st[MAX_DIMS];
+        const int ndim = merged_axes(&src, shape, st);
+        const Py_ssize_t run = shape[ndim - 1];
+        void (*convert)(const int8_t *, float *, Py_ssize_t) = widen_i8_run;
+#ifdef HAVE_F16C_PATH
+        if (__builtin_cpu_supports("avx2"))
+            convert = widen_i8_run_avx2;
+#endif
         Py_BEGIN_ALLOW_THREADS
-        FOR_EACH_RUN(src.buf, d, src.ndim, src.shape, src.strides, {
-            const int8_t *r = (const int8_t *)s;
-            for (Py_ssize_t j = 0; j < run; j++)
-                d[j] = (float)r[j];
-        });
+        FOR_EACH_RUN(src.buf, d, ndim, shape, st, { convert((const int8_t *)s, d, run); });
         Py_END_ALLOW_THREADS
     }
     return finish(&src, &dst, error);
@@ -424,10 +472,12 @@ static PyObject *widen_f16_runs(PyObject *self, PyObject *args) {
     if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx")) {
         done = 1;
         float *d = dst.buf;
-        const Py_ssize_t run = src.shape[src.ndim - 1];
+        Py_ssize_t shape[MAX_DIMS], st[MAX_DIMS];
+        const int ndim = merged_axes(&src, shape, st);
+        const Py_ssize_t run = shape[ndim - 1];
         if (dst.len) {
             Py_BEGIN_ALLOW_THREADS
-            FOR_EACH_RUN(src.buf, d, src.ndim, src.shape, src.strides, {
+            FOR_EACH_RUN(src.buf, d, ndim, shape, st, {
                 if (!widen_f16_run(s, d, run)) {
                     done = 0;
                     break;

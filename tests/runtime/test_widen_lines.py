@@ -78,7 +78,8 @@ def line_views(draw):
     rows) and whose other axes are permuted, stepped and reversed; finite fp16 values."""
     dtype = draw(st.sampled_from([np.int8, np.float16]))
     nd = draw(st.integers(1, 5))
-    dims = [draw(st.integers(1, 7)) for _ in range(nd)]
+    # the innermost axis up to 40: runs of whole 16- and 8-element vector steps and their tails
+    dims = [draw(st.integers(1, 7)) for _ in range(nd - 1)] + [draw(st.integers(1, 40))]
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     if dtype == np.int8:
         buf = rng.integers(-128, 128, [d * 2 for d in dims]).astype(np.int8)
@@ -107,6 +108,8 @@ def test_what_it_cannot_take_is_refused():
     assert not widen_lines_f32(np.empty((8, 16), np.float32)[:, :8], x8)  # a strided destination
     assert not widen_lines_f32(np.empty((4, 16), np.float32), x8)  # another shape
     assert not widen_lines_f32(out, x8.astype(np.int16))  # another source dtype
+    assert not widen_lines_f32(np.empty((), np.float32), np.zeros((), np.int8))  # no axis
+    assert not widen_lines_f32(np.empty((0, 4), np.float32), np.zeros((0, 4), np.int8))  # empty
 
 
 def test_without_the_compiled_loops_nothing_is_done(monkeypatch):
