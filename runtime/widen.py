@@ -16,8 +16,8 @@ every element up in a 65536-entry table of numpy's own conversion (`runtime._lin
 so its bits are numpy's by construction, ~5x faster.
 
 A mad operand gathered from NZ C0 lines (int8 or fp16, innermost axis contiguous) is converted
-in one compiled pass straight from the strided lines (`widen_lines_f32`): no gather into a
-buffer first. int8 -> float32 is exact; fp16 uses the F16C instruction, exact for every value
+in one compiled pass straight from the strided lines (`widen_lines_f32`, runtime/_lines_widen.c):
+no gather into a buffer first. int8 -> float32 is exact; fp16 uses the F16C instruction, exact for every value
 but a NaN (it quiets a signalling one, numpy keeps the bits), so a view holding a NaN - or a CPU
 without F16C - takes the caller's numpy path instead.
 """
