@@ -6,4 +6,8 @@ same bytes with numpy (about half as fast). Everything else is in pyproject.toml
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("runtime._lines", ["runtime/_lines.c"], optional=True)])
+setup(
+    ext_modules=[
+        Extension("runtime._lines", ["runtime/_lines.c"], depends=["runtime/_lines_widen.c"], optional=True)
+    ]
+)

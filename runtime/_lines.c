@@ -317,6 +317,9 @@ __attribute__((target("f16c,avx"))) static int narrow_rows(const float *s, uint1
 }
 #endif
 
+/* widen_i8_runs, widen_f16_runs (a mad operand's C0 lines to float32): kept in their own file */
+#include "_lines_widen.c"
+
 PyDoc_STRVAR(narrow_f16_doc,
 "narrow_f16(src, dst) -> bool\n--\n\n"
 "dst[i] = fp16 bits of float32 src[i], rounded to nearest even: src a C-contiguous buffer of\n"
@@ -511,6 +514,8 @@ static PyMethodDef methods[] = {
     {"lookup16", lookup16, METH_VARARGS, lookup16_doc},
     {"widen_runs", widen_runs, METH_VARARGS, widen_runs_doc},
     {"narrow_f16", narrow_f16, METH_VARARGS, narrow_f16_doc},
+    {"widen_i8_runs", widen_i8_runs, METH_VARARGS, widen_i8_runs_doc},
+    {"widen_f16_runs", widen_f16_runs, METH_VARARGS, widen_f16_runs_doc},
     {"tree_sum", tree_sum, METH_VARARGS, tree_sum_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -31,5 +31,12 @@ def narrow_f16(src: np.ndarray, dst: np.ndarray, /) -> bool:
     """dst[i] = fp16 bits (uint16) of float32 src[i], rounded to nearest even, both C-contiguous;
     False when not all converted (no F16C, a NaN, a value that rounds to inf): the caller converts."""
 
+def widen_i8_runs(src: np.ndarray, dst: np.ndarray, /) -> None:
+    """dst[...] = float32(src): int8, innermost axis contiguous (at most 8 axes), into a C-contiguous float32 dst."""
+
+def widen_f16_runs(src: np.ndarray, dst: np.ndarray, /) -> bool:
+    """dst[...] = float32 bits of fp16 src (uint16, innermost axis contiguous, at most 8 axes) into a
+    C-contiguous uint32 dst; False when not all converted (no F16C, a NaN): the caller converts."""
+
 def tree_sum(src: np.ndarray, dst: np.ndarray, rounding: int, baseline: bool = False, /) -> int:
     """dst[r] = the rounded binary-tree sum of float32 row r of src (rounding 0 none, 1 fp16, 2 bf16); returns the number of NaN rows. baseline: the SSE2 loop even on an AVX2 CPU (tests)."""

@@ -14,6 +14,12 @@ fp16 -> float32 is exact too, but numpy converts fp16 one element at a time (~2 
 here: a fused expert's fp16 weights cost more to convert than to multiply). `widen_f16` looks
 every element up in a 65536-entry table of numpy's own conversion (`runtime._lines.lookup16`),
 so its bits are numpy's by construction, ~5x faster.
+
+A mad operand gathered from NZ C0 lines (int8 or fp16, innermost axis contiguous) is converted
+in one compiled pass straight from the strided lines (`widen_lines_f32`, runtime/_lines_widen.c):
+no gather into a buffer first. int8 -> float32 is exact; fp16 uses the F16C instruction, exact for every value
+but a NaN (it quiets a signalling one, numpy keeps the bits), so a view holding a NaN - or a CPU
+without F16C - takes the caller's numpy path instead.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from .native import lines as _native  # None where runtime/_lines.c was not built
 
-__all__ = ["COMPILED", "widen_bf16", "widen_f16"]
+__all__ = ["COMPILED", "widen_bf16", "widen_f16", "widen_lines_f32"]
 
 #: Are the compiled loops built? (Else `widen_bf16` is numpy's cast: the same bytes, slower.)
 COMPILED = _native is not None
@@ -83,6 +89,26 @@ def widen_f16(out: np.ndarray, src: np.ndarray) -> None:
         patterns = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
         table = _F16_TABLE = patterns.view(np.float16).astype(np.float32).view(np.uint32)
     _native.lookup16(src.view(np.uint16), out.view(np.uint32), table)
+
+
+def widen_lines_f32(out: np.ndarray, src: np.ndarray) -> bool:
+    """``out[...] = src`` for an int8 or fp16 view `src` whose innermost axis is contiguous (any
+    other strides) and a C-contiguous float32 `out` of its shape, in one compiled pass; the same
+    bits as numpy's cast. False when not done (nothing compiled, another dtype or layout, a NaN
+    in an fp16 view, no F16C: `out` may be partly written) - the caller then converts."""
+    if _native is None or out.dtype != np.float32 or out.shape != src.shape or not out.flags.c_contiguous:
+        return False
+    if src.dtype not in (np.int8, np.float16):
+        return False
+    if not 0 < src.ndim <= _RUN_AXES or src.size == 0:
+        return False
+    if src.shape[-1] > 1 and src.strides[-1] != src.itemsize:  # a transposing read
+        return False
+    # the compiled loop merges the axes itself: no as_strided here (~5 us a call in Python)
+    if src.dtype == np.int8:
+        _native.widen_i8_runs(src, out)
+        return True
+    return bool(_native.widen_f16_runs(src.view(np.uint16), out.view(np.uint32)))
 
 
 #: Below this many elements numpy's cast is as fast as the call into the table loop.
