@@ -7,8 +7,9 @@ the bound the cores allow, and the same program on a RayCluster against the loca
   of the process, BLAS on the calling thread: their cheapest CPU time) divided by the cores this
   process may use; the 4-rank call should finish within 1.1x of it (wall / bound) and never
   slower than running the ranks one after another (wall / one after another). Both are measured
-  alternately, best of 7. By default the 4 ranks run each call as rank-batched launches, one
-  group of ranks per core (nzjit/backend/rank_batch.py); the row "ranks as threads" is the same
+  alternately, best of 7. By default the 4 ranks run each call as rank-batched launches in the
+  mode their first calls found fastest (nzjit/backend/rank_batch.py `MODES`: one group of ranks
+  per core, or one group with or without the helper threads); the row "ranks as threads" is the same
   call with one thread per rank. On a shared machine the wall-time rows say more about the load
   than about nzjit: read the CPU-time row, the cores the call got (with the load average) and the
   quiet-machine floor there (the busiest thread's CPU time, from Linux schedstat, or the CPU time
@@ -45,6 +46,7 @@ import tp_moe as m  # noqa: E402
 from runtime import blas  # noqa: E402
 from runtime.blas import one_thread  # noqa: E402
 from nzjit import pl  # noqa: E402
+from nzjit.backend import rank_batch  # noqa: E402
 from nzjit.backend.options import Options, using  # noqa: E402
 
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -293,10 +295,12 @@ def caller_rows(repeat: int = 7) -> list[dict[str, str]]:
     def groups(n: int):
         def call() -> None:
             runtime.threads.THREADS = n
+            rank_batch.FORCE = "groups"  # one group per thread, not the mode the program chose
             try:
                 m.moe_experts(xe, *ws, ye)
             finally:
                 runtime.threads.THREADS = threads
+                rank_batch.FORCE = None
 
         return call
 

@@ -29,6 +29,7 @@ Semantics are the per-rank ones:
 from __future__ import annotations
 
 import functools
+import time
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -48,7 +49,7 @@ from .launch import launch_onchip, recycle_onchip
 from .plan import plan_of
 from .values import TensorVal
 
-__all__ = ["run_together", "same_program", "spmd_launch"]
+__all__ = ["MODES", "mode_for", "run_together", "same_program", "spmd_launch"]
 
 _SPMD: weakref.WeakKeyDictionary[Graph, Any] = weakref.WeakKeyDictionary()  # per graph: its launch or None
 
@@ -149,21 +150,72 @@ def launch_together(plans: Sequence[Any], workers: Sequence[Any], vals: Sequence
 def run_together(ranks: Sequence[Any]) -> None:
     """Run the ranks' programs (call.RankPlan, `same_program`) call by call, each call one
     rank-batched launch where exact, else rank by rank; the lowest failing rank's error is raised
-    (module docstring). The ranks are cut into as many groups as the simulator has threads
-    (`runtime.threads.THREADS`, one per core), each group batched on a thread of its own: the
-    groups' Python steps are few (one per call and group), so two groups rarely wait for each
-    other's interpreter lock, and every core computes."""
-    n = max(1, min(runtime.threads.THREADS, len(ranks)))
-    cuts = [len(ranks) * g // n for g in range(n + 1)]
-    groups = [list(ranks[a:b]) for a, b in zip(cuts, cuts[1:])]
+    (module docstring). The ranks run in one of the `MODES` (`mode_for`): cut into as many groups
+    as the simulator has threads (`runtime.threads.THREADS`), each group batched on a thread of
+    its own; or as one group, with or without the helper threads converting the next operands."""
+    key = (tuple(id(ln.plan.graph) for ln in ranks[0].launches), len(ranks), runtime.threads.THREADS)
+    mode = mode_for(key)
+    start = time.perf_counter()
     failed: dict[int, BaseException] = {}
-    if len(groups) == 1:  # the helpers may convert operands meanwhile (threads.Ahead)
-        failed = _run_group(groups[0])
-    else:
+    n = max(1, min(runtime.threads.THREADS, len(ranks))) if mode == "groups" else 1
+    if n > 1:
+        cuts = [len(ranks) * g // n for g in range(n + 1)]
+        groups = [list(ranks[a:b]) for a, b in zip(cuts, cuts[1:])]
         runtime.threads.side_by_side([functools.partial(_run_group, g, failed) for g in groups])
+    elif mode == "alone":  # every thread counted busy: `Ahead` computes on this thread
+        with runtime.threads.ranks_running(runtime.threads.THREADS):
+            failed = _run_group(ranks)
+    else:  # the helpers may convert operands meanwhile (threads.Ahead)
+        failed = _run_group(ranks)
     if failed:
         r = min(failed)
         runtime.dispatch.raise_for_rank(r, failed[r])
+    timed(key, mode, time.perf_counter() - start)
+
+
+#: How the ranks of a program run (issue 25 item 4). "groups": one group of ranks per thread, side
+#: by side; "one": one group, the helpers converting the next operands (threads.Ahead); "alone":
+#: one group and no helper. Which is fastest depends on the host and on the program's work per
+#: step - tp_moe on a 2-core EPYC took 18-22 ms "alone" and 26-29 ms either other way, since its
+#: steps are short and the threads mostly hand the interpreter lock to each other; a program of
+#: large products gains from the helper. Every mode writes the same bytes (a rank's lanes get the
+#: bytes of its own launch however the ranks are grouped, and a helper moves work, not results),
+#: so the first calls of a program time each mode `TRIALS` times and the later calls take the
+#: fastest. `FORCE` (tests, benchmarks) fixes the mode.
+MODES = ("groups", "one", "alone")
+TRIALS = 2
+FORCE: str | None = None
+_times: dict[Any, dict[str, list[float]]] = {}
+_chosen: dict[Any, str] = {}
+#: Programs remembered at most (a new one past this forgets the oldest).
+MAX_PROGRAMS = 256
+
+
+def mode_for(key: Any) -> str:
+    """The mode of the next call of program `key`: `FORCE`, the chosen one, or the next trial
+    (the modes in turn until each has run `TRIALS` times)."""
+    if FORCE is not None:
+        return FORCE
+    chosen = _chosen.get(key)
+    if chosen is not None:
+        return chosen
+    seen = _times.get(key, {})
+    return min(MODES, key=lambda m: len(seen.get(m, ())))  # the least tried, in MODES order
+
+
+def timed(key: Any, mode: str, seconds: float) -> None:
+    """Record a trial call's wall time; once every mode has its `TRIALS`, choose the fastest."""
+    if FORCE is not None or key in _chosen:
+        return
+    if key not in _times and len(_times) >= MAX_PROGRAMS:
+        del _times[next(iter(_times))]
+    seen = _times.setdefault(key, {})
+    seen.setdefault(mode, []).append(seconds)
+    if all(len(seen.get(m, ())) >= TRIALS for m in MODES):
+        if len(_chosen) >= MAX_PROGRAMS:
+            del _chosen[next(iter(_chosen))]
+        _chosen[key] = min(MODES, key=lambda m: min(seen[m]))
+        del _times[key]
 
 
 def _run_group(

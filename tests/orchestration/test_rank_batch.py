@@ -23,6 +23,13 @@ from runtime.cluster_memory import ClusterMemory
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
+@pytest.fixture(autouse=True)
+def _ranks_in_groups(monkeypatch):
+    """These tests pin the ranks' mode to one group per thread (rank_batch.MODES); the modes and
+    their choice have tests of their own, at the end."""
+    monkeypatch.setattr(rank_batch, "FORCE", "groups")
+
+
 @pytest.fixture(scope="module")
 def moe():
     """examples/tp_moe.py: 4 ranks x (gate_up, act, down), intermediates on their rank, fp16 NZ weights."""
@@ -301,3 +308,54 @@ def test_snapshots_copy_only_the_outputs_a_failure_restores_not_the_programs_int
     shard = mod.E_LOCAL * mod.CAP * mod.H * 4
     assert snapped == {r: shard for r in range(mod.RANKS)}  # ye's shard only: no g, u, h
     np.testing.assert_array_equal(cluster.copy_stacked_from(resident).ravel(), before)
+
+
+# ---------------------------------------------------------------------- the modes and their choice
+@pytest.mark.parametrize("threads", [1, 2])
+def test_every_mode_gives_the_bytes_of_one_rank_at_a_time(moe, threads, monkeypatch):
+    # rank_batch.MODES: groups side by side, one group with helpers, one group alone - which
+    # thread computes what changes, no byte written does
+    mod, xe, ws = moe
+    monkeypatch.setattr(runtime.threads, "THREADS", threads)
+    cluster = runtime.Cluster(mod.RANKS)
+    wd = [cluster.alloc_stacked_tensor(runtime.pack_nz(w)) for w in ws]
+    alone = np.zeros((mod.RANKS, mod.E_LOCAL, mod.CAP, mod.H), np.float32)
+    for r in range(mod.RANKS):  # each rank by itself: a one-rank program, never batched
+        _one_rank(mod, r)(xe, *wd, alone)
+    for mode in rank_batch.MODES:
+        monkeypatch.setattr(rank_batch, "FORCE", mode)
+        assert mod.moe_experts(xe, *wd).tobytes() == alone.tobytes(), mode
+
+
+def test_a_program_tries_each_mode_then_keeps_the_fastest(moe, monkeypatch):
+    mod, xe, ws = moe
+    monkeypatch.setattr(rank_batch, "FORCE", None)
+    monkeypatch.setattr(rank_batch, "_times", {})
+    monkeypatch.setattr(rank_batch, "_chosen", {})
+    cost = {"groups": 3.0, "one": 2.0, "alone": 1.0}  # seconds a trial "takes"
+    ran: list[str] = []
+    real_timed = rank_batch.timed
+
+    def fake_timed(key, mode, seconds):
+        ran.append(mode)
+        real_timed(key, mode, cost[mode])
+
+    monkeypatch.setattr(rank_batch, "timed", fake_timed)
+    cluster = runtime.Cluster(mod.RANKS)
+    wd = [cluster.alloc_stacked_tensor(runtime.pack_nz(w)) for w in ws]
+    first = mod.moe_experts(xe, *wd)
+    for _ in range(len(rank_batch.MODES) * rank_batch.TRIALS + 2):
+        assert mod.moe_experts(xe, *wd).tobytes() == first.tobytes()
+    trials = len(rank_batch.MODES) * rank_batch.TRIALS
+    assert sorted(ran[:trials]) == sorted(rank_batch.MODES * rank_batch.TRIALS)  # each mode, in turn
+    assert ran[trials:] == ["alone"] * 3  # then the fastest, every call
+    assert list(rank_batch._chosen.values()) == ["alone"] and rank_batch._times == {}
+
+
+def test_forced_mode_is_not_timed(monkeypatch):
+    monkeypatch.setattr(rank_batch, "FORCE", "one")
+    monkeypatch.setattr(rank_batch, "_times", {})
+    monkeypatch.setattr(rank_batch, "_chosen", {})
+    assert rank_batch.mode_for("k") == "one"
+    rank_batch.timed("k", "one", 1.0)
+    assert rank_batch._times == {} and rank_batch._chosen == {}
