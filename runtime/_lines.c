@@ -233,30 +233,56 @@ static PyObject *lookup16(PyObject *self, PyObject *args) {
 
 #define MAX_DIMS 8
 
+/* The outer axes of a run-wise conversion: every axis but the innermost walked as an odometer,
+ * `body(s, d)` converting one run of shape[ndim-1] items from s into d (d advancing by a run). */
+#define FOR_EACH_RUN(src, dst, ndim, shape, st, body)                                             \
+    do {                                                                                          \
+        Py_ssize_t outer_ = 1, idx_[MAX_DIMS] = {0};                                              \
+        for (int a_ = 0; a_ < (ndim) - 1; a_++)                                                   \
+            outer_ *= (shape)[a_];                                                                \
+        const char *s = (src);                                                                    \
+        for (Py_ssize_t o_ = 0; o_ < outer_; o_++) {                                              \
+            body;                                                                                 \
+            (dst) += (shape)[(ndim) - 1];                                                         \
+            for (int a_ = (ndim) - 2; a_ >= 0; a_--) {                                            \
+                s += (st)[a_];                                                                    \
+                if (++idx_[a_] < (shape)[a_])                                                     \
+                    break;                                                                        \
+                s -= (shape)[a_] * (st)[a_];                                                      \
+                idx_[a_] = 0;                                                                     \
+            }                                                                                     \
+        }                                                                                         \
+    } while (0)
+
+/* The two buffers of a run-wise conversion, checked: the same 1 to 8 axes, src of `itemsize`-byte
+ * items with a contiguous innermost axis, dst of 4-byte items, not overlapping; NULL or the error. */
+static const char *run_buffers_error(const Py_buffer *src, const Py_buffer *dst, Py_ssize_t itemsize) {
+    if (src->ndim < 1 || src->ndim > MAX_DIMS || dst->ndim != src->ndim || src->itemsize != itemsize ||
+        dst->itemsize != 4)
+        return itemsize == 1 ? "src and dst must have the same 1 to 8 axes, of 1- and 4-byte items"
+                             : "src and dst must have the same 1 to 8 axes, of 2- and 4-byte items";
+    if (src->strides[src->ndim - 1] != itemsize && src->shape[src->ndim - 1] > 1)
+        return "src's innermost axis must be contiguous";
+    for (int a = 0; a < src->ndim; a++)
+        if (src->shape[a] != dst->shape[a])
+            return "src and dst must have the same shape";
+    if (overlaps(src, dst))
+        return "src and dst must not overlap";
+    return NULL;
+}
+
 /* dst (C-contiguous) = src << 16, src's innermost axis a run of contiguous 2-byte items: one
- * pass in destination order, the outer axes walked as an odometer. */
+ * pass in destination order. */
 static void widen_run_lines(const char *src, uint32_t *dst, int ndim, const Py_ssize_t *shape,
                             const Py_ssize_t *st) {
     const Py_ssize_t run = shape[ndim - 1];
-    Py_ssize_t outer = 1, idx[MAX_DIMS] = {0};
-    for (int a = 0; a < ndim - 1; a++)
-        outer *= shape[a];
-    const char *s = src;
-    for (Py_ssize_t o = 0; o < outer; o++) {
+    FOR_EACH_RUN(src, dst, ndim, shape, st, {
         for (Py_ssize_t j = 0; j < run; j++) {
             uint16_t bits;
             memcpy(&bits, s + 2 * j, sizeof bits); /* any alignment; a plain load */
             dst[j] = (uint32_t)bits << 16;
         }
-        dst += run;
-        for (int a = ndim - 2; a >= 0; a--) { /* the next run: carry like an odometer */
-            s += st[a];
-            if (++idx[a] < shape[a])
-                break;
-            s -= shape[a] * st[a];
-            idx[a] = 0;
-        }
-    }
+    });
 }
 
 PyDoc_STRVAR(widen_runs_doc,
@@ -270,18 +296,7 @@ static PyObject *widen_runs(PyObject *self, PyObject *args) {
     (void)self;
     if (widen_buffers(args, &src, &dst) < 0)
         return NULL;
-    const char *error = NULL;
-    if (src.ndim < 1 || src.ndim > MAX_DIMS || dst.ndim != src.ndim || src.itemsize != 2 || dst.itemsize != 4)
-        error = "widen_runs: src and dst must have the same 1 to 8 axes, of 2- and 4-byte items";
-    else if (src.strides[src.ndim - 1] != 2 && src.shape[src.ndim - 1] > 1)
-        error = "widen_runs: src's innermost axis must be contiguous";
-    else {
-        for (int a = 0; a < src.ndim; a++)
-            if (src.shape[a] != dst.shape[a])
-                error = "widen_runs: src and dst must have the same shape";
-    }
-    if (error == NULL && overlaps(&src, &dst))
-        error = "widen_runs: src and dst must not overlap";
+    const char *error = run_buffers_error(&src, &dst, 2);
     if (error == NULL && dst.len) {
         Py_BEGIN_ALLOW_THREADS
         widen_run_lines(src.buf, dst.buf, src.ndim, src.shape, src.strides);
@@ -422,7 +437,8 @@ static inline ALWAYS_INLINE float tree_row(const float *row, Py_ssize_t n, float
 /* Every row's tree into out; returns how many rows summed to NaN. The body is compiled once per
  * target: the SSE2 baseline, and AVX2 (8 lanes a vector add instead of 4: the adds, their pairs
  * and their rounding are the same IEEE operations either way - no FMA, no reassociation - so the
- * same bits; tests/runtime/test_vector_tree.py's hypothesis test compares with numpy's levels). */
+ * same bits; tests/runtime/test_tree_sum.py's hypothesis tests compare it with numpy's levels
+ * and the two loops with each other). */
 #define TREE_ROWS_BODY                                                                          \
     {                                                                                           \
         Py_ssize_t nan_rows = 0;                                                                \

@@ -1,45 +1,9 @@
 /* The run-wise widening of a mad's int8 / fp16 operands to float32 (runtime.widen.widen_lines_f32):
  * widen_i8_runs and widen_f16_runs. Not a translation unit of its own: runtime/_lines.c includes
- * it where its helpers (finish, widen_buffers, overlaps, MAX_DIMS, the F16C test) are defined,
+ * it where its helpers (finish, widen_buffers, run_buffers_error, FOR_EACH_RUN, MAX_DIMS, the F16C
+ * test) are defined,
  * so that file stays under the 600-line limit; setup.py lists it in `depends` so an edit here
  * rebuilds the module. */
-
-/* The outer axes of a run-wise conversion: every axis but the innermost walked as an odometer,
- * `body(s, d)` converting one run of shape[ndim-1] items from s into d (d advancing by a run). */
-#define FOR_EACH_RUN(src, dst, ndim, shape, st, body)                                             \
-    do {                                                                                          \
-        Py_ssize_t outer_ = 1, idx_[MAX_DIMS] = {0};                                              \
-        for (int a_ = 0; a_ < (ndim) - 1; a_++)                                                   \
-            outer_ *= (shape)[a_];                                                                \
-        const char *s = (src);                                                                    \
-        for (Py_ssize_t o_ = 0; o_ < outer_; o_++) {                                              \
-            body;                                                                                 \
-            (dst) += (shape)[(ndim) - 1];                                                         \
-            for (int a_ = (ndim) - 2; a_ >= 0; a_--) {                                            \
-                s += (st)[a_];                                                                    \
-                if (++idx_[a_] < (shape)[a_])                                                     \
-                    break;                                                                        \
-                s -= (shape)[a_] * (st)[a_];                                                      \
-                idx_[a_] = 0;                                                                     \
-            }                                                                                     \
-        }                                                                                         \
-    } while (0)
-
-/* The two buffers of a run-wise conversion, checked: the same 1 to 8 axes, src of `itemsize`-byte
- * items with a contiguous innermost axis, dst of 4-byte items, not overlapping; NULL or the error. */
-static const char *run_buffers_error(const Py_buffer *src, const Py_buffer *dst, Py_ssize_t itemsize) {
-    if (src->ndim < 1 || src->ndim > MAX_DIMS || dst->ndim != src->ndim || src->itemsize != itemsize ||
-        dst->itemsize != 4)
-        return "src and dst must have the same 1 to 8 axes, of the source item size and 4-byte items";
-    if (src->strides[src->ndim - 1] != itemsize && src->shape[src->ndim - 1] > 1)
-        return "src's innermost axis must be contiguous";
-    for (int a = 0; a < src->ndim; a++)
-        if (src->shape[a] != dst->shape[a])
-            return "src and dst must have the same shape";
-    if (overlaps(src, dst))
-        return "src and dst must not overlap";
-    return NULL;
-}
 
 /* src's axes with the size-1 ones dropped and neighbours merged where the outer stride is the
  * inner one's span (an ND operand's rows become one run); the count. Called after

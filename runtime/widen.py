@@ -30,7 +30,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from .native import lines as _native  # None where runtime/_lines.c was not built
 
-__all__ = ["COMPILED", "widen_bf16", "widen_f16", "widen_lines_f32"]
+__all__ = ["COMPILED", "LINE_DTYPES", "widen_bf16", "widen_f16", "widen_lines_f32"]
 
 #: Are the compiled loops built? (Else `widen_bf16` is numpy's cast: the same bytes, slower.)
 COMPILED = _native is not None
@@ -91,6 +91,10 @@ def widen_f16(out: np.ndarray, src: np.ndarray) -> None:
     _native.lookup16(src.view(np.uint16), out.view(np.uint32), table)
 
 
+#: The source dtypes `widen_lines_f32` converts (a caller may test them first, before the call).
+LINE_DTYPES = (np.dtype(np.int8), np.dtype(np.float16))
+
+
 def widen_lines_f32(out: np.ndarray, src: np.ndarray) -> bool:
     """``out[...] = src`` for an int8 or fp16 view `src` whose innermost axis is contiguous (any
     other strides) and a C-contiguous float32 `out` of its shape, in one compiled pass; the same
@@ -98,7 +102,7 @@ def widen_lines_f32(out: np.ndarray, src: np.ndarray) -> bool:
     in an fp16 view, no F16C: `out` may be partly written) - the caller then converts."""
     if _native is None or out.dtype != np.float32 or out.shape != src.shape or not out.flags.c_contiguous:
         return False
-    if src.dtype not in (np.int8, np.float16):
+    if src.dtype not in LINE_DTYPES:
         return False
     if not 0 < src.ndim <= _RUN_AXES or src.size == 0:
         return False

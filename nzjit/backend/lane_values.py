@@ -13,7 +13,7 @@ import numpy as np
 
 from runtime import TileBuf
 from runtime.cube import TileWindow
-from runtime.widen import COMPILED, widen_bf16, widen_f16, widen_lines_f32
+from runtime.widen import COMPILED, LINE_DTYPES, widen_bf16, widen_f16, widen_lines_f32
 
 
 @dataclass(frozen=True, eq=False)
@@ -165,8 +165,6 @@ class LaneWindow:
 
 _LINE = np.dtype("V32")
 _BF16 = np.dtype(ml_dtypes.bfloat16)
-#: operand dtypes `runtime.widen.widen_lines_f32` converts in one pass
-_LINE_WIDENED = (np.dtype(np.int8), np.dtype(np.float16))
 #: Source runs one line copy reads at once (see `copy_lines`). 8 suited an AMD EPYC host whose
 #: L1 and L2 are 8-way; on the Xeon this runs on now (12-way L1, 16-way L2) one pass over a
 #: mad operand's 16 or 32 runs is fastest: a 16-lane 128 x 256 bf16 Right chunk widens in
@@ -213,7 +211,7 @@ def gather_cast(
     then cast contiguously.  When consecutive lines are adjacent (an ND row read as C0 lines), the
     runs are already long: one direct cast, no gather. int8 and fp16 lines into float32 are
     converted in one compiled pass straight from the strided lines (`widen_lines_f32`)."""
-    if v.dtype in _LINE_WIDENED and widen_lines_f32(out, v):
+    if v.dtype in LINE_DTYPES and widen_lines_f32(out, v):
         return
     if v.shape[-1] * v.itemsize != 32 or v.strides[-1] != v.itemsize or v.ndim < 2 or v.strides[-2] == 32:
         if v.dtype == _BF16 and out.dtype == np.float32 and out.flags.c_contiguous:
