@@ -33,6 +33,8 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 import runtime  # noqa: E402
+from nzjit.backend import lane_replay  # noqa: E402
+from nzjit.backend.options import Options, using  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
@@ -40,17 +42,35 @@ import fused_moe_expert as fm  # noqa: E402
 import row_softmax as sm  # noqa: E402
 
 TARGET = "<= 1.5x"
+STEPPING = Options(replay=False)
 REPEAT = 21
 
 
 def ratio_rows(name: str, ours: Callable[[], object], ref: Callable[[], object]) -> list[dict[str, str]]:
-    """The target row (wall time) and its CPU-time twin (the process's, every thread): on a shared
-    machine the CPU time is the work done, the wall time also counts the neighbours."""
-    both = interleaved_clocks({"nzjit": ours, "numpy": ref}, repeat=REPEAT)
-    (w0, c0), (w1, c1) = both["nzjit"], both["numpy"]
+    """The target row (wall time), its CPU-time twin (the process's, every thread: on a shared
+    machine the CPU time is the work done, the wall time also counts the neighbours) and the same
+    call stepping through its plan (`Options(replay=False)`: no recorded attempt repeated,
+    backend/lane_replay.py), all interleaved in one run."""
+
+    def stepping() -> object:
+        with using(STEPPING):
+            return ours()
+
+    ours(), ours()  # the second call of a signature records its attempt; later calls replay it
+    before = lane_replay.stats()[1]
+    both = interleaved_clocks({"nzjit": ours, "numpy": ref, "stepping": stepping}, repeat=REPEAT)
+    replayed = lane_replay.stats()[1] > before
+    (w0, c0), (w1, c1), (w2, _) = both["nzjit"], both["numpy"], both["stepping"]
     return [
         row(name, fmt_time(w0), fmt_time(w1), f"{w0 / w1:.2f}x", TARGET),
         row("  same in CPU time", fmt_time(c0), fmt_time(c1), f"{c0 / c1:.2f}x", "-"),
+        row(
+            "  stepping (Options(replay=False))",
+            fmt_time(w2),
+            fmt_time(w1),
+            f"{w2 / w1:.2f}x",
+            "the calls above replayed" if replayed else "NOT REPLAYED",
+        ),
     ]
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,6 +121,9 @@ class GlobalMemory:
         self.uploads = 0
         self.upload_bytes = 0
         self.downloads = 0
+        #: called with an allocation's base address after it is freed (outside the lock): a
+        #: holder of views of its bytes - a compiler's recorded replay - lets them go
+        self.free_hooks: list[Callable[[int], None]] = []
 
     # ------------------------------------------------------------------ allocation
     def alloc(self, nbytes: int, zero: bool = False) -> int:
@@ -201,6 +204,8 @@ class GlobalMemory:
             ):
                 self._pool.setdefault(a.nbytes, []).append(data)
                 self._pool_bytes += a.nbytes
+        for hook in self.free_hooks:
+            hook(addr)
 
     def is_live(self, addr: int) -> bool:
         """True if ``addr`` lies inside an allocation that has not been freed."""
@@ -208,6 +213,13 @@ class GlobalMemory:
         if a is None or not a.base <= addr < a.base + max(a.nbytes, 1):
             a = self._find(addr)
         return a is not None and a.data is not None and addr < a.base + max(a.nbytes, 1)
+
+    def base_of(self, addr: int) -> int:
+        """The base address of the live allocation holding ``addr``, else DeviceError."""
+        a = self._find(addr)
+        if a is None or a.data is None or not addr < a.base + max(a.nbytes, 1):
+            raise DeviceError(f"GM address {addr:#x} is not in a live allocation")
+        return a.base
 
     @property
     def live_bytes(self) -> int:

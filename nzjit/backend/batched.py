@@ -38,6 +38,11 @@ helper thread converts the next chunk's operands while BLAS multiplies this one.
 wider BLAS call over lanes that share their Left operand would be faster, but OpenBLAS does not
 give bit-identical sums for a wider N, so it is not used.
 
+An attempt whose plan replays (every lane step marked `lane_state.replays`) is recorded on the
+second call of its signature (the lanes, the captured tensors' addresses and layouts, scalars by
+their bits, dims, options, on-chip and pipe state) and later calls of that signature repeat its
+recorded numpy calls on the same buffers, then commit the same stores (`commit`): lane_replay.py.
+
 This file runs the lane steps of a plan (plan.py builds them from each rule's `batch` form, in
 the same pass as the per-trip steps; `rules/` holds those forms), applies the deferred stores and
 decides the lane groups; the state of an attempt and the fallback signals are in lane_state.py,
@@ -55,7 +60,7 @@ import numpy as np
 import runtime
 from runtime import TileBuf
 
-from . import lane_gm, lane_log
+from . import lane_gm, lane_log, lane_replay
 from .lane_state import Fallback, LaneDependent, LaneState, Step, iota
 from .lane_values import LANE_VALUES, LaneTensor
 
@@ -116,14 +121,31 @@ def try_run_spmd(
     """Run all `lanes` of an SPMD body's `plan` (or the independent trips of a carry-free loop,
     `spmd=False`: the body's index takes the trip values, the block index stays) batched;
     False (nothing written to GM, on-chip accounting restored) when that cannot be exact - the
-    plan has no lane steps, or they fell back `MAX_FAILS` times in a row."""
+    plan has no lane steps, or they fell back `MAX_FAILS` times in a row. A plan whose lane steps
+    all replay runs a recorded attempt of the same signature when there is one (lane_replay.py)."""
     if plan.lanes is None or plan.lane_fails >= MAX_FAILS:
         return False
-    s = LaneState(ctx, n, spmd)
+    all_lanes = np.asarray(lanes, dtype=np.int64)
+    key = None
+    if plan.replayable and ctx.options.replay:
+        key = lane_replay.signature(ctx, all_lanes, n, spmd, captured)
+        rp = plan.replays.get(key) if key is not None else None
+        if rp is not None and key is not None:
+            if lane_replay.run(ctx, plan, key, rp, commit):
+                plan.lane_fails = 0
+                return True
+            key = None  # this call steps, and records nothing
+        elif key is not None and not lane_replay.wanted(plan, key):
+            key = None  # a first sighting: noted, not recorded
+    s = LaneState(ctx, n, spmd, record=key is not None)
+    kept = False
     try:
-        return _run_lanes(s, plan, np.asarray(lanes, dtype=np.int64), captured)
+        ok = _run_lanes(s, plan, all_lanes, captured)
+        kept = ok and key is not None and lane_replay.keep(plan, key, s, captured)
+        return ok
     finally:
-        s.recycle()  # the attempt is over (stores applied or abandoned): its buffers serve the next
+        if not kept:  # the attempt is over (stores applied or abandoned): its buffers serve the next
+            s.recycle()
 
 
 def _run_lanes(s: LaneState, plan: Any, all_lanes: np.ndarray, captured: list[Any]) -> bool:
@@ -131,6 +153,8 @@ def _run_lanes(s: LaneState, plan: Any, all_lanes: np.ndarray, captured: list[An
     ctx = s.ctx
     onchip = ctx.onchip
     live, peak = dict(onchip.live), dict(onchip.peak)
+    if s.rec is not None:  # a recording: the attempt's own peak, which its replays charge
+        onchip.peak.update(live)
     groups: list[list[tuple[Any, np.ndarray, Callable[[int], TileBuf]]]] = []
     try:
         with np.errstate(over="ignore", invalid="ignore"):
@@ -141,7 +165,7 @@ def _run_lanes(s: LaneState, plan: Any, all_lanes: np.ndarray, captured: list[An
                 s.lanes = all_lanes[base : base + size]
                 s.L, s.base, s.stores, s.alloc_bytes = len(s.lanes), base, [], 0
                 group_live, n_loaded, n_stored = dict(onchip.live), len(s.loaded), len(s.stored)
-                n_notes = len(s.notes)
+                n_notes, n_rec = len(s.notes), len(s.rec) if s.rec is not None else 0
                 s.group_loads = n_loaded
                 try:
                     run_lane_plan(s, plan, [s.lanes, *group_values(captured, base, s.L)])
@@ -153,6 +177,8 @@ def _run_lanes(s: LaneState, plan: Any, all_lanes: np.ndarray, captured: list[An
                     splits += 1
                     onchip.live.update(group_live)
                     del s.loaded[n_loaded:], s.stored[n_stored:], s.notes[n_notes:]
+                    if s.rec is not None:  # the failed group's calls are not part of the replay
+                        del s.rec[n_rec:]
                     size = s.L // 2
                     continue
                 groups.append(s.stores)
@@ -169,10 +195,22 @@ def _run_lanes(s: LaneState, plan: Any, all_lanes: np.ndarray, captured: list[An
         plan.lane_fails += 1  # a body that keeps failing is not retried
         return False
     plan.lane_fails = 0
+    if s.rec is not None:
+        s.own_peak = dict(onchip.peak)
+        for space, p in peak.items():
+            if p > onchip.peak[space]:
+                onchip.peak[space] = p
+        s.live_after, s.groups = dict(onchip.live), groups
     # the logged accesses into the launch's lane-race log: a race raises before any store lands
     if s.notes:
         lane_log.feed(s, s.notes)
-    # every lane's stores, in per-lane program order (loads never see them: checked above)
+    commit(ctx, groups)
+    return True
+
+
+def commit(ctx: Any, groups: list[list[tuple[Any, np.ndarray, Callable[[int], TileBuf]]]]) -> None:
+    """Every lane's deferred stores (`groups`: per lane group, in per-lane program order; loads
+    never see them: checked before), as strided assignments where the lanes' bytes are disjoint."""
     gm = ctx.gm
     # the launch's deferred snapshots (Ctx.pending) are needed unless the whole commit is one
     # assignment: it either lands whole, as the last thing the launch does, or not at all
@@ -204,7 +242,6 @@ def _run_lanes(s: LaneState, plan: Any, all_lanes: np.ndarray, captured: list[An
         for lane in range(len(stores[0][1])):
             for plan_, addr, get in stores:
                 plan_.run(gm, int(addr[lane]), get(lane))
-    return True
 
 
 def group_values(captured: list[Any], base: int, L: int) -> list[Any]:

@@ -22,12 +22,14 @@ def lane_copy(
     images: np.ndarray,
     load: bool,
     before: Callable[[int], None] | None = None,
+    assign: Callable[..., Any] | None = None,
 ) -> bool:
     """Replay `plan` (one burst copy, no warnings) for the increasing lane GM addresses `addrs` and
     tile images `images[i]`: one strided assignment per arithmetic run of addresses.  False, with
     nothing copied, when it is not that simple (the caller replays lane by lane) - for a store,
     also when a byte could be written twice (lane order decides then). `before(n)` is called with
-    the number of assignments once every view is made, before the first one."""
+    the number of assignments once every view is made, before the first one. `assign` runs each
+    assignment (``assign(np.copyto, dst, src)``: a lane attempt's `LaneState.do`, which a replay records)."""
     copies = plan.copies
     if copies is None or len(copies) != 1 or plan.warns or len(addrs) < 2:
         return False
@@ -47,10 +49,11 @@ def lane_copy(
         before(len(views))
     for u0, u1, g in views:
         t = np.ndarray((u1 - u0, *cp.shape), np.uint8, images, t_off + u0 * nbytes, (nbytes, *t_strides))
-        if load:
-            t[...] = g
+        dst, src = (t, g) if load else (g, t)
+        if assign is not None:
+            assign(np.copyto, dst, src)
         else:
-            g[...] = t
+            dst[...] = src
     return True
 
 

@@ -21,7 +21,7 @@ from runtime.convert import fixpipe_convert
 from runtime.crosscore import dequant_fp16, pipe_of, vector_quant_scale
 
 from ..core.types import TileType
-from .lane_state import Fallback, LaneState, iota
+from .lane_state import Fallback, LaneState, iota, replays
 from .lane_values import LaneAcc, LaneTile
 from .rule import Step
 from .steps import result_geometry
@@ -38,9 +38,12 @@ class LaneSlot:
         self.values, self.row, self.slot = values, row, slot
 
 
-def _uniform_scale(s: LaneState, e: Any, x: Any) -> float | np.ndarray:
-    if isinstance(x, TensorVal):  # VDEQF16: one scale row for every lane
-        return x.read(s.ctx.gm).reshape(-1).astype(np.float32)
+def _uniform_scale(s: LaneState, e: Any, x: Any) -> float | TensorVal:
+    """The dequant scale: one lane-uniform float (DEQF16), or the tensor of VDEQF16's one scale
+    row for every lane, which the conversion reads itself (`_convert_into`: a replay reads this
+    call's GM bytes)."""
+    if isinstance(x, TensorVal):
+        return x
     if isinstance(x, np.ndarray):
         v = x.flat[0]
         if not (x == v).all():
@@ -59,30 +62,43 @@ def batch_push_acc(st: Step) -> Any:
     ins, (o,) = st.ins, st.outs
 
     def run(s: LaneState, env: list[Any]) -> None:
-        conv = _fixpipe(s, e, env, ins, out, relu, valid_cols=False)
-        if not conv.flags.owndata:  # no conversion: a view of the accumulators, which a later
-            conv = conv.copy()  # mad_acc may update in place; the slot holds the pushed bytes
+        vals, scale = _fixpipe(s, e, env, ins, valid_cols=False)
+        # the slot holds the pushed bytes: a buffer of its own (a later mad_acc may update the
+        # accumulators in place)
+        conv = s.empty(vals.shape, out)
+        s.do(_convert_into, conv, vals, scale, out, relu, s.ctx.gm)
         slot = pipe_of(s.ctx.gm).reserve("c2v", conv.shape[1:], out)
         env[o] = LaneSlot(conv, iota(len(conv)), slot)
 
-    return run
+    return replays(run)
 
 
 def _fixpipe(
-    s: LaneState, e: Any, env: list[Any], ins: Any, out: np.dtype, relu: bool, valid_cols: bool
-) -> np.ndarray:
-    """Every lane's accumulator (its valid rows; all columns, or the valid ones) as the fixpipe
-    converts it: the dtype conversion and ReLU, or the DEQF16 / VDEQF16 dequantisation."""
+    s: LaneState, e: Any, env: list[Any], ins: Any, valid_cols: bool
+) -> tuple[np.ndarray, float | TensorVal | None]:
+    """Every lane's accumulator (its valid rows; all columns, or the valid ones) and the
+    dequantisation scale (None: a plain dtype conversion), for `_convert_into`."""
     acc = env[ins[0]]
     if type(acc) is not LaneAcc or acc.freed:
         raise Fallback("fixpipe operand")
     vals = acc.data[:, : acc.valid_row, : acc.valid_col if valid_cols else acc.data.shape[2]]
-    if len(ins) > 1:
-        scale = _uniform_scale(s, e, env[ins[1]])
-        if isinstance(scale, np.ndarray):
-            scale = vector_quant_scale(scale[: vals.shape[-1]])
-        return dequant_fp16(vals, scale, relu)
-    return fixpipe_convert(vals, out, relu)
+    return vals, _uniform_scale(s, e, env[ins[1]]) if len(ins) > 1 else None
+
+
+def _convert_into(
+    dst: np.ndarray, vals: np.ndarray, scale: float | TensorVal | None, out: np.dtype, relu: bool, gm: Any
+) -> None:
+    """`dst` = the accumulators `vals` as the fixpipe converts them: the dtype conversion and
+    ReLU, or the DEQF16 / VDEQF16 dequantisation (a scale row read from GM now)."""
+    if scale is None:
+        # the conversion straight into `dst` (numpy's cast either way: `fixpipe_convert`'s astype)
+        np.copyto(dst, fixpipe_convert(vals, vals.dtype, relu) if relu else vals, casting="unsafe")
+        return
+    if isinstance(scale, TensorVal):
+        row = scale.read(gm).reshape(-1).astype(np.float32)
+        np.copyto(dst, dequant_fp16(vals, vector_quant_scale(row[: vals.shape[-1]]), relu))
+        return
+    np.copyto(dst, dequant_fp16(vals, scale, relu))
 
 
 def batch_move_fixpipe(st: Step) -> Any:
@@ -99,14 +115,22 @@ def batch_move_fixpipe(st: Step) -> Any:
     def run(s: LaneState, env: list[Any]) -> None:
         if g is None:
             raise Fallback("fixpipe result")
-        conv = _fixpipe(s, e, env, ins, out, relu, valid_cols=True)
-        n, vr, vc = conv.shape
+        vals, scale = _fixpipe(s, e, env, ins, valid_cols=True)
+        n, vr, vc = vals.shape
         s.reserve(g)
         data = s.zeros(n, g.nbytes, zero=(vr, vc) != (g.rows, g.cols))
-        data.view(g.dtype).reshape(n, g.rows, g.cols)[:, :vr, :vc] = conv
+        s.do(
+            _convert_into,
+            data.view(g.dtype).reshape(n, g.rows, g.cols)[:, :vr, :vc],
+            vals,
+            scale,
+            out,
+            relu,
+            s.ctx.gm,
+        )
         env[o] = LaneTile(g, vr, vc, data, iota(n))
 
-    return run
+    return replays(run)
 
 
 def batch_push_vec(st: Step) -> Any:
@@ -119,11 +143,13 @@ def batch_push_vec(st: Step) -> Any:
             raise Fallback("pipe operand")
         g = x.g
         d = x.data
-        vals = d.view(g.dtype).reshape(len(d), g.rows, g.cols)[:, : x.valid_row, : x.valid_col].copy()
+        src = d.view(g.dtype).reshape(len(d), g.rows, g.cols)[:, : x.valid_row, : x.valid_col]
+        vals = s.empty(src.shape, g.dtype)
+        s.do(np.copyto, vals, src)
         slot = pipe_of(s.ctx.gm).reserve("v2c", vals.shape[1:], g.dtype)
         env[o] = LaneSlot(vals, x.row, slot)
 
-    return run
+    return replays(run)
 
 
 def batch_pop(st: Step) -> Any:
@@ -151,11 +177,11 @@ def batch_pop(st: Step) -> Any:
             return
         data = s.zeros(n, g.nbytes, zero=(vr, vc) != (g.rows, g.cols))
         if g.layout == "ND":
-            data.view(g.dtype).reshape(n, g.rows, g.cols)[:, :vr, :vc] = sl.values
+            s.do(np.copyto, data.view(g.dtype).reshape(n, g.rows, g.cols)[:, :vr, :vc], sl.values)
         else:  # the ND -> NZ load: the logical matrix in the tile's fractal order
             b = g.blk
             images = data.view(g.dtype).reshape(n, *g.phys).transpose(0, *(i + 1 for i in g.inv))
-            images[...] = sl.values.reshape(n, vr // b.ir, b.ir, vc // b.ic, b.ic)
+            s.do(np.copyto, images, sl.values.reshape(n, vr // b.ir, b.ir, vc // b.ic, b.ic))
         env[o] = LaneTile(g, vr, vc, data, sl.row)
 
-    return run
+    return replays(run)

@@ -27,7 +27,7 @@ class LaneDependent(Fallback):
 class LaneState:
     """One batched attempt: lanes, deferred stores, byte ranges loaded and stored."""
 
-    def __init__(self, ctx: Any, n: int, spmd: bool) -> None:
+    def __init__(self, ctx: Any, n: int, spmd: bool, record: bool = False) -> None:
         self.ctx, self.n, self.spmd = ctx, n, spmd
         self.alloc_bytes = 0  # bytes `empty` gave out in this lane group (sizes the next group)
         self.lanes = np.zeros(0, np.int64)
@@ -40,7 +40,39 @@ class LaneState:
         self.notes: list[tuple[Any, ...]] = []  # logged accesses for the lane-race log (lane_log.py)
         self.bufs: dict[tuple[object, ...], np.ndarray] = {}
         self.owned: dict[int, np.ndarray] = {}  # the buffers this attempt holds, by id
-        self.spares = _spares()  # this thread's: a helper thread allocating for it takes from here
+        #: while recording a replay (lane_replay.py): the buffer work of the steps, in order, as
+        #: ``(fn, args)``; the attempt then owns its buffers alone (a spare store of its own),
+        #: since a kept replay writes them again on later calls
+        self.rec: list[tuple[Callable[..., Any], tuple[Any, ...]]] | None = [] if record else None
+        self.recording = record
+        #: a recorded call made another `do` call inside it: the replay would repeat the outer
+        #: call only (a lazy tile it materialised stays materialised), so it is not kept
+        self.nested = False
+        self.fresh_bytes = 0  # bytes of the buffers this attempt allocated anew (a replay's memory)
+        # this thread's spares: a helper thread allocating for it takes from here
+        self.spares = _Spares() if record else _spares()
+        #: set by batched._run_lanes: the deferred stores per lane group, and the attempt's on-chip
+        #: live bytes at its end and its own peak (what a replay commits and charges)
+        self.groups: list[list[tuple[Any, np.ndarray, Callable[[int], TileBuf]]]] = []
+        self.live_after: dict[str, int] = {}
+        self.own_peak: dict[str, int] = {}
+
+    def do(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``: work on lane buffers (a kernel, a copy, a fill), kept in order while a
+        replay is being recorded. A replayable step (`replays`) writes its buffers only through
+        this (or `zeros` / `copy`, which use it), and decides nothing from their bytes: its
+        decisions depend on the attempt's signature (lane_replay.py) alone."""
+        rec = self.rec
+        if rec is None:
+            if self.recording:
+                self.nested = True
+            return fn(*args)
+        rec.append((fn, args))
+        self.rec = None  # what `fn` does is repeated by repeating it: nothing inside is recorded
+        try:
+            return fn(*args)
+        finally:
+            self.rec = rec
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """An uninitialised buffer for a lane value of this group, counted in `alloc_bytes`."""
@@ -55,13 +87,14 @@ class LaneState:
         a = self.spares.take(shape, dtype)
         if a is None:
             a = np.empty(shape, dtype)
+            self.fresh_bytes += a.nbytes
         self.owned[id(a)] = a
         return a
 
     def copy(self, a: np.ndarray) -> np.ndarray:
         """A copy of `a` in a buffer from `empty`."""
         c = self.empty(a.shape, a.dtype)
-        np.copyto(c, a)
+        self.do(np.copyto, c, a)
         return c
 
     def recycle(self) -> None:
@@ -76,7 +109,7 @@ class LaneState:
         """Charge one tile of geometry `g` to its on-chip space (one lane's accounting is every lane's)."""
         self.ctx.onchip.reserve(g.space, g.nbytes)
 
-    def scratch(self, shape: tuple[int, ...], dtype: type, tag: str = "") -> np.ndarray:
+    def scratch(self, shape: tuple[int, ...], dtype: Any, tag: str = "") -> np.ndarray:
         """A buffer reused for the whole batch (no fresh pages per instruction); `tag` keeps buffers
         of the same shape that are live together apart."""
         key = (shape, dtype if isinstance(dtype, np.dtype) else np.dtype(dtype), tag)
@@ -90,7 +123,7 @@ class LaneState:
         caller fills every byte)."""
         a = self.empty((n, nbytes), np.uint8)
         if zero:
-            a.fill(0)
+            self.do(a.fill, 0)
         return a
 
     def adopt(self, x: LaneTile) -> np.ndarray | None:
@@ -266,3 +299,12 @@ def view_span(view: GmView) -> tuple[int, int]:
 
 
 Step = Callable[[LaneState, list[Any]], None]
+
+
+def replays(step: Step) -> Step:
+    """Mark the lane step `step` replayable: it writes lane buffers only through `LaneState.do`
+    (or `zeros` / `copy`) and decides nothing from their bytes, so a recording of its buffer work
+    repeats it exactly for the same attempt signature (lane_replay.py). A plan whose lane steps
+    are all marked is replayed; one unmarked step keeps the whole plan on the stepping path."""
+    step.replays = True  # type: ignore[attr-defined]
+    return step

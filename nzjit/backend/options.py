@@ -46,6 +46,10 @@ class Options:
     #: checks once per operand layout, then the computation on the stacked bytes); False: the
     #: instruction call every time (tests compare the two byte for byte).
     prepared: bool = True
+    #: A lane-batched attempt whose plan replays (every lane step marked `lane_state.replays`)
+    #: is recorded once per call signature and later calls repeat the recorded buffer work
+    #: (lane_replay.py); False: every attempt steps through its plan (tests compare the two).
+    replay: bool = True
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Options:
         names = [f.name for f in fields(cls)]

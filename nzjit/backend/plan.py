@@ -6,7 +6,9 @@ and the rule has one, else the generic step through its reference `impl` - and t
 last use is an equation are released right after it (a result nobody reads right after its
 instruction). When every equation's rule also has a `batch` form (and the options allow
 batching), the plan carries the lane-batched steps too: lane batching is a property of the plan,
-decided here, once. Plans hold no run-time state beyond their steps' replay memos and are cached
+decided here, once, and so is whether its lane-batched attempts may be recorded and replayed
+(every lane step marked `lane_state.replays`; lane_replay.py). Plans hold no run-time state
+beyond their steps' replay memos and those recorded attempts (`replays`), and are cached
 per (graph, ownership, options) in one cache: the graph is its weak key, so a plan lives as long
 as its graph.
 """
@@ -58,6 +60,10 @@ class Plan:
     #: nothing to set up or end around a launch (no pipe buffers, no scratch, no product): a
     #: launch of it is the plan's run alone (executor.run_launch), decided once here
     plain: bool = field(init=False, default=True)
+    #: every lane step is marked `lane_state.replays`: batched attempts of the plan are recorded
+    #: once per call signature and replayed (lane_replay.py); `replays` holds them, by signature
+    replayable: bool = False
+    replays: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.plain = not (self.reserved or self.creates or self.multiplies)
@@ -234,6 +240,7 @@ def build_plan(g: Graph, n_owned_params: int, options: Options, in_launch: bool 
     unread = tuple(slot_of[p] for p in g.params[len(g.params) - n_owned_params :] if p not in read)
     if unread:
         runs.insert(0, lambda ctx, env: release(ctx, env, unread, ()))
+    replayable = lanes is not None and all(getattr(x[0], "replays", False) for x in lanes)
     lane_steps = None if lanes is None else tuple(with_frees(*x) for x in lanes)
     if unread and lane_steps is not None:  # the same on the batched path: its on-chip peak is the trip's
         lane_steps = (with_frees(_no_step, unread, ()), *lane_steps)
@@ -248,6 +255,7 @@ def build_plan(g: Graph, n_owned_params: int, options: Options, in_launch: bool 
         multiplies=multiplies(g),
         reserved=tuple(pipe_buffers(g)),
         creates=any(e.primitive is P.tensor_create_p for e in g.walk()),
+        replayable=replayable,
     )
 
 

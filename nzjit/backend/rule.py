@@ -12,7 +12,10 @@ A rule has up to three forms of the same semantics, written side by side in one 
   that meets a value it was not built for calls ``step.generic(ctx, env)``.
 * ``batch(step) -> lane_step | None`` - optional: every SPMD lane (or carry-free trip) at once,
   ``lane_step(state, env)`` on lane values (`lane_values`); it raises `lane_state.Fallback` when
-  this run cannot be exact. A body is planned lane-batched when every equation has one.
+  this run cannot be exact. A body is planned lane-batched when every equation has one. A lane
+  step marked `lane_state.replays` (it writes lane buffers only through `LaneState.do`, deciding
+  nothing from their bytes) lets its body be recorded once per call signature and replayed
+  (lane_replay.py); a body with an unmarked step keeps stepping.
 
 Registering::
 

@@ -9,7 +9,7 @@ from ... import prims as P
 from ...core.ir import Eqn
 from .. import batched
 from ..double_buffers import held_bytes, prefetch_buffers
-from ..lane_state import Fallback, LaneState, uniform
+from ..lane_state import Fallback, LaneState, replays, uniform
 from ..lane_values import LANE_VALUES, LaneAcc, LaneTile
 from ..loops import copy_tile, run_loop
 from ..rule import Run, Step, rule
@@ -118,7 +118,7 @@ def _batch_block_idx(st: Step) -> Any:
     def run(s: LaneState, env: list[Any]) -> None:
         env[o] = s.lanes if s.spmd else s.ctx.block_idx
 
-    return run
+    return replays(run)  # the lanes: part of a replay's signature
 
 
 @rule(P.get_block_idx_p, specialize=_specialize_block_idx, batch=_batch_block_idx)
@@ -141,7 +141,7 @@ def _batch_block_num(st: Step) -> Any:
     def run(s: LaneState, env: list[Any]) -> None:
         env[o] = s.n if s.spmd else s.ctx.block_num
 
-    return run
+    return replays(run)
 
 
 @rule(P.get_block_num_p, specialize=_specialize_block_num, batch=_batch_block_num)

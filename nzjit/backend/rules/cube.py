@@ -21,7 +21,7 @@ from ... import prims as P
 from ...core.ir import Eqn
 from ...core.types import Mem, TileType
 from ..lane_cube import mad_lanes
-from ..lane_state import Fallback, LaneState, uniform
+from ..lane_state import Fallback, LaneState, replays, uniform
 from ..lane_values import LaneAcc, LaneTile, LaneWindow
 from ..rule import Run, Step, rule
 from ..steps import alloc, finish, geometry_of, result_geometry, static_valid, tile_dims
@@ -214,7 +214,7 @@ def _batch_extract(st: Step) -> Any:
         s.reserve(geom)
         env[o] = LaneWindow(geom, src, r0, c0, transpose, v_r, v_c)
 
-    return run
+    return replays(run)  # a window on its source: the mad reads it
 
 
 rule(P.tile_extract_p, specialize=_specialize_extract, batch=_batch_extract)(_extract)
@@ -371,22 +371,27 @@ def _batch_mad(st: Step) -> Any:
         if not accumulate:
             s.reserve(geom)
             acc = LaneAcc(geom, s.empty((s.L, geom.rows, geom.cols), geom.dtype), acc_rows, n)
-            if n < geom.cols:
-                acc.data[:, :, n:] = 0  # as the per-lane TMATMUL leaves the fresh tile's other columns
+            if n < geom.cols:  # as the per-lane TMATMUL leaves the fresh tile's other columns
+                s.do(acc.data[:, :, n:].fill, 0)
         elif not in_place or id(acc.data) in s.pinned:  # a deferred store still reads the old sums
             s.reserve(geom)
             acc = LaneAcc(geom, s.copy(acc.data), acc_rows, n)
         data = acc.data if m == geom.rows else acc.data[:, :m]
         if n < geom.cols:
             data = data[:, :, :n]
-        mad_lanes(s, left, right, m, k, n, data, accumulate, is_int)
+        if bias is not None and n > bias.valid_col:
+            raise Fallback("bias row narrower than n")
+        # the product (and its operands' conversion) as one recorded call: it writes `data`
+        # and the attempt's scratch only, so a replay repeats it whole
+        if s.recording:  # the operands as they are now (below)
+            left, right = _as_now(left), _as_now(right)
+            bias = None if bias is None else _tile_as_now(bias)
+        s.do(_mad_call, s, s.L, left, right, m, k, n, data, accumulate, is_int)
         if bias is not None:
-            if n > bias.valid_col:
-                raise Fallback("bias row narrower than n")
-            _add_bias_rows(acc, bias, m, n)
+            s.do(_add_bias_rows, acc, bias, m, n)
         env[o] = acc
 
-    return run
+    return replays(run)
 
 
 rule(P.tile_mad_p, specialize=_specialize_mad, batch=_batch_mad)(_mad)
@@ -441,6 +446,36 @@ def _batch_bias_row(st: Step) -> Any:
     return run
 
 
+def _tile_as_now(x: LaneTile) -> LaneTile:
+    """A copy of lane tile `x` in its present state, for a recorded call: a tile still lazy now
+    (read straight from GM) but materialised by a later step of the recording, or given up to a
+    later step's result, would otherwise be read differently when the call is repeated."""
+    return LaneTile(x.g, x.valid_row, x.valid_col, x.held, x.row, x.gm_images, x._fill)
+
+
+def _as_now(w: LaneWindow) -> LaneWindow:
+    """`_tile_as_now` of a mad operand's source."""
+    return LaneWindow(w.g, _tile_as_now(w.src), w.r0, w.c0, w.transpose, w.valid_row, w.valid_col)
+
+
+def _mad_call(
+    s: LaneState,
+    L: int,
+    left: Any,
+    right: Any,
+    m: int,
+    k: int,
+    n: int,
+    data: np.ndarray,
+    acc: bool,
+    is_int: bool,
+) -> None:
+    """`mad_lanes` for the `L` lanes of the group it was recorded in (it reads the group's lane
+    count from the attempt's state, which a replay finds at the last group's)."""
+    s.L = L
+    mad_lanes(s, left, right, m, k, n, data, acc, is_int)
+
+
 def _add_bias_rows(acc: LaneAcc, bias: Any, m: int, n: int) -> None:
     """Every lane's accumulator += its bias row (after the product, as TMATMUL_BIAS adds it)."""
     rows = np.stack([bias.image(u).window(0, 0, 1, n)[0] for u in range(bias.n_images)])
@@ -459,7 +494,7 @@ def _specialize_transpose_view(st: Step) -> Run | None:
     def run(ctx: Any, env: list[Any]) -> None:
         env[o] = TransposedTile(env[a])
 
-    return run
+    return replays(run)  # (also the batch form: a view of its operand, no buffer work)
 
 
 @rule(P.tile_transpose_view_p, specialize=_specialize_transpose_view, batch=_specialize_transpose_view)

@@ -30,7 +30,7 @@ from ...passes.auto_tile_matmul import padded_mat_tile
 from ...passes.batch_matmul_unroll import batched_mat
 from ...passes.block_nz_store import ACC_COL_ALIGN, MAX_STORE_COLS
 from .. import lane_gm, lane_log
-from ..lane_state import Fallback, LaneState, addresses, distinct, lanes_of, uniform, view_span
+from ..lane_state import Fallback, LaneState, addresses, distinct, lanes_of, replays, uniform, view_span
 from ..lane_values import LaneAcc, LaneTensor, LaneTile
 from ..nz_partition import nz_store_partition
 from ..replay import element_offset, offsets_getter, same_layout, window_bytes
@@ -260,14 +260,14 @@ def _batch_load(st: Step) -> Any:
             gaps = lane_gm.unwritten(plan, geom.nbytes) if zero else None
             data = s.zeros(len(uniq), geom.nbytes, zero=zero and gaps is None)
             if gaps:
-                lane_gm.zero_gaps(data, gaps)
+                s.do(lane_gm.zero_gaps, data, gaps)
             if lazy is not None:
                 images = data.view(geom.dtype).reshape(len(uniq), *geom.phys)
                 for u0, v in lazy:
-                    images[u0 : u0 + len(v)] = v
-            elif not lane_gm.lane_copy(plan, gm, uniq, data, True):
+                    s.do(np.copyto, images[u0 : u0 + len(v)], v)
+            elif not lane_gm.lane_copy(plan, gm, uniq, data, True, assign=s.do):
                 for u, a in enumerate(uniq.tolist()):
-                    plan.run(gm, a, TileBuf.from_geometry(geom, vr, vc, data[u]))
+                    s.do(_load_image, plan, gm, a, geom, vr, vc, data[u])
             return data
 
         row = row if row.ndim == 1 else row.reshape(-1)  # an identity map stays the shared `iota`
@@ -275,7 +275,12 @@ def _batch_load(st: Step) -> Any:
         s.loaded.append((uniq, lo, hi))  # checked against every store before any is applied
         env[o] = tile
 
-    return run
+    return replays(run)
+
+
+def _load_image(plan: Any, gm: Any, addr: int, geom: Any, vr: int, vc: int, image: np.ndarray) -> None:
+    """The decoded TLOAD `plan` of one lane at GM `addr` into `image` (a fresh tile over it)."""
+    plan.run(gm, addr, TileBuf.from_geometry(geom, vr, vc, image))
 
 
 rule(P.tile_load_p, specialize=_specialize_load, batch=_batch_load)(_load)
@@ -483,7 +488,7 @@ def _batch_store(st: Step) -> Any:
             lane_log.note(s, kind, wins, dst, [env[i] for i in offs], sizes[-len(dst.shape) :], addr)
         env[o] = dst
 
-    return run
+    return replays(run)  # deferred: the commit (batched.commit) writes GM, on a replay too
 
 
 rule(P.tile_store_p, specialize=_specialize_store, batch=_batch_store)(_store)

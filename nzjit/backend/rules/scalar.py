@@ -15,7 +15,7 @@ from ... import prims as P
 from ...core import dtypes as D
 from ...core.ir import Eqn
 from ...core.types import ScalarType
-from ..lane_state import Fallback, LaneState
+from ..lane_state import Fallback, LaneState, replays
 from ..rule import Rule, Run, Step, register, rule
 
 # operator functions (C calls) rather than lambdas: the interpreter calls these once per scalar step
@@ -136,7 +136,7 @@ def _batch_scalar(st: Step) -> Any:
             dtype=np.int64,
         )
 
-    return run
+    return replays(run)  # index arithmetic on lane values: no buffer work
 
 
 register(tuple(P.SCALAR_BINARY.values()), Rule(_scalar, _specialize_scalar, _batch_scalar))
@@ -185,7 +185,7 @@ def _batch_compare(st: Step) -> Any:
             return
         env[o] = op(x, y)
 
-    return run
+    return replays(run)
 
 
 register(tuple(P.COMPARE.values()), Rule(_compare, _specialize_compare, _batch_compare))
@@ -209,7 +209,7 @@ def _batch_dim(st: Step) -> Any:
     def run(s: LaneState, env: list[Any]) -> None:
         env[o] = s.ctx.dims[name]  # one call's dimension: the same in every lane
 
-    return run
+    return replays(run)  # the dims: part of a replay's signature
 
 
 @rule(P.tensor_dim_p, specialize=_specialize_dim, batch=_batch_dim)

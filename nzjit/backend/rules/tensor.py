@@ -14,7 +14,7 @@ import runtime
 from ... import prims as P
 from ...core.ir import Eqn
 from ...core.types import TensorType, static_dim
-from ..lane_state import Fallback, LaneState, addresses
+from ..lane_state import Fallback, LaneState, addresses, replays
 from ..lane_values import LaneTensor
 from ..replay import element_offset
 from ..rule import Run, Step, rule
@@ -76,7 +76,7 @@ def _batch_slice(st: Step) -> Any:
         else:
             env[o] = TensorVal(addr, src.dtype, shape, strides, src.layout)
 
-    return run
+    return replays(run)  # lane addresses: no buffer work
 
 
 @rule(P.tensor_slice_p, specialize=_specialize_slice, batch=_batch_slice)

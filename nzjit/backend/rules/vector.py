@@ -23,11 +23,11 @@ from runtime import TileBuf
 from ... import prims as P
 from ...core.ir import Eqn
 from ...core.types import Mem, TileType
-from ..lane_state import Fallback, LaneState
+from ..lane_state import Fallback, LaneState, replays
 from ..lane_values import LaneTile, LaneWindow
 from ..rule import Rule, Run, Step, register, rule
 from ..steps import alloc, finish_or_generic, release1, result_geometry, tile_free
-from .vector_lanes import VecOp, lanes_of, out_type
+from .vector_lanes import VecOp, gathered, lanes_of, out_type
 
 #: The numpy function of each elementwise primitive (by primitive name).
 ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
@@ -226,7 +226,7 @@ def _batch_elementwise(st: Step) -> Any:
                 data = next((d for j in donors if (d := s.adopt(xs[j])) is not None), None)
                 if data is None:
                     data = s.zeros(n, geom.nbytes, zero=False)  # all written
-                ufunc(*(d.view(dt) for d in datas), out=data.view(dt))
+                s.do(ufunc, *(d.view(dt) for d in datas), data.view(dt))  # the last: ufunc's `out`
                 env[o] = LaneTile(geom, vr, vc, data, r0)
                 return
         rows = [x.row for x in xs]
@@ -235,7 +235,7 @@ def _batch_elementwise(st: Step) -> Any:
             args = [x.data.view(dt).reshape(len(x.data), x.g.rows, x.g.cols) for x in xs]
             row = rows[0]
         else:
-            args = [x.data.view(dt).reshape(len(x.data), x.g.rows, x.g.cols)[x.row] for x in xs]
+            args = [gathered(s, x, j).view(dt).reshape(s.L, x.g.rows, x.g.cols) for j, x in enumerate(xs)]
             row = np.arange(s.L)
         n = len(args[0])
         partial = (vr, vc) != (geom.rows, geom.cols)  # outside the valid region: a fresh tile's zeros
@@ -243,12 +243,14 @@ def _batch_elementwise(st: Step) -> Any:
         data = next((d for j in donors if shared and not partial and (d := s.adopt(xs[j])) is not None), None)
         if data is None:
             data = s.zeros(n, geom.nbytes, zero=partial)
-        ufunc(
-            *(a[:, :vr, :vc] for a in args), out=data.view(dt).reshape(n, geom.rows, geom.cols)[:, :vr, :vc]
+        s.do(
+            ufunc,
+            *(a[:, :vr, :vc] for a in args),
+            data.view(dt).reshape(n, geom.rows, geom.cols)[:, :vr, :vc],
         )
         env[o] = LaneTile(geom, vr, vc, data, row)
 
-    return run
+    return replays(run)
 
 
 register(tuple(P.ELEMENTWISE.values()), Rule(_elementwise, _specialize_elementwise, _batch_elementwise))
@@ -287,16 +289,25 @@ def _batch_cast(st: Step) -> Any:
         n = len(x.data)
         vr, vc = x.valid_row, x.valid_col
         src = x.data.view(src_dt).reshape(n, geom.rows, geom.cols)[:, :vr, :vc]
-        if bounds is not None and src.size:  # NaN fails both comparisons: it falls back too
-            lo, hi = np.min(src), np.max(src)
-            if not (lo >= bounds[0] and hi <= bounds[1]):
-                raise Fallback("a float -> int cast out of range")
+        if bounds is not None and src.size:  # the values decide: a recorded check (a replay checks too)
+            s.do(_in_range, src, bounds)
         s.reserve(geom)
         data = s.zeros(n, geom.nbytes, zero=(vr, vc) != (geom.rows, geom.cols))  # outside: a fresh tile's
-        np.copyto(data.view(dst_dt).reshape(n, geom.rows, geom.cols)[:, :vr, :vc], src, casting="unsafe")
+        s.do(_cast_into, data.view(dst_dt).reshape(n, geom.rows, geom.cols)[:, :vr, :vc], src)
         env[o] = LaneTile(geom, vr, vc, data, x.row)
 
-    return run
+    return replays(run)
+
+
+def _in_range(src: np.ndarray, bounds: tuple[float, float]) -> None:
+    """Fallback unless every value of `src` converts in range (NaN fails both comparisons)."""
+    lo, hi = np.min(src), np.max(src)
+    if not (lo >= bounds[0] and hi <= bounds[1]):
+        raise Fallback("a float -> int cast out of range")
+
+
+def _cast_into(dst: np.ndarray, src: np.ndarray) -> None:
+    np.copyto(dst, src, casting="unsafe")
 
 
 @rule(P.tile_cast_p, batch=_batch_cast)

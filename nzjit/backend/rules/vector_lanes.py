@@ -45,7 +45,7 @@ from runtime.tile import tile_geometry
 
 from ...core.ir import Eqn
 from ...core.types import TileType
-from ..lane_state import Fallback, LaneState, iota
+from ..lane_state import Fallback, LaneState, iota, replays
 from ..lane_values import LaneTile
 from ..rule import Impl, Step
 from ..steps import alloc, tile_dims, tile_layout
@@ -228,7 +228,7 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
                     datas = {j: xs[j].data for j in tiles}
                     row = r0
                 else:
-                    datas = {j: xs[j].data[xs[j].row] for j in tiles}
+                    datas = {j: gathered(s, xs[j], j) for j in tiles}
                     row = iota(s.L)
                 n = len(datas[tiles[0]])
             else:  # TEXPANDS of a uniform scalar: one image for every lane
@@ -268,53 +268,95 @@ def lanes_of(op: VecOp) -> Callable[[Step], Any]:
                 scratch = s.scratch((n, sg.nbytes), np.uint8, "vector scratch") if sg is not None else None
                 if lay.prep is not None and s.ctx.options.prepared:  # the checked kernel on the stacked bytes
                     stacks = lay.stacks
-                    lay.prep(
+                    s.do(
+                        lay.prep,
                         data.reshape(-1),
                         *(datas[j].reshape(-1) if j in stacks else v for j, v in enumerate(vals)),
                     )
                     out_vr, out_vc = vr, vc  # the prepared kernel writes the valid region it was given
                 elif lay.stacked or lay.by_lane:
-                    stacks = lay.stacks
-                    args = [
-                        TileBuf.from_geometry(*stacks[j], datas[j].reshape(-1)) if j in stacks else v
-                        for j, v in enumerate(vals)
-                    ]
-                    assert lay.out is not None
-                    out = TileBuf.from_geometry(*lay.out, data.reshape(-1))
-                    st = (
-                        None
-                        if lay.scratch is None or scratch is None
-                        else TileBuf.from_geometry(*lay.scratch, scratch.reshape(-1))
-                    )
-                    if lay.stacked:
-                        op.compute(e, out, args, target, st)
-                    else:
-                        assert op.lanes_compute is not None
-                        op.lanes_compute(e, out, args, target, st, n)
-                    out_vr, out_vc = out.valid_row // n, out.valid_col
+                    out_vr, out_vc = s.do(_stacked_call, op, e, lay, datas, vals, data, scratch, target, n)
                 else:
+                    geoms = [
+                        (xs[j].g, xs[j].valid_row, xs[j].valid_col) if j in tiles else None
+                        for j in range(len(xs))
+                    ]
                     for u in range(n):
-                        args = [
-                            TileBuf.from_geometry(xs[j].g, xs[j].valid_row, xs[j].valid_col, datas[j][u])
-                            if j in tiles
-                            else v
-                            for j, v in enumerate(vals)
-                        ]
-                        out = TileBuf.from_geometry(g, vr, vc, data[u])
-                        op.compute(
-                            e,
-                            out,
-                            args,
-                            target,
-                            None
-                            if sg is None or scratch is None
-                            else TileBuf.from_geometry(sg, None, None, scratch[u]),
+                        out_vr, out_vc = s.do(
+                            _image_call, op, e, geoms, datas, vals, (g, vr, vc), data, scratch, sg, target, u
                         )
-                    out_vr, out_vc = out.valid_row, out.valid_col
             except runtime.DeviceError as err:
                 raise Fallback(f"the vector instruction refuses: {err}") from err
             env[o] = LaneTile(g, out_vr, out_vc, data, row)
 
-        return run
+        return replays(run)
 
     return batch
+
+
+def gathered(s: LaneState, x: LaneTile, j: int) -> np.ndarray:
+    """Lane `i`'s image of `x` in row `i` of a scratch buffer (operands whose lane maps differ),
+    gathered by a recorded call (`LaneState.do`): a replay gathers this call's bytes again."""
+    d = x.data
+    buf = s.scratch((s.L, d.shape[1]), d.dtype, f"gathered operand {j}")
+    s.do(np.take, d, x.row, 0, buf)
+    return buf
+
+
+# The instruction calls of a lane step, as `LaneState.do` runs (and a replay repeats) them: each
+# builds its TileBufs anew, since an instruction sets its result's valid region on the TileBuf.
+def _stacked_call(
+    op: VecOp,
+    e: Eqn,
+    lay: _Layout,
+    datas: dict[int, np.ndarray],
+    vals: list[Any],
+    data: np.ndarray,
+    scratch: np.ndarray | None,
+    target: str,
+    n: int,
+) -> tuple[int, int]:
+    """The instruction once on the lanes' stacked images; the result's valid shape per image."""
+    stacks = lay.stacks
+    args = [
+        TileBuf.from_geometry(*stacks[j], datas[j].reshape(-1)) if j in stacks else v
+        for j, v in enumerate(vals)
+    ]
+    assert lay.out is not None
+    out = TileBuf.from_geometry(*lay.out, data.reshape(-1))
+    st = (
+        None
+        if lay.scratch is None or scratch is None
+        else TileBuf.from_geometry(*lay.scratch, scratch.reshape(-1))
+    )
+    if lay.stacked:
+        op.compute(e, out, args, target, st)
+    else:
+        assert op.lanes_compute is not None
+        op.lanes_compute(e, out, args, target, st, n)
+    return out.valid_row // n, out.valid_col
+
+
+def _image_call(
+    op: VecOp,
+    e: Eqn,
+    geoms: list[Any],
+    datas: dict[int, np.ndarray],
+    vals: list[Any],
+    result: tuple[Any, int, int],
+    data: np.ndarray,
+    scratch: np.ndarray | None,
+    sg: Any,
+    target: str,
+    u: int,
+) -> tuple[int, int]:
+    """The instruction on image `u` of every operand; the result's valid shape."""
+    args = [
+        TileBuf.from_geometry(geo[0], geo[1], geo[2], datas[j][u]) if geo is not None else v
+        for j, (geo, v) in enumerate(zip(geoms, vals))
+    ]
+    g, vr, vc = result
+    out = TileBuf.from_geometry(g, vr, vc, data[u])
+    st = None if sg is None or scratch is None else TileBuf.from_geometry(sg, None, None, scratch[u])
+    op.compute(e, out, args, target, st)
+    return out.valid_row, out.valid_col

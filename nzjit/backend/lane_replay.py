@@ -1,0 +1,313 @@
+"""Replay of a lane-batched attempt (batched.py): the checked step sequence bound once per call
+signature, then repeated as pre-bound numpy calls over the attempt's own buffers.
+
+A batched attempt spends most of a small kernel's time deciding, per step, what depends only on
+the shapes around it: operand types and geometries, valid regions, lane maps, addresses, which
+buffer a result takes over, the on-chip accounting. For a given *signature* - the plan, the lanes,
+the captured values (tensor addresses and layouts, scalars by their bits), the dynamic dims, the
+options, the on-chip bytes live at entry and the GM the tensors live in - those decisions come out
+the same on every call. So the first attempt with a signature records its buffer work (every
+write of a lane buffer goes through `LaneState.do`, in order) and its deferred stores; a later
+call with the same signature runs the recorded calls on the same buffers, charges the recorded
+on-chip peak, and commits the same stores (batched.commit) - the bytes of the stepping path, since
+each recorded call is the call that path makes, on the same buffers, in the same order, and reads
+the GM bytes of this call.
+
+Only plans whose every lane step is marked `lane_state.replays` are recorded: such a step writes
+lane buffers only through `LaneState.do` and decides nothing from their bytes (a value-dependent
+check, e.g. a quantising cast's range, is itself a recorded call that raises `Fallback`). A
+recording is kept when the attempt succeeded with no lane-race notes and its buffers stay within
+`MAX_BYTES`; the buffers then belong to the replay alone (the recording took them from a store of
+its own), and a replay runs on one thread at a time (another caller meanwhile takes the stepping
+path). Before a replay runs, every GM allocation it reads or writes must still be live (GM never
+hands an address out twice, so a live address is the same allocation with the same bytes
+object); a dead one drops the replay. If a recorded call raises, nothing has reached GM yet: the
+attempt runs the stepping path, which decides as always (and refuses as the reference does).
+`Options(replay=False)` turns replays off (tests compare both paths byte for byte).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import runtime
+from runtime.cluster_memory import RANK_SHIFT, ClusterMemory
+from runtime.crosscore import pipe_of
+
+from .lane_state import Fallback, LaneState
+from .lane_values import LaneTensor
+from .values import TensorVal
+
+#: Replays kept per plan (the oldest goes first): a kernel called on a few argument sets.
+MAX_REPLAYS = 4
+#: Buffer bytes a replay may own (larger attempts keep stepping: their per-step cost is small
+#: against their numpy work, and the memory would stay held).
+MAX_BYTES = 32 << 20
+
+
+@dataclass(eq=False)
+class Replay:
+    """One recorded attempt (module docstring)."""
+
+    gm: Any
+    calls: tuple[tuple[Callable[..., Any], tuple[Any, ...]], ...]
+    groups: list[Any]
+    live_after: dict[str, int]
+    own_peak: dict[str, int]
+    guards: tuple[int, ...]
+    nbytes: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    runs: int = 0
+    aborts: int = 0  # runs a recorded call stopped (a value-dependent check): the stepping path ran
+    aborts_in_row: int = 0
+
+
+def _value_key(x: Any) -> Any:
+    """A hashable key of a captured value that determines every decision a replayable step makes
+    from it, or `_NO` (not replayable). Floats by their bits: 0.0 and -0.0 give other bytes."""
+    t = type(x)
+    if t is int or t is bool or x is None:
+        return (t, x)
+    if t is float:
+        return (t, np.float64(x).tobytes())
+    if t is TensorVal:
+        if x.nz is not None:
+            return _NO
+        return (t, x.addr, x.dtype, x.shape, x.strides, x.layout)
+    if t is LaneTensor:
+        return (t, x.addr.tobytes(), x.dtype, x.shape, x.strides, x.layout)
+    if isinstance(x, np.generic):
+        return (t, x.tobytes())
+    if t is np.ndarray:
+        return (t, x.dtype, x.shape, x.tobytes())
+    return _NO
+
+
+_NO = object()
+
+
+def signature(ctx: Any, lanes: np.ndarray, n: int, spmd: bool, captured: list[Any]) -> tuple[Any, ...] | None:
+    """The key a recorded attempt is replayed under (module docstring), or None when a captured
+    value is of a kind whose effect on the steps is not captured by a key (a tile, a host value)."""
+    keys = []
+    for c in captured:
+        k = _value_key(c)
+        if k is _NO:
+            return None
+        keys.append(k)
+    onchip = ctx.onchip
+    return (
+        lanes.tobytes(),
+        n,
+        spmd,
+        ctx.options,
+        id(ctx.gm),
+        onchip.target,
+        tuple(onchip.live.items()),
+        tuple(ctx.dims.items()) if ctx.dims else (),
+        _pipe_state(ctx.gm),
+        # a carry-free loop's trips (spmd False) read the enclosing block index; a launch whose
+        # accesses are logged (lane_log.py) notes them, which a replay would not
+        ctx.block_idx,
+        ctx.block_num,
+        ctx.lane_log is None,
+        *keys,
+    )
+
+
+_PIPE_AT = 8  # the index of the pipe's state in a signature
+
+
+def _pipe_state(gm: Any) -> tuple[Any, ...]:
+    """The cross-core pipe's FIFO fill (`CrossCorePipe.in_flight`): a mixed kernel's TPUSH / TPOP
+    steps decide from it (a full FIFO refuses), and a replay changes none of it."""
+    return tuple(pipe_of(gm).in_flight.items())
+
+
+def guards_of(gm: Any, captured: list[Any]) -> tuple[int, ...]:
+    """The GM addresses a replay checks are still live: every captured tensor's base (one per
+    lane of a LaneTensor)."""
+    out: set[int] = set()
+    for c in captured:
+        if type(c) is TensorVal:
+            out.add(int(c.addr))
+        elif type(c) is LaneTensor:
+            out.update(int(a) for a in np.unique(c.addr).tolist())
+    return tuple(sorted(out))
+
+
+def wanted(plan: Any, key: tuple[Any, ...]) -> bool:
+    """Whether to record the attempt of signature `key` now: on its second sighting (a kernel
+    called on host arrays uploads them to new addresses every call, whose signatures never come
+    again: recording those would only cost)."""
+    replays = plan.replays
+    if key in replays:
+        return True
+    seen = [k for k, v in replays.items() if v is None]
+    if len(seen) >= MAX_SEEN:
+        replays.pop(seen[0])
+    replays[key] = None
+    return False
+
+
+def keep(plan: Any, key: tuple[Any, ...], s: LaneState, captured: list[Any]) -> bool:
+    """Keep the recording of the successful attempt `s` as `plan`'s replay under `key`; False when
+    it cannot be kept (lane-race notes, a nested recorded call, too many bytes, a GM it cannot
+    watch) - its buffers then go back as usual."""
+    if s.rec is None or s.notes or s.nested or _pipe_state(s.ctx.gm) != key[_PIPE_AT]:
+        return False  # (a pipe left fuller or emptier than found: a replay would not do that)
+    nbytes = s.fresh_bytes
+    if nbytes > MAX_BYTES:
+        return False
+    gm = s.ctx.gm
+    guards = guards_of(gm, captured)
+    try:
+        watched = [_allocation(gm, a) for a in guards]
+    except (runtime.DeviceError, AttributeError):
+        return False
+    replays = plan.replays
+    if sum(1 for v in replays.values() if v is not None) >= MAX_REPLAYS:
+        drop(plan, next(k for k, v in replays.items() if v is not None))
+    rp = Replay(gm, tuple(s.rec), s.groups, dict(s.live_after), dict(s.own_peak), guards, nbytes)
+    replays[key] = rp
+    s.rec = None
+    # what the recorded calls read from the attempt's state beyond their arguments: the options
+    # (lane_cube's thread count) - not the call's context, which would stay alive with the replay
+    s.ctx = _Held(s.ctx.options, gm)
+    _register(plan, key, rp, watched)
+    return True
+
+
+class _Held:
+    """What a kept attempt's recorded calls may read of its context (`LaneState.ctx`)."""
+
+    __slots__ = ("options", "gm")
+
+    def __init__(self, options: Any, gm: Any) -> None:
+        self.options, self.gm = options, gm
+
+
+def drop(plan: Any, key: tuple[Any, ...]) -> None:
+    """Forget `plan`'s replay under `key` (its buffers and GM views go with it)."""
+    rp = plan.replays.pop(key, None)
+    with _LOCK:
+        if rp is not None and _ALL.pop(id(rp), None) is not None:
+            _TOTAL[0] -= rp.nbytes
+
+
+# ------------------------------------------------------------------ every kept replay, bounded
+#: Bytes of lane buffers all kept replays may own together, and how many there may be: the oldest
+#: go first (a test suite compiles thousands of kernels; each replay keeps its buffers).
+TOTAL_BYTES = 256 << 20
+TOTAL_REPLAYS = 256
+#: first sightings of signatures remembered per plan (`wanted`)
+MAX_SEEN = 8
+#: a replay stopped by a recorded call this many times in a row is dropped (each stop costs the
+#: calls before it on top of the stepping path)
+MAX_ABORTS = 2
+_LOCK = threading.Lock()
+_ALL: dict[int, tuple[weakref.ref[Any], tuple[Any, ...], Replay]] = {}  # id(replay) -> plan, key
+_TOTAL = [0]
+_COUNTS = [0, 0]  # replays run, replays stopped by a recorded call (`stats`)
+#: (id of a GlobalMemory, allocation base) -> the replays holding views of it: dropped when it is
+#: freed (`GlobalMemory.free_hooks`), so a freed tensor's bytes are not kept alive by a replay
+_WATCH: dict[tuple[int, int], list[tuple[weakref.ref[Any], tuple[Any, ...]]]] = {}
+_HOOKED: set[int] = set()  # ids of the GlobalMemories whose free hook is ours
+
+
+def stats() -> tuple[int, int, int, int]:
+    """(replays kept now, replays run since the process started, runs a recorded call stopped
+    since then, the kept replays' buffer bytes): what tests and benchmarks read to see that
+    replays ran."""
+    with _LOCK:
+        return len(_ALL), _COUNTS[0], _COUNTS[1], _TOTAL[0]
+
+
+def _allocation(gm: Any, addr: int) -> tuple[Any, int]:
+    """The GlobalMemory holding GM address `addr` (a rank's own, behind a ClusterMemory) and the
+    base of its allocation there."""
+    if isinstance(gm, ClusterMemory):
+        gm, addr = gm.gms[addr >> RANK_SHIFT], addr & ((1 << RANK_SHIFT) - 1)
+    return gm, gm.base_of(addr)
+
+
+def _register(plan: Any, key: tuple[Any, ...], rp: Replay, watched: list[tuple[Any, int]]) -> None:
+    ref = weakref.ref(plan)
+    evict = []
+    with _LOCK:
+        _ALL[id(rp)] = (ref, key, rp)
+        _TOTAL[0] += rp.nbytes
+        for gm, base in watched:
+            if id(gm) not in _HOOKED:
+                _HOOKED.add(id(gm))
+                gm.free_hooks.append(functools.partial(_freed, id(gm)))
+            _WATCH.setdefault((id(gm), base), []).append((ref, key))
+        while _ALL and (_TOTAL[0] > TOTAL_BYTES or len(_ALL) > TOTAL_REPLAYS):
+            evict.append(_ALL[next(iter(_ALL))])
+            _, _, old = _ALL.pop(next(iter(_ALL)))
+            _TOTAL[0] -= old.nbytes
+    for ref, k, _ in evict:
+        p = ref()
+        if p is not None:
+            p.replays.pop(k, None)
+
+
+def _freed(gm_id: int, base: int) -> None:
+    """`GlobalMemory.free_hooks`: drop the replays that hold views of the freed allocation."""
+    with _LOCK:
+        holders = _WATCH.pop((gm_id, base), [])
+    for ref, key in holders:
+        p = ref()
+        if p is not None:
+            drop(p, key)
+
+
+def run(
+    ctx: Any, plan: Any, key: tuple[Any, ...], rp: Replay, commit: Callable[[Any, list[Any]], None]
+) -> bool:
+    """Run the replay `rp` of `plan` (kept under `key`) in `ctx`: True when it ran and committed
+    its stores; False, with nothing written, when the caller must take the stepping path (its GM
+    is gone - the replay is dropped -, another thread is running it, or a recorded call raised)."""
+    gm = ctx.gm
+    if gm is not rp.gm or not all(gm.is_live(a) for a in rp.guards):
+        drop(plan, key)  # a freed tensor: its views must not be written again
+        return False
+    if not rp.lock.acquire(blocking=False):
+        return False
+    try:
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                for fn, args in rp.calls:
+                    fn(*args)
+        except Exception as e:  # a value-dependent check, or anything: the stepping path decides
+            if ctx.options.strict and not isinstance(e, (Fallback, runtime.DeviceError, OverflowError)):
+                raise
+            rp.aborts += 1
+            rp.aborts_in_row += 1
+            _COUNTS[1] += 1
+            if rp.aborts_in_row >= MAX_ABORTS:  # its check keeps failing: stepping alone is cheaper
+                drop(plan, key)
+            return False
+        onchip = ctx.onchip
+        peak = onchip.peak
+        for space, p in rp.own_peak.items():
+            if p > peak[space]:
+                peak[space] = p
+        onchip.live.update(rp.live_after)
+        commit(ctx, rp.groups)
+        rp.runs += 1
+        rp.aborts_in_row = 0
+        _COUNTS[0] += 1
+        return True
+    finally:
+        rp.lock.release()
+
+
+__all__ = ["Replay", "signature", "wanted", "keep", "drop", "run", "stats", "MAX_REPLAYS", "MAX_BYTES"]
