@@ -7,7 +7,9 @@ same data, ratios measured side by side in one run (interleaved best-of-N).
   gate / up with dequantisation, SwiGLU, fp16 down) on resident device tensors; numpy: the same
   math in float32 from the same int8 / fp16 arrays (int8 products are exact in float32 here).
 
-The target is 1.5x of numpy; each row has its CPU-time twin (docs/performance.md, issue 22 item 10,
+The target is 1.5x of numpy; each row has its CPU-time twin and the same call stepping through its
+plan (`Options(replay=False)`: the resident tensors make every timed call replay the attempt its
+second call recorded, backend/lane_replay.py) (docs/performance.md, issue 22 item 10,
 says what the gap is made of). The vector rules have batch forms (backend/rules/vector_lanes.py):
 the softmax body runs once for all 16 lanes (each instruction on the lanes' stacked images, in
 place over the images of the operand that dies there). The fused expert's cross-core moves

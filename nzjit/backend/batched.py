@@ -130,7 +130,7 @@ def try_run_spmd(
     if plan.replayable and ctx.options.replay:
         key = lane_replay.signature(ctx, all_lanes, n, spmd, captured)
         rp = plan.replays.get(key) if key is not None else None
-        if rp is not None and key is not None:
+        if rp and key is not None:
             if lane_replay.run(ctx, plan, key, rp, commit):
                 plan.lane_fails = 0
                 return True

@@ -67,6 +67,8 @@ class Replay:
     runs: int = 0
     aborts: int = 0  # runs a recorded call stopped (a value-dependent check): the stepping path ran
     aborts_in_row: int = 0
+    watched: tuple[tuple[int, int], ...] = ()  # its keys of `_WATCH`
+    owner: tuple[Any, ...] = ()  # (weakref of its plan, its key), as `_WATCH` lists it
 
 
 def _value_key(x: Any) -> Any:
@@ -108,7 +110,7 @@ def signature(ctx: Any, lanes: np.ndarray, n: int, spmd: bool, captured: list[An
         n,
         spmd,
         ctx.options,
-        id(ctx.gm),
+        _gm_key(ctx.gm),
         onchip.target,
         tuple(onchip.live.items()),
         tuple(ctx.dims.items()) if ctx.dims else (),
@@ -123,6 +125,25 @@ def signature(ctx: Any, lanes: np.ndarray, n: int, spmd: bool, captured: list[An
 
 
 _PIPE_AT = 8  # the index of the pipe's state in a signature
+
+
+def _gm_key(gm: Any) -> Any:
+    """The identity of the memory a call runs on: a GM, or the ranks' GMs behind a rank-batched
+    launch's ClusterMemory (rank_batch.py makes one per set of GMs while something holds it)."""
+    if type(gm) is ClusterMemory:
+        return tuple(id(g) for g in gm.gms)
+    return id(gm)
+
+
+def _same_gm(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    return (
+        type(a) is ClusterMemory
+        and type(b) is ClusterMemory
+        and len(a.gms) == len(b.gms)
+        and all(x is y for x, y in zip(a.gms, b.gms))
+    )
 
 
 def _pipe_state(gm: Any) -> tuple[Any, ...]:
@@ -149,8 +170,10 @@ def wanted(plan: Any, key: tuple[Any, ...]) -> bool:
     again: recording those would only cost)."""
     replays = plan.replays
     if key in replays:
-        return True
-    seen = [k for k, v in replays.items() if v is None]
+        return replays[key] is None  # (False: a recording of it could not be kept)
+    seen = [
+        k for k, v in list(replays.items()) if v is None or v is False
+    ]  # (a free hook may drop one meanwhile)
     if len(seen) >= MAX_SEEN:
         replays.pop(seen[0])
     replays[key] = None
@@ -161,20 +184,27 @@ def keep(plan: Any, key: tuple[Any, ...], s: LaneState, captured: list[Any]) -> 
     """Keep the recording of the successful attempt `s` as `plan`'s replay under `key`; False when
     it cannot be kept (lane-race notes, a nested recorded call, too many bytes, a GM it cannot
     watch) - its buffers then go back as usual."""
-    if s.rec is None or s.notes or s.nested or _pipe_state(s.ctx.gm) != key[_PIPE_AT]:
-        return False  # (a pipe left fuller or emptier than found: a replay would not do that)
-    nbytes = s.fresh_bytes
-    if nbytes > MAX_BYTES:
-        return False
+    replays = plan.replays
     gm = s.ctx.gm
     guards = guards_of(gm, captured)
     try:
         watched = [_allocation(gm, a) for a in guards]
     except (runtime.DeviceError, AttributeError):
+        watched = None
+    if (
+        s.rec is None
+        or s.notes
+        or s.nested
+        or _pipe_state(gm) != key[_PIPE_AT]  # a pipe left fuller or emptier: a replay would not
+        or s.fresh_bytes > MAX_BYTES
+        or watched is None
+    ):
+        replays[key] = False  # never recorded again: each recording costs fresh buffers
         return False
-    replays = plan.replays
-    if sum(1 for v in replays.values() if v is not None) >= MAX_REPLAYS:
-        drop(plan, next(k for k, v in replays.items() if v is not None))
+    nbytes = s.fresh_bytes
+    kept = [k for k, v in list(replays.items()) if type(v) is Replay]
+    if len(kept) >= MAX_REPLAYS:
+        drop(plan, kept[0])
     rp = Replay(gm, tuple(s.rec), s.groups, dict(s.live_after), dict(s.own_peak), guards, nbytes)
     replays[key] = rp
     s.rec = None
@@ -197,9 +227,22 @@ class _Held:
 def drop(plan: Any, key: tuple[Any, ...]) -> None:
     """Forget `plan`'s replay under `key` (its buffers and GM views go with it)."""
     rp = plan.replays.pop(key, None)
+    if type(rp) is not Replay:
+        return
     with _LOCK:
-        if rp is not None and _ALL.pop(id(rp), None) is not None:
+        if _ALL.pop(id(rp), None) is not None:
             _TOTAL[0] -= rp.nbytes
+        _unwatch(rp)
+
+
+def _unwatch(rp: Replay) -> None:
+    """Take `rp` off the allocations it watched (under `_LOCK`)."""
+    for w in rp.watched:
+        holders = _WATCH.get(w)
+        if holders is not None:
+            holders[:] = [h for h in holders if h != rp.owner and h[0]() is not None]
+            if not holders:
+                del _WATCH[w]
 
 
 # ------------------------------------------------------------------ every kept replay, bounded
@@ -219,7 +262,6 @@ _COUNTS = [0, 0]  # replays run, replays stopped by a recorded call (`stats`)
 #: (id of a GlobalMemory, allocation base) -> the replays holding views of it: dropped when it is
 #: freed (`GlobalMemory.free_hooks`), so a freed tensor's bytes are not kept alive by a replay
 _WATCH: dict[tuple[int, int], list[tuple[weakref.ref[Any], tuple[Any, ...]]]] = {}
-_HOOKED: set[int] = set()  # ids of the GlobalMemories whose free hook is ours
 
 
 def stats() -> tuple[int, int, int, int]:
@@ -239,24 +281,34 @@ def _allocation(gm: Any, addr: int) -> tuple[Any, int]:
 
 
 def _register(plan: Any, key: tuple[Any, ...], rp: Replay, watched: list[tuple[Any, int]]) -> None:
-    ref = weakref.ref(plan)
+    ref = weakref.ref(plan, _plan_gone)
     evict = []
     with _LOCK:
         _ALL[id(rp)] = (ref, key, rp)
         _TOTAL[0] += rp.nbytes
         for gm, base in watched:
-            if id(gm) not in _HOOKED:
-                _HOOKED.add(id(gm))
+            if not any(getattr(h, "func", None) is _freed for h in gm.free_hooks):
                 gm.free_hooks.append(functools.partial(_freed, id(gm)))
             _WATCH.setdefault((id(gm), base), []).append((ref, key))
+        rp.watched = tuple((id(gm), base) for gm, base in watched)
+        rp.owner = (ref, key)
         while _ALL and (_TOTAL[0] > TOTAL_BYTES or len(_ALL) > TOTAL_REPLAYS):
-            evict.append(_ALL[next(iter(_ALL))])
-            _, _, old = _ALL.pop(next(iter(_ALL)))
-            _TOTAL[0] -= old.nbytes
+            entry = _ALL.pop(next(iter(_ALL)))
+            evict.append(entry)
+            _TOTAL[0] -= entry[2].nbytes
     for ref, k, _ in evict:
         p = ref()
         if p is not None:
-            p.replays.pop(k, None)
+            drop(p, k)
+
+
+def _plan_gone(ref: weakref.ref[Any]) -> None:
+    """A plan was collected (its graph is gone): its replays leave the bounded set."""
+    with _LOCK:
+        for k in [k for k, (r, _, _) in _ALL.items() if r is ref]:
+            _, _, rp = _ALL.pop(k)
+            _TOTAL[0] -= rp.nbytes
+            _unwatch(rp)
 
 
 def _freed(gm_id: int, base: int) -> None:
@@ -276,7 +328,7 @@ def run(
     its stores; False, with nothing written, when the caller must take the stepping path (its GM
     is gone - the replay is dropped -, another thread is running it, or a recorded call raised)."""
     gm = ctx.gm
-    if gm is not rp.gm or not all(gm.is_live(a) for a in rp.guards):
+    if not _same_gm(gm, rp.gm) or not all(gm.is_live(a) for a in rp.guards):
         drop(plan, key)  # a freed tensor: its views must not be written again
         return False
     if not rp.lock.acquire(blocking=False):

@@ -169,8 +169,8 @@ def execute():
     "omit" (Out parameters omitted: allocated, holding the poison pattern, and returned) or
     "device" (every tensor a DeviceTensor resident on one Worker, outputs read back with copy_from;
     the kernel is called three times on the same tensors, the outputs reset to their first bytes
-    before each call: the second call of a signature records its lane-batched attempts and the
-    third replays them, backend/lane_replay.py - the third call's outputs are the ones checked).
+    before each call: the 2nd call of a signature records its lane-batched attempts and the
+    3rd replays them, backend/lane_replay.py - the 3rd call's outputs are the ones checked).
     """
     d = inputs()
     rng = np.random.default_rng(SEED + 1)

@@ -207,6 +207,50 @@ def test_operands_with_other_lane_maps_are_gathered_on_every_replay():
     assert _compare(_shared_and_own, w, [x], [y], calls=4) >= 2
 
 
+@pl.kernel
+def _k_steps(
+    x: pl.Tensor[[64, 256], pl.FP16],
+    w: pl.Tensor[[256, 32], pl.FP16],
+    y: pl.Out[pl.Tensor[[64, 32], pl.FP32]],
+):
+    for lane in pl.spmd(4):  # a K loop inside the lanes: its trips replay with the body
+        a = pl.load(x, [lane * 16, 0], [16, 64], target_memory=pl.Mem.Mat)
+        acc = pl.matmul(a, pl.load(w, [0, 0], [64, 32], target_memory=pl.Mem.Mat))
+        for k in pl.range(64, 256, 64):
+            a = pl.load(x, [lane * 16, k], [16, 64], target_memory=pl.Mem.Mat)
+            acc = pl.matmul_acc(acc, a, pl.load(w, [k, 0], [64, 32], target_memory=pl.Mem.Mat))
+        pl.store(acc, [lane * 16, 0], y)
+
+
+def test_a_loop_inside_the_lanes_replays_its_trips():
+    w = runtime.Worker(0)
+    x = w.alloc_tensor((64, 256), np.float16)
+    b = w.alloc_tensor((256, 32), np.float16)
+    y = w.alloc_tensor((64, 32), np.float32)
+    assert _compare(_k_steps, w, [x, b], [y], calls=4) >= 2
+    a, bb = w.copy_from(x).astype(np.float64), w.copy_from(b).astype(np.float64)
+    np.testing.assert_allclose(w.copy_from(y), a @ bb, rtol=1e-3, atol=1e-3)
+
+
+def test_a_recording_that_cannot_be_kept_is_not_made_again(monkeypatch):
+    # (its buffers are fresh memory: recording every call would cost more than stepping)
+    monkeypatch.setattr(lane_replay, "MAX_BYTES", 0)
+    recordings = []
+    real = lane_replay.keep
+
+    def spy(*args):
+        recordings.append(args[2].rec is not None)
+        return real(*args)
+
+    monkeypatch.setattr(lane_replay, "keep", spy)
+    w = runtime.Worker(0)
+    x = w.alloc_tensor((64, 64), np.float32, init=RNG.standard_normal((64, 64)).astype(np.float32))
+    y = w.alloc_tensor((64, 64), np.float32)
+    for _ in range(5):
+        _scaled(x, 3.0, y)
+    assert recordings == [True]
+
+
 def test_a_freed_tensor_drops_its_replays():
     w = runtime.Worker(0)
     x = w.alloc_tensor((64, 64), np.float32, init=RNG.standard_normal((64, 64)).astype(np.float32))

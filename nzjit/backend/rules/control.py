@@ -96,7 +96,8 @@ def _batch_for(st: Step) -> Any:
         for slot, v in zip(outs, carries):
             env[slot] = v
 
-    return run
+    # the trips' bounds are lane-uniform scalars of the signature; the body's steps record
+    return replays(run) if body.replayable else run
 
 
 rule(P.for_p, specialize=_specialize_for, batch=_batch_for)(_for)
@@ -185,7 +186,9 @@ def _batch_cond(st: Step) -> Any:
         for slot, v in zip(outs, carries):
             env[slot] = v
 
-    return run
+    # the predicate is a lane-uniform scalar the signature decides (a value read from GM comes
+    # from an unmarked step: no replay then)
+    return replays(run) if body.replayable else run
 
 
 rule(P.cond_p, batch=_batch_cond)(_cond)
