@@ -31,6 +31,7 @@ __all__ = [
     "PipeSlot",
     "CrossCorePipe",
     "pipe_of",
+    "pipe_fill",
     "SLOT_NUM",
     "F16_MAX",
     "dequant_fp16",
@@ -98,9 +99,18 @@ class CrossCorePipe:
     """The FIFO between the cube and the vector cores of one device (both directions)."""
 
     def __init__(self, gm: GlobalMemory, slot_num: int = SLOT_NUM) -> None:
-        self.gm = gm
+        # held weakly: `pipe_of` keeps one pipe per GM in a WeakKeyDictionary, whose value must
+        # not keep its key alive (every GM that ever had a pipe would stay)
+        self._gm = weakref.ref(gm)
         self.slot_num = slot_num
         self.in_flight = {"c2v": 0, "v2c": 0}
+
+    @property
+    def gm(self) -> GlobalMemory:
+        gm = self._gm()
+        if gm is None:
+            raise DeviceError("the cross-core pipe's device memory is gone")
+        return gm
 
     def _slot(
         self, direction: str, shape: tuple[int, int], dtype: np.dtype, gm_bytes: bool = True
@@ -194,3 +204,9 @@ def pipe_of(gm: GlobalMemory) -> CrossCorePipe:
     if p is None:
         p = _PIPES[gm] = CrossCorePipe(gm)
     return p
+
+
+def pipe_fill(gm: GlobalMemory) -> tuple[tuple[str, int], ...]:
+    """The FIFO fill of `gm`'s pipe per direction (nothing in flight: ``()``), without making one."""
+    p = _PIPES.get(gm)
+    return () if p is None or not any(p.in_flight.values()) else tuple(p.in_flight.items())

@@ -15,6 +15,7 @@ hardware-model.md §7, so a kernel that would not fit on the device is refused h
 from __future__ import annotations
 
 import bisect
+import itertools
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -99,6 +100,9 @@ def _held(a: _Allocation, lo: int, hi: int) -> np.ndarray:
     return data
 
 
+_SERIALS = itertools.count(1)
+
+
 class GlobalMemory:
     """Byte-addressed GM of one device.
 
@@ -124,6 +128,9 @@ class GlobalMemory:
         #: called with an allocation's base address after it is freed (outside the lock): a
         #: holder of views of its bytes - a compiler's recorded replay - lets them go
         self.free_hooks: list[Callable[[int], None]] = []
+        #: a number no other GlobalMemory of this process has (an `id` is reused once its object
+        #: is gone, and a new GM hands out the same addresses as an old one)
+        self.serial = next(_SERIALS)
 
     # ------------------------------------------------------------------ allocation
     def alloc(self, nbytes: int, zero: bool = False) -> int:

@@ -39,7 +39,7 @@ import numpy as np
 
 import runtime
 from runtime.cluster_memory import RANK_SHIFT, ClusterMemory
-from runtime.crosscore import pipe_of
+from runtime.crosscore import pipe_fill
 
 from .lane_state import Fallback, LaneState
 from .lane_values import LaneTensor
@@ -54,10 +54,12 @@ MAX_BYTES = 32 << 20
 
 @dataclass(eq=False)
 class Replay:
-    """One recorded attempt (module docstring)."""
+    """One recorded attempt (module docstring). It holds its memories weakly (`gms`: the one GM,
+    or the ranks' GMs behind a ClusterMemory); a recorded call's argument that was the call's GM
+    is the marker `_GM`, the current call's GM when it runs (the calls' third item says which)."""
 
-    gm: Any
-    calls: tuple[tuple[Callable[..., Any], tuple[Any, ...]], ...]
+    gms: tuple[weakref.ref[Any], ...]
+    calls: tuple[tuple[Callable[..., Any], tuple[Any, ...], bool], ...]
     groups: list[Any]
     live_after: dict[str, int]
     own_peak: dict[str, int]
@@ -131,25 +133,45 @@ def _gm_key(gm: Any) -> Any:
     """The identity of the memory a call runs on: a GM, or the ranks' GMs behind a rank-batched
     launch's ClusterMemory (rank_batch.py makes one per set of GMs while something holds it)."""
     if type(gm) is ClusterMemory:
-        return tuple(id(g) for g in gm.gms)
-    return id(gm)
+        return tuple(g.serial for g in gm.gms)
+    return gm.serial
 
 
-def _same_gm(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    return (
-        type(a) is ClusterMemory
-        and type(b) is ClusterMemory
-        and len(a.gms) == len(b.gms)
-        and all(x is y for x, y in zip(a.gms, b.gms))
-    )
+def _memories(gm: Any) -> tuple[Any, ...]:
+    """The GlobalMemories behind `gm` (itself, or a ClusterMemory's ranks')."""
+    return tuple(gm.gms) if type(gm) is ClusterMemory else (gm,)
+
+
+def _same_gm(gm: Any, rp: Replay) -> bool:
+    mems = _memories(gm)
+    return len(mems) == len(rp.gms) and all(m is r() for m, r in zip(mems, rp.gms))
+
+
+class _GmMarker:
+    """A recorded call's argument that was the attempt's GM (`Replay`)."""
+
+    def __repr__(self) -> str:
+        return "<the call's GM>"
+
+
+_GM = _GmMarker()
+
+
+def _bound(calls: list[tuple[Callable[..., Any], tuple[Any, ...]]], gm: Any) -> tuple[Any, ...]:
+    """`calls` with every argument that is `gm` made the marker `_GM`."""
+    out = []
+    for fn, args in calls:
+        if any(a is gm for a in args):
+            out.append((fn, tuple(_GM if a is gm else a for a in args), True))
+        else:
+            out.append((fn, args, False))
+    return tuple(out)
 
 
 def _pipe_state(gm: Any) -> tuple[Any, ...]:
     """The cross-core pipe's FIFO fill (`CrossCorePipe.in_flight`): a mixed kernel's TPUSH / TPOP
     steps decide from it (a full FIFO refuses), and a replay changes none of it."""
-    return tuple(pipe_of(gm).in_flight.items())
+    return pipe_fill(gm)
 
 
 def guards_of(gm: Any, captured: list[Any]) -> tuple[int, ...]:
@@ -205,12 +227,20 @@ def keep(plan: Any, key: tuple[Any, ...], s: LaneState, captured: list[Any]) -> 
     kept = [k for k, v in list(replays.items()) if type(v) is Replay]
     if len(kept) >= MAX_REPLAYS:
         drop(plan, kept[0])
-    rp = Replay(gm, tuple(s.rec), s.groups, dict(s.live_after), dict(s.own_peak), guards, nbytes)
+    rp = Replay(
+        tuple(weakref.ref(m) for m in _memories(gm)),
+        _bound(s.rec, gm),
+        s.groups,
+        dict(s.live_after),
+        dict(s.own_peak),
+        guards,
+        nbytes,
+    )
     replays[key] = rp
     s.rec = None
     # what the recorded calls read from the attempt's state beyond their arguments: the options
-    # (lane_cube's thread count) - not the call's context, which would stay alive with the replay
-    s.ctx = _Held(s.ctx.options, gm)
+    # (lane_cube's thread count) - not the call's context, which would keep its GM alive
+    s.ctx = _Held(s.ctx.options)
     _register(plan, key, rp, watched)
     return True
 
@@ -218,10 +248,10 @@ def keep(plan: Any, key: tuple[Any, ...], s: LaneState, captured: list[Any]) -> 
 class _Held:
     """What a kept attempt's recorded calls may read of its context (`LaneState.ctx`)."""
 
-    __slots__ = ("options", "gm")
+    __slots__ = ("options",)
 
-    def __init__(self, options: Any, gm: Any) -> None:
-        self.options, self.gm = options, gm
+    def __init__(self, options: Any) -> None:
+        self.options = options
 
 
 def drop(plan: Any, key: tuple[Any, ...]) -> None:
@@ -259,7 +289,7 @@ _LOCK = threading.Lock()
 _ALL: dict[int, tuple[weakref.ref[Any], tuple[Any, ...], Replay]] = {}  # id(replay) -> plan, key
 _TOTAL = [0]
 _COUNTS = [0, 0]  # replays run, replays stopped by a recorded call (`stats`)
-#: (id of a GlobalMemory, allocation base) -> the replays holding views of it: dropped when it is
+#: (a GlobalMemory's serial, allocation base) -> the replays holding views of it: dropped when it is
 #: freed (`GlobalMemory.free_hooks`), so a freed tensor's bytes are not kept alive by a replay
 _WATCH: dict[tuple[int, int], list[tuple[weakref.ref[Any], tuple[Any, ...]]]] = {}
 
@@ -282,15 +312,20 @@ def _allocation(gm: Any, addr: int) -> tuple[Any, int]:
 
 def _register(plan: Any, key: tuple[Any, ...], rp: Replay, watched: list[tuple[Any, int]]) -> None:
     ref = weakref.ref(plan, _plan_gone)
+    # a GM that goes (its worker collected) takes the replays on it along: their views would
+    # keep its allocations' bytes alive
+    rp.gms = tuple(
+        weakref.ref(m, functools.partial(_gm_gone, ref, key)) for m in (r() for r in rp.gms) if m is not None
+    )
     evict = []
     with _LOCK:
         _ALL[id(rp)] = (ref, key, rp)
         _TOTAL[0] += rp.nbytes
         for gm, base in watched:
             if not any(getattr(h, "func", None) is _freed for h in gm.free_hooks):
-                gm.free_hooks.append(functools.partial(_freed, id(gm)))
-            _WATCH.setdefault((id(gm), base), []).append((ref, key))
-        rp.watched = tuple((id(gm), base) for gm, base in watched)
+                gm.free_hooks.append(functools.partial(_freed, gm.serial))
+            _WATCH.setdefault((gm.serial, base), []).append((ref, key))
+        rp.watched = tuple((gm.serial, base) for gm, base in watched)
         rp.owner = (ref, key)
         while _ALL and (_TOTAL[0] > TOTAL_BYTES or len(_ALL) > TOTAL_REPLAYS):
             entry = _ALL.pop(next(iter(_ALL)))
@@ -311,10 +346,16 @@ def _plan_gone(ref: weakref.ref[Any]) -> None:
             _unwatch(rp)
 
 
-def _freed(gm_id: int, base: int) -> None:
+def _gm_gone(ref: weakref.ref[Any], key: tuple[Any, ...], _: Any) -> None:
+    p = ref()
+    if p is not None:
+        drop(p, key)
+
+
+def _freed(serial: int, base: int) -> None:
     """`GlobalMemory.free_hooks`: drop the replays that hold views of the freed allocation."""
     with _LOCK:
-        holders = _WATCH.pop((gm_id, base), [])
+        holders = _WATCH.pop((serial, base), [])
     for ref, key in holders:
         p = ref()
         if p is not None:
@@ -328,7 +369,7 @@ def run(
     its stores; False, with nothing written, when the caller must take the stepping path (its GM
     is gone - the replay is dropped -, another thread is running it, or a recorded call raised)."""
     gm = ctx.gm
-    if not _same_gm(gm, rp.gm) or not all(gm.is_live(a) for a in rp.guards):
+    if not _same_gm(gm, rp) or not all(gm.is_live(a) for a in rp.guards):
         drop(plan, key)  # a freed tensor: its views must not be written again
         return False
     if not rp.lock.acquire(blocking=False):
@@ -336,7 +377,9 @@ def run(
     try:
         try:
             with np.errstate(over="ignore", invalid="ignore"):
-                for fn, args in rp.calls:
+                for fn, args, at in rp.calls:
+                    if at:  # the marker stands for this call's GM
+                        args = tuple(gm if a is _GM else a for a in args)
                     fn(*args)
         except Exception as e:  # a value-dependent check, or anything: the stepping path decides
             if ctx.options.strict and not isinstance(e, (Fallback, runtime.DeviceError, OverflowError)):

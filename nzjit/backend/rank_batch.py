@@ -110,7 +110,7 @@ def launch_together(plans: Sequence[Any], workers: Sequence[Any], vals: Sequence
     if found is None:
         return False
     body, lanes, captured_params = found
-    mem = cluster_memory([w.gm for w in workers])
+    mem = ClusterMemory([w.gm for w in workers])
     n = len(lanes)
     block_num = max(0, lanes.stop - lanes.start)  # as loops.run_loop counts an SPMD launch's blocks
     captured: list[Any] = []
@@ -145,20 +145,6 @@ def launch_together(plans: Sequence[Any], workers: Sequence[Any], vals: Sequence
     if ok:
         recycle_onchip(onchip)
     return ok
-
-
-_MEMORIES: weakref.WeakValueDictionary[tuple[int, ...], ClusterMemory] = weakref.WeakValueDictionary()
-
-
-def cluster_memory(gms: list[Any]) -> ClusterMemory:
-    """The one ClusterMemory over these ranks' GMs while anything holds it (a replay of a
-    rank-batched launch is kept per GM object, lane_replay.py: a new view per call would never
-    replay). It holds its GMs, so their ids are theirs while it lives."""
-    key = tuple(id(gm) for gm in gms)
-    mem = _MEMORIES.get(key)
-    if mem is None or any(a is not b for a, b in zip(mem.gms, gms)):
-        mem = _MEMORIES[key] = ClusterMemory(gms)
-    return mem
 
 
 def run_together(ranks: Sequence[Any]) -> None:

@@ -9,6 +9,7 @@ once, host arrays (new addresses every call), and a recorded call that made anot
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 from pathlib import Path
@@ -263,6 +264,21 @@ def test_a_freed_tensor_drops_its_replays():
     assert lane_replay.stats()[0] == kept - 1
     with pytest.raises(runtime.DispatchError, match="use after free"):
         _scaled(x, 1.5, y)  # the refusal of a use after free, as without replays
+
+
+def test_a_collected_worker_takes_its_replays_along():
+    # a replay holds its GM weakly: the views it keeps would hold the worker's bytes otherwise
+    def calls() -> int:
+        w = runtime.Worker(0)
+        x = w.alloc_tensor((64, 64), np.float32, init=np.ones((64, 64), np.float32))
+        y = w.alloc_tensor((64, 64), np.float32)
+        for _ in range(3):
+            _scaled(x, 2.5, y)
+        return lane_replay.stats()[0]
+
+    kept = calls()
+    gc.collect()
+    assert lane_replay.stats()[0] == kept - 1
 
 
 def test_two_threads_share_a_replay_safely():

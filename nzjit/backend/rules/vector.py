@@ -226,7 +226,7 @@ def _batch_elementwise(st: Step) -> Any:
                 data = next((d for j in donors if (d := s.adopt(xs[j])) is not None), None)
                 if data is None:
                     data = s.zeros(n, geom.nbytes, zero=False)  # all written
-                s.do(ufunc, *(d.view(dt) for d in datas), data.view(dt))  # the last: ufunc's `out`
+                s.do(_into, ufunc, data.view(dt), *(d.view(dt) for d in datas))
                 env[o] = LaneTile(geom, vr, vc, data, r0)
                 return
         rows = [x.row for x in xs]
@@ -244,13 +244,19 @@ def _batch_elementwise(st: Step) -> Any:
         if data is None:
             data = s.zeros(n, geom.nbytes, zero=partial)
         s.do(
+            _into,
             ufunc,
-            *(a[:, :vr, :vc] for a in args),
             data.view(dt).reshape(n, geom.rows, geom.cols)[:, :vr, :vc],
+            *(a[:, :vr, :vc] for a in args),
         )
         env[o] = LaneTile(geom, vr, vc, data, row)
 
     return replays(run)
+
+
+def _into(ufunc: Any, out: np.ndarray, *ins: np.ndarray) -> None:
+    """``ufunc(*ins, out=out)``, as a recorded call (`LaneState.do`)."""
+    ufunc(*ins, out=out)
 
 
 register(tuple(P.ELEMENTWISE.values()), Rule(_elementwise, _specialize_elementwise, _batch_elementwise))
