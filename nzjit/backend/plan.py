@@ -260,21 +260,14 @@ def build_plan(g: Graph, n_owned_params: int, options: Options, in_launch: bool 
 
 
 def multiplies(g: Graph) -> bool:
-    """Whether `g`, nested bodies included, runs a product on the cube (a tensor or tile matmul,
-    its accumulating / bias / batched / gemv forms, or their lowered `tile.mad*`): those are the
-    equations whose numpy implementation calls BLAS."""
-    return any(_multiplies(e.primitive) for e in g.walk())
-
-
-_MULTIPLIES: dict[P.Primitive, bool] = {}  # per primitive: its name decides (a handful in use)
-
-
-def _multiplies(p: P.Primitive) -> bool:
-    m = _MULTIPLIES.get(p)
-    if m is None:
-        op = p.name.rsplit(".", 1)[-1]
-        m = _MULTIPLIES[p] = "matmul" in op or "gemv" in op or op.startswith("mad")
-    return m
+    """Whether `g`, nested bodies included, runs a product on the cube (a rule marked
+    `multiplies`: a tensor or tile matmul, its accumulating / bias / batched forms, the lowered
+    `tile.mad*`): those are the equations whose numpy implementation calls BLAS."""
+    for e in g.walk():
+        r = rule_of(e.primitive)
+        if r is not None and r.multiplies:
+            return True
+    return False
 
 
 def _then_free(run: Run, dead: tuple[int, ...]) -> Run:

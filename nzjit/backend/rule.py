@@ -75,6 +75,10 @@ class Rule:
     impl: Impl
     specialize: Callable[[Step], Run | None] | None = None
     batch: Callable[[Step], Any] | None = None
+    #: the primitive is a cube product, whose numpy forms call BLAS: a launch of a graph holding
+    #: one runs BLAS on one thread (executor.run_graph), since on some CPUs a product's bits
+    #: depend on BLAS's threads
+    multiplies: bool = False
 
 
 RULES: dict[P.Primitive, Rule] = {}
@@ -91,11 +95,12 @@ def rule(
     *prims: P.Primitive,
     specialize: Callable[[Step], Run | None] | None = None,
     batch: Callable[[Step], Any] | None = None,
+    multiplies: bool = False,
 ) -> Callable[[Impl], Impl]:
     """Decorator: register the decorated impl (with the optional forms) as the rule of `prims`."""
 
     def deco(fn: Impl) -> Impl:
-        register(tuple(prims), Rule(fn, specialize, batch))
+        register(tuple(prims), Rule(fn, specialize, batch, multiplies))
         return fn
 
     return deco
@@ -113,7 +118,8 @@ class _ImplTable(MutableMapping[P.Primitive, Impl]):
         return RULES[p].impl
 
     def __setitem__(self, p: P.Primitive, fn: Impl) -> None:
-        RULES[p] = Rule(fn)
+        old = RULES.get(p)  # a product stays a product (`multiplies` is the primitive's)
+        RULES[p] = Rule(fn, multiplies=old is not None and old.multiplies)
 
     def __delitem__(self, p: P.Primitive) -> None:
         del RULES[p]

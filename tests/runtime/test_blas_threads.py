@@ -103,6 +103,33 @@ def test_only_a_launch_that_multiplies_sets_blas_threads():
     assert not multiplies(copy.lower(x).final)  # a launch without products leaves BLAS alone
 
 
+def test_the_products_are_the_rules_marked_multiplies():
+    # `Rule.multiplies` is the primitive's: every cube product, and nothing else; an impl-only
+    # re-registration (impl_rules[p] = fn) keeps it
+    from nzjit import prims as P
+    from nzjit.backend.rule import RULES, impl_rules
+
+    marked = {p.name for p, r in RULES.items() if r.multiplies}
+    assert marked == {
+        "tensor.matmul",
+        "tensor.matmul_acc",
+        "tile.batch_matmul",
+        "tile.batch_matmul_acc",
+        "tile.mad",
+        "tile.mad_acc",
+        "tile.mad_bias",
+        "tile.matmul",
+        "tile.matmul_acc",
+        "tile.matmul_bias",
+    }
+    old = RULES[P.tile_mad_p]
+    try:
+        impl_rules[P.tile_mad_p] = old.impl
+        assert RULES[P.tile_mad_p].multiplies and RULES[P.tile_mad_p].batch is None
+    finally:
+        RULES[P.tile_mad_p] = old
+
+
 def test_without_openblas_nothing_changes(monkeypatch):
     monkeypatch.setattr(blas, "_api", None)  # as on a platform where none is found
     assert blas.blas_threads() is None and blas.set_blas_threads(3) is None

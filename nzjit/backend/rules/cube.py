@@ -71,17 +71,17 @@ def _tile_matmul_ref(ctx: Any, e: Eqn, acc: np.ndarray | None, a: Any, b: Any) -
     return t
 
 
-@rule(P.tile_matmul_p)
+@rule(P.tile_matmul_p, multiplies=True)
 def _tile_matmul(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [_tile_matmul_ref(ctx, e, None, *ins)]
 
 
-@rule(P.tile_matmul_acc_p)
+@rule(P.tile_matmul_acc_p, multiplies=True)
 def _tile_matmul_acc(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [_tile_matmul_ref(ctx, e, ins[0].logical(), ins[1], ins[2])]
 
 
-@rule(P.tile_matmul_bias_p)
+@rule(P.tile_matmul_bias_p, multiplies=True)
 def _tile_matmul_bias(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     """`a @ b + bias`: the bias row added once to the float32 (wrapping int32) sum, as
     TMATMUL_BIAS does (runtime.cube.tmatmul)."""
@@ -394,7 +394,7 @@ def _batch_mad(st: Step) -> Any:
     return replays(run)
 
 
-rule(P.tile_mad_p, specialize=_specialize_mad, batch=_batch_mad)(_mad)
+rule(P.tile_mad_p, specialize=_specialize_mad, batch=_batch_mad, multiplies=True)(_mad)
 
 
 def _mad_bias(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
@@ -482,8 +482,8 @@ def _add_bias_rows(acc: LaneAcc, bias: Any, m: int, n: int) -> None:
     acc.data[:, :m, :n] += rows[bias.row][:, None, :]  # int32 wraps like the accumulator
 
 
-rule(P.tile_mad_bias_p, specialize=_specialize_mad_bias, batch=_batch_mad)(_mad_bias)
-rule(P.tile_mad_acc_p, specialize=_specialize_mad, batch=_batch_mad)(_mad_acc)
+rule(P.tile_mad_bias_p, specialize=_specialize_mad_bias, batch=_batch_mad, multiplies=True)(_mad_bias)
+rule(P.tile_mad_acc_p, specialize=_specialize_mad, batch=_batch_mad, multiplies=True)(_mad_acc)
 
 
 # --------------------------------------------------------------------------- transpose view

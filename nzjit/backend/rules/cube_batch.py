@@ -44,12 +44,12 @@ def _product(e: Eqn, ins: list[Any]) -> np.ndarray:
     return prod
 
 
-@rule(P.tile_batch_matmul_p)
+@rule(P.tile_batch_matmul_p, multiplies=True)
 def _tile_batch_matmul(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [HostValue(_product(e, ins))]  # a store or an accumulation reads it (FlattenTileNdTo2D)
 
 
-@rule(P.tile_batch_matmul_acc_p)
+@rule(P.tile_batch_matmul_acc_p, multiplies=True)
 def _tile_batch_matmul_acc(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     prod = _product(e, ins)
     return [HostValue((ins[0].logical() + prod).astype(prod.dtype))]  # as TMATMUL_ACC: float32 / int32 wrap

@@ -133,7 +133,7 @@ def reference_matmul(a: np.ndarray, b: np.ndarray, b_trans: bool, out: np.dtype)
     return np.matmul(a.astype(np.float32), np.ascontiguousarray(b.T, dtype=np.float32).T).astype(out)
 
 
-@rule(P.tensor_matmul_p)
+@rule(P.tensor_matmul_p, multiplies=True)
 def _tensor_matmul(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     out_t = e.outputs[0].type
     assert isinstance(out_t, TensorType)
@@ -157,7 +157,7 @@ def _tensor_create(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     return [TensorVal(addr, dtype, shape, runtime.isa.row_major_strides(shape))]
 
 
-@rule(P.tensor_matmul_acc_p)
+@rule(P.tensor_matmul_acc_p, multiplies=True)
 def _tensor_matmul_acc(ctx: Any, e: Eqn, ins: list[Any]) -> list[Any]:
     acc = ins[0].read(ctx.gm) if isinstance(ins[0], TensorVal) else ins[0].logical()  # a create's zeros
     a, b = (_operand(ctx, x) for x in ins[1:])
