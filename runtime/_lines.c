@@ -532,6 +532,8 @@ static PyMethodDef methods[] = {
     {"narrow_f16", narrow_f16, METH_VARARGS, narrow_f16_doc},
     {"widen_i8_runs", widen_i8_runs, METH_VARARGS, widen_i8_runs_doc},
     {"widen_f16_runs", widen_f16_runs, METH_VARARGS, widen_f16_runs_doc},
+    {"same_runs", same_runs, METH_VARARGS, same_runs_doc},
+    {"address", address, METH_O, address_doc},
     {"tree_sum", tree_sum, METH_VARARGS, tree_sum_doc},
     {NULL, NULL, 0, NULL},
 };

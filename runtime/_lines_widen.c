@@ -144,3 +144,81 @@ static PyObject *widen_f16_runs(PyObject *self, PyObject *args) {
     PyBuffer_Release(&dst);
     return PyBool_FromLong(done);
 }
+
+PyDoc_STRVAR(same_runs_doc,
+"same_runs(src, saved, copy) -> bool\n--\n\n"
+"Does saved hold src's bytes? src a buffer of at most 8 axes whose innermost axis is contiguous\n"
+"(or of size 1), any other strides; saved a C-contiguous buffer of the same shape and item size\n"
+"(src's items in order). With copy, src's bytes are copied into saved (writable, not\n"
+"overlapping src) instead, and True is returned. A byte comparison (memcmp): a NaN is its bits.\n"
+"The GIL is released while the bytes are read.");
+
+/* The conversion cache's test (nzjit/backend/conversion_cache.py): a converted mad operand is
+ * reused only while the bytes it was converted from are the bytes its GM view holds now. */
+static PyObject *same_runs(PyObject *self, PyObject *args) {
+    PyObject *so, *dobj;
+    int copy;
+    Py_buffer src, dst;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOp", &so, &dobj, &copy))
+        return NULL;
+    if (PyObject_GetBuffer(so, &src, PyBUF_STRIDES) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(dobj, &dst, PyBUF_STRIDES | (copy ? PyBUF_WRITABLE : 0)) < 0) {
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    const char *error = NULL;
+    if (src.ndim < 1 || src.ndim > MAX_DIMS || dst.ndim != src.ndim || dst.itemsize != src.itemsize)
+        error = "same_runs: src and saved must have the same 1 to 8 axes and item size";
+    else if (src.strides[src.ndim - 1] != src.itemsize && src.shape[src.ndim - 1] > 1)
+        error = "same_runs: src's innermost axis must be contiguous";
+    else if (!PyBuffer_IsContiguous(&dst, 'C'))
+        error = "same_runs: saved must be C-contiguous";
+    else if (copy && overlaps(&src, &dst))
+        error = "same_runs: src and saved must not overlap";
+    for (int a = 0; error == NULL && a < src.ndim; a++)
+        if (src.shape[a] != dst.shape[a])
+            error = "same_runs: src and saved must have the same shape";
+    int same = 1;
+    if (error == NULL && dst.len) {
+        Py_ssize_t shape[MAX_DIMS], st[MAX_DIMS];
+        const int ndim = merged_axes(&src, shape, st);
+        shape[ndim - 1] *= src.itemsize; /* runs of bytes: d below advances by a run's bytes */
+        st[ndim - 1] = 1;
+        const size_t run = (size_t)shape[ndim - 1];
+        char *d = dst.buf;
+        Py_BEGIN_ALLOW_THREADS
+        FOR_EACH_RUN(src.buf, d, ndim, shape, st, {
+            if (copy)
+                memcpy(d, s, run);
+            else if (memcmp(d, s, run)) {
+                same = 0;
+                break;
+            }
+        });
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    if (error != NULL) {
+        PyErr_SetString(PyExc_ValueError, error);
+        return NULL;
+    }
+    return PyBool_FromLong(same);
+}
+
+PyDoc_STRVAR(address_doc,
+"address(a) -> int\n--\n\n"
+"The address of a's first item (a buffer of any strides): the conversion cache's key, for a\n"
+"fraction of __array_interface__'s cost.");
+
+static PyObject *address(PyObject *self, PyObject *arg) {
+    Py_buffer b;
+    (void)self;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_STRIDES) < 0)
+        return NULL;
+    PyObject *r = PyLong_FromVoidPtr(b.buf);
+    PyBuffer_Release(&b);
+    return r;
+}
