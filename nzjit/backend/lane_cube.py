@@ -37,7 +37,7 @@ def mad_lanes(
     and the scratch stays bounded however large the group. int8 products are exact integers in
     float32 (float64 when deeper than float32 holds them exactly), then added mod 2**32.
 
-    With a helper thread (a mad of at least `OVERLAP_MACS` multiply-adds a thread), the caller
+    With a helper thread (a mad of at least `OVERLAP_MACS` multiply-adds), the caller
     and the helper take the chunks in turn from one counter, each converting, multiplying and
     accumulating the chunks it took, in its own set of buffers - as the device's cube cores run
     lanes side by side. Each chunk's bytes are the same whichever thread computes it. A thread
@@ -50,7 +50,7 @@ def mad_lanes(
     L = s.L
     threaded = (
         L > 1
-        and ceil16(m) * k * n * L >= 2 * OVERLAP_MACS
+        and ceil16(m) * k * n * L >= OVERLAP_MACS
         and threads.helper_available()
         and s.ctx.options.threads != 1
     )
@@ -176,7 +176,7 @@ class _Side:
 
 #: Lanes per chunk of a batched mad (`mad_lanes`).
 MAD_CHUNK = 16
-#: A batched mad shares its chunks with a helper thread from this many multiply-adds a thread
-#: (~0.5 ms of BLAS here, against a hand-off of ~50-100 us): below, the hand-off costs what the
-#: second core saves.
+#: A batched mad shares its chunks with a helper thread from this many multiply-adds (~0.5 ms
+#: of BLAS here, against a hand-off of ~50-100 us): below, the hand-off costs what the second
+#: core saves. A decode batch's mads (16 lanes of 16 x 256 @ 256 x 256) are just at it.
 OVERLAP_MACS = 1 << 24
