@@ -40,12 +40,15 @@ def mad_lanes(
     With a helper thread (a mad of at least `OVERLAP_MACS` multiply-adds), the caller
     and the helper take the chunks in turn from one counter, each converting, multiplying and
     accumulating the chunks it took, in its own set of buffers - as the device's cube cores run
-    lanes side by side. Each chunk's bytes are the same whichever thread computes it. A thread
-    converts the operands it multiplies, so they are in its own core's cache (the helper
-    converting the next chunk for the caller, as the session-13 pipeline did, left them in the
-    other core's: BLAS then took 1.3x and the conversion 1.7x their one-thread time); and a
-    helper that gets no core on a loaded machine only leaves its chunks to the caller, where a
-    pipeline stage waiting for it stalled the caller at every hand-off."""
+    lanes side by side. Each chunk's bytes are the same whichever thread computes it. The
+    session-13 pipeline (the helper converting the next chunk for the caller, then multiplying
+    part of this one) left the caller waiting for the helper 27 of 154 ms of a grouped bf16
+    prefill call; taking whole chunks, each thread works until none is left, the operands it
+    multiplies are the ones it just converted (its core's cache), and a helper that gets no
+    core on a loaded machine leaves its chunks to the caller instead of stalling it at every
+    hand-off. (Side by side, both threads' conversions and BLAS calls take longer than on one
+    thread either way - 2x and 1.3x here: the two cores share the memory the weights stream from.)
+    """
     ft = np.float64 if is_int and k > F32_EXACT_K else np.float32
     L = s.L
     threaded = (
