@@ -111,8 +111,12 @@ __attribute__((target("avx2"))) static inline void widen_bf16_run_avx2(const cha
  * column block's lines whole, and writes RUN_BAND rows that stay in L1. Axis p = ndim - 3 (the
  * rows) is cut in bands, axis k = ndim - 2 (the runs of a row) walked inside each band. A
  * grouped bf16 prefill's 16-lane Right chunk (16 x 128 rows of 16 runs 64 KiB apart): 25-35%
- * less time than row by row, bands of 8 to 128 rows alike (32 kept). */
+ * less time than row by row in cache, 0-28% streamed from memory as a call reads them; bands of
+ * 8 to 128 rows alike (32 kept). */
 #define RUN_BAND 32
+/* Rows of at most this many runs go row by row: their runs fit the 8 ways of a cache set, and a
+ * decode kernel's 8-run rows streamed from memory took 10-40% longer in bands. */
+#define BAND_FROM_RUNS 8
 static void widen_bf16_banded(const char *src, uint32_t *dst, int ndim, const Py_ssize_t *shape,
                               const Py_ssize_t *st, int avx2) {
     const int p = ndim - 3, k = ndim - 2;
@@ -184,7 +188,8 @@ static PyObject *widen_bf16_runs(PyObject *self, PyObject *args) {
 #ifdef HAVE_F16C_PATH
         avx2 = !baseline && __builtin_cpu_supports("avx2");
 #endif
-        if (ndim >= 3 && st[ndim - 2] > st[ndim - 3]) { /* a row's runs further apart than its rows */
+        /* a row's runs further apart than its rows, and more of them than a cache set has ways */
+        if (ndim >= 3 && st[ndim - 2] > st[ndim - 3] && shape[ndim - 2] > BAND_FROM_RUNS) {
             widen_bf16_banded(src.buf, d, ndim, shape, st, avx2);
             return finish(&src, &dst, error);
         }

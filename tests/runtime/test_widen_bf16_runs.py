@@ -35,7 +35,7 @@ def _check(v: np.ndarray) -> None:
 @given(
     st.integers(1, 3),  # lanes
     st.integers(1, 70),  # rows: band edges (32) inside, at and past
-    st.integers(1, 5),  # column blocks of a row
+    st.integers(1, 12),  # column blocks of a row: banded above 8
     st.sampled_from([16, 8, 3]),  # run length (a C0 line is 16)
     st.integers(0, 2**16),
 )
