@@ -175,6 +175,7 @@ class ConversionCache:
         return self.nbytes + size <= self.budget
 
     def clear(self) -> None:
+        """Drop every entry and every key seen (tests; or to hand the memory back)."""
         with self.lock:
             self.entries.clear()
             self.seen.clear()

@@ -140,7 +140,9 @@ class LaneWindow:
         images: tuple[int, int] | None = None,
     ) -> np.ndarray | None:
         """`operand` of every image at once - or of images ``lo <= u < hi`` for `images` = (lo, hi) -
-        as (U, ...) C-contiguous (in a buffer from `alloc`); None when not aligned."""
+        as (U, ...) C-contiguous (in a buffer from `alloc`, or, read straight from GM with the
+        conversion cache on, a read-only operand kept from an earlier call whose source bytes
+        are these: `conversion_cache`); None when not aligned."""
         src = self.src
         g = src.g
         b = g.blk
