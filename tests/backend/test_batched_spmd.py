@@ -856,13 +856,13 @@ def test_large_lane_groups_run_their_mads_in_chunks(
 
 def test_mad_chunks_of_a_shared_mad():
     """lane_cube._chunks: MAD_CHUNK lanes at a time, so one expert's lanes keep sharing a chunk;
-    shared with a helper, a group of fewer than 2 x MAD_CHUNK lanes is cut in two halves, one
-    for each thread (issue 27)."""
+    shared with a helper, SHARED_CHUNK lanes, and a group of fewer than twice that is cut in two
+    halves, one for each thread (issue 27)."""
     from nzjit.backend import lane_cube
 
-    assert lane_cube.MAD_CHUNK == 16
+    assert (lane_cube.MAD_CHUNK, lane_cube.SHARED_CHUNK) == (16, 8)
     assert lane_cube._chunks(40, False) == [(0, 16), (16, 32), (32, 40)]
-    assert lane_cube._chunks(40, True) == [(0, 16), (16, 32), (32, 40)]
+    assert lane_cube._chunks(20, True) == [(0, 8), (8, 16), (16, 20)]
     assert lane_cube._chunks(16, True) == [(0, 8), (8, 16)]
     assert lane_cube._chunks(10, True) == [(0, 5), (5, 10)]
     assert lane_cube._chunks(16, False) == [(0, 16)]
