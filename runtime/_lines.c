@@ -22,9 +22,9 @@
  * table of 4-byte results - fp16 -> float32 with the table numpy's own cast made, so the bits
  * are numpy's by construction; numpy converts fp16 one element at a time (~2 ns an element here).
  *
- * widen_runs: the same widening of a view whose innermost axis is contiguous - a mad operand
- * gathered from NZ C0 lines, 16 bf16 a line - in one pass in destination order. numpy's shift
- * of such a view dispatches its inner loop once per 16-element line.
+ * widen_bf16_runs (in _lines_widen.c): the same widening of a view whose innermost axis is
+ * contiguous - a mad operand gathered from NZ C0 lines, 16 bf16 a line - in one pass, rows in
+ * bands. numpy's shift of such a view dispatches its inner loop once per 16-element line.
  *
  * narrow_f16 (used by runtime/rounding.py): float32 -> fp16 rounded to nearest even by the F16C
  * instruction, where the CPU has it: numpy converts one element at a time (~5 ns an element
@@ -271,40 +271,6 @@ static const char *run_buffers_error(const Py_buffer *src, const Py_buffer *dst,
     return NULL;
 }
 
-/* dst (C-contiguous) = src << 16, src's innermost axis a run of contiguous 2-byte items: one
- * pass in destination order. */
-static void widen_run_lines(const char *src, uint32_t *dst, int ndim, const Py_ssize_t *shape,
-                            const Py_ssize_t *st) {
-    const Py_ssize_t run = shape[ndim - 1];
-    FOR_EACH_RUN(src, dst, ndim, shape, st, {
-        for (Py_ssize_t j = 0; j < run; j++) {
-            uint16_t bits;
-            memcpy(&bits, s + 2 * j, sizeof bits); /* any alignment; a plain load */
-            dst[j] = (uint32_t)bits << 16;
-        }
-    });
-}
-
-PyDoc_STRVAR(widen_runs_doc,
-"widen_runs(src, dst)\n--\n\n"
-"dst[...] = src << 16: src a buffer of 2-byte items of at most 8 axes whose innermost axis is\n"
-"contiguous, any other strides; dst a C-contiguous buffer of 4-byte items of the same shape,\n"
-"writable, not overlapping src. The GIL is released while the elements move.");
-
-static PyObject *widen_runs(PyObject *self, PyObject *args) {
-    Py_buffer src, dst;
-    (void)self;
-    if (widen_buffers(args, &src, &dst) < 0)
-        return NULL;
-    const char *error = run_buffers_error(&src, &dst, 2);
-    if (error == NULL && dst.len) {
-        Py_BEGIN_ALLOW_THREADS
-        widen_run_lines(src.buf, dst.buf, src.ndim, src.shape, src.strides);
-        Py_END_ALLOW_THREADS
-    }
-    return finish(&src, &dst, error);
-}
-
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
 #define HAVE_F16C_PATH 1
@@ -528,10 +494,12 @@ static PyMethodDef methods[] = {
     {"swap", swap, METH_VARARGS, swap_doc},
     {"widen_bf16", widen_bf16, METH_VARARGS, widen_bf16_doc},
     {"lookup16", lookup16, METH_VARARGS, lookup16_doc},
-    {"widen_runs", widen_runs, METH_VARARGS, widen_runs_doc},
     {"narrow_f16", narrow_f16, METH_VARARGS, narrow_f16_doc},
     {"widen_i8_runs", widen_i8_runs, METH_VARARGS, widen_i8_runs_doc},
     {"widen_f16_runs", widen_f16_runs, METH_VARARGS, widen_f16_runs_doc},
+    {"widen_bf16_runs", widen_bf16_runs, METH_VARARGS, widen_bf16_runs_doc},
+    {"same_runs", same_runs, METH_VARARGS, same_runs_doc},
+    {"address", address, METH_O, address_doc},
     {"tree_sum", tree_sum, METH_VARARGS, tree_sum_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -80,6 +80,134 @@ static PyObject *widen_i8_runs(PyObject *self, PyObject *args) {
     return finish(&src, &dst, error);
 }
 
+/* One run of n bf16 items (their bits, uint16) into float32 bits: shifted up by 16, exact for
+ * every pattern (NaNs included). The scalar loop (gcc vectorises it for SSE2, 4 a step) or AVX2,
+ * 8 a step, where the CPU has it: the same bits either way. */
+static inline void widen_bf16_run(const char *s, uint32_t *d, Py_ssize_t n) {
+    for (Py_ssize_t j = 0; j < n; j++) {
+        uint16_t bits;
+        memcpy(&bits, s + 2 * j, sizeof bits); /* any alignment; a plain load */
+        d[j] = (uint32_t)bits << 16;
+    }
+}
+
+#ifdef HAVE_F16C_PATH
+__attribute__((target("avx2"))) static inline void widen_bf16_run_avx2(const char *s, uint32_t *d, Py_ssize_t n) {
+    Py_ssize_t j = 0;
+    for (; j + 16 <= n; j += 16) { /* a C0 line (32 bytes) a step */
+        const __m128i lo = _mm_loadu_si128((const __m128i *)(s + 2 * j));
+        const __m128i hi = _mm_loadu_si128((const __m128i *)(s + 2 * j + 16));
+        _mm256_storeu_si256((__m256i *)(d + j), _mm256_slli_epi32(_mm256_cvtepu16_epi32(lo), 16));
+        _mm256_storeu_si256((__m256i *)(d + j + 8), _mm256_slli_epi32(_mm256_cvtepu16_epi32(hi), 16));
+    }
+    widen_bf16_run(s + 2 * j, d + j, n - j);
+}
+#endif
+
+/* The runs of dst's rows in bands of RUN_BAND rows: an NZ operand read as the mad's rows takes a
+ * row's runs from column blocks far apart (64 KiB for a 2048-row weight: one L2 set on an 8-way
+ * 512 KiB L2), and a 64-byte line holds the runs of two neighbouring rows; row by row, 16 runs
+ * evict each other before the next row reads the line's other half. A band of rows reads each
+ * column block's lines whole, and writes RUN_BAND rows that stay in L1. Axis p = ndim - 3 (the
+ * rows) is cut in bands, axis k = ndim - 2 (the runs of a row) walked inside each band. A
+ * grouped bf16 prefill's 16-lane Right chunk (16 x 128 rows of 16 runs 64 KiB apart): 25-35%
+ * less time than row by row in cache, 0-28% streamed from memory as a call reads them; bands of
+ * 8 to 128 rows alike (32 kept). */
+#define RUN_BAND 32
+/* Rows of at most this many runs go row by row: their runs fit the 8 ways of a cache set, and a
+ * decode kernel's 8-run rows streamed from memory took 10-40% longer in bands. */
+#define BAND_FROM_RUNS 8
+static void widen_bf16_banded(const char *src, uint32_t *dst, int ndim, const Py_ssize_t *shape,
+                              const Py_ssize_t *st, int avx2) {
+    const int p = ndim - 3, k = ndim - 2;
+    const Py_ssize_t run = shape[ndim - 1], rows = shape[p], runs = shape[k], row = runs * run;
+    Py_BEGIN_ALLOW_THREADS
+    /* the axes before p as an odometer of their own: each step one plane of rows x runs */
+    Py_ssize_t outer = 1, idx[MAX_DIMS] = {0};
+    for (int a = 0; a < p; a++)
+        outer *= shape[a];
+    const char *s0 = src;
+    uint32_t *d0 = dst;
+    for (Py_ssize_t o = 0; o < outer; o++) {
+        for (Py_ssize_t i0 = 0; i0 < rows; i0 += RUN_BAND) {
+            const Py_ssize_t i1 = i0 + RUN_BAND < rows ? i0 + RUN_BAND : rows;
+            for (Py_ssize_t j = 0; j < runs; j++) {
+                const char *s = s0 + i0 * st[p] + j * st[k];
+                uint32_t *d = d0 + i0 * row + j * run;
+                for (Py_ssize_t i = i0; i < i1; i++, s += st[p], d += row) {
+#ifdef HAVE_F16C_PATH
+                    if (avx2)
+                        widen_bf16_run_avx2(s, d, run);
+                    else
+#endif
+                        widen_bf16_run(s, d, run);
+                }
+            }
+        }
+        d0 += rows * row;
+        for (int a = p - 1; a >= 0; a--) {
+            s0 += st[a];
+            if (++idx[a] < shape[a])
+                break;
+            s0 -= shape[a] * st[a];
+            idx[a] = 0;
+        }
+    }
+    Py_END_ALLOW_THREADS
+}
+
+PyDoc_STRVAR(widen_bf16_runs_doc,
+"widen_bf16_runs(src, dst, baseline=False)\n--\n\n"
+"dst[...] = src << 16 (bf16 bits to float32 bits): src a buffer of 2-byte items of at most 8 axes\n"
+"whose innermost axis is contiguous (or of size 1), any other strides (an NZ operand's C0 lines,\n"
+"an ND operand's rows); dst a C-contiguous buffer of 4-byte items of the same shape, writable, not\n"
+"overlapping src. The axes are merged here (an ND operand's rows become one run). baseline: the\n"
+"scalar loop even where the CPU has AVX2 (for tests: the same bits either way). The GIL is\n"
+"released while the elements move.");
+
+static PyObject *widen_bf16_runs(PyObject *self, PyObject *args) {
+    PyObject *so, *dobj;
+    int baseline = 0;
+    Py_buffer src, dst;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OO|p", &so, &dobj, &baseline))
+        return NULL;
+    if (PyObject_GetBuffer(so, &src, PyBUF_STRIDES) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(dobj, &dst, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    const char *error = run_buffers_error(&src, &dst, 2);
+    if (error == NULL && dst.len) {
+        uint32_t *d = dst.buf;
+        Py_ssize_t shape[MAX_DIMS], st[MAX_DIMS];
+        const int ndim = merged_axes(&src, shape, st);
+        const Py_ssize_t run = shape[ndim - 1];
+        int avx2 = 0;
+#ifdef HAVE_F16C_PATH
+        avx2 = !baseline && __builtin_cpu_supports("avx2");
+#endif
+        /* a row's runs further apart than its rows, and more of them than a cache set has ways */
+        if (ndim >= 3 && st[ndim - 2] > st[ndim - 3] && shape[ndim - 2] > BAND_FROM_RUNS) {
+            widen_bf16_banded(src.buf, d, ndim, shape, st, avx2);
+            return finish(&src, &dst, error);
+        }
+        Py_BEGIN_ALLOW_THREADS
+        /* one loop per variant, each run's conversion inlined: a call through a pointer per
+         * 16-element run cost more than the conversion */
+        if (avx2) {
+#ifdef HAVE_F16C_PATH
+            FOR_EACH_RUN(src.buf, d, ndim, shape, st, { widen_bf16_run_avx2(s, d, run); });
+#endif
+        } else {
+            FOR_EACH_RUN(src.buf, d, ndim, shape, st, { widen_bf16_run(s, d, run); });
+        }
+        Py_END_ALLOW_THREADS
+    }
+    return finish(&src, &dst, error);
+}
+
 #ifdef HAVE_F16C_PATH
 /* One run of n fp16 items into float32 (F16C, exact for every finite value and inf); 0 at the
  * first NaN - the instruction quiets a signalling NaN, numpy keeps its bits - else 1. */
@@ -143,4 +271,82 @@ static PyObject *widen_f16_runs(PyObject *self, PyObject *args) {
     PyBuffer_Release(&src);
     PyBuffer_Release(&dst);
     return PyBool_FromLong(done);
+}
+
+PyDoc_STRVAR(same_runs_doc,
+"same_runs(src, saved, copy) -> bool\n--\n\n"
+"Does saved hold src's bytes? src a buffer of at most 8 axes whose innermost axis is contiguous\n"
+"(or of size 1), any other strides; saved a C-contiguous buffer of the same shape and item size\n"
+"(src's items in order). With copy, src's bytes are copied into saved (writable, not\n"
+"overlapping src) instead, and True is returned. A byte comparison (memcmp): a NaN is its bits.\n"
+"The GIL is released while the bytes are read.");
+
+/* The conversion cache's test (nzjit/backend/conversion_cache.py): a converted mad operand is
+ * reused only while the bytes it was converted from are the bytes its GM view holds now. */
+static PyObject *same_runs(PyObject *self, PyObject *args) {
+    PyObject *so, *dobj;
+    int copy;
+    Py_buffer src, dst;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOp", &so, &dobj, &copy))
+        return NULL;
+    if (PyObject_GetBuffer(so, &src, PyBUF_STRIDES) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(dobj, &dst, PyBUF_STRIDES | (copy ? PyBUF_WRITABLE : 0)) < 0) {
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    const char *error = NULL;
+    if (src.ndim < 1 || src.ndim > MAX_DIMS || dst.ndim != src.ndim || dst.itemsize != src.itemsize)
+        error = "same_runs: src and saved must have the same 1 to 8 axes and item size";
+    else if (src.strides[src.ndim - 1] != src.itemsize && src.shape[src.ndim - 1] > 1)
+        error = "same_runs: src's innermost axis must be contiguous";
+    else if (!PyBuffer_IsContiguous(&dst, 'C'))
+        error = "same_runs: saved must be C-contiguous";
+    else if (copy && overlaps(&src, &dst))
+        error = "same_runs: src and saved must not overlap";
+    for (int a = 0; error == NULL && a < src.ndim; a++)
+        if (src.shape[a] != dst.shape[a])
+            error = "same_runs: src and saved must have the same shape";
+    int same = 1;
+    if (error == NULL && dst.len) {
+        Py_ssize_t shape[MAX_DIMS], st[MAX_DIMS];
+        const int ndim = merged_axes(&src, shape, st);
+        shape[ndim - 1] *= src.itemsize; /* runs of bytes: d below advances by a run's bytes */
+        st[ndim - 1] = 1;
+        const size_t run = (size_t)shape[ndim - 1];
+        char *d = dst.buf;
+        Py_BEGIN_ALLOW_THREADS
+        FOR_EACH_RUN(src.buf, d, ndim, shape, st, {
+            if (copy)
+                memcpy(d, s, run);
+            else if (memcmp(d, s, run)) {
+                same = 0;
+                break;
+            }
+        });
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    if (error != NULL) {
+        PyErr_SetString(PyExc_ValueError, error);
+        return NULL;
+    }
+    return PyBool_FromLong(same);
+}
+
+PyDoc_STRVAR(address_doc,
+"address(a) -> int\n--\n\n"
+"The address of a's first item (a buffer of any strides): the conversion cache's key, for a\n"
+"fraction of __array_interface__'s cost.");
+
+static PyObject *address(PyObject *self, PyObject *arg) {
+    Py_buffer b;
+    (void)self;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_STRIDES) < 0)
+        return NULL;
+    PyObject *r = PyLong_FromVoidPtr(b.buf);
+    PyBuffer_Release(&b);
+    return r;
 }

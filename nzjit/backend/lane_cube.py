@@ -1,16 +1,17 @@
 """The lane-batched mad (rules/cube.py): one stacked np.matmul over the lanes, `MAD_CHUNK` lanes at
-a time, operands converted once per distinct image (on a helper thread for the next chunk)."""
+a time, operands converted once per distinct image; with a helper thread, the chunks shared
+between the two threads, each converting and multiplying its own."""
 
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 
 from runtime import threads
 from runtime.cube import F32_EXACT_K
 from runtime.dma import ceil16
-from runtime.threads import Ahead
 
 from .lane_state import LaneState
 from .lane_values import LaneWindow
@@ -36,80 +37,73 @@ def mad_lanes(
     and the scratch stays bounded however large the group. int8 products are exact integers in
     float32 (float64 when deeper than float32 holds them exactly), then added mod 2**32.
 
-    With a helper thread (`runtime.threads.Ahead`), the next chunk's operands (both sides, chunk
-    by chunk) are converted, and the last chunk's products added into the accumulator, while
-    BLAS multiplies this chunk - as the device's MTE moves the next tiles while its Cube
-    computes - and the helper then multiplies part of this chunk's lanes (`_multiply_shared`):
-    the per-lane BLAS calls alone take 1.1x numpy's one large matmul per expert, so converting
-    on the side cannot bring the call below it. The two chunks in flight use two sets of
-    buffers; every byte is the same as on one thread."""
+    With a helper thread (a mad of at least `OVERLAP_MACS` multiply-adds), the caller
+    and the helper take the chunks in turn from one counter, each converting, multiplying and
+    accumulating the chunks it took, in its own set of buffers - as the device's cube cores run
+    lanes side by side. Each chunk's bytes are the same whichever thread computes it. The
+    session-13 pipeline (the helper converting the next chunk for the caller, then multiplying
+    part of this one) left the caller waiting for the helper 27 of 154 ms of a grouped bf16
+    prefill call; taking whole chunks, each thread works until none is left, the operands it
+    multiplies are the ones it just converted (its core's cache), and a helper that gets no
+    core on a loaded machine leaves its chunks to the caller instead of stalling it at every
+    hand-off. (Side by side, both threads' conversions and BLAS calls take longer than on one
+    thread either way - 2x and 1.3x here: the two cores share the memory the weights stream from.)
+    """
     ft = np.float64 if is_int and k > F32_EXACT_K else np.float32
     L = s.L
     threaded = (
-        L > FIRST_CHUNK
-        and ceil16(m) * k * n * MAD_CHUNK >= OVERLAP_MACS
+        L > 1
+        and ceil16(m) * k * n * L >= OVERLAP_MACS
         and threads.helper_available()
         and s.ctx.options.threads != 1
     )
-    chunks = _chunks(L, threaded)
     # a decode batch's m < 16 valid rows are the first rows of whole Left fractals
     sides = (_Side(s, left, ceil16(m), k, ft, "left", threaded), _Side(s, right, k, n, ft, "right", threaded))
-    sets = 2 if threaded else 1  # buffers in flight at once
-
-    def operands(i: int) -> tuple[np.ndarray, np.ndarray]:
-        l0, l1 = chunks[i]
-        a, b = (side.chunk(l0, l1, i % sets) for side in sides)
-        return a, b
-
     direct = not accumulate and not is_int  # a float mad that starts the accumulator: in place
-    with Ahead(operands, len(chunks), threaded) as items:
-        for i, (a, b) in enumerate(items):
-            l0, l1 = chunks[i]
-            if m % 16:
-                a = a[..., :m, :]
-            out = data[l0:l1] if direct else s.scratch((l1 - l0, m, n), ft, _in_set("products", i % sets))
-            if a.ndim == b.ndim == 2:  # every lane of the chunk multiplies the same pair of images
-                np.matmul(a, b.T, out=out[0])
-                out[1:] = out[0]
-            elif threaded:
-                _multiply_shared(a, b, out)
-            else:
-                np.matmul(a, b.swapaxes(-1, -2), out=out)
-            if not direct:
-                items.defer(functools.partial(_add_products, s, data[l0:l1], out, accumulate))
 
+    def chunk(l0: int, l1: int, buffers: int) -> None:
+        a, b = (side.chunk(l0, l1, buffers) for side in sides)
+        if m % 16:
+            a = a[..., :m, :]
+        out = data[l0:l1] if direct else s.scratch((l1 - l0, m, n), ft, _in_set("products", buffers))
+        if a.ndim == b.ndim == 2:  # every lane of the chunk multiplies the same pair of images
+            np.matmul(a, b.T, out=out[0])
+            out[1:] = out[0]
+        else:
+            np.matmul(a, b.swapaxes(-1, -2), out=out)
+        if not direct:
+            _add_products(s, data[l0:l1], out, accumulate, buffers)
 
-def _multiply_shared(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """``out = a @ b^T`` of a chunk's lanes, the first half of them on this thread and the rest on
-    the helper, at the same time (`runtime.threads.run`; after the conversion already handed to
-    it) - as the device's cube cores run lanes side by side. Each lane's product is the same BLAS
-    call as in one stacked np.matmul (a slice of the stack keeps its strides), into its own rows
-    of `out`: the same bytes on any number of threads."""
-    L = len(out)
-    if L < 2:
-        np.matmul(a, b.swapaxes(-1, -2), out=out)
+    chunks = _chunks(L, threaded)
+    if not threaded:
+        for l0, l1 in chunks:
+            chunk(l0, l1, 0)
         return
+    taken = iter(chunks)
+    lock = threading.Lock()
 
-    def part(lo: int, hi: int) -> None:
-        np.matmul(
-            a if a.ndim == 2 else a[lo:hi], (b if b.ndim == 2 else b[lo:hi]).swapaxes(-1, -2), out=out[lo:hi]
-        )
+    def take(buffers: int) -> None:  # the chunks this thread takes, until none is left
+        while True:
+            with lock:
+                bounds = next(taken, None)
+            if bounds is None:
+                return
+            chunk(*bounds, buffers)
 
-    # the caller's share, 9 of 16 lanes: the helper also converts the next chunk and accumulates
-    # the last (the bf16 prefill measured 60 ms of caller CPU against 71 ms on the helper at 8 / 8)
-    mid = max(1, min(L - 1, (9 * L + 15) // 16))
-    threads.run([functools.partial(part, 0, mid), functools.partial(part, mid, L)])
+    threads.run([functools.partial(take, 0), functools.partial(take, 1)])
 
 
-def _add_products(s: LaneState, acc: np.ndarray, products: np.ndarray, accumulate: bool) -> None:
+def _add_products(
+    s: LaneState, acc: np.ndarray, products: np.ndarray, accumulate: bool, buffers: int = 0
+) -> None:
     """``acc (+)= products`` of one chunk. Integer products (exact integers in a float type) are
-    converted exactly, then added mod 2**32 like the accumulator. Deferred work runs one item at
-    a time (`Ahead`), so one conversion buffer serves every chunk."""
+    converted exactly, then added mod 2**32 like the accumulator, through the conversion buffer
+    of buffer set `buffers` (one per thread)."""
     if acc.dtype == np.int32:
         if not accumulate:  # the cast straight into the accumulator: the same values, one pass
             np.copyto(acc, products, casting="unsafe")
             return
-        ints = s.scratch(products.shape, np.int32, "int products")
+        ints = s.scratch(products.shape, np.int32, _in_set("int products", buffers))
         np.copyto(ints, products, casting="unsafe")
         products = ints
     if accumulate:
@@ -119,19 +113,17 @@ def _add_products(s: LaneState, acc: np.ndarray, products: np.ndarray, accumulat
 
 
 def _in_set(tag: str, buffers: int) -> str:
-    """The scratch tag of buffer `tag` in buffer set `buffers` (0 or 1: two chunks in flight)."""
+    """The scratch tag of buffer `tag` in buffer set `buffers` (0 or 1: one set per thread)."""
     return tag + "'" * buffers
 
 
 def _chunks(L: int, threaded: bool) -> list[tuple[int, int]]:
-    """The lane ranges a mad runs at once: `MAD_CHUNK` lanes. When a helper thread converts the
-    next chunk, the first is cut at `FIRST_CHUNK`: the caller converts that part alone, before
-    anything overlaps. The later chunks keep their bounds, so lanes that share an image (one
-    expert's lanes, say) still fall in one chunk."""
-    chunks = [(l0, min(L, l0 + MAD_CHUNK)) for l0 in range(0, L, MAD_CHUNK)]
-    if threaded and chunks[0][1] > FIRST_CHUNK:
-        chunks[0:1] = [(0, FIRST_CHUNK), (FIRST_CHUNK, chunks[0][1])]
-    return chunks
+    """The lane ranges a mad runs at once: `MAD_CHUNK` lanes, so lanes that share an image (one
+    expert's lanes, say) fall in one chunk. Shared by two threads, `SHARED_CHUNK` lanes, and a
+    group of fewer than twice that is cut in two halves, one for each thread."""
+    chunk = SHARED_CHUNK if threaded else MAD_CHUNK
+    size = chunk if not threaded or L >= 2 * chunk else (L + 1) // 2
+    return [(l0, min(L, l0 + size)) for l0 in range(0, L, size)]
 
 
 class _Side:
@@ -144,11 +136,14 @@ class _Side:
         self.alloc = lambda sh, dt: s.scratch(sh, dt, tag)
         self.allocs = (self.alloc, lambda sh, dt: s.scratch(sh, dt, _in_set(tag, 1)))  # two buffer sets
         self.rows = win.src.row.tolist()
+        # per buffer set: the image range converted last, kept while a thread's next chunk reads
+        # the same (the lanes of one image in two chunks: converted once)
+        self.last: list[tuple[int, int, np.ndarray] | None] = [None, None]
         n = win.src.n_images
         # Few images: all converted at once on this thread (None when not aligned). With a helper
-        # thread, chunk by chunk like many: each chunk converts the range of images its lanes
-        # read, on the helper while BLAS multiplies (an image is r x c elements, a chunk's BLAS
-        # up to MAD_CHUNK x m x k x n multiply-adds).
+        # thread, chunk by chunk like many: each thread converts the range of images its chunk's
+        # lanes read, into its own buffers (an image is r x c elements, a chunk's BLAS up to
+        # MAD_CHUNK x m x k x n multiply-adds).
         once = n <= MAD_CHUNK and not threaded
         self.all = win.operands(r, c, ft, self.alloc) if once else None
         self.aligned = self.all is not None or not once
@@ -156,16 +151,21 @@ class _Side:
     def chunk(self, l0: int, l1: int, buffers: int = 0) -> np.ndarray:
         """The operands of lanes l0..l1-1, (lanes, r, c) - Right ones transposed, (lanes, c, r) - or
         one 2-D operand when every lane of the chunk reads the same image; converted into buffer
-        set `buffers` (0 or 1: two chunks may be in flight at once)."""
+        set `buffers` (0 or 1: the calling thread's)."""
         rows = self.rows[l0:l1]
         lo, hi = min(rows), max(rows) + 1
         images: np.ndarray | None
+        last = self.last[buffers]
         if self.all is not None:
             images, base = self.all, 0
+        elif last is not None and last[0] == lo and last[1] == hi:
+            images, base = last[2], lo
         elif self.aligned and hi - lo <= 2 * MAD_CHUNK:
             images, base = self.win.operands(self.r, self.c, self.ft, self.allocs[buffers], (lo, hi)), lo
             if images is None:  # alignment does not depend on the images: the first chunk tells
                 self.aligned = False
+            else:
+                self.last[buffers] = (lo, hi, images)
         else:
             images = None
         if images is None:  # an unaligned window, or scattered images: one image at a time
@@ -178,11 +178,15 @@ class _Side:
         return images[np.asarray(rows) - base]
 
 
-#: Lanes per chunk of a batched mad (`_mad_lanes`).
+#: Lanes per chunk of a batched mad (`mad_lanes`).
 MAD_CHUNK = 16
-#: The first chunk when a helper converts the next ones: short, since nothing overlaps it.
-FIRST_CHUNK = 4
-#: A batched mad overlaps its chunks' operand conversion with BLAS from this many multiply-adds
-#: per chunk (~0.5 ms of BLAS here, several thread hand-offs of ~50-100 us): below, the hand-off
-#: costs what the overlap saves.
+#: Lanes per chunk of a mad shared with the helper thread: the chunk a thread still holds when
+#: the other has none left is what the other waits for. The grouped bf16 prefill, interleaved
+#: in one process: 8 lanes 0.79x / 0.89x numpy against 16 lanes 0.92x / 0.93x (load < 1), and
+#: faster in 4 of 6 rounds at load 1-2 (4 lanes between them). An image the lanes of two chunks
+#: read (an expert's Left, 16 lanes) is converted by each thread that takes one (~5 us each).
+SHARED_CHUNK = 8
+#: A batched mad shares its chunks with a helper thread from this many multiply-adds (~0.5 ms
+#: of BLAS here, against a hand-off of ~50-100 us): below, the hand-off costs what the second
+#: core saves. A decode batch's mads (16 lanes of 16 x 256 @ 256 x 256) are just at it.
 OVERLAP_MACS = 1 << 24

@@ -15,6 +15,8 @@ from runtime import TileBuf
 from runtime.cube import TileWindow
 from runtime.widen import COMPILED, LINE_DTYPES, widen_bf16, widen_f16, widen_lines_f32
 
+from . import conversion_cache
+
 
 @dataclass(frozen=True, eq=False)
 class LaneTensor:
@@ -138,7 +140,9 @@ class LaneWindow:
         images: tuple[int, int] | None = None,
     ) -> np.ndarray | None:
         """`operand` of every image at once - or of images ``lo <= u < hi`` for `images` = (lo, hi) -
-        as (U, ...) C-contiguous (in a buffer from `alloc`); None when not aligned."""
+        as (U, ...) C-contiguous (in a buffer from `alloc`, or, read straight from GM with the
+        conversion cache on, a read-only operand kept from an earlier call whose source bytes
+        are these: `conversion_cache`); None when not aligned."""
         src = self.src
         g = src.g
         b = g.blk
@@ -149,16 +153,22 @@ class LaneWindow:
             return None
         lo, hi = images if images is not None else (0, src.n_images)
         U = hi - lo
-        out = alloc((U, nc, nr) if flip else (U, nr, nc), ft)
-        for u0, v in src.element_chunks():
-            if u0 + len(v) <= lo or u0 >= hi:
-                continue
+        shape = (U, nc, nr) if flip else (U, nr, nc)
+        lazy = src.held is None and src.gm_images is not None  # GM's bytes, read in place
+        chunks = [(u0, v) for u0, v in src.element_chunks() if u0 < hi and lo < u0 + len(v)]
+        views = []
+        for u0, v in chunks:
             v = v[max(lo - u0, 0) : hi - u0]
             u0 = max(u0, lo) - lo
             v = v.transpose(0, *(i + 1 for i in g.inv))
             v = v[:, sr // b.ir : (sr + nr) // b.ir, :, sc // b.ic : (sc + nc) // b.ic, :]
-            if flip:
-                v = v.transpose(0, 3, 4, 1, 2)
+            views.append((u0, v.transpose(0, 3, 4, 1, 2) if flip else v))
+        if lazy:  # perhaps converted before, from the same bytes
+            kept = conversion_cache.cached(views, shape, ft, gather_cast)
+            if kept is not None:
+                return kept
+        out = alloc(shape, ft)
+        for u0, v in views:
             gather_cast(out[u0 : u0 + len(v)].reshape(v.shape), v, alloc)
         return out
 

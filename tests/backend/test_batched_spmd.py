@@ -797,38 +797,34 @@ def test_large_lane_groups_run_their_mads_in_chunks(
     spy, monkeypatch, dtype, np_dtype, out_dtype, np_out, T, N, NT, helper
 ):
     """A lane group larger than MAD_CHUNK converts, multiplies and accumulates MAD_CHUNK lanes at a
-    time (lane_cube._mad_lanes): the same BLAS call per lane, so the same bytes as lane by lane,
+    time (lane_cube.mad_lanes): the same BLAS call per lane, so the same bytes as lane by lane,
     for the first mad and the accumulating ones, whether a chunk's lanes share one Left image or
     not, in float and in int8 (exact integers, wrapping int32 sums). With a helper thread (every
-    mad large enough for it here), the next chunk's operands are converted, and the last one's
-    products added, on the helper while BLAS multiplies, and a chunk's lanes are multiplied on
-    both threads (lane_cube._multiply_shared): the same bytes again."""
+    mad large enough for it here), the caller and the helper take the chunks in turn, each
+    converting and multiplying its own (issue 27: both threads convert and multiply): the same
+    bytes again."""
+    import time
+    import types
+
     from nzjit.backend import lane_cube
 
     monkeypatch.setattr(runtime.threads, "THREADS", 2 if helper else 1)
     monkeypatch.setattr(lane_cube, "OVERLAP_MACS", 0)
-    multiplied = set()  # the threads that ran a share of a chunk's products
-    real_run, real_shared, sharing = runtime.threads.run, lane_cube._multiply_shared, []
+    multiplied = set()  # the threads that ran a chunk's products
+    real_matmul = np.matmul
 
-    def run(parts):
-        def on(part):
-            return lambda: multiplied.add(threading.get_ident()) or part()
+    def matmul(*args, **kw):
+        multiplied.add(threading.get_ident())
+        return real_matmul(*args, **kw)
 
-        real_run([on(p) for p in parts] if sharing else parts)  # pack_nz shares its copies too
-
-    def shared(*args):
-        sharing.append(True)
-        try:
-            real_shared(*args)
-        finally:
-            sharing.pop()
-
-    monkeypatch.setattr(runtime.threads, "run", run)
-    monkeypatch.setattr(lane_cube, "_multiply_shared", shared)
+    monkeypatch.setattr(lane_cube, "np", types.SimpleNamespace(**{**vars(np), "matmul": matmul}))
     chunks, where = [], set()
     real = lane_cube._Side.chunk
+    caller = threading.get_ident()
 
     def chunk(self, l0, l1, *buffers):
+        if helper and threading.get_ident() == caller and not where - {caller}:
+            time.sleep(0.005)  # the caller waits here until the helper has taken a chunk too
         chunks.append((l0, l1))
         where.add(threading.get_ident())
         return real(self, l0, l1, *buffers)
@@ -851,23 +847,24 @@ def test_large_lane_groups_run_their_mads_in_chunks(
     assert spy == [True]
     assert any(l0 >= lane_cube.MAD_CHUNK for l0, _ in chunks)  # a group larger than one chunk
     assert len(where) == (2 if helper else 1)
-    assert len(multiplied) == (2 if helper else 0)
+    assert multiplied == where
     # with a helper, a group's few Left images (an expert's per chunk, or a decode batch's) are
     # converted chunk by chunk, on the helper; on one thread all at once
     assert (not any(left_at_once)) if helper else all(left_at_once)
     check_gmm(np.frombuffer(got[0][2], np_out).reshape(E, T, N), x, w, np_dtype)
 
 
-def test_mad_chunks_cut_the_first_chunk_when_a_helper_converts_the_next():
-    """lane_cube._chunks: MAD_CHUNK lanes at a time; with a helper, the first chunk is cut at
-    FIRST_CHUNK (the caller converts it alone) and the later bounds stay, so one expert's lanes
-    keep sharing a chunk."""
+def test_mad_chunks_of_a_shared_mad():
+    """lane_cube._chunks: MAD_CHUNK lanes at a time, so one expert's lanes keep sharing a chunk;
+    shared with a helper, SHARED_CHUNK lanes, and a group of fewer than twice that is cut in two
+    halves, one for each thread (issue 27)."""
     from nzjit.backend import lane_cube
 
-    assert (lane_cube.MAD_CHUNK, lane_cube.FIRST_CHUNK) == (16, 4)
+    assert (lane_cube.MAD_CHUNK, lane_cube.SHARED_CHUNK) == (16, 8)
     assert lane_cube._chunks(40, False) == [(0, 16), (16, 32), (32, 40)]
-    assert lane_cube._chunks(40, True) == [(0, 4), (4, 16), (16, 32), (32, 40)]
-    assert lane_cube._chunks(10, True) == [(0, 4), (4, 10)]
+    assert lane_cube._chunks(20, True) == [(0, 8), (8, 16), (16, 20)]
+    assert lane_cube._chunks(16, True) == [(0, 8), (8, 16)]
+    assert lane_cube._chunks(10, True) == [(0, 5), (5, 10)]
     assert lane_cube._chunks(16, False) == [(0, 16)]
 
 

@@ -189,25 +189,24 @@ def test_lowered_run_after_a_pass_still_works(tp_data):
 
 
 def test_ranks_share_the_helper_thread_and_stay_exact(tp_data, monkeypatch):
-    # Ranks run in parallel threads; with every batched mad overlapped (lane_cube.OVERLAP_MACS = 0)
-    # each rank's mads hand operand conversion to the shared helpers (runtime.threads.Ahead) when
-    # the ranks leave a thread idle (5 threads, 4 ranks: issue 25 item 4): the tasks of four ranks
-    # queue on them, and every rank's int32 sums are still exact.
+    # Ranks run in parallel threads; with every batched mad shared (lane_cube.OVERLAP_MACS = 0)
+    # each rank's mads share their chunks with the helpers when the ranks leave a thread idle
+    # (5 threads, 4 ranks: issue 25 item 4): the tasks of four ranks queue on them, and every
+    # rank's int32 sums are still exact.
     from nzjit.backend import lane_cube
 
     x, w, ref = tp_data
     monkeypatch.setattr(runtime.threads, "THREADS", RANKS + 1)
     monkeypatch.setattr(lane_cube, "OVERLAP_MACS", 0)
     monkeypatch.setattr(lane_cube, "MAD_CHUNK", 2)
-    monkeypatch.setattr(lane_cube, "FIRST_CHUNK", 1)
     helped = []
-    real = runtime.threads.Ahead.__init__
+    real = lane_cube._chunks
 
-    def init(self, *args, **kwargs):
-        real(self, *args, **kwargs)
-        helped.append(self.pool is not None)
+    def chunks(L, threaded):
+        helped.append(threaded)
+        return real(L, threaded)
 
-    monkeypatch.setattr(runtime.threads.Ahead, "__init__", init)
+    monkeypatch.setattr(lane_cube, "_chunks", chunks)
     cluster = runtime.Cluster(RANKS)
     out = tp(x, cluster.alloc_stacked_tensor(pack(w)))
     np.testing.assert_array_equal(out, ref)

@@ -1,5 +1,5 @@
 """runtime.widen.widen_bf16: bf16 -> float32 of a strided view, compiled for the transposing case
-(runtime/_lines.c widen_bf16) and for views of contiguous runs (widen_runs: NZ C0 lines) - the same bits as numpy's cast for every view and every bit pattern,
+(runtime/_lines.c widen_bf16) and for views of contiguous runs (widen_bf16_runs: NZ C0 lines) - the same bits as numpy's cast for every view and every bit pattern,
 with and without the compiled loop; the compiled loop's refusals."""
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def test_an_nz_weight_window_as_the_mads_operand(way):
 
 @pytest.mark.skipif(widen._native is None, reason="runtime._lines was not built")
 def test_the_compiled_run_loop_refuses_bad_buffers():
-    f = widen._native.widen_runs
+    f = widen._native.widen_bf16_runs
     src = np.zeros((2, 3, 4), np.uint16)
     with pytest.raises(ValueError, match="the same 1 to 8 axes, of 2- and 4-byte items"):
         f(src[0], np.empty((2, 3, 4), np.uint32))
