@@ -498,8 +498,6 @@ static PyMethodDef methods[] = {
     {"widen_i8_runs", widen_i8_runs, METH_VARARGS, widen_i8_runs_doc},
     {"widen_f16_runs", widen_f16_runs, METH_VARARGS, widen_f16_runs_doc},
     {"widen_bf16_runs", widen_bf16_runs, METH_VARARGS, widen_bf16_runs_doc},
-    {"same_runs", same_runs, METH_VARARGS, same_runs_doc},
-    {"address", address, METH_O, address_doc},
     {"tree_sum", tree_sum, METH_VARARGS, tree_sum_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -38,13 +38,6 @@ def widen_f16_runs(src: np.ndarray, dst: np.ndarray, /) -> bool:
 def tree_sum(src: np.ndarray, dst: np.ndarray, rounding: int, baseline: bool = False, /) -> int:
     """dst[r] = the rounded binary-tree sum of float32 row r of src (rounding 0 none, 1 fp16, 2 bf16); returns the number of NaN rows. baseline: the SSE2 loop even on an AVX2 CPU (tests)."""
 
-def same_runs(src: np.ndarray, saved: np.ndarray, copy: bool, /) -> bool:
-    """Does the C-contiguous `saved` hold the bytes of `src` (innermost axis contiguous, at most 8
-    axes)? With copy, src's bytes are copied into saved instead (True)."""
-
-def address(a: np.ndarray, /) -> int:
-    """The address of a's first item (any strides)."""
-
 def widen_bf16_runs(src: np.ndarray, dst: np.ndarray, baseline: bool = False, /) -> None:
     """dst[...] = src << 16: bf16 bits (uint16, innermost axis contiguous, at most 8 axes) into a
     C-contiguous uint32 dst; baseline: the scalar loop even on an AVX2 CPU (tests)."""

@@ -22,9 +22,6 @@ in one compiled pass straight from the strided lines (`widen_lines_f32`, runtime
 no gather into a buffer first. int8 -> float32 is exact; fp16 uses the F16C instruction, exact for every value
 but a NaN (it quiets a signalling one, numpy keeps the bits), so a view holding a NaN - or a CPU
 without F16C - takes the caller's numpy path instead.
-
-`same_bytes` compares a strided view with a contiguous copy of its bytes (memcmp run by run,
-runtime._lines.same_runs): the test of nzjit's conversion cache of mad operands.
 """
 
 from __future__ import annotations
@@ -35,7 +32,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from .native import lines as _native  # None where runtime/_lines.c was not built
 
-__all__ = ["COMPILED", "LINE_DTYPES", "address", "same_bytes", "widen_bf16", "widen_f16", "widen_lines_f32"]
+__all__ = ["COMPILED", "LINE_DTYPES", "widen_bf16", "widen_f16", "widen_lines_f32"]
 
 #: Are the compiled loops built? (Else `widen_bf16` is numpy's cast: the same bytes, slower.)
 COMPILED = _native is not None
@@ -123,34 +120,6 @@ def widen_lines_f32(out: np.ndarray, src: np.ndarray) -> bool:
         _native.widen_i8_runs(src, out)
         return True
     return bool(_native.widen_f16_runs(src.view(np.uint16), out.view(np.uint32)))
-
-
-def address(a: np.ndarray) -> int:
-    """The address of `a`'s first item (any strides)."""
-    if _native is not None:
-        return _native.address(a)
-    return int(a.__array_interface__["data"][0])
-
-
-def same_bytes(src: np.ndarray, saved: np.ndarray, copy: bool = False) -> bool:
-    """Does the C-contiguous `saved` (of `src`'s shape and dtype) hold `src`'s bytes, item for
-    item? A byte comparison, so a NaN compares as its bits. With `copy`, `src`'s bytes are copied
-    into `saved` instead (True). `src`: any strides, one compiled pass over its contiguous runs
-    (memcmp / memcpy) when its innermost axis is contiguous; else numpy's comparison of the bytes.
-    The test behind nzjit's conversion cache (nzjit/backend/conversion_cache.py)."""
-    if saved.shape != src.shape or saved.dtype != src.dtype or not saved.flags.c_contiguous:
-        raise ValueError(
-            f"same_bytes: a C-contiguous copy of {src.dtype}{src.shape}, got {saved.dtype}{saved.shape}"
-        )
-    inner = src.ndim == 0 or src.shape[-1] <= 1 or src.strides[-1] == src.itemsize
-    if _native is not None and 0 < src.ndim <= _RUN_AXES and inner:
-        return bool(_native.same_runs(src, saved, copy))
-    if copy:
-        np.copyto(saved, src)
-        return True
-    # numpy's way: the items as raw bytes of a contiguous copy (a NaN is its bits, not unequal)
-    mine = np.ascontiguousarray(src).reshape(-1).view(np.uint8)
-    return bool(np.array_equal(mine, saved.reshape(-1).view(np.uint8)))
 
 
 #: Below this many elements numpy's cast is as fast as the call into the table loop.

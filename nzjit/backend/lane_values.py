@@ -15,8 +15,6 @@ from runtime import TileBuf
 from runtime.cube import TileWindow
 from runtime.widen import COMPILED, LINE_DTYPES, widen_bf16, widen_f16, widen_lines_f32
 
-from . import conversion_cache
-
 
 @dataclass(frozen=True, eq=False)
 class LaneTensor:
@@ -153,22 +151,16 @@ class LaneWindow:
             return None
         lo, hi = images if images is not None else (0, src.n_images)
         U = hi - lo
-        shape = (U, nc, nr) if flip else (U, nr, nc)
-        lazy = src.held is None and src.gm_images is not None  # GM's bytes, read in place
-        chunks = [(u0, v) for u0, v in src.element_chunks() if u0 < hi and lo < u0 + len(v)]
-        views = []
-        for u0, v in chunks:
+        out = alloc((U, nc, nr) if flip else (U, nr, nc), ft)
+        for u0, v in src.element_chunks():
+            if u0 + len(v) <= lo or u0 >= hi:
+                continue
             v = v[max(lo - u0, 0) : hi - u0]
             u0 = max(u0, lo) - lo
             v = v.transpose(0, *(i + 1 for i in g.inv))
             v = v[:, sr // b.ir : (sr + nr) // b.ir, :, sc // b.ic : (sc + nc) // b.ic, :]
-            views.append((u0, v.transpose(0, 3, 4, 1, 2) if flip else v))
-        if lazy:  # perhaps converted before, from the same bytes
-            kept = conversion_cache.cached(views, shape, ft, gather_cast)
-            if kept is not None:
-                return kept
-        out = alloc(shape, ft)
-        for u0, v in views:
+            if flip:
+                v = v.transpose(0, 3, 4, 1, 2)
             gather_cast(out[u0 : u0 + len(v)].reshape(v.shape), v, alloc)
         return out
 
