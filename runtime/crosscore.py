@@ -107,6 +107,7 @@ class CrossCorePipe:
 
     @property
     def gm(self) -> GlobalMemory:
+        """The device memory whose slots this pipe allocates (DeviceError once it is gone)."""
         gm = self._gm()
         if gm is None:
             raise DeviceError("the cross-core pipe's device memory is gone")
