@@ -119,6 +119,37 @@ def test_a_scalar_with_other_bits_is_another_signature():
 
 
 @pl.kernel
+def _valid_rows(
+    x: pl.Tensor[[64, 64], pl.FP32], n: pl.Scalar[pl.INDEX], y: pl.Out[pl.Tensor[[64, 64], pl.FP32]]
+):
+    for lane in pl.spmd(4):
+        t = pl.load(x, [lane * 16, 0], [16, 64], valid_shape=[n, 64], target_memory=pl.Mem.Vec)
+        pl.store(pl.tile.fillpad(pl.exp(t), pad_value=pl.PadValue.zero), [lane * 16, 0], y)
+
+
+def test_a_valid_shape_from_a_scalar_is_part_of_the_signature():
+    # the same tensors with 16, then 12 valid rows: a replay per row count, each call its own bytes
+    w = runtime.Worker(0)
+    x = w.alloc_tensor((64, 64), np.float32)
+    y = w.alloc_tensor((64, 64), np.float32)
+    before = _runs()
+    for i, n in enumerate((16, 12) * 4):
+        a = RNG.standard_normal((64, 64)).astype(np.float32)
+        got = []
+        for opts in (STEP, REPLAY):
+            w.write_tensor(x, a)
+            w.write_tensor(y, np.full((64, 64), 7, np.float32))
+            with using(opts):
+                _valid_rows(x, n, y)
+            got.append(w.copy_from(y).tobytes())
+        assert got[0] == got[1], f"call {i} (n = {n})"
+        want = np.zeros((4, 16, 64), np.float32)
+        want[:, :n] = np.exp(a.reshape(4, 16, 64)[:, :n])
+        np.testing.assert_allclose(np.frombuffer(got[1], np.float32).reshape(4, 16, 64), want, rtol=1e-6)
+    assert _runs() - before == 4  # each row count: recorded on its 2nd call, replayed on the 3rd and 4th
+
+
+@pl.kernel
 def _quantise(x: pl.Tensor[[64, 32], pl.FP32], y: pl.Out[pl.Tensor[[64, 32], pl.INT16]]):
     for lane in pl.spmd(4):
         t = pl.load(x, [lane * 16, 0], [16, 32], target_memory=pl.Mem.Vec)
