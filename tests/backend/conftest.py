@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from batched_checks import record
 
+from nzjit.backend import batched
 from nzjit.backend.options import current, using
 
 
@@ -11,3 +13,10 @@ from nzjit.backend.options import current, using
 def _strict_batching():
     with using(current().with_(strict=True)):
         yield
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Records whether each SPMD loop ran batched (True) or fell back to per-lane (False); carry-free
+    range loops are tried too, and not recorded."""
+    return record(monkeypatch, batched, "try_run_spmd", lambda k: k.get("spmd", True))
