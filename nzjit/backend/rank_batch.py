@@ -181,12 +181,15 @@ def run_together(ranks: Sequence[Any]) -> None:
 #: large products gains from the helper. Every mode writes the same bytes (a rank's lanes get the
 #: bytes of its own launch however the ranks are grouped, and a helper moves work, not results),
 #: so the first calls of a program time each mode `TRIALS` times and the later calls take the
-#: fastest. `FORCE` (tests, benchmarks) fixes the mode.
+#: fastest - for `RETRY_AFTER` calls, then the modes are timed again (the host's load, and so
+#: the fastest mode, changes over a long run). `FORCE` (tests, benchmarks) fixes the mode.
 MODES = ("groups", "one", "alone")
 TRIALS = 2
+RETRY_AFTER = 1000
 FORCE: str | None = None
 _times: dict[Any, dict[str, list[float]]] = {}
 _chosen: dict[Any, str] = {}
+_since: dict[Any, int] = {}  # calls in the chosen mode since it was chosen
 #: Programs remembered at most (a new one past this forgets the oldest).
 MAX_PROGRAMS = 256
 
@@ -204,8 +207,15 @@ def mode_for(key: Any) -> str:
 
 
 def timed(key: Any, mode: str, seconds: float) -> None:
-    """Record a trial call's wall time; once every mode has its `TRIALS`, choose the fastest."""
-    if FORCE is not None or key in _chosen:
+    """Record a trial call's wall time; once every mode has its `TRIALS`, choose the fastest (for
+    `RETRY_AFTER` calls)."""
+    if FORCE is not None:
+        return
+    if key in _chosen:
+        n = _since[key] = _since.get(key, 0) + 1
+        if n >= RETRY_AFTER:  # time the modes again from the next call
+            del _chosen[key]
+            del _since[key]
         return
     if key not in _times and len(_times) >= MAX_PROGRAMS:
         del _times[next(iter(_times))]
@@ -213,8 +223,10 @@ def timed(key: Any, mode: str, seconds: float) -> None:
     seen.setdefault(mode, []).append(seconds)
     if all(len(seen.get(m, ())) >= TRIALS for m in MODES):
         if len(_chosen) >= MAX_PROGRAMS:
-            del _chosen[next(iter(_chosen))]
+            _since.pop(old := next(iter(_chosen)), None)
+            del _chosen[old]
         _chosen[key] = min(MODES, key=lambda m: min(seen[m]))
+        _since[key] = 0
         del _times[key]
 
 

@@ -352,6 +352,33 @@ def test_a_program_tries_each_mode_then_keeps_the_fastest(moe, monkeypatch):
     assert list(rank_batch._chosen.values()) == ["alone"] and rank_batch._times == {}
 
 
+def test_the_modes_are_timed_again_after_retry_after_calls(monkeypatch):
+    # the load changes over a long run: after RETRY_AFTER calls in the chosen mode the modes are
+    # tried again, and the now fastest is kept
+    monkeypatch.setattr(rank_batch, "FORCE", None)
+    monkeypatch.setattr(rank_batch, "_times", {})
+    monkeypatch.setattr(rank_batch, "_chosen", {})
+    monkeypatch.setattr(rank_batch, "_since", {})
+    monkeypatch.setattr(rank_batch, "RETRY_AFTER", 3)
+    cost = {"groups": 3.0, "one": 2.0, "alone": 1.0}
+    ran = []
+
+    def call() -> None:
+        mode = rank_batch.mode_for("p")
+        ran.append(mode)
+        rank_batch.timed("p", mode, cost[mode])
+
+    trials = len(rank_batch.MODES) * rank_batch.TRIALS
+    for _ in range(trials + 3):
+        call()
+    assert ran[trials:] == ["alone"] * 3 and "p" not in rank_batch._chosen  # the retry is due
+    cost = {"groups": 0.5, "one": 2.0, "alone": 1.0}
+    for _ in range(trials + 1):
+        call()
+    assert sorted(ran[trials + 3 : 2 * trials + 3]) == sorted(rank_batch.MODES * rank_batch.TRIALS)
+    assert ran[-1] == "groups" and rank_batch._chosen == {"p": "groups"}
+
+
 def test_forced_mode_is_not_timed(monkeypatch):
     monkeypatch.setattr(rank_batch, "FORCE", "one")
     monkeypatch.setattr(rank_batch, "_times", {})
