@@ -197,9 +197,7 @@ def _run_lanes(s: LaneState, plan: Any, all_lanes: np.ndarray, captured: list[An
     plan.lane_fails = 0
     if s.rec is not None:
         s.own_peak = dict(onchip.peak)
-        for space, p in peak.items():
-            if p > onchip.peak[space]:
-                onchip.peak[space] = p
+        lane_replay.raise_peak(onchip.peak, peak)  # the launch's peak: its own and the attempt's
         s.live_after, s.groups = dict(onchip.live), groups
     # the logged accesses into the launch's lane-race log: a race raises before any store lands
     if s.notes:

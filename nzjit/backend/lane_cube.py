@@ -50,7 +50,7 @@ def mad_lanes(
     thread either way - 2x and 1.3x here: the two cores share the memory the weights stream from.)
     """
     ft = np.float64 if is_int and k > F32_EXACT_K else np.float32
-    L = s.L
+    L = len(data)  # the group's lanes (not `s.L`: a replay repeats this call after later groups)
     threaded = (
         L > 1
         and ceil16(m) * k * n * L >= OVERLAP_MACS

@@ -65,12 +65,12 @@ class Replay:
     own_peak: dict[str, int]
     guards: tuple[int, ...]
     nbytes: int
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    runs: int = 0
-    aborts: int = 0  # runs a recorded call stopped (a value-dependent check): the stepping path ran
-    aborts_in_row: int = 0
+    #: (weakref of its plan, its key): how `_WATCH` and the bounded set name it
+    owner: tuple[Any, ...]
     watched: tuple[tuple[int, int], ...] = ()  # its keys of `_WATCH`
-    owner: tuple[Any, ...] = ()  # (weakref of its plan, its key), as `_WATCH` lists it
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: runs a recorded call stopped (a value-dependent check) since its last full run
+    aborts_in_row: int = 0
 
 
 def _value_key(x: Any) -> Any:
@@ -116,7 +116,7 @@ def signature(ctx: Any, lanes: np.ndarray, n: int, spmd: bool, captured: list[An
         onchip.target,
         tuple(onchip.live.items()),
         tuple(ctx.dims.items()) if ctx.dims else (),
-        _pipe_state(ctx.gm),
+        pipe_fill(ctx.gm),  # a mixed kernel's TPUSH / TPOP decide from it (a full FIFO refuses)
         # a carry-free loop's trips (spmd False) read the enclosing block index; a launch whose
         # accesses are logged (lane_log.py) notes them, which a replay would not
         ctx.block_idx,
@@ -131,7 +131,7 @@ _PIPE_AT = 8  # the index of the pipe's state in a signature
 
 def _gm_key(gm: Any) -> Any:
     """The identity of the memory a call runs on: a GM, or the ranks' GMs behind a rank-batched
-    launch's ClusterMemory (rank_batch.py makes one per set of GMs while something holds it)."""
+    launch's ClusterMemory (a new one per launch, rank_batch.py: its GMs are what stays)."""
     if type(gm) is ClusterMemory:
         return tuple(g.serial for g in gm.gms)
     return gm.serial
@@ -168,13 +168,7 @@ def _bound(calls: list[tuple[Callable[..., Any], tuple[Any, ...]]], gm: Any) -> 
     return tuple(out)
 
 
-def _pipe_state(gm: Any) -> tuple[Any, ...]:
-    """The cross-core pipe's FIFO fill (`CrossCorePipe.in_flight`): a mixed kernel's TPUSH / TPOP
-    steps decide from it (a full FIFO refuses), and a replay changes none of it."""
-    return pipe_fill(gm)
-
-
-def guards_of(gm: Any, captured: list[Any]) -> tuple[int, ...]:
+def guards_of(captured: list[Any]) -> tuple[int, ...]:
     """The GM addresses a replay checks are still live: every captured tensor's base (one per
     lane of a LaneTensor)."""
     out: set[int] = set()
@@ -208,7 +202,7 @@ def keep(plan: Any, key: tuple[Any, ...], s: LaneState, captured: list[Any]) -> 
     watch) - its buffers then go back as usual."""
     replays = plan.replays
     gm = s.ctx.gm
-    guards = guards_of(gm, captured)
+    guards = guards_of(captured)
     try:
         watched = [_allocation(gm, a) for a in guards]
     except (runtime.DeviceError, AttributeError):
@@ -217,31 +211,34 @@ def keep(plan: Any, key: tuple[Any, ...], s: LaneState, captured: list[Any]) -> 
         s.rec is None
         or s.notes
         or s.nested
-        or _pipe_state(gm) != key[_PIPE_AT]  # a pipe left fuller or emptier: a replay would not
+        or pipe_fill(gm) != key[_PIPE_AT]  # a pipe left fuller or emptier: a replay changes none
         or s.fresh_bytes > MAX_BYTES
         or watched is None
     ):
         replays[key] = False  # never recorded again: each recording costs fresh buffers
         return False
-    nbytes = s.fresh_bytes
     kept = [k for k, v in list(replays.items()) if type(v) is Replay]
     if len(kept) >= MAX_REPLAYS:
         drop(plan, kept[0])
+    owner = (weakref.ref(plan, _plan_gone), key)
     rp = Replay(
-        tuple(weakref.ref(m) for m in _memories(gm)),
+        # a GM that goes (its worker collected) takes the replays on it along: their views would
+        # keep its allocations' bytes alive
+        tuple(weakref.ref(m, functools.partial(_owner_gone, owner)) for m in _memories(gm)),
         _bound(s.rec, gm),
         s.groups,
         dict(s.live_after),
         dict(s.own_peak),
         guards,
-        nbytes,
+        s.fresh_bytes,
+        owner,
     )
     replays[key] = rp
     s.rec = None
     # what the recorded calls read from the attempt's state beyond their arguments: the options
     # (lane_cube's thread count) - not the call's context, which would keep its GM alive
     s.ctx = _Held(s.ctx.options)
-    _register(plan, key, rp, watched)
+    _register(rp, watched)
     return True
 
 
@@ -270,7 +267,7 @@ def _unwatch(rp: Replay) -> None:
     for w in rp.watched:
         holders = _WATCH.get(w)
         if holders is not None:
-            holders[:] = [h for h in holders if h != rp.owner and h[0]() is not None]
+            holders[:] = [h for h in holders if h is not rp.owner and h[0]() is not None]
             if not holders:
                 del _WATCH[w]
 
@@ -286,7 +283,7 @@ MAX_SEEN = 8
 #: calls before it on top of the stepping path)
 MAX_ABORTS = 2
 _LOCK = threading.Lock()
-_ALL: dict[int, tuple[weakref.ref[Any], tuple[Any, ...], Replay]] = {}  # id(replay) -> plan, key
+_ALL: dict[int, Replay] = {}  # by id, oldest first
 _TOTAL = [0]
 _COUNTS = [0, 0]  # replays run, replays stopped by a recorded call (`stats`)
 #: (a GlobalMemory's serial, allocation base) -> the replays holding views of it: dropped when it is
@@ -302,6 +299,13 @@ def stats() -> tuple[int, int, int, int]:
         return len(_ALL), _COUNTS[0], _COUNTS[1], _TOTAL[0]
 
 
+def raise_peak(peak: dict[str, int], other: dict[str, int]) -> None:
+    """``peak[space] = max(peak[space], other[space])`` for every space of `other`."""
+    for space, p in other.items():
+        if p > peak[space]:
+            peak[space] = p
+
+
 def _allocation(gm: Any, addr: int) -> tuple[Any, int]:
     """The GlobalMemory holding GM address `addr` (a rank's own, behind a ClusterMemory) and the
     base of its allocation there."""
@@ -310,56 +314,48 @@ def _allocation(gm: Any, addr: int) -> tuple[Any, int]:
     return gm, gm.base_of(addr)
 
 
-def _register(plan: Any, key: tuple[Any, ...], rp: Replay, watched: list[tuple[Any, int]]) -> None:
-    ref = weakref.ref(plan, _plan_gone)
-    # a GM that goes (its worker collected) takes the replays on it along: their views would
-    # keep its allocations' bytes alive
-    rp.gms = tuple(
-        weakref.ref(m, functools.partial(_gm_gone, ref, key)) for m in (r() for r in rp.gms) if m is not None
-    )
+def _register(rp: Replay, watched: list[tuple[Any, int]]) -> None:
+    """Add `rp` to the bounded set (evicting the oldest beyond it) and watch its allocations."""
     evict = []
     with _LOCK:
-        _ALL[id(rp)] = (ref, key, rp)
+        _ALL[id(rp)] = rp
         _TOTAL[0] += rp.nbytes
         for gm, base in watched:
             if not any(getattr(h, "func", None) is _freed for h in gm.free_hooks):
                 gm.free_hooks.append(functools.partial(_freed, gm.serial))
-            _WATCH.setdefault((gm.serial, base), []).append((ref, key))
+            _WATCH.setdefault((gm.serial, base), []).append(rp.owner)
         rp.watched = tuple((gm.serial, base) for gm, base in watched)
-        rp.owner = (ref, key)
         while _ALL and (_TOTAL[0] > TOTAL_BYTES or len(_ALL) > TOTAL_REPLAYS):
-            entry = _ALL.pop(next(iter(_ALL)))
-            evict.append(entry)
-            _TOTAL[0] -= entry[2].nbytes
-    for ref, k, _ in evict:
-        p = ref()
-        if p is not None:
-            drop(p, k)
+            old = _ALL.pop(next(iter(_ALL)))
+            _TOTAL[0] -= old.nbytes
+            evict.append(old.owner)
+    for owner in evict:
+        _owner_gone(owner)
+
+
+def _owner_gone(owner: tuple[Any, ...], _: Any = None) -> None:
+    """Drop the replay `owner` names (a weakref callback passes the dead reference as `_`)."""
+    ref, key = owner
+    p = ref()
+    if p is not None:
+        drop(p, key)
 
 
 def _plan_gone(ref: weakref.ref[Any]) -> None:
     """A plan was collected (its graph is gone): its replays leave the bounded set."""
     with _LOCK:
-        for k in [k for k, (r, _, _) in _ALL.items() if r is ref]:
-            _, _, rp = _ALL.pop(k)
+        for k in [k for k, rp in _ALL.items() if rp.owner[0] is ref]:
+            rp = _ALL.pop(k)
             _TOTAL[0] -= rp.nbytes
             _unwatch(rp)
-
-
-def _gm_gone(ref: weakref.ref[Any], key: tuple[Any, ...], _: Any) -> None:
-    p = ref()
-    if p is not None:
-        drop(p, key)
 
 
 def _freed(serial: int, base: int) -> None:
     """`GlobalMemory.free_hooks`: drop the replays that hold views of the freed allocation."""
     with _LOCK:
         holders = _WATCH.pop((serial, base), [])
-    for ref, key in holders:
-        p = ref()
-        if p is not None:
-            drop(p, key)
+    for owner in holders:
+        _owner_gone(owner)
 
 
 def run(
@@ -384,20 +380,15 @@ def run(
         except Exception as e:  # a value-dependent check, or anything: the stepping path decides
             if ctx.options.strict and not isinstance(e, (Fallback, runtime.DeviceError, OverflowError)):
                 raise
-            rp.aborts += 1
             rp.aborts_in_row += 1
             _COUNTS[1] += 1
             if rp.aborts_in_row >= MAX_ABORTS:  # its check keeps failing: stepping alone is cheaper
                 drop(plan, key)
             return False
         onchip = ctx.onchip
-        peak = onchip.peak
-        for space, p in rp.own_peak.items():
-            if p > peak[space]:
-                peak[space] = p
+        raise_peak(onchip.peak, rp.own_peak)
         onchip.live.update(rp.live_after)
         commit(ctx, rp.groups)
-        rp.runs += 1
         rp.aborts_in_row = 0
         _COUNTS[0] += 1
         return True
@@ -405,4 +396,15 @@ def run(
         rp.lock.release()
 
 
-__all__ = ["Replay", "signature", "wanted", "keep", "drop", "run", "stats", "MAX_REPLAYS", "MAX_BYTES"]
+__all__ = [
+    "Replay",
+    "signature",
+    "wanted",
+    "keep",
+    "drop",
+    "run",
+    "stats",
+    "raise_peak",
+    "MAX_REPLAYS",
+    "MAX_BYTES",
+]

@@ -386,7 +386,7 @@ def _batch_mad(st: Step) -> Any:
         if s.recording:  # the operands as they are now (below)
             left, right = _as_now(left), _as_now(right)
             bias = None if bias is None else _tile_as_now(bias)
-        s.do(_mad_call, s, s.L, left, right, m, k, n, data, accumulate, is_int)
+        s.do(mad_lanes, s, left, right, m, k, n, data, accumulate, is_int)
         if bias is not None:
             s.do(_add_bias_rows, acc, bias, m, n)
         env[o] = acc
@@ -456,24 +456,6 @@ def _tile_as_now(x: LaneTile) -> LaneTile:
 def _as_now(w: LaneWindow) -> LaneWindow:
     """`_tile_as_now` of a mad operand's source."""
     return LaneWindow(w.g, _tile_as_now(w.src), w.r0, w.c0, w.transpose, w.valid_row, w.valid_col)
-
-
-def _mad_call(
-    s: LaneState,
-    L: int,
-    left: Any,
-    right: Any,
-    m: int,
-    k: int,
-    n: int,
-    data: np.ndarray,
-    acc: bool,
-    is_int: bool,
-) -> None:
-    """`mad_lanes` for the `L` lanes of the group it was recorded in (it reads the group's lane
-    count from the attempt's state, which a replay finds at the last group's)."""
-    s.L = L
-    mad_lanes(s, left, right, m, k, n, data, acc, is_int)
 
 
 def _add_bias_rows(acc: LaneAcc, bias: Any, m: int, n: int) -> None:

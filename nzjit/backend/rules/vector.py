@@ -299,7 +299,7 @@ def _batch_cast(st: Step) -> Any:
             s.do(_in_range, src, bounds)
         s.reserve(geom)
         data = s.zeros(n, geom.nbytes, zero=(vr, vc) != (geom.rows, geom.cols))  # outside: a fresh tile's
-        s.do(_cast_into, data.view(dst_dt).reshape(n, geom.rows, geom.cols)[:, :vr, :vc], src)
+        s.do(np.copyto, data.view(dst_dt).reshape(n, geom.rows, geom.cols)[:, :vr, :vc], src, "unsafe")
         env[o] = LaneTile(geom, vr, vc, data, x.row)
 
     return replays(run)
@@ -310,10 +310,6 @@ def _in_range(src: np.ndarray, bounds: tuple[float, float]) -> None:
     lo, hi = np.min(src), np.max(src)
     if not (lo >= bounds[0] and hi <= bounds[1]):
         raise Fallback("a float -> int cast out of range")
-
-
-def _cast_into(dst: np.ndarray, src: np.ndarray) -> None:
-    np.copyto(dst, src, casting="unsafe")
 
 
 @rule(P.tile_cast_p, batch=_batch_cast)
