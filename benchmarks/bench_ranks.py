@@ -17,6 +17,9 @@ the bound the cores allow, and the same program on a RayCluster against the loca
   docs/performance.md). Those rows are the fastest run's; the per-round medians pair the two
   calls of each round instead (steadier under load), and the split row says how evenly the
   work is spread over the cores (the busiest thread's CPU over the CPU time per core);
+- ceiling: the ranks split over one forked process per core, each running its ranks one after
+  another on memory of its own, nothing shared: the slower process's wall time over the same
+  bound, the most ranks as processes could reach on this host (docs/performance.md, session 15);
 - numpy: the 4-rank call against the plain numpy of the same expert FFNs on the same fp16 data
   (float32 matmuls of every rank's experts, the fp16 rounding of the activation), interleaved;
 - BLAS threads: the 4-rank call with numpy's default BLAS threads against one (ranks side by side
@@ -35,6 +38,7 @@ import harness  # first: pins BLAS threads before numpy loads
 import os  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from typing import Any  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -352,6 +356,79 @@ def default_blas_rows(repeat: int = 3) -> list[dict[str, str]]:
     ]
 
 
+def _half_in_process(ranks: list[int], rounds: int, start: Any, times: Any) -> None:
+    """A forked process's share of `process_ceiling_rows`: the example's program for `ranks`, one
+    after another, on a Cluster of its own; each round starts at the barrier `start`."""
+    cluster = runtime.Cluster(m.RANKS)
+    xe, ws, ref, _ = inputs(cluster)
+    ye = np.zeros_like(ref)
+    singles = [one_rank(r) for r in ranks]
+
+    def go() -> None:
+        with one_thread():
+            for p in singles:
+                p(xe, *ws, ye)
+
+    go()
+    go()
+    walls = []
+    for _ in range(rounds):
+        start.wait()
+        t0 = time.perf_counter()
+        go()
+        walls.append(time.perf_counter() - t0)
+    assert all(np.array_equal(ye[r], ref[r]) for r in ranks), "a process's ranks: not numpy's numbers"
+    times.put(walls)
+
+
+def process_ceiling_rows(rounds: int = 9) -> list[dict[str, str]]:
+    """What ranks as processes could reach on this host at most: the ranks split over one process
+    per core, each running its ranks one after another on memory of its own, with nothing sent
+    between them (no dispatch, no shared memory, no result copied back), started together each
+    round; the slower process's wall time against the same bound as the 4-rank call (the best
+    round of each). Above 1.0x it is what the cores cost each other when both run (caches, memory
+    bandwidth, a shared host): the part of the 1.1x target no design in one process or several
+    removes. Linux only (fork)."""
+    import multiprocessing as mp
+
+    if CORES < 2 or "fork" not in mp.get_all_start_methods():
+        return []
+    ctx = mp.get_context("fork")
+    halves = [list(range(m.RANKS))[i::CORES] for i in range(CORES)]
+    start, times = ctx.Barrier(len(halves) + 1), ctx.Queue()
+    procs = [ctx.Process(target=_half_in_process, args=(h, rounds, start, times)) for h in halves]
+    for p in procs:
+        p.start()
+    cluster = runtime.Cluster(m.RANKS)
+    xe, ws, ref, _ = inputs(cluster)
+    ye = np.zeros_like(ref)
+    singles = [one_rank(r) for r in range(m.RANKS)]
+    cpu1 = float("inf")
+    for _ in range(rounds):  # the bound, measured while the processes wait at the barrier
+        with one_thread():
+            c0 = time.process_time()
+            for p in singles:
+                p(xe, *ws, ye)
+            cpu1 = min(cpu1, time.process_time() - c0)
+        start.wait()
+    walls = [times.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join()
+    if any(p.exitcode for p in procs):
+        raise RuntimeError("a process of the ceiling measurement failed")
+    wall = min(max(round_) for round_ in zip(*walls))
+    bound = cpu1 / CORES
+    return [
+        harness.row(
+            f"  ceiling: {len(halves)} processes x {len(halves[0])} ranks, nothing shared: wall / bound",
+            harness.fmt_time(wall),
+            harness.fmt_time(bound),
+            f"{wall / bound:.2f}x",
+            "what the cores cost each other; ranks as processes could not do better",
+        )
+    ]
+
+
 def ray_rows() -> list[dict[str, str]]:
     import ray
 
@@ -383,7 +460,7 @@ def ray_rows() -> list[dict[str, str]]:
 
 
 def run(with_ray: bool = True) -> list[dict[str, str]]:
-    rows = local_rows() + caller_rows() + default_blas_rows()
+    rows = local_rows() + process_ceiling_rows() + caller_rows() + default_blas_rows()
     try:
         import ray  # noqa: F401
     except ModuleNotFoundError:
