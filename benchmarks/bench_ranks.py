@@ -37,6 +37,7 @@ import harness  # first: pins BLAS threads before numpy loads
 
 import os  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -72,6 +73,14 @@ def one_rank(r: int):
         m.down(h, wd[r], ye[r], device=r)
 
     return rank_r
+
+
+def in_turn(singles: list[Any], xe: np.ndarray, ws: list[Any], ye: np.ndarray) -> None:
+    """The single-rank programs `singles`, one after another, BLAS on this thread: the run whose
+    CPU time the bound counts."""
+    with one_thread():
+        for p in singles:
+            p(xe, *ws, ye)
 
 
 def inputs(cluster):
@@ -175,9 +184,7 @@ def local_rows(repeat: int = 7) -> list[dict[str, str]]:
     singles = [one_rank(r) for r in range(m.RANKS)]
 
     def serial() -> None:
-        with one_thread():
-            for p in singles:
-                p(xe, *ws, ye)
+        in_turn(singles, xe, ws, ye)
 
     def as_threads() -> None:
         with using(Options(rank_batch=False)):
@@ -358,27 +365,28 @@ def default_blas_rows(repeat: int = 3) -> list[dict[str, str]]:
 
 def _half_in_process(ranks: list[int], rounds: int, start: Any, times: Any) -> None:
     """A forked process's share of `process_ceiling_rows`: the example's program for `ranks`, one
-    after another, on a Cluster of its own; each round starts at the barrier `start`."""
-    cluster = runtime.Cluster(m.RANKS)
-    xe, ws, ref, _ = inputs(cluster)
-    ye = np.zeros_like(ref)
-    singles = [one_rank(r) for r in ranks]
-
-    def go() -> None:
-        with one_thread():
-            for p in singles:
-                p(xe, *ws, ye)
-
-    go()
-    go()
-    walls = []
-    for _ in range(rounds):
-        start.wait()
-        t0 = time.perf_counter()
-        go()
-        walls.append(time.perf_counter() - t0)
-    assert all(np.array_equal(ye[r], ref[r]) for r in ranks), "a process's ranks: not numpy's numbers"
-    times.put(walls)
+    after another, on a Cluster of its own; each round starts at the barrier `start`. A failure
+    breaks the barrier (the parent stops waiting) and is sent to the parent instead of the times."""
+    try:
+        cluster = runtime.Cluster(m.RANKS)
+        xe, ws, ref, _ = inputs(cluster)
+        ye = np.zeros_like(ref)
+        singles = [one_rank(r) for r in ranks]
+        in_turn(singles, xe, ws, ye)
+        in_turn(singles, xe, ws, ye)
+        walls = []
+        for _ in range(rounds):
+            start.wait()
+            t0 = time.perf_counter()
+            in_turn(singles, xe, ws, ye)
+            walls.append(time.perf_counter() - t0)
+        if not all(np.array_equal(ye[r], ref[r]) for r in ranks):
+            raise AssertionError(f"ranks {ranks} in a process of their own: not numpy's numbers")
+        times.put(walls)
+    except BaseException as e:
+        start.abort()
+        times.put(f"ranks {ranks}: {type(e).__name__}: {e}")
+        raise
 
 
 def process_ceiling_rows(rounds: int = 9) -> list[dict[str, str]]:
@@ -404,23 +412,25 @@ def process_ceiling_rows(rounds: int = 9) -> list[dict[str, str]]:
     ye = np.zeros_like(ref)
     singles = [one_rank(r) for r in range(m.RANKS)]
     cpu1 = float("inf")
-    for _ in range(rounds):  # the bound, measured while the processes wait at the barrier
-        with one_thread():
+    try:
+        for _ in range(rounds):  # the bound, measured while the processes wait at the barrier
             c0 = time.process_time()
-            for p in singles:
-                p(xe, *ws, ye)
+            in_turn(singles, xe, ws, ye)
             cpu1 = min(cpu1, time.process_time() - c0)
-        start.wait()
+            start.wait(timeout=600)
+    except threading.BrokenBarrierError:
+        pass  # a process failed: its message is in `times`
     walls = [times.get(timeout=600) for _ in procs]
     for p in procs:
         p.join()
-    if any(p.exitcode for p in procs):
-        raise RuntimeError("a process of the ceiling measurement failed")
+    failed = [w for w in walls if isinstance(w, str)]
+    if failed or any(p.exitcode for p in procs):
+        raise RuntimeError(f"a process of the ceiling measurement failed: {'; '.join(failed)}")
     wall = min(max(round_) for round_ in zip(*walls))
     bound = cpu1 / CORES
     return [
         harness.row(
-            f"  ceiling: {len(halves)} processes x {len(halves[0])} ranks, nothing shared: wall / bound",
+            f"  ceiling: {m.RANKS} ranks in {len(halves)} processes, nothing shared: wall / bound",
             harness.fmt_time(wall),
             harness.fmt_time(bound),
             f"{wall / bound:.2f}x",
