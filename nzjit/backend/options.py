@@ -60,6 +60,11 @@ class Options:
             found = _INTERNED[key] = object.__new__(cls)
         return found
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # pickled by its field values: the default reduction would call `__new__` with none and
+        # so unpickle every Options as the defaults (a Ray actor, a rank process)
+        return (Options, tuple(getattr(self, f.name) for f in fields(self)))
+
     def with_(self, **changes: object) -> Options:
         """A copy with `changes` applied (`dataclasses.replace`)."""
         return replace(self, **changes)  # type: ignore[arg-type]
