@@ -112,12 +112,14 @@ def _check_nz_shape(shape: tuple[int, ...], dt: np.dtype, what: str) -> None:
 class Worker:
     """One simulated device: a GM of real bytes and the on-chip capacities of ``target``."""
 
-    def __init__(self, device_id: int = 0, target: str = "A2A3") -> None:
+    def __init__(self, device_id: int = 0, target: str = "A2A3", *, shared: bool = False) -> None:
+        """``shared``: the GM's bytes live in shared memory (runtime/shared_gm.py), so that the
+        worker's kernels can run in a forked rank process (a `Cluster`'s ranks have it)."""
         if isinstance(device_id, bool) or not isinstance(device_id, int | np.integer) or device_id < 0:
             raise DispatchError(f"Worker device_id must be a non-negative int, got {device_id!r}")
         self.device_id = int(device_id)
         self.target = target
-        self.gm = GlobalMemory()
+        self.gm = GlobalMemory(shared=shared)
         self.onchip = OnChip(target)
 
     def __repr__(self) -> str:
@@ -319,7 +321,9 @@ class Cluster:
         if int(n_ranks) < 1:
             raise DispatchError(f"Cluster needs at least one rank, got {n_ranks}")
         self.target = target
-        self.workers = [Worker(r, target) for r in range(int(n_ranks))]
+        # shared GM: the compiler may run groups of ranks in processes of their own, one per core
+        # (nzjit/backend/rank_processes.py), each reaching its ranks' bytes in place
+        self.workers = [Worker(r, target, shared=True) for r in range(int(n_ranks))]
 
     @property
     def n_ranks(self) -> int:

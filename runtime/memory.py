@@ -20,9 +20,11 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from . import shared_gm
 from ._strided import byte_span, strided_bytes
 from .cube import TileWindow
 from .errors import DeviceError
@@ -40,6 +42,8 @@ POISON_BYTE = 0xFF
 #: Freed GM buffers of at least this size are kept (up to _GM_POOL_BYTES) for reuse.
 _GM_POOL_MIN = 64 << 10
 _GM_POOL_BYTES = 512 << 20
+#: GM events kept for the rank processes between two of their calls (`GlobalMemory.take_journal`).
+JOURNAL_MAX = 100_000
 #: First address handed out; small addresses stay unmapped so a null-ish pointer faults.
 _GM_BASE = 0x10000
 
@@ -113,7 +117,14 @@ class GlobalMemory:
 
     is_gm = True  # how the DMA model tells GM from a tile when it records an instruction
 
-    def __init__(self) -> None:
+    def __init__(self, shared: bool = False) -> None:
+        #: the bytes live in the shared arena (runtime/shared_gm.py), so a forked rank process can
+        #: run this GM's kernels; False once an allocation had to take private memory
+        self.shared = shared and shared_gm.available()
+        #: while a rank process mirrors this GM: the allocations and frees it has not seen yet,
+        #: ("alloc", base, nbytes, arena offset) / ("free", base), in order (`mirror`)
+        self.journal: list[tuple[Any, ...]] | None = None
+        self._mirrored = False  # this is a rank process's copy: the driver alone allocates
         self._allocs: list[_Allocation] = []
         self._bases: list[int] = []
         self._next = _GM_BASE
@@ -143,13 +154,10 @@ class GlobalMemory:
         if nbytes < 0:
             raise DeviceError(f"cannot allocate {nbytes} bytes")
         data = self._pooled(nbytes)
-        if data is None:
-            if zero:
-                data = np.zeros(nbytes, dtype=np.uint8)
-            else:  # np.full's bytes, without its Python wrapper (a cached call allocates its omitted Outs)
-                data = np.empty(nbytes, dtype=np.uint8)
-                data.fill(POISON_BYTE)
-        else:
+        if data is None and zero and not self.shared:
+            data = np.zeros(nbytes, dtype=np.uint8)
+        else:  # np.full's bytes, without its Python wrapper (a cached call allocates its omitted Outs)
+            data = self._fresh(nbytes) if data is None else data
             data.fill(0 if zero else POISON_BYTE)
         return self._map(data)
 
@@ -158,17 +166,29 @@ class GlobalMemory:
         the new allocation is filled by one copy, never zeroed first."""
         src = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
         data = self._pooled(src.size)
-        if data is None:
+        if data is None and not self.shared:
             data = src.copy()  # a fresh owned buffer holding the bytes (the array may be the caller's)
         else:
+            data = self._fresh(src.size) if data is None else data
             data[...] = src
         base = self._map(data)
         self.uploads += 1
         self.upload_bytes += src.size
         return base
 
+    def _fresh(self, nbytes: int) -> np.ndarray:
+        """New backing bytes (their content undefined): from the shared arena for a shared GM."""
+        if self.shared:
+            data = shared_gm.take(nbytes)
+            if data is not None:
+                return data
+            self.shared = False  # the arena is used up: this GM's ranks run in one process now
+        return np.empty(nbytes, dtype=np.uint8)
+
     def _pooled(self, nbytes: int) -> np.ndarray | None:
         """A freed buffer of exactly ``nbytes`` (its old bytes still in it), if one is kept."""
+        if self._mirrored:  # every allocation path starts here
+            raise DeviceError("a rank process does not allocate GM: the driver places every tensor")
         with self._lock:
             pool = self._pool.get(nbytes)
             data = pool.pop() if pool else None
@@ -185,6 +205,8 @@ class GlobalMemory:
             a = _Allocation(base, nbytes, data)
             self._allocs.append(a)
             self._bases.append(base)
+            if self.journal is not None:
+                self._record(("alloc", base, nbytes, shared_gm.offset_of(data)))
             # a new allocation is about to be accessed (an upload, a call's temporaries): found
             # by `_checked` among the recent ones, not by a search
             self._recent = (a, *self._recent[:3])
@@ -201,6 +223,8 @@ class GlobalMemory:
             # the bytes (not the addresses) are reused: a call's uploads and scratch tensors do
             # not fault in fresh pages every time
             data, a.data = a.data, None
+            if self.journal is not None:
+                self._record(("free", addr))
             # only a buffer nobody else holds is reused: a live view of it (an in-flight call on
             # another thread, a failed call's rollback snapshot) would otherwise write into the
             # next allocation's bytes. References here: `data` and getrefcount's argument.
@@ -213,6 +237,49 @@ class GlobalMemory:
                 self._pool_bytes += a.nbytes
         for hook in self.free_hooks:
             hook(addr)
+
+    # ------------------------------------------------------------------ rank processes
+    def take_journal(self) -> list[tuple[Any, ...]]:
+        """The allocations and frees since the last call (and record them from now on)."""
+        with self._lock:
+            events, self.journal = self.journal or [], []
+        return events
+
+    def _record(self, event: tuple[Any, ...]) -> None:
+        """Journal `event` (under the lock); past `JOURNAL_MAX` events the journal stops (None):
+        rank processes no longer used keep nothing growing, and a later call forks new ones."""
+        assert self.journal is not None
+        if len(self.journal) >= JOURNAL_MAX:
+            self.journal = None
+        else:
+            self.journal.append(event)
+
+    def mirror(self, events: Sequence[tuple[Any, ...]]) -> None:
+        """In a rank process (forked from the driver, runtime/shared_gm.py): apply the driver's
+        allocations and frees since the fork, so that every access is checked against the
+        driver's allocation table and reaches the same shared bytes. From the first call on this
+        GM allocates nothing and keeps no freed buffer."""
+        if not self._mirrored:
+            self._mirrored, self.journal = True, None
+            self._pool.clear()
+            self._pool_bytes = 0
+        for ev in events:
+            if ev[0] == "alloc":
+                _, base, nbytes, offset = ev
+                if offset is None:
+                    raise DeviceError(f"GM allocation at {base:#x} is not in shared memory")
+                with self._lock:
+                    self._allocs.append(_Allocation(base, nbytes, shared_gm.view_at(offset, nbytes)))
+                    self._bases.append(base)
+                    self._next = max(self._next, base + max(1, -(-nbytes // GM_ALIGN)) * GM_ALIGN)
+            else:
+                with self._lock:
+                    a = self._find(ev[1])
+                    if a is None or a.base != ev[1] or a.data is None:
+                        raise DeviceError(f"the driver freed GM at {ev[1]:#x}, unknown here")
+                    a.data = None
+                for hook in self.free_hooks:
+                    hook(ev[1])
 
     def is_live(self, addr: int) -> bool:
         """True if ``addr`` lies inside an allocation that has not been freed."""
