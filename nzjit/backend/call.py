@@ -244,6 +244,14 @@ class RankPlan:
                 raise
             _reraise_in(ln.call, e)
 
+    def named(self, i: int, e: Exception) -> Exception:
+        """`e`, raised by launch `i` elsewhere (a rank process), as `launch` raises it here."""
+        try:
+            _reraise_in(self.launches[i].call, e)
+        except Exception as named:
+            return named
+        return e  # not reached: `_reraise_in` always raises
+
     def restore(self) -> None:
         """Put the resident outputs' snapshotted bytes back (another rank, or this one, failed)."""
         restore(self.snapshots)

@@ -41,6 +41,7 @@ from runtime.blas import one_thread
 from runtime.cluster_memory import ClusterMemory
 
 from ..core.ir import Graph, Literal
+from . import rank_processes
 from .batched import try_run_spmd
 from .executor import Ctx
 from .lane_log import LANE_LOG
@@ -152,15 +153,30 @@ def run_together(ranks: Sequence[Any]) -> None:
     rank-batched launch where exact, else rank by rank; the lowest failing rank's error is raised
     (module docstring). The ranks run in one of the `MODES` (`mode_for`): cut into as many groups
     as the simulator has threads (`runtime.threads.THREADS`), each group batched on a thread of
-    its own; or as one group, with or without the helper threads converting the next operands."""
-    key = (tuple(id(ln.plan.graph) for ln in ranks[0].launches), len(ranks), runtime.threads.THREADS)
-    mode = mode_for(key)
+    its own; or the groups in processes of their own (rank_processes.py); or as one group, with or
+    without the helper threads converting the next operands."""
+    processes = rank_processes.usable([rk.worker for rk in ranks])
+    key = (
+        tuple(id(ln.plan.graph) for ln in ranks[0].launches),
+        len(ranks),
+        runtime.threads.THREADS,
+        processes,
+    )
+    mode = mode_for(key, processes)
     start = time.perf_counter()
     failed: dict[int, BaseException] = {}
-    n = max(1, min(runtime.threads.THREADS, len(ranks))) if mode == "groups" else 1
-    if n > 1:
-        cuts = [len(ranks) * g // n for g in range(n + 1)]
-        groups = [list(ranks[a:b]) for a, b in zip(cuts, cuts[1:])]
+    n = max(1, min(runtime.threads.THREADS, len(ranks))) if mode in ("groups", "processes") else 1
+    cuts = [len(ranks) * g // n for g in range(n + 1)]
+    groups = [list(ranks[a:b]) for a, b in zip(cuts, cuts[1:])]
+    got = None
+    if mode == "processes":
+        with runtime.threads.ranks_running(runtime.threads.THREADS):  # a process per core
+            got = rank_processes.run_groups(groups, _run_group, run_launches)
+        if got is None:  # not sendable now (another call holds the processes, a value that
+            mode = "alone"  # does not pickle): in this process, with nothing run yet
+    if got is not None:
+        failed = got
+    elif mode == "groups" and n > 1:
         runtime.threads.side_by_side([functools.partial(_run_group, g, failed) for g in groups])
     elif mode == "alone":  # every thread counted busy: `Ahead` computes on this thread
         with runtime.threads.ranks_running(runtime.threads.THREADS):
@@ -170,20 +186,23 @@ def run_together(ranks: Sequence[Any]) -> None:
     if failed:
         r = min(failed)
         runtime.dispatch.raise_for_rank(r, failed[r])
-    timed(key, mode, time.perf_counter() - start)
+    timed(key, mode, time.perf_counter() - start, processes)
 
 
 #: How the ranks of a program run (issue 25 item 4). "groups": one group of ranks per thread, side
 #: by side; "one": one group, the helpers converting the next operands (threads.Ahead); "alone":
-#: one group and no helper. Which is fastest depends on the host and on the program's work per
-#: step - tp_moe on a 2-core EPYC took 18-22 ms "alone" and 26-29 ms either other way, since its
-#: steps are short and the threads mostly hand the interpreter lock to each other; a program of
-#: large products gains from the helper. Every mode writes the same bytes (a rank's lanes get the
-#: bytes of its own launch however the ranks are grouped, and a helper moves work, not results),
-#: so the first calls of a program time each mode `TRIALS` times and the later calls take the
-#: fastest - for `RETRY_AFTER` calls, then the modes are timed again (the host's load, and so
-#: the fastest mode, changes over a long run). `FORCE` (tests, benchmarks) fixes the mode.
-MODES = ("groups", "one", "alone")
+#: one group and no helper; "processes": one group per thread as in "groups", every group but the
+#: first in a rank process of its own (rank_processes.py), so the groups no longer share one
+#: interpreter lock. Which is fastest depends on the host and on the program's work per step -
+#: tp_moe on a 2-core EPYC took 18-22 ms "alone", 26-29 ms "groups" or "one" (its steps are short
+#: and the threads mostly hand the interpreter lock to each other) and 11-13 ms "processes"; a
+#: program of large products gains from the helper. Every mode writes the same bytes (a rank's
+#: lanes get the bytes of its own launch however the ranks are grouped, a helper moves work, not
+#: results, and a rank process writes the rank's own shared GM), so the first calls of a program
+#: time each mode `TRIALS` times and the later calls take the fastest - for `RETRY_AFTER` calls,
+#: then the modes are timed again (the host's load, and so the fastest mode, changes over a long
+#: run). `FORCE` (tests, benchmarks) fixes the mode.
+MODES = ("groups", "one", "alone", "processes")
 TRIALS = 2
 RETRY_AFTER = 1000
 FORCE: str | None = None
@@ -194,21 +213,29 @@ _since: dict[Any, int] = {}  # calls in the chosen mode since it was chosen
 MAX_PROGRAMS = 256
 
 
-def mode_for(key: Any) -> str:
+def modes(processes: bool) -> tuple[str, ...]:
+    """The modes a program may take: every one of `MODES`, or all but "processes" when the ranks
+    cannot run in rank processes (rank_processes.usable)."""
+    return MODES if processes else tuple(m for m in MODES if m != "processes")
+
+
+def mode_for(key: Any, processes: bool = False) -> str:
     """The mode of the next call of program `key`: `FORCE`, the chosen one, or the next trial
-    (the modes in turn until each has run `TRIALS` times)."""
+    (the `modes(processes)` in turn until each has run `TRIALS` times). A forced "processes" that
+    cannot run now runs "alone" (its one-process counterpart)."""
     if FORCE is not None:
-        return FORCE
+        return FORCE if FORCE in modes(processes) else "alone"
     chosen = _chosen.get(key)
     if chosen is not None:
         return chosen
     seen = _times.get(key, {})
-    return min(MODES, key=lambda m: len(seen.get(m, ())))  # the least tried, in MODES order
+    return min(modes(processes), key=lambda m: len(seen.get(m, ())))  # the least tried, in MODES order
 
 
-def timed(key: Any, mode: str, seconds: float) -> None:
-    """Record a trial call's wall time; once every mode has its `TRIALS`, choose the fastest (for
-    `RETRY_AFTER` calls)."""
+def timed(key: Any, mode: str, seconds: float, processes: bool = False) -> None:
+    """Record a trial call's wall time; once each of `modes(processes)` has its `TRIALS`, choose
+    the fastest (for `RETRY_AFTER` calls). `key` tells the two sets of modes apart (run_together
+    puts `processes` in it), so a program never waits for trials of a mode it cannot take."""
     if FORCE is not None:
         return
     if key in _chosen:
@@ -221,11 +248,12 @@ def timed(key: Any, mode: str, seconds: float) -> None:
         del _times[next(iter(_times))]
     seen = _times.setdefault(key, {})
     seen.setdefault(mode, []).append(seconds)
-    if all(len(seen.get(m, ())) >= TRIALS for m in MODES):
+    candidates = modes(processes)
+    if all(len(seen.get(m, ())) >= TRIALS for m in candidates):
         if len(_chosen) >= MAX_PROGRAMS:
             _since.pop(old := next(iter(_chosen)), None)
             del _chosen[old]
-        _chosen[key] = min(MODES, key=lambda m: min(seen[m]))
+        _chosen[key] = min(candidates, key=lambda m: min(seen[m]))
         _since[key] = 0
         del _times[key]
 
@@ -241,6 +269,13 @@ def _run_group(
     failed = {} if failed is None else failed
     for rk in ranks:
         rk.begin()
+    return run_launches(ranks, failed)
+
+
+def run_launches(ranks: Sequence[Any], failed: dict[int, BaseException]) -> dict[int, BaseException]:
+    """The launches of a group of ranks, call by call: each call placed on every rank that has not
+    failed, then one rank-batched launch where exact, else rank by rank (also the loop of a rank
+    process, rank_processes.py)."""
     with one_thread():
         for i in range(len(ranks[0].launches)):
             placed: list[tuple[Any, list[Any]]] = []

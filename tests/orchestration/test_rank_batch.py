@@ -16,7 +16,7 @@ from orch_kernels import RANKS, data, pack, tp
 import runtime
 from nzjit import pl
 from nzjit.backend import call as call_mod
-from nzjit.backend import rank_batch
+from nzjit.backend import rank_batch, rank_processes
 from nzjit.backend.options import Options, using
 from runtime.cluster_memory import ClusterMemory
 
@@ -329,54 +329,64 @@ def test_every_mode_gives_the_bytes_of_one_rank_at_a_time(moe, threads, monkeypa
 
 def test_a_program_tries_each_mode_then_keeps_the_fastest(moe, monkeypatch):
     mod, xe, ws = moe
+    monkeypatch.setattr(runtime.threads, "THREADS", 2)
     monkeypatch.setattr(rank_batch, "FORCE", None)
     monkeypatch.setattr(rank_batch, "_times", {})
     monkeypatch.setattr(rank_batch, "_chosen", {})
-    cost = {"groups": 3.0, "one": 2.0, "alone": 1.0}  # seconds a trial "takes"
+    cost = {"groups": 3.0, "one": 2.0, "alone": 1.0, "processes": 4.0}  # seconds a trial "takes"
     ran: list[str] = []
     real_timed = rank_batch.timed
 
-    def fake_timed(key, mode, seconds):
+    def fake_timed(key, mode, seconds, processes):
         ran.append(mode)
-        real_timed(key, mode, cost[mode])
+        real_timed(key, mode, cost[mode], processes)
 
     monkeypatch.setattr(rank_batch, "timed", fake_timed)
     cluster = runtime.Cluster(mod.RANKS)
     wd = [cluster.alloc_stacked_tensor(runtime.pack_nz(w)) for w in ws]
+    modes = rank_batch.modes(rank_processes.usable(cluster.workers))
     first = mod.moe_experts(xe, *wd)
-    for _ in range(len(rank_batch.MODES) * rank_batch.TRIALS + 2):
+    for _ in range(len(modes) * rank_batch.TRIALS + 2):
         assert mod.moe_experts(xe, *wd).tobytes() == first.tobytes()
-    trials = len(rank_batch.MODES) * rank_batch.TRIALS
-    assert sorted(ran[:trials]) == sorted(rank_batch.MODES * rank_batch.TRIALS)  # each mode, in turn
+    trials = len(modes) * rank_batch.TRIALS
+    assert sorted(ran[:trials]) == sorted(modes * rank_batch.TRIALS)  # each mode, in turn
     assert ran[trials:] == ["alone"] * 3  # then the fastest, every call
     assert list(rank_batch._chosen.values()) == ["alone"] and rank_batch._times == {}
 
 
-def test_the_modes_are_timed_again_after_retry_after_calls(monkeypatch):
+@pytest.mark.parametrize("processes", [True, False])
+def test_the_modes_are_timed_again_after_retry_after_calls(processes, monkeypatch):
     # the load changes over a long run: after RETRY_AFTER calls in the chosen mode the modes are
-    # tried again, and the now fastest is kept
+    # tried again, and the now fastest is kept; ranks that cannot run as processes never try it
     monkeypatch.setattr(rank_batch, "FORCE", None)
     monkeypatch.setattr(rank_batch, "_times", {})
     monkeypatch.setattr(rank_batch, "_chosen", {})
     monkeypatch.setattr(rank_batch, "_since", {})
     monkeypatch.setattr(rank_batch, "RETRY_AFTER", 3)
-    cost = {"groups": 3.0, "one": 2.0, "alone": 1.0}
+    cost = {"groups": 3.0, "one": 2.0, "alone": 1.0, "processes": 1.5}
+    modes = rank_batch.MODES if processes else ("groups", "one", "alone")
     ran = []
 
     def call() -> None:
-        mode = rank_batch.mode_for("p")
+        mode = rank_batch.mode_for("p", processes)
         ran.append(mode)
-        rank_batch.timed("p", mode, cost[mode])
+        rank_batch.timed("p", mode, cost[mode], processes)
 
-    trials = len(rank_batch.MODES) * rank_batch.TRIALS
+    trials = len(modes) * rank_batch.TRIALS
     for _ in range(trials + 3):
         call()
+    assert sorted(ran[:trials]) == sorted(modes * rank_batch.TRIALS)
     assert ran[trials:] == ["alone"] * 3 and "p" not in rank_batch._chosen  # the retry is due
-    cost = {"groups": 0.5, "one": 2.0, "alone": 1.0}
+    cost = (
+        {"groups": 3.0, "one": 2.0, "alone": 1.0, "processes": 0.5}
+        if processes
+        else {"groups": 0.5, "one": 2.0, "alone": 1.0}
+    )
     for _ in range(trials + 1):
         call()
-    assert sorted(ran[trials + 3 : 2 * trials + 3]) == sorted(rank_batch.MODES * rank_batch.TRIALS)
-    assert ran[-1] == "groups" and rank_batch._chosen == {"p": "groups"}
+    assert sorted(ran[trials + 3 : 2 * trials + 3]) == sorted(modes * rank_batch.TRIALS)
+    best = "processes" if processes else "groups"
+    assert ran[-1] == best and rank_batch._chosen == {"p": best}
 
 
 def test_forced_mode_is_not_timed(monkeypatch):
@@ -384,5 +394,7 @@ def test_forced_mode_is_not_timed(monkeypatch):
     monkeypatch.setattr(rank_batch, "_times", {})
     monkeypatch.setattr(rank_batch, "_chosen", {})
     assert rank_batch.mode_for("k") == "one"
+    monkeypatch.setattr(rank_batch, "FORCE", "processes")  # cannot run as processes: in one, alone
+    assert rank_batch.mode_for("k", False) == "alone" and rank_batch.mode_for("k", True) == "processes"
     rank_batch.timed("k", "one", 1.0)
     assert rank_batch._times == {} and rank_batch._chosen == {}

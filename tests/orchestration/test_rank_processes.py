@@ -1,0 +1,344 @@
+"""Ranks in processes of their own (issue 25 item 4, nzjit/backend/rank_processes.py): rank_batch's
+mode "processes" runs every group of ranks but the first in a forked rank process that reaches the
+ranks' shared GM in place. The same bytes as one rank at a time; the same errors, rollback and
+refusals as ranks on threads; a process that dies fails the call with every output unchanged; an
+allocation, a new cluster or a new kernel after the fork is seen there or forks again."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from orch_kernels import RANKS, data, gmm, pack, tp
+
+import runtime
+from nzjit import pl
+from nzjit.backend import call as call_mod
+from nzjit.backend import rank_batch, rank_processes
+from nzjit.backend.options import Options, using
+from runtime import shared_gm
+from runtime.cluster_memory import ClusterMemory
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+pytestmark = pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and shared_gm.available()), reason="rank processes are Linux only"
+)
+
+
+@pytest.fixture(autouse=True)
+def _processes(monkeypatch):
+    """Two threads (one rank process: ranks 0, 1 here, ranks 2, 3 there), the mode pinned, and no
+    rank process left from elsewhere: a test's patches reach a process only when it is forked
+    after them, and none of them outlives the test."""
+    rank_processes.stop()
+    monkeypatch.setattr(runtime.threads, "THREADS", 2)
+    monkeypatch.setattr(rank_batch, "FORCE", "processes")
+    yield
+    rank_processes.stop()
+
+
+@pytest.fixture(scope="module")
+def moe():
+    spec = importlib.util.spec_from_file_location("tp_moe_for_rank_processes", EXAMPLES / "tp_moe.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    rng = np.random.default_rng(11)
+    xe = rng.standard_normal((mod.RANKS, mod.E_LOCAL, mod.CAP, mod.H)).astype(np.float16)
+    ws = [
+        (rng.standard_normal((mod.RANKS, mod.E_LOCAL, *shape)) / 16).astype(np.float16)
+        for shape in ((mod.F, mod.H), (mod.F, mod.H), (mod.H, mod.F))
+    ]
+    return mod, xe, ws
+
+
+def _pids() -> list[int]:
+    return [ch.pid for ch in rank_processes._children]
+
+
+def _sent() -> int:
+    return rank_processes.SENT[0]
+
+
+def test_tp_moe_in_processes_has_the_bytes_of_one_rank_at_a_time(moe, monkeypatch):
+    mod, xe, ws = moe
+    cluster = runtime.Cluster(mod.RANKS)
+    wd = [cluster.alloc_stacked_tensor(runtime.pack_nz(w)) for w in ws]
+    monkeypatch.setattr(rank_batch, "FORCE", "alone")  # the one-process reference
+    alone = mod.moe_experts(xe, *wd)
+    with using(Options(rank_batch=False)):  # and ranks as threads, rank by rank
+        as_threads = mod.moe_experts(xe, *wd)
+    monkeypatch.setattr(rank_batch, "FORCE", "processes")
+    sent = _sent()
+    first = mod.moe_experts(xe, *wd)
+    pids = _pids()
+    again = mod.moe_experts(xe, *wd)
+    assert _sent() == sent + 2 and len(pids) == 1 and _pids() == pids  # one process, kept
+    assert pids[0] != os.getpid()
+    assert first.tobytes() == again.tobytes() == alone.tobytes() == as_threads.tobytes()
+    ref = mod.reference_experts(xe, *ws)
+    np.testing.assert_allclose(first, ref, rtol=2e-2, atol=2e-2)  # fp16 activation in between
+
+
+@pytest.mark.parametrize("resident", [True, False])
+def test_int8_tp_exact_into_a_resident_or_host_output(resident):
+    x, w, ref = data(21)
+    cluster = runtime.Cluster(RANKS)
+    ws = cluster.alloc_stacked_tensor(pack(w))
+    host = np.full(ref.shape, 7, np.int32)
+    out = cluster.alloc_stacked_tensor(host) if resident else host
+    sent = _sent()
+    tp(x, ws, out)
+    assert _sent() == sent + 1
+    got = cluster.copy_stacked_from(out) if resident else out
+    np.testing.assert_array_equal(got, ref)  # exact: small integers in int32
+    if resident:  # rank r's shard, written by the process of ranks 2, 3 too, is on worker r
+        for r, worker in enumerate(cluster.workers):
+            np.testing.assert_array_equal(worker.copy_from(out[r]), ref[r])
+
+
+def test_allocations_and_frees_after_the_fork_reach_the_process_without_a_new_fork():
+    x, w, ref = data(22)
+    cluster = runtime.Cluster(RANKS)
+    ws = cluster.alloc_stacked_tensor(pack(w))
+    first = cluster.alloc_stacked_tensor(np.zeros(ref.shape, np.int32))
+    tp(x, ws, first)
+    pids = _pids()
+    cluster.free_stacked(first)  # freed and allocated after the fork: the process mirrors both
+    for seed in (23, 24):
+        x2, w2, ref2 = data(seed)
+        ws2 = cluster.alloc_stacked_tensor(pack(w2))
+        out = cluster.alloc_stacked_tensor(np.zeros(ref2.shape, np.int32))
+        tp(x2, ws2, out)
+        np.testing.assert_array_equal(cluster.copy_stacked_from(out), ref2)
+    assert _pids() == pids
+
+
+def test_a_new_cluster_or_a_new_kernel_forks_the_processes_again():
+    x, w, ref = data(25)
+    cluster = runtime.Cluster(RANKS)
+    ws = cluster.alloc_stacked_tensor(pack(w))
+    tp(x, ws, np.zeros(ref.shape, np.int32))
+    pids = _pids()
+    other = runtime.Cluster(RANKS)  # workers the process does not have: forked again
+    ws_other = other.alloc_stacked_tensor(pack(w))
+    out = np.zeros(ref.shape, np.int32)
+    tp(x, ws_other, out)
+    np.testing.assert_array_equal(out, ref)
+    assert _pids() != pids and len(_pids()) == 1
+    pids = _pids()
+
+    @pl.kernel
+    def doubled(  # a kernel traced after the fork: forked again
+        x: pl.Tensor[[2, 32, 256], pl.INT32],
+        out: pl.Out[pl.Tensor[[2, 32, 256], pl.INT32]],
+    ):
+        for e in pl.spmd(2):
+            t = pl.load(x, [e, 0, 0], [1, 32, 256])
+            pl.store(pl.add(t, t), [e, 0, 0], out)
+
+    @pl.orchestration
+    def tp_then_double(
+        x: pl.Tensor[[RANKS, 2, 32, 512], pl.INT8],
+        w: pl.Tensor[[RANKS, 2, 256, 512], pl.INT8, pl.NZ],
+        out: pl.Out[pl.Tensor[[RANKS, 2, 32, 256], pl.INT32]],
+    ):
+        for r in range(RANKS):
+            y = pl.create_tensor([2, 32, 256], pl.INT32)  # rank r's, from its first use on
+            gmm(x[r], w[r], y, device=r)
+            doubled(y, out[r], device=r)
+
+    out2 = np.zeros(ref.shape, np.int32)
+    tp_then_double(x, ws_other, out2)
+    np.testing.assert_array_equal(out2, 2 * ref)
+    assert _pids() != pids
+
+
+def test_a_failing_rank_in_a_process_is_reported_and_rolled_back_as_on_threads(monkeypatch):
+    # ranks 2, 3 run in the rank process: rank 2's fault there gives the thread path's message
+    x, w, ref = data(26)
+    cluster = runtime.Cluster(RANKS)
+    ws = cluster.alloc_stacked_tensor(pack(w))
+    before = np.arange(ref.size, dtype=np.int32).reshape(ref.shape)
+    resident = cluster.alloc_stacked_tensor(before)
+    host = before.copy()
+
+    def refused(self, *args):  # every rank-batched attempt falls back to rank by rank ...
+        raise runtime.DeviceError("refused for the test")
+
+    real = call_mod.execute
+
+    def execute(plan, worker, vals):  # ... and rank 2 faults after its launch wrote
+        out = real(plan, worker, vals)
+        if worker.device_id == 2:
+            raise runtime.DeviceError("fault on worker 2")
+        return out
+
+    monkeypatch.setattr(ClusterMemory, "view_span", refused)
+    monkeypatch.setattr(call_mod, "execute", execute)
+    monkeypatch.setattr(
+        rank_processes, "execute", execute
+    )  # the rank process's launch, patched before its fork
+    messages = []
+    for mode in ("processes", "groups"):
+        monkeypatch.setattr(rank_batch, "FORCE", mode)
+        for out in (resident, host):
+            sent = _sent()
+            with pytest.raises(runtime.DeviceError) as e:
+                tp(x, ws, out)
+            assert _sent() == sent + (mode == "processes")
+            messages.append(str(e.value))
+    assert messages[0].startswith("rank 2: gmm (") and messages[0].endswith(": fault on worker 2")
+    assert "orch_kernels.py:" in messages[0]  # the kernel's line, as on a thread
+    assert messages == [messages[0]] * 4
+    np.testing.assert_array_equal(cluster.copy_stacked_from(resident), before)  # restored
+    np.testing.assert_array_equal(host, before)  # never copied back
+
+
+def test_a_rank_whose_placement_fails_is_reported_and_rolled_back_as_on_threads(monkeypatch):
+    # the driver places every launch of the rank process's ranks before it runs: rank 3's refusal
+    # there is raised as a thread raises it, the other ranks' outputs restored
+    x, w, ref = data(32)
+    cluster = runtime.Cluster(RANKS)
+    ws = cluster.alloc_stacked_tensor(pack(w))
+    before = np.arange(ref.size, dtype=np.int32).reshape(ref.shape)
+    resident = cluster.alloc_stacked_tensor(before)
+    real = call_mod.RankPlan.place
+
+    def place(self, i):
+        if self.rank == 3:
+            raise runtime.DeviceError("no room on rank 3 for the test")
+        return real(self, i)
+
+    monkeypatch.setattr(call_mod.RankPlan, "place", place)
+    messages = []
+    for mode in ("processes", "groups"):
+        monkeypatch.setattr(rank_batch, "FORCE", mode)
+        with pytest.raises(runtime.DeviceError) as e:
+            tp(x, ws, resident)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1] and messages[0].startswith("rank 3: ")
+    assert messages[0].endswith("no room on rank 3 for the test")
+    np.testing.assert_array_equal(cluster.copy_stacked_from(resident), before)
+
+
+def test_a_process_killed_between_calls_is_replaced():
+    x, w, ref = data(27)
+    cluster = runtime.Cluster(RANKS)
+    ws = cluster.alloc_stacked_tensor(pack(w))
+    tp(x, ws, np.zeros(ref.shape, np.int32))
+    (pid,) = _pids()
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    out = np.zeros(ref.shape, np.int32)
+    tp(x, ws, out)  # a new process runs the call
+    np.testing.assert_array_equal(out, ref)
+    assert _pids() != [pid]
+
+
+def test_a_process_that_dies_during_a_call_fails_it_and_changes_no_output(monkeypatch):
+    x, w, ref = data(28)
+    cluster = runtime.Cluster(RANKS)
+    ws = cluster.alloc_stacked_tensor(pack(w))
+    before = np.arange(ref.size, dtype=np.int32).reshape(ref.shape)
+    resident = cluster.alloc_stacked_tensor(before)
+    host = before.copy()
+    driver = os.getpid()
+    real = rank_batch.launch_together
+    die = [True]
+
+    def together(plans, workers, vals):  # in the rank process only: it writes, then dies
+        ok = real(plans, workers, vals)
+        if os.getpid() != driver and die[0]:
+            os._exit(9)
+        return ok
+
+    monkeypatch.setattr(rank_batch, "launch_together", together)
+    for out in (resident, host):
+        with pytest.raises(
+            runtime.DeviceError,
+            match=r"^ranks \[2, 3\]: their process failed during the call \(its process ended\); "
+            r"every output is unchanged, and the next call starts a new process$",
+        ):
+            tp(x, ws, out)
+        assert _pids() == []  # reaped
+    np.testing.assert_array_equal(cluster.copy_stacked_from(resident), before)
+    np.testing.assert_array_equal(host, before)
+    die[0] = False  # the next process is forked with this
+    tp(x, ws, resident)
+    np.testing.assert_array_equal(cluster.copy_stacked_from(resident), ref)
+
+
+def test_an_interrupted_caller_ends_its_processes_before_the_outputs_are_restored(monkeypatch):
+    x, w, ref = data(29)
+    cluster = runtime.Cluster(RANKS)
+    ws = cluster.alloc_stacked_tensor(pack(w))
+    before = np.arange(ref.size, dtype=np.int32).reshape(ref.shape)
+    resident = cluster.alloc_stacked_tensor(before)
+    tp(x, ws, np.zeros(ref.shape, np.int32))  # the process exists
+    (pid,) = _pids()
+
+    def interrupted(ranks, failed=None):  # Ctrl-C while the caller runs its own group
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rank_batch, "_run_group", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tp(x, ws, resident)
+    assert _pids() == []
+    with pytest.raises(ChildProcessError):  # killed and reaped before the restore
+        os.waitpid(pid, os.WNOHANG)
+    np.testing.assert_array_equal(cluster.copy_stacked_from(resident), before)
+
+
+def test_a_call_whose_values_do_not_pickle_runs_in_this_process(monkeypatch):
+    class Refuses:
+        @staticmethod
+        def dumps(obj):
+            raise TypeError("not picklable for the test")
+
+    x, w, ref = data(30)
+    cluster = runtime.Cluster(RANKS)
+    ws = cluster.alloc_stacked_tensor(pack(w))
+    monkeypatch.setattr(rank_processes, "pickle", Refuses)
+    sent = _sent()
+    out = np.zeros(ref.shape, np.int32)
+    tp(x, ws, out)
+    np.testing.assert_array_equal(out, ref)
+    assert _sent() == sent and _pids() == []  # run "alone", nothing sent, no process kept
+
+
+def test_ranks_that_cannot_be_processes_run_alone(monkeypatch):
+    x, w, ref = data(31)
+    cluster = runtime.Cluster(RANKS)
+    ws = cluster.alloc_stacked_tensor(pack(w))
+    monkeypatch.setattr(runtime.threads, "THREADS", 1)  # one core: no process to gain
+    sent = _sent()
+    out = np.zeros(ref.shape, np.int32)
+    tp(x, ws, out)
+    np.testing.assert_array_equal(out, ref)
+    assert _sent() == sent and _pids() == []
+
+
+def test_usable_needs_linux_shared_gm_two_threads_two_ranks_and_no_ray(monkeypatch):
+    workers = runtime.Cluster(2).workers
+    assert rank_processes.usable(workers)
+    assert not rank_processes.usable(workers[:1])  # one rank
+    assert not rank_processes.usable([workers[0], runtime.Worker(1)])  # a private GM
+    monkeypatch.setattr(runtime.threads, "THREADS", 1)
+    assert not rank_processes.usable(workers)
+    monkeypatch.setattr(runtime.threads, "THREADS", 2)
+
+    class FakeRay:
+        @staticmethod
+        def is_initialized() -> bool:
+            return True
+
+    monkeypatch.setitem(sys.modules, "ray", FakeRay)  # a Ray driver's threads must not be forked
+    assert not rank_processes.usable(workers)
