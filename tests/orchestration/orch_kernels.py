@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 
 import runtime
 from nzjit import pl
 
 RANKS, E, N, K, T, NT, KT = 4, 2, 256, 512, 32, 128, 256
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pl.kernel
@@ -72,3 +78,21 @@ def data(seed: int = 0, ranks: int = RANKS) -> tuple[np.ndarray, np.ndarray, np.
 
 def pack(w: np.ndarray) -> np.ndarray:
     return runtime.pack_nz(w)  # plane by plane: pack(w)[r] == pack_nz(w[r])
+
+
+def tp_moe_case(name: str, seed: int) -> tuple[Any, np.ndarray, list[np.ndarray]]:
+    """examples/tp_moe.py loaded as module `name` (4 ranks x gate_up, act, down; fp16 NZ weights)
+    with real-valued fp16 data: (module, routed tokens xe, logical weights [wg, wu, wd])."""
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / "tp_moe.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    rng = np.random.default_rng(seed)
+    # real-valued fp16 data: the float claim (the same bits on every path), not only small integers
+    xe = rng.standard_normal((mod.RANKS, mod.E_LOCAL, mod.CAP, mod.H)).astype(np.float16)
+    ws = [
+        (rng.standard_normal((mod.RANKS, mod.E_LOCAL, *shape)) / 16).astype(np.float16)
+        for shape in ((mod.F, mod.H), (mod.F, mod.H), (mod.H, mod.F))
+    ]
+    return mod, xe, ws

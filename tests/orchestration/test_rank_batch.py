@@ -4,14 +4,12 @@ ranks on threads, each rank's memory its own, and the errors / rollback of ranks
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from orch_kernels import RANKS, data, pack, tp
+from orch_kernels import RANKS, data, pack, tp, tp_moe_case
 
 import runtime
 from nzjit import pl
@@ -33,19 +31,7 @@ def _ranks_in_groups(monkeypatch):
 @pytest.fixture(scope="module")
 def moe():
     """examples/tp_moe.py: 4 ranks x (gate_up, act, down), intermediates on their rank, fp16 NZ weights."""
-    spec = importlib.util.spec_from_file_location("tp_moe_for_rank_batch", EXAMPLES / "tp_moe.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    rng = np.random.default_rng(3)
-    # real-valued fp16 data: the float claim (the same bits on every path), not only small integers
-    xe = rng.standard_normal((mod.RANKS, mod.E_LOCAL, mod.CAP, mod.H)).astype(np.float16)
-    ws = [
-        (rng.standard_normal((mod.RANKS, mod.E_LOCAL, *shape)) / 16).astype(np.float16)
-        for shape in ((mod.F, mod.H), (mod.F, mod.H), (mod.H, mod.F))
-    ]
-    return mod, xe, ws
+    return tp_moe_case("tp_moe_for_rank_batch", 3)
 
 
 def _spy_launches(monkeypatch) -> tuple[list[Any], list[int]]:

@@ -6,15 +6,13 @@ allocation, a new cluster or a new kernel after the fork is seen there or forks 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from orch_kernels import RANKS, data, gmm, pack, tp
+from orch_kernels import RANKS, data, gmm, pack, tp, tp_moe_case
 
 import runtime
 from nzjit import pl
@@ -23,8 +21,6 @@ from nzjit.backend import rank_batch, rank_processes
 from nzjit.backend.options import Options, using
 from runtime import shared_gm
 from runtime.cluster_memory import ClusterMemory
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 pytestmark = pytest.mark.skipif(
     not (sys.platform.startswith("linux") and shared_gm.available()), reason="rank processes are Linux only"
@@ -45,18 +41,17 @@ def _processes(monkeypatch):
 
 @pytest.fixture(scope="module")
 def moe():
-    spec = importlib.util.spec_from_file_location("tp_moe_for_rank_processes", EXAMPLES / "tp_moe.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    rng = np.random.default_rng(11)
-    xe = rng.standard_normal((mod.RANKS, mod.E_LOCAL, mod.CAP, mod.H)).astype(np.float16)
-    ws = [
-        (rng.standard_normal((mod.RANKS, mod.E_LOCAL, *shape)) / 16).astype(np.float16)
-        for shape in ((mod.F, mod.H), (mod.F, mod.H), (mod.H, mod.F))
-    ]
-    return mod, xe, ws
+    return tp_moe_case("tp_moe_for_rank_processes", 11)
+
+
+def _case(seed: int):
+    """int8 tp data on a new cluster: x, the reference, the cluster, the resident NZ weights, and
+    a resident output holding `before` (and `before` itself)."""
+    x, w, ref = data(seed)
+    cluster = runtime.Cluster(RANKS)
+    ws = cluster.alloc_stacked_tensor(pack(w))
+    before = np.arange(ref.size, dtype=np.int32).reshape(ref.shape)
+    return x, ref, cluster, ws, before, cluster.alloc_stacked_tensor(before)
 
 
 def _pids() -> list[int]:
@@ -163,11 +158,7 @@ def test_a_new_cluster_or_a_new_kernel_forks_the_processes_again():
 
 def test_a_failing_rank_in_a_process_is_reported_and_rolled_back_as_on_threads(monkeypatch):
     # ranks 2, 3 run in the rank process: rank 2's fault there gives the thread path's message
-    x, w, ref = data(26)
-    cluster = runtime.Cluster(RANKS)
-    ws = cluster.alloc_stacked_tensor(pack(w))
-    before = np.arange(ref.size, dtype=np.int32).reshape(ref.shape)
-    resident = cluster.alloc_stacked_tensor(before)
+    x, ref, cluster, ws, before, resident = _case(26)
     host = before.copy()
 
     def refused(self, *args):  # every rank-batched attempt falls back to rank by rank ...
@@ -205,11 +196,7 @@ def test_a_failing_rank_in_a_process_is_reported_and_rolled_back_as_on_threads(m
 def test_a_rank_whose_placement_fails_is_reported_and_rolled_back_as_on_threads(monkeypatch):
     # the driver places every launch of the rank process's ranks before it runs: rank 3's refusal
     # there is raised as a thread raises it, the other ranks' outputs restored
-    x, w, ref = data(32)
-    cluster = runtime.Cluster(RANKS)
-    ws = cluster.alloc_stacked_tensor(pack(w))
-    before = np.arange(ref.size, dtype=np.int32).reshape(ref.shape)
-    resident = cluster.alloc_stacked_tensor(before)
+    x, ref, cluster, ws, before, resident = _case(32)
     real = call_mod.RankPlan.place
 
     def place(self, i):
@@ -244,11 +231,7 @@ def test_a_process_killed_between_calls_is_replaced():
 
 
 def test_a_process_that_dies_during_a_call_fails_it_and_changes_no_output(monkeypatch):
-    x, w, ref = data(28)
-    cluster = runtime.Cluster(RANKS)
-    ws = cluster.alloc_stacked_tensor(pack(w))
-    before = np.arange(ref.size, dtype=np.int32).reshape(ref.shape)
-    resident = cluster.alloc_stacked_tensor(before)
+    x, ref, cluster, ws, before, resident = _case(28)
     host = before.copy()
     driver = os.getpid()
     real = rank_batch.launch_together
@@ -277,11 +260,7 @@ def test_a_process_that_dies_during_a_call_fails_it_and_changes_no_output(monkey
 
 
 def test_an_interrupted_caller_ends_its_processes_before_the_outputs_are_restored(monkeypatch):
-    x, w, ref = data(29)
-    cluster = runtime.Cluster(RANKS)
-    ws = cluster.alloc_stacked_tensor(pack(w))
-    before = np.arange(ref.size, dtype=np.int32).reshape(ref.shape)
-    resident = cluster.alloc_stacked_tensor(before)
+    x, ref, cluster, ws, before, resident = _case(29)
     tp(x, ws, np.zeros(ref.shape, np.int32))  # the process exists
     (pid,) = _pids()
 
