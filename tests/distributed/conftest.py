@@ -2,9 +2,11 @@
 
 - A watchdog for the pld tests: a program of communicating ranks that the simulator failed to stop
   would hang the suite; every test here must finish within DEADLINE seconds (issue 28).
-- One local Ray for the RayCluster tests (2 CPUs, no dashboard), started here and shut down after;
-  those tests are skipped only when ray is not importable (`pip install -e '.[ray]'`), the pld
-  tests run either way.
+- One local Ray per test module of the RayCluster tests (2 CPUs, no dashboard), started here and
+  shut down after the module: module scope, since "package" scope without an `__init__.py` is the
+  whole session, and a Ray left running would keep every later test from rank processes
+  (nzjit/backend/rank_processes.py: a Ray driver is never forked). Those tests are skipped only
+  when ray is not importable (`pip install -e '.[ray]'`), the pld tests run either way.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ def _watchdog():
     faulthandler.cancel_dump_traceback_later()
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def ray_session():
     ray = pytest.importorskip("ray")
     started = not ray.is_initialized()
@@ -36,7 +38,7 @@ def ray_session():
         ray.shutdown()
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def cluster(ray_session):
     from nzjit.distributed import RayCluster
 
