@@ -9,8 +9,8 @@ the bound the cores allow, and the same program on a RayCluster against the loca
   slower than running the ranks one after another (wall / one after another). Both are measured
   alternately, best of 7. By default the 4 ranks run each call as rank-batched launches in the
   mode their first calls found fastest (nzjit/backend/rank_batch.py `MODES`: one group of ranks
-  per core, or one group with or without the helper threads); the row "ranks as threads" is the same
-  call with one thread per rank. On a shared machine the wall-time rows say more about the load
+  per core on threads or in rank processes, or one group with or without the helper threads; a
+  row per mode, forced); the row "ranks as threads" is the same call with one thread per rank. On a shared machine the wall-time rows say more about the load
   than about nzjit: read the CPU-time row, the cores the call got (with the load average) and the
   quiet-machine floor there (the busiest thread's CPU time, from Linux schedstat, or the CPU time
   over the cores: the wall time cannot be lower on any machine; lock waits come on top,
@@ -104,25 +104,32 @@ def inputs(cluster):
 
 
 def _thread_cpu() -> dict[str, float]:
-    """Each thread's CPU seconds so far (Linux schedstat), by thread id; {} elsewhere."""
+    """Each thread's CPU seconds so far (Linux schedstat) - this process's, by thread id, and its
+    rank processes' (nzjit/backend/rank_processes.py), by "pid/tid" - {} elsewhere."""
+    from nzjit.backend import rank_processes
+
     out = {}
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return out
-    for tid in tids:
+    where = [("/proc/self/task", "")] + [
+        (f"/proc/{ch.pid}/task", f"{ch.pid}/") for ch in rank_processes._children
+    ]
+    for tasks, prefix in where:
         try:
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                out[tid] = int(f.read().split()[0]) / 1e9
-        except (OSError, IndexError, ValueError):
-            continue  # the thread ended meanwhile
+            tids = os.listdir(tasks)
+        except OSError:
+            continue  # the process ended meanwhile
+        for tid in tids:
+            try:
+                with open(f"{tasks}/{tid}/schedstat") as f:
+                    out[prefix + tid] = int(f.read().split()[0]) / 1e9
+            except (OSError, IndexError, ValueError):
+                continue  # the thread ended meanwhile
     return out
 
 
 def timed(
     fns: dict[str, object], repeat: int = 5, rounds: list[dict[str, tuple[float, float, float]]] | None = None
 ) -> dict[str, tuple[float, float, float]]:
-    """Per function, (wall, CPU, busiest thread's CPU) of its fastest run: `repeat` rounds after
+    """Per function, (wall, CPU - of its rank processes too -, busiest thread's CPU) of its fastest run: `repeat` rounds after
     one warm-up, the functions alternating within each round (a busy machine slows them alike).
     The busiest thread's CPU time is what the run needs at least on any number of cores (a
     thread that ends inside the run is not seen: then 0). Each round's figures are appended to
@@ -137,6 +144,7 @@ def timed(
             fn()
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             s1 = _thread_cpu()
+            cpu += sum(v - s0.get(t, 0.0) for t, v in s1.items() if "/" in t)  # rank processes' CPU
             busiest = max((v - s0.get(t, 0.0) for t, v in s1.items()), default=0.0)
             this[name] = (wall, cpu, busiest)
             if wall < best[name][0]:
@@ -190,6 +198,8 @@ def local_rows(repeat: int = 7) -> list[dict[str, str]]:
         with using(Options(rank_batch=False)):
             m.moe_experts(xe, *ws, ye)
 
+    for _ in range(len(rank_batch.MODES) * rank_batch.TRIALS):  # the program's trial calls: the
+        m.moe_experts(xe, *ws, ye)  # rows below time the mode they chose (rank_batch.mode_for)
     rounds: list[dict[str, tuple[float, float, float]]] = []
     best = timed(
         {"serial": serial, "4 ranks": lambda: m.moe_experts(xe, *ws, ye), "threads": as_threads},
@@ -223,7 +233,7 @@ def local_rows(repeat: int = 7) -> list[dict[str, str]]:
             harness.fmt_time(wall4),
             harness.fmt_time(bound),
             f"{wall4 / bound:.2f}x",
-            "<= 1.1x",
+            f"<= 1.1x (mode chosen: {', '.join(sorted(set(rank_batch._chosen.values()))) or '-'})",
         ),
         harness.row(
             "4 ranks tp_moe: wall / one after another",
@@ -274,6 +284,44 @@ def local_rows(repeat: int = 7) -> list[dict[str, str]]:
             f"{wallt / bound:.2f}x",
             f"CPU {cput / cpu1:.2f}x, floor {max(busyt, cput / CORES) / bound:.2f}x",
         ),
+    ]
+
+
+def mode_rows(repeat: int = 7) -> list[dict[str, str]]:
+    """The 4-rank call in each of rank_batch's `MODES`, forced, against the same bound (the ranks
+    one after another, measured alternately with them): what the default's choice chose from."""
+    from nzjit.backend import rank_processes
+
+    cluster = runtime.Cluster(m.RANKS)
+    xe, ws, ref, _ = inputs(cluster)
+    ye = np.zeros_like(ref)
+    singles = [one_rank(r) for r in range(m.RANKS)]
+
+    def forced(mode: str):
+        def call() -> None:
+            rank_batch.FORCE = mode
+            try:
+                m.moe_experts(xe, *ws, ye)
+            finally:
+                rank_batch.FORCE = None
+
+        return call
+
+    modes = rank_batch.modes(rank_processes.usable(cluster.workers))
+    fns: dict[str, Any] = {"serial": lambda: in_turn(singles, xe, ws, ye)}
+    fns.update({mode: forced(mode) for mode in modes})
+    best = timed(fns, repeat)
+    assert np.array_equal(ye, ref), "4 ranks: not numpy's numbers"
+    bound = best["serial"][1] / CORES
+    return [
+        harness.row(
+            f"  mode {mode!r} (forced): wall / bound",
+            harness.fmt_time(best[mode][0]),
+            harness.fmt_time(bound),
+            f"{best[mode][0] / bound:.2f}x",
+            f"CPU {best[mode][1] / best['serial'][1]:.2f}x of one after another",
+        )
+        for mode in modes
     ]
 
 
@@ -363,10 +411,11 @@ def default_blas_rows(repeat: int = 3) -> list[dict[str, str]]:
     ]
 
 
-def _half_in_process(ranks: list[int], rounds: int, start: Any, times: Any) -> None:
+def _half_in_process(ranks: list[int], rounds: int, start: Any, done: Any, times: Any) -> None:
     """A forked process's share of `process_ceiling_rows`: the example's program for `ranks`, one
-    after another, on a Cluster of its own; each round starts at the barrier `start`. A failure
-    breaks the barrier (the parent stops waiting) and is sent to the parent instead of the times."""
+    after another, on a Cluster of its own; each round runs between the barriers `start` and
+    `done` (the parent measures nothing meanwhile). A failure breaks the barriers (the parent
+    stops waiting) and is sent to the parent instead of the times."""
     try:
         cluster = runtime.Cluster(m.RANKS)
         xe, ws, ref, _ = inputs(cluster)
@@ -380,11 +429,13 @@ def _half_in_process(ranks: list[int], rounds: int, start: Any, times: Any) -> N
             t0 = time.perf_counter()
             in_turn(singles, xe, ws, ye)
             walls.append(time.perf_counter() - t0)
+            done.wait()
         if not all(np.array_equal(ye[r], ref[r]) for r in ranks):
             raise AssertionError(f"ranks {ranks} in a process of their own: not numpy's numbers")
         times.put(walls)
     except BaseException as e:
         start.abort()
+        done.abort()
         times.put(f"ranks {ranks}: {type(e).__name__}: {e}")
         raise
 
@@ -403,8 +454,8 @@ def process_ceiling_rows(rounds: int = 9) -> list[dict[str, str]]:
         return []
     ctx = mp.get_context("fork")
     halves = [list(range(m.RANKS))[i::CORES] for i in range(CORES)]
-    start, times = ctx.Barrier(len(halves) + 1), ctx.Queue()
-    procs = [ctx.Process(target=_half_in_process, args=(h, rounds, start, times)) for h in halves]
+    start, done, times = ctx.Barrier(len(halves) + 1), ctx.Barrier(len(halves) + 1), ctx.Queue()
+    procs = [ctx.Process(target=_half_in_process, args=(h, rounds, start, done, times)) for h in halves]
     for p in procs:
         p.start()
     cluster = runtime.Cluster(m.RANKS)
@@ -413,11 +464,12 @@ def process_ceiling_rows(rounds: int = 9) -> list[dict[str, str]]:
     singles = [one_rank(r) for r in range(m.RANKS)]
     cpu1 = float("inf")
     try:
-        for _ in range(rounds):  # the bound, measured while the processes wait at the barrier
+        for _ in range(rounds):  # the bound while the processes wait; then they run, and we wait
             c0 = time.process_time()
             in_turn(singles, xe, ws, ye)
             cpu1 = min(cpu1, time.process_time() - c0)
             start.wait(timeout=600)
+            done.wait(timeout=600)
     except threading.BrokenBarrierError:
         pass  # a process failed: its message is in `times`
     walls = [times.get(timeout=600) for _ in procs]
@@ -470,7 +522,7 @@ def ray_rows() -> list[dict[str, str]]:
 
 
 def run(with_ray: bool = True) -> list[dict[str, str]]:
-    rows = local_rows() + process_ceiling_rows() + caller_rows() + default_blas_rows()
+    rows = local_rows() + mode_rows() + process_ceiling_rows() + caller_rows() + default_blas_rows()
     try:
         import ray  # noqa: F401
     except ModuleNotFoundError:
