@@ -74,10 +74,13 @@ def fam_orch_slices(g: Any) -> None:
         kshape = {"x": (e, t, k), "w": (e, n, k), "out": (e, t, n)}
     calls: list[str] = []
     ref: list[str] = []
+    # as many calls on every rank (mostly): the ranks then run one program, rank-batched in the
+    # mode below; different counts run each rank on its own thread
+    per_rank = [int(g.choice([1, 2]))] * ranks if g.p(0.7) else [int(g.choice([1, 2])) for _ in range(ranks)]
     for r in range(ranks):
         starts = list(range(0, planes - e + 1))
         used: list[int] = []  # out planes [o, o + e) of this rank, kept disjoint
-        for _ in range(int(g.choice([1, 2]))):
+        for _ in range(per_rank[r]):
             free = [o for o in starts if all(abs(o - u) >= e for u in used)]
             if not free:
                 break
@@ -99,6 +102,14 @@ def fam_orch_slices(g: Any) -> None:
                 f"d['w'][{r}, {wa}:{wa + e}])"
             )
     seed = g.rnd.randrange(2**31)
+    # how the ranks run (rank_batch.MODES, forced; None: the program's own timed choice), so the
+    # campaign reaches every mode - rank processes too - and not only a first call's "groups"
+    # (rank processes need a Cluster's shared GM: host arrays on the default workers run "alone")
+    if call == "stacked" and ranks > 1:
+        mode = g.wchoice([(0.4, "processes"), (0.15, None), (0.15, "groups"), (0.15, "one"), (0.15, "alone")])
+    else:
+        mode = g.wchoice([(0.1, "processes"), (0.3, None), (0.2, "groups"), (0.2, "one"), (0.2, "alone")])
+    g.tag(f"orch:mode:{mode or 'chosen'}")
     full = {"x": (ranks, planes, t, k), "w": (ranks, planes, n, k), "out": (ranks, planes, t, n)}
     lines = [
         f'"""nzjit fuzz program (family orch_slices): {ranks} rank(s), {planes} planes, views of {e}.',
@@ -114,6 +125,7 @@ def fam_orch_slices(g: Any) -> None:
         "from nzjit import pl",
         "",
         f"RANKS = {ranks}",
+        f"MODE = {mode!r}  # rank_batch.FORCE during the call (None: the program's own choice)",
         "",
         "",
         "@pl.kernel",
@@ -165,13 +177,24 @@ def fam_orch_slices(g: Any) -> None:
         "        cluster = runtime.Cluster(RANKS)",
         "        x, w = cluster.alloc_stacked_tensor(x), cluster.alloc_stacked_tensor(w)",
         "        out = cluster.alloc_stacked_tensor(init)",
-        "        orch(x, w, out)",
+        "        in_mode(x, w, out)",
         "        return {'out': cluster.copy_stacked_from(out)}, expected, None",
         "    if CALL == 'omit':",
-        "        return {'out': orch(x, w)}, expected, None",
+        "        return {'out': in_mode(x, w)}, expected, None",
         "    out = init.copy()",
-        "    orch(x, w, out)",
+        "    in_mode(x, w, out)",
         "    return {'out': out}, expected, None",
+        "",
+        "",
+        "def in_mode(*args):",
+        '    """`orch(*args)` with the ranks in MODE."""',
+        "    from nzjit.backend import rank_batch",
+        "",
+        "    before, rank_batch.FORCE = rank_batch.FORCE, MODE",
+        "    try:",
+        "        return orch(*args)",
+        "    finally:",
+        "        rank_batch.FORCE = before",
     ]
     g.own_source = "\n".join(lines) + "\n" + ORCHESTRATION_HARNESS
 

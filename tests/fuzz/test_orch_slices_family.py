@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import runtime
+from nzjit.backend import rank_processes
 from nzjit.fuzz.classify import classify
 from nzjit.fuzz.gen import FAMILIES, generate
 
@@ -13,6 +15,7 @@ def test_orchestration_slices_are_equal_or_refused_as_predicted():
     assert "orch_slices" in FAMILIES
     classes: Counter[str] = Counter()
     tags: set[str] = set()
+    sent = rank_processes.SENT[0]
     for i in range(24):
         p = generate(20261201, i, "orch_slices")
         o = classify(p)
@@ -24,7 +27,8 @@ def test_orchestration_slices_are_equal_or_refused_as_predicted():
         classes[o.cls] += 1
         tags.update(p.tags)
     assert classes["equal"] >= 12
-    # the sample covers every spelling of a view and every calling convention
+    # the sample covers every spelling of a view, every calling convention and every way the
+    # ranks run (rank_batch.MODES, forced, or the program's own choice)
     for tag in (
         "view:index",
         "view:chain",
@@ -34,8 +38,11 @@ def test_orchestration_slices_are_equal_or_refused_as_predicted():
         "orch:omit",
         "orch:stacked",
         "orch:drop",
+        *(f"orch:mode:{m}" for m in ("chosen", "groups", "one", "alone", "processes")),
     ):
         assert tag in tags, tag
+    if rank_processes.usable(runtime.Cluster(2).workers):  # Linux, 2 threads: some ran in one
+        assert rank_processes.SENT[0] > sent
 
 
 def test_a_program_is_its_own_reproducer(tmp_path):
