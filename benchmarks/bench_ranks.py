@@ -109,9 +109,7 @@ def _thread_cpu() -> dict[str, float]:
     from nzjit.backend import rank_processes
 
     out = {}
-    where = [("/proc/self/task", "")] + [
-        (f"/proc/{ch.pid}/task", f"{ch.pid}/") for ch in rank_processes._children
-    ]
+    where = [("/proc/self/task", "")] + [(f"/proc/{pid}/task", f"{pid}/") for pid in rank_processes.pids()]
     for tasks, prefix in where:
         try:
             tids = os.listdir(tasks)

@@ -50,7 +50,7 @@ from runtime import shared_gm
 from .launch import execute
 from .plan import plan_of
 
-__all__ = ["usable", "run_groups", "stop"]
+__all__ = ["usable", "run_groups", "stop", "pids"]
 
 
 def usable(workers: Sequence[Any]) -> bool:
@@ -94,6 +94,11 @@ _busy = threading.Lock()  # one call at a time uses the processes
 def _knows(obj: Any) -> bool:
     r = _known.get(id(obj))
     return r is not None and r() is obj
+
+
+def pids() -> list[int]:
+    """The process ids of the rank processes alive now (a benchmark counts their CPU time)."""
+    return [ch.pid for ch in _children]
 
 
 def stop() -> None:

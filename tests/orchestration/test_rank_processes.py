@@ -55,7 +55,7 @@ def _case(seed: int):
 
 
 def _pids() -> list[int]:
-    return [ch.pid for ch in rank_processes._children]
+    return rank_processes.pids()
 
 
 def _sent() -> int:
