@@ -20,7 +20,8 @@ What a rank process shares, and how it stays exact:
   resident outputs) before the process runs anything, as for ranks on threads; the process runs
   the placed launches and answers with each failing rank's first error (pickled), which the driver
   raises exactly as a thread's ("rank r: kernel (file:line): ..."); outputs are restored by the
-  caller as for any failure;
+  caller as for any failure; the warnings its launches raised come back too, and the driver raises
+  them again (its warning filters decide, as for ranks on threads);
 - a process that dies or breaks during a call fails the call with a `runtime.DeviceError` naming
   its ranks; an interrupted caller kills its processes before any output is restored, so nothing
   writes behind the restore. The next call forks new ones.
@@ -215,7 +216,10 @@ def _run_here(pinned: dict[int, Any], msg: tuple[Any, ...]) -> tuple[Any, ...]:
         for r, wkey, launches in ranks
     ]
     failed: dict[int, BaseException] = {}
-    with runtime.threads.ranks_running(runtime.threads.THREADS):
+    # the launches' warnings (a hardware defect the simulator reproduces, ...) go back to the
+    # driver, which raises them again: its filters decide, as for ranks on threads
+    with warnings.catch_warnings(record=True) as said, runtime.threads.ranks_running(runtime.threads.THREADS):
+        warnings.simplefilter("always")
         _loop[0](group, failed)
     out = {}
     for rk in group:
@@ -228,7 +232,7 @@ def _run_here(pinned: dict[int, Any], msg: tuple[Any, ...]) -> tuple[Any, ...]:
         except Exception:
             blob = pickle.dumps(runtime.DeviceError(f"{type(e).__name__}: {e}"))
         out[rk.rank] = (rk.at, blob)
-    return ("done", out)
+    return ("done", out, [(w.category, str(w.message)) for w in said])
 
 
 #: Calls sent to rank processes so far (tests: a call in mode "processes" really used them).
@@ -296,11 +300,13 @@ def _run_groups(groups: Sequence[Sequence[Any]], run_group: Any) -> dict[int, Ba
                 _failed([rk.rank for rk in g], f"its pipe broke: {broke}")
         SENT[0] += 1
         failed.update(run_group(groups[0]))
-        for ch, g in zip(_children, groups[1:]):
-            reply = _answer(ch, [rk.rank for rk in g])
+        replies = [_answer(ch, [rk.rank for rk in g]) for ch, g in zip(_children, groups[1:])]
+        for (errors, said), g in zip(replies, groups[1:]):
             by_rank = {rk.rank: rk for rk in g}
-            for r, (i, blob) in reply.items():
+            for r, (i, blob) in errors.items():
                 failed[r] = by_rank[r].named(i, pickle.loads(blob))
+            for category, text in said:
+                warnings.warn(text, category, stacklevel=2)
     except BaseException:
         stop()  # nothing may write behind the caller's restore
         raise
@@ -309,14 +315,18 @@ def _run_groups(groups: Sequence[Sequence[Any]], run_group: Any) -> dict[int, Ba
     return failed
 
 
-def _answer(ch: _Child, ranks: list[int]) -> dict[int, tuple[int, bytes]]:
+def _answer(
+    ch: _Child, ranks: list[int]
+) -> tuple[dict[int, tuple[int, bytes]], list[tuple[type[Warning], str]]]:
+    """A rank process's answer: each failing rank's (launch index, pickled error), and the
+    warnings its launches raised (category, text)."""
     try:
         reply = ch.conn.recv()
     except (EOFError, OSError):
         reply = ("died", "its process ended")
     if reply[0] != "done":
         _failed(ranks, reply[1])
-    return reply[1]
+    return reply[1], reply[2]
 
 
 def _failed(ranks: list[int], why: str) -> None:

@@ -321,3 +321,31 @@ def test_usable_needs_linux_shared_gm_two_threads_two_ranks_and_no_ray(monkeypat
 
     monkeypatch.setitem(sys.modules, "ray", FakeRay)  # a Ray driver's threads must not be forked
     assert not rank_processes.usable(workers)
+
+
+def test_a_warning_raised_in_a_process_is_raised_again_in_the_driver(monkeypatch):
+    # a hardware defect the simulator reproduces warns: from a rank process as from a thread, so the
+    # caller's filters (pytest.warns, "error") see it
+    import warnings
+
+    x, ref, cluster, ws, before, resident = _case(33)
+    real = rank_batch.launch_together
+
+    def together(plans, workers, vals):
+        if workers[0].device_id == 2:  # the group of ranks 2, 3: the rank process's
+            warnings.warn(f"defect on rank 2, pid {os.getpid()}", runtime.HardwareDefectWarning, stacklevel=2)
+        return real(plans, workers, vals)
+
+    monkeypatch.setattr(rank_batch, "launch_together", together)
+    for mode in ("processes", "groups"):
+        monkeypatch.setattr(rank_batch, "FORCE", mode)
+        with pytest.warns(runtime.HardwareDefectWarning, match="defect on rank 2") as got:
+            tp(x, ws, resident)
+        pids = {str(w.message).rsplit(" ", 1)[1] for w in got if "defect on rank 2" in str(w.message)}
+        assert (pids != {str(os.getpid())}) == (mode == "processes")  # raised there, seen here
+        np.testing.assert_array_equal(cluster.copy_stacked_from(resident), ref)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", runtime.HardwareDefectWarning)
+        monkeypatch.setattr(rank_batch, "FORCE", "processes")
+        with pytest.raises(runtime.HardwareDefectWarning, match="defect on rank 2"):
+            tp(x, ws, resident)  # the caller's "error" filter turns it into an error, as on threads
