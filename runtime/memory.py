@@ -46,6 +46,9 @@ _GM_POOL_BYTES = 512 << 20
 JOURNAL_MAX = 100_000
 #: First address handed out; small addresses stay unmapped so a null-ish pointer faults.
 _GM_BASE = 0x10000
+#: First address of a rank process's own allocations (a kernel's GM scratch, its pipe slots):
+#: above any the driver reaches, below a ClusterMemory rank's 48-bit range.
+_PROCESS_BASE = 1 << 47
 
 _K = 1024
 #: Capacities in bytes per target and space (hardware-model.md §7, pto-isa buffer_limits.hpp).
@@ -124,7 +127,8 @@ class GlobalMemory:
         #: while a rank process mirrors this GM: the allocations and frees it has not seen yet,
         #: ("alloc", base, nbytes, arena offset) / ("free", base), in order (`mirror`)
         self.journal: list[tuple[Any, ...]] | None = None
-        self._mirrored = False  # this is a rank process's copy: the driver alone allocates
+        self._mirrored = False  # this is a rank process's copy (`mirror`)
+        self._own_next = _PROCESS_BASE  # where a rank process's own allocations go
         self._allocs: list[_Allocation] = []
         self._bases: list[int] = []
         self._next = _GM_BASE
@@ -177,8 +181,9 @@ class GlobalMemory:
         return base
 
     def _fresh(self, nbytes: int) -> np.ndarray:
-        """New backing bytes (their content undefined): from the shared arena for a shared GM."""
-        if self.shared:
+        """New backing bytes (their content undefined): from the shared arena for a shared GM
+        (the driver's; a rank process's own allocations are private)."""
+        if self.shared and not self._mirrored:
             data = shared_gm.take(nbytes)
             if data is not None:
                 return data
@@ -187,8 +192,8 @@ class GlobalMemory:
 
     def _pooled(self, nbytes: int) -> np.ndarray | None:
         """A freed buffer of exactly ``nbytes`` (its old bytes still in it), if one is kept."""
-        if self._mirrored:  # every allocation path starts here
-            raise DeviceError("a rank process does not allocate GM: the driver places every tensor")
+        if self._mirrored:  # a rank process keeps no freed buffer: its allocations are scratch
+            return None
         with self._lock:
             pool = self._pool.get(nbytes)
             data = pool.pop() if pool else None
@@ -200,11 +205,14 @@ class GlobalMemory:
         """Make ``data`` the bytes of a new allocation at the next aligned address; its base."""
         nbytes = data.size
         with self._lock:
-            base = self._next
-            self._next = base + max(1, -(-nbytes // GM_ALIGN)) * GM_ALIGN
+            if self._mirrored:  # a rank process's own: at addresses the driver never hands out
+                base = self._own_next
+                self._own_next = base + max(1, -(-nbytes // GM_ALIGN)) * GM_ALIGN
+            else:
+                base = self._next
+                self._next = base + max(1, -(-nbytes // GM_ALIGN)) * GM_ALIGN
             a = _Allocation(base, nbytes, data)
-            self._allocs.append(a)
-            self._bases.append(base)
+            self._insert(a)
             if self.journal is not None:
                 self._record(("alloc", base, nbytes, shared_gm.offset_of(data)))
             # a new allocation is about to be accessed (an upload, a call's temporaries): found
@@ -230,6 +238,7 @@ class GlobalMemory:
             # next allocation's bytes. References here: `data` and getrefcount's argument.
             if (
                 a.nbytes >= _GM_POOL_MIN
+                and not self._mirrored
                 and self._pool_bytes + a.nbytes <= _GM_POOL_BYTES
                 and sys.getrefcount(data) <= 2
             ):
@@ -254,13 +263,28 @@ class GlobalMemory:
         else:
             self.journal.append(event)
 
+    def _insert(self, a: _Allocation) -> None:
+        """Add `a` to the table, kept in address order (under the lock). The driver's addresses
+        only grow; in a rank process its own allocations lie above the driver's, which `mirror`
+        then inserts below them."""
+        if not self._bases or a.base > self._bases[-1]:
+            self._allocs.append(a)
+            self._bases.append(a.base)
+        else:
+            i = bisect.bisect_left(self._bases, a.base)
+            self._allocs.insert(i, a)
+            self._bases.insert(i, a.base)
+
     def mirror(self, events: Sequence[tuple[Any, ...]]) -> None:
         """In a rank process (forked from the driver, runtime/shared_gm.py): apply the driver's
         allocations and frees since the fork, so that every access is checked against the
-        driver's allocation table and reaches the same shared bytes. From the first call on this
-        GM allocates nothing and keeps no freed buffer."""
+        driver's allocation table and reaches the same shared bytes. From the first call on,
+        what this GM allocates itself (a kernel's GM scratch, a pipe's slots, freed when its
+        launch ends) is private memory at addresses from `_PROCESS_BASE`, which the driver never
+        hands out; it keeps no freed buffer."""
         if not self._mirrored:
             self._mirrored, self.journal = True, None
+            self._own_next = _PROCESS_BASE
             self._pool.clear()
             self._pool_bytes = 0
         for ev in events:
@@ -269,8 +293,7 @@ class GlobalMemory:
                 if offset is None:
                     raise DeviceError(f"GM allocation at {base:#x} is not in shared memory")
                 with self._lock:
-                    self._allocs.append(_Allocation(base, nbytes, shared_gm.view_at(offset, nbytes)))
-                    self._bases.append(base)
+                    self._insert(_Allocation(base, nbytes, shared_gm.view_at(offset, nbytes)))
                     self._next = max(self._next, base + max(1, -(-nbytes // GM_ALIGN)) * GM_ALIGN)
             else:
                 with self._lock:

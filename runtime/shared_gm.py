@@ -97,6 +97,7 @@ _arena: _Arena | None = None
 _arena_failed = False
 _lock = threading.Lock()
 _keep_shared = threading.local()  # set while `shared_fork` forks a rank process
+_in_rank_process = False  # this process is a rank process (`take` hands out nothing here)
 
 
 def available() -> bool:
@@ -128,10 +129,10 @@ def _reserve() -> _Arena | None:
 
 
 def take(nbytes: int) -> np.ndarray | None:
-    """A uint8 array of `nbytes` in the arena (its old bytes, or zeros), or None (no arena, or
-    its space used up)."""
+    """A uint8 array of `nbytes` in the arena (its old bytes, or zeros), or None (no arena, its
+    space used up, or this is a rank process: only the driver hands out the arena's ranges)."""
     a = _get()
-    return None if a is None else a.take(nbytes)
+    return None if a is None or _in_rank_process else a.take(nbytes)
 
 
 def offset_of(data: np.ndarray) -> int | None:
@@ -169,9 +170,12 @@ _libc = None
 def _privatize() -> None:
     """In a child forked outside `shared_fork`: replace the shared arena by private memory holding
     the same bytes at the same addresses (module docstring)."""
-    global _libc
+    global _libc, _in_rank_process
     a = _arena
-    if a is None or getattr(_keep_shared, "on", False):
+    if a is None:
+        return
+    if getattr(_keep_shared, "on", False):  # a rank process: the arena shared, its ranges the driver's
+        _in_rank_process = True
         return
     saved = [(lo, a.whole[lo:hi].copy()) for lo, hi in a.held()]  # the free ranges hold nothing
     if _libc is None:

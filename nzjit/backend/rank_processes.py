@@ -9,10 +9,12 @@ rank-batched exactly as on a thread.
 What a rank process shares, and how it stays exact:
 - bytes: a `Cluster`'s GM lives in shared memory (runtime/shared_gm.py); the process reads and
   writes its ranks' allocations in place, nothing is copied either way;
-- the allocation table: the driver alone allocates and frees; each call first sends what changed
-  since the last one (`GlobalMemory.take_journal`), the process mirrors it (`GlobalMemory.mirror`)
-  and checks every access against it, so a use after free or an access outside an allocation is
-  refused there as here;
+- the allocation table: the driver allocates and frees every tensor; each call first sends what
+  changed since the last one (`GlobalMemory.take_journal`), the process mirrors it
+  (`GlobalMemory.mirror`) and checks every access against it, so a use after free or an access
+  outside an allocation is refused there as here. What a kernel allocates while it runs (GM
+  scratch, pipe slots) the process takes from private memory at addresses the driver never
+  hands out;
 - compiled kernels and workers: the process has every object the driver had when it was forked.
   A call names them by `id`; one that did not exist at the fork (a new kernel, a new cluster)
   forks the processes again, so a name never reaches an object the process lacks;

@@ -19,8 +19,9 @@ from nzjit import pl
 from nzjit.backend import call as call_mod
 from nzjit.backend import rank_batch, rank_processes
 from nzjit.backend.options import Options, using
-from runtime import shared_gm
+from runtime import memory, shared_gm
 from runtime.cluster_memory import ClusterMemory
+from runtime.memory import GlobalMemory
 
 pytestmark = pytest.mark.skipif(
     not (sys.platform.startswith("linux") and shared_gm.available()), reason="rank processes are Linux only"
@@ -349,3 +350,68 @@ def test_a_warning_raised_in_a_process_is_raised_again_in_the_driver(monkeypatch
         monkeypatch.setattr(rank_batch, "FORCE", "processes")
         with pytest.raises(runtime.HardwareDefectWarning, match="defect on rank 2"):
             tp(x, ws, resident)  # the caller's "error" filter turns it into an error, as on threads
+
+
+@pl.kernel
+def exp_through_a_pipe(
+    a: pl.Tensor[[4, 16, 64], pl.FP16],
+    b: pl.Tensor[[4, 64, 32], pl.FP16],
+    y: pl.Out[pl.Tensor[[4, 16, 32], pl.FP32]],
+):
+    for e in pl.spmd(4):
+        acc = pl.matmul(
+            pl.load(a, [e, 0, 0], [1, 16, 64], target_memory=pl.Mem.Mat),
+            pl.load(b, [e, 0, 0], [1, 64, 32], target_memory=pl.Mem.Mat),
+        )
+        # cube -> vector on A2/A3: a GM FIFO slot, allocated while the kernel runs
+        pl.store(pl.exp(pl.move(acc, target_memory=pl.Mem.Vec)), [e, 0, 0], y)
+
+
+@pl.orchestration
+def pipe_on_every_rank(
+    a: pl.Tensor[[RANKS, 4, 16, 64], pl.FP16],
+    b: pl.Tensor[[RANKS, 4, 64, 32], pl.FP16],
+    y: pl.Out[pl.Tensor[[RANKS, 4, 16, 32], pl.FP32]],
+):
+    for r in range(RANKS):
+        exp_through_a_pipe(a[r], b[r], y[r], device=r)
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_kernel_that_allocates_gm_while_it_runs_runs_in_a_process(batched, monkeypatch):
+    # a mixed kernel's pipe slots (and a kernel's pl.create_tensor) take GM while it runs: a rank
+    # process takes them from memory of its own, at addresses the driver never hands out
+    rng = np.random.default_rng(34)
+    a = (rng.standard_normal((RANKS, 4, 16, 64)) / 8).astype(np.float16)
+    b = (rng.standard_normal((RANKS, 4, 64, 32)) / 8).astype(np.float16)
+    cluster = runtime.Cluster(RANKS)
+    a_d, b_d = cluster.alloc_stacked_tensor(a), cluster.alloc_stacked_tensor(b)
+    if not batched:  # every lane-batched attempt falls back: each rank's launch lane by lane,
+        # whose pushes take a GM slot each (a batched one only counts them, CrossCorePipe.reserve)
+        from nzjit.backend import batched as batched_mod
+
+        monkeypatch.setattr(rank_batch, "launch_together", lambda plans, workers, vals: False)
+        monkeypatch.setattr(batched_mod, "try_run_spmd", lambda *args, **kwargs: False)
+        pushes: list[int] = []
+        real_alloc = GlobalMemory.alloc
+
+        def alloc(self, nbytes, zero=False):  # counted in the driver and in the rank process
+            base = real_alloc(self, nbytes, zero)
+            pushes.append(base)
+            return base
+
+        monkeypatch.setattr(GlobalMemory, "alloc", alloc)
+    monkeypatch.setattr(rank_batch, "FORCE", "alone")
+    want = pipe_on_every_rank(a_d, b_d)
+    monkeypatch.setattr(rank_batch, "FORCE", "processes")
+    live = [w.gm.live_bytes for w in cluster.workers]
+    for _ in range(3):  # the process's own allocations are freed and stay apart from the driver's
+        sent = _sent()
+        got = pipe_on_every_rank(a_d, b_d)
+        assert _sent() == sent + 1
+        assert got.tobytes() == want.tobytes()
+    assert [w.gm.live_bytes for w in cluster.workers] == live
+    if not batched:  # the driver's own ranks pushed through GM slots at the driver's addresses
+        assert pushes and all(base < memory._PROCESS_BASE for base in pushes)
+    ref = np.exp(a.astype(np.float32) @ b.astype(np.float32))
+    np.testing.assert_allclose(want, ref, rtol=1e-5, atol=1e-5)

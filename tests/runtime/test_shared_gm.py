@@ -63,7 +63,7 @@ def test_a_range_nothing_holds_is_reused_by_the_next_take_of_its_size():
     assert shared_gm.offset_of(np.zeros(10, np.uint8)) is None  # private memory is not in it
 
 
-def test_a_mirrored_gm_sees_the_drivers_allocations_and_frees_and_allocates_nothing():
+def test_a_mirrored_gm_sees_the_drivers_allocations_and_frees_and_allocates_its_own_apart():
     driver = GlobalMemory(shared=True)
     kept = driver.upload(np.full(64, 5, np.uint8))
     copy = GlobalMemory(shared=True)  # stands for a rank process's copy of `driver` at the fork
@@ -85,10 +85,20 @@ def test_a_mirrored_gm_sees_the_drivers_allocations_and_frees_and_allocates_noth
         copy.read(gone, 8)
     with pytest.raises(runtime.DeviceError, match="outside every allocation"):
         copy.read(late + 250, 16)
-    with pytest.raises(runtime.DeviceError, match="a rank process does not allocate GM"):
-        copy.alloc(16)
-    with pytest.raises(runtime.DeviceError, match="a rank process does not allocate GM"):
-        copy.upload(np.zeros(4, np.uint8))
+    # what the copy allocates itself (a kernel's scratch) is private, at addresses the driver
+    # never hands out, and the driver's later allocations still land in their place
+    own = copy.alloc(1 << 17, zero=True)
+    assert own >= memory._PROCESS_BASE and shared_gm.offset_of(copy._find(own).data) is None
+    copy.write(own, np.full(16, 4, np.uint8))
+    newer = driver.upload(np.full(64, 6, np.uint8))
+    copy.mirror(driver.take_journal())
+    assert (copy.read(newer, 64) == 6).all() and (copy.read(own, 16) == 4).all()
+    assert copy._bases == sorted(copy._bases)
+    copy.free(own)
+    assert copy._pool_bytes == 0  # a rank process keeps no freed buffer
+    with pytest.raises(runtime.DeviceError, match="was freed \\(use after free\\)"):
+        copy.read(own, 8)
+    assert shared_gm.take(64) is not None  # the driver (this process) still takes arena ranges
 
 
 def test_a_mirror_refuses_an_allocation_outside_the_arena_and_an_unknown_free():
@@ -138,7 +148,8 @@ def test_a_fork_inside_shared_fork_shares_the_bytes():
         pid = _fork()
     if pid == 0:
         gm.write(base, np.full(4096, 3, np.uint8))
-        os._exit(0)
+        # the arena's ranges are the driver's to hand out: none taken here
+        os._exit(0 if shared_gm.take(64) is None else 1)
     assert _exit_status(pid) == 0
     assert (gm.read(base, 4096) == 3).all()  # the child wrote the parent's bytes
 
