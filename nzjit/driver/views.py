@@ -15,8 +15,7 @@ one rank; the rest of the index applies to that shard.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -26,9 +25,9 @@ from ..backend import refs as C
 from ..errors import CompileError, user_source
 
 
-@dataclass(frozen=True)
-class Axis:
-    """One axis of a view: the window [start, stop) of the source axis; `drop`: an int index."""
+class Axis(NamedTuple):
+    """One axis of a view: the window [start, stop) of the source axis; `drop`: an int index.
+    (A tuple: a body makes a few of them per view on every call, issue 25 item 4.)"""
 
     start: int
     stop: int
@@ -137,9 +136,13 @@ def view_name(name: str, shape: Sequence[int], axes: Sequence[Axis]) -> str:
     return f"{name}[{', '.join(texts)}]" if texts else name
 
 
-def check_dense(name: str, shape: Sequence[int], axes: Sequence[Axis], nz: bool) -> None:
-    """Refuse a view that is not one contiguous range of the argument's bytes (NZ-30, NZ-28)."""
-    seen = view_name(name, shape, axes)
+def check_dense(
+    name: str, shape: Sequence[int], axes: Sequence[Axis], nz: bool, seen: str | None = None
+) -> None:
+    """Refuse a view that is not one contiguous range of the argument's bytes (NZ-30, NZ-28).
+    `seen`: the view's name (`view_name`), if known."""
+    if seen is None:
+        seen = view_name(name, shape, axes)
     full = [(a.start, a.stop) == (0, n) for a, n in zip(axes, shape)]
     if nz and len(shape) >= 2 and not all(full[-2:]):
         raise _refuse(
@@ -166,8 +169,11 @@ def check_dense(name: str, shape: Sequence[int], axes: Sequence[Axis], nz: bool)
 
 
 def _offset_elems(shape: Sequence[int], axes: Sequence[Axis]) -> int:
-    strides = np.cumprod((1,) + tuple(shape[:0:-1]))[::-1]
-    return int(sum(a.start * int(s) for a, s in zip(axes, strides)))
+    offset, stride = 0, 1
+    for a, n in zip(reversed(axes), reversed(shape)):  # row-major: the last axis is innermost
+        offset += a.start * stride
+        stride *= int(n)
+    return offset
 
 
 def _kept(axes: Sequence[Axis]) -> tuple[int, ...]:
@@ -228,7 +234,7 @@ def view_ref(ref: Any, shape: Sequence[int], axes: Sequence[Axis], name: str, nz
                 "a kernel receives one rank's shard",
                 help=f"index the rank axis with one int, {name}[r, ...]",
             )
-        check_dense(name, shape, axes, nz)
+        check_dense(name, shape, axes, nz, seen)
         t = device_view(ref.tensor.shards[lead.start], axes[1:])
         return C.DeviceRef(
             t if lead.drop else _reshaped(t, (1, *t.shape)), seen
@@ -240,7 +246,7 @@ def view_ref(ref: Any, shape: Sequence[int], axes: Sequence[Axis], name: str, nz
             help="write the part you need to its own Out in the kernel that makes it, or slice inside "
             "the kernel that reads it",
         )
-    check_dense(name, shape, axes, nz)
+    check_dense(name, shape, axes, nz, seen)
     if isinstance(ref, C.HostRef):
         return C.HostRef(ref.root, host_index(ref, axes), seen, ref.fresh)
     return C.DeviceRef(device_view(ref.tensor, axes), seen)
