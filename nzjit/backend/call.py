@@ -25,6 +25,7 @@ from runtime import DeviceTensor, DispatchError, StackedDeviceTensor, Worker
 from ..core.types import DynDim, ScalarType
 from . import (
     comm_run,  # comm hook (issue 28): windows and the comm world of communicating ranks
+    program_cache,  # a program planned before: its checked launch plans (issue 25 item 4)
     rank_batch,  # ranks that run the same program: one launch per call (issue 25 item 4)
 )
 from .convention import LaunchPlan, download, free_temps, restore
@@ -425,8 +426,45 @@ def plan_program(
 ) -> dict[int, RankPlan]:
     """Validate every call and compile every kernel; nothing runs yet. `ranks` maps each rank to
     its worker: a `runtime.Worker`, or the driver's stand-in for a rank in another process (a
-    RayCluster's), which answers the same questions (device id, target, allocation, liveness)."""
+    RayCluster's), which answers the same questions (device id, target, allocation, liveness).
+    A program with the signature of one planned before reuses its checked launch plans
+    (program_cache.py)."""
+    key = program_cache.program_key(calls, ranks, rank_prefix, options)
+    plans = None if key is None else program_cache.lookup(key)
+    if plans is not None and not program_cache.stale(calls):
+        program_cache.HITS[0] += 1
+        return _planned(calls, ranks, plans)
+    plan, plans = _plan_checked(calls, ranks, rank_prefix, options)
+    if key is not None:
+        program_cache.store(key, plans)
+    return plan
+
+
+def _planned(
+    calls: Sequence[KernelCall], ranks: dict[int, Any], plans: list[LaunchPlan]
+) -> dict[int, RankPlan]:
+    """The rank plans of a program whose checked launch plans are `plans` (one per call): only its
+    intermediates are new."""
     plan: dict[int, RankPlan] = {}
+    for call, lp in zip(calls, plans):
+        worker = ranks[call.device]
+        for a in call.args:
+            if isinstance(a, PendingRef) and a.tensor is None:
+                a.tensor = worker.alloc_tensor(a.shape, a.dtype)  # freed with the program
+        rk = plan.get(call.device)
+        if rk is None:
+            rk = plan[call.device] = RankPlan(call.device, worker)
+        rk.launches.append(Launch(call, lp))
+    return plan
+
+
+def _plan_checked(
+    calls: Sequence[KernelCall], ranks: dict[int, Any], rank_prefix: bool, options: Options
+) -> tuple[dict[int, RankPlan], list[LaunchPlan]]:
+    """The general path of `plan_program`: every check; the rank plans and the launch plans in
+    call order."""
+    plan: dict[int, RankPlan] = {}
+    plans: list[LaunchPlan] = []
     writes: dict[int, list[_Access]] = {}
     for call in calls:
         worker = ranks[call.device]
@@ -447,10 +485,9 @@ def plan_program(
             low.check_memory()
         rk = plan.setdefault(call.device, RankPlan(call.device, worker))
         fresh = [isinstance(a, HostRef) and a.fresh for a in call.args]
-        rk.launches.append(
-            Launch(call, LaunchPlan(call.kernel, graph, dims, options, values_of(call), fresh))
-        )
-    return plan
+        plans.append(LaunchPlan(call.kernel, graph, dims, options, values_of(call), fresh))
+        rk.launches.append(Launch(call, plans[-1]))
+    return plan, plans
 
 
 def run_program(

@@ -53,6 +53,8 @@ class CompileCache:
         self.by_arguments: dict[Any, Lowered] = {}  # the first-level key: shapes / dtypes as given
         self.call_plans: dict[Any, Any] = {}
         self.trace_count = 0  # how many times the body was traced (once per signature)
+        #: bumped by `clear`: a cached program plan (backend/program_cache.py) keys on it
+        self.generation = 0
         self.lock = threading.Lock()
 
     def signature_key(self, args: Sequence[Any]) -> tuple[Any, ...]:
@@ -126,3 +128,4 @@ class CompileCache:
             self.by_signature.clear()
             self.by_arguments.clear()
             self.call_plans.clear()
+            self.generation += 1

@@ -40,3 +40,32 @@ def test_every_call_of_a_fuzz_kernel_equals_its_reference(tmp_path, family):
             assert not mod["compare"](got, expected), (call, p.source)
             outcomes.append("equal")
         assert len(set(outcomes)) == 1, (outcomes, p.source)
+
+
+def test_every_call_of_a_fuzz_orchestration_equals_its_reference(tmp_path):
+    """Orchestrations (issue 25 item 4): a program recorded again with the signature of an earlier
+    one reuses its checked launch plans (backend/program_cache.py). Every call - on new data, on
+    new host arrays, and on a new cluster for the "stacked" convention - equals the numpy
+    reference, and a refused program is refused every time."""
+    from nzjit.backend import program_cache
+
+    hits = program_cache.HITS[0]
+    for i in range(24):
+        p = generate(20261203, i, "orch_slices")
+        path = tmp_path / f"prog_{p.name}.py"
+        path.write_text(p.source)
+        mod = runpy.run_path(str(path), run_name=f"nzjit_calls_{next(_names)}")
+        execute, seed = mod["execute"], mod["SEED"]
+        outcomes = []
+        for call in range(3):
+            execute.__globals__["SEED"] = seed + 7 * call
+            try:
+                got, expected, must_refuse = execute()
+            except (CompileError, runtime.DeviceError, runtime.DispatchError) as e:
+                outcomes.append(type(e).__name__)
+                continue
+            assert must_refuse is None, (call, p.source)
+            assert not mod["compare"](got, expected), (call, p.source)
+            outcomes.append("equal")
+        assert len(set(outcomes)) == 1, (outcomes, p.source)
+    assert program_cache.HITS[0] > hits  # the host-array programs ran from the cache
