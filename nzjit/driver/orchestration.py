@@ -16,8 +16,9 @@ sliced per rank before dispatch, leaving the kernel its logical rank-3 `[E, R, C
 `pl.create_tensor(shape, dtype)` makes an intermediate (intermediates.py). A kernel
 call in the body records (kernel, arguments, device) and returns handles of its outputs; an Out
 left out of such a call is an intermediate on that rank, to be passed to later calls on it.
-Nothing runs while the body runs: afterwards the whole program is validated, then ranks run in
-parallel, then outputs are copied back (backend/call.py: `run_program`). The decorator is
+Nothing runs while the body runs: afterwards the whole program is validated (a program with the
+signature of an earlier one reuses its checked plans, backend/program_cache.py), then ranks run
+in parallel, then outputs are copied back (backend/call.py: `run_program`). The decorator is
 `@pl.orchestration` (language/kernel.py).
 """
 
@@ -164,7 +165,7 @@ class Program:
         refs = [_as_ref(a, p.name) for p, a in zip(kernel.params, full)]
         rank = int(device) if device is not None else C.default_device([a for a in refs if not T.unbound(a)])
         T.bind_created(refs, rank)  # pl.create_tensor: the first call that uses it decides its rank
-        dims = _pending_dims(kernel, refs)
+        dims = _pending_dims(kernel, refs) if any(a is None for a in refs) else {}
         for i, (p, a) in enumerate(zip(kernel.params, refs)):
             if a is None:
                 try:

@@ -26,16 +26,12 @@ class Param:
         self.ann = ann
         self.type: Type = ann.type
         self._spec: runtime.dispatch.ParamSpec | None = None
-
-    @property
-    def is_output(self) -> bool:
-        """True for a `pl.Out` or `pl.InOut` tensor: the kernel writes it."""
-        return isinstance(self.ann, TensorAnnotation) and self.ann.direction in ("out", "inout")
-
-    @property
-    def is_pure_output(self) -> bool:
-        """True for a `pl.Out` tensor: it may be omitted and is then allocated by the call."""
-        return isinstance(self.ann, TensorAnnotation) and self.ann.direction == "out"
+        tensor = isinstance(ann, TensorAnnotation)
+        #: a `pl.Out` or `pl.InOut` tensor: the kernel writes it (fixed with the annotation:
+        #: every recorded call reads it per parameter, so it is not a property)
+        self.is_output: bool = tensor and ann.direction in ("out", "inout")
+        #: a `pl.Out` tensor: it may be omitted and is then allocated by the call
+        self.is_pure_output: bool = tensor and ann.direction == "out"
 
     def spec(self) -> runtime.dispatch.ParamSpec:
         """The runtime's `ParamSpec` of this tensor parameter (dynamic dims by name) for dispatch
