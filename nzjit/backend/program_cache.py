@@ -17,7 +17,8 @@ What the key holds, and why that is enough (each item is something the general p
 - per call: the kernel and its compile cache's generation (`kernel.clear_cache()` forces a new
   trace: a new generation misses), the rank, its worker (GM serial, target);
 - per host array: which argument array it is a view of (the first-seen order of the roots, not
-  their identity: a new array of the same shape each call still hits), the view's index, shape,
+  their identity: a new array of the same shape each call still hits) and that array's shape, the
+  view's index, shape,
   dtype, class and flags (contiguity, writability), and whether it is a fresh output. Host data
   flow (`call._check_host_flow`) compares views of one root, which the key pins; two different
   roots that share memory are not keyed at all (their overlaps depend on where they lie);
@@ -86,7 +87,7 @@ def program_key(
                 v = a.array
                 flags = v.flags
                 key.append(
-                    (_HOST, n, a.key[1], a.fresh, v.shape, v.dtype, type(v), layout_of(v),
+                    (_HOST, n, a.root.shape, a.key[1], a.fresh, v.shape, v.dtype, type(v), layout_of(v),
                      flags.c_contiguous, flags.writeable)
                 )  # fmt: skip
             elif t is DeviceRef:

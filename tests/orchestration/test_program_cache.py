@@ -199,3 +199,32 @@ def test_at_most_max_programs_are_kept(monkeypatch):
     for _ in range(3):
         chain(_data(11), cluster=runtime.Cluster(R))  # three clusters: three keys
     assert len(program_cache._cache) == 2
+
+
+@pl.kernel
+def scaled(x: pl.Tensor[[T, W], pl.FP32], k: pl.Scalar[pl.INT8], y: pl.Out[pl.Tensor[[T, W], pl.FP32]]):
+    t = pl.load(x, [0, 0], [T, W])
+    pl.store(pl.mul(t, pl.cast(k, pl.FP32)), [0, 0], y)
+
+
+@pl.orchestration
+def scale_all(
+    x: pl.Tensor[[R, T, W], pl.FP32], k: pl.Scalar[pl.INT32], out: pl.Out[pl.Tensor[[R, T, W], pl.FP32]]
+):
+    for r in range(R):
+        scaled(x[r], k, out[r], device=r)
+
+
+def test_a_scalar_out_of_the_kernels_range_is_refused_after_cached_calls():
+    """The orchestration takes an INT32, its kernel an INT8: 300 passes the entry and is refused
+    by the call's own check, after two cached calls with k = 3 as on a first call."""
+    cluster = runtime.Cluster(R)
+    x = np.ascontiguousarray(_data(12)[:, 0])
+    for _ in range(2):
+        np.testing.assert_array_equal(scale_all(x, 3, cluster=cluster), 3 * x)
+    out = np.full_like(x, 5)
+    with pytest.raises(
+        runtime.DispatchError, match=r"rank 0: scaled .*parameter 'k' is INT8: 300 is outside \[-128, 127\]"
+    ):
+        scale_all(x, 300, out, cluster=cluster)
+    assert (out == 5).all()
