@@ -51,7 +51,7 @@ import tp_moe as m  # noqa: E402
 from runtime import blas  # noqa: E402
 from runtime.blas import one_thread  # noqa: E402
 from nzjit import pl  # noqa: E402
-from nzjit.backend import rank_batch  # noqa: E402
+from nzjit.backend import rank_batch, rank_processes  # noqa: E402
 from nzjit.backend.options import Options, using  # noqa: E402
 
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -106,8 +106,6 @@ def inputs(cluster):
 def _thread_cpu() -> dict[str, float]:
     """Each thread's CPU seconds so far (Linux schedstat) - this process's, by thread id, and its
     rank processes' (nzjit/backend/rank_processes.py), by "pid/tid" - {} elsewhere."""
-    from nzjit.backend import rank_processes
-
     out = {}
     where = [("/proc/self/task", "")] + [(f"/proc/{pid}/task", f"{pid}/") for pid in rank_processes.pids()]
     for tasks, prefix in where:
@@ -288,8 +286,6 @@ def local_rows(repeat: int = 7) -> list[dict[str, str]]:
 def mode_rows(repeat: int = 7) -> list[dict[str, str]]:
     """The 4-rank call in each of rank_batch's `MODES`, forced, against the same bound (the ranks
     one after another, measured alternately with them): what the default's choice chose from."""
-    from nzjit.backend import rank_processes
-
     cluster = runtime.Cluster(m.RANKS)
     xe, ws, ref, _ = inputs(cluster)
     ye = np.zeros_like(ref)

@@ -90,7 +90,6 @@ class _Child:
 
 _children: list[_Child] = []
 _known: dict[int, weakref.ReferenceType[Any]] = {}  # id -> the object the processes hold
-_known_workers: list[weakref.ReferenceType[Any]] = []  # the workers among them (their GM journals)
 _busy = threading.Lock()  # one call at a time uses the processes
 
 
@@ -104,13 +103,19 @@ def pids() -> list[int]:
     return [ch.pid for ch in _children]
 
 
-def stop() -> None:
-    """End every rank process (closing its pipe ends its loop; a busy one is killed)."""
+def _close_pipes() -> None:
+    """Close the driver's end of every rank process's pipe."""
     for ch in _children:
         try:
             ch.conn.close()
         except OSError:
             pass
+
+
+def stop() -> None:
+    """End every rank process (closing its pipe ends its loop; a busy one is killed)."""
+    _close_pipes()
+    for ch in _children:
         try:
             os.kill(ch.pid, signal.SIGKILL)
         except OSError:
@@ -128,14 +133,13 @@ def _fork(n: int, graphs: Sequence[Any], workers: Sequence[Any]) -> None:
     stop()
     for obj in (*graphs, *workers):
         _known[id(obj)] = weakref.ref(obj)
-    _known_workers.extend(weakref.ref(w) for w in workers)
     for k, r in list(_known.items()):
         if r() is None:
             del _known[k]
-    alive = {id(w): w for r in _known_workers if (w := r()) is not None}
-    _known_workers[:] = [weakref.ref(w) for w in alive.values()]
-    for w in alive.values():
-        w.gm.take_journal()  # the processes see every table as it is now; recorded from here
+    for r in _known.values():
+        w = r()
+        if isinstance(w, runtime.Worker):
+            w.gm.take_journal()  # the processes see every table as it is now; recorded from here
     for _ in range(n):
         here, there = Pipe()
         with shared_gm.shared_fork(), warnings.catch_warnings():
@@ -349,11 +353,7 @@ def _unique(xs: Sequence[Any]) -> list[Any]:
 def _forget_children() -> None:
     """In any process forked from this one (a rank process too): the driver's pipe ends are not
     its own; closed here, a rank process still sees its pipe close when the driver closes it."""
-    for ch in _children:
-        try:
-            ch.conn.close()
-        except OSError:
-            pass
+    _close_pipes()
     _children.clear()
 
 
