@@ -53,7 +53,7 @@ from runtime import shared_gm
 from .launch import execute
 from .plan import plan_of
 
-__all__ = ["usable", "run_groups", "stop", "pids"]
+__all__ = ["FORKS", "SENT", "usable", "run_groups", "stop", "pids"]
 
 
 def usable(workers: Sequence[Any]) -> bool:
@@ -131,6 +131,7 @@ def _fork(n: int, graphs: Sequence[Any], workers: Sequence[Any]) -> None:
     """Replace the rank processes by `n` new ones that hold `graphs` and `workers` (and every
     object known to the ones before, if still alive)."""
     stop()
+    FORKS[0] += 1
     for obj in (*graphs, *workers):
         _known[id(obj)] = weakref.ref(obj)
     for k, r in list(_known.items()):
@@ -243,6 +244,9 @@ def _run_here(pinned: dict[int, Any], msg: tuple[Any, ...]) -> tuple[Any, ...]:
 
 #: Calls sent to rank processes so far (tests: a call in mode "processes" really used them).
 SENT = [0]
+#: Times the rank processes were forked so far: a call that forked paid a one-time cost, so its
+#: wall time is no sample of its mode (rank_batch.run_together does not time it).
+FORKS = [0]
 _loop: list[Any] = [None]  # the launches' loop a rank process runs (rank_batch.run_launches)
 
 
