@@ -151,7 +151,8 @@ def timed(
 
 
 def paired(rounds: list[dict[str, tuple[float, float, float]]], ours: str, ref: str) -> dict[str, float]:
-    """Medians over the rounds of the ratios of `ours` to `ref` in the same round: the CPU time,
+    """Medians over the rounds of the ratios of `ours` to `ref` in the same round: the wall time
+    over the bound (`ref`'s CPU time over the cores), the CPU time,
     the quiet-machine floor over the bound, and the busiest thread over the CPU time per core
     (1.0: the work split evenly over the cores). A run that is the fastest in wall time on a
     shared machine is the one whose neighbours paused: the ratios of each round, paired, say
@@ -161,10 +162,11 @@ def paired(rounds: list[dict[str, tuple[float, float, float]]], ours: str, ref: 
         xs = sorted(xs)
         return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
 
+    wall = [r[ours][0] / (r[ref][1] / CORES) for r in rounds]
     cpu = [r[ours][1] / r[ref][1] for r in rounds]
     floor = [max(r[ours][2], r[ours][1] / CORES) / (r[ref][1] / CORES) for r in rounds]
     split = [r[ours][2] / (r[ours][1] / CORES) for r in rounds]
-    return {"cpu": median(cpu), "floor": median(floor), "split": median(split)}
+    return {"wall": median(wall), "cpu": median(cpu), "floor": median(floor), "split": median(split)}
 
 
 def numpy_experts(xe: np.ndarray, wg: np.ndarray, wu: np.ndarray, wd: np.ndarray) -> np.ndarray:
@@ -253,6 +255,13 @@ def local_rows(repeat: int = 7) -> list[dict[str, str]]:
             harness.fmt_time(cpu1),
             f"{cpu4 / cpu1:.2f}x",
             "<= 1.0x",
+        ),
+        harness.row(
+            f"  wall / bound, per-round median ({len(rounds)} rounds)",
+            f"{med['wall']:.2f}x",
+            "1.00x",
+            f"{med['wall']:.2f}x",
+            "<= 1.1x: each round's call over the bound of the same round",
         ),
         harness.row(
             f"  per-round medians ({len(rounds)} rounds): CPU / one after another",
