@@ -7,7 +7,8 @@ the bound the cores allow, and the same program on a RayCluster against the loca
   of the process, BLAS on the calling thread: their cheapest CPU time) divided by the cores this
   process may use; the 4-rank call should finish within 1.1x of it (wall / bound) and never
   slower than running the ranks one after another (wall / one after another). Both are measured
-  alternately, best of 7. By default the 4 ranks run each call as rank-batched launches in the
+  alternately, best of 21 (this VM's speed moves by a third between phases of a few seconds: the
+  fewer the rounds, the likelier the call and the bound are each timed in another phase). By default the 4 ranks run each call as rank-batched launches in the
   mode their first calls found fastest (nzjit/backend/rank_batch.py `MODES`: one group of ranks
   per core on threads or in rank processes, or one group with or without the helper threads; a
   row per mode, forced); the row "ranks as threads" is the same call with one thread per rank. On a shared machine the wall-time rows say more about the load
@@ -179,7 +180,7 @@ def numpy_experts(xe: np.ndarray, wg: np.ndarray, wu: np.ndarray, wd: np.ndarray
     return h.astype(f32) @ wd.astype(f32).swapaxes(-1, -2)
 
 
-def local_rows(repeat: int = 7) -> list[dict[str, str]]:
+def local_rows(repeat: int = 21) -> list[dict[str, str]]:
     """The 4-rank call against the cores bound and against the ranks one after another; the same
     call with ranks as threads (the design before rank-batched launches) for comparison. The
     bound counts each rank's cheapest CPU time: alone, with BLAS on its calling thread
