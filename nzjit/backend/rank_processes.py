@@ -41,6 +41,7 @@ import pickle
 import signal
 import sys
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Sequence
@@ -309,8 +310,13 @@ def _run_groups(groups: Sequence[Sequence[Any]], run_group: Any) -> dict[int, Ba
             except OSError as broke:  # it ended after the check above: nothing of this call ran
                 _failed([rk.rank for rk in g], f"its pipe broke: {broke}")
         SENT[0] += 1
+        started = time.monotonic()
         failed.update(run_group(groups[0]))
-        replies = [_answer(ch, [rk.rank for rk in g]) for ch, g in zip(_children, groups[1:])]
+        now = time.monotonic()
+        allowed = max(HANG_FLOOR, HANG_FACTOR * (now - started))
+        replies = [
+            _answer(ch, [rk.rank for rk in g], now + allowed, allowed) for ch, g in zip(_children, groups[1:])
+        ]
         for (errors, said), g in zip(replies, groups[1:]):
             by_rank = {rk.rank: rk for rk in g}
             for r, (i, blob) in errors.items():
@@ -325,13 +331,31 @@ def _run_groups(groups: Sequence[Sequence[Any]], run_group: Any) -> dict[int, Ba
     return failed
 
 
+#: A rank process that has not answered `HANG_FACTOR` times the caller's own group's time after
+#: that group finished (and at least `HANG_FLOOR` seconds) is taken for hung: the call fails
+#: instead of waiting for ever. Its ranks do the same work as the caller's, so a live one answers
+#: in about that time; a hang is a lock another thread of the driver held when it forked, or a
+#: kernel that never ends.
+HANG_FLOOR = 60.0
+HANG_FACTOR = 20.0
+
+
 def _answer(
-    ch: _Child, ranks: list[int]
+    ch: _Child, ranks: list[int], deadline: float, allowed: float
 ) -> tuple[dict[int, tuple[int, bytes]], list[tuple[type[Warning], str]]]:
-    """A rank process's answer: each failing rank's (launch index, pickled error), and the
+    """A rank process's answer by `deadline` (time.monotonic; `allowed` seconds after the
+    caller's own ranks finished): each failing rank's (launch index, pickled error), and the
     warnings its launches raised (category, text)."""
     try:
-        reply = ch.conn.recv()
+        if ch.conn.poll(max(0.0, deadline - time.monotonic())):
+            reply = ch.conn.recv()
+        else:
+            reply = (
+                "hung",
+                f"no answer {allowed:.3g} s after the caller's own ranks ended, {HANG_FACTOR:g}x "
+                "their time: taken for hung (a lock another thread held at the fork, or a kernel "
+                "that never ends) and stopped",
+            )
     except (EOFError, OSError):
         reply = ("died", "its process ended")
     if reply[0] != "done":

@@ -415,3 +415,37 @@ def test_a_kernel_that_allocates_gm_while_it_runs_runs_in_a_process(batched, mon
         assert pushes and all(base < memory._PROCESS_BASE for base in pushes)
     ref = np.exp(a.astype(np.float32) @ b.astype(np.float32))
     np.testing.assert_allclose(want, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_hung_process_fails_the_call_in_bounded_time_and_changes_no_output(monkeypatch, tmp_path):
+    """A rank process that never answers (here: it sleeps; in life, a lock another thread of the
+    driver held when it forked) is taken for hung once it is `HANG_FACTOR` times the caller's own
+    ranks' time late (at least `HANG_FLOOR` s): the call fails, nothing is written, and the next
+    call forks a new process."""
+    import time
+
+    x, ref, cluster, ws, before, resident = _case(29)
+    flag = tmp_path / "hang"
+    real = rank_processes._run_here
+
+    def run_here(pinned, msg):  # in the rank process, forked after this patch
+        if flag.exists():
+            time.sleep(3600)
+        return real(pinned, msg)
+
+    monkeypatch.setattr(rank_processes, "_run_here", run_here)
+    monkeypatch.setattr(rank_processes, "HANG_FLOOR", 0.5)
+    flag.write_text("")
+    start = time.monotonic()
+    with pytest.raises(
+        runtime.DeviceError,
+        match=r"^ranks \[2, 3\]: their process failed during the call \(no answer [0-9.]+ s after the "
+        r"caller's own ranks ended, 20x their time: taken for hung .* and stopped\); every output is "
+        r"unchanged, and the next call starts a new process$",
+    ):
+        tp(x, ws, resident)
+    assert time.monotonic() - start < 30 and _pids() == []  # bounded, and the process is gone
+    np.testing.assert_array_equal(cluster.copy_stacked_from(resident), before)
+    flag.unlink()
+    tp(x, ws, resident)
+    np.testing.assert_array_equal(cluster.copy_stacked_from(resident), ref)
