@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import runtime
-from nzjit.backend import rank_processes
+from nzjit.backend import program_cache, rank_processes
 from nzjit.fuzz.classify import classify
 from nzjit.fuzz.gen import FAMILIES, generate
 
@@ -15,7 +15,7 @@ def test_orchestration_slices_are_equal_or_refused_as_predicted():
     assert "orch_slices" in FAMILIES
     classes: Counter[str] = Counter()
     tags: set[str] = set()
-    sent = rank_processes.SENT[0]
+    sent, hits = rank_processes.SENT[0], program_cache.HITS[0]
     for i in range(24):
         p = generate(20261201, i, "orch_slices")
         o = classify(p)
@@ -27,6 +27,8 @@ def test_orchestration_slices_are_equal_or_refused_as_predicted():
         classes[o.cls] += 1
         tags.update(p.tags)
     assert classes["equal"] >= 12
+    # a host-array program is called on other data first: the checked call ran the cached plan
+    assert program_cache.HITS[0] > hits
     # the sample covers every spelling of a view, every calling convention and every way the
     # ranks run (rank_batch.MODES, forced, or the program's own choice)
     for tag in (
