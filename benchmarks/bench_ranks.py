@@ -197,9 +197,9 @@ def local_rows(repeat: int = 21) -> list[dict[str, str]]:
         with using(Options(rank_batch=False)):
             m.moe_experts(xe, *ws, ye)
 
-    # the program's trial calls (and the one that forks the rank processes, which is not timed):
+    # the program's trial calls (and the first calls of its rank processes, which are not timed):
     # the rows below time the mode they chose (rank_batch.mode_for)
-    for _ in range(len(rank_batch.MODES) * rank_batch.TRIALS + 1):
+    for _ in range(len(rank_batch.MODES) * rank_batch.TRIALS + rank_processes.WARM_CALLS):
         m.moe_experts(xe, *ws, ye)
     rounds: list[dict[str, tuple[float, float, float]]] = []
     best = timed(

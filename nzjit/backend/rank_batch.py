@@ -163,7 +163,6 @@ def run_together(ranks: Sequence[Any]) -> None:
         processes,
     )
     mode = mode_for(key, processes)
-    forks = rank_processes.FORKS[0]
     start = time.perf_counter()
     failed: dict[int, BaseException] = {}
     n = max(1, min(runtime.threads.THREADS, len(ranks))) if mode in ("groups", "processes") else 1
@@ -187,7 +186,7 @@ def run_together(ranks: Sequence[Any]) -> None:
     if failed:
         r = min(failed)
         runtime.dispatch.raise_for_rank(r, failed[r])
-    if rank_processes.FORKS[0] == forks:  # a call that forked the rank processes is no sample
+    if mode != "processes" or rank_processes.settled():  # new processes' first calls: no samples
         timed(key, mode, time.perf_counter() - start, processes)
 
 
@@ -201,8 +200,9 @@ def run_together(ranks: Sequence[Any]) -> None:
 #: program of large products gains from the helper. Every mode writes the same bytes (a rank's
 #: lanes get the bytes of its own launch however the ranks are grouped, a helper moves work, not
 #: results, and a rank process writes the rank's own shared GM), so the first calls of a program
-#: time each mode `TRIALS` times (a call that forked the rank processes does not count: the fork
-#: is paid once, ~20 ms) and the later calls take the fastest - for `RETRY_AFTER` calls,
+#: time each mode `TRIALS` times (the first calls of new rank processes do not count: they pay
+#: the fork and the first touch of shared pages, `rank_processes.settled`) and the later calls
+#: take the fastest - for `RETRY_AFTER` calls,
 #: then the modes are timed again (the host's load, and so the fastest mode, changes over a long
 #: run). `FORCE` (tests, benchmarks) fixes the mode.
 MODES = ("groups", "one", "alone", "processes")

@@ -333,14 +333,14 @@ def test_a_program_tries_each_mode_then_keeps_the_fastest(moe, monkeypatch):
     modes = rank_batch.modes(rank_processes.usable(cluster.workers))
     first = mod.moe_experts(xe, *wd)
     trials = len(modes) * rank_batch.TRIALS
-    forks = rank_processes.FORKS[0]
-    for _ in range(trials + 2):
+    forks, calls = rank_processes.FORKS[0], 1
+    while len(ran) < trials + 3 and calls < trials + 3 + 2 * rank_processes.WARM_CALLS:
         assert mod.moe_experts(xe, *wd).tobytes() == first.tobytes()
-    for _ in range(rank_processes.FORKS[0] - forks):  # a call that forked is not timed: one more
-        assert mod.moe_experts(xe, *wd).tobytes() == first.tobytes()
+        calls += 1
     assert sorted(ran[:trials]) == sorted(modes * rank_batch.TRIALS)  # each mode, in turn
-    if "processes" in modes:  # its first trial forked the processes: run, not timed, and run again
-        assert rank_processes.FORKS[0] > forks
+    if "processes" in modes:  # the first calls of the new processes ran, untimed, then 3 trials
+        assert rank_processes.FORKS[0] == forks + 1
+        assert calls == trials + 3 + rank_processes.WARM_CALLS
     assert ran[trials:] == ["alone"] * 3  # then the fastest, every call
     assert list(rank_batch._chosen.values()) == ["alone"] and rank_batch._times == {}
 
