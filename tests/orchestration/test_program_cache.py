@@ -228,3 +228,29 @@ def test_a_scalar_out_of_the_kernels_range_is_refused_after_cached_calls():
     ):
         scale_all(x, 300, out, cluster=cluster)
     assert (out == 5).all()
+
+
+def test_threads_calling_one_cached_program_at_once_each_get_their_own_numbers():
+    """The launch plans of a cached program are shared by concurrent callers; each call has its
+    own intermediates and arguments, so every result is its own input's."""
+    import threading
+
+    cluster = runtime.Cluster(R)
+    chain(_data(13), cluster=cluster)
+    before, wrong = _hits(), []
+
+    def caller(seed: int) -> None:
+        for i in range(10):
+            x = _data(1000 * seed + i)
+            try:
+                if not np.array_equal(chain(x, cluster=cluster), 4 * x):
+                    wrong.append((seed, i))
+            except Exception as e:  # noqa: BLE001 - a thread's error is the test's failure
+                wrong.append((seed, i, repr(e)))
+
+    threads = [threading.Thread(target=caller, args=(s,)) for s in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == [] and _hits() == before + 30
