@@ -433,22 +433,14 @@ def plan_program(
     plans = None if key is None else program_cache.lookup(key)
     if plans is not None and not program_cache.stale(calls):
         program_cache.HITS[0] += 1
-        return _planned(calls, ranks, plans)
-    plan, plans = _plan_checked(calls, ranks, rank_prefix, options)
-    if key is not None:
-        program_cache.store(key, plans)
-    return plan
-
-
-def _planned(
-    calls: Sequence[KernelCall], ranks: dict[int, Any], plans: list[LaunchPlan]
-) -> dict[int, RankPlan]:
-    """The rank plans of a program whose checked launch plans are `plans` (one per call): only its
-    intermediates are new."""
+    else:
+        plans = _checked(calls, ranks, rank_prefix, options)
+        if key is not None:
+            program_cache.store(key, plans)
     plan: dict[int, RankPlan] = {}
     for call, lp in zip(calls, plans):
         worker = ranks[call.device]
-        for a in call.args:
+        for a in call.args:  # a cached plan's intermediates are new (the checks allocated the others)
             if isinstance(a, PendingRef) and a.tensor is None:
                 a.tensor = worker.alloc_tensor(a.shape, a.dtype)  # freed with the program
         rk = plan.get(call.device)
@@ -458,12 +450,10 @@ def _planned(
     return plan
 
 
-def _plan_checked(
+def _checked(
     calls: Sequence[KernelCall], ranks: dict[int, Any], rank_prefix: bool, options: Options
-) -> tuple[dict[int, RankPlan], list[LaunchPlan]]:
-    """The general path of `plan_program`: every check; the rank plans and the launch plans in
-    call order."""
-    plan: dict[int, RankPlan] = {}
+) -> list[LaunchPlan]:
+    """The general path of `plan_program`: every check; the launch plans in call order."""
     plans: list[LaunchPlan] = []
     writes: dict[int, list[_Access]] = {}
     for call in calls:
@@ -483,11 +473,9 @@ def _plan_checked(
         graph = call.graph if call.graph is not None else low.final
         if graph is low.final:  # the compile-time memory plan refuses before anything runs
             low.check_memory()
-        rk = plan.setdefault(call.device, RankPlan(call.device, worker))
         fresh = [isinstance(a, HostRef) and a.fresh for a in call.args]
         plans.append(LaunchPlan(call.kernel, graph, dims, options, values_of(call), fresh))
-        rk.launches.append(Launch(call, plans[-1]))
-    return plan, plans
+    return plans
 
 
 def run_program(

@@ -136,13 +136,9 @@ def view_name(name: str, shape: Sequence[int], axes: Sequence[Axis]) -> str:
     return f"{name}[{', '.join(texts)}]" if texts else name
 
 
-def check_dense(
-    name: str, shape: Sequence[int], axes: Sequence[Axis], nz: bool, seen: str | None = None
-) -> None:
-    """Refuse a view that is not one contiguous range of the argument's bytes (NZ-30, NZ-28).
-    `seen`: the view's name (`view_name`), if known."""
-    if seen is None:
-        seen = view_name(name, shape, axes)
+def check_dense(name: str, shape: Sequence[int], axes: Sequence[Axis], nz: bool, seen: str) -> None:
+    """Refuse a view that is not one contiguous range of the argument's bytes (NZ-30, NZ-28);
+    `seen` is the view's name (`view_name`), as the refusal calls it."""
     full = [(a.start, a.stop) == (0, n) for a, n in zip(axes, shape)]
     if nz and len(shape) >= 2 and not all(full[-2:]):
         raise _refuse(

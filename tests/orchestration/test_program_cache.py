@@ -62,23 +62,24 @@ def test_every_cached_call_gets_new_poisoned_intermediates_and_frees_them():
     chain(x, cluster=cluster)
     live = [w.gm.live_bytes for w in cluster.workers]
     seen: list[tuple[tuple[int, int], bytes]] = []
-    real = C._planned
+    real = C.plan_program
 
-    def spy(calls, ranks, plans):
-        plan = real(calls, ranks, plans)
+    def spy(calls, ranks, rank_prefix, options):
+        plan = real(calls, ranks, rank_prefix, options)
         for p in C.pending_refs(calls):  # what a rank's first read would see: fresh device memory
             seen.append(
                 ((p.device, p.tensor.address), p.tensor.worker.gm.read(p.tensor.address, 8).tobytes())
             )
         return plan
 
-    C._planned = spy
+    before = _hits()
+    C.plan_program = spy
     try:
         for _ in range(2):
             np.testing.assert_array_equal(chain(x, cluster=cluster), 4 * x)
     finally:
-        C._planned = real
-    assert len(seen) == 2 * R
+        C.plan_program = real
+    assert _hits() == before + 2 and len(seen) == 2 * R  # both planned from the cache
     assert len({a for a, _ in seen}) == len(seen)  # never the addresses of an earlier call
     assert all(b == bytes([runtime.memory.POISON_BYTE]) * 8 for _, b in seen)
     assert [w.gm.live_bytes for w in cluster.workers] == live  # freed when each program ended
