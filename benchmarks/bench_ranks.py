@@ -8,8 +8,9 @@ the bound the cores allow, and the same program on a RayCluster against the loca
   process may use; the 4-rank call should finish within 1.1x of it (wall / bound) and never
   slower than running the ranks one after another (wall / one after another). Both are measured
   alternately, best of 21 (this VM's speed moves by a third between phases of a few seconds: the
-  fewer the rounds, the likelier the call and the bound are each timed in another phase). By default the 4 ranks run each call as rank-batched launches in the
-  mode their first calls found fastest (nzjit/backend/rank_batch.py `MODES`: one group of ranks
+  fewer the rounds, the likelier the call and the bound are each timed in another phase). By
+  default the 4 ranks run each call as rank-batched launches in the mode their first calls found
+  fastest (nzjit/backend/rank_batch.py `MODES`: one group of ranks
   per core on threads or in rank processes, or one group with or without the helper threads; a
   row per mode, forced); the row "ranks as threads" is the same call with one thread per rank. On a shared machine the wall-time rows say more about the load
   than about nzjit: read the CPU-time row, the cores the call got (with the load average) and the

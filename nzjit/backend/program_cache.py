@@ -18,8 +18,8 @@ What the key holds, and why that is enough (each item is something the general p
   trace: a new generation misses), the rank, its worker (GM serial, target);
 - per host array: which argument array it is a view of (the first-seen order of the roots, not
   their identity: a new array of the same shape each call still hits) and that array's shape, the
-  view's index, shape,
-  dtype, class and flags (contiguity, writability), and whether it is a fresh output. Host data
+  view's index, shape, dtype, class, layout mark and flags (contiguity, writability), and whether
+  it is a fresh output. Host data
   flow (`call._check_host_flow`) compares views of one root, which the key pins; two different
   roots that share memory are not keyed at all (their overlaps depend on where they lie);
 - per resident tensor: its GM (serial), address, shape, dtype and class (the layout). Addresses
