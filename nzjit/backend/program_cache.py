@@ -19,9 +19,9 @@ What the key holds, and why that is enough (each item is something the general p
 - per host array: which argument array it is a view of (the first-seen order of the roots, not
   their identity: a new array of the same shape each call still hits) and that array's shape, the
   view's index, shape, dtype, class, layout mark and flags (contiguity, writability), and whether
-  it is a fresh output. Host data
-  flow (`call._check_host_flow`) compares views of one root, which the key pins; two different
-  roots that share memory are not keyed at all (their overlaps depend on where they lie);
+  it is a fresh output. Host data flow (`call._check_host_flow`) compares views of one root,
+  which the key pins; two different roots that share memory are not keyed at all (their overlaps
+  depend on where they lie);
 - per resident tensor: its GM (serial), address, shape, dtype and class (the layout). Addresses
   are never handed out twice (runtime/memory.py), so equal addresses are the same allocation,
   live or freed - which is checked per call;
